@@ -1,0 +1,24 @@
+# SPDX-License-Identifier: Apache-2.0
+# Locates LibTorch. Any LibTorch >= 2.6 given through CMAKE_PREFIX_PATH or Torch_DIR works;
+# otherwise the torch wheel of SHARDSCOPE_PYTHON (the set-up script's virtual environment)
+# provides it via torch.utils.cmake_prefix_path.
+if(NOT Torch_DIR AND SHARDSCOPE_PYTHON)
+  execute_process(
+    COMMAND "${SHARDSCOPE_PYTHON}" -c "import torch.utils; print(torch.utils.cmake_prefix_path)"
+    OUTPUT_VARIABLE _ss_torch_prefix OUTPUT_STRIP_TRAILING_WHITESPACE
+    RESULT_VARIABLE _ss_torch_rc ERROR_QUIET)
+  if(_ss_torch_rc EQUAL 0 AND EXISTS "${_ss_torch_prefix}/Torch")
+    list(APPEND CMAKE_PREFIX_PATH "${_ss_torch_prefix}")
+  endif()
+endif()
+find_package(Torch QUIET CONFIG)
+if(Torch_FOUND)
+  if(Torch_VERSION VERSION_LESS 2.6)
+    message(WARNING "LibTorch ${Torch_VERSION} found but ShardScope needs >= 2.6; LibTorch parts disabled")
+  else()
+    set(SHARDSCOPE_HAVE_TORCH ON)
+    message(STATUS "ShardScope: LibTorch ${Torch_VERSION} at ${Torch_DIR}")
+  endif()
+endif()
+shardscope_optional(TORCH "${SHARDSCOPE_WITH_TORCH}" "${SHARDSCOPE_HAVE_TORCH}"
+  "LibTorch >= 2.6 was not found (give CMAKE_PREFIX_PATH or SHARDSCOPE_PYTHON)")

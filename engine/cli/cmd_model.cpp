@@ -1,0 +1,178 @@
+// SPDX-License-Identifier: Apache-2.0
+// `shardscope model show`: the module tree with parameter counts, sizes and per-module
+// compute and activation costs.
+#include <iostream>
+
+#include "engine/cli/commands.h"
+#include "engine/cli/common.h"
+#include "plans/core/strings.h"
+
+namespace shardscope::cli {
+
+namespace {
+
+// Consecutive siblings with the same class and parameter count are folded into one row
+// ("1..31  LlamaDecoderLayer ×31"), so an 80-block model reads in one screen.
+bool sameShape(const ModelGraph& g, ModuleId a, ModuleId b) {
+    const auto& ma = g.module(a);
+    const auto& mb = g.module(b);
+    return ma.cls == mb.cls && g.subtreeNumel(a) == g.subtreeNumel(b) &&
+           ma.subtreeEnd - a.value == mb.subtreeEnd - b.value;
+}
+
+struct ShowContext {
+    const ModelGraph& g;
+    int maxDepth;
+    bool fold;
+    int64_t batch, seq;
+    Table table;
+    nlohmann::json jsonModules = nlohmann::json::array();
+};
+
+void showModule(ShowContext& c, ModuleId m, int depth, const std::string& label, int64_t repeat) {
+    const auto& node = c.g.module(m);
+    const ModuleCost cost = c.g.subtreeCost(m);
+    const std::string indent(static_cast<size_t>(depth) * 2, ' ');
+    const std::string count = repeat > 1 ? " x" + std::to_string(repeat) : "";
+    c.table.row({indent + label, node.cls + count, formatCount(c.g.subtreeNumel(m)),
+                 formatBytes(c.g.subtreeParamBytes(m)),
+                 formatFlops(cost.fwdFlops.at(c.batch, c.seq)),
+                 formatBytes(static_cast<int64_t>(cost.savedBytes.at(c.batch, c.seq)))});
+    nlohmann::json params = nlohmann::json::array();
+    for (ParamId pid : node.params) {
+        const auto& p = c.g.param(pid);
+        std::string local;
+        for (const auto& o : p.owners)
+            if (o.module == m) local = o.localName;
+        nlohmann::json pj{{"name", local},
+                          {"shape", p.shape},
+                          {"dtype", std::string(dtypeName(p.dtype))},
+                          {"requires_grad", p.requiresGrad},
+                          {"numel", p.numel}};
+        if (p.tied()) pj["tied_to"] = p.name;
+        params.push_back(pj);
+    }
+    c.jsonModules.push_back({{"name", node.fqn},
+                             {"class", node.cls},
+                             {"depth", depth},
+                             {"params", c.g.subtreeNumel(m)},
+                             {"param_bytes", c.g.subtreeParamBytes(m)},
+                             {"direct_params", params},
+                             {"fwd_flops", cost.fwdFlops.at(c.batch, c.seq)},
+                             {"bwd_flops", cost.bwdFlops.at(c.batch, c.seq)},
+                             {"saved_activation_bytes", cost.savedBytes.at(c.batch, c.seq)},
+                             {"output_bytes", cost.outputBytes.at(c.batch, c.seq)},
+                             {"repeat", repeat}});
+    if (depth >= c.maxDepth || repeat > 1) return;  // folded rows repeat the first's children
+    const auto& ch = node.children;
+    for (size_t i = 0; i < ch.size();) {
+        size_t j = i + 1;
+        if (c.fold)
+            while (j < ch.size() && sameShape(c.g, ch[i], ch[j])) ++j;
+        // Show the first of a run in full, then fold the rest into one row.
+        showModule(c, ch[i], depth + 1, c.g.module(ch[i]).name, 1);
+        if (j - i > 1) {
+            const std::string first = c.g.module(ch[i + 1]).name;
+            const std::string last = c.g.module(ch[j - 1]).name;
+            showModule(c, ch[i + 1], depth + 1, first + (j - i > 2 ? ".." + last : ""),
+                       static_cast<int64_t>(j - i - 1));
+            c.jsonModules.back()["folded"] = true;
+        }
+        i = j;
+    }
+}
+
+int runModelShow(const Args& a) {
+    auto g = loadModelArg(a);
+    if (!g) {
+        std::cerr << "error: " << g.error() << "\n";
+        return kExitUsage;
+    }
+    auto depth = a.getInt("--depth", 0);
+    auto batch = a.getInt("--batch", 1);
+    auto seq = a.getInt("--seq", 1);
+    for (const auto* e : {&depth, &batch, &seq})
+        if (!*e) {
+            std::cerr << "error: " << e->error() << "\n";
+            return kExitUsage;
+        }
+    ShowContext c{*g, static_cast<int>(*depth), !a.flag("--no-fold"), *batch, *seq,
+                  Table({"MODULE", "CLASS", "PARAMS", "SIZE", "FWD FLOPS", "SAVED ACT"},
+                        {false, false, true, true, true, true})};
+    showModule(c, g->root(), 0, "<root>", 1);
+    nlohmann::json tied = nlohmann::json::array();
+    for (const auto& p : g->params())
+        if (p.tied()) {
+            nlohmann::json owners = nlohmann::json::array();
+            for (const auto& o : p.owners) {
+                const auto& f = g->module(o.module).fqn;
+                owners.push_back(f.empty() ? o.localName : f + "." + o.localName);
+            }
+            tied.push_back({{"name", p.name}, {"owners", owners}, {"numel", p.numel}});
+        }
+    if (a.flag("--json")) {
+        nlohmann::json j{{"name", g->name},
+                         {"source", g->source},
+                         {"total_params", g->totalParams()},
+                         {"trainable_params", g->trainableParams()},
+                         {"param_bytes", g->totalParamBytes()},
+                         {"module_count", g->moduleCount()},
+                         {"batch", *batch},
+                         {"seq", *seq},
+                         {"activation_dtype", std::string(dtypeName(g->activationDtype))},
+                         {"tied_params", tied},
+                         {"modules", c.jsonModules}};
+        if (Status s = emitJson(j, ""); !s) {
+            std::cerr << "error: " << s.error() << "\n";
+            return kExitUsage;
+        }
+        return kExitOk;
+    }
+    const ModuleCost total = g->subtreeCost(g->root());
+    std::cout << "Model " << (g->name.empty() ? a.get("--model") : g->name) << " (" << g->source
+              << ")\n"
+              << "  parameters  " << withThousands(g->totalParams()) << " ("
+              << formatCount(g->totalParams()) << "), " << formatBytes(g->totalParamBytes())
+              << "; trainable " << withThousands(g->trainableParams()) << "\n"
+              << "  modules     " << g->moduleCount() << "\n"
+              << "  per micro-batch of " << *batch << " x " << *seq << " tokens: forward "
+              << formatFlops(total.fwdFlops.at(*batch, *seq)) << ", backward "
+              << formatFlops(total.bwdFlops.at(*batch, *seq)) << ", saved activations "
+              << formatBytes(static_cast<int64_t>(total.savedBytes.at(*batch, *seq))) << " ("
+              << dtypeName(g->activationDtype) << ")\n";
+    for (const auto& t : tied) {
+        std::cout << "  tied        ";
+        for (size_t i = 0; i < t["owners"].size(); ++i)
+            std::cout << (i ? " = " : "") << t["owners"][i].get<std::string>();
+        std::cout << " (" << formatCount(t["numel"].get<int64_t>()) << ", counted once)\n";
+    }
+    std::cout << "\n";
+    c.table.print(std::cout);
+    return kExitOk;
+}
+
+}  // namespace
+
+std::vector<Command> modelCommands() {
+    CommandSpec show;
+    show.name = "model show";
+    show.summary = "Show a model's module tree with parameter counts, sizes, FLOPs and activations.";
+    show.description =
+        "Reads a Hugging Face config.json (llama, mistral, qwen2, mixtral, gpt2) or a ShardScope\n"
+        "model JSON (scripts/export_model.py writes one for any torch.nn.Module). Module names\n"
+        "are the ones FSDP sees (named_modules()). Repeated siblings of the same shape are\n"
+        "folded into one row; tied parameters are counted once, as model.parameters() does.\n"
+        "FLOPs and saved activations are per micro-batch of --batch x --seq tokens, counted\n"
+        "as documented in plans/README.md.";
+    show.options = modelOptions(true);
+    show.options.push_back({"--depth", "N", "show modules down to this depth", "3"});
+    show.options.push_back({"--batch", "B", "micro-batch size for FLOPs and activations", "1"});
+    show.options.push_back({"--seq", "S", "sequence length for FLOPs and activations", "2048"});
+    show.options.push_back({"--no-fold", "", "list every module instead of folding repeats"});
+    show.options.push_back({"--json", "", "print JSON (with total_params) instead of a table"});
+    show.examples = {"shardscope model show --model samples/models/llama3-8b/config.json",
+                     "shardscope model show -m samples/models/gpt2/config.json --depth 5 --json"};
+    return {{show, runModelShow}};
+}
+
+}  // namespace shardscope::cli

@@ -1,0 +1,282 @@
+// SPDX-License-Identifier: Apache-2.0
+// `shardscope plan show|validate|export`: resolve a plan against a model (and cluster),
+// print its units with per-rank sizes and every problem, or export it for PyTorch.
+#include <iostream>
+
+#include "engine/cli/commands.h"
+#include "engine/cli/common.h"
+#include "plans/core/strings.h"
+#include "plans/plan/export.h"
+#include "plans/plan/resolve.h"
+
+namespace shardscope::cli {
+
+namespace {
+
+struct Loaded {
+    ModelGraph model;
+    Plan plan;
+    std::optional<ClusterSpec> cluster;
+};
+
+Expected<Loaded> loadAll(const Args& a) {
+    auto g = loadModelArg(a);
+    if (!g) return Error{g.error()};
+    auto p = loadPlanFile(a.get("--plan"));
+    if (!p) return Error{p.error()};
+    auto c = loadClusterArg(a);
+    if (!c) return Error{c.error()};
+    return Loaded{std::move(*g), std::move(*p), std::move(*c)};
+}
+
+std::string reshardText(const ResolvedUnit& u) {
+    switch (u.reshard) {
+        case Reshard::True: return "True";
+        case Reshard::False: return "False";
+        case Reshard::Int: return std::to_string(u.reshardK);
+    }
+    return "?";
+}
+
+std::string mpText(const ResolvedUnit& u) {
+    const auto& mp = u.mixedPrecision;
+    if (!mp.paramDtype && !mp.reduceDtype) return "-";
+    return std::string(dtypeName(u.allGatherDtype)) + "/" + std::string(dtypeName(u.reduceDtype));
+}
+
+std::string prefetchText(const ResolvedPlan& r, const ResolvedUnit& u) {
+    auto list = [&](const std::vector<UnitId>& ids) {
+        std::string s;
+        for (UnitId t : ids) s += (s.empty() ? "" : ",") + r.units[t.index()].displayName();
+        return s.empty() ? std::string("[]") : s;
+    };
+    std::string s;
+    if (u.explicitForwardPrefetch) s += "fwd:" + list(u.forwardPrefetch);
+    if (u.explicitBackwardPrefetch) s += std::string(s.empty() ? "" : " ") + "bwd:" + list(u.backwardPrefetch);
+    return s.empty() ? "implicit" : s;
+}
+
+nlohmann::json unitJson(const ResolvedPlan& r, const ResolvedUnit& u) {
+    nlohmann::json mods = nlohmann::json::array();
+    for (ModuleId m : u.modules) mods.push_back(r.model->module(m).fqn);
+    auto ids = [&](const std::vector<UnitId>& v) {
+        nlohmann::json a = nlohmann::json::array();
+        for (UnitId t : v) a.push_back(r.units[t.index()].name);
+        return a;
+    };
+    nlohmann::json params = nlohmann::json::array();
+    for (ParamId p : u.params) params.push_back(r.model->param(p).name);
+    nlohmann::json j{{"name", u.name},
+                     {"is_root", u.isRoot},
+                     {"modules", mods},
+                     {"from_policy", u.fromPolicy},
+                     {"params", params},
+                     {"numel", u.numel},
+                     {"param_bytes", u.paramBytes},
+                     {"sharded_numel_per_rank", u.shardedNumel},
+                     {"sharded_bytes_per_rank", u.shardedBytes},
+                     {"unsharded_bytes_per_rank", u.unshardedBytes},
+                     {"reshard_after_forward", u.reshard == Reshard::Int ? nlohmann::json(u.reshardK)
+                                                                         : nlohmann::json(u.reshard == Reshard::True)},
+                     {"post_forward_bytes", u.postForwardBytes},
+                     {"reshard_after_backward", u.reshardAfterBackward},
+                     {"activation_checkpointing", acModeName(u.activationCheckpointing)},
+                     {"all_gather_dtype", std::string(dtypeName(u.allGatherDtype))},
+                     {"reduce_dtype", std::string(dtypeName(u.reduceDtype))},
+                     {"offload", u.offload.enabled}};
+    if (u.explicitForwardPrefetch) j["forward_prefetch"] = ids(u.forwardPrefetch);
+    if (u.explicitBackwardPrefetch) j["backward_prefetch"] = ids(u.backwardPrefetch);
+    return j;
+}
+
+nlohmann::json resolvedJson(const ResolvedPlan& r) {
+    nlohmann::json units = nlohmann::json::array();
+    for (const auto& u : r.units) units.push_back(unitJson(r, u));
+    nlohmann::json problems = nlohmann::json::array();
+    for (const auto& p : r.problems)
+        problems.push_back({{"severity", p.severity == Problem::Severity::Error ? "error" : "warning"},
+                            {"where", p.where},
+                            {"message", p.message}});
+    return {{"plan", r.plan.name},
+            {"api", planApiName(r.plan.api)},
+            {"world_size", r.worldSize},
+            {"replicate_size", r.replicateSize},
+            {"shard_size", r.shardSize},
+            {"hsdp", r.hsdp},
+            {"flat_params", r.flatParams},
+            {"total_params", r.model->totalParams()},
+            {"total_sharded_bytes_per_rank", r.totalShardedBytes()},
+            {"max_unsharded_bytes", r.maxUnshardedBytes()},
+            {"units", units},
+            {"problems", problems},
+            {"errors", r.errorCount()}};
+}
+
+void printProblems(const ResolvedPlan& r, std::ostream& out) {
+    if (r.problems.empty()) {
+        out << "No problems found.\n";
+        return;
+    }
+    out << r.errorCount() << " error(s), " << r.problems.size() - r.errorCount() << " warning(s):\n";
+    for (const auto& p : r.problems) out << "  " << p.toString() << "\n";
+}
+
+bool sameRow(const ResolvedPlan& r, const ResolvedUnit& a, const ResolvedUnit& b) {
+    return !a.isRoot && !b.isRoot && a.modules.size() == b.modules.size() &&
+           r.model->module(a.modules[0]).cls == r.model->module(b.modules[0]).cls &&
+           a.numel == b.numel && a.shardedBytes == b.shardedBytes && a.reshard == b.reshard &&
+           a.reshardK == b.reshardK && a.activationCheckpointing == b.activationCheckpointing &&
+           mpText(a) == mpText(b) && !a.explicitForwardPrefetch && !b.explicitForwardPrefetch &&
+           !a.explicitBackwardPrefetch && !b.explicitBackwardPrefetch && a.offload == b.offload;
+}
+
+void printPlan(const ResolvedPlan& r, const Loaded& l, bool fold, std::ostream& out) {
+    out << "Plan " << (r.plan.name.empty() ? "(unnamed)" : r.plan.name) << " [" << planApiName(r.plan.api)
+        << "] on model " << (l.model.name.empty() ? "(unnamed)" : l.model.name) << " ("
+        << formatCount(l.model.totalParams()) << " parameters)\n";
+    out << "  mesh        ";
+    if (r.hsdp)
+        out << "[" << r.replicateSize << ", " << r.shardSize << "] HSDP: shard over " << r.shardSize
+            << " ranks, replicate " << r.replicateSize << " times";
+    else if (r.noShard)
+        out << "[" << r.worldSize << "] NO_SHARD: replicated, gradients all-reduced";
+    else
+        out << "[" << r.worldSize << "] FSDP: shard over " << r.shardSize << " ranks";
+    out << "\n";
+    if (l.cluster) out << "  cluster     " << l.cluster->name << "\n";
+    out << "  parameters  " << (r.flatParams ? "one FlatParameter per unit" : "sharded on dim 0 per parameter")
+        << "\n  units       " << r.units.size() << " (wrap policy " << wrapPolicyName(r.plan.wrap.kind)
+        << ")\n";
+    out << "  per rank    sharded parameters " << formatBytes(r.totalShardedBytes())
+        << ", largest unsharded unit " << formatBytes(r.maxUnshardedBytes()) << "\n\n";
+    Table t({"UNIT", "PARAMS", "SHARDED/RANK", "UNSHARDED", "RESHARD", "AC", "MP", "PREFETCH"},
+            {false, true, true, true, false, false, false, false});
+    for (size_t i = 0; i < r.units.size();) {
+        size_t j = i + 1;
+        if (fold)
+            while (j < r.units.size() && sameRow(r, r.units[i], r.units[j])) ++j;
+        auto addRow = [&](const ResolvedUnit& u, const std::string& label) {
+            t.row({label, formatCount(u.numel), formatBytes(u.shardedBytes), formatBytes(u.unshardedBytes),
+                   reshardText(u), acModeName(u.activationCheckpointing), mpText(u), prefetchText(r, u)});
+        };
+        addRow(r.units[i], r.units[i].displayName());
+        if (j - i > 1)
+            addRow(r.units[i + 1], r.units[i + 1].displayName() +
+                                       (j - i > 2 ? " .. " + r.units[j - 1].displayName() : "") + " (" +
+                                       std::to_string(j - i - 1) + " alike)");
+        i = j;
+    }
+    t.print(out);
+    out << "\n";
+    printProblems(r, out);
+}
+
+int runPlan(const Args& a, bool validateOnly) {
+    auto l = loadAll(a);
+    if (!l) {
+        std::cerr << "error: " << l.error() << "\n";
+        return kExitUsage;
+    }
+    const ResolvedPlan r = resolvePlan(l->model, l->plan, l->cluster ? &*l->cluster : nullptr,
+                                       a.get("--plan"));
+    if (a.flag("--json")) {
+        if (Status s = emitJson(resolvedJson(r), ""); !s) {
+            std::cerr << "error: " << s.error() << "\n";
+            return kExitUsage;
+        }
+    } else if (validateOnly) {
+        printProblems(r, r.hasErrors() ? std::cerr : std::cout);
+        if (!r.hasErrors())
+            std::cout << a.get("--plan") << ": valid (" << r.units.size() << " units, world size "
+                      << r.worldSize << ")\n";
+    } else {
+        printPlan(r, *l, !a.flag("--no-fold"), std::cout);
+    }
+    return validateOnly && r.hasErrors() ? kExitFailed : kExitOk;
+}
+
+int runPlanShow(const Args& a) { return runPlan(a, false); }
+int runPlanValidate(const Args& a) { return runPlan(a, true); }
+
+int runPlanExport(const Args& a) {
+    auto fmt = parseExportFormat(a.get("--format"));
+    if (!fmt) {
+        std::cerr << "error: --format: " << fmt.error() << "\n";
+        return kExitUsage;
+    }
+    auto l = loadAll(a);
+    if (!l) {
+        std::cerr << "error: " << l.error() << "\n";
+        return kExitUsage;
+    }
+    const ResolvedPlan r = resolvePlan(l->model, l->plan, l->cluster ? &*l->cluster : nullptr,
+                                       a.get("--plan"));
+    if (r.hasErrors()) {
+        printProblems(r, std::cerr);
+        std::cerr << "error: not exporting a plan with errors\n";
+        return kExitFailed;
+    }
+    if (Status s = emitJson(exportPlan(r, *fmt), a.get("--output")); !s) {
+        std::cerr << "error: " << s.error() << "\n";
+        return kExitUsage;
+    }
+    if (!a.get("--output").empty() && a.get("--output") != "-")
+        std::cerr << "wrote " << a.get("--output") << " (" << a.get("--format") << ")\n";
+    return kExitOk;
+}
+
+std::vector<OptionSpec> planOptions() {
+    auto o = modelOptions(true);
+    o.push_back({"--plan", "FILE", "plan JSON (format shardscope.plan)", "", true, "-p"});
+    o.push_back({"--cluster", "FILE", "cluster JSON; its world size must equal the plan's mesh", "", false, "-c"});
+    return o;
+}
+
+}  // namespace
+
+std::vector<Command> planCommands() {
+    const std::string semantics =
+        "Units come from the plan's wrap policy (FSDP1's _recursive_wrap semantics) plus the\n"
+        "units it lists; the root is always a unit. Sizes are per rank: FSDP2 pads each\n"
+        "parameter's dim 0 to a multiple of the shard size (torch.chunk); FSDP1 pads one\n"
+        "FlatParameter per unit (16-byte aligned with use_orig_params).";
+    CommandSpec show;
+    show.name = "plan show";
+    show.summary = "Show a plan's units with parameter counts, per-rank sizes and settings.";
+    show.description = semantics + "\nProblems are listed after the table; see `plan validate`.";
+    show.options = planOptions();
+    show.options.push_back({"--no-fold", "", "list every unit instead of folding alike ones"});
+    show.options.push_back({"--json", "", "print the resolved plan as JSON"});
+    show.examples = {
+        "shardscope plan show -m samples/models/llama3-8b/config.json -p samples/plans/llama-per-block.json "
+        "-c samples/clusters/h100-sxm-8x8.json"};
+
+    CommandSpec validate = show;
+    validate.name = "plan validate";
+    validate.summary = "Check a plan against PyTorch's rules; exit 1 if it has any error.";
+    validate.description =
+        semantics + "\nChecks: module names exist (nearest name suggested), containers without\n"
+                    "forward are not units, units do not overlap, the mesh is 1D or 2D and its\n"
+                    "product equals the cluster's world size, int reshard_after_forward divides\n"
+                    "the shard size, prefetch targets are units, shared parameters stay in one\n"
+                    "FSDP2 unit, dtypes are known.";
+    validate.options = planOptions();
+    validate.options.push_back({"--json", "", "print the resolved plan and problems as JSON"});
+    validate.examples = {"shardscope plan validate -m model.json -p plan.json -c cluster.json && echo ok"};
+
+    CommandSpec exp;
+    exp.name = "plan export";
+    exp.summary = "Export a plan as FSDP2, FSDP1 or Lightning configuration JSON.";
+    exp.description =
+        "fsdp2: fully_shard calls in application order (children first, root last) with\n"
+        "kwargs, the mesh, prefetch lists and activation checkpointing. fsdp1:\n"
+        "FullyShardedDataParallel kwargs with the auto-wrap policy. lightning: strategy\n"
+        "kwargs. shardscope: the plan itself, normalised. Written atomically.";
+    exp.options = planOptions();
+    exp.options.push_back({"--format", "FMT", "shardscope, fsdp2, fsdp1 or lightning", "fsdp2", false, "-f"});
+    exp.options.push_back({"--output", "FILE", "write here instead of stdout", "", false, "-o"});
+    exp.examples = {"shardscope plan export -m config.json -p plan.json -c cluster.json -f fsdp1 -o fsdp1.json"};
+    return {{show, runPlanShow}, {validate, runPlanValidate}, {exp, runPlanExport}};
+}
+
+}  // namespace shardscope::cli

@@ -1,0 +1,20 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Every subcommand: its spec (for --help and the overview) and its entry point.
+#include <string>
+#include <vector>
+
+#include "engine/cli/args.h"
+
+namespace shardscope::cli {
+
+struct Command {
+    CommandSpec spec;
+    int (*run)(const Args&);
+};
+
+std::vector<Command> modelCommands();
+std::vector<Command> planCommands();
+std::vector<Command> doctorCommands();
+
+}  // namespace shardscope::cli

@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "engine/cli/common.h"
+
+#include <cstdio>
+#include <iostream>
+
+#include "plans/core/atomic_write.h"
+#include "plans/core/strings.h"
+
+namespace shardscope::cli {
+
+std::vector<OptionSpec> modelOptions(bool required) {
+    return {
+        {"--model", "FILE", "model: a Hugging Face config.json or a ShardScope model JSON", "", required, "-m"},
+        {"--param-dtype", "DTYPE",
+         "dtype of the trained parameters for Hugging Face configs (FSDP keeps fp32 masters)",
+         "float32"},
+        {"--activation-dtype", "DTYPE", "dtype activations are counted in for Hugging Face configs",
+         "float32"},
+    };
+}
+
+Expected<ModelGraph> loadModelArg(const Args& a) {
+    HfLoadOptions o;
+    for (auto [opt, target] : {std::pair{"--param-dtype", &o.paramDtype},
+                               std::pair{"--activation-dtype", &o.activationDtype}}) {
+        const std::string v = a.get(opt);
+        auto d = parseDType(v);
+        if (!d) return Error{std::string(opt) + ": unknown dtype \"" + v + "\"" + didYouMean(v, dtypeNames())};
+        *target = *d;
+    }
+    return loadModelFile(a.get("--model"), o);
+}
+
+Expected<std::optional<ClusterSpec>> loadClusterArg(const Args& a) {
+    if (!a.has("--cluster")) return std::optional<ClusterSpec>();
+    auto c = loadClusterFile(a.get("--cluster"));
+    if (!c) return Error{c.error()};
+    return std::optional<ClusterSpec>(std::move(*c));
+}
+
+Status emitJson(const nlohmann::json& j, const std::string& path) {
+    const std::string text = j.dump(2) + "\n";
+    if (path.empty() || path == "-") {
+        std::fwrite(text.data(), 1, text.size(), stdout);
+        std::fflush(stdout);
+        return {};
+    }
+    return writeFileAtomically(path, text);
+}
+
+Table::Table(std::vector<std::string> headers, std::vector<bool> rightAlign)
+    : m_headers(std::move(headers)), m_right(std::move(rightAlign)) {
+    m_right.resize(m_headers.size(), false);
+}
+
+void Table::row(std::vector<std::string> cells) {
+    cells.resize(m_headers.size());
+    m_rows.push_back(std::move(cells));
+}
+
+void Table::print(std::ostream& out) const {
+    std::vector<size_t> w(m_headers.size());
+    for (size_t c = 0; c < w.size(); ++c) {
+        w[c] = m_headers[c].size();
+        for (const auto& r : m_rows) w[c] = std::max(w[c], r[c].size());
+    }
+    auto line = [&](const std::vector<std::string>& cells) {
+        std::string s;
+        for (size_t c = 0; c < cells.size(); ++c) {
+            const std::string pad(w[c] - cells[c].size(), ' ');
+            s += m_right[c] ? pad + cells[c] : cells[c] + (c + 1 < cells.size() ? pad : "");
+            if (c + 1 < cells.size()) s += "  ";
+        }
+        while (!s.empty() && s.back() == ' ') s.pop_back();
+        out << s << "\n";
+    };
+    line(m_headers);
+    for (const auto& r : m_rows) line(r);
+}
+
+std::string formatFlops(double flops) {
+    static const char* units[] = {"", "K", "M", "G", "T", "P", "E"};
+    int u = 0;
+    while (flops >= 1000.0 && u < 6) {
+        flops /= 1000.0;
+        ++u;
+    }
+    char buf[32];
+    std::snprintf(buf, sizeof buf, u ? "%.2f %sFLOP" : "%.0f FLOP", flops, units[u]);
+    return buf;
+}
+
+}  // namespace shardscope::cli

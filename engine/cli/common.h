@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Pieces shared by the subcommands: loading inputs named on the command line with clear
+// errors, writing outputs atomically, and plain-text tables.
+#include <nlohmann/json.hpp>
+
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/cli/args.h"
+#include "plans/cluster/cluster.h"
+#include "plans/model/model_json.h"
+#include "plans/plan/plan_json.h"
+
+namespace shardscope::cli {
+
+// Exit codes: 0 success, 1 the input is valid but the check failed (validate found
+// errors), 2 bad usage or unreadable input.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailed = 1;
+inline constexpr int kExitUsage = 2;
+
+// Options every command that reads a model takes.
+std::vector<OptionSpec> modelOptions(bool required);
+[[nodiscard]] Expected<ModelGraph> loadModelArg(const Args& a);
+[[nodiscard]] Expected<std::optional<ClusterSpec>> loadClusterArg(const Args& a);
+
+// Writes JSON to `path` atomically, or to stdout when path is "" or "-".
+[[nodiscard]] Status emitJson(const nlohmann::json& j, const std::string& path);
+
+class Table {
+public:
+    explicit Table(std::vector<std::string> headers, std::vector<bool> rightAlign = {});
+    void row(std::vector<std::string> cells);
+    void print(std::ostream& out) const;
+
+private:
+    std::vector<std::string> m_headers;
+    std::vector<bool> m_right;
+    std::vector<std::vector<std::string>> m_rows;
+};
+
+[[nodiscard]] std::string formatFlops(double flops);
+
+}  // namespace shardscope::cli

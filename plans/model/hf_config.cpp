@@ -1,0 +1,385 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "plans/model/hf_config.h"
+
+#include "plans/core/json_reader.h"
+
+namespace shardscope {
+
+namespace {
+
+// Per-token cost formulas. T = b·s tokens, e = bytes per activation element.
+// FLOPs are counted as torch.utils.flop_counter.FlopCounterMode counts them: matmuls
+// (2·m·n·k) and scaled_dot_product_attention (forward 4·b·H·s²·d, backward 8·b·H·s²·d,
+// no causal discount), so the exporter's measured FLOPs and these formulas agree.
+// Elementwise work is memory-bound and counted as bytes read plus written.
+struct CostBuilder {
+    ModelGraph& g;
+    double e;  // activation element size
+
+    // nn.Linear / Conv1D, in→out. Backward computes grad-input and grad-weight (2× forward).
+    // `savesInput` is false when a sibling already saved the same input tensor (q/k/v
+    // projections share the norm output; saved tensors are attributed to the first saver).
+    void linear(ModuleId m, double in, double out, bool savesInput) {
+        auto& c = g.cost(m);
+        c.fwdFlops.perToken += 2 * in * out;
+        c.bwdFlops.perToken += 4 * in * out;
+        if (savesInput) c.savedBytes.perToken += in * e;
+        c.outputBytes.perToken += out * e;
+    }
+    // LlamaRMSNorm: upcasts to fp32, x·rsqrt(mean(x²)+eps), casts back, multiplies by the
+    // weight. Saved: fp32 input (4h), rstd (4), normalized input in e (h·e).
+    void rmsNorm(ModuleId m, double h) {
+        auto& c = g.cost(m);
+        c.fwdMemBytes.perToken += h * (2 * e + 16);
+        c.bwdMemBytes.perToken += 2 * h * (2 * e + 16);
+        c.savedBytes.perToken += 4 * h + 4 + h * e;
+        c.outputBytes.perToken += h * e;
+    }
+    // nn.LayerNorm: native_layer_norm saves input, mean and rstd (fp32).
+    void layerNorm(ModuleId m, double h) {
+        auto& c = g.cost(m);
+        c.fwdMemBytes.perToken += 2 * h * e;
+        c.bwdMemBytes.perToken += 4 * h * e;
+        c.savedBytes.perToken += h * e + 8;
+        c.outputBytes.perToken += h * e;
+    }
+    // nn.Embedding: a gather; saves the int64 indices.
+    void embedding(ModuleId m, double h) {
+        auto& c = g.cost(m);
+        c.fwdMemBytes.perToken += 2 * h * e;
+        c.bwdMemBytes.perToken += 2 * h * e;
+        c.savedBytes.perToken += 8;
+        c.outputBytes.perToken += h * e;
+    }
+    // nn.Dropout in training: saves a bool mask per element.
+    void dropout(ModuleId m, double width, double p) {
+        if (p <= 0) return;
+        auto& c = g.cost(m);
+        c.fwdMemBytes.perToken += width * (2 * e + 1);
+        c.bwdMemBytes.perToken += width * (2 * e + 1);
+        c.savedBytes.perToken += width;
+        c.outputBytes.perToken += width * e;
+    }
+    // Causal attention through SDPA with a flash/efficient kernel: no s×s matrix is kept;
+    // saved are q, k, v (k and v after GQA repeat_kv), the output and the fp32 logsumexp.
+    void sdpa(ModuleId m, double heads, double headDim, double savedQkvWidth) {
+        auto& c = g.cost(m);
+        c.fwdFlops.perTokenSeq += 4 * heads * headDim;
+        c.bwdFlops.perTokenSeq += 8 * heads * headDim;
+        c.savedBytes.perToken += savedQkvWidth * e + heads * headDim * e + 4 * heads;
+    }
+    // Residual adds: read two, write one.
+    void residualAdds(ModuleId m, double h, int count) {
+        auto& c = g.cost(m);
+        c.fwdMemBytes.perToken += 3 * h * e * count;
+        c.bwdMemBytes.perToken += 2 * h * e * count;
+        c.outputBytes.perToken += h * e;
+    }
+    // Causal-LM loss in the *ForCausalLM forward: logits upcast to fp32, log_softmax
+    // (saves its fp32 output) and nll_loss (saves the int64 targets).
+    void causalLmLoss(ModuleId m, double vocab) {
+        auto& c = g.cost(m);
+        c.fwdMemBytes.perToken += vocab * (e + 4) + vocab * 8;
+        c.bwdMemBytes.perToken += vocab * 16;
+        c.savedBytes.perToken += 4 * vocab + 8;
+    }
+};
+
+struct LlamaLike {
+    std::string family;  // llama, mistral, qwen2, mixtral
+    std::string prefix;  // Llama, Mistral, Qwen2, Mixtral
+    int64_t vocab, hidden, inter, layers, heads, kvHeads, headDim;
+    bool tie, qkvBias, oBias, mlpBias;
+    int64_t experts = 0, topK = 0;
+};
+
+int64_t positive(const JsonReader& r, std::string_view key) {
+    return r.at(key).asIntAtLeast(1);
+}
+
+Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
+                                    const HfLoadOptions& o) {
+    ModelGraph g;
+    g.name = c.family;
+    g.source = "hf:" + c.family;
+    g.activationDtype = o.activationDtype;
+    g.setRootClass(c.prefix + "ForCausalLM");
+    CostBuilder cb{g, static_cast<double>(dtypeSize(o.activationDtype))};
+    const DType pd = o.paramDtype;
+    const int64_t h = c.hidden, dq = c.heads * c.headDim, dkv = c.kvHeads * c.headDim;
+    const double H = static_cast<double>(h);
+
+    auto linear = [&](ModuleId parent, const char* name, int64_t in, int64_t out, bool bias,
+                      bool savesInput) {
+        ModuleId m = g.addModule(parent, name, "Linear");
+        g.addParam(m, "weight", {out, in}, pd);
+        if (bias) g.addParam(m, "bias", {out}, pd);
+        cb.linear(m, static_cast<double>(in), static_cast<double>(out), savesInput);
+        return m;
+    };
+    auto rmsNorm = [&](ModuleId parent, const char* name) {
+        ModuleId m = g.addModule(parent, name, c.prefix + "RMSNorm");
+        g.addParam(m, "weight", {h}, pd);
+        cb.rmsNorm(m, H);
+        return m;
+    };
+    // SwiGLU MLP: down(silu(gate(x)) * up(x)). Saved in the MLP itself: gate output (SiLU
+    // input), SiLU output and up output (the mul's operands). `tokenShare` is the fraction
+    // of tokens routed to this MLP (1 for dense, top_k/num_experts for an expert under
+    // balanced routing).
+    auto swiglu = [&](ModuleId m, const char* gate, const char* up, const char* down,
+                      double tokenShare, bool gateSavesInput) {
+        const double I = static_cast<double>(c.inter);
+        auto scaled = [&](ModuleId x) {
+            auto& cc = g.cost(x);
+            for (ScaledCost* sc : {&cc.fwdFlops, &cc.bwdFlops, &cc.fwdMemBytes, &cc.bwdMemBytes,
+                                   &cc.savedBytes, &cc.outputBytes})
+                sc->perToken *= tokenShare;
+        };
+        ModuleId gm, um, dm;
+        // transformers registers gate, up, down (Llama) or w1, w2, w3 (Mixtral) in this order.
+        if (std::string(gate) == "w1") {
+            gm = linear(m, "w1", h, c.inter, c.mlpBias, gateSavesInput);
+            dm = linear(m, "w2", c.inter, h, c.mlpBias, true);
+            um = linear(m, "w3", h, c.inter, c.mlpBias, false);
+        } else {
+            gm = linear(m, gate, h, c.inter, c.mlpBias, gateSavesInput);
+            um = linear(m, up, h, c.inter, c.mlpBias, false);
+            dm = linear(m, down, c.inter, h, c.mlpBias, true);
+        }
+        g.addModule(m, "act_fn", "SiLU");
+        auto& mc = g.cost(m);
+        mc.fwdMemBytes.perToken += 5 * I * cb.e;
+        mc.bwdMemBytes.perToken += 8 * I * cb.e;
+        mc.savedBytes.perToken += 3 * I * cb.e;
+        mc.outputBytes.perToken += H * cb.e;
+        for (ModuleId x : {gm, um, dm, m}) scaled(x);
+    };
+
+    ModuleId model = g.addModule(g.root(), "model", c.prefix + "Model");
+    ModuleId embed = g.addModule(model, "embed_tokens", "Embedding");
+    ParamId embedW = g.addParam(embed, "weight", {c.vocab, h}, pd);
+    cb.embedding(embed, H);
+    ModuleId layers = g.addModule(model, "layers", "ModuleList", {"ModuleList"});
+    for (int64_t i = 0; i < c.layers; ++i) {
+        ModuleId layer = g.addModule(layers, std::to_string(i), c.prefix + "DecoderLayer");
+        ModuleId attn = g.addModule(layer, "self_attn", c.prefix + "Attention");
+        linear(attn, "q_proj", h, dq, c.qkvBias, true);
+        linear(attn, "k_proj", h, dkv, c.qkvBias, false);
+        linear(attn, "v_proj", h, dkv, c.qkvBias, false);
+        linear(attn, "o_proj", dq, h, c.oBias, true);
+        // RoPE: q·cos + rotate_half(q)·sin saves q and rotate_half(q) (likewise k); cos
+        // and sin are shared across layers and counted once at rotary_emb.
+        auto& ac = g.cost(attn);
+        ac.savedBytes.perToken += 2.0 * (dq + dkv) * cb.e;
+        ac.fwdMemBytes.perToken += (6.0 * (dq + dkv) + 4.0 * dq) * cb.e;
+        ac.bwdMemBytes.perToken += (6.0 * (dq + dkv) + 4.0 * dq) * cb.e;
+        ac.outputBytes.perToken += H * cb.e;
+        cb.sdpa(attn, static_cast<double>(c.heads), static_cast<double>(c.headDim),
+                3.0 * static_cast<double>(dq));
+        if (c.experts > 0) {
+            ModuleId moe = g.addModule(layer, "block_sparse_moe", "MixtralSparseMoeBlock");
+            // Router: Linear(h → E), softmax and top-k in fp32.
+            linear(moe, "gate", h, c.experts, false, true);
+            auto& mc = g.cost(moe);
+            mc.savedBytes.perToken += 4.0 * static_cast<double>(c.experts + c.topK) + 8.0 * c.topK;
+            mc.fwdMemBytes.perToken += 2.0 * H * cb.e * static_cast<double>(c.topK);
+            mc.bwdMemBytes.perToken += 2.0 * H * cb.e * static_cast<double>(c.topK);
+            mc.outputBytes.perToken += H * cb.e;
+            ModuleId experts = g.addModule(moe, "experts", "ModuleList", {"ModuleList"});
+            const double share = static_cast<double>(c.topK) / static_cast<double>(c.experts);
+            for (int64_t x = 0; x < c.experts; ++x) {
+                ModuleId ex =
+                    g.addModule(experts, std::to_string(x), "MixtralBlockSparseTop2MLP");
+                // Each expert gathers its tokens (hidden_states[top_x], a copy it saves).
+                swiglu(ex, "w1", "w3", "w2", share, true);
+            }
+        } else {
+            ModuleId mlp = g.addModule(layer, "mlp", c.prefix + "MLP");
+            swiglu(mlp, "gate_proj", "up_proj", "down_proj", 1.0, true);
+        }
+        rmsNorm(layer, "input_layernorm");
+        rmsNorm(layer, "post_attention_layernorm");
+        cb.residualAdds(layer, H, 2);
+    }
+    rmsNorm(model, "norm");
+    ModuleId rope = g.addModule(model, "rotary_emb", c.prefix + "RotaryEmbedding");
+    g.addBuffer(rope, {"inv_freq", {c.headDim / 2}, DType::Float32, false});
+    g.cost(rope).savedBytes.perToken += 2.0 * static_cast<double>(c.headDim) * cb.e;
+    g.cost(rope).outputBytes.perToken += 2.0 * static_cast<double>(c.headDim) * cb.e;
+    g.cost(model).outputBytes.perToken += H * cb.e;
+    if (c.tie) {
+        ModuleId head = g.addModule(g.root(), "lm_head", "Linear");
+        g.tieParam(embedW, head, "weight");
+        cb.linear(head, H, static_cast<double>(c.vocab), true);
+    } else {
+        linear(g.root(), "lm_head", h, c.vocab, false, true);
+    }
+    cb.causalLmLoss(g.root(), static_cast<double>(c.vocab));
+    if (Status s = g.finalize(); !s) return Error{file + ": " + s.error()};
+    return g;
+}
+
+Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& family,
+                                   const HfLoadOptions& o) {
+    LlamaLike c;
+    c.family = family;
+    c.prefix = family == "llama"     ? "Llama"
+               : family == "mistral" ? "Mistral"
+               : family == "qwen2"   ? "Qwen2"
+                                     : "Mixtral";
+    c.vocab = positive(r, "vocab_size");
+    c.hidden = positive(r, "hidden_size");
+    c.inter = positive(r, "intermediate_size");
+    c.layers = positive(r, "num_hidden_layers");
+    c.heads = positive(r, "num_attention_heads");
+    c.kvHeads = r.hasNonNull("num_key_value_heads") ? positive(r, "num_key_value_heads") : c.heads;
+    if (c.heads % c.kvHeads != 0)
+        r.at("num_key_value_heads")
+            .fail("num_key_value_heads (" + std::to_string(c.kvHeads) +
+                  ") must divide num_attention_heads (" + std::to_string(c.heads) + ")");
+    if (r.hasNonNull("head_dim")) {
+        c.headDim = positive(r, "head_dim");
+    } else {
+        if (c.hidden % c.heads != 0)
+            r.at("hidden_size")
+                .fail("hidden_size (" + std::to_string(c.hidden) +
+                      ") is not divisible by num_attention_heads (" + std::to_string(c.heads) +
+                      ") and no head_dim is given");
+        c.headDim = c.hidden / c.heads;
+    }
+    c.tie = r.optBool("tie_word_embeddings").value_or(false);
+    // Qwen2 always has q/k/v biases; Llama has attention_bias (q, k, v and o) and mlp_bias.
+    const bool attnBias = r.optBool("attention_bias").value_or(false);
+    c.qkvBias = family == "qwen2" || attnBias;
+    c.oBias = family == "llama" && attnBias;
+    c.mlpBias = family == "llama" && r.optBool("mlp_bias").value_or(false);
+    if (family == "mixtral") {
+        c.experts = positive(r, "num_local_experts");
+        c.topK = positive(r, "num_experts_per_tok");
+        if (c.topK > c.experts)
+            r.at("num_experts_per_tok").fail("num_experts_per_tok exceeds num_local_experts");
+    }
+    if (c.layers > 100000) r.at("num_hidden_layers").fail("implausibly many layers");
+    return buildLlamaLike(c, r.file(), o);
+}
+
+Expected<ModelGraph> loadGpt2(const JsonReader& r, const HfLoadOptions& o) {
+    const int64_t vocab = positive(r, "vocab_size");
+    const int64_t h = positive(r, "n_embd");
+    const int64_t layers = positive(r, "n_layer");
+    const int64_t heads = positive(r, "n_head");
+    const int64_t positions = positive(r, "n_positions");
+    const int64_t inner = r.hasNonNull("n_inner") ? positive(r, "n_inner") : 4 * h;
+    if (h % heads != 0) r.at("n_head").fail("n_head must divide n_embd");
+    if (layers > 100000) r.at("n_layer").fail("implausibly many layers");
+    const bool tie = r.optBool("tie_word_embeddings").value_or(true);
+    const double pResid = r.optNumber("resid_pdrop").value_or(0.1);
+    const double pEmbd = r.optNumber("embd_pdrop").value_or(0.1);
+
+    ModelGraph g;
+    g.name = "gpt2";
+    g.source = "hf:gpt2";
+    g.activationDtype = o.activationDtype;
+    g.setRootClass("GPT2LMHeadModel");
+    CostBuilder cb{g, static_cast<double>(dtypeSize(o.activationDtype))};
+    const DType pd = o.paramDtype;
+    const double H = static_cast<double>(h);
+    // GPT-2's Conv1D stores its weight as [in, out] (transposed relative to nn.Linear),
+    // which matters for dim-0 sharding.
+    auto conv1d = [&](ModuleId parent, const char* name, int64_t in, int64_t out, bool saves) {
+        ModuleId m = g.addModule(parent, name, "Conv1D");
+        g.addParam(m, "weight", {in, out}, pd);
+        g.addParam(m, "bias", {out}, pd);
+        cb.linear(m, static_cast<double>(in), static_cast<double>(out), saves);
+        return m;
+    };
+    auto layerNorm = [&](ModuleId parent, const char* name) {
+        ModuleId m = g.addModule(parent, name, "LayerNorm");
+        g.addParam(m, "weight", {h}, pd);
+        g.addParam(m, "bias", {h}, pd);
+        cb.layerNorm(m, H);
+    };
+    ModuleId tr = g.addModule(g.root(), "transformer", "GPT2Model");
+    ModuleId wte = g.addModule(tr, "wte", "Embedding");
+    ParamId wteW = g.addParam(wte, "weight", {vocab, h}, pd);
+    cb.embedding(wte, H);
+    ModuleId wpe = g.addModule(tr, "wpe", "Embedding");
+    g.addParam(wpe, "weight", {positions, h}, pd);
+    cb.embedding(wpe, H);
+    cb.dropout(g.addModule(tr, "drop", "Dropout"), H, pEmbd);
+    ModuleId hl = g.addModule(tr, "h", "ModuleList", {"ModuleList"});
+    for (int64_t i = 0; i < layers; ++i) {
+        ModuleId blk = g.addModule(hl, std::to_string(i), "GPT2Block");
+        layerNorm(blk, "ln_1");
+        ModuleId attn = g.addModule(blk, "attn", "GPT2Attention");
+        conv1d(attn, "c_attn", h, 3 * h, true);
+        conv1d(attn, "c_proj", h, h, true);
+        g.addModule(attn, "attn_dropout", "Dropout");
+        cb.dropout(g.addModule(attn, "resid_dropout", "Dropout"), H, pResid);
+        // q, k, v are views of c_attn's output, so SDPA's saved q/k/v share its storage
+        // (counted once as 3h); merging heads makes a contiguous copy that c_proj saves.
+        cb.sdpa(attn, static_cast<double>(heads), H / static_cast<double>(heads), 3 * H);
+        g.cost(attn).fwdMemBytes.perToken += 2 * H * cb.e;
+        g.cost(attn).outputBytes.perToken += H * cb.e;
+        layerNorm(blk, "ln_2");
+        ModuleId mlp = g.addModule(blk, "mlp", "GPT2MLP");
+        conv1d(mlp, "c_fc", h, inner, true);
+        conv1d(mlp, "c_proj", inner, h, true);
+        // NewGELUActivation (tanh approximation, unfused): saves its input, the tanh output
+        // and one intermediate, each inner-wide.
+        ModuleId act = g.addModule(mlp, "act", "NewGELUActivation");
+        g.cost(act).savedBytes.perToken += 3.0 * static_cast<double>(inner) * cb.e;
+        g.cost(act).fwdMemBytes.perToken += 10.0 * static_cast<double>(inner) * cb.e;
+        g.cost(act).bwdMemBytes.perToken += 12.0 * static_cast<double>(inner) * cb.e;
+        g.cost(act).outputBytes.perToken += static_cast<double>(inner) * cb.e;
+        cb.dropout(g.addModule(mlp, "dropout", "Dropout"), H, pResid);
+        g.cost(mlp).outputBytes.perToken += H * cb.e;
+        cb.residualAdds(blk, H, 2);
+    }
+    layerNorm(tr, "ln_f");
+    cb.residualAdds(tr, H, 1);  // token + position embeddings
+    if (tie) {
+        ModuleId head = g.addModule(g.root(), "lm_head", "Linear");
+        g.tieParam(wteW, head, "weight");
+        cb.linear(head, H, static_cast<double>(vocab), true);
+    } else {
+        ModuleId head = g.addModule(g.root(), "lm_head", "Linear");
+        g.addParam(head, "weight", {vocab, h}, pd);
+        cb.linear(head, H, static_cast<double>(vocab), true);
+    }
+    cb.causalLmLoss(g.root(), static_cast<double>(vocab));
+    if (Status s = g.finalize(); !s) return Error{r.file() + ": " + s.error()};
+    return g;
+}
+
+}  // namespace
+
+bool looksLikeHfConfig(const nlohmann::json& j) {
+    return j.is_object() && j.contains("model_type") && !j.contains("format");
+}
+
+Expected<ModelGraph> modelFromHfConfig(const nlohmann::json& j, const std::string& file,
+                                       const HfLoadOptions& options) {
+    try {
+        JsonReader r(j, file);
+        r.requireObject();
+        const std::string type = r.getString("model_type");
+        Expected<ModelGraph> g = Error{""};
+        if (type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral")
+            g = loadLlamaLike(r, type, options);
+        else if (type == "gpt2")
+            g = loadGpt2(r, options);
+        else
+            r.at("model_type")
+                .fail("unsupported model_type \"" + type +
+                      "\" (supported: llama, mistral, qwen2, mixtral, gpt2; for other models "
+                      "export a ShardScope model JSON with scripts/export_model.py)");
+        if (g.ok() && r.hasNonNull("_name_or_path")) g->name = r.getString("_name_or_path");
+        return g;
+    } catch (const JsonError& e) {
+        return Error{e.what()};
+    }
+}
+
+}  // namespace shardscope

@@ -1,0 +1,174 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The module tree of a model as FSDP sees it: fully qualified names (as
+// `named_modules()` yields them), class names, parameters with shapes and dtypes, buffers,
+// tied parameters recorded once with every owner, and per-module compute and activation
+// costs.
+//
+// Modules are stored in pre-order (the order of `named_modules()`), so the subtree of a
+// module is the contiguous index range [id, subtreeEnd(id)). Parameters are stored in the
+// order `named_parameters()` yields them (first owner wins for tied parameters).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "plans/core/dtype.h"
+#include "plans/core/expected.h"
+#include "plans/core/ids.h"
+
+namespace shardscope {
+
+using Shape = std::vector<int64_t>;
+
+// numel of a shape; nullopt on overflow of int64 or a negative dimension.
+[[nodiscard]] std::optional<int64_t> checkedNumel(const Shape& shape);
+[[nodiscard]] std::string shapeToString(const Shape& shape);
+
+// A cost that scales with the work of one micro-batch:
+//   value(b, s) = perToken·(b·s) + perTokenSeq·(b·s)·s
+// The second term carries attention's quadratic dependence on sequence length.
+struct ScaledCost {
+    double perToken = 0;
+    double perTokenSeq = 0;
+    [[nodiscard]] double at(int64_t batch, int64_t seq) const {
+        const double t = static_cast<double>(batch) * static_cast<double>(seq);
+        return perToken * t + perTokenSeq * t * static_cast<double>(seq);
+    }
+    ScaledCost& operator+=(const ScaledCost& o) {
+        perToken += o.perToken;
+        perTokenSeq += o.perTokenSeq;
+        return *this;
+    }
+    [[nodiscard]] bool isZero() const { return perToken == 0 && perTokenSeq == 0; }
+};
+
+// Costs of the operators a module runs itself, not counting its children.
+// FLOPs count matrix multiplications and attention as torch.utils.flop_counter does;
+// memory-bound operators (norms, activations, RoPE, residual adds) are counted as bytes
+// read and written. Activation bytes are at the model's activation dtype.
+struct ModuleCost {
+    ScaledCost fwdFlops;
+    ScaledCost bwdFlops;
+    ScaledCost fwdMemBytes;
+    ScaledCost bwdMemBytes;
+    ScaledCost savedBytes;   // tensors saved for backward, attributed to the first saver
+    ScaledCost outputBytes;  // the module's forward output
+    ModuleCost& operator+=(const ModuleCost& o);
+};
+
+struct ParamOwner {
+    ModuleId module;
+    std::string localName;  // "weight"
+};
+
+struct ParamInfo {
+    std::string name;  // canonical fully qualified name (first owner)
+    Shape shape;
+    DType dtype = DType::Float32;
+    bool requiresGrad = true;
+    int64_t numel = 0;
+    std::vector<ParamOwner> owners;  // size() > 1 for tied parameters
+    [[nodiscard]] int64_t bytes() const { return numel * dtypeSize(dtype); }
+    [[nodiscard]] bool tied() const { return owners.size() > 1; }
+};
+
+struct BufferInfo {
+    std::string name;  // local name
+    Shape shape;
+    DType dtype = DType::Float32;
+    bool persistent = true;
+};
+
+struct ModuleNode {
+    std::string fqn;   // "" for the root
+    std::string name;  // local name within the parent
+    std::string cls;   // class name, e.g. "LlamaDecoderLayer"
+    // Base classes (nearest first) for isinstance-style policy matching, e.g. a
+    // BatchNorm2d lists "_BatchNorm"; containers list "ModuleList".
+    std::vector<std::string> bases;
+    ModuleId parent;
+    std::vector<ModuleId> children;
+    std::vector<ParamId> params;  // direct parameters, tied ones included for every owner
+    std::vector<BufferInfo> buffers;
+    ModuleCost cost;
+    int32_t depth = 0;
+    int32_t subtreeEnd = 0;  // one past the last module of the subtree (pre-order)
+};
+
+class ModelGraph {
+public:
+    std::string name;
+    std::string source;  // where it came from: "hf:llama", "shardscope.model", ...
+    DType activationDtype = DType::Float32;
+    // The micro-batch the costs were measured at (exporter); 0 when costs are formulas.
+    int64_t measuredBatch = 0;
+    int64_t measuredSeq = 0;
+
+    ModelGraph();  // creates the root module "" of class "Module"
+
+    // Building. Children must be added in the order named_children() yields them, and a
+    // parent's children before its later siblings' descendants are not required: call
+    // finalize() once built, which re-sorts into pre-order.
+    ModuleId addModule(ModuleId parent, std::string_view localName, std::string_view cls,
+                       std::vector<std::string> bases = {});
+    ParamId addParam(ModuleId owner, std::string_view localName, Shape shape, DType dtype,
+                     bool requiresGrad = true);
+    void tieParam(ParamId param, ModuleId owner, std::string_view localName);
+    void addBuffer(ModuleId owner, BufferInfo buffer);
+    ModuleCost& cost(ModuleId m) { return m_modules[m.index()].cost; }
+    void setRootClass(std::string_view cls) { m_modules[0].cls = std::string(cls); }
+    void setModuleClass(ModuleId m, std::string cls, std::vector<std::string> bases) {
+        m_modules[m.index()].cls = std::move(cls);
+        m_modules[m.index()].bases = std::move(bases);
+    }
+    // Computes pre-order, depths, fqns, and per-subtree parameter counts; returns an
+    // error for inconsistent input (duplicate names, parameter overflow).
+    [[nodiscard]] Status finalize();
+
+    // Queries.
+    [[nodiscard]] ModuleId root() const { return ModuleId(0); }
+    [[nodiscard]] size_t moduleCount() const { return m_modules.size(); }
+    [[nodiscard]] size_t paramCount() const { return m_params.size(); }
+    [[nodiscard]] const ModuleNode& module(ModuleId m) const { return m_modules[m.index()]; }
+    [[nodiscard]] const ParamInfo& param(ParamId p) const { return m_params[p.index()]; }
+    [[nodiscard]] const std::vector<ModuleNode>& modules() const { return m_modules; }
+    [[nodiscard]] const std::vector<ParamInfo>& params() const { return m_params; }
+    [[nodiscard]] std::optional<ModuleId> findModule(std::string_view fqn) const;
+    [[nodiscard]] std::optional<ParamId> findParam(std::string_view fqn) const;  // any owner's name
+    [[nodiscard]] std::vector<std::string> moduleNames() const;
+    [[nodiscard]] bool isAncestorOrSelf(ModuleId ancestor, ModuleId m) const {
+        return ancestor.value <= m.value && m.value < m_modules[ancestor.index()].subtreeEnd;
+    }
+    // isinstance-style test: class or any base equals `cls`.
+    [[nodiscard]] bool isInstance(ModuleId m, std::string_view cls) const;
+    // Containers without forward (ModuleList, ModuleDict).
+    [[nodiscard]] bool isContainer(ModuleId m) const;
+
+    [[nodiscard]] int64_t totalParams() const { return m_subtreeNumel.empty() ? 0 : m_subtreeNumel[0]; }
+    [[nodiscard]] int64_t totalParamBytes() const;
+    [[nodiscard]] int64_t trainableParams() const;
+    // Parameters owned by any module of the subtree, each counted once, as
+    // module.parameters() yields them.
+    [[nodiscard]] int64_t subtreeNumel(ModuleId m) const { return m_subtreeNumel[m.index()]; }
+    [[nodiscard]] int64_t subtreeParamBytes(ModuleId m) const { return m_subtreeBytes[m.index()]; }
+    [[nodiscard]] std::vector<ParamId> subtreeParams(ModuleId m) const;
+    // Cost of the subtree (self plus all descendants); outputBytes is the module's own
+    // output, not a sum.
+    [[nodiscard]] ModuleCost subtreeCost(ModuleId m) const;
+    // Lowest common ancestor of the owners of a parameter.
+    [[nodiscard]] ModuleId ownersLca(ParamId p) const;
+    [[nodiscard]] ModuleId lca(ModuleId a, ModuleId b) const;
+
+private:
+    std::vector<ModuleNode> m_modules;
+    std::vector<ParamInfo> m_params;
+    std::unordered_map<std::string, int32_t> m_moduleIndex;
+    std::unordered_map<std::string, int32_t> m_paramIndex;
+    std::vector<int64_t> m_subtreeNumel;
+    std::vector<int64_t> m_subtreeBytes;
+};
+
+}  // namespace shardscope

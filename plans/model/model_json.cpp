@@ -1,0 +1,235 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "plans/model/model_json.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "plans/core/json_reader.h"
+#include "plans/core/strings.h"
+
+namespace shardscope {
+
+namespace {
+
+DType readDType(const JsonReader& r) {
+    const std::string s = r.asString();
+    auto d = parseDType(s);
+    if (!d) r.fail("unknown dtype \"" + s + "\"" + didYouMean(s, dtypeNames()));
+    return *d;
+}
+
+Shape readShape(const JsonReader& r) {
+    Shape s;
+    for (size_t i = 0; i < r.size(); ++i) s.push_back(r[i].asIntAtLeast(0));
+    if (!checkedNumel(s)) r.fail("shape " + shapeToString(s) + " has too many elements");
+    return s;
+}
+
+ScaledCost readScaled(const JsonReader& r) {
+    if (r.size() != 2)
+        r.failExpected("[per_token, per_token_seq], an array of two non-negative numbers");
+    ScaledCost c{r[0].asNumber(), r[1].asNumber()};
+    if (c.perToken < 0 || c.perTokenSeq < 0) r.fail("costs must be non-negative");
+    return c;
+}
+
+nlohmann::json scaledJson(const ScaledCost& c) { return nlohmann::json::array({c.perToken, c.perTokenSeq}); }
+
+void readCost(const JsonReader& r, ModuleCost& c) {
+    r.allowOnly({"fwd_flops", "bwd_flops", "fwd_mem_bytes", "bwd_mem_bytes", "saved_bytes",
+                 "output_bytes"});
+    if (auto x = r.find("fwd_flops")) c.fwdFlops = readScaled(*x);
+    if (auto x = r.find("bwd_flops")) c.bwdFlops = readScaled(*x);
+    if (auto x = r.find("fwd_mem_bytes")) c.fwdMemBytes = readScaled(*x);
+    if (auto x = r.find("bwd_mem_bytes")) c.bwdMemBytes = readScaled(*x);
+    if (auto x = r.find("saved_bytes")) c.savedBytes = readScaled(*x);
+    if (auto x = r.find("output_bytes")) c.outputBytes = readScaled(*x);
+}
+
+bool validLocalName(const std::string& s) {
+    return !s.empty() && s.find('.') == std::string::npos;
+}
+
+ModelGraph parseModel(const JsonReader& r) {
+    r.checkFormat(kModelFormat, kModelVersion);
+    r.allowOnly({"format", "version", "name", "source", "activation_dtype", "measured_at",
+                 "modules", "total_params"});
+    ModelGraph g;
+    g.name = r.optString("name").value_or("");
+    g.source = r.optString("source").value_or(kModelFormat);
+    if (auto a = r.find("activation_dtype")) g.activationDtype = readDType(*a);
+    if (auto m = r.find("measured_at")) {
+        m->allowOnly({"batch", "seq"});
+        g.measuredBatch = m->at("batch").asIntAtLeast(1);
+        g.measuredSeq = m->at("seq").asIntAtLeast(1);
+    }
+    const JsonReader mods = r.at("modules");
+    if (mods.size() == 0) mods.fail("a model needs at least the root module");
+    std::unordered_map<std::string, ModuleId> byName;
+    std::vector<std::string> fqnOf;  // by ModuleId, before finalize() assigns names
+    struct PendingTie {
+        ModuleId owner;
+        std::string local;
+        std::string target;
+        JsonReader where;
+    };
+    std::vector<PendingTie> ties;
+    for (size_t i = 0; i < mods.size(); ++i) {
+        const JsonReader m = mods[i];
+        m.allowOnly({"name", "class", "bases", "params", "tied_params", "buffers", "cost"});
+        const std::string fqn = m.getString("name");
+        ModuleId id;
+        if (i == 0) {
+            if (!fqn.empty()) m.at("name").fail("the first module must be the root, named \"\"");
+            id = g.root();
+        } else {
+            if (fqn.empty()) m.at("name").fail("only the first module may be the root \"\"");
+            if (byName.count(fqn)) m.at("name").fail("duplicate module \"" + fqn + "\"");
+            const size_t dot = fqn.rfind('.');
+            const std::string parentName = dot == std::string::npos ? "" : fqn.substr(0, dot);
+            const std::string local = dot == std::string::npos ? fqn : fqn.substr(dot + 1);
+            if (!validLocalName(local)) m.at("name").fail("empty name component in \"" + fqn + "\"");
+            auto p = byName.find(parentName);
+            if (p == byName.end())
+                m.at("name").fail("parent module \"" + parentName +
+                                  "\" must be listed before \"" + fqn + "\"");
+            id = g.addModule(p->second, local, "");
+        }
+        byName[fqn] = id;
+        fqnOf.resize(std::max(fqnOf.size(), id.index() + 1));
+        fqnOf[id.index()] = fqn;
+        g.setModuleClass(id, m.getString("class"),
+                         m.has("bases") ? m.at("bases").asStringList() : std::vector<std::string>{});
+        if (auto ps = m.find("params")) {
+            for (size_t k = 0; k < ps->size(); ++k) {
+                const JsonReader p = (*ps)[k];
+                p.allowOnly({"name", "shape", "dtype", "requires_grad"});
+                const std::string local = p.getString("name");
+                if (!validLocalName(local)) p.at("name").fail("parameter names are local, without dots");
+                g.addParam(id, local, readShape(p.at("shape")),
+                           p.has("dtype") ? readDType(p.at("dtype")) : DType::Float32,
+                           p.optBool("requires_grad").value_or(true));
+            }
+        }
+        if (auto ts = m.find("tied_params")) {
+            for (size_t k = 0; k < ts->size(); ++k) {
+                const JsonReader t = (*ts)[k];
+                t.allowOnly({"name", "same_as"});
+                ties.push_back({id, t.getString("name"), t.getString("same_as"), t.at("same_as")});
+            }
+        }
+        if (auto bs = m.find("buffers")) {
+            for (size_t k = 0; k < bs->size(); ++k) {
+                const JsonReader b = (*bs)[k];
+                b.allowOnly({"name", "shape", "dtype", "persistent"});
+                g.addBuffer(id, {b.getString("name"), readShape(b.at("shape")),
+                                 b.has("dtype") ? readDType(b.at("dtype")) : DType::Float32,
+                                 b.optBool("persistent").value_or(true)});
+            }
+        }
+        if (auto c = m.find("cost")) readCost(*c, g.cost(id));
+    }
+    // Ties refer to canonical names; resolve them against params declared anywhere.
+    std::unordered_map<std::string, ParamId> paramByName;
+    for (size_t i = 0; i < g.paramCount(); ++i) {
+        const auto& o = g.param(ParamId(static_cast<int32_t>(i))).owners[0];
+        const std::string& fqn = fqnOf[o.module.index()];
+        paramByName[fqn.empty() ? o.localName : fqn + "." + o.localName] =
+            ParamId(static_cast<int32_t>(i));
+    }
+    for (const auto& t : ties) {
+        auto it = paramByName.find(t.target);
+        if (it == paramByName.end()) {
+            std::vector<std::string> names;
+            for (const auto& [n, _] : paramByName) names.push_back(n);
+            t.where.fail("tied parameter refers to unknown parameter \"" + t.target + "\"" +
+                         didYouMean(t.target, names));
+        }
+        g.tieParam(it->second, t.owner, t.local);
+    }
+    if (Status s = g.finalize(); !s) r.at("modules").fail(s.error());
+    if (auto tp = r.find("total_params")) {
+        const int64_t declared = tp->asIntAtLeast(0);
+        if (declared != g.totalParams())
+            tp->fail("declares " + std::to_string(declared) + " parameters but the modules hold " +
+                     std::to_string(g.totalParams()));
+    }
+    return g;
+}
+
+}  // namespace
+
+Expected<ModelGraph> modelFromJson(const nlohmann::json& j, const std::string& file) {
+    return catchJsonErrors<ModelGraph>([&] { return parseModel(JsonReader(j, file)); });
+}
+
+nlohmann::json modelToJson(const ModelGraph& g) {
+    nlohmann::json j;
+    j["format"] = kModelFormat;
+    j["version"] = kModelVersion;
+    j["name"] = g.name;
+    j["source"] = g.source;
+    j["activation_dtype"] = std::string(dtypeName(g.activationDtype));
+    if (g.measuredBatch > 0) j["measured_at"] = {{"batch", g.measuredBatch}, {"seq", g.measuredSeq}};
+    j["total_params"] = g.totalParams();
+    auto& mods = j["modules"] = nlohmann::json::array();
+    for (size_t i = 0; i < g.moduleCount(); ++i) {
+        const ModuleId id(static_cast<int32_t>(i));
+        const auto& m = g.module(id);
+        nlohmann::json mj;
+        mj["name"] = m.fqn;
+        mj["class"] = m.cls;
+        if (!m.bases.empty()) mj["bases"] = m.bases;
+        nlohmann::json params = nlohmann::json::array(), tied = nlohmann::json::array();
+        for (ParamId pid : m.params) {
+            const auto& p = g.param(pid);
+            std::string local;
+            for (const auto& o : p.owners)
+                if (o.module == id) local = o.localName;
+            if (p.owners[0].module == id && p.owners[0].localName == local) {
+                params.push_back({{"name", local},
+                                  {"shape", p.shape},
+                                  {"dtype", std::string(dtypeName(p.dtype))},
+                                  {"requires_grad", p.requiresGrad}});
+            } else {
+                tied.push_back({{"name", local}, {"same_as", p.name}});
+            }
+        }
+        if (!params.empty()) mj["params"] = params;
+        if (!tied.empty()) mj["tied_params"] = tied;
+        if (!m.buffers.empty()) {
+            auto& bj = mj["buffers"] = nlohmann::json::array();
+            for (const auto& b : m.buffers)
+                bj.push_back({{"name", b.name},
+                              {"shape", b.shape},
+                              {"dtype", std::string(dtypeName(b.dtype))},
+                              {"persistent", b.persistent}});
+        }
+        const auto& c = m.cost;
+        nlohmann::json cj;
+        auto put = [&](const char* k, const ScaledCost& s) {
+            if (!s.isZero()) cj[k] = scaledJson(s);
+        };
+        put("fwd_flops", c.fwdFlops);
+        put("bwd_flops", c.bwdFlops);
+        put("fwd_mem_bytes", c.fwdMemBytes);
+        put("bwd_mem_bytes", c.bwdMemBytes);
+        put("saved_bytes", c.savedBytes);
+        put("output_bytes", c.outputBytes);
+        if (!cj.empty()) mj["cost"] = cj;
+        mods.push_back(std::move(mj));
+    }
+    return j;
+}
+
+Expected<ModelGraph> loadModelFile(const std::string& path, const HfLoadOptions& hf) {
+    auto j = readJsonFile(path);
+    if (!j) return Error{j.error()};
+    if (looksLikeHfConfig(*j)) return modelFromHfConfig(*j, path, hf);
+    if (j->is_object() && j->contains("format")) return modelFromJson(*j, path);
+    return Error{path + ":/: not a model file: expected a Hugging Face config.json (with "
+                        "\"model_type\") or a ShardScope model JSON (\"format\": \"" +
+                 std::string(kModelFormat) + "\")"};
+}
+
+}  // namespace shardscope

@@ -1,0 +1,221 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "plans/plan/export.h"
+
+#include "plans/plan/plan_json.h"
+
+namespace shardscope {
+
+Expected<ExportFormat> parseExportFormat(const std::string& s) {
+    if (s == "shardscope") return ExportFormat::ShardScope;
+    if (s == "fsdp2") return ExportFormat::Fsdp2;
+    if (s == "fsdp1") return ExportFormat::Fsdp1;
+    if (s == "lightning") return ExportFormat::Lightning;
+    return Error{"unknown export format \"" + s + "\" (expected shardscope, fsdp2, fsdp1 or lightning)"};
+}
+
+namespace {
+
+nlohmann::json dt(const std::optional<DType>& d) {
+    return d ? nlohmann::json("torch." + std::string(dtypeName(*d))) : nlohmann::json(nullptr);
+}
+
+nlohmann::json reshardValue(const ResolvedUnit& u) {
+    // Export the effective value so the config does not depend on PyTorch's defaults.
+    switch (u.reshard) {
+        case Reshard::True: return true;
+        case Reshard::False: return false;
+        case Reshard::Int: return u.reshardK;
+    }
+    return true;
+}
+
+nlohmann::json mesh(const ResolvedPlan& r) {
+    nlohmann::json m;
+    if (r.hsdp) {
+        m["shape"] = {r.replicateSize, r.shardSize};
+        m["dim_names"] = {"replicate", "shard"};
+    } else {
+        m["shape"] = {r.worldSize};
+        m["dim_names"] = {"shard"};
+    }
+    return m;
+}
+
+std::vector<std::string> unitModuleNames(const ResolvedPlan& r, const ResolvedUnit& u) {
+    std::vector<std::string> out;
+    for (ModuleId m : u.modules) out.push_back(r.model->module(m).fqn);
+    return out;
+}
+
+nlohmann::json exportFsdp2(const ResolvedPlan& r) {
+    nlohmann::json j;
+    j["format"] = "shardscope.export.fsdp2";
+    j["version"] = 1;
+    j["plan"] = r.plan.name;
+    j["mesh"] = mesh(r);
+    auto& calls = j["fully_shard"] = nlohmann::json::array();
+    for (UnitId id : r.applicationOrder()) {
+        const auto& u = r.units[id.index()];
+        nlohmann::json kw;
+        kw["reshard_after_forward"] = reshardValue(u);
+        const auto& mp = u.mixedPrecision;
+        if (mp.paramDtype || mp.reduceDtype || mp.outputDtype || !mp.castForwardInputs)
+            kw["mp_policy"] = {{"param_dtype", dt(mp.paramDtype)},
+                               {"reduce_dtype", dt(mp.reduceDtype)},
+                               {"output_dtype", dt(mp.outputDtype)},
+                               {"cast_forward_inputs", mp.castForwardInputs}};
+        if (u.offload.enabled) kw["offload_policy"] = {{"pin_memory", u.offload.pinMemory}};
+        nlohmann::json call{{"unit", u.name}, {"modules", unitModuleNames(r, u)}, {"kwargs", kw}};
+        if (!u.reshardAfterBackward) call["reshard_after_backward"] = false;
+        calls.push_back(std::move(call));
+    }
+    nlohmann::json fwd = nlohmann::json::object(), bwd = nlohmann::json::object(),
+                   ac = nlohmann::json::object();
+    for (const auto& u : r.units) {
+        auto names = [&](const std::vector<UnitId>& ids) {
+            nlohmann::json a = nlohmann::json::array();
+            for (UnitId t : ids) a.push_back(r.units[t.index()].name);
+            return a;
+        };
+        if (u.explicitForwardPrefetch) fwd[u.name] = names(u.forwardPrefetch);
+        if (u.explicitBackwardPrefetch) bwd[u.name] = names(u.backwardPrefetch);
+        if (u.activationCheckpointing != AcMode::None)
+            for (ModuleId m : u.modules)
+                ac[r.model->module(m).fqn] = acModeName(u.activationCheckpointing);
+    }
+    j["forward_prefetch"] = fwd;
+    j["backward_prefetch"] = bwd;
+    j["activation_checkpointing"] = ac;
+    nlohmann::json ignored = nlohmann::json::array();
+    for (ParamId p : r.ignoredParams) ignored.push_back(r.model->param(p).name);
+    j["ignored_params"] = ignored;
+    j["gradient_accumulation"] = {{"micro_batches", r.plan.microBatches},
+                                  {"sync_every_micro_batch", r.plan.syncEveryMicroBatch}};
+    j["gradient_divide_factor"] = r.plan.gradientDivideFactor
+                                      ? nlohmann::json(*r.plan.gradientDivideFactor)
+                                      : nlohmann::json(nullptr);
+    return j;
+}
+
+// The auto-wrap policy that reproduces the resolved units under FSDP1: the plan's own
+// policy when no unit was added by hand, else an explicit list of module names.
+nlohmann::json autoWrapPolicy(const ResolvedPlan& r) {
+    bool handAdded = false;
+    for (const auto& u : r.units)
+        if (!u.isRoot && !u.fromPolicy) handAdded = true;
+    const auto& w = r.plan.wrap;
+    if (!handAdded) {
+        switch (w.kind) {
+            case WrapPolicySpec::Kind::Size:
+                return {{"type", "size_based_auto_wrap_policy"},
+                        {"min_num_params", w.minNumParams},
+                        {"force_leaf_modules", w.forceLeafClasses},
+                        {"exclude_wrap_modules", w.excludeWrapClasses}};
+            case WrapPolicySpec::Kind::ModuleClass:
+                return {{"type", "ModuleWrapPolicy"}, {"module_classes", w.classes}};
+            case WrapPolicySpec::Kind::NamePattern:
+                return {{"type", "lambda_auto_wrap_policy"}, {"module_name_patterns", w.patterns}};
+            case WrapPolicySpec::Kind::None: return nullptr;
+        }
+    }
+    nlohmann::json names = nlohmann::json::array();
+    for (const auto& u : r.units)
+        if (!u.isRoot && !u.batchNormRule) names.push_back(r.model->module(u.modules[0]).fqn);
+    return {{"type", "CustomPolicy"}, {"module_names", names}};
+}
+
+nlohmann::json mixedPrecisionKw(const ResolvedPlan& r) {
+    const auto& d = r.plan.defaults.mixedPrecision;
+    if (!d || (!d->paramDtype && !d->reduceDtype)) return nullptr;
+    return {{"param_dtype", dt(d->paramDtype)},
+            {"reduce_dtype", dt(d->reduceDtype ? d->reduceDtype : d->paramDtype)},
+            {"buffer_dtype", dt(d->paramDtype)},
+            {"cast_forward_inputs", d->castForwardInputs}};
+}
+
+nlohmann::json activationCheckpointingClasses(const ResolvedPlan& r) {
+    nlohmann::json classes = nlohmann::json::array();
+    for (const auto& u : r.units)
+        if (u.activationCheckpointing != AcMode::None && !u.isRoot) {
+            const std::string cls = r.model->module(u.modules[0]).cls;
+            if (std::find(classes.begin(), classes.end(), cls) == classes.end()) classes.push_back(cls);
+        }
+    return classes;
+}
+
+nlohmann::json exportFsdp1(const ResolvedPlan& r) {
+    const auto& f = r.plan.fsdp1;
+    std::string strategy = f.shardingStrategy;
+    if (r.plan.api == PlanApi::Fsdp2) {
+        // An FSDP2 plan expressed as FSDP1: resharding of non-root units picks the strategy.
+        bool anyKeep = false;
+        for (const auto& u : r.units)
+            if (!u.isRoot && u.reshard == Reshard::False) anyKeep = true;
+        strategy = r.hsdp ? (anyKeep ? "_HYBRID_SHARD_ZERO2" : "HYBRID_SHARD")
+                          : (anyKeep ? "SHARD_GRAD_OP" : "FULL_SHARD");
+    }
+    nlohmann::json kw;
+    kw["sharding_strategy"] = strategy;
+    kw["auto_wrap_policy"] = autoWrapPolicy(r);
+    kw["backward_prefetch"] = r.plan.api == PlanApi::Fsdp1 ? f.backwardPrefetch : "BACKWARD_PRE";
+    if (kw["backward_prefetch"] == "NONE") kw["backward_prefetch"] = nullptr;
+    kw["forward_prefetch"] = r.plan.api == PlanApi::Fsdp1 ? f.forwardPrefetch : false;
+    kw["limit_all_gathers"] = r.plan.api == PlanApi::Fsdp1 ? f.limitAllGathers : true;
+    kw["use_orig_params"] = r.plan.api == PlanApi::Fsdp1 ? f.useOrigParams : true;
+    kw["mixed_precision"] = mixedPrecisionKw(r);
+    kw["cpu_offload"] = {{"offload_params", r.units[0].offload.enabled}};
+    nlohmann::json ignored = nlohmann::json::array();
+    for (ParamId p : r.ignoredParams) ignored.push_back(r.model->param(p).name);
+    kw["ignored_states"] = ignored;
+    return {{"format", "shardscope.export.fsdp1"},
+            {"version", 1},
+            {"plan", r.plan.name},
+            {"device_mesh", mesh(r)},
+            {"kwargs", kw},
+            {"activation_checkpointing_classes", activationCheckpointingClasses(r)}};
+}
+
+nlohmann::json exportLightning(const ResolvedPlan& r) {
+    nlohmann::json j{{"format", "shardscope.export.lightning"}, {"version", 1}, {"plan", r.plan.name}};
+    if (r.plan.api == PlanApi::Lightning) {
+        const auto& o = r.plan.lightning;
+        j["strategy"] = "DDPFullyShardedStrategy";
+        j["kwargs"] = {{"cpu_offload", o.cpuOffload},
+                       {"flatten_parameters", o.flattenParameters},
+                       {"reshard_after_forward", o.reshardAfterForward},
+                       {"fp32_reduce_scatter", o.fp32ReduceScatter},
+                       {"compute_dtype", dt(o.computeDtype)},
+                       {"bucket_cap_mb", o.bucketCapMb},
+                       {"min_num_params", o.minNumParams},
+                       {"move_grads_to_cpu", o.moveGradsToCpu.value_or(o.cpuOffload)},
+                       {"state_dict_to_cpu", o.stateDictToCpu}};
+        return j;
+    }
+    const nlohmann::json f1 = exportFsdp1(r)["kwargs"];
+    nlohmann::json kw = f1;
+    kw["activation_checkpointing_policy"] = activationCheckpointingClasses(r);
+    kw["cpu_offload"] = r.units[0].offload.enabled;
+    if (r.hsdp) kw["device_mesh"] = {r.replicateSize, r.shardSize};
+    j["strategy"] = "FSDPStrategy";
+    j["kwargs"] = kw;
+    const auto& d = r.plan.defaults.mixedPrecision;
+    j["trainer"] = {{"precision", d && d->paramDtype && *d->paramDtype == DType::BFloat16 ? "bf16-mixed"
+                                  : d && d->paramDtype && *d->paramDtype == DType::Float16 ? "16-mixed"
+                                                                                            : "32-true"},
+                    {"accumulate_grad_batches", r.plan.microBatches}};
+    return j;
+}
+
+}  // namespace
+
+nlohmann::json exportPlan(const ResolvedPlan& r, ExportFormat f) {
+    switch (f) {
+        case ExportFormat::ShardScope: return planToJson(r.plan);
+        case ExportFormat::Fsdp2: return exportFsdp2(r);
+        case ExportFormat::Fsdp1: return exportFsdp1(r);
+        case ExportFormat::Lightning: return exportLightning(r);
+    }
+    return nullptr;
+}
+
+}  // namespace shardscope

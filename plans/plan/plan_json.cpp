@@ -1,0 +1,361 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "plans/plan/plan_json.h"
+
+#include "plans/core/json_reader.h"
+#include "plans/core/strings.h"
+
+namespace shardscope {
+
+const char* planApiName(PlanApi a) {
+    switch (a) {
+        case PlanApi::Fsdp2: return "fsdp2";
+        case PlanApi::Fsdp1: return "fsdp1";
+        case PlanApi::Lightning: return "lightning";
+    }
+    return "?";
+}
+
+const char* acModeName(AcMode m) {
+    switch (m) {
+        case AcMode::None: return "none";
+        case AcMode::Selective: return "selective";
+        case AcMode::Full: return "full";
+    }
+    return "?";
+}
+
+const char* wrapPolicyName(WrapPolicySpec::Kind k) {
+    switch (k) {
+        case WrapPolicySpec::Kind::None: return "none";
+        case WrapPolicySpec::Kind::Size: return "size";
+        case WrapPolicySpec::Kind::ModuleClass: return "module_class";
+        case WrapPolicySpec::Kind::NamePattern: return "name_pattern";
+    }
+    return "?";
+}
+
+std::string ReshardSetting::toString() const {
+    switch (kind) {
+        case Kind::Default: return "None";
+        case Kind::Bool: return value ? "True" : "False";
+        case Kind::Int: return std::to_string(k);
+    }
+    return "?";
+}
+
+namespace {
+
+std::string pick(const JsonReader& r, std::initializer_list<const char*> choices) {
+    const std::string s = r.asString();
+    std::vector<std::string> names(choices.begin(), choices.end());
+    for (const auto& c : names)
+        if (s == c) return s;
+    std::string list;
+    for (const auto& c : names) list += (list.empty() ? "" : ", ") + std::string("\"") + c + "\"";
+    r.fail("expected one of " + list + ", got \"" + s + "\"" + didYouMean(s, names));
+}
+
+std::optional<DType> optDType(const JsonReader& r, const char* key) {
+    if (!r.hasNonNull(key)) return std::nullopt;
+    const JsonReader v = r.at(key);
+    const std::string s = v.asString();
+    auto d = parseDType(s);
+    if (!d) v.fail("unknown dtype \"" + s + "\"" + didYouMean(s, dtypeNames()));
+    return d;
+}
+
+ReshardSetting readReshard(const JsonReader& r) {
+    const auto& j = r.json();
+    if (j.is_null()) return {};
+    if (j.is_boolean()) return ReshardSetting::ofBool(j.get<bool>());
+    if (j.is_number_integer() || j.is_number_unsigned()) {
+        const int64_t k = r.asInt();
+        if (k < 1) r.fail("an int reshard_after_forward must be >= 1, got " + std::to_string(k));
+        return ReshardSetting::ofInt(k);
+    }
+    r.failExpected("bool or int");
+}
+
+nlohmann::json reshardJson(const ReshardSetting& s) {
+    switch (s.kind) {
+        case ReshardSetting::Kind::Default: return nullptr;
+        case ReshardSetting::Kind::Bool: return s.value;
+        case ReshardSetting::Kind::Int: return s.k;
+    }
+    return nullptr;
+}
+
+MixedPrecisionSpec readMp(const JsonReader& r) {
+    if (r.isNull()) return {};
+    r.allowOnly({"param_dtype", "reduce_dtype", "output_dtype", "cast_forward_inputs"});
+    MixedPrecisionSpec m;
+    m.paramDtype = optDType(r, "param_dtype");
+    m.reduceDtype = optDType(r, "reduce_dtype");
+    m.outputDtype = optDType(r, "output_dtype");
+    m.castForwardInputs = r.optBool("cast_forward_inputs").value_or(true);
+    return m;
+}
+
+nlohmann::json dtypeJson(const std::optional<DType>& d) {
+    return d ? nlohmann::json(std::string(dtypeName(*d))) : nlohmann::json(nullptr);
+}
+
+nlohmann::json mpJson(const MixedPrecisionSpec& m) {
+    if (!m.paramDtype && !m.reduceDtype && !m.outputDtype && m.castForwardInputs) return nullptr;
+    return {{"param_dtype", dtypeJson(m.paramDtype)},
+            {"reduce_dtype", dtypeJson(m.reduceDtype)},
+            {"output_dtype", dtypeJson(m.outputDtype)},
+            {"cast_forward_inputs", m.castForwardInputs}};
+}
+
+OffloadSpec readOffload(const JsonReader& r) {
+    if (r.isNull()) return {};
+    r.allowOnly({"pin_memory"});
+    return {true, r.optBool("pin_memory").value_or(true)};
+}
+
+nlohmann::json offloadJson(const OffloadSpec& o) {
+    return o.enabled ? nlohmann::json{{"pin_memory", o.pinMemory}} : nlohmann::json(nullptr);
+}
+
+AcMode readAc(const JsonReader& r) {
+    const std::string s = pick(r, {"none", "selective", "full"});
+    return s == "full" ? AcMode::Full : s == "selective" ? AcMode::Selective : AcMode::None;
+}
+
+void readSettings(const JsonReader& r, UnitSettings& s) {
+    if (r.has("reshard_after_forward")) s.reshardAfterForward = readReshard(r.at("reshard_after_forward"));
+    if (r.has("reshard_after_backward")) s.reshardAfterBackward = r.getBool("reshard_after_backward");
+    if (r.has("activation_checkpointing")) s.activationCheckpointing = readAc(r.at("activation_checkpointing"));
+    if (r.has("mixed_precision")) s.mixedPrecision = readMp(r.at("mixed_precision"));
+    if (r.has("offload")) s.offload = readOffload(r.at("offload"));
+}
+
+void writeSettings(const UnitSettings& s, nlohmann::json& j) {
+    if (s.reshardAfterForward) j["reshard_after_forward"] = reshardJson(*s.reshardAfterForward);
+    if (s.reshardAfterBackward) j["reshard_after_backward"] = *s.reshardAfterBackward;
+    if (s.activationCheckpointing) j["activation_checkpointing"] = acModeName(*s.activationCheckpointing);
+    if (s.mixedPrecision) j["mixed_precision"] = mpJson(*s.mixedPrecision);
+    if (s.offload) j["offload"] = offloadJson(*s.offload);
+}
+
+WrapPolicySpec readWrap(const JsonReader& r) {
+    WrapPolicySpec w;
+    const std::string policy = pick(r.at("policy"), {"none", "size", "module_class", "name_pattern"});
+    if (policy == "size") {
+        r.allowOnly({"policy", "min_num_params", "force_leaf_classes", "exclude_wrap_classes"});
+        w.kind = WrapPolicySpec::Kind::Size;
+        if (r.has("min_num_params")) w.minNumParams = r.at("min_num_params").asIntAtLeast(0);
+        if (r.has("force_leaf_classes")) w.forceLeafClasses = r.at("force_leaf_classes").asStringList();
+        if (r.has("exclude_wrap_classes")) w.excludeWrapClasses = r.at("exclude_wrap_classes").asStringList();
+    } else if (policy == "module_class") {
+        r.allowOnly({"policy", "classes"});
+        w.kind = WrapPolicySpec::Kind::ModuleClass;
+        w.classes = r.at("classes").asStringList();
+        if (w.classes.empty()) r.at("classes").fail("list at least one module class");
+    } else if (policy == "name_pattern") {
+        r.allowOnly({"policy", "patterns"});
+        w.kind = WrapPolicySpec::Kind::NamePattern;
+        w.patterns = r.at("patterns").asStringList();
+        if (w.patterns.empty()) r.at("patterns").fail("list at least one pattern");
+    } else {
+        r.allowOnly({"policy"});
+    }
+    return w;
+}
+
+nlohmann::json wrapJson(const WrapPolicySpec& w) {
+    nlohmann::json j{{"policy", wrapPolicyName(w.kind)}};
+    switch (w.kind) {
+        case WrapPolicySpec::Kind::Size:
+            j["min_num_params"] = w.minNumParams;
+            j["force_leaf_classes"] = w.forceLeafClasses;
+            j["exclude_wrap_classes"] = w.excludeWrapClasses;
+            break;
+        case WrapPolicySpec::Kind::ModuleClass: j["classes"] = w.classes; break;
+        case WrapPolicySpec::Kind::NamePattern: j["patterns"] = w.patterns; break;
+        case WrapPolicySpec::Kind::None: break;
+    }
+    return j;
+}
+
+Plan parsePlan(const JsonReader& r) {
+    r.checkFormat(kPlanFormat, kPlanVersion);
+    r.allowOnly({"format", "version", "name", "api", "mesh", "wrap", "defaults", "units",
+                 "gradient_accumulation", "gradient_divide_factor", "ignored_params", "training",
+                 "fsdp1", "lightning", "notes"});
+    Plan p;
+    p.name = r.optString("name").value_or("");
+    if (r.has("api")) {
+        const std::string api = pick(r.at("api"), {"fsdp2", "fsdp1", "lightning"});
+        p.api = api == "fsdp1" ? PlanApi::Fsdp1 : api == "lightning" ? PlanApi::Lightning : PlanApi::Fsdp2;
+    }
+    if (auto m = r.find("mesh")) {
+        m->allowOnly({"shape", "dim_names"});
+        const JsonReader shape = m->at("shape");
+        for (size_t i = 0; i < shape.size(); ++i) p.meshShape.push_back(shape[i].asIntAtLeast(1));
+        if (m->has("dim_names")) {
+            p.meshDimNames = m->at("dim_names").asStringList();
+            if (p.meshDimNames.size() != p.meshShape.size())
+                m->at("dim_names").fail("expected " + std::to_string(p.meshShape.size()) +
+                                        " names, one per mesh dimension");
+        }
+        int64_t prod = 1;
+        for (int64_t d : p.meshShape) {
+            if (prod > (int64_t{1} << 40) / d) shape.fail("mesh has too many devices");
+            prod *= d;
+        }
+    }
+    if (auto w = r.find("wrap")) p.wrap = readWrap(*w);
+    if (auto d = r.find("defaults")) {
+        d->allowOnly({"reshard_after_forward", "reshard_after_backward", "activation_checkpointing",
+                      "mixed_precision", "offload"});
+        readSettings(*d, p.defaults);
+    }
+    if (auto us = r.find("units")) {
+        for (size_t i = 0; i < us->size(); ++i) {
+            const JsonReader u = (*us)[i];
+            u.allowOnly({"name", "modules", "reshard_after_forward", "reshard_after_backward",
+                         "activation_checkpointing", "mixed_precision", "offload",
+                         "forward_prefetch", "backward_prefetch"});
+            UnitSpec s;
+            s.pointer = u.where();
+            const JsonReader mods = u.at("modules");
+            if (mods.json().is_string())
+                s.modules.push_back(mods.asString());
+            else
+                s.modules = mods.asStringList();
+            if (s.modules.empty()) mods.fail("a unit needs at least one module");
+            s.name = u.optString("name").value_or("");
+            readSettings(u, s.settings);
+            if (u.has("forward_prefetch")) s.forwardPrefetch = u.at("forward_prefetch").asStringList();
+            if (u.has("backward_prefetch")) s.backwardPrefetch = u.at("backward_prefetch").asStringList();
+            p.units.push_back(std::move(s));
+        }
+    }
+    if (auto g = r.find("gradient_accumulation")) {
+        g->allowOnly({"micro_batches", "sync_every_micro_batch"});
+        p.microBatches = g->at("micro_batches").asIntAtLeast(1);
+        p.syncEveryMicroBatch = g->optBool("sync_every_micro_batch").value_or(false);
+    }
+    if (r.hasNonNull("gradient_divide_factor"))
+        p.gradientDivideFactor = r.at("gradient_divide_factor").asPositiveNumber();
+    if (r.has("ignored_params")) p.ignoredParams = r.at("ignored_params").asStringList();
+    if (auto t = r.find("training")) {
+        t->allowOnly({"micro_batch_size", "seq_len"});
+        if (t->has("micro_batch_size")) p.microBatchSize = t->at("micro_batch_size").asIntAtLeast(1);
+        if (t->has("seq_len")) p.seqLen = t->at("seq_len").asIntAtLeast(1);
+    }
+    if (auto f = r.find("fsdp1")) {
+        if (p.api != PlanApi::Fsdp1)
+            f->fail("FSDP1 options need \"api\": \"fsdp1\" (this plan's api is \"" +
+                    std::string(planApiName(p.api)) + "\")");
+        f->allowOnly({"sharding_strategy", "backward_prefetch", "forward_prefetch", "limit_all_gathers",
+                      "use_orig_params"});
+        if (f->has("sharding_strategy"))
+            p.fsdp1.shardingStrategy = pick(f->at("sharding_strategy"),
+                                            {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD",
+                                             "_HYBRID_SHARD_ZERO2"});
+        if (f->has("backward_prefetch"))
+            p.fsdp1.backwardPrefetch =
+                f->at("backward_prefetch").isNull()
+                    ? "NONE"
+                    : pick(f->at("backward_prefetch"), {"BACKWARD_PRE", "BACKWARD_POST", "NONE"});
+        if (f->has("forward_prefetch")) p.fsdp1.forwardPrefetch = f->getBool("forward_prefetch");
+        if (f->has("limit_all_gathers")) p.fsdp1.limitAllGathers = f->getBool("limit_all_gathers");
+        if (f->has("use_orig_params")) p.fsdp1.useOrigParams = f->getBool("use_orig_params");
+    }
+    if (auto l = r.find("lightning")) {
+        if (p.api != PlanApi::Lightning)
+            l->fail("Lightning options need \"api\": \"lightning\" (this plan's api is \"" +
+                    std::string(planApiName(p.api)) + "\")");
+        l->allowOnly({"cpu_offload", "flatten_parameters", "reshard_after_forward",
+                      "fp32_reduce_scatter", "compute_dtype", "bucket_cap_mb", "min_num_params",
+                      "move_grads_to_cpu", "state_dict_to_cpu"});
+        auto& o = p.lightning;
+        if (l->has("cpu_offload")) o.cpuOffload = l->getBool("cpu_offload");
+        if (l->has("flatten_parameters")) o.flattenParameters = l->getBool("flatten_parameters");
+        if (l->has("reshard_after_forward")) o.reshardAfterForward = l->getBool("reshard_after_forward");
+        if (l->has("fp32_reduce_scatter")) o.fp32ReduceScatter = l->getBool("fp32_reduce_scatter");
+        o.computeDtype = optDType(*l, "compute_dtype");
+        if (l->has("bucket_cap_mb")) {
+            o.bucketCapMb = l->at("bucket_cap_mb").asNumber();
+            if (o.bucketCapMb < 0) l->at("bucket_cap_mb").fail("must be >= 0");
+        }
+        if (l->has("min_num_params")) o.minNumParams = l->at("min_num_params").asIntAtLeast(0);
+        o.moveGradsToCpu = l->optBool("move_grads_to_cpu");
+        if (l->has("state_dict_to_cpu")) o.stateDictToCpu = l->getBool("state_dict_to_cpu");
+        if (o.fp32ReduceScatter && !o.computeDtype)
+            l->at("fp32_reduce_scatter")
+                .fail("fp32_reduce_scatter requires mixed precision: set compute_dtype "
+                      "(fairscale asserts mixed_precision)");
+    }
+    return p;
+}
+
+}  // namespace
+
+Expected<Plan> planFromJson(const nlohmann::json& j, const std::string& file) {
+    return catchJsonErrors<Plan>([&] { return parsePlan(JsonReader(j, file)); });
+}
+
+Expected<Plan> loadPlanFile(const std::string& path) {
+    auto j = readJsonFile(path);
+    if (!j) return Error{j.error()};
+    return planFromJson(*j, path);
+}
+
+nlohmann::json planToJson(const Plan& p) {
+    nlohmann::json j;
+    j["format"] = kPlanFormat;
+    j["version"] = kPlanVersion;
+    j["name"] = p.name;
+    j["api"] = planApiName(p.api);
+    if (!p.meshShape.empty()) {
+        j["mesh"]["shape"] = p.meshShape;
+        if (!p.meshDimNames.empty()) j["mesh"]["dim_names"] = p.meshDimNames;
+    }
+    j["wrap"] = wrapJson(p.wrap);
+    nlohmann::json d = nlohmann::json::object();
+    writeSettings(p.defaults, d);
+    j["defaults"] = d;
+    nlohmann::json units = nlohmann::json::array();
+    for (const auto& u : p.units) {
+        nlohmann::json uj;
+        if (!u.name.empty()) uj["name"] = u.name;
+        uj["modules"] = u.modules;
+        writeSettings(u.settings, uj);
+        if (u.forwardPrefetch) uj["forward_prefetch"] = *u.forwardPrefetch;
+        if (u.backwardPrefetch) uj["backward_prefetch"] = *u.backwardPrefetch;
+        units.push_back(std::move(uj));
+    }
+    j["units"] = units;
+    j["gradient_accumulation"] = {{"micro_batches", p.microBatches},
+                                  {"sync_every_micro_batch", p.syncEveryMicroBatch}};
+    j["gradient_divide_factor"] =
+        p.gradientDivideFactor ? nlohmann::json(*p.gradientDivideFactor) : nlohmann::json(nullptr);
+    j["ignored_params"] = p.ignoredParams;
+    j["training"] = {{"micro_batch_size", p.microBatchSize}, {"seq_len", p.seqLen}};
+    if (p.api == PlanApi::Fsdp1)
+        j["fsdp1"] = {{"sharding_strategy", p.fsdp1.shardingStrategy},
+                      {"backward_prefetch", p.fsdp1.backwardPrefetch},
+                      {"forward_prefetch", p.fsdp1.forwardPrefetch},
+                      {"limit_all_gathers", p.fsdp1.limitAllGathers},
+                      {"use_orig_params", p.fsdp1.useOrigParams}};
+    if (p.api == PlanApi::Lightning) {
+        const auto& o = p.lightning;
+        j["lightning"] = {{"cpu_offload", o.cpuOffload},
+                          {"flatten_parameters", o.flattenParameters},
+                          {"reshard_after_forward", o.reshardAfterForward},
+                          {"fp32_reduce_scatter", o.fp32ReduceScatter},
+                          {"compute_dtype", dtypeJson(o.computeDtype)},
+                          {"bucket_cap_mb", o.bucketCapMb},
+                          {"min_num_params", o.minNumParams},
+                          {"move_grads_to_cpu", o.moveGradsToCpu ? nlohmann::json(*o.moveGradsToCpu)
+                                                                 : nlohmann::json(nullptr)},
+                          {"state_dict_to_cpu", o.stateDictToCpu}};
+    }
+    return j;
+}
+
+}  // namespace shardscope

@@ -1,0 +1,552 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "plans/plan/resolve.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "plans/core/strings.h"
+#include "plans/plan/wrap_policy.h"
+
+namespace shardscope {
+
+std::string Problem::toString() const {
+    return where + ": " + (severity == Severity::Error ? "error: " : "warning: ") + message;
+}
+
+bool ResolvedPlan::hasErrors() const { return errorCount() > 0; }
+
+size_t ResolvedPlan::errorCount() const {
+    return static_cast<size_t>(std::count_if(problems.begin(), problems.end(), [](const Problem& p) {
+        return p.severity == Problem::Severity::Error;
+    }));
+}
+
+std::vector<UnitId> ResolvedPlan::applicationOrder() const {
+    // Bottom-up: a unit is sharded before any unit whose modules contain it. Reverse
+    // pre-order of the first module achieves that, and sorting keeps it stable.
+    std::vector<UnitId> order;
+    for (size_t i = units.size(); i-- > 0;) order.emplace_back(static_cast<int32_t>(i));
+    return order;
+}
+
+std::optional<UnitId> ResolvedPlan::findUnit(std::string_view name) const {
+    for (size_t i = 0; i < units.size(); ++i)
+        if (units[i].name == name || (units[i].isRoot && name == "<root>"))
+            return UnitId(static_cast<int32_t>(i));
+    return std::nullopt;
+}
+
+int64_t ResolvedPlan::totalShardedBytes() const {
+    int64_t n = 0;
+    for (const auto& u : units) n += u.shardedBytes;
+    return n;
+}
+
+int64_t ResolvedPlan::maxUnshardedBytes() const {
+    int64_t n = 0;
+    for (const auto& u : units) n = std::max(n, u.unshardedBytes);
+    return n;
+}
+
+namespace {
+
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+struct Resolver {
+    const ModelGraph& g;
+    const Plan& p;
+    const ClusterSpec* cluster;
+    ResolvedPlan r;
+
+    void error(const std::string& where, const std::string& msg) {
+        r.problems.push_back({Problem::Severity::Error, where, msg});
+    }
+    void warning(const std::string& where, const std::string& msg) {
+        r.problems.push_back({Problem::Severity::Warning, where, msg});
+    }
+    std::string at(const std::string& pointer) const { return r.planFile + ":" + pointer; }
+
+    std::string moduleLabel(ModuleId m) const {
+        const auto& fqn = g.module(m).fqn;
+        return fqn.empty() ? "<root>" : "\"" + fqn + "\"";
+    }
+
+    std::optional<ModuleId> lookupModule(const std::string& name, const std::string& where) {
+        if (auto m = g.findModule(name)) return m;
+        if (name == "<root>") return g.root();
+        error(where, "unknown module \"" + name + "\"" + didYouMean(name, g.moduleNames()));
+        return std::nullopt;
+    }
+
+    void resolveMesh() {
+        const std::string meshPtr = at("/mesh/shape");
+        const bool fsdp1 = p.api == PlanApi::Fsdp1;
+        const std::string& strat = p.fsdp1.shardingStrategy;
+        const bool hybrid = fsdp1 && (strat == "HYBRID_SHARD" || strat == "_HYBRID_SHARD_ZERO2");
+        std::vector<int64_t> shape = p.meshShape;
+        if (shape.empty() && cluster) {
+            if (hybrid)
+                shape = {cluster->nodes, cluster->node.devicesPerNode};
+            else
+                shape = {cluster->worldSize()};
+        }
+        if (shape.empty()) {
+            error(at("/mesh"), "no device mesh: give \"mesh\": {\"shape\": [N]} in the plan or a "
+                               "cluster (--cluster) to take the world size from");
+            shape = {1};
+        }
+        if (shape.size() > 2) {
+            error(meshPtr, "a mesh must be 1D (FSDP) or 2D (HSDP: [replicate, shard]), got " +
+                               std::to_string(shape.size()) + " dimensions");
+            shape = {shape[0]};
+        }
+        int64_t world = 1;
+        for (int64_t d : shape) world *= d;
+        r.worldSize = world;
+        if (cluster && cluster->worldSize() != world) {
+            std::string prod;
+            for (int64_t d : shape) prod += (prod.empty() ? "" : "x") + std::to_string(d);
+            error(meshPtr, "world size " + std::to_string(cluster->worldSize()) + " of cluster \"" +
+                               cluster->name + "\" does not equal the mesh product " + prod +
+                               " = " + std::to_string(world));
+        }
+        if (shape.size() == 2) {
+            if (p.api == PlanApi::Lightning)
+                error(meshPtr, "the Lightning fairscale strategy shards over one 1D group");
+            if (fsdp1 && !hybrid)
+                error(meshPtr, "a 2D mesh under FSDP1 needs sharding_strategy HYBRID_SHARD or "
+                               "_HYBRID_SHARD_ZERO2, not " + strat);
+            r.hsdp = true;
+            r.replicateSize = shape[0];
+            r.shardSize = shape[1];
+        } else {
+            if (hybrid)
+                error(meshPtr, strat + " needs a 2D mesh [replicate, shard] or a cluster to "
+                                       "shard within a node");
+            r.shardSize = shape[0];
+        }
+        if (fsdp1 && strat == "NO_SHARD") {
+            r.noShard = true;
+            r.replicateSize = world;
+            r.shardSize = 1;
+        }
+        r.flatParams = fsdp1 || (p.api == PlanApi::Lightning && p.lightning.flattenParameters);
+    }
+
+    std::vector<int32_t> unitOfModule;  // by module index
+
+    void resolveUnits() {
+        // Ignored parameters first: they are excluded from wrapping numel.
+        for (size_t i = 0; i < p.ignoredParams.size(); ++i) {
+            const auto& n = p.ignoredParams[i];
+            if (auto pid = g.findParam(n)) {
+                r.ignoredParams.push_back(*pid);
+            } else {
+                std::vector<std::string> names;
+                for (const auto& pi : g.params()) names.push_back(pi.name);
+                error(at("/ignored_params/" + std::to_string(i)),
+                      "unknown parameter \"" + n + "\"" + didYouMean(n, names));
+            }
+        }
+
+        ResolvedUnit root;
+        root.modules = {g.root()};
+        root.isRoot = true;
+        root.pointer = at("/");
+        std::vector<ResolvedUnit> units{root};
+        std::unordered_map<int32_t, size_t> unitByModule{{0, 0}};
+
+        // Policy units.
+        WrapOptions wo;
+        wo.policy = p.wrap;
+        if (p.api == PlanApi::Lightning && wo.policy.kind == WrapPolicySpec::Kind::None) {
+            // fairscale auto_wrap with default_auto_wrap_policy(min_num_params)
+            wo.policy.kind = WrapPolicySpec::Kind::Size;
+            wo.policy.minNumParams = p.lightning.minNumParams;
+        }
+        const bool mpOn = p.api == PlanApi::Lightning
+                              ? p.lightning.computeDtype.has_value()
+                              : (p.defaults.mixedPrecision && p.defaults.mixedPrecision->paramDtype);
+        wo.wrapBatchNormIndividually = p.api == PlanApi::Fsdp1 && mpOn &&
+                                       wo.policy.kind != WrapPolicySpec::Kind::None;
+        wo.ignoredParams = r.ignoredParams;
+        auto wrapped = applyWrapPolicy(g, wo);
+        if (!wrapped) {
+            error(at("/wrap/patterns"), wrapped.error());
+        } else {
+            for (ModuleId m : wrapped->wrapped) {
+                ResolvedUnit u;
+                u.modules = {m};
+                u.name = g.module(m).fqn;
+                u.fromPolicy = true;
+                u.pointer = at("/wrap");
+                u.batchNormRule = std::find(wrapped->batchNormUnits.begin(),
+                                            wrapped->batchNormUnits.end(),
+                                            m) != wrapped->batchNormUnits.end();
+                unitByModule[m.value] = units.size();
+                units.push_back(std::move(u));
+            }
+        }
+
+        // Explicit units: override a policy unit or the root when they name exactly its
+        // module, else add a unit.
+        std::vector<const UnitSpec*> specOf(units.size(), nullptr);
+        for (size_t i = 0; i < p.units.size(); ++i) {
+            const UnitSpec& s = p.units[i];
+            const std::string base = "/units/" + std::to_string(i);
+            std::vector<ModuleId> mods;
+            for (size_t k = 0; k < s.modules.size(); ++k) {
+                const std::string where = at(base + "/modules/" + std::to_string(k));
+                auto m = lookupModule(s.modules[k], where);
+                if (!m) continue;
+                if (g.isContainer(*m))
+                    error(where, moduleLabel(*m) + " is a " + g.module(*m).cls +
+                                     ", which has no forward and cannot be a unit; make its "
+                                     "children units, or group some of them in one unit's "
+                                     "\"modules\" list");
+                if (std::find(mods.begin(), mods.end(), *m) != mods.end())
+                    error(where, moduleLabel(*m) + " is listed twice in this unit");
+                else
+                    mods.push_back(*m);
+            }
+            if (mods.empty()) continue;
+            if (mods.size() > 1 && p.api != PlanApi::Fsdp2)
+                error(at(base + "/modules"),
+                      "a unit of several modules is an FSDP2 feature (fully_shard([a, b])); "
+                      "FSDP1 and fairscale wrap one module per unit");
+            if (mods.size() == 1 && unitByModule.count(mods[0].value)) {
+                const size_t idx = unitByModule[mods[0].value];
+                if (specOf[idx]) {
+                    error(at(base + "/modules/0"), moduleLabel(mods[0]) + " is already a unit (" +
+                                                       specOf[idx]->pointer + ")");
+                    continue;
+                }
+                specOf[idx] = &s;
+                units[idx].pointer = at(base);
+                continue;
+            }
+            bool clash = false;
+            for (ModuleId m : mods)
+                if (unitByModule.count(m.value)) {
+                    const auto& other = units[unitByModule[m.value]];
+                    error(at(base + "/modules"),
+                          moduleLabel(m) + " is already in unit " + other.displayName() +
+                              (other.fromPolicy && !specOf[unitByModule[m.value]]
+                                   ? " (chosen by the wrap policy)"
+                                   : ""));
+                    clash = true;
+                }
+            if (clash) continue;
+            ResolvedUnit u;
+            u.modules = mods;
+            u.pointer = at(base);
+            for (ModuleId m : mods) unitByModule[m.value] = units.size();
+            units.push_back(std::move(u));
+            specOf.push_back(&s);
+        }
+        for (size_t i = 0; i < units.size(); ++i) {
+            auto& u = units[i];
+            if (specOf[i] && !specOf[i]->name.empty())
+                u.name = specOf[i]->name;
+            else if (!u.isRoot)
+                u.name = g.module(u.modules[0]).fqn;
+        }
+        // A module may not be the unit of two... and unit names must be unique.
+        {
+            std::unordered_map<std::string, size_t> seen;
+            for (size_t i = 0; i < units.size(); ++i)
+                if (!seen.emplace(units[i].name, i).second)
+                    error(units[i].pointer, "unit name \"" + units[i].name + "\" is used twice");
+        }
+
+        // Forward order: pre-order of each unit's first module.
+        std::vector<size_t> order(units.size());
+        for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+        std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+            return units[a].modules[0] < units[b].modules[0];
+        });
+        std::vector<const UnitSpec*> specSorted;
+        for (size_t i : order) {
+            r.units.push_back(std::move(units[i]));
+            specSorted.push_back(specOf[i]);
+        }
+        specs = std::move(specSorted);
+
+        // Module -> managing unit: the nearest enclosing unit module (pre-order walk).
+        unitOfModule.assign(g.moduleCount(), -1);
+        std::vector<int32_t> unitRootOf(g.moduleCount(), -1);
+        for (size_t u = 0; u < r.units.size(); ++u)
+            for (ModuleId m : r.units[u].modules) unitRootOf[m.index()] = static_cast<int32_t>(u);
+        for (size_t m = 0; m < g.moduleCount(); ++m) {
+            if (unitRootOf[m] >= 0)
+                unitOfModule[m] = unitRootOf[m];
+            else
+                unitOfModule[m] = unitOfModule[g.modules()[m].parent.index()];
+        }
+    }
+
+    std::vector<const UnitSpec*> specs;  // by resolved unit index
+
+    void assignParams() {
+        r.unitOfParam.assign(g.paramCount(), UnitId());
+        std::vector<char> ignored(g.paramCount(), 0);
+        for (ParamId pid : r.ignoredParams) ignored[pid.index()] = 1;
+        for (size_t i = 0; i < g.paramCount(); ++i) {
+            const ParamId pid(static_cast<int32_t>(i));
+            if (ignored[i]) continue;
+            const auto& info = g.param(pid);
+            int32_t unit = unitOfModule[info.owners[0].module.index()];
+            bool shared = false;
+            for (const auto& o : info.owners)
+                if (unitOfModule[o.module.index()] != unit) shared = true;
+            if (shared) {
+                if (p.api == PlanApi::Fsdp2) {
+                    std::string owners;
+                    for (const auto& o : info.owners)
+                        owners += (owners.empty() ? "" : ", ") + moduleLabel(o.module) + " (unit " +
+                                  r.units[unitOfModule[o.module.index()]].displayName() + ")";
+                    error(at("/units"), "parameter \"" + info.name + "\" is shared by " + owners +
+                                            "; FSDP2 cannot shard one parameter in two units: "
+                                            "group the modules in one unit, e.g. \"modules\": [" +
+                                            "\"" + g.module(info.owners[0].module).fqn + "\", \"" +
+                                            g.module(info.owners[1].module).fqn + "\"]");
+                }
+                // FSDP1: the lowest unit that contains every owner (unit of the owners' LCA).
+                unit = unitOfModule[g.ownersLca(pid).index()];
+            }
+            r.unitOfParam[i] = UnitId(unit);
+            r.units[unit].params.push_back(pid);
+        }
+    }
+
+    // Effective per-unit settings: unit overrides, else plan defaults, else API defaults.
+    void resolveSettings() {
+        const bool fsdp1 = p.api == PlanApi::Fsdp1;
+        const bool lightning = p.api == PlanApi::Lightning;
+        for (size_t i = 0; i < r.units.size(); ++i) {
+            auto& u = r.units[i];
+            const UnitSpec* s = specs[i];
+            const std::string where = s ? s->pointer : u.pointer;
+            auto pick = [&](auto member) {
+                if (s && (s->settings.*member)) return s->settings.*member;
+                return p.defaults.*member;
+            };
+            u.reshardDeclared = pick(&UnitSettings::reshardAfterForward).value_or(ReshardSetting{});
+            u.reshardAfterBackward = pick(&UnitSettings::reshardAfterBackward).value_or(true);
+            u.activationCheckpointing =
+                pick(&UnitSettings::activationCheckpointing).value_or(AcMode::None);
+            u.offload = pick(&UnitSettings::offload).value_or(OffloadSpec{});
+            MixedPrecisionSpec mp = pick(&UnitSettings::mixedPrecision).value_or(MixedPrecisionSpec{});
+            if (lightning) {
+                mp.paramDtype = p.lightning.computeDtype;
+                mp.reduceDtype = p.lightning.fp32ReduceScatter ? std::optional(DType::Float32)
+                                                               : p.lightning.computeDtype;
+                u.offload = OffloadSpec{p.lightning.cpuOffload, true};
+            }
+            if (u.batchNormRule) mp = MixedPrecisionSpec{};  // FSDP1 runs BatchNorm in full precision
+
+            // reshard_after_forward
+            const ReshardSetting& d = u.reshardDeclared;
+            if (fsdp1 || lightning) {
+                if (d.kind == ReshardSetting::Kind::Int)
+                    error(where, "an int reshard_after_forward is an FSDP2 feature; FSDP1 "
+                                 "chooses resharding through sharding_strategy");
+                bool reshard;
+                if (lightning) {
+                    reshard = p.lightning.reshardAfterForward;
+                } else {
+                    const auto& st = p.fsdp1.shardingStrategy;
+                    reshard = st == "FULL_SHARD" || st == "HYBRID_SHARD";
+                }
+                if (d.kind == ReshardSetting::Kind::Bool) reshard = d.value;
+                // FSDP1 (FULL_SHARD) and fairscale keep the root unsharded after forward:
+                // backward needs it at once.
+                if (u.isRoot) reshard = false;
+                u.reshard = reshard ? Reshard::True : Reshard::False;
+            } else if (d.kind == ReshardSetting::Kind::Default) {
+                u.reshard = u.isRoot ? Reshard::False : Reshard::True;
+            } else if (d.kind == ReshardSetting::Kind::Bool) {
+                u.reshard = d.value ? Reshard::True : Reshard::False;
+            } else {
+                const int64_t k = d.k, S = r.shardSize;
+                if (k < 1 || k > S || S % k != 0) {
+                    error(where, "reshard_after_forward=" + std::to_string(k) +
+                                     " must divide the shard size " + std::to_string(S) +
+                                     " (the post-forward group is mesh.view(-1, k))");
+                    u.reshard = Reshard::True;
+                } else if (k == 1) {
+                    u.reshard = Reshard::False;  // as PyTorch: 1 behaves as False
+                } else if (k == S) {
+                    u.reshard = Reshard::True;  // the shard size behaves as True
+                } else {
+                    u.reshard = Reshard::Int;
+                    u.reshardK = k;
+                }
+            }
+            if (r.noShard) u.reshard = Reshard::False;
+
+            // Mixed precision as MixedPrecisionPolicy normalises it per parameter; a unit's
+            // all-gather dtype is its param_dtype, or the parameters' own dtype.
+            DType orig = DType::Float32;
+            bool first = true, mixedDtypes = false;
+            for (ParamId pid : u.params) {
+                const DType d0 = g.param(pid).dtype;
+                if (first) orig = d0;
+                else if (d0 != orig) mixedDtypes = true;
+                first = false;
+            }
+            if (mp.paramDtype && (*mp.paramDtype == orig || !isFloating(orig))) mp.paramDtype.reset();
+            if (mp.reduceDtype && mp.paramDtype && *mp.reduceDtype == *mp.paramDtype)
+                mp.reduceDtype.reset();
+            if (mp.reduceDtype && !mp.paramDtype && *mp.reduceDtype == orig) mp.reduceDtype.reset();
+            u.mixedPrecision = mp;
+            u.allGatherDtype = mp.paramDtype.value_or(orig);
+            u.reduceDtype = mp.reduceDtype.value_or(u.allGatherDtype);
+            if (mixedDtypes && r.flatParams)
+                error(where, "unit " + u.displayName() + " mixes parameter dtypes; an FSDP1 "
+                             "FlatParameter needs one dtype");
+        }
+    }
+
+    void computeSizes() {
+        const int64_t N = std::max<int64_t>(1, r.shardSize);
+        const bool fsdp1 = p.api == PlanApi::Fsdp1;
+        for (auto& u : r.units) {
+            int64_t flatTotal = 0;
+            for (ParamId pid : u.params) {
+                const auto& info = g.param(pid);
+                u.numel += info.numel;
+                if (!info.requiresGrad) u.frozenNumel += info.numel;
+                u.paramBytes += info.bytes();
+                const int64_t osz = dtypeSize(info.dtype);
+                const DType ag = u.mixedPrecision.paramDtype && isFloating(info.dtype)
+                                     ? *u.mixedPrecision.paramDtype
+                                     : info.dtype;
+                if (r.flatParams && fsdp1) {
+                    if (p.fsdp1.useOrigParams) {
+                        const int64_t align = std::max<int64_t>(1, 16 / osz);
+                        flatTotal += (align - flatTotal % align) % align;
+                    }
+                    flatTotal += info.numel;
+                } else if (r.flatParams) {
+                    flatTotal += info.numel;  // fairscale: flatten without alignment
+                } else if (p.api == PlanApi::Lightning) {
+                    // fairscale without flattening pads each parameter to a multiple of N.
+                    const int64_t c = ceilDiv(info.numel, N);
+                    u.shardedNumel += c;
+                    u.shardedBytes += c * osz;
+                    u.unshardedBytes += N * c * dtypeSize(ag);
+                } else {
+                    if (info.shape.empty()) {
+                        error(specPointer(u), "parameter \"" + info.name +
+                                                  "\" is a scalar; fully_shard cannot shard 0-dim "
+                                                  "parameters: list it in \"ignored_params\"");
+                        continue;
+                    }
+                    const int64_t d0 = info.shape[0];
+                    const int64_t rest = d0 == 0 ? 0 : info.numel / d0;
+                    const int64_t c = ceilDiv(d0, N);
+                    u.shardedNumel += c * rest;
+                    u.shardedBytes += c * rest * osz;
+                    u.unshardedBytes += N * c * rest * dtypeSize(ag);
+                }
+            }
+            if (r.flatParams) {
+                if (fsdp1 && p.fsdp1.useOrigParams && flatTotal % N != 0)
+                    flatTotal += N - flatTotal % N;
+                const int64_t shard = ceilDiv(flatTotal, N);
+                const DType orig = u.params.empty() ? DType::Float32 : g.param(u.params[0]).dtype;
+                u.shardedNumel = shard;
+                u.shardedBytes = shard * dtypeSize(orig);
+                u.unshardedBytes = N * shard * dtypeSize(u.allGatherDtype);
+            }
+            if (u.reshard == Reshard::Int) u.postForwardBytes = u.unshardedBytes / u.reshardK;
+        }
+    }
+
+    std::string specPointer(const ResolvedUnit& u) const { return u.pointer; }
+
+    void resolvePrefetch() {
+        for (size_t i = 0; i < r.units.size(); ++i) {
+            const UnitSpec* s = specs[i];
+            if (!s) continue;
+            auto resolveList = [&](const std::vector<std::string>& names, const char* field,
+                                   std::vector<UnitId>& out) {
+                if (p.api != PlanApi::Fsdp2) {
+                    error(s->pointer + "/" + field,
+                          "explicit prefetch lists are an FSDP2 feature; under FSDP1 use "
+                          "fsdp1.forward_prefetch and fsdp1.backward_prefetch");
+                    return;
+                }
+                std::vector<std::string> unitNames;
+                for (const auto& u : r.units) unitNames.push_back(u.name);
+                for (size_t k = 0; k < names.size(); ++k) {
+                    const std::string where = s->pointer + "/" + field + "/" + std::to_string(k);
+                    auto id = r.findUnit(names[k]);
+                    if (!id) {
+                        std::string hint = didYouMean(names[k], unitNames);
+                        if (auto m = g.findModule(names[k]))
+                            hint = " (it is a module inside unit " +
+                                   r.units[unitOfModule[m->index()]].displayName() +
+                                   "; make it a unit to prefetch it)";
+                        error(where, "prefetch target \"" + names[k] + "\" is not a unit" + hint);
+                        continue;
+                    }
+                    if (id->index() == i) error(where, "a unit cannot prefetch itself");
+                    out.push_back(*id);
+                }
+            };
+            if (s->forwardPrefetch) {
+                r.units[i].explicitForwardPrefetch = true;
+                resolveList(*s->forwardPrefetch, "forward_prefetch", r.units[i].forwardPrefetch);
+            }
+            if (s->backwardPrefetch) {
+                r.units[i].explicitBackwardPrefetch = true;
+                resolveList(*s->backwardPrefetch, "backward_prefetch", r.units[i].backwardPrefetch);
+            }
+        }
+    }
+
+    void checkRest() {
+        for (const auto& u : r.units) {
+            if (u.params.empty() && !u.isRoot)
+                warning(u.pointer, "unit " + u.displayName() + " manages no parameters");
+            if (u.frozenNumel > 0 && u.frozenNumel < u.numel && r.flatParams &&
+                p.api == PlanApi::Fsdp1) {
+                if (p.fsdp1.useOrigParams)
+                    warning(u.pointer, "unit " + u.displayName() +
+                                           " mixes frozen and trainable parameters; FSDP1 "
+                                           "keeps gradients for the whole FlatParameter");
+                else
+                    error(u.pointer, "unit " + u.displayName() +
+                                         " mixes frozen and trainable parameters, which FSDP1 "
+                                         "rejects with use_orig_params=False");
+            }
+        }
+        if (p.microBatches > 1 && p.api != PlanApi::Fsdp2 && !p.syncEveryMicroBatch &&
+            p.api == PlanApi::Lightning)
+            warning(at("/gradient_accumulation"),
+                    "fairscale accumulates without sync through no_sync(); gradients stay "
+                    "unsharded until the last micro-batch");
+    }
+};
+
+}  // namespace
+
+ResolvedPlan resolvePlan(const ModelGraph& model, const Plan& plan, const ClusterSpec* cluster,
+                         const std::string& planFile) {
+    Resolver rs{model, plan, cluster, {}, {}, {}};
+    rs.r.plan = plan;
+    rs.r.model = &model;
+    rs.r.planFile = planFile;
+    rs.resolveMesh();
+    rs.resolveUnits();
+    rs.assignParams();
+    rs.resolveSettings();
+    rs.computeSizes();
+    rs.resolvePrefetch();
+    rs.checkRest();
+    return std::move(rs.r);
+}
+
+}  // namespace shardscope

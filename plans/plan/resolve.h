@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Resolves a plan against a model (and optionally a cluster): which modules form units,
+// which parameters each unit manages, each unit's effective settings, and its sharded and
+// unsharded sizes per rank. Every rule violation becomes a Problem naming the plan field;
+// resolution continues past errors so `plan validate` reports all of them at once.
+//
+// Semantics follow PyTorch (see ../shared/reference/fsdp-semantics.md):
+//  - FSDP2: parameters are chunked on dim 0 across the shard group with torch.chunk sizes
+//    c = ceil(d0/N); every rank holds c·R elements (zero-padded), the all-gather output is
+//    N·c·R (FSDPParam._init_sharded_param, init_all_gather_outputs).
+//  - FSDP1: one FlatParameter per unit; with use_orig_params each parameter starts at a
+//    16-byte-aligned offset and the total is padded to a multiple of N; the shard is
+//    ceil(T/N) (FlatParamHandle._init_flat_param_and_metadata, _get_shard).
+//  - reshard_after_forward None means True except on the root, which becomes False; an int
+//    k must divide the shard size, 1 behaves as False and the shard size as True
+//    (_fsdp_init._get_post_forward_mesh_info).
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "plans/cluster/cluster.h"
+#include "plans/model/model_graph.h"
+#include "plans/plan/plan.h"
+
+namespace shardscope {
+
+struct Problem {
+    enum class Severity { Error, Warning } severity = Severity::Error;
+    std::string where;  // "plan.json:/units/2/modules/0"
+    std::string message;
+    [[nodiscard]] std::string toString() const;
+};
+
+enum class Reshard { True, False, Int };
+
+struct ResolvedUnit {
+    std::string name;  // "" for the root
+    std::vector<ModuleId> modules;
+    bool isRoot = false;
+    bool fromPolicy = false;      // chosen by the wrap policy rather than listed
+    bool batchNormRule = false;   // FSDP1 wraps BatchNorm alone under mixed precision
+    std::string pointer;          // plan field that defined it, for messages
+    std::vector<ParamId> params;  // managed parameters, in named_parameters order
+    int64_t numel = 0;
+    int64_t frozenNumel = 0;
+    int64_t paramBytes = 0;       // unsharded, original dtype, no padding
+    int64_t shardedNumel = 0;     // per rank, with padding
+    int64_t shardedBytes = 0;     // per rank, original dtype, with padding
+    int64_t unshardedBytes = 0;   // all-gather output per rank, all-gather dtype, padded
+    int64_t postForwardBytes = 0; // int reshard: the 1/k copy kept after forward
+    ReshardSetting reshardDeclared;
+    Reshard reshard = Reshard::True;
+    int64_t reshardK = 0;  // group size of the post-forward copy when reshard == Int
+    bool reshardAfterBackward = true;
+    AcMode activationCheckpointing = AcMode::None;
+    MixedPrecisionSpec mixedPrecision;  // after PyTorch's normalisation
+    DType allGatherDtype = DType::Float32;
+    DType reduceDtype = DType::Float32;
+    OffloadSpec offload;
+    std::vector<UnitId> forwardPrefetch;   // explicit lists only
+    std::vector<UnitId> backwardPrefetch;
+    bool explicitForwardPrefetch = false;
+    bool explicitBackwardPrefetch = false;
+    [[nodiscard]] std::string displayName() const { return isRoot ? "<root>" : name; }
+};
+
+struct ResolvedPlan {
+    Plan plan;
+    const ModelGraph* model = nullptr;
+    std::string planFile;
+    int64_t worldSize = 0;
+    int64_t replicateSize = 1;  // HSDP replicas (mesh dim 0 of a 2D mesh)
+    int64_t shardSize = 0;      // ranks a parameter is sharded over
+    bool hsdp = false;
+    bool flatParams = false;    // FSDP1/fairscale FlatParameter
+    bool noShard = false;       // FSDP1 NO_SHARD: all-reduce instead of AG/RS
+    std::vector<ResolvedUnit> units;  // forward (pre-)order; units[0] is the root
+    std::vector<UnitId> unitOfParam;  // invalid for ignored parameters
+    std::vector<ParamId> ignoredParams;
+    std::vector<Problem> problems;
+
+    [[nodiscard]] bool hasErrors() const;
+    [[nodiscard]] size_t errorCount() const;
+    // fully_shard application order: children before parents, the root last.
+    [[nodiscard]] std::vector<UnitId> applicationOrder() const;
+    [[nodiscard]] std::optional<UnitId> findUnit(std::string_view name) const;
+    [[nodiscard]] int64_t totalShardedBytes() const;
+    [[nodiscard]] int64_t maxUnshardedBytes() const;
+};
+
+[[nodiscard]] ResolvedPlan resolvePlan(const ModelGraph& model, const Plan& plan,
+                                       const ClusterSpec* cluster = nullptr,
+                                       const std::string& planFile = "plan");
+
+}  // namespace shardscope
