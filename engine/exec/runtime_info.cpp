@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "engine/exec/runtime_info.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/version.h>
+
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <chrono>
+
+namespace shardscope::exec {
+
+nlohmann::json runtimeInfo() {
+    nlohmann::json j;
+    j["libtorch"] = TORCH_VERSION;
+    j["cuda_available"] = at::hasCUDA() ? "yes" : "no (no CUDA driver or device)";
+    const int devices = at::hasCUDA() ? static_cast<int>(at::detail::getCUDAHooks().deviceCount()) : 0;
+    j["cuda_devices"] = devices;
+#ifdef USE_C10D_NCCL
+    j["nccl_compiled"] = "yes";
+#else
+    j["nccl_compiled"] = "no";
+#endif
+    // Gloo: a real one-rank all-reduce through c10d, as the engine's CPU path uses it.
+    try {
+        auto store = c10::make_intrusive<c10d::HashStore>();
+        auto opts = c10d::ProcessGroupGloo::Options::create();
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+        opts->timeout = std::chrono::seconds(10);
+        auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, 0, 1, opts);
+        std::vector<at::Tensor> t{at::ones({4})};
+        pg->allreduce(t)->wait();
+        j["gloo"] = t[0].sum().item<float>() == 4.0f ? "ok (1-rank all-reduce ran)" : "wrong result";
+    } catch (const std::exception& e) {
+        j["gloo"] = std::string("failed: ") + e.what();
+    }
+    return j;
+}
+
+}  // namespace shardscope::exec
