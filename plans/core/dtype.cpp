@@ -59,7 +59,11 @@ bool isFloating(DType d) {
 
 std::vector<std::string> dtypeNames() {
     std::vector<std::string> out;
-    for (const auto& t : kTypes) out.emplace_back(t.name);
+    for (const auto& t : kTypes) {
+        out.emplace_back(t.name);
+        for (auto a : t.aliases)
+            if (!a.empty()) out.emplace_back(a);
+    }
     return out;
 }
 

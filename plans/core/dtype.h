@@ -28,6 +28,7 @@ enum class DType : uint8_t {
 [[nodiscard]] std::string_view dtypeName(DType d);  // "float32", "bfloat16", ...
 [[nodiscard]] std::optional<DType> parseDType(std::string_view s);
 [[nodiscard]] bool isFloating(DType d);
+// Canonical names and accepted aliases, for "did you mean" suggestions.
 [[nodiscard]] std::vector<std::string> dtypeNames();
 
 }  // namespace shardscope

@@ -93,8 +93,15 @@ struct LlamaLike {
     int64_t experts = 0, topK = 0;
 };
 
+// Sizes beyond these would overflow parameter counts long before they describe a model
+// (the largest published decoders have hidden sizes near 2^14 and vocabularies near 2^18).
+constexpr int64_t kMaxDim = int64_t{1} << 22;
+
 int64_t positive(const JsonReader& r, std::string_view key) {
-    return r.at(key).asIntAtLeast(1);
+    const JsonReader v = r.at(key);
+    const int64_t n = v.asIntAtLeast(1);
+    if (n > kMaxDim) v.fail("implausibly large (more than " + std::to_string(kMaxDim) + ")");
+    return n;
 }
 
 Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
@@ -216,7 +223,7 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
         linear(g.root(), "lm_head", h, c.vocab, false, true);
     }
     cb.causalLmLoss(g.root(), static_cast<double>(c.vocab));
-    if (Status s = g.finalize(); !s) return Error{file + ": " + s.error()};
+    if (Status s = g.finalize(); !s) return Error{file + ":/: " + s.error()};
     return g;
 }
 
@@ -260,7 +267,8 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
         if (c.topK > c.experts)
             r.at("num_experts_per_tok").fail("num_experts_per_tok exceeds num_local_experts");
     }
-    if (c.layers > 100000) r.at("num_hidden_layers").fail("implausibly many layers");
+    if (c.layers > 10000) r.at("num_hidden_layers").fail("implausibly many layers (more than 10000)");
+    if (c.experts > 4096) r.at("num_local_experts").fail("implausibly many experts (more than 4096)");
     return buildLlamaLike(c, r.file(), o);
 }
 
@@ -272,7 +280,7 @@ Expected<ModelGraph> loadGpt2(const JsonReader& r, const HfLoadOptions& o) {
     const int64_t positions = positive(r, "n_positions");
     const int64_t inner = r.hasNonNull("n_inner") ? positive(r, "n_inner") : 4 * h;
     if (h % heads != 0) r.at("n_head").fail("n_head must divide n_embd");
-    if (layers > 100000) r.at("n_layer").fail("implausibly many layers");
+    if (layers > 10000) r.at("n_layer").fail("implausibly many layers (more than 10000)");
     const bool tie = r.optBool("tie_word_embeddings").value_or(true);
     const double pResid = r.optNumber("resid_pdrop").value_or(0.1);
     const double pEmbd = r.optNumber("embd_pdrop").value_or(0.1);
@@ -349,7 +357,7 @@ Expected<ModelGraph> loadGpt2(const JsonReader& r, const HfLoadOptions& o) {
         cb.linear(head, H, static_cast<double>(vocab), true);
     }
     cb.causalLmLoss(g.root(), static_cast<double>(vocab));
-    if (Status s = g.finalize(); !s) return Error{r.file() + ": " + s.error()};
+    if (Status s = g.finalize(); !s) return Error{r.file() + ":/: " + s.error()};
     return g;
 }
 

@@ -204,10 +204,20 @@ struct Resolver {
                                      ", which has no forward and cannot be a unit; make its "
                                      "children units, or group some of them in one unit's "
                                      "\"modules\" list");
-                if (std::find(mods.begin(), mods.end(), *m) != mods.end())
+                if (std::find(mods.begin(), mods.end(), *m) != mods.end()) {
                     error(where, moduleLabel(*m) + " is listed twice in this unit");
-                else
-                    mods.push_back(*m);
+                    continue;
+                }
+                bool nested = false;
+                for (ModuleId o : mods)
+                    if (g.isAncestorOrSelf(o, *m) || g.isAncestorOrSelf(*m, o)) {
+                        const bool outer = g.isAncestorOrSelf(*m, o);
+                        error(where, moduleLabel(outer ? *m : o) + " contains " +
+                                         moduleLabel(outer ? o : *m) +
+                                         ", which this unit also lists; a unit's modules must not nest");
+                        nested = true;
+                    }
+                if (!nested) mods.push_back(*m);
             }
             if (mods.empty()) continue;
             if (mods.size() > 1 && p.api != PlanApi::Fsdp2)

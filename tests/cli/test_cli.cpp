@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: Apache-2.0
+// The shardscope command line, run as a user runs it: golden outputs on the samples,
+// --help for every subcommand, and clear errors with the documented exit codes.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "tests/support/golden.h"
+
+using shardscope::test::matchesGolden;
+using shardscope::test::runCommand;
+
+namespace {
+
+std::string ss(const std::string& args) {
+    return std::string("cd '") + SHARDSCOPE_SOURCE_DIR + "' && '" + SHARDSCOPE_BINARY + "' " + args;
+}
+
+}  // namespace
+
+TEST(Cli, OverviewAndHelpForEverySubcommand) {
+    auto r = runCommand(ss("--help"));
+    EXPECT_EQ(r.status, 0);
+    for (const char* c : {"model show", "plan show", "plan validate", "plan export", "doctor"}) {
+        EXPECT_NE(r.out.find(c), std::string::npos) << c;
+        auto h = runCommand(ss(std::string(c) + " --help"));
+        EXPECT_EQ(h.status, 0) << c;
+        EXPECT_EQ(h.out.rfind(std::string("Usage: shardscope ") + c, 0), 0u) << h.out;
+        EXPECT_NE(h.out.find("Options:"), std::string::npos);
+    }
+    EXPECT_EQ(runCommand(ss("")).status, 2);
+}
+
+TEST(Cli, ModelShowGolden) {
+    auto r = runCommand(ss("model show -m samples/models/llama3-8b/config.json --depth 3"));
+    ASSERT_EQ(r.status, 0);
+    EXPECT_TRUE(matchesGolden("cli/model_show_llama3_8b.txt", r.out));
+    r = runCommand(ss("model show -m samples/models/mixtral-8x7b/config.json --depth 4 --batch 2 --seq 4096"));
+    ASSERT_EQ(r.status, 0);
+    EXPECT_TRUE(matchesGolden("cli/model_show_mixtral.txt", r.out));
+}
+
+TEST(Cli, ModelShowJsonHasTotalParams) {
+    auto r = runCommand(ss("model show -m samples/models/gpt2/config.json --json --depth 1"));
+    ASSERT_EQ(r.status, 0);
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["total_params"], 124439808);
+    EXPECT_EQ(j["tied_params"][0]["owners"], nlohmann::json({"transformer.wte.weight", "lm_head.weight"}));
+    EXPECT_EQ(j["modules"].size(), 3u);  // root, transformer, lm_head
+}
+
+TEST(Cli, PlanShowGoldens) {
+    const std::string m8 = "-m samples/models/llama3-8b/config.json -c samples/clusters/h100-sxm-8x8.json";
+    for (const auto& [plan, golden] :
+         std::vector<std::pair<std::string, std::string>>{{"llama-per-block", "plan_show_per_block.txt"},
+                                                          {"llama-hsdp-prefetch", "plan_show_hsdp.txt"},
+                                                          {"llama-fsdp1", "plan_show_fsdp1.txt"}}) {
+        auto r = runCommand(ss("plan show " + m8 + " -p samples/plans/" + plan + ".json"));
+        ASSERT_EQ(r.status, 0) << plan;
+        EXPECT_TRUE(matchesGolden("cli/" + golden, r.out));
+    }
+    auto r = runCommand(ss("plan show -m samples/models/gpt2/config.json -p samples/plans/gpt2-lightning.json "
+                           "-c samples/clusters/a100-80gb-8x8.json"));
+    ASSERT_EQ(r.status, 0);
+    EXPECT_TRUE(matchesGolden("cli/plan_show_lightning.txt", r.out));
+}
+
+TEST(Cli, ValidateExitCodesAndMessages) {
+    const std::string dir = std::filesystem::temp_directory_path() / "shardscope_cli_test";
+    std::filesystem::create_directories(dir);
+    const std::string bad = dir + "/bad-plan.json";
+    std::ofstream(bad) << R"({"format": "shardscope.plan", "version": 1, "mesh": {"shape": [16]},
+        "units": [{"modules": ["model.layers"]}, {"modules": ["model.layer.2"], "reshard_after_forward": 3}]})";
+    auto r = runCommand(ss("plan validate -m samples/models/llama3-8b/config.json -p " + bad +
+                           " -c samples/clusters/h100-sxm-8x8.json"),
+                        true);
+    EXPECT_EQ(r.status, 1);
+    EXPECT_NE(r.out.find(bad + ":/mesh/shape: error: world size 64 of cluster"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(bad + ":/units/0/modules/0: error: \"model.layers\" is a ModuleList"), std::string::npos);
+    EXPECT_NE(r.out.find("(did you mean \"model.layers.2\"?)"), std::string::npos);
+    r = runCommand(ss("plan validate -m samples/models/llama3-8b/config.json -p samples/plans/llama-per-block.json "
+                      "-c samples/clusters/h100-sxm-8x8.json"));
+    EXPECT_EQ(r.status, 0);
+    EXPECT_NE(r.out.find("valid (35 units, world size 64)"), std::string::npos) << r.out;
+    // Unreadable input and bad usage: exit 2 with the file named.
+    r = runCommand(ss("plan show -m samples/models/nope.json -p x.json"), true);
+    EXPECT_EQ(r.status, 2);
+    EXPECT_EQ(r.out, "error: samples/models/nope.json: cannot open file\n");
+    r = runCommand(ss("plan show --modle x"), true);
+    EXPECT_EQ(r.status, 2);
+    EXPECT_NE(r.out.find("unknown option --modle (did you mean \"--model\"?)"), std::string::npos) << r.out;
+    r = runCommand(ss("plna show"), true);
+    EXPECT_EQ(r.status, 2);
+    EXPECT_NE(r.out.find("unknown command \"plna show\" (did you mean \"plan\"?)"), std::string::npos) << r.out;
+}
+
+TEST(Cli, ExportWritesAtomicallyAndRefusesInvalidPlans) {
+    const std::string dir = std::filesystem::temp_directory_path() / "shardscope_cli_export";
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    for (const char* f : {"fsdp2", "fsdp1", "lightning", "shardscope"}) {
+        const std::string out = dir + "/plan." + f + ".json";
+        auto r = runCommand(ss(std::string("plan export -m samples/models/llama3-8b/config.json -p "
+                                           "samples/plans/llama-per-block.json -c samples/clusters/h100-sxm-8x8.json "
+                                           "-f ") + f + " -o " + out));
+        ASSERT_EQ(r.status, 0) << f;
+        std::ifstream in(out);
+        const auto j = nlohmann::json::parse(in);
+        EXPECT_TRUE(j.contains("format")) << f;
+    }
+    // Only the outputs: no temporary files left behind.
+    int files = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+        EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos);
+        ++files;
+    }
+    EXPECT_EQ(files, 4);
+    // A 2-rank mesh on a 64-GPU cluster is an error; nothing may be written.
+    auto r = runCommand(ss("plan export -m samples/models/tiny-llama/config.json -p samples/plans/tiny-llama-2rank.json "
+                           "-c samples/clusters/h100-sxm-8x8.json -o " + dir + "/x.json"),
+                        true);
+    EXPECT_EQ(r.status, 1);
+    EXPECT_NE(r.out.find("not exporting a plan with errors"), std::string::npos);
+    EXPECT_FALSE(std::filesystem::exists(dir + "/x.json"));
+    r = runCommand(ss("plan export -m samples/models/llama3-8b/config.json -p samples/plans/llama-per-block.json "
+                      "-c samples/clusters/h100-sxm-8x8.json -o /nonexistent/dir/x.json"),
+                   true);
+    EXPECT_EQ(r.status, 2);
+    EXPECT_NE(r.out.find("directory /nonexistent/dir does not exist"), std::string::npos) << r.out;
+}

@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: Apache-2.0
+// Plan and cluster JSON: lossless round trips and messages that name the field.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "plans/cluster/cluster.h"
+#include "plans/core/json_reader.h"
+#include "plans/plan/plan_json.h"
+#include "tests/support/golden.h"
+
+using namespace shardscope;
+using shardscope::test::samplePath;
+
+namespace {
+
+std::string planError(const std::string& text) {
+    auto j = parseJsonText(text, "plan.json");
+    if (!j) return j.error();
+    auto p = planFromJson(*j, "plan.json");
+    return p.ok() ? std::string() : p.error();
+}
+
+const char* kHead = R"({"format": "shardscope.plan", "version": 1, )";
+
+}  // namespace
+
+TEST(PlanJson, EverySampleRoundTripsLosslessly) {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(samplePath("plans"))) {
+        auto p = loadPlanFile(e.path().string());
+        ASSERT_TRUE(p.ok()) << p.error();
+        const nlohmann::json once = planToJson(*p);
+        auto again = planFromJson(once, "again.json");
+        ASSERT_TRUE(again.ok()) << again.error();
+        EXPECT_EQ(*again, *p) << e.path();
+        EXPECT_EQ(planToJson(*again), once) << e.path();
+        ++n;
+    }
+    EXPECT_GE(n, 5);
+}
+
+TEST(PlanJson, ExplicitNullsAndAbsentFieldsStayDistinct) {
+    auto j = parseJsonText(std::string(kHead) + R"("units": [
+        {"modules": ["a"], "reshard_after_forward": null, "mixed_precision": null},
+        {"modules": ["b"]}]})",
+                           "plan.json");
+    auto p = planFromJson(*j, "plan.json");
+    ASSERT_TRUE(p.ok()) << p.error();
+    EXPECT_TRUE(p->units[0].settings.reshardAfterForward.has_value());
+    EXPECT_TRUE(p->units[0].settings.mixedPrecision.has_value());
+    EXPECT_FALSE(p->units[1].settings.reshardAfterForward.has_value());
+    const auto out = planToJson(*p);
+    EXPECT_TRUE(out["units"][0]["reshard_after_forward"].is_null());
+    EXPECT_FALSE(out["units"][1].contains("reshard_after_forward"));
+}
+
+TEST(PlanJson, ErrorsNameFileFieldAndExpectation) {
+    const std::string h = kHead;
+    EXPECT_EQ(planError(h + R"("units": [{"modules": ["a"]}, {"modules": ["b"]}, {"modules": ["c"]},
+        {"modules": ["d"], "reshard_after_forward": "yes"}]})"),
+              "plan.json:/units/3/reshard_after_forward: expected bool or int, got \"yes\"");
+    EXPECT_EQ(planError(h + R"("units": [{"modules": ["a"], "reshard_after_forward": 0}]})"),
+              "plan.json:/units/0/reshard_after_forward: an int reshard_after_forward must be >= 1, got 0");
+    EXPECT_EQ(planError(h + R"("api": "fsdp3"})"),
+              "plan.json:/api: expected one of \"fsdp2\", \"fsdp1\", \"lightning\", got \"fsdp3\" (did you "
+              "mean \"fsdp2\"?)");
+    EXPECT_EQ(planError(h + R"("defaults": {"mixed_precision": {"param_dtype": "bf61"}}})"),
+              "plan.json:/defaults/mixed_precision/param_dtype: unknown dtype \"bf61\" (did you mean \"bf16\"?)");
+    EXPECT_EQ(planError(h + R"("defaults": {"reshard_after_froward": true}})"),
+              "plan.json:/defaults/reshard_after_froward: unknown field \"reshard_after_froward\" (did you mean "
+              "\"reshard_after_forward\"?)");
+    EXPECT_EQ(planError(h + R"("fsdp1": {"sharding_strategy": "FULL_SHARD"}})"),
+              "plan.json:/fsdp1: FSDP1 options need \"api\": \"fsdp1\" (this plan's api is \"fsdp2\")");
+    EXPECT_EQ(planError(h + R"("mesh": {"shape": [2, 0]}})"),
+              "plan.json:/mesh/shape/1: expected an integer >= 1, got 0");
+    EXPECT_EQ(planError(h + R"("units": [{"modules": []}]})"),
+              "plan.json:/units/0/modules: a unit needs at least one module");
+    EXPECT_EQ(planError(R"({"format": "shardscope.cluster", "version": 1})"),
+              "plan.json:/format: expected \"shardscope.plan\", got \"shardscope.cluster\"");
+    EXPECT_EQ(planError(h + R"("api": "lightning", "lightning": {"fp32_reduce_scatter": true}})"),
+              "plan.json:/lightning/fp32_reduce_scatter: fp32_reduce_scatter requires mixed precision: set "
+              "compute_dtype (fairscale asserts mixed_precision)");
+}
+
+TEST(ClusterJson, SamplesLoadAndRoundTrip) {
+    for (const char* f : {"h100-sxm-8x8.json", "h100-sxm-64x8.json", "h200-8x8.json", "a100-80gb-8x8.json",
+                          "cpu-2core.json"}) {
+        auto c = loadClusterFile(samplePath(std::string("clusters/") + f));
+        ASSERT_TRUE(c.ok()) << c.error();
+        auto back = clusterFromJson(clusterToJson(*c), "back.json");
+        ASSERT_TRUE(back.ok()) << back.error();
+        EXPECT_EQ(clusterToJson(*back), clusterToJson(*c));
+        EXPECT_FALSE(c->sources.empty()) << f << " must cite its figures";
+    }
+    auto h100 = loadClusterFile(samplePath("clusters/h100-sxm-64x8.json"));
+    EXPECT_EQ(h100->worldSize(), 512);
+    EXPECT_DOUBLE_EQ(h100->device.peakFor(DType::BFloat16), 989e12);
+    EXPECT_DOUBLE_EQ(h100->device.peakFor(DType::Int8), 67e12);  // falls back to fp32
+}
+
+TEST(ClusterJson, ErrorsNameTheField) {
+    auto j = readJsonFile(samplePath("clusters/h100-sxm-8x8.json"));
+    ASSERT_TRUE(j.ok());
+    (*j)["device"]["peak_flops"]["bfloat16"] = -1;
+    EXPECT_EQ(clusterFromJson(*j, "c.json").error(),
+              "c.json:/device/peak_flops/bfloat16: expected a positive number, got -1");
+    (*j)["device"]["peak_flops"] = {{"bf17", 1}};
+    EXPECT_EQ(clusterFromJson(*j, "c.json").error(),
+              "c.json:/device/peak_flops/bf17: unknown dtype \"bf17\" (did you mean \"bf16\"?)");
+    (*j)["node"].erase("devices_per_node");
+    (*j)["device"]["peak_flops"] = {{"bf16", 1}};
+    EXPECT_EQ(clusterFromJson(*j, "c.json").error(), "c.json:/node: missing required field \"devices_per_node\"");
+}

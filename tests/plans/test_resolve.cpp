@@ -1,0 +1,260 @@
+// SPDX-License-Identifier: Apache-2.0
+// Plan resolution: per-rank sizes as FSDP2 and FSDP1 pad them, reshard semantics, meshes,
+// prefetch lists, and every validation message.
+#include <gtest/gtest.h>
+
+#include "plans/model/model_json.h"
+#include "plans/plan/export.h"
+#include "plans/plan/plan_json.h"
+#include "plans/plan/resolve.h"
+#include "tests/support/golden.h"
+
+using namespace shardscope;
+using shardscope::test::samplePath;
+
+namespace {
+
+ModelGraph twoBlocks() {
+    ModelGraph g;
+    ModuleId layers = g.addModule(g.root(), "layers", "ModuleList", {"ModuleList"});
+    for (int i = 0; i < 2; ++i) {
+        ModuleId b = g.addModule(layers, std::to_string(i), "Block");
+        ModuleId a = g.addModule(b, "a", "Linear");
+        g.addParam(a, "weight", {10, 3}, DType::Float32);  // 30 elements
+        ModuleId c = g.addModule(b, "c", "Linear");
+        g.addParam(c, "weight", {7}, DType::Float32);
+    }
+    ModuleId head = g.addModule(g.root(), "head", "Linear");
+    g.addParam(head, "weight", {5, 2}, DType::Float32);
+    EXPECT_TRUE(g.finalize().ok());
+    return g;
+}
+
+Plan blockPlan(std::vector<int64_t> mesh) {
+    Plan p;
+    p.meshShape = std::move(mesh);
+    p.wrap.kind = WrapPolicySpec::Kind::ModuleClass;
+    p.wrap.classes = {"Block"};
+    return p;
+}
+
+std::vector<std::string> messages(const ResolvedPlan& r) {
+    std::vector<std::string> out;
+    for (const auto& p : r.problems) out.push_back(p.toString());
+    return out;
+}
+
+ModelGraph llama8b() { return std::move(loadModelFile(samplePath("models/llama3-8b/config.json"))).value(); }
+
+}  // namespace
+
+TEST(Sizes, Fsdp2PadsDimZeroPerParameter) {
+    const ModelGraph g = twoBlocks();
+    const ResolvedPlan r = resolvePlan(g, blockPlan({4}), nullptr, "plan.json");
+    ASSERT_FALSE(r.hasErrors()) << messages(r)[0];
+    const auto& u = r.units[1];  // layers.0
+    EXPECT_EQ(u.name, "layers.0");
+    // [10,3]: c = ceil(10/4) = 3 rows of 3 → 9; [7]: c = 2 → 2. All-gather: 4·(9+2).
+    EXPECT_EQ(u.numel, 37);
+    EXPECT_EQ(u.shardedNumel, 11);
+    EXPECT_EQ(u.shardedBytes, 44);
+    EXPECT_EQ(u.unshardedBytes, 4 * 11 * 4);
+    EXPECT_EQ(r.units[0].numel, 10);  // head stays with the root
+}
+
+TEST(Sizes, Fsdp1FlatParameterAlignsAndPads) {
+    const ModelGraph g = twoBlocks();
+    Plan p = blockPlan({4});
+    p.api = PlanApi::Fsdp1;
+    ResolvedPlan r = resolvePlan(g, p, nullptr, "plan.json");
+    // use_orig_params: 30 → pad to 32 (16 B = 4 fp32), + 7 = 39 → pad to 40 → shard 10.
+    EXPECT_EQ(r.units[1].shardedNumel, 10);
+    EXPECT_EQ(r.units[1].unshardedBytes, 160);
+    p.fsdp1.useOrigParams = false;
+    r = resolvePlan(g, p, nullptr, "plan.json");
+    // 37 unaligned → ceil(37/4) = 10, the tail rank padded.
+    EXPECT_EQ(r.units[1].shardedNumel, 10);
+    p.meshShape = {8};
+    r = resolvePlan(g, p, nullptr, "plan.json");
+    EXPECT_EQ(r.units[1].shardedNumel, 5);
+}
+
+TEST(Sizes, HsdpShardsOverTheInnerDimension) {
+    const ModelGraph g = llama8b();
+    Plan p = blockPlan({8, 8});
+    p.wrap.classes = {"LlamaDecoderLayer"};
+    const ResolvedPlan r = resolvePlan(g, p, nullptr, "plan.json");
+    ASSERT_FALSE(r.hasErrors());
+    EXPECT_TRUE(r.hsdp);
+    EXPECT_EQ(r.replicateSize, 8);
+    EXPECT_EQ(r.shardSize, 8);
+    // A Llama-3-8B layer is 218,112,000 fp32 elements; every dim 0 divides by 8.
+    EXPECT_EQ(r.units[1].shardedBytes, 218112000LL * 4 / 8);
+    EXPECT_EQ(r.units[1].unshardedBytes, 218112000LL * 4);
+}
+
+TEST(Reshard, NoneIsTrueExceptRootAndIntFollowsPyTorch) {
+    const ModelGraph g = twoBlocks();
+    Plan p = blockPlan({8});
+    ResolvedPlan r = resolvePlan(g, p, nullptr, "plan.json");
+    EXPECT_EQ(r.units[0].reshard, Reshard::False);  // root left at None
+    EXPECT_EQ(r.units[1].reshard, Reshard::True);
+
+    p.defaults.reshardAfterForward = ReshardSetting::ofBool(true);  // explicit: root too
+    r = resolvePlan(g, p, nullptr, "plan.json");
+    EXPECT_EQ(r.units[0].reshard, Reshard::True);
+
+    p.defaults.reshardAfterForward = ReshardSetting::ofInt(4);
+    r = resolvePlan(g, p, nullptr, "plan.json");
+    EXPECT_EQ(r.units[1].reshard, Reshard::Int);
+    EXPECT_EQ(r.units[1].reshardK, 4);
+    EXPECT_EQ(r.units[1].postForwardBytes, r.units[1].unshardedBytes / 4);
+    p.defaults.reshardAfterForward = ReshardSetting::ofInt(1);
+    EXPECT_EQ(resolvePlan(g, p, nullptr, "plan.json").units[1].reshard, Reshard::False);
+    p.defaults.reshardAfterForward = ReshardSetting::ofInt(8);
+    EXPECT_EQ(resolvePlan(g, p, nullptr, "plan.json").units[1].reshard, Reshard::True);
+    p.defaults = {};
+    p.units.push_back({"", {"layers.1"}, {}, {}, {}, "plan.json:/units/0"});
+    p.units[0].settings.reshardAfterForward = ReshardSetting::ofInt(3);
+    r = resolvePlan(g, p, nullptr, "plan.json");
+    EXPECT_EQ(messages(r), (std::vector<std::string>{
+                               "plan.json:/units/0: error: reshard_after_forward=3 must divide the shard "
+                               "size 8 (the post-forward group is mesh.view(-1, k))"}));
+}
+
+TEST(Validation, MeshAndClusterMustAgree) {
+    const ModelGraph g = twoBlocks();
+    ClusterSpec c;
+    c.name = "16 GPUs";
+    c.nodes = 2;
+    c.node.devicesPerNode = 8;
+    ResolvedPlan r = resolvePlan(g, blockPlan({2, 4}), &c, "plan.json");
+    EXPECT_EQ(messages(r), (std::vector<std::string>{
+                               "plan.json:/mesh/shape: error: world size 16 of cluster \"16 GPUs\" does not "
+                               "equal the mesh product 2x4 = 8"}));
+    r = resolvePlan(g, blockPlan({2, 2, 2}), nullptr, "plan.json");
+    EXPECT_EQ(messages(r)[0],
+              "plan.json:/mesh/shape: error: a mesh must be 1D (FSDP) or 2D (HSDP: [replicate, shard]), got 3 "
+              "dimensions");
+    r = resolvePlan(g, blockPlan({}), nullptr, "plan.json");
+    EXPECT_NE(messages(r)[0].find("no device mesh"), std::string::npos);
+    // No mesh: the cluster gives it; FSDP1 hybrid shards within a node.
+    Plan h = blockPlan({});
+    h.api = PlanApi::Fsdp1;
+    h.fsdp1.shardingStrategy = "HYBRID_SHARD";
+    r = resolvePlan(g, h, &c, "plan.json");
+    EXPECT_FALSE(r.hasErrors());
+    EXPECT_EQ(r.shardSize, 8);
+    EXPECT_EQ(r.replicateSize, 2);
+    h.fsdp1.shardingStrategy = "NO_SHARD";
+    r = resolvePlan(g, h, &c, "plan.json");
+    EXPECT_EQ(r.shardSize, 1);
+    EXPECT_EQ(r.units[1].unshardedBytes, r.units[1].shardedBytes);
+}
+
+TEST(Validation, UnknownModulesSuggestTheNearest) {
+    const ModelGraph g = llama8b();
+    Plan p;
+    p.meshShape = {8};
+    p.units.push_back({"", {"model.layer.3"}, {}, {}, {}, "plan.json:/units/0"});
+    const ResolvedPlan r = resolvePlan(g, p, nullptr, "plan.json");
+    EXPECT_EQ(messages(r), (std::vector<std::string>{"plan.json:/units/0/modules/0: error: unknown module "
+                                                     "\"model.layer.3\" (did you mean \"model.layers.3\"?)"}));
+}
+
+TEST(Validation, OverlappingUnitsAndPrefetchTargets) {
+    const ModelGraph g = twoBlocks();
+    Plan p = blockPlan({2});
+    p.units.push_back({"pair", {"layers.0.a", "layers.0.a"}, {}, {}, {}, "plan.json:/units/0"});
+    p.units.push_back({"", {"layers.1"}, {}, std::vector<std::string>{"layers.0.c", "nope", "layers.1"}, {},
+                       "plan.json:/units/1"});
+    p.units.push_back({"", {"head", "layers.1"}, {}, {}, {}, "plan.json:/units/2"});
+    p.units.push_back({"", {"layers.0.a", "layers.0"}, {}, {}, {}, "plan.json:/units/3"});
+    const ResolvedPlan r = resolvePlan(g, p, nullptr, "plan.json");
+    EXPECT_EQ(messages(r),
+              (std::vector<std::string>{
+                  "plan.json:/units/0/modules/1: error: \"layers.0.a\" is listed twice in this unit",
+                  "plan.json:/units/2/modules: error: \"layers.1\" is already in unit layers.1",
+                  "plan.json:/units/3/modules/1: error: \"layers.0\" contains \"layers.0.a\", which this unit "
+                  "also lists; a unit's modules must not nest",
+                  "plan.json:/units/3/modules/0: error: \"layers.0.a\" is already a unit (plan.json:/units/0)",
+                  "plan.json:/units/1/forward_prefetch/0: error: prefetch target \"layers.0.c\" is not a unit (it "
+                  "is a module inside unit layers.0; make it a unit to prefetch it)",
+                  "plan.json:/units/1/forward_prefetch/1: error: prefetch target \"nope\" is not a unit",
+                  "plan.json:/units/1/forward_prefetch/2: error: a unit cannot prefetch itself"}));
+}
+
+TEST(Validation, ScalarParametersAndFsdp1OnlyFeatures) {
+    ModelGraph g;
+    ModuleId m = g.addModule(g.root(), "scale", "Scale");
+    g.addParam(m, "alpha", {}, DType::Float32);
+    ASSERT_TRUE(g.finalize().ok());
+    Plan p;
+    p.meshShape = {2};
+    ResolvedPlan r = resolvePlan(g, p, nullptr, "plan.json");
+    ASSERT_EQ(r.errorCount(), 1u);
+    EXPECT_EQ(r.problems[0].message,
+              "parameter \"scale.alpha\" is a scalar; fully_shard cannot shard 0-dim parameters: list it in "
+              "\"ignored_params\"");
+    p.ignoredParams = {"scale.alpha"};
+    r = resolvePlan(g, p, nullptr, "plan.json");
+    EXPECT_FALSE(r.hasErrors());
+    EXPECT_EQ(r.units[0].numel, 0);
+
+    const ModelGraph t = twoBlocks();
+    Plan f = blockPlan({2});
+    f.api = PlanApi::Fsdp1;
+    f.units.push_back({"", {"layers.0"}, {}, std::vector<std::string>{"layers.1"}, {}, "plan.json:/units/0"});
+    f.units[0].settings.reshardAfterForward = ReshardSetting::ofInt(2);
+    r = resolvePlan(t, f, nullptr, "plan.json");
+    EXPECT_EQ(messages(r), (std::vector<std::string>{
+                               "plan.json:/units/0: error: an int reshard_after_forward is an FSDP2 feature; "
+                               "FSDP1 chooses resharding through sharding_strategy",
+                               "plan.json:/units/0/forward_prefetch: error: explicit prefetch lists are an "
+                               "FSDP2 feature; under FSDP1 use fsdp1.forward_prefetch and "
+                               "fsdp1.backward_prefetch"}));
+}
+
+TEST(MixedPrecision, NormalisedAsMixedPrecisionPolicy) {
+    const ModelGraph g = twoBlocks();
+    Plan p = blockPlan({2});
+    p.defaults.mixedPrecision = MixedPrecisionSpec{DType::Float32, DType::Float32, {}, true};
+    ResolvedPlan r = resolvePlan(g, p, nullptr, "plan.json");
+    EXPECT_FALSE(r.units[1].mixedPrecision.paramDtype.has_value());  // equals the original
+    EXPECT_FALSE(r.units[1].mixedPrecision.reduceDtype.has_value());
+    p.defaults.mixedPrecision = MixedPrecisionSpec{DType::BFloat16, DType::BFloat16, {}, true};
+    r = resolvePlan(g, p, nullptr, "plan.json");
+    EXPECT_EQ(r.units[1].allGatherDtype, DType::BFloat16);
+    EXPECT_FALSE(r.units[1].mixedPrecision.reduceDtype.has_value());  // equals param_dtype
+    EXPECT_EQ(r.units[1].reduceDtype, DType::BFloat16);
+    // N = 2: [10,3] → 5 rows → 15; [7] → 4; all-gather 2·19 bf16 elements.
+    EXPECT_EQ(r.units[1].unshardedBytes, 2 * 19 * 2);
+}
+
+TEST(Order, ApplicationOrderIsBottomUpWithTheRootLast) {
+    const ModelGraph g = twoBlocks();
+    const ResolvedPlan r = resolvePlan(g, blockPlan({2}), nullptr, "plan.json");
+    std::vector<std::string> names;
+    for (UnitId u : r.applicationOrder()) names.push_back(r.units[u.index()].displayName());
+    EXPECT_EQ(names, (std::vector<std::string>{"layers.1", "layers.0", "<root>"}));
+}
+
+TEST(Export, Fsdp2ListsCallsChildrenFirstWithEffectiveKwargs) {
+    const ModelGraph g = llama8b();
+    auto p = loadPlanFile(samplePath("plans/llama-hsdp-prefetch.json"));
+    ASSERT_TRUE(p.ok()) << p.error();
+    const ResolvedPlan r = resolvePlan(g, *p, nullptr, "plan.json");
+    ASSERT_FALSE(r.hasErrors());
+    const auto j = exportPlan(r, ExportFormat::Fsdp2);
+    EXPECT_EQ(j["mesh"]["shape"], nlohmann::json({8, 8}));
+    EXPECT_EQ(j["fully_shard"].size(), 33u);
+    EXPECT_EQ(j["fully_shard"][0]["modules"], nlohmann::json({"model.layers.31"}));
+    EXPECT_EQ(j["fully_shard"].back()["modules"], nlohmann::json({""}));
+    EXPECT_EQ(j["fully_shard"][0]["kwargs"]["reshard_after_forward"], 4);
+    EXPECT_EQ(j["fully_shard"][0]["kwargs"]["mp_policy"]["param_dtype"], "torch.bfloat16");
+    EXPECT_EQ(j["forward_prefetch"]["model.layers.0"], nlohmann::json({"model.layers.1", "model.layers.2"}));
+    EXPECT_EQ(j["activation_checkpointing"]["model.layers.7"], "selective");
+    const auto f1 = exportPlan(r, ExportFormat::Fsdp1);
+    EXPECT_EQ(f1["kwargs"]["auto_wrap_policy"]["type"], "ModuleWrapPolicy");
+    EXPECT_EQ(f1["kwargs"]["sharding_strategy"], "HYBRID_SHARD");
+}
