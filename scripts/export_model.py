@@ -1,0 +1,290 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Export any torch.nn.Module as a ShardScope model JSON ("format": "shardscope.model").
+
+The module is built under FakeTensorMode (tensors with shapes and dtypes but no memory), so a
+70B model exports in seconds on a laptop. Recorded:
+  * the module tree as named_modules() yields it, with class names and base classes
+    (for isinstance-style wrap policies such as _BatchNorm or ModuleList);
+  * parameters (shape, dtype, requires_grad), tied parameters once with every owner, and
+    buffers (persistent or not);
+  * per module, measured for one forward and backward on meta tensors:
+      - FLOPs with torch.utils.flop_counter's formulas (FlopCounterMode's), forward and
+        backward apart; backward ops charged to the module whose forward created them,
+      - bytes saved for backward via torch.autograd.graph.saved_tensors_hooks, each storage
+        counted once and attributed to the innermost module running when it was first
+        saved; parameters and buffers are not activations,
+      - bytes read and written by operators FlopCounterMode does not count (memory-bound
+        work), forward only; backward memory traffic is taken as twice that,
+      - output bytes of the module's forward.
+    Costs are measured at sequence lengths S and 2S and fitted to
+    value = per_token·(B·S) + per_token_seq·(B·S)·S, which separates attention's
+    quadratic term. Self costs exclude children.
+
+Examples:
+  scripts/export_model.py --factory mypkg.models:build_model --kwargs '{"depth": 12}' \\
+      --input tokens:50000 --batch 2 --seq 512 -o model.json
+  scripts/export_model.py --hf-config samples/models/gpt2/config.json --input tokens --seq 256 -o gpt2.json
+  scripts/export_model.py --factory torchvision.models:resnet18 --input image:3x224x224 -o resnet18.json
+"""
+import argparse
+import importlib
+import json
+import os
+import sys
+import tempfile
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("Examples:")[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--factory", help="MODULE:CALLABLE returning an nn.Module (a class or a function)")
+    src.add_argument("--hf-config", help="a Hugging Face config.json (needs transformers)")
+    p.add_argument("--kwargs", default="{}", help="JSON object of keyword arguments for the factory")
+    p.add_argument("--input", default="tokens",
+                   help="input kind: tokens[:VOCAB] (int64 [B,S]), features:F (float [B,S,F]), "
+                        "image:CxHxW (float [B,C,H,W], no sequence)")
+    p.add_argument("--batch", type=int, default=2, help="micro-batch size to measure at [2]")
+    p.add_argument("--seq", type=int, default=128, help="sequence length to measure at (and twice it) [128]")
+    p.add_argument("--dtype", default="float32", help="parameter and activation dtype [float32]")
+    p.add_argument("--name", help="model name to record [the class name]")
+    p.add_argument("-o", "--output", required=True, help="output file (written atomically)")
+    return p.parse_args(argv)
+
+
+def build_module(args, torch, fake_mode):
+    kwargs = json.loads(args.kwargs)
+    if args.hf_config:
+        import transformers
+        cfg = transformers.AutoConfig.from_pretrained(args.hf_config)
+        with fake_mode:
+            return transformers.AutoModelForCausalLM.from_config(cfg, **kwargs)
+    mod_name, _, attr = args.factory.partition(":")
+    if not attr:
+        raise SystemExit(f"--factory: expected MODULE:CALLABLE, got {args.factory!r}")
+    factory = getattr(importlib.import_module(mod_name), attr)
+    with fake_mode:
+        return factory(**kwargs)
+
+
+def make_input(args, model, seq, torch, fake_mode):
+    kind, _, spec = args.input.partition(":")
+    with fake_mode:
+        if kind == "tokens":
+            vocab = int(spec) if spec else getattr(getattr(model, "config", None), "vocab_size", 1000)
+            return torch.randint(0, vocab, (args.batch, seq))
+        if kind == "features":
+            return torch.empty(args.batch, seq, int(spec), dtype=getattr(torch, args.dtype))
+        if kind == "image":
+            dims = [int(x) for x in spec.split("x")]
+            return torch.empty(args.batch, *dims, dtype=getattr(torch, args.dtype))
+    raise SystemExit(f"--input: unknown kind {kind!r} (tokens, features or image)")
+
+
+def scalar_loss(out, torch):
+    """Reduces a model output to a scalar to run backward (HF outputs: logits)."""
+    if hasattr(out, "logits"):
+        out = out.logits
+    if isinstance(out, (tuple, list)):
+        out = out[0]
+    if isinstance(out, dict):
+        out = next(iter(out.values()))
+    return out.float().sum()
+
+
+def measure(model, inp, torch):
+    """One forward and backward on fake tensors; per-module self costs.
+
+    FLOPs use FlopCounterMode's formulas (torch.utils.flop_counter.flop_registry). In
+    forward, an operator's cost goes to the innermost module running. In backward,
+    FlopCounterMode's own module attribution is approximate (it can charge one op to
+    several modules), so instead every autograd node is tagged in forward with the module
+    that created it, and a backward op is charged to the module of the node executing it
+    (torch._C._current_autograd_node()). Untagged nodes (the loss) go to the root.
+    """
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import flop_registry
+    import torch.utils._pytree as pytree
+
+    names = {m: n for n, m in model.named_modules()}
+    zero = lambda: {n: 0 for n in names.values()}  # noqa: E731
+    fwd_flops, bwd_flops, saved, out_bytes, mem = zero(), zero(), zero(), zero(), zero()
+    stack = [""]
+    node_module = {}
+    param_storages = {p.untyped_storage()._cdata for p in model.parameters()}
+    param_storages |= {b.untyped_storage()._cdata for b in model.buffers()}
+    seen = set()
+    no_traffic = {"view", "_unsafe_view", "t", "transpose", "expand", "permute", "unsqueeze", "squeeze",
+                  "detach", "slice", "select", "alias", "reshape", "split", "split_with_sizes", "as_strided",
+                  "_reshape_alias", "unbind", "chunk", "narrow", "lift_fresh"}
+
+    def pre(mod, _):
+        stack.append(names[mod])
+
+    def post(mod, _, out):
+        stack.pop()
+        flat = [out.logits] if hasattr(out, "logits") else pytree.tree_leaves(out)
+        out_bytes[names[mod]] += sum(t.numel() * t.element_size() for t in flat if isinstance(t, torch.Tensor))
+
+    hooks = [m.register_forward_pre_hook(pre) for m in names] + [m.register_forward_hook(post) for m in names]
+
+    def pack(t):
+        key = t.untyped_storage()._cdata
+        if key not in seen and key not in param_storages:
+            seen.add(key)
+            saved[stack[-1]] += t.untyped_storage().nbytes()
+        return t
+
+    class TagNodes(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in pytree.tree_leaves(out):
+                if isinstance(t, torch.Tensor) and t.grad_fn is not None and t.grad_fn not in node_module:
+                    node_module[t.grad_fn] = stack[-1]
+            return out
+
+    class Costs(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            packet = func._overloadpacket
+            node = torch._C._current_autograd_node()
+            if packet in flop_registry:
+                flops = flop_registry[packet](*args, **kwargs, out_val=out)
+                if node is None:
+                    fwd_flops[stack[-1]] += flops
+                else:
+                    bwd_flops[node_module.get(node, "")] += flops
+            elif node is None and packet.__name__ not in no_traffic:
+                tensors = [a for a in pytree.tree_leaves((args, kwargs, out)) if isinstance(a, torch.Tensor)]
+                mem[stack[-1]] += sum(a.numel() * a.element_size() for a in tensors)
+            return out
+
+    try:
+        with Costs():
+            with TagNodes(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                out = model(inp)
+            loss = scalar_loss(out, torch)
+            loss.backward()
+    finally:
+        for h in hooks:
+            h.remove()
+    return fwd_flops, bwd_flops, saved, out_bytes, mem
+
+
+def register_cpu_sdpa_flops():
+    """FlopCounterMode counts the CUDA SDPA kernels but not the CPU flash variant that fake
+    CPU tensors dispatch to; count it with PyTorch's own SDPA formulas so an export made on
+    a CPU machine counts attention as a GPU run does."""
+    import torch
+    from torch.utils import flop_counter as fc
+    aten = torch.ops.aten
+
+    def gqa(q, k, v):
+        # enable_gqa: K/V heads broadcast over the query heads; the work is that of H heads.
+        return (q[0], q[1], k[2], k[3]), (q[0], q[1], v[2], v[3])
+
+    fwd_op = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    bwd_op = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+    if fwd_op is not None and fwd_op not in fc.flop_registry:
+        @fc.register_flop_formula(fwd_op)
+        def _fwd(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs):
+            return fc.sdpa_flop_count(query_shape, *gqa(query_shape, key_shape, value_shape))
+    if bwd_op is not None and bwd_op not in fc.flop_registry:
+        @fc.register_flop_formula(bwd_op)
+        def _bwd(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs):
+            return fc.sdpa_backward_flop_count(grad_out_shape, query_shape, *gqa(query_shape, key_shape, value_shape))
+
+
+def fit(v1, v2, batch, seq):
+    """Solve v(s) = a·B·s + c·B·s² from v(seq) = v1 and v(2·seq) = v2."""
+    c = (v2 - 2 * v1) / (2 * batch * seq * seq)
+    if c < 1e-9 * max(abs(v1), 1):  # numerical noise or strictly linear
+        c = 0.0
+    a = (v1 - c * batch * seq * seq) / (batch * seq)
+    return [max(a, 0.0), max(c, 0.0)]
+
+
+def export(args):
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    torch.manual_seed(0)
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    register_cpu_sdpa_flops()
+    model = build_module(args, torch, fake_mode)
+    model = model.to(dtype=getattr(torch, args.dtype)) if args.dtype != "float32" else model
+    model.train()
+    has_seq = not args.input.startswith("image")
+    seqs = [args.seq, 2 * args.seq] if has_seq else [1, 1]
+    runs = []
+    for s in seqs:
+        runs.append(measure(model, make_input(args, model, s, torch, fake_mode), torch))
+        model.zero_grad(set_to_none=True)
+
+    canonical = {}
+    for n, p in model.named_parameters():
+        canonical.setdefault(id(p), n)
+    modules = []
+    b = args.batch
+    for name, m in model.named_modules():
+        mro = [c.__name__ for c in type(m).__mro__[1:] if c not in (torch.nn.Module, object)]
+        entry = {"name": name, "class": type(m).__name__}
+        if mro:
+            entry["bases"] = mro
+        params, tied = [], []
+        for local, p in m._parameters.items():
+            if p is None:
+                continue
+            full = f"{name}.{local}" if name else local
+            if canonical[id(p)] == full:
+                params.append({"name": local, "shape": list(p.shape), "dtype": str(p.dtype).replace("torch.", ""),
+                               "requires_grad": p.requires_grad})
+            else:
+                tied.append({"name": local, "same_as": canonical[id(p)]})
+        if params:
+            entry["params"] = params
+        if tied:
+            entry["tied_params"] = tied
+        bufs = [{"name": k, "shape": list(v.shape), "dtype": str(v.dtype).replace("torch.", ""),
+                 "persistent": k not in m._non_persistent_buffers_set}
+                for k, v in m._buffers.items() if v is not None]
+        if bufs:
+            entry["buffers"] = bufs
+        cost = {}
+        for key, idx in (("fwd_flops", 0), ("bwd_flops", 1), ("saved_bytes", 2), ("output_bytes", 3),
+                         ("fwd_mem_bytes", 4)):
+            v1, v2 = runs[0][idx][name], runs[1][idx][name]
+            if has_seq:
+                val = fit(float(v1), float(v2), b, args.seq)
+            else:
+                val = [float(v1) / b, 0.0]
+            if val != [0.0, 0.0]:
+                cost[key] = val
+        if "fwd_mem_bytes" in cost:
+            cost["bwd_mem_bytes"] = [2 * x for x in cost["fwd_mem_bytes"]]
+        if cost:
+            entry["cost"] = cost
+        modules.append(entry)
+    doc = {
+        "format": "shardscope.model", "version": 1,
+        "name": args.name or type(model).__name__,
+        "source": "scripts/export_model.py (torch %s, FakeTensorMode, flop_counter formulas, saved_tensors_hooks)"
+                  % torch.__version__,
+        "activation_dtype": args.dtype,
+        "measured_at": {"batch": b, "seq": args.seq if has_seq else 1},
+        "total_params": sum(p.numel() for p in model.parameters()),
+        "modules": modules,
+    }
+    out_dir = os.path.dirname(os.path.abspath(args.output))
+    fd, tmp = tempfile.mkstemp(prefix=".export-", dir=out_dir)
+    with os.fdopen(fd, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, args.output)
+    print(f"wrote {args.output}: {len(modules)} modules, {doc['total_params']:,} parameters", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    export(parse_args(sys.argv[1:]))
