@@ -459,6 +459,11 @@ struct Resolver {
                     u.shardedNumel += c * rest;
                     u.shardedBytes += c * rest * osz;
                     u.unshardedBytes += N * c * rest * dtypeSize(ag);
+                    // int reshard: the kept copy is the original dim 0 chunked over the
+                    // k-rank post-forward group (FSDPParam.sharded_post_forward_size in
+                    // PyTorch 2.11), not 1/k of the padded all-gather output.
+                    if (u.reshard == Reshard::Int)
+                        u.postForwardBytes += ceilDiv(d0, u.reshardK) * rest * dtypeSize(ag);
                 }
             }
             if (r.flatParams) {
@@ -470,7 +475,7 @@ struct Resolver {
                 u.shardedBytes = shard * dtypeSize(orig);
                 u.unshardedBytes = N * shard * dtypeSize(u.allGatherDtype);
             }
-            if (u.reshard == Reshard::Int) u.postForwardBytes = u.unshardedBytes / u.reshardK;
+
         }
     }
 
@@ -519,8 +524,21 @@ struct Resolver {
 
     void checkRest() {
         for (const auto& u : r.units) {
-            if (u.params.empty() && !u.isRoot)
-                warning(u.pointer, "unit " + u.displayName() + " manages no parameters");
+            if (u.params.empty() && !u.isRoot) {
+                // Say where the unit's parameters went when it has some: tied ones go to
+                // the lowest unit containing every owner (FSDP1).
+                std::string why;
+                for (ModuleId m : u.modules)
+                    if (g.subtreeNumel(m) > 0 && why.empty())
+                        for (ParamId pid : g.subtreeParams(m))
+                            if (r.unitOfParam[pid.index()].valid()) {
+                                why = "; its parameter \"" + g.param(pid).name + "\" is shared and belongs to unit " +
+                                      r.units[r.unitOfParam[pid.index()].index()].displayName() +
+                                      ", the lowest unit containing every owner";
+                                break;
+                            }
+                warning(u.pointer, "unit " + u.displayName() + " manages no parameters" + why);
+            }
             if (u.frozenNumel > 0 && u.frozenNumel < u.numel && r.flatParams &&
                 p.api == PlanApi::Fsdp1) {
                 if (p.fsdp1.useOrigParams)

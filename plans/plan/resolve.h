@@ -14,7 +14,9 @@
 //    ceil(T/N) (FlatParamHandle._init_flat_param_and_metadata, _get_shard).
 //  - reshard_after_forward None means True except on the root, which becomes False; an int
 //    k must divide the shard size, 1 behaves as False and the shard size as True
-//    (_fsdp_init._get_post_forward_mesh_info).
+//    (_fsdp_init._get_post_forward_mesh_info); the copy kept after forward holds
+//    ceil(d0/k)·R elements per parameter in param_dtype (checked against fully_shard in
+//    tests/python/test_fsdp2_sizes.py).
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,7 +50,7 @@ struct ResolvedUnit {
     int64_t shardedNumel = 0;     // per rank, with padding
     int64_t shardedBytes = 0;     // per rank, original dtype, with padding
     int64_t unshardedBytes = 0;   // all-gather output per rank, all-gather dtype, padded
-    int64_t postForwardBytes = 0; // int reshard: the 1/k copy kept after forward
+    int64_t postForwardBytes = 0; // int reshard: the copy kept after forward, per rank
     ReshardSetting reshardDeclared;
     Reshard reshard = Reshard::True;
     int64_t reshardK = 0;  // group size of the post-forward copy when reshard == Int

@@ -17,7 +17,6 @@ struct Wrapper {
     const ModelGraph& g;
     const WrapOptions& o;
     std::vector<std::regex> patterns;
-    std::vector<char> flattened;  // per parameter: already in a wrapped unit
     std::vector<char> ignored;    // per parameter
     std::vector<int32_t> seen;    // per parameter: last module that counted it
     WrapResult result;
@@ -62,7 +61,10 @@ struct Wrapper {
         return user || bn;
     }
 
-    // sum(p.numel() for p in module.parameters() if p not ignored and not flattened)
+    // sum(p.numel() for p in module.parameters() if p not in ignored_params). PyTorch
+    // 2.11 no longer skips parameters already flattened into a wrapped unit here, so a
+    // parameter tied across siblings counts in each (and a parent's remainder can go
+    // negative); older releases subtracted them.
     int64_t nonwrappedNumel(ModuleId m) {
         int64_t n = 0;
         const int32_t end = g.module(m).subtreeEnd;
@@ -70,16 +72,9 @@ struct Wrapper {
             for (ParamId p : g.modules()[i].params) {
                 if (seen[p.index()] == m.value) continue;  // tied: once per module.parameters()
                 seen[p.index()] = m.value;
-                if (!ignored[p.index()] && !flattened[p.index()]) n += g.param(p).numel;
+                if (!ignored[p.index()]) n += g.param(p).numel;
             }
         return n;
-    }
-
-    void markFlattened(ModuleId m) {
-        const int32_t end = g.module(m).subtreeEnd;
-        for (int32_t i = m.value; i < end; ++i)
-            for (ParamId p : g.modules()[i].params)
-                if (!ignored[p.index()]) flattened[p.index()] = 1;
     }
 
     // Returns the numel this call wrapped, as _recursive_wrap does.
@@ -93,7 +88,6 @@ struct Wrapper {
         if (!onlyWrapChildren && policy(m, false, remainder, &byBatchNorm)) {
             result.wrapped.push_back(m);
             if (byBatchNorm) result.batchNormUnits.push_back(m);
-            markFlattened(m);
             return nonwrapped;
         }
         return totalWrapped;
@@ -103,7 +97,7 @@ struct Wrapper {
 }  // namespace
 
 Expected<WrapResult> applyWrapPolicy(const ModelGraph& g, const WrapOptions& o) {
-    Wrapper w{g, o, {}, {}, {}, {}, {}};
+    Wrapper w{g, o, {}, {}, {}, {}};
     for (const auto& p : o.policy.patterns) {
         try {
             w.patterns.emplace_back(p, std::regex::ECMAScript);
@@ -111,7 +105,6 @@ Expected<WrapResult> applyWrapPolicy(const ModelGraph& g, const WrapOptions& o) 
             return Error{"invalid name pattern \"" + p + "\": " + e.what()};
         }
     }
-    w.flattened.assign(g.paramCount(), 0);
     w.ignored.assign(g.paramCount(), 0);
     w.seen.assign(g.paramCount(), -1);
     for (ParamId p : o.ignoredParams) w.ignored[p.index()] = 1;

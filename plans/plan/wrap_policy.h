@@ -2,9 +2,11 @@
 #pragma once
 // Auto-wrap policies with FSDP1's exact semantics (torch/distributed/fsdp/wrap.py):
 // `_recursive_wrap` is a post-order recursion that asks the policy, at each module,
-// whether to recurse into its children (recurse=True, with the subtree's not-yet-wrapped
-// numel) and, after the children, whether to wrap the module itself (recurse=False, with
-// the remainder: not-yet-wrapped numel minus what the children wrapped). The root is
+// whether to recurse into its children (recurse=True, with the numel of
+// module.parameters() less ignored ones) and, after the children, whether to wrap the
+// module itself (recurse=False, with the remainder: that numel minus what the children
+// wrapped). Checked against PyTorch 2.11's own _recursive_wrap in
+// tests/python/test_wrap_peer.py. The root is
 // wrapped by the caller (only_wrap_children=True), so it is always a unit.
 #include <string>
 #include <vector>

@@ -147,7 +147,9 @@ TEST(TiedParameters, Fsdp2RequiresGroupingFsdp1UsesLowestCommonUnit) {
     EXPECT_EQ(r.units[0].numel, 8000);
     EXPECT_EQ(r.units[r.findUnit("model.embed")->index()].numel, 0);
     ASSERT_EQ(r.problems.size(), 1u);
-    EXPECT_EQ(r.problems[0].message, "unit model.embed manages no parameters");
+    EXPECT_EQ(r.problems[0].message,
+              "unit model.embed manages no parameters; its parameter \"model.embed.weight\" is shared and "
+              "belongs to unit <root>, the lowest unit containing every owner");
 }
 
 TEST(BatchNorm, WrappedAloneInFullPrecisionUnderFsdp1MixedPrecision) {
