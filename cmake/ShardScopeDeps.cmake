@@ -13,12 +13,12 @@ endfunction()
 # --- Qt6 (GUI) -----------------------------------------------------------------------
 set(SHARDSCOPE_HAVE_GUI OFF)
 if(NOT SHARDSCOPE_WITH_GUI STREQUAL "OFF")
-  find_package(Qt6 6.2 QUIET COMPONENTS Widgets Charts Test)
+  find_package(Qt6 6.2 QUIET COMPONENTS Widgets Concurrent Charts Test)
   if(Qt6_FOUND)
     set(SHARDSCOPE_HAVE_GUI ON)
   endif()
   shardscope_optional(GUI "${SHARDSCOPE_WITH_GUI}" "${Qt6_FOUND}"
-    "Qt6 Widgets/Charts/Test were not found (apt: qt6-base-dev qt6-charts-dev libqt6opengl6-dev)")
+    "Qt6 Widgets/Concurrent/Charts/Test were not found (apt: qt6-base-dev qt6-charts-dev libqt6opengl6-dev)")
 endif()
 
 # --- LibTorch ----------------------------------------------------------------------------

@@ -21,7 +21,7 @@ std::string samplePath(const std::string& relative) {
 
 CommandResult runCommand(const std::string& command, bool mergeStderr) {
     CommandResult r;
-    const std::string cmd = command + (mergeStderr ? " 2>&1" : "");
+    const std::string cmd = command + (mergeStderr ? " 2>&1" : " 2>/dev/null");
     FILE* p = ::popen(cmd.c_str(), "r");
     if (!p) return r;
     char buf[4096];

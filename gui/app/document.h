@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// What the app has open: at most one model, plan and cluster, and the plan resolved
+// against them. Loading and resolving are plain functions so they run off the GUI thread
+// and are tested without widgets; results are immutable snapshots.
+#include <QString>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "plans/cluster/cluster.h"
+#include "plans/model/model_graph.h"
+#include "plans/plan/plan.h"
+#include "plans/plan/resolve.h"
+
+namespace shardscope::gui {
+
+struct LoadedFile {
+    enum class Kind { Model, Plan, Cluster } kind = Kind::Model;
+    QString path;
+    std::shared_ptr<const ModelGraph> model;
+    std::shared_ptr<const Plan> plan;
+    std::shared_ptr<const ClusterSpec> cluster;
+    QString error;  // non-empty when loading failed; names the file and field
+};
+
+// Sniffs the file (HF config / shardscope.model / shardscope.plan / shardscope.cluster).
+[[nodiscard]] LoadedFile loadFile(const QString& path);
+
+struct Document {
+    std::shared_ptr<const ModelGraph> model;
+    std::shared_ptr<const Plan> plan;
+    std::shared_ptr<const ClusterSpec> cluster;
+    QString modelPath, planPath, clusterPath;
+    std::shared_ptr<const ResolvedPlan> resolved;  // when model and plan are both open
+
+    void apply(const LoadedFile& f);  // replaces the slot of f's kind and re-resolves
+};
+
+}  // namespace shardscope::gui

@@ -1,0 +1,214 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gui/app/main_window.h"
+
+#include <QDragEnterEvent>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QFutureWatcher>
+#include <QHeaderView>
+#include <QLabel>
+#include <QListWidget>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QMimeData>
+#include <QProgressBar>
+#include <QSettings>
+#include <QSortFilterProxyModel>
+#include <QSplitter>
+#include <QStatusBar>
+#include <QTableView>
+#include <QTreeView>
+#include <QVBoxLayout>
+#include <QtConcurrent/QtConcurrent>
+
+#include "gui/models/module_tree_model.h"
+#include "gui/models/unit_table_model.h"
+#include "plans/core/strings.h"
+
+namespace shardscope::gui {
+
+MainWindow::MainWindow(QWidget* parent)
+    : QMainWindow(parent), m_tree(new ModuleTreeModel(this)), m_units(new UnitTableModel(this)) {
+    setWindowTitle("ShardScope");
+    setAcceptDrops(true);
+    resize(1280, 760);
+
+    m_treeView = new QTreeView;
+    m_treeView->setModel(m_tree);
+    m_treeView->setUniformRowHeights(true);
+    m_treeView->setAlternatingRowColors(true);
+
+    auto* proxy = new QSortFilterProxyModel(this);
+    proxy->setSourceModel(m_units);
+    proxy->setSortRole(UnitTableModel::SortRole);
+    m_unitView = new QTableView;
+    m_unitView->setModel(proxy);
+    m_unitView->setSortingEnabled(true);
+    m_unitView->sortByColumn(-1, Qt::AscendingOrder);
+    m_unitView->verticalHeader()->hide();
+    m_unitView->verticalHeader()->setDefaultSectionSize(m_unitView->fontMetrics().height() + 6);
+    m_unitView->setAlternatingRowColors(true);
+    m_unitView->horizontalHeader()->setStretchLastSection(true);
+    m_unitView->setSelectionBehavior(QAbstractItemView::SelectRows);
+
+    m_summary = new QLabel("Open a model (config.json or model JSON), a plan and a cluster: File > Open, or drop files here.");
+    m_summary->setWordWrap(true);
+    m_summary->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_problems = new QListWidget;
+
+    auto* right = new QWidget;
+    auto* rl = new QVBoxLayout(right);
+    rl->setContentsMargins(0, 0, 0, 0);
+    rl->addWidget(m_summary);
+    auto* rightSplit = new QSplitter(Qt::Vertical);
+    rightSplit->addWidget(m_unitView);
+    rightSplit->addWidget(m_problems);
+    rightSplit->setStretchFactor(0, 4);
+    rightSplit->setStretchFactor(1, 1);
+    rl->addWidget(rightSplit);
+
+    auto* split = new QSplitter;
+    split->addWidget(m_treeView);
+    split->addWidget(right);
+    split->setStretchFactor(0, 1);
+    split->setStretchFactor(1, 1);
+    setCentralWidget(split);
+
+    m_progress = new QProgressBar;
+    m_progress->setMaximumWidth(200);
+    m_progress->hide();
+    statusBar()->addPermanentWidget(m_progress);
+
+    QMenu* file = menuBar()->addMenu("&File");
+    file->addAction("&Open...", QKeySequence::Open, this, [this] {
+        const QStringList paths = QFileDialog::getOpenFileNames(
+            this, "Open model, plan or cluster", QString(), "JSON files (*.json);;All files (*)");
+        if (!paths.isEmpty()) openFiles(paths);
+    });
+    m_recent = file->addMenu("Open &Recent");
+    rebuildRecentMenu();
+    file->addSeparator();
+    file->addAction("&Quit", QKeySequence::Quit, this, &QWidget::close);
+    refresh();
+}
+
+void MainWindow::openFiles(const QStringList& paths, std::function<void()> done) {
+    if (paths.isEmpty()) {
+        if (done) done();
+        return;
+    }
+    m_pending += static_cast<int>(paths.size());
+    m_progress->setRange(0, 0);  // busy: parsing has no useful fraction for small files
+    m_progress->show();
+    statusBar()->showMessage(QString("Loading %1 file(s)...").arg(paths.size()));
+    auto remaining = std::make_shared<int>(static_cast<int>(paths.size()));
+    auto results = std::make_shared<std::vector<LoadedFile>>(paths.size());
+    for (int i = 0; i < paths.size(); ++i) {
+        auto* watcher = new QFutureWatcher<LoadedFile>(this);
+        connect(watcher, &QFutureWatcher<LoadedFile>::finished, this, [=, this] {
+            (*results)[static_cast<size_t>(i)] = watcher->result();
+            watcher->deleteLater();
+            --m_pending;
+            if (--*remaining > 0) return;
+            // Apply in the order given so models resolve before plans regardless of timing.
+            m_loadErrors.clear();
+            for (const auto& f : *results) {
+                if (!f.error.isEmpty()) {
+                    showError(f.error);
+                    continue;
+                }
+                m_doc.apply(f);
+                rememberRecent(f.path);
+            }
+            refresh();
+            if (m_pending == 0) m_progress->hide();
+            if (done) done();
+        });
+        watcher->setFuture(QtConcurrent::run([p = paths[i]] { return loadFile(p); }));
+    }
+}
+
+void MainWindow::refresh() {
+    if (m_tree->graph() != m_doc.model.get()) m_tree->setModel(m_doc.model);
+    m_tree->setPlan(m_doc.resolved);
+    m_units->setPlan(m_doc.resolved);
+    m_treeView->expandToDepth(2);
+    for (int c = 0; c < ModuleTreeModel::ColumnCount; ++c) m_treeView->resizeColumnToContents(c);
+    m_unitView->resizeColumnsToContents();
+    m_problems->clear();
+    for (const QString& e : m_loadErrors) {
+        auto* item = new QListWidgetItem(e, m_problems);
+        item->setForeground(QColor(0xc0, 0x20, 0x20));
+    }
+    QStringList parts;
+    if (m_doc.model)
+        parts << QString("<b>Model</b> %1: %2 parameters, %3 modules")
+                     .arg(QString::fromStdString(m_doc.model->name).toHtmlEscaped(),
+                          QString::fromStdString(withThousands(m_doc.model->totalParams())))
+                     .arg(m_doc.model->moduleCount());
+    if (m_doc.cluster)
+        parts << QString("<b>Cluster</b> %1 (%2 devices)")
+                     .arg(QString::fromStdString(m_doc.cluster->name).toHtmlEscaped())
+                     .arg(m_doc.cluster->worldSize());
+    if (const auto& r = m_doc.resolved) {
+        parts << QString("<b>Plan</b> %1 [%2]: %3 units over %4 ranks (shard %5%6); sharded parameters %7 per "
+                         "rank, largest unsharded unit %8")
+                     .arg(QString::fromStdString(r->plan.name).toHtmlEscaped(), planApiName(r->plan.api))
+                     .arg(r->units.size())
+                     .arg(r->worldSize)
+                     .arg(r->shardSize)
+                     .arg(r->hsdp ? QString(", replicate %1").arg(r->replicateSize) : QString())
+                     .arg(QString::fromStdString(formatBytes(r->totalShardedBytes())),
+                          QString::fromStdString(formatBytes(r->maxUnshardedBytes())));
+        for (const auto& p : r->problems) {
+            auto* item = new QListWidgetItem(QString::fromStdString(p.toString()), m_problems);
+            item->setForeground(p.severity == Problem::Severity::Error ? QColor(0xc0, 0x20, 0x20)
+                                                                       : QColor(0xa0, 0x70, 0x00));
+        }
+        if (r->problems.empty()) new QListWidgetItem("No problems found.", m_problems);
+    } else if (m_doc.plan) {
+        parts << "<b>Plan</b> open; open a model to resolve it";
+    }
+    if (!parts.isEmpty()) m_summary->setText(parts.join("<br>"));
+    QStringList title{"ShardScope"};
+    for (const QString& p : {m_doc.modelPath, m_doc.planPath})
+        if (!p.isEmpty()) title << QFileInfo(p).fileName();
+    setWindowTitle(title.join(" - "));
+    statusBar()->showMessage(m_doc.resolved ? QString("%1 error(s)").arg(m_doc.resolved->errorCount())
+                                            : QString("Ready"));
+}
+
+void MainWindow::showError(const QString& message) {
+    m_loadErrors << message;
+    if (!qEnvironmentVariableIsSet("SHARDSCOPE_GUI_NO_DIALOGS")) QMessageBox::warning(this, "Cannot open file", message);
+}
+
+void MainWindow::rememberRecent(const QString& path) {
+    QSettings s("ShardScope", "shardscope-gui");
+    QStringList recent = s.value("recentFiles").toStringList();
+    recent.removeAll(QFileInfo(path).absoluteFilePath());
+    recent.prepend(QFileInfo(path).absoluteFilePath());
+    while (recent.size() > 10) recent.removeLast();
+    s.setValue("recentFiles", recent);
+    rebuildRecentMenu();
+}
+
+void MainWindow::rebuildRecentMenu() {
+    m_recent->clear();
+    const QStringList recent = QSettings("ShardScope", "shardscope-gui").value("recentFiles").toStringList();
+    for (const QString& p : recent) m_recent->addAction(p, this, [this, p] { openFiles({p}); });
+    m_recent->setEnabled(!recent.isEmpty());
+}
+
+void MainWindow::dragEnterEvent(QDragEnterEvent* e) {
+    if (e->mimeData()->hasUrls()) e->acceptProposedAction();
+}
+
+void MainWindow::dropEvent(QDropEvent* e) {
+    QStringList paths;
+    for (const QUrl& u : e->mimeData()->urls())
+        if (u.isLocalFile()) paths << u.toLocalFile();
+    openFiles(paths);
+}
+
+}  // namespace shardscope::gui

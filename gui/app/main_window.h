@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The main window: the module tree (left) beside the plan's units and its problems
+// (right). Files open from the command line, File > Open, recent files or drag and drop;
+// they load off the GUI thread.
+#include <QMainWindow>
+
+#include "gui/app/document.h"
+
+class QLabel;
+class QListWidget;
+class QMenu;
+class QProgressBar;
+class QTableView;
+class QTreeView;
+
+namespace shardscope::gui {
+
+class ModuleTreeModel;
+class UnitTableModel;
+
+class MainWindow : public QMainWindow {
+    Q_OBJECT
+public:
+    explicit MainWindow(QWidget* parent = nullptr);
+    // Loads files in the background; `done` runs on the GUI thread when all have arrived.
+    void openFiles(const QStringList& paths, std::function<void()> done = {});
+    [[nodiscard]] const Document& document() const { return m_doc; }
+    [[nodiscard]] ModuleTreeModel* treeModel() const { return m_tree; }
+    [[nodiscard]] UnitTableModel* unitModel() const { return m_units; }
+    [[nodiscard]] QListWidget* problemList() const { return m_problems; }
+
+protected:
+    void dragEnterEvent(QDragEnterEvent* e) override;
+    void dropEvent(QDropEvent* e) override;
+
+private:
+    void refresh();
+    void showError(const QString& message);
+    void rememberRecent(const QString& path);
+    void rebuildRecentMenu();
+
+    Document m_doc;
+    ModuleTreeModel* m_tree;
+    UnitTableModel* m_units;
+    QTreeView* m_treeView;
+    QTableView* m_unitView;
+    QListWidget* m_problems;
+    QLabel* m_summary;
+    QProgressBar* m_progress;
+    QMenu* m_recent;
+    int m_pending = 0;
+    QStringList m_loadErrors;  // shown above the plan's problems until the next successful load
+};
+
+}  // namespace shardscope::gui

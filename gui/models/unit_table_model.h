@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// A resolved plan's units as a table: parameters, per-rank sharded and unsharded bytes,
+// reshard_after_forward, activation checkpointing, mixed precision, prefetch.
+#include <QAbstractTableModel>
+
+#include <memory>
+
+#include "plans/plan/resolve.h"
+
+namespace shardscope::gui {
+
+class UnitTableModel : public QAbstractTableModel {
+    Q_OBJECT
+public:
+    enum Column { Unit, Modules, Params, Sharded, Unsharded, Reshard, Checkpointing, Precision, ColumnCount };
+    enum Role { SortRole = Qt::UserRole + 1 };
+
+    explicit UnitTableModel(QObject* parent = nullptr);
+    void setPlan(std::shared_ptr<const ResolvedPlan> plan);
+    [[nodiscard]] const ResolvedPlan* plan() const { return m_plan.get(); }
+
+    int rowCount(const QModelIndex& parent = {}) const override;
+    int columnCount(const QModelIndex& parent = {}) const override;
+    QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
+    QVariant headerData(int section, Qt::Orientation o, int role = Qt::DisplayRole) const override;
+
+private:
+    std::shared_ptr<const ResolvedPlan> m_plan;
+};
+
+}  // namespace shardscope::gui
