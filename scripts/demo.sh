@@ -23,6 +23,14 @@ run plan show --model samples/models/llama3-70b/config.json --plan samples/plans
     --cluster samples/clusters/h100-sxm-64x8.json
 run plan validate --model samples/models/gpt2/config.json --plan samples/plans/gpt2-lightning.json \
     --cluster samples/clusters/a100-80gb-8x8.json
+stage=$((stage + 1))
+printf '\n[%d] $ shardscope plan validate ... -p samples/plans/broken/llama-mistakes.json   (a plan with mistakes: must fail)\n' "$stage"
+if "$ss" plan validate --model samples/models/llama3-8b/config.json --plan samples/plans/broken/llama-mistakes.json \
+    --cluster samples/clusters/h100-sxm-8x8.json; then
+    echo "stage $stage failed: validate accepted a broken plan" >&2
+    exit 1
+fi
+echo "(exit status 1, as expected)"
 out="${SHARDSCOPE_OUT:-$root/shardscope-out}"
 mkdir -p "$out"
 for f in fsdp2 fsdp1 lightning shardscope; do

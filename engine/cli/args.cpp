@@ -19,7 +19,8 @@ Expected<int64_t> Args::getInt(const std::string& name, int64_t minimum) const {
         const long long n = std::stoll(v, &used);
         if (used != v.size()) throw std::invalid_argument(v);
         if (n < minimum)
-            return Error{name + ": expected an integer >= " + std::to_string(minimum) + ", got " + v};
+            return Error{name + ": expected an integer >= " + std::to_string(minimum) + ", got " +
+                         v};
         return static_cast<int64_t>(n);
     } catch (const std::exception&) {
         return Error{name + ": expected an integer, got \"" + v + "\""};
@@ -35,7 +36,8 @@ bool wantsHelp(const std::vector<std::string>& argv) {
 Expected<Args> parseArgs(const CommandSpec& spec, const std::vector<std::string>& argv) {
     Args args;
     std::vector<std::string> names;
-    for (const auto& o : spec.options) names.push_back(o.name);
+    for (const auto& o : spec.options)
+        names.push_back(o.name);
     for (size_t i = 0; i < argv.size(); ++i) {
         std::string a = argv[i];
         if (a.size() > 1 && a[0] == '-' && a != "-") {
@@ -50,8 +52,8 @@ Expected<Args> parseArgs(const CommandSpec& spec, const std::vector<std::string>
             for (const auto& o : spec.options)
                 if (o.name == a || (!o.shortName.empty() && o.shortName == a)) opt = &o;
             if (!opt)
-                return Error{"shardscope " + spec.name + ": unknown option " + a + didYouMean(a, names) +
-                             "\n(see: shardscope " + spec.name + " --help)"};
+                return Error{"shardscope " + spec.name + ": unknown option " + a +
+                             didYouMean(a, names) + "\n(see: shardscope " + spec.name + " --help)"};
             if (opt->metavar.empty()) {
                 if (hasInlineValue) return Error{opt->name + " takes no value"};
                 args.m_values[opt->name] = "1";
@@ -112,7 +114,8 @@ std::string helpText(const CommandSpec& spec) {
     }
     if (!spec.examples.empty()) {
         out << "\nExamples:\n";
-        for (const auto& e : spec.examples) out << "  " << e << "\n";
+        for (const auto& e : spec.examples)
+            out << "  " << e << "\n";
     }
     return out.str();
 }

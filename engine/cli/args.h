@@ -44,7 +44,8 @@ private:
 };
 
 // Parses argv after the command words. `--help` is handled by the caller first.
-[[nodiscard]] Expected<Args> parseArgs(const CommandSpec& spec, const std::vector<std::string>& argv);
+[[nodiscard]] Expected<Args> parseArgs(const CommandSpec& spec,
+                                       const std::vector<std::string>& argv);
 [[nodiscard]] std::string helpText(const CommandSpec& spec);
 [[nodiscard]] bool wantsHelp(const std::vector<std::string>& argv);
 

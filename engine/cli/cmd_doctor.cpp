@@ -30,7 +30,8 @@ int runDoctor(const Args& a) {
               << "  CUDA/CUPTI/NCCL  " << (SHARDSCOPE_BUILT_CUDA ? "built" : "not built") << "\n";
     if (j.contains("runtime"))
         for (auto it = j["runtime"].begin(); it != j["runtime"].end(); ++it)
-            std::cout << "  " << it.key() << std::string(it.key().size() < 17 ? 17 - it.key().size() : 1, ' ')
+            std::cout << "  " << it.key()
+                      << std::string(it.key().size() < 17 ? 17 - it.key().size() : 1, ' ')
                       << (it->is_string() ? it->get<std::string>() : it->dump()) << "\n";
     return kExitOk;
 }
@@ -40,7 +41,8 @@ int runDoctor(const Args& a) {
 std::vector<Command> doctorCommands() {
     CommandSpec s;
     s.name = "doctor";
-    s.summary = "Report what this build contains and what the runtime finds (LibTorch, CUDA, NCCL, Gloo).";
+    s.summary =
+        "Report what this build contains and what the runtime finds (LibTorch, CUDA, NCCL, Gloo).";
     s.options = {{"--json", "", "print JSON"}};
     return {{s, runDoctor}};
 }

@@ -68,7 +68,8 @@ void showModule(ShowContext& c, ModuleId m, int depth, const std::string& label,
     for (size_t i = 0; i < ch.size();) {
         size_t j = i + 1;
         if (c.fold)
-            while (j < ch.size() && sameShape(c.g, ch[i], ch[j])) ++j;
+            while (j < ch.size() && sameShape(c.g, ch[i], ch[j]))
+                ++j;
         // Show the first of a run in full, then fold the rest into one row.
         showModule(c, ch[i], depth + 1, c.g.module(ch[i]).name, 1);
         if (j - i > 1) {
@@ -96,7 +97,11 @@ int runModelShow(const Args& a) {
             std::cerr << "error: " << e->error() << "\n";
             return kExitUsage;
         }
-    ShowContext c{*g, static_cast<int>(*depth), !a.flag("--no-fold"), *batch, *seq,
+    ShowContext c{*g,
+                  static_cast<int>(*depth),
+                  !a.flag("--no-fold"),
+                  *batch,
+                  *seq,
                   Table({"MODULE", "CLASS", "PARAMS", "SIZE", "FWD FLOPS", "SAVED ACT"},
                         {false, false, true, true, true, true})};
     showModule(c, g->root(), 0, "<root>", 1);
@@ -156,7 +161,8 @@ int runModelShow(const Args& a) {
 std::vector<Command> modelCommands() {
     CommandSpec show;
     show.name = "model show";
-    show.summary = "Show a model's module tree with parameter counts, sizes, FLOPs and activations.";
+    show.summary =
+        "Show a model's module tree with parameter counts, sizes, FLOPs and activations.";
     show.description =
         "Reads a Hugging Face config.json (llama, mistral, qwen2, mixtral, gpt2) or a ShardScope\n"
         "model JSON (scripts/export_model.py writes one for any torch.nn.Module). Module names\n"

@@ -2,6 +2,7 @@
 // `shardscope plan show|validate|export`: resolve a plan against a model (and cluster),
 // print its units with per-rank sizes and every problem, or export it for PyTorch.
 #include <iostream>
+#include <memory>
 
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
@@ -29,11 +30,33 @@ Expected<Loaded> loadAll(const Args& a) {
     return Loaded{std::move(*g), std::move(*p), std::move(*c)};
 }
 
+// Inputs and the plan resolved against them. Held on the heap: the resolved plan points
+// at the model, which must not move.
+struct Session {
+    Loaded inputs;
+    ResolvedPlan resolved;
+};
+
+std::unique_ptr<Session> loadAndResolve(const Args& a) {
+    auto l = loadAll(a);
+    if (!l) {
+        std::cerr << "error: " << l.error() << "\n";
+        return nullptr;
+    }
+    auto s = std::make_unique<Session>(Session{std::move(*l), {}});
+    const auto& in = s->inputs;
+    s->resolved = resolvePlan(in.model, in.plan, in.cluster ? &*in.cluster : nullptr, a.get("--plan"));
+    return s;
+}
+
 std::string reshardText(const ResolvedUnit& u) {
     switch (u.reshard) {
-        case Reshard::True: return "True";
-        case Reshard::False: return "False";
-        case Reshard::Int: return std::to_string(u.reshardK);
+        case Reshard::True:
+            return "True";
+        case Reshard::False:
+            return "False";
+        case Reshard::Int:
+            return std::to_string(u.reshardK);
     }
     return "?";
 }
@@ -47,25 +70,30 @@ std::string mpText(const ResolvedUnit& u) {
 std::string prefetchText(const ResolvedPlan& r, const ResolvedUnit& u) {
     auto list = [&](const std::vector<UnitId>& ids) {
         std::string s;
-        for (UnitId t : ids) s += (s.empty() ? "" : ",") + r.units[t.index()].displayName();
+        for (UnitId t : ids)
+            s += (s.empty() ? "" : ",") + r.units[t.index()].displayName();
         return s.empty() ? std::string("[]") : s;
     };
     std::string s;
     if (u.explicitForwardPrefetch) s += "fwd:" + list(u.forwardPrefetch);
-    if (u.explicitBackwardPrefetch) s += std::string(s.empty() ? "" : " ") + "bwd:" + list(u.backwardPrefetch);
+    if (u.explicitBackwardPrefetch)
+        s += std::string(s.empty() ? "" : " ") + "bwd:" + list(u.backwardPrefetch);
     return s.empty() ? "implicit" : s;
 }
 
 nlohmann::json unitJson(const ResolvedPlan& r, const ResolvedUnit& u) {
     nlohmann::json mods = nlohmann::json::array();
-    for (ModuleId m : u.modules) mods.push_back(r.model->module(m).fqn);
+    for (ModuleId m : u.modules)
+        mods.push_back(r.model->module(m).fqn);
     auto ids = [&](const std::vector<UnitId>& v) {
         nlohmann::json a = nlohmann::json::array();
-        for (UnitId t : v) a.push_back(r.units[t.index()].name);
+        for (UnitId t : v)
+            a.push_back(r.units[t.index()].name);
         return a;
     };
     nlohmann::json params = nlohmann::json::array();
-    for (ParamId p : u.params) params.push_back(r.model->param(p).name);
+    for (ParamId p : u.params)
+        params.push_back(r.model->param(p).name);
     nlohmann::json j{{"name", u.name},
                      {"is_root", u.isRoot},
                      {"modules", mods},
@@ -76,8 +104,9 @@ nlohmann::json unitJson(const ResolvedPlan& r, const ResolvedUnit& u) {
                      {"sharded_numel_per_rank", u.shardedNumel},
                      {"sharded_bytes_per_rank", u.shardedBytes},
                      {"unsharded_bytes_per_rank", u.unshardedBytes},
-                     {"reshard_after_forward", u.reshard == Reshard::Int ? nlohmann::json(u.reshardK)
-                                                                         : nlohmann::json(u.reshard == Reshard::True)},
+                     {"reshard_after_forward", u.reshard == Reshard::Int
+                                                   ? nlohmann::json(u.reshardK)
+                                                   : nlohmann::json(u.reshard == Reshard::True)},
                      {"post_forward_bytes", u.postForwardBytes},
                      {"reshard_after_backward", u.reshardAfterBackward},
                      {"activation_checkpointing", acModeName(u.activationCheckpointing)},
@@ -91,12 +120,14 @@ nlohmann::json unitJson(const ResolvedPlan& r, const ResolvedUnit& u) {
 
 nlohmann::json resolvedJson(const ResolvedPlan& r) {
     nlohmann::json units = nlohmann::json::array();
-    for (const auto& u : r.units) units.push_back(unitJson(r, u));
+    for (const auto& u : r.units)
+        units.push_back(unitJson(r, u));
     nlohmann::json problems = nlohmann::json::array();
     for (const auto& p : r.problems)
-        problems.push_back({{"severity", p.severity == Problem::Severity::Error ? "error" : "warning"},
-                            {"where", p.where},
-                            {"message", p.message}});
+        problems.push_back(
+            {{"severity", p.severity == Problem::Severity::Error ? "error" : "warning"},
+             {"where", p.where},
+             {"message", p.message}});
     return {{"plan", r.plan.name},
             {"api", planApiName(r.plan.api)},
             {"world_size", r.worldSize},
@@ -117,8 +148,10 @@ void printProblems(const ResolvedPlan& r, std::ostream& out) {
         out << "No problems found.\n";
         return;
     }
-    out << r.errorCount() << " error(s), " << r.problems.size() - r.errorCount() << " warning(s):\n";
-    for (const auto& p : r.problems) out << "  " << p.toString() << "\n";
+    out << r.errorCount() << " error(s), " << r.problems.size() - r.errorCount()
+        << " warning(s):\n";
+    for (const auto& p : r.problems)
+        out << "  " << p.toString() << "\n";
 }
 
 bool sameRow(const ResolvedPlan& r, const ResolvedUnit& a, const ResolvedUnit& b) {
@@ -131,8 +164,9 @@ bool sameRow(const ResolvedPlan& r, const ResolvedUnit& a, const ResolvedUnit& b
 }
 
 void printPlan(const ResolvedPlan& r, const Loaded& l, bool fold, std::ostream& out) {
-    out << "Plan " << (r.plan.name.empty() ? "(unnamed)" : r.plan.name) << " [" << planApiName(r.plan.api)
-        << "] on model " << (l.model.name.empty() ? "(unnamed)" : l.model.name) << " ("
+    out << "Plan " << (r.plan.name.empty() ? "(unnamed)" : r.plan.name) << " ["
+        << planApiName(r.plan.api) << "] on model "
+        << (l.model.name.empty() ? "(unnamed)" : l.model.name) << " ("
         << formatCount(l.model.totalParams()) << " parameters)\n";
     out << "  mesh        ";
     if (r.hsdp)
@@ -144,9 +178,10 @@ void printPlan(const ResolvedPlan& r, const Loaded& l, bool fold, std::ostream& 
         out << "[" << r.worldSize << "] FSDP: shard over " << r.shardSize << " ranks";
     out << "\n";
     if (l.cluster) out << "  cluster     " << l.cluster->name << "\n";
-    out << "  parameters  " << (r.flatParams ? "one FlatParameter per unit" : "sharded on dim 0 per parameter")
-        << "\n  units       " << r.units.size() << " (wrap policy " << wrapPolicyName(r.plan.wrap.kind)
-        << ")\n";
+    out << "  parameters  "
+        << (r.flatParams ? "one FlatParameter per unit" : "sharded on dim 0 per parameter")
+        << "\n  units       " << r.units.size() << " (wrap policy "
+        << wrapPolicyName(r.plan.wrap.kind) << ")\n";
     out << "  per rank    sharded parameters " << formatBytes(r.totalShardedBytes())
         << ", largest unsharded unit " << formatBytes(r.maxUnshardedBytes()) << "\n\n";
     Table t({"UNIT", "PARAMS", "SHARDED/RANK", "UNSHARDED", "RESHARD", "AC", "MP", "PREFETCH"},
@@ -154,16 +189,18 @@ void printPlan(const ResolvedPlan& r, const Loaded& l, bool fold, std::ostream& 
     for (size_t i = 0; i < r.units.size();) {
         size_t j = i + 1;
         if (fold)
-            while (j < r.units.size() && sameRow(r, r.units[i], r.units[j])) ++j;
+            while (j < r.units.size() && sameRow(r, r.units[i], r.units[j]))
+                ++j;
         auto addRow = [&](const ResolvedUnit& u, const std::string& label) {
-            t.row({label, formatCount(u.numel), formatBytes(u.shardedBytes), formatBytes(u.unshardedBytes),
-                   reshardText(u), acModeName(u.activationCheckpointing), mpText(u), prefetchText(r, u)});
+            t.row({label, formatCount(u.numel), formatBytes(u.shardedBytes),
+                   formatBytes(u.unshardedBytes), reshardText(u),
+                   acModeName(u.activationCheckpointing), mpText(u), prefetchText(r, u)});
         };
         addRow(r.units[i], r.units[i].displayName());
         if (j - i > 1)
             addRow(r.units[i + 1], r.units[i + 1].displayName() +
-                                       (j - i > 2 ? " .. " + r.units[j - 1].displayName() : "") + " (" +
-                                       std::to_string(j - i - 1) + " alike)");
+                                       (j - i > 2 ? " .. " + r.units[j - 1].displayName() : "") +
+                                       " (" + std::to_string(j - i - 1) + " alike)");
         i = j;
     }
     t.print(out);
@@ -172,13 +209,9 @@ void printPlan(const ResolvedPlan& r, const Loaded& l, bool fold, std::ostream& 
 }
 
 int runPlan(const Args& a, bool validateOnly) {
-    auto l = loadAll(a);
-    if (!l) {
-        std::cerr << "error: " << l.error() << "\n";
-        return kExitUsage;
-    }
-    const ResolvedPlan r = resolvePlan(l->model, l->plan, l->cluster ? &*l->cluster : nullptr,
-                                       a.get("--plan"));
+    const auto session = loadAndResolve(a);
+    if (!session) return kExitUsage;
+    const ResolvedPlan& r = session->resolved;
     if (a.flag("--json")) {
         if (Status s = emitJson(resolvedJson(r), ""); !s) {
             std::cerr << "error: " << s.error() << "\n";
@@ -190,13 +223,17 @@ int runPlan(const Args& a, bool validateOnly) {
             std::cout << a.get("--plan") << ": valid (" << r.units.size() << " units, world size "
                       << r.worldSize << ")\n";
     } else {
-        printPlan(r, *l, !a.flag("--no-fold"), std::cout);
+        printPlan(r, session->inputs, !a.flag("--no-fold"), std::cout);
     }
     return validateOnly && r.hasErrors() ? kExitFailed : kExitOk;
 }
 
-int runPlanShow(const Args& a) { return runPlan(a, false); }
-int runPlanValidate(const Args& a) { return runPlan(a, true); }
+int runPlanShow(const Args& a) {
+    return runPlan(a, false);
+}
+int runPlanValidate(const Args& a) {
+    return runPlan(a, true);
+}
 
 int runPlanExport(const Args& a) {
     auto fmt = parseExportFormat(a.get("--format"));
@@ -204,13 +241,9 @@ int runPlanExport(const Args& a) {
         std::cerr << "error: --format: " << fmt.error() << "\n";
         return kExitUsage;
     }
-    auto l = loadAll(a);
-    if (!l) {
-        std::cerr << "error: " << l.error() << "\n";
-        return kExitUsage;
-    }
-    const ResolvedPlan r = resolvePlan(l->model, l->plan, l->cluster ? &*l->cluster : nullptr,
-                                       a.get("--plan"));
+    const auto session = loadAndResolve(a);
+    if (!session) return kExitUsage;
+    const ResolvedPlan& r = session->resolved;
     if (r.hasErrors()) {
         printProblems(r, std::cerr);
         std::cerr << "error: not exporting a plan with errors\n";
@@ -228,7 +261,8 @@ int runPlanExport(const Args& a) {
 std::vector<OptionSpec> planOptions() {
     auto o = modelOptions(true);
     o.push_back({"--plan", "FILE", "plan JSON (format shardscope.plan)", "", true, "-p"});
-    o.push_back({"--cluster", "FILE", "cluster JSON; its world size must equal the plan's mesh", "", false, "-c"});
+    o.push_back({"--cluster", "FILE", "cluster JSON; its world size must equal the plan's mesh", "",
+                 false, "-c"});
     return o;
 }
 
@@ -248,21 +282,24 @@ std::vector<Command> planCommands() {
     show.options.push_back({"--no-fold", "", "list every unit instead of folding alike ones"});
     show.options.push_back({"--json", "", "print the resolved plan as JSON"});
     show.examples = {
-        "shardscope plan show -m samples/models/llama3-8b/config.json -p samples/plans/llama-per-block.json "
+        "shardscope plan show -m samples/models/llama3-8b/config.json -p "
+        "samples/plans/llama-per-block.json "
         "-c samples/clusters/h100-sxm-8x8.json"};
 
     CommandSpec validate = show;
     validate.name = "plan validate";
     validate.summary = "Check a plan against PyTorch's rules; exit 1 if it has any error.";
     validate.description =
-        semantics + "\nChecks: module names exist (nearest name suggested), containers without\n"
-                    "forward are not units, units do not overlap, the mesh is 1D or 2D and its\n"
-                    "product equals the cluster's world size, int reshard_after_forward divides\n"
-                    "the shard size, prefetch targets are units, shared parameters stay in one\n"
-                    "FSDP2 unit, dtypes are known.";
+        semantics +
+        "\nChecks: module names exist (nearest name suggested), containers without\n"
+        "forward are not units, units do not overlap, the mesh is 1D or 2D and its\n"
+        "product equals the cluster's world size, int reshard_after_forward divides\n"
+        "the shard size, prefetch targets are units, shared parameters stay in one\n"
+        "FSDP2 unit, dtypes are known.";
     validate.options = planOptions();
     validate.options.push_back({"--json", "", "print the resolved plan and problems as JSON"});
-    validate.examples = {"shardscope plan validate -m model.json -p plan.json -c cluster.json && echo ok"};
+    validate.examples = {
+        "shardscope plan validate -m model.json -p plan.json -c cluster.json && echo ok"};
 
     CommandSpec exp;
     exp.name = "plan export";
@@ -273,9 +310,12 @@ std::vector<Command> planCommands() {
         "FullyShardedDataParallel kwargs with the auto-wrap policy. lightning: strategy\n"
         "kwargs. shardscope: the plan itself, normalised. Written atomically.";
     exp.options = planOptions();
-    exp.options.push_back({"--format", "FMT", "shardscope, fsdp2, fsdp1 or lightning", "fsdp2", false, "-f"});
+    exp.options.push_back(
+        {"--format", "FMT", "shardscope, fsdp2, fsdp1 or lightning", "fsdp2", false, "-f"});
     exp.options.push_back({"--output", "FILE", "write here instead of stdout", "", false, "-o"});
-    exp.examples = {"shardscope plan export -m config.json -p plan.json -c cluster.json -f fsdp1 -o fsdp1.json"};
+    exp.examples = {
+        "shardscope plan export -m config.json -p plan.json -c cluster.json -f fsdp1 -o "
+        "fsdp1.json"};
     return {{show, runPlanShow}, {validate, runPlanValidate}, {exp, runPlanExport}};
 }
 

@@ -11,7 +11,8 @@ namespace shardscope::cli {
 
 std::vector<OptionSpec> modelOptions(bool required) {
     return {
-        {"--model", "FILE", "model: a Hugging Face config.json or a ShardScope model JSON", "", required, "-m"},
+        {"--model", "FILE", "model: a Hugging Face config.json or a ShardScope model JSON", "",
+         required, "-m"},
         {"--param-dtype", "DTYPE",
          "dtype of the trained parameters for Hugging Face configs (FSDP keeps fp32 masters)",
          "float32"},
@@ -26,7 +27,9 @@ Expected<ModelGraph> loadModelArg(const Args& a) {
                                std::pair{"--activation-dtype", &o.activationDtype}}) {
         const std::string v = a.get(opt);
         auto d = parseDType(v);
-        if (!d) return Error{std::string(opt) + ": unknown dtype \"" + v + "\"" + didYouMean(v, dtypeNames())};
+        if (!d)
+            return Error{std::string(opt) + ": unknown dtype \"" + v + "\"" +
+                         didYouMean(v, dtypeNames())};
         *target = *d;
     }
     return loadModelFile(a.get("--model"), o);
@@ -63,7 +66,8 @@ void Table::print(std::ostream& out) const {
     std::vector<size_t> w(m_headers.size());
     for (size_t c = 0; c < w.size(); ++c) {
         w[c] = m_headers[c].size();
-        for (const auto& r : m_rows) w[c] = std::max(w[c], r[c].size());
+        for (const auto& r : m_rows)
+            w[c] = std::max(w[c], r[c].size());
     }
     auto line = [&](const std::vector<std::string>& cells) {
         std::string s;
@@ -72,11 +76,13 @@ void Table::print(std::ostream& out) const {
             s += m_right[c] ? pad + cells[c] : cells[c] + (c + 1 < cells.size() ? pad : "");
             if (c + 1 < cells.size()) s += "  ";
         }
-        while (!s.empty() && s.back() == ' ') s.pop_back();
+        while (!s.empty() && s.back() == ' ')
+            s.pop_back();
         out << s << "\n";
     };
     line(m_headers);
-    for (const auto& r : m_rows) line(r);
+    for (const auto& r : m_rows)
+        line(r);
 }
 
 std::string formatFlops(double flops) {

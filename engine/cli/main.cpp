@@ -17,7 +17,8 @@ namespace {
 std::vector<Command> allCommands() {
     std::vector<Command> all;
     for (auto* group : {&modelCommands, &planCommands, &doctorCommands})
-        for (auto& c : group()) all.push_back(std::move(c));
+        for (auto& c : group())
+            all.push_back(std::move(c));
     return all;
 }
 
@@ -26,7 +27,8 @@ void printOverview(std::ostream& out, const std::vector<Command>& cmds) {
         << " - plan, simulate and profile FSDP sharding (FSDP2 fully_shard, FSDP1, Lightning)\n\n"
            "Usage: shardscope COMMAND [SUBCOMMAND] [options]\n\nCommands:\n";
     size_t w = 0;
-    for (const auto& c : cmds) w = std::max(w, c.spec.name.size());
+    for (const auto& c : cmds)
+        w = std::max(w, c.spec.name.size());
     for (const auto& c : cmds)
         out << "  " << c.spec.name << std::string(w - c.spec.name.size() + 3, ' ') << c.spec.summary
             << "\n";
@@ -59,7 +61,8 @@ int main(int argc, char** argv) {
         const auto words = split(c.spec.name, ' ');
         if (words.size() > args.size()) continue;
         bool ok = true;
-        for (size_t i = 0; i < words.size(); ++i) ok = ok && words[i] == args[i];
+        for (size_t i = 0; i < words.size(); ++i)
+            ok = ok && words[i] == args[i];
         if (ok && words.size() > used) {
             match = &c;
             used = words.size();
@@ -71,16 +74,19 @@ int main(int argc, char** argv) {
             names.push_back(c.spec.name);
             firstWords.push_back(split(c.spec.name, ' ')[0]);
         }
-        const std::string given = args.size() > 1 && args[1][0] != '-' ? args[0] + " " + args[1] : args[0];
+        const std::string given =
+            args.size() > 1 && args[1][0] != '-' ? args[0] + " " + args[1] : args[0];
         bool groupKnown = false;
-        for (const auto& f : firstWords) groupKnown = groupKnown || f == args[0];
+        for (const auto& f : firstWords)
+            groupKnown = groupKnown || f == args[0];
         if (groupKnown) {
             std::cerr << "shardscope " << args[0] << ": choose a subcommand:\n";
             for (const auto& c : cmds)
                 if (split(c.spec.name, ' ')[0] == args[0])
                     std::cerr << "  shardscope " << c.spec.name << "   " << c.spec.summary << "\n";
         } else {
-            std::cerr << "shardscope: unknown command \"" << given << "\"" << didYouMean(args[0], firstWords)
+            std::cerr << "shardscope: unknown command \"" << given << "\""
+                      << didYouMean(args[0], firstWords)
                       << "\n(run `shardscope --help` for the list)\n";
         }
         return kExitUsage;

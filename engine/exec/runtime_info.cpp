@@ -2,9 +2,9 @@
 #include "engine/exec/runtime_info.h"
 
 #include <ATen/ATen.h>
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/version.h>
 
 #ifdef USE_C10D_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -18,7 +18,8 @@ nlohmann::json runtimeInfo() {
     nlohmann::json j;
     j["libtorch"] = TORCH_VERSION;
     j["cuda_available"] = at::hasCUDA() ? "yes" : "no (no CUDA driver or device)";
-    const int devices = at::hasCUDA() ? static_cast<int>(at::detail::getCUDAHooks().deviceCount()) : 0;
+    const int devices =
+        at::hasCUDA() ? static_cast<int>(at::detail::getCUDAHooks().deviceCount()) : 0;
     j["cuda_devices"] = devices;
 #ifdef USE_C10D_NCCL
     j["nccl_compiled"] = "yes";
@@ -34,7 +35,8 @@ nlohmann::json runtimeInfo() {
         auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, 0, 1, opts);
         std::vector<at::Tensor> t{at::ones({4})};
         pg->allreduce(t)->wait();
-        j["gloo"] = t[0].sum().item<float>() == 4.0f ? "ok (1-rank all-reduce ran)" : "wrong result";
+        j["gloo"] =
+            t[0].sum().item<float>() == 4.0f ? "ok (1-rank all-reduce ran)" : "wrong result";
     } catch (const std::exception& e) {
         j["gloo"] = std::string("failed: ") + e.what();
     }

@@ -22,22 +22,29 @@ LoadedFile loadFile(const QString& path) {
     if (format == kPlanFormat) {
         f.kind = LoadedFile::Kind::Plan;
         auto plan = planFromJson(*j, p);
-        if (plan) f.plan = std::make_shared<const Plan>(std::move(*plan));
-        else f.error = QString::fromStdString(plan.error());
+        if (plan)
+            f.plan = std::make_shared<const Plan>(std::move(*plan));
+        else
+            f.error = QString::fromStdString(plan.error());
     } else if (format == kClusterFormat) {
         f.kind = LoadedFile::Kind::Cluster;
         auto c = clusterFromJson(*j, p);
-        if (c) f.cluster = std::make_shared<const ClusterSpec>(std::move(*c));
-        else f.error = QString::fromStdString(c.error());
+        if (c)
+            f.cluster = std::make_shared<const ClusterSpec>(std::move(*c));
+        else
+            f.error = QString::fromStdString(c.error());
     } else {
         f.kind = LoadedFile::Kind::Model;
         auto g = looksLikeHfConfig(*j) ? modelFromHfConfig(*j, p)
                  : format == kModelFormat
                      ? modelFromJson(*j, p)
-                     : Expected<ModelGraph>(Error{p + ":/: not a ShardScope model, plan or cluster file, nor a "
-                                                      "Hugging Face config.json"});
-        if (g) f.model = std::make_shared<const ModelGraph>(std::move(*g));
-        else f.error = QString::fromStdString(g.error());
+                     : Expected<ModelGraph>(
+                           Error{p + ":/: not a ShardScope model, plan or cluster file, nor a "
+                                     "Hugging Face config.json"});
+        if (g)
+            f.model = std::make_shared<const ModelGraph>(std::move(*g));
+        else
+            f.error = QString::fromStdString(g.error());
     }
     return f;
 }

@@ -15,12 +15,15 @@ int main(int argc, char** argv) {
     QApplication::setApplicationVersion(SHARDSCOPE_VERSION);
     QCommandLineParser cli;
     cli.setApplicationDescription(
-        "ShardScope desktop app: open a model (Hugging Face config.json or ShardScope model JSON), a plan "
-        "and a cluster to see the module tree, the plan's units with per-rank sizes, and its problems.");
+        "ShardScope desktop app: open a model (Hugging Face config.json or ShardScope model JSON), "
+        "a plan "
+        "and a cluster to see the module tree, the plan's units with per-rank sizes, and its "
+        "problems.");
     cli.addHelpOption();
     cli.addVersionOption();
     cli.addPositionalArgument("files", "model, plan and cluster JSON files to open", "[FILES...]");
-    QCommandLineOption shot("screenshot", "save a PNG of the window once the files are loaded, then quit", "PNG");
+    QCommandLineOption shot("screenshot",
+                            "save a PNG of the window once the files are loaded, then quit", "PNG");
     cli.addOption(shot);
     cli.process(app);
 
@@ -32,7 +35,8 @@ int main(int argc, char** argv) {
         // Let the layout settle for one event loop turn before grabbing.
         QTimer::singleShot(200, &w, [&w, png] {
             const bool ok = w.grab().save(png);
-            std::fprintf(ok ? stdout : stderr, ok ? "saved %s\n" : "could not save %s\n", qPrintable(png));
+            std::fprintf(ok ? stdout : stderr, ok ? "saved %s\n" : "could not save %s\n",
+                         qPrintable(png));
             QApplication::exit(ok ? 0 : 1);
         });
     });

@@ -51,7 +51,9 @@ MainWindow::MainWindow(QWidget* parent)
     m_unitView->horizontalHeader()->setStretchLastSection(true);
     m_unitView->setSelectionBehavior(QAbstractItemView::SelectRows);
 
-    m_summary = new QLabel("Open a model (config.json or model JSON), a plan and a cluster: File > Open, or drop files here.");
+    m_summary = new QLabel(
+        "Open a model (config.json or model JSON), a plan and a cluster: File > Open, or drop "
+        "files here.");
     m_summary->setWordWrap(true);
     m_summary->setTextInteractionFlags(Qt::TextSelectableByMouse);
     m_problems = new QListWidget;
@@ -133,7 +135,8 @@ void MainWindow::refresh() {
     m_tree->setPlan(m_doc.resolved);
     m_units->setPlan(m_doc.resolved);
     m_treeView->expandToDepth(2);
-    for (int c = 0; c < ModuleTreeModel::ColumnCount; ++c) m_treeView->resizeColumnToContents(c);
+    for (int c = 0; c < ModuleTreeModel::ColumnCount; ++c)
+        m_treeView->resizeColumnToContents(c);
     m_unitView->resizeColumnsToContents();
     m_problems->clear();
     for (const QString& e : m_loadErrors) {
@@ -151,9 +154,12 @@ void MainWindow::refresh() {
                      .arg(QString::fromStdString(m_doc.cluster->name).toHtmlEscaped())
                      .arg(m_doc.cluster->worldSize());
     if (const auto& r = m_doc.resolved) {
-        parts << QString("<b>Plan</b> %1 [%2]: %3 units over %4 ranks (shard %5%6); sharded parameters %7 per "
-                         "rank, largest unsharded unit %8")
-                     .arg(QString::fromStdString(r->plan.name).toHtmlEscaped(), planApiName(r->plan.api))
+        parts << QString(
+                     "<b>Plan</b> %1 [%2]: %3 units over %4 ranks (shard %5%6); sharded parameters "
+                     "%7 per "
+                     "rank, largest unsharded unit %8")
+                     .arg(QString::fromStdString(r->plan.name).toHtmlEscaped(),
+                          planApiName(r->plan.api))
                      .arg(r->units.size())
                      .arg(r->worldSize)
                      .arg(r->shardSize)
@@ -174,13 +180,15 @@ void MainWindow::refresh() {
     for (const QString& p : {m_doc.modelPath, m_doc.planPath})
         if (!p.isEmpty()) title << QFileInfo(p).fileName();
     setWindowTitle(title.join(" - "));
-    statusBar()->showMessage(m_doc.resolved ? QString("%1 error(s)").arg(m_doc.resolved->errorCount())
-                                            : QString("Ready"));
+    statusBar()->showMessage(m_doc.resolved
+                                 ? QString("%1 error(s)").arg(m_doc.resolved->errorCount())
+                                 : QString("Ready"));
 }
 
 void MainWindow::showError(const QString& message) {
     m_loadErrors << message;
-    if (!qEnvironmentVariableIsSet("SHARDSCOPE_GUI_NO_DIALOGS")) QMessageBox::warning(this, "Cannot open file", message);
+    if (!qEnvironmentVariableIsSet("SHARDSCOPE_GUI_NO_DIALOGS"))
+        QMessageBox::warning(this, "Cannot open file", message);
 }
 
 void MainWindow::rememberRecent(const QString& path) {
@@ -188,15 +196,18 @@ void MainWindow::rememberRecent(const QString& path) {
     QStringList recent = s.value("recentFiles").toStringList();
     recent.removeAll(QFileInfo(path).absoluteFilePath());
     recent.prepend(QFileInfo(path).absoluteFilePath());
-    while (recent.size() > 10) recent.removeLast();
+    while (recent.size() > 10)
+        recent.removeLast();
     s.setValue("recentFiles", recent);
     rebuildRecentMenu();
 }
 
 void MainWindow::rebuildRecentMenu() {
     m_recent->clear();
-    const QStringList recent = QSettings("ShardScope", "shardscope-gui").value("recentFiles").toStringList();
-    for (const QString& p : recent) m_recent->addAction(p, this, [this, p] { openFiles({p}); });
+    const QStringList recent =
+        QSettings("ShardScope", "shardscope-gui").value("recentFiles").toStringList();
+    for (const QString& p : recent)
+        m_recent->addAction(p, this, [this, p] { openFiles({p}); });
     m_recent->setEnabled(!recent.isEmpty());
 }
 

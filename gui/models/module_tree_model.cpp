@@ -15,7 +15,8 @@ void ModuleTreeModel::setModel(std::shared_ptr<const ModelGraph> graph) {
     m_row.assign(m_graph ? m_graph->moduleCount() : 0, 0);
     if (m_graph)
         for (const auto& m : m_graph->modules())
-            for (size_t i = 0; i < m.children.size(); ++i) m_row[m.children[i].index()] = static_cast<int32_t>(i);
+            for (size_t i = 0; i < m.children.size(); ++i)
+                m_row[m.children[i].index()] = static_cast<int32_t>(i);
     endResetModel();
 }
 
@@ -27,10 +28,12 @@ void ModuleTreeModel::setPlan(std::shared_ptr<const ResolvedPlan> plan) {
     if (m_graph && m_plan && m_plan->model == m_graph.get()) {
         std::vector<int32_t> unitRoot(m_graph->moduleCount(), -1);
         for (size_t u = 0; u < m_plan->units.size(); ++u)
-            for (ModuleId m : m_plan->units[u].modules) unitRoot[m.index()] = static_cast<int32_t>(u);
+            for (ModuleId m : m_plan->units[u].modules)
+                unitRoot[m.index()] = static_cast<int32_t>(u);
         for (size_t m = 0; m < m_graph->moduleCount(); ++m)
-            m_unitOfModule[m] = unitRoot[m] >= 0 ? unitRoot[m]
-                                                 : m_unitOfModule[m_graph->modules()[m].parent.index()];
+            m_unitOfModule[m] = unitRoot[m] >= 0
+                                    ? unitRoot[m]
+                                    : m_unitOfModule[m_graph->modules()[m].parent.index()];
     }
     endResetModel();
 }
@@ -45,7 +48,8 @@ QModelIndex ModuleTreeModel::index(int row, int column, const QModelIndex& paren
 
 QModelIndex ModuleTreeModel::parent(const QModelIndex& child) const {
     if (!m_graph || !child.isValid() || child.internalId() == 0) return {};
-    const ModuleId parent = m_graph->module(ModuleId(static_cast<int32_t>(child.internalId()))).parent;
+    const ModuleId parent =
+        m_graph->module(ModuleId(static_cast<int32_t>(child.internalId()))).parent;
     return createIndex(m_row[parent.index()], 0, quintptr(parent.value));
 }
 
@@ -53,10 +57,13 @@ int ModuleTreeModel::rowCount(const QModelIndex& parent) const {
     if (!m_graph) return 0;
     if (!parent.isValid()) return 1;
     if (parent.column() != 0) return 0;
-    return static_cast<int>(m_graph->module(ModuleId(static_cast<int32_t>(parent.internalId()))).children.size());
+    return static_cast<int>(
+        m_graph->module(ModuleId(static_cast<int32_t>(parent.internalId()))).children.size());
 }
 
-int ModuleTreeModel::columnCount(const QModelIndex&) const { return ColumnCount; }
+int ModuleTreeModel::columnCount(const QModelIndex&) const {
+    return ColumnCount;
+}
 
 QModelIndex ModuleTreeModel::indexOf(ModuleId m, int column) const {
     if (!m_graph || !m.valid() || m.index() >= m_graph->moduleCount()) return {};
@@ -76,13 +83,18 @@ QVariant ModuleTreeModel::data(const QModelIndex& index, int role) const {
                                       withThousands(m_graph->subtreeNumel(id)) + " parameters");
     if (role != Qt::DisplayRole) return {};
     switch (index.column()) {
-        case Name: return QString::fromStdString(id.value == 0 ? "<root>" : m.name);
-        case Class: return QString::fromStdString(m.cls);
-        case Params: return QString::fromStdString(formatCount(m_graph->subtreeNumel(id)));
-        case Size: return QString::fromStdString(formatBytes(m_graph->subtreeParamBytes(id)));
+        case Name:
+            return QString::fromStdString(id.value == 0 ? "<root>" : m.name);
+        case Class:
+            return QString::fromStdString(m.cls);
+        case Params:
+            return QString::fromStdString(formatCount(m_graph->subtreeNumel(id)));
+        case Size:
+            return QString::fromStdString(formatBytes(m_graph->subtreeParamBytes(id)));
         case Unit:
             if (m_unitOfModule.empty() || m_unitOfModule[id.index()] < 0) return {};
-            return QString::fromStdString(m_plan->units[static_cast<size_t>(m_unitOfModule[id.index()])].displayName());
+            return QString::fromStdString(
+                m_plan->units[static_cast<size_t>(m_unitOfModule[id.index()])].displayName());
     }
     return {};
 }

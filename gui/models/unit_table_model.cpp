@@ -17,32 +17,45 @@ int UnitTableModel::rowCount(const QModelIndex& parent) const {
     return parent.isValid() || !m_plan ? 0 : static_cast<int>(m_plan->units.size());
 }
 
-int UnitTableModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : ColumnCount; }
+int UnitTableModel::columnCount(const QModelIndex& parent) const {
+    return parent.isValid() ? 0 : ColumnCount;
+}
 
 QVariant UnitTableModel::data(const QModelIndex& index, int role) const {
     if (!m_plan || !index.isValid() || index.row() >= rowCount()) return {};
     const auto& u = m_plan->units[static_cast<size_t>(index.row())];
     if (role == SortRole) {
         switch (index.column()) {
-            case Params: return qlonglong(u.numel);
-            case Sharded: return qlonglong(u.shardedBytes);
-            case Unsharded: return qlonglong(u.unshardedBytes);
-            default: return index.row();
+            case Params:
+                return qlonglong(u.numel);
+            case Sharded:
+                return qlonglong(u.shardedBytes);
+            case Unsharded:
+                return qlonglong(u.unshardedBytes);
+            default:
+                return index.row();
         }
     }
     if (role == Qt::TextAlignmentRole && index.column() >= Params && index.column() <= Unsharded)
         return QVariant(Qt::AlignRight | Qt::AlignVCenter);
     if (role != Qt::DisplayRole) return {};
     switch (index.column()) {
-        case Unit: return QString::fromStdString(u.displayName());
-        case Modules: return static_cast<int>(u.modules.size());
-        case Params: return QString::fromStdString(formatCount(u.numel));
-        case Sharded: return QString::fromStdString(formatBytes(u.shardedBytes));
-        case Unsharded: return QString::fromStdString(formatBytes(u.unshardedBytes));
+        case Unit:
+            return QString::fromStdString(u.displayName());
+        case Modules:
+            return static_cast<int>(u.modules.size());
+        case Params:
+            return QString::fromStdString(formatCount(u.numel));
+        case Sharded:
+            return QString::fromStdString(formatBytes(u.shardedBytes));
+        case Unsharded:
+            return QString::fromStdString(formatBytes(u.unshardedBytes));
         case Reshard:
-            return u.reshard == Reshard::Int ? QString::number(u.reshardK)
-                                             : QString(u.reshard == Reshard::True ? "True" : "False");
-        case Checkpointing: return QString(acModeName(u.activationCheckpointing));
+            return u.reshard == Reshard::Int
+                       ? QString::number(u.reshardK)
+                       : QString(u.reshard == Reshard::True ? "True" : "False");
+        case Checkpointing:
+            return QString(acModeName(u.activationCheckpointing));
         case Precision:
             return u.mixedPrecision.paramDtype || u.mixedPrecision.reduceDtype
                        ? QString::fromStdString(std::string(dtypeName(u.allGatherDtype)) + " / " +
@@ -54,8 +67,8 @@ QVariant UnitTableModel::data(const QModelIndex& index, int role) const {
 
 QVariant UnitTableModel::headerData(int section, Qt::Orientation o, int role) const {
     if (o != Qt::Horizontal || role != Qt::DisplayRole) return {};
-    static const char* names[] = {"Unit", "Modules", "Parameters", "Sharded / rank", "Unsharded", "Reshard",
-                                  "Checkpointing", "Param / reduce dtype"};
+    static const char* names[] = {"Unit",      "Modules", "Parameters",    "Sharded / rank",
+                                  "Unsharded", "Reshard", "Checkpointing", "Param / reduce dtype"};
     return section >= 0 && section < ColumnCount ? QString(names[section]) : QVariant();
 }
 

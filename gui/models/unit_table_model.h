@@ -13,7 +13,17 @@ namespace shardscope::gui {
 class UnitTableModel : public QAbstractTableModel {
     Q_OBJECT
 public:
-    enum Column { Unit, Modules, Params, Sharded, Unsharded, Reshard, Checkpointing, Precision, ColumnCount };
+    enum Column {
+        Unit,
+        Modules,
+        Params,
+        Sharded,
+        Unsharded,
+        Reshard,
+        Checkpointing,
+        Precision,
+        ColumnCount
+    };
     enum Role { SortRole = Qt::UserRole + 1 };
 
     explicit UnitTableModel(QObject* parent = nullptr);

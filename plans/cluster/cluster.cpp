@@ -54,7 +54,8 @@ ClusterSpec parseCluster(const JsonReader& r) {
     c.host.linkBandwidth = h.at("link_bandwidth_bytes_per_s").asPositiveNumber();
 
     if (auto s = r.find("sources"))
-        for (const auto& key : s->keys()) c.sources[key] = s->at(key).asString();
+        for (const auto& key : s->keys())
+            c.sources[key] = s->at(key).asString();
     if (c.nodes > (int64_t{1} << 24) / c.node.devicesPerNode)
         r.at("nodes").fail("more than 16,777,216 devices in total");
     return c;
@@ -74,7 +75,8 @@ Expected<ClusterSpec> loadClusterFile(const std::string& path) {
 
 nlohmann::json clusterToJson(const ClusterSpec& c) {
     nlohmann::json pf = nlohmann::json::object();
-    for (const auto& [d, v] : c.device.peakFlops) pf[std::string(dtypeName(d))] = v;
+    for (const auto& [d, v] : c.device.peakFlops)
+        pf[std::string(dtypeName(d))] = v;
     nlohmann::json j = {
         {"format", kClusterFormat},
         {"version", kClusterVersion},
@@ -91,7 +93,8 @@ nlohmann::json clusterToJson(const ClusterSpec& c) {
           {"intra_bandwidth_bytes_per_s", c.node.intraBandwidth},
           {"intra_latency_ns", c.node.intraLatencyNs}}},
         {"network",
-         {{"nic_bandwidth_bytes_per_s", c.network.nicBandwidth}, {"latency_ns", c.network.latencyNs}}},
+         {{"nic_bandwidth_bytes_per_s", c.network.nicBandwidth},
+          {"latency_ns", c.network.latencyNs}}},
         {"host", {{"link_bandwidth_bytes_per_s", c.host.linkBandwidth}}},
     };
     if (!c.sources.empty()) j["sources"] = c.sources;

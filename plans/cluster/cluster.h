@@ -22,8 +22,8 @@ struct DeviceSpec {
     std::string name;
     std::string kind = "gpu";  // "gpu" or "cpu"
     int64_t memoryBytes = 0;
-    std::map<DType, double> peakFlops;  // dense FLOP/s by dtype
-    double hbmBandwidth = 0;            // bytes/s
+    std::map<DType, double> peakFlops;            // dense FLOP/s by dtype
+    double hbmBandwidth = 0;                      // bytes/s
     [[nodiscard]] double peakFor(DType d) const;  // falls back to float32 when absent
 };
 
@@ -53,7 +53,8 @@ struct ClusterSpec {
     [[nodiscard]] int64_t worldSize() const { return nodes * node.devicesPerNode; }
 };
 
-[[nodiscard]] Expected<ClusterSpec> clusterFromJson(const nlohmann::json& j, const std::string& file);
+[[nodiscard]] Expected<ClusterSpec> clusterFromJson(const nlohmann::json& j,
+                                                    const std::string& file);
 [[nodiscard]] Expected<ClusterSpec> loadClusterFile(const std::string& path);
 [[nodiscard]] nlohmann::json clusterToJson(const ClusterSpec& c);
 

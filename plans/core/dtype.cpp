@@ -32,8 +32,12 @@ const DTypeInfo& info(DType d) {
 }
 }  // namespace
 
-int64_t dtypeSize(DType d) { return info(d).size; }
-std::string_view dtypeName(DType d) { return info(d).name; }
+int64_t dtypeSize(DType d) {
+    return info(d).size;
+}
+std::string_view dtypeName(DType d) {
+    return info(d).name;
+}
 
 std::optional<DType> parseDType(std::string_view s) {
     if (s.substr(0, 6) == "torch.") s.remove_prefix(6);
@@ -52,8 +56,10 @@ bool isFloating(DType d) {
         case DType::BFloat16:
         case DType::Float64:
         case DType::Float8E4M3:
-        case DType::Float8E5M2: return true;
-        default: return false;
+        case DType::Float8E5M2:
+            return true;
+        default:
+            return false;
     }
 }
 

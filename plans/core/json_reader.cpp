@@ -83,15 +83,23 @@ Expected<nlohmann::json> readJsonFile(const std::string& path, int maxDepth) {
 
 std::string jsonTypeName(const nlohmann::json& j) {
     switch (j.type()) {
-        case nlohmann::json::value_t::null: return "null";
-        case nlohmann::json::value_t::object: return "an object";
-        case nlohmann::json::value_t::array: return "an array";
-        case nlohmann::json::value_t::string: return "a string";
-        case nlohmann::json::value_t::boolean: return "a bool";
+        case nlohmann::json::value_t::null:
+            return "null";
+        case nlohmann::json::value_t::object:
+            return "an object";
+        case nlohmann::json::value_t::array:
+            return "an array";
+        case nlohmann::json::value_t::string:
+            return "a string";
+        case nlohmann::json::value_t::boolean:
+            return "a bool";
         case nlohmann::json::value_t::number_integer:
-        case nlohmann::json::value_t::number_unsigned: return "an integer";
-        case nlohmann::json::value_t::number_float: return "a number";
-        default: return "a value";
+        case nlohmann::json::value_t::number_unsigned:
+            return "an integer";
+        case nlohmann::json::value_t::number_float:
+            return "a number";
+        default:
+            return "a value";
     }
 }
 
@@ -116,9 +124,13 @@ std::string escapePointerToken(std::string_view token) {
     return out;
 }
 
-std::string JsonReader::where() const { return m_file + ":" + (m_ptr.empty() ? "/" : m_ptr); }
+std::string JsonReader::where() const {
+    return m_file + ":" + (m_ptr.empty() ? "/" : m_ptr);
+}
 
-void JsonReader::fail(const std::string& message) const { throw JsonError(where() + ": " + message); }
+void JsonReader::fail(const std::string& message) const {
+    throw JsonError(where() + ": " + message);
+}
 
 void JsonReader::failExpected(const std::string& expected) const {
     fail("expected " + expected + ", got " + describeJson(*m_j));
@@ -157,7 +169,8 @@ void JsonReader::allowOnly(std::initializer_list<std::string_view> allowed) cons
     std::vector<std::string> names(allowed.begin(), allowed.end());
     for (auto it = m_j->begin(); it != m_j->end(); ++it) {
         bool known = false;
-        for (auto a : allowed) known = known || a == it.key();
+        for (auto a : allowed)
+            known = known || a == it.key();
         if (!known) {
             JsonReader child(it.value(), m_file, m_ptr + "/" + escapePointerToken(it.key()));
             child.fail("unknown field \"" + it.key() + "\"" + didYouMean(it.key(), names));
@@ -168,7 +181,8 @@ void JsonReader::allowOnly(std::initializer_list<std::string_view> allowed) cons
 std::vector<std::string> JsonReader::keys() const {
     requireObject();
     std::vector<std::string> out;
-    for (auto it = m_j->begin(); it != m_j->end(); ++it) out.push_back(it.key());
+    for (auto it = m_j->begin(); it != m_j->end(); ++it)
+        out.push_back(it.key());
     return out;
 }
 
@@ -235,7 +249,8 @@ double JsonReader::asPositiveNumber() const {
 std::vector<std::string> JsonReader::asStringList() const {
     requireArray();
     std::vector<std::string> out;
-    for (size_t i = 0; i < m_j->size(); ++i) out.push_back((*this)[i].asString());
+    for (size_t i = 0; i < m_j->size(); ++i)
+        out.push_back((*this)[i].asString());
     return out;
 }
 

@@ -9,7 +9,8 @@ namespace shardscope {
 
 size_t editDistance(std::string_view a, std::string_view b) {
     std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-    for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+    for (size_t j = 0; j <= b.size(); ++j)
+        prev[j] = j;
     for (size_t i = 1; i <= a.size(); ++i) {
         cur[0] = i;
         for (size_t j = 1; j <= b.size(); ++j) {

@@ -161,7 +161,8 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
         mc.bwdMemBytes.perToken += 8 * I * cb.e;
         mc.savedBytes.perToken += 3 * I * cb.e;
         mc.outputBytes.perToken += H * cb.e;
-        for (ModuleId x : {gm, um, dm, m}) scaled(x);
+        for (ModuleId x : {gm, um, dm, m})
+            scaled(x);
     };
 
     ModuleId model = g.addModule(g.root(), "model", c.prefix + "Model");
@@ -197,8 +198,7 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
             ModuleId experts = g.addModule(moe, "experts", "ModuleList", {"ModuleList"});
             const double share = static_cast<double>(c.topK) / static_cast<double>(c.experts);
             for (int64_t x = 0; x < c.experts; ++x) {
-                ModuleId ex =
-                    g.addModule(experts, std::to_string(x), "MixtralBlockSparseTop2MLP");
+                ModuleId ex = g.addModule(experts, std::to_string(x), "MixtralBlockSparseTop2MLP");
                 // Each expert gathers its tokens (hidden_states[top_x], a copy it saves).
                 swiglu(ex, "w1", "w3", "w2", share, true);
             }
@@ -268,8 +268,10 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
         if (c.topK > c.experts)
             r.at("num_experts_per_tok").fail("num_experts_per_tok exceeds num_local_experts");
     }
-    if (c.layers > 10000) r.at("num_hidden_layers").fail("implausibly many layers (more than 10000)");
-    if (c.experts > 4096) r.at("num_local_experts").fail("implausibly many experts (more than 4096)");
+    if (c.layers > 10000)
+        r.at("num_hidden_layers").fail("implausibly many layers (more than 10000)");
+    if (c.experts > 4096)
+        r.at("num_local_experts").fail("implausibly many experts (more than 4096)");
     return buildLlamaLike(c, r.file(), o);
 }
 

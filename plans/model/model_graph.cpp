@@ -93,7 +93,8 @@ Status ModelGraph::finalize() {
         newIndex[m] = static_cast<int32_t>(order.size());
         order.push_back(m);
         const auto& ch = m_modules[m].children;
-        for (auto it = ch.rbegin(); it != ch.rend(); ++it) stack.push_back(it->value);
+        for (auto it = ch.rbegin(); it != ch.rend(); ++it)
+            stack.push_back(it->value);
     }
     if (order.size() != n) return Error{"module tree has unreachable modules"};
 
@@ -102,12 +103,14 @@ Status ModelGraph::finalize() {
     for (int32_t old : order) {
         ModuleNode node = std::move(m_modules[old]);
         if (node.parent.valid()) node.parent = ModuleId(newIndex[node.parent.index()]);
-        for (auto& c : node.children) c = ModuleId(newIndex[c.index()]);
+        for (auto& c : node.children)
+            c = ModuleId(newIndex[c.index()]);
         sorted.push_back(std::move(node));
     }
     m_modules = std::move(sorted);
     for (auto& p : m_params)
-        for (auto& o : p.owners) o.module = ModuleId(newIndex[o.module.index()]);
+        for (auto& o : p.owners)
+            o.module = ModuleId(newIndex[o.module.index()]);
 
     // Names, depths, subtree ends (children follow their parent in pre-order).
     m_moduleIndex.clear();
@@ -143,10 +146,12 @@ Status ModelGraph::finalize() {
     if (paramOrder.size() != m_params.size()) return Error{"parameter without an owner"};
     std::vector<ParamInfo> params;
     params.reserve(m_params.size());
-    for (int32_t old : paramOrder) params.push_back(std::move(m_params[old]));
+    for (int32_t old : paramOrder)
+        params.push_back(std::move(m_params[old]));
     m_params = std::move(params);
     for (auto& node : m_modules)
-        for (auto& p : node.params) p = ParamId(paramNew[p.index()]);
+        for (auto& p : node.params)
+            p = ParamId(paramNew[p.index()]);
 
     m_paramIndex.clear();
     for (size_t i = 0; i < m_params.size(); ++i) {
@@ -154,8 +159,9 @@ Status ModelGraph::finalize() {
         if (p.numel < 0)
             return Error{"parameter shape " + shapeToString(p.shape) + " is negative or too large"};
         // Owners sorted by module pre-order so the first is the canonical name.
-        std::stable_sort(p.owners.begin(), p.owners.end(),
-                         [](const ParamOwner& a, const ParamOwner& b) { return a.module < b.module; });
+        std::stable_sort(
+            p.owners.begin(), p.owners.end(),
+            [](const ParamOwner& a, const ParamOwner& b) { return a.module < b.module; });
         for (size_t k = 0; k < p.owners.size(); ++k) {
             const auto& o = p.owners[k];
             const auto& mfqn = m_modules[o.module.index()].fqn;
@@ -203,7 +209,8 @@ std::optional<ParamId> ModelGraph::findParam(std::string_view fqn) const {
 std::vector<std::string> ModelGraph::moduleNames() const {
     std::vector<std::string> out;
     out.reserve(m_modules.size());
-    for (const auto& m : m_modules) out.push_back(m.fqn);
+    for (const auto& m : m_modules)
+        out.push_back(m.fqn);
     return out;
 }
 
@@ -243,20 +250,23 @@ std::vector<ParamId> ModelGraph::subtreeParams(ModuleId m) const {
 
 ModuleCost ModelGraph::subtreeCost(ModuleId m) const {
     ModuleCost c;
-    for (int32_t i = m.value; i < m_modules[m.index()].subtreeEnd; ++i) c += m_modules[i].cost;
+    for (int32_t i = m.value; i < m_modules[m.index()].subtreeEnd; ++i)
+        c += m_modules[i].cost;
     c.outputBytes = m_modules[m.index()].cost.outputBytes;
     return c;
 }
 
 ModuleId ModelGraph::lca(ModuleId a, ModuleId b) const {
-    while (!isAncestorOrSelf(a, b)) a = m_modules[a.index()].parent;
+    while (!isAncestorOrSelf(a, b))
+        a = m_modules[a.index()].parent;
     return a;
 }
 
 ModuleId ModelGraph::ownersLca(ParamId p) const {
     const auto& owners = m_params[p.index()].owners;
     ModuleId l = owners.front().module;
-    for (const auto& o : owners) l = lca(l, o.module);
+    for (const auto& o : owners)
+        l = lca(l, o.module);
     return l;
 }
 

@@ -147,7 +147,9 @@ public:
     // Containers without forward (ModuleList, ModuleDict).
     [[nodiscard]] bool isContainer(ModuleId m) const;
 
-    [[nodiscard]] int64_t totalParams() const { return m_subtreeNumel.empty() ? 0 : m_subtreeNumel[0]; }
+    [[nodiscard]] int64_t totalParams() const {
+        return m_subtreeNumel.empty() ? 0 : m_subtreeNumel[0];
+    }
     [[nodiscard]] int64_t totalParamBytes() const;
     [[nodiscard]] int64_t trainableParams() const;
     // Parameters owned by any module of the subtree, each counted once, as

@@ -20,7 +20,8 @@ DType readDType(const JsonReader& r) {
 
 Shape readShape(const JsonReader& r) {
     Shape s;
-    for (size_t i = 0; i < r.size(); ++i) s.push_back(r[i].asIntAtLeast(0));
+    for (size_t i = 0; i < r.size(); ++i)
+        s.push_back(r[i].asIntAtLeast(0));
     if (!checkedNumel(s)) r.fail("shape " + shapeToString(s) + " has too many elements");
     return s;
 }
@@ -33,7 +34,9 @@ ScaledCost readScaled(const JsonReader& r) {
     return c;
 }
 
-nlohmann::json scaledJson(const ScaledCost& c) { return nlohmann::json::array({c.perToken, c.perTokenSeq}); }
+nlohmann::json scaledJson(const ScaledCost& c) {
+    return nlohmann::json::array({c.perToken, c.perTokenSeq});
+}
 
 void readCost(const JsonReader& r, ModuleCost& c) {
     r.allowOnly({"fwd_flops", "bwd_flops", "fwd_mem_bytes", "bwd_mem_bytes", "saved_bytes",
@@ -88,24 +91,27 @@ ModelGraph parseModel(const JsonReader& r) {
             const size_t dot = fqn.rfind('.');
             const std::string parentName = dot == std::string::npos ? "" : fqn.substr(0, dot);
             const std::string local = dot == std::string::npos ? fqn : fqn.substr(dot + 1);
-            if (!validLocalName(local)) m.at("name").fail("empty name component in \"" + fqn + "\"");
+            if (!validLocalName(local))
+                m.at("name").fail("empty name component in \"" + fqn + "\"");
             auto p = byName.find(parentName);
             if (p == byName.end())
-                m.at("name").fail("parent module \"" + parentName +
-                                  "\" must be listed before \"" + fqn + "\"");
+                m.at("name").fail("parent module \"" + parentName + "\" must be listed before \"" +
+                                  fqn + "\"");
             id = g.addModule(p->second, local, "");
         }
         byName[fqn] = id;
         fqnOf.resize(std::max(fqnOf.size(), id.index() + 1));
         fqnOf[id.index()] = fqn;
-        g.setModuleClass(id, m.getString("class"),
-                         m.has("bases") ? m.at("bases").asStringList() : std::vector<std::string>{});
+        g.setModuleClass(
+            id, m.getString("class"),
+            m.has("bases") ? m.at("bases").asStringList() : std::vector<std::string>{});
         if (auto ps = m.find("params")) {
             for (size_t k = 0; k < ps->size(); ++k) {
                 const JsonReader p = (*ps)[k];
                 p.allowOnly({"name", "shape", "dtype", "requires_grad"});
                 const std::string local = p.getString("name");
-                if (!validLocalName(local)) p.at("name").fail("parameter names are local, without dots");
+                if (!validLocalName(local))
+                    p.at("name").fail("parameter names are local, without dots");
                 g.addParam(id, local, readShape(p.at("shape")),
                            p.has("dtype") ? readDType(p.at("dtype")) : DType::Float32,
                            p.optBool("requires_grad").value_or(true));
@@ -141,7 +147,8 @@ ModelGraph parseModel(const JsonReader& r) {
         auto it = paramByName.find(t.target);
         if (it == paramByName.end()) {
             std::vector<std::string> names;
-            for (const auto& [n, _] : paramByName) names.push_back(n);
+            for (const auto& [n, _] : paramByName)
+                names.push_back(n);
             t.where.fail("tied parameter refers to unknown parameter \"" + t.target + "\"" +
                          didYouMean(t.target, names));
         }
@@ -170,7 +177,8 @@ nlohmann::json modelToJson(const ModelGraph& g) {
     j["name"] = g.name;
     j["source"] = g.source;
     j["activation_dtype"] = std::string(dtypeName(g.activationDtype));
-    if (g.measuredBatch > 0) j["measured_at"] = {{"batch", g.measuredBatch}, {"seq", g.measuredSeq}};
+    if (g.measuredBatch > 0)
+        j["measured_at"] = {{"batch", g.measuredBatch}, {"seq", g.measuredSeq}};
     j["total_params"] = g.totalParams();
     auto& mods = j["modules"] = nlohmann::json::array();
     for (size_t i = 0; i < g.moduleCount(); ++i) {
@@ -227,8 +235,9 @@ Expected<ModelGraph> loadModelFile(const std::string& path, const HfLoadOptions&
     if (!j) return Error{j.error()};
     if (looksLikeHfConfig(*j)) return modelFromHfConfig(*j, path, hf);
     if (j->is_object() && j->contains("format")) return modelFromJson(*j, path);
-    return Error{path + ":/: not a model file: expected a Hugging Face config.json (with "
-                        "\"model_type\") or a ShardScope model JSON (\"format\": \"" +
+    return Error{path +
+                 ":/: not a model file: expected a Hugging Face config.json (with "
+                 "\"model_type\") or a ShardScope model JSON (\"format\": \"" +
                  std::string(kModelFormat) + "\")"};
 }
 

@@ -10,7 +10,8 @@ Expected<ExportFormat> parseExportFormat(const std::string& s) {
     if (s == "fsdp2") return ExportFormat::Fsdp2;
     if (s == "fsdp1") return ExportFormat::Fsdp1;
     if (s == "lightning") return ExportFormat::Lightning;
-    return Error{"unknown export format \"" + s + "\" (expected shardscope, fsdp2, fsdp1 or lightning)"};
+    return Error{"unknown export format \"" + s +
+                 "\" (expected shardscope, fsdp2, fsdp1 or lightning)"};
 }
 
 namespace {
@@ -22,9 +23,12 @@ nlohmann::json dt(const std::optional<DType>& d) {
 nlohmann::json reshardValue(const ResolvedUnit& u) {
     // Export the effective value so the config does not depend on PyTorch's defaults.
     switch (u.reshard) {
-        case Reshard::True: return true;
-        case Reshard::False: return false;
-        case Reshard::Int: return u.reshardK;
+        case Reshard::True:
+            return true;
+        case Reshard::False:
+            return false;
+        case Reshard::Int:
+            return u.reshardK;
     }
     return true;
 }
@@ -43,7 +47,8 @@ nlohmann::json mesh(const ResolvedPlan& r) {
 
 std::vector<std::string> unitModuleNames(const ResolvedPlan& r, const ResolvedUnit& u) {
     std::vector<std::string> out;
-    for (ModuleId m : u.modules) out.push_back(r.model->module(m).fqn);
+    for (ModuleId m : u.modules)
+        out.push_back(r.model->module(m).fqn);
     return out;
 }
 
@@ -74,7 +79,8 @@ nlohmann::json exportFsdp2(const ResolvedPlan& r) {
     for (const auto& u : r.units) {
         auto names = [&](const std::vector<UnitId>& ids) {
             nlohmann::json a = nlohmann::json::array();
-            for (UnitId t : ids) a.push_back(r.units[t.index()].name);
+            for (UnitId t : ids)
+                a.push_back(r.units[t.index()].name);
             return a;
         };
         if (u.explicitForwardPrefetch) fwd[u.name] = names(u.forwardPrefetch);
@@ -87,7 +93,8 @@ nlohmann::json exportFsdp2(const ResolvedPlan& r) {
     j["backward_prefetch"] = bwd;
     j["activation_checkpointing"] = ac;
     nlohmann::json ignored = nlohmann::json::array();
-    for (ParamId p : r.ignoredParams) ignored.push_back(r.model->param(p).name);
+    for (ParamId p : r.ignoredParams)
+        ignored.push_back(r.model->param(p).name);
     j["ignored_params"] = ignored;
     j["gradient_accumulation"] = {{"micro_batches", r.plan.microBatches},
                                   {"sync_every_micro_batch", r.plan.syncEveryMicroBatch}};
@@ -115,7 +122,8 @@ nlohmann::json autoWrapPolicy(const ResolvedPlan& r) {
                 return {{"type", "ModuleWrapPolicy"}, {"module_classes", w.classes}};
             case WrapPolicySpec::Kind::NamePattern:
                 return {{"type", "lambda_auto_wrap_policy"}, {"module_name_patterns", w.patterns}};
-            case WrapPolicySpec::Kind::None: return nullptr;
+            case WrapPolicySpec::Kind::None:
+                return nullptr;
         }
     }
     nlohmann::json names = nlohmann::json::array();
@@ -138,7 +146,8 @@ nlohmann::json activationCheckpointingClasses(const ResolvedPlan& r) {
     for (const auto& u : r.units)
         if (u.activationCheckpointing != AcMode::None && !u.isRoot) {
             const std::string cls = r.model->module(u.modules[0]).cls;
-            if (std::find(classes.begin(), classes.end(), cls) == classes.end()) classes.push_back(cls);
+            if (std::find(classes.begin(), classes.end(), cls) == classes.end())
+                classes.push_back(cls);
         }
     return classes;
 }
@@ -165,7 +174,8 @@ nlohmann::json exportFsdp1(const ResolvedPlan& r) {
     kw["mixed_precision"] = mixedPrecisionKw(r);
     kw["cpu_offload"] = {{"offload_params", r.units[0].offload.enabled}};
     nlohmann::json ignored = nlohmann::json::array();
-    for (ParamId p : r.ignoredParams) ignored.push_back(r.model->param(p).name);
+    for (ParamId p : r.ignoredParams)
+        ignored.push_back(r.model->param(p).name);
     kw["ignored_states"] = ignored;
     return {{"format", "shardscope.export.fsdp1"},
             {"version", 1},
@@ -176,7 +186,8 @@ nlohmann::json exportFsdp1(const ResolvedPlan& r) {
 }
 
 nlohmann::json exportLightning(const ResolvedPlan& r) {
-    nlohmann::json j{{"format", "shardscope.export.lightning"}, {"version", 1}, {"plan", r.plan.name}};
+    nlohmann::json j{
+        {"format", "shardscope.export.lightning"}, {"version", 1}, {"plan", r.plan.name}};
     if (r.plan.api == PlanApi::Lightning) {
         const auto& o = r.plan.lightning;
         j["strategy"] = "DDPFullyShardedStrategy";
@@ -199,10 +210,11 @@ nlohmann::json exportLightning(const ResolvedPlan& r) {
     j["strategy"] = "FSDPStrategy";
     j["kwargs"] = kw;
     const auto& d = r.plan.defaults.mixedPrecision;
-    j["trainer"] = {{"precision", d && d->paramDtype && *d->paramDtype == DType::BFloat16 ? "bf16-mixed"
-                                  : d && d->paramDtype && *d->paramDtype == DType::Float16 ? "16-mixed"
-                                                                                            : "32-true"},
-                    {"accumulate_grad_batches", r.plan.microBatches}};
+    j["trainer"] = {
+        {"precision", d && d->paramDtype && *d->paramDtype == DType::BFloat16  ? "bf16-mixed"
+                      : d && d->paramDtype && *d->paramDtype == DType::Float16 ? "16-mixed"
+                                                                               : "32-true"},
+        {"accumulate_grad_batches", r.plan.microBatches}};
     return j;
 }
 
@@ -210,10 +222,14 @@ nlohmann::json exportLightning(const ResolvedPlan& r) {
 
 nlohmann::json exportPlan(const ResolvedPlan& r, ExportFormat f) {
     switch (f) {
-        case ExportFormat::ShardScope: return planToJson(r.plan);
-        case ExportFormat::Fsdp2: return exportFsdp2(r);
-        case ExportFormat::Fsdp1: return exportFsdp1(r);
-        case ExportFormat::Lightning: return exportLightning(r);
+        case ExportFormat::ShardScope:
+            return planToJson(r.plan);
+        case ExportFormat::Fsdp2:
+            return exportFsdp2(r);
+        case ExportFormat::Fsdp1:
+            return exportFsdp1(r);
+        case ExportFormat::Lightning:
+            return exportLightning(r);
     }
     return nullptr;
 }

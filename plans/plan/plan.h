@@ -53,7 +53,8 @@ struct WrapPolicySpec {
     int64_t minNumParams = 100000000;  // size_based_auto_wrap_policy default 1e8
     std::vector<std::string> classes;  // ModuleClass
     std::vector<std::string> forceLeafClasses{"MultiheadAttention"};  // FORCE_LEAF_MODULES
-    std::vector<std::string> excludeWrapClasses{"ModuleList", "ModuleDict"};  // EXCLUDE_WRAP_MODULES
+    std::vector<std::string> excludeWrapClasses{"ModuleList",
+                                                "ModuleDict"};  // EXCLUDE_WRAP_MODULES
     std::vector<std::string> patterns;  // NamePattern: ECMAScript regexes, full match on fqn
     friend bool operator==(const WrapPolicySpec&, const WrapPolicySpec&) = default;
 };
@@ -83,8 +84,8 @@ struct UnitSpec {
 };
 
 struct Fsdp1Options {
-    std::string shardingStrategy = "FULL_SHARD";  // FULL_SHARD, SHARD_GRAD_OP, NO_SHARD,
-                                                  // HYBRID_SHARD, _HYBRID_SHARD_ZERO2
+    std::string shardingStrategy = "FULL_SHARD";    // FULL_SHARD, SHARD_GRAD_OP, NO_SHARD,
+                                                    // HYBRID_SHARD, _HYBRID_SHARD_ZERO2
     std::string backwardPrefetch = "BACKWARD_PRE";  // BACKWARD_PRE, BACKWARD_POST, NONE
     bool forwardPrefetch = false;
     bool limitAllGathers = true;
@@ -114,8 +115,8 @@ struct Plan {
     WrapPolicySpec wrap;
     UnitSettings defaults;
     std::vector<UnitSpec> units;
-    int64_t microBatches = 1;           // gradient accumulation steps per optimizer step
-    bool syncEveryMicroBatch = false;   // false: set_requires_gradient_sync(False) until the last
+    int64_t microBatches = 1;          // gradient accumulation steps per optimizer step
+    bool syncEveryMicroBatch = false;  // false: set_requires_gradient_sync(False) until the last
     std::optional<double> gradientDivideFactor;
     std::vector<std::string> ignoredParams;
     int64_t microBatchSize = 1;

@@ -8,37 +8,50 @@ namespace shardscope {
 
 const char* planApiName(PlanApi a) {
     switch (a) {
-        case PlanApi::Fsdp2: return "fsdp2";
-        case PlanApi::Fsdp1: return "fsdp1";
-        case PlanApi::Lightning: return "lightning";
+        case PlanApi::Fsdp2:
+            return "fsdp2";
+        case PlanApi::Fsdp1:
+            return "fsdp1";
+        case PlanApi::Lightning:
+            return "lightning";
     }
     return "?";
 }
 
 const char* acModeName(AcMode m) {
     switch (m) {
-        case AcMode::None: return "none";
-        case AcMode::Selective: return "selective";
-        case AcMode::Full: return "full";
+        case AcMode::None:
+            return "none";
+        case AcMode::Selective:
+            return "selective";
+        case AcMode::Full:
+            return "full";
     }
     return "?";
 }
 
 const char* wrapPolicyName(WrapPolicySpec::Kind k) {
     switch (k) {
-        case WrapPolicySpec::Kind::None: return "none";
-        case WrapPolicySpec::Kind::Size: return "size";
-        case WrapPolicySpec::Kind::ModuleClass: return "module_class";
-        case WrapPolicySpec::Kind::NamePattern: return "name_pattern";
+        case WrapPolicySpec::Kind::None:
+            return "none";
+        case WrapPolicySpec::Kind::Size:
+            return "size";
+        case WrapPolicySpec::Kind::ModuleClass:
+            return "module_class";
+        case WrapPolicySpec::Kind::NamePattern:
+            return "name_pattern";
     }
     return "?";
 }
 
 std::string ReshardSetting::toString() const {
     switch (kind) {
-        case Kind::Default: return "None";
-        case Kind::Bool: return value ? "True" : "False";
-        case Kind::Int: return std::to_string(k);
+        case Kind::Default:
+            return "None";
+        case Kind::Bool:
+            return value ? "True" : "False";
+        case Kind::Int:
+            return std::to_string(k);
     }
     return "?";
 }
@@ -51,7 +64,8 @@ std::string pick(const JsonReader& r, std::initializer_list<const char*> choices
     for (const auto& c : names)
         if (s == c) return s;
     std::string list;
-    for (const auto& c : names) list += (list.empty() ? "" : ", ") + std::string("\"") + c + "\"";
+    for (const auto& c : names)
+        list += (list.empty() ? "" : ", ") + std::string("\"") + c + "\"";
     r.fail("expected one of " + list + ", got \"" + s + "\"" + didYouMean(s, names));
 }
 
@@ -78,9 +92,12 @@ ReshardSetting readReshard(const JsonReader& r) {
 
 nlohmann::json reshardJson(const ReshardSetting& s) {
     switch (s.kind) {
-        case ReshardSetting::Kind::Default: return nullptr;
-        case ReshardSetting::Kind::Bool: return s.value;
-        case ReshardSetting::Kind::Int: return s.k;
+        case ReshardSetting::Kind::Default:
+            return nullptr;
+        case ReshardSetting::Kind::Bool:
+            return s.value;
+        case ReshardSetting::Kind::Int:
+            return s.k;
     }
     return nullptr;
 }
@@ -124,9 +141,12 @@ AcMode readAc(const JsonReader& r) {
 }
 
 void readSettings(const JsonReader& r, UnitSettings& s) {
-    if (r.has("reshard_after_forward")) s.reshardAfterForward = readReshard(r.at("reshard_after_forward"));
-    if (r.has("reshard_after_backward")) s.reshardAfterBackward = r.getBool("reshard_after_backward");
-    if (r.has("activation_checkpointing")) s.activationCheckpointing = readAc(r.at("activation_checkpointing"));
+    if (r.has("reshard_after_forward"))
+        s.reshardAfterForward = readReshard(r.at("reshard_after_forward"));
+    if (r.has("reshard_after_backward"))
+        s.reshardAfterBackward = r.getBool("reshard_after_backward");
+    if (r.has("activation_checkpointing"))
+        s.activationCheckpointing = readAc(r.at("activation_checkpointing"));
     if (r.has("mixed_precision")) s.mixedPrecision = readMp(r.at("mixed_precision"));
     if (r.has("offload")) s.offload = readOffload(r.at("offload"));
 }
@@ -134,20 +154,24 @@ void readSettings(const JsonReader& r, UnitSettings& s) {
 void writeSettings(const UnitSettings& s, nlohmann::json& j) {
     if (s.reshardAfterForward) j["reshard_after_forward"] = reshardJson(*s.reshardAfterForward);
     if (s.reshardAfterBackward) j["reshard_after_backward"] = *s.reshardAfterBackward;
-    if (s.activationCheckpointing) j["activation_checkpointing"] = acModeName(*s.activationCheckpointing);
+    if (s.activationCheckpointing)
+        j["activation_checkpointing"] = acModeName(*s.activationCheckpointing);
     if (s.mixedPrecision) j["mixed_precision"] = mpJson(*s.mixedPrecision);
     if (s.offload) j["offload"] = offloadJson(*s.offload);
 }
 
 WrapPolicySpec readWrap(const JsonReader& r) {
     WrapPolicySpec w;
-    const std::string policy = pick(r.at("policy"), {"none", "size", "module_class", "name_pattern"});
+    const std::string policy =
+        pick(r.at("policy"), {"none", "size", "module_class", "name_pattern"});
     if (policy == "size") {
         r.allowOnly({"policy", "min_num_params", "force_leaf_classes", "exclude_wrap_classes"});
         w.kind = WrapPolicySpec::Kind::Size;
         if (r.has("min_num_params")) w.minNumParams = r.at("min_num_params").asIntAtLeast(0);
-        if (r.has("force_leaf_classes")) w.forceLeafClasses = r.at("force_leaf_classes").asStringList();
-        if (r.has("exclude_wrap_classes")) w.excludeWrapClasses = r.at("exclude_wrap_classes").asStringList();
+        if (r.has("force_leaf_classes"))
+            w.forceLeafClasses = r.at("force_leaf_classes").asStringList();
+        if (r.has("exclude_wrap_classes"))
+            w.excludeWrapClasses = r.at("exclude_wrap_classes").asStringList();
     } else if (policy == "module_class") {
         r.allowOnly({"policy", "classes"});
         w.kind = WrapPolicySpec::Kind::ModuleClass;
@@ -172,9 +196,14 @@ nlohmann::json wrapJson(const WrapPolicySpec& w) {
             j["force_leaf_classes"] = w.forceLeafClasses;
             j["exclude_wrap_classes"] = w.excludeWrapClasses;
             break;
-        case WrapPolicySpec::Kind::ModuleClass: j["classes"] = w.classes; break;
-        case WrapPolicySpec::Kind::NamePattern: j["patterns"] = w.patterns; break;
-        case WrapPolicySpec::Kind::None: break;
+        case WrapPolicySpec::Kind::ModuleClass:
+            j["classes"] = w.classes;
+            break;
+        case WrapPolicySpec::Kind::NamePattern:
+            j["patterns"] = w.patterns;
+            break;
+        case WrapPolicySpec::Kind::None:
+            break;
     }
     return j;
 }
@@ -188,17 +217,21 @@ Plan parsePlan(const JsonReader& r) {
     p.name = r.optString("name").value_or("");
     if (r.has("api")) {
         const std::string api = pick(r.at("api"), {"fsdp2", "fsdp1", "lightning"});
-        p.api = api == "fsdp1" ? PlanApi::Fsdp1 : api == "lightning" ? PlanApi::Lightning : PlanApi::Fsdp2;
+        p.api = api == "fsdp1"       ? PlanApi::Fsdp1
+                : api == "lightning" ? PlanApi::Lightning
+                                     : PlanApi::Fsdp2;
     }
     if (auto m = r.find("mesh")) {
         m->allowOnly({"shape", "dim_names"});
         const JsonReader shape = m->at("shape");
-        for (size_t i = 0; i < shape.size(); ++i) p.meshShape.push_back(shape[i].asIntAtLeast(1));
+        for (size_t i = 0; i < shape.size(); ++i)
+            p.meshShape.push_back(shape[i].asIntAtLeast(1));
         if (m->has("dim_names")) {
             p.meshDimNames = m->at("dim_names").asStringList();
             if (p.meshDimNames.size() != p.meshShape.size())
-                m->at("dim_names").fail("expected " + std::to_string(p.meshShape.size()) +
-                                        " names, one per mesh dimension");
+                m->at("dim_names")
+                    .fail("expected " + std::to_string(p.meshShape.size()) +
+                          " names, one per mesh dimension");
         }
         int64_t prod = 1;
         for (int64_t d : p.meshShape) {
@@ -228,8 +261,10 @@ Plan parsePlan(const JsonReader& r) {
             if (s.modules.empty()) mods.fail("a unit needs at least one module");
             s.name = u.optString("name").value_or("");
             readSettings(u, s.settings);
-            if (u.has("forward_prefetch")) s.forwardPrefetch = u.at("forward_prefetch").asStringList();
-            if (u.has("backward_prefetch")) s.backwardPrefetch = u.at("backward_prefetch").asStringList();
+            if (u.has("forward_prefetch"))
+                s.forwardPrefetch = u.at("forward_prefetch").asStringList();
+            if (u.has("backward_prefetch"))
+                s.backwardPrefetch = u.at("backward_prefetch").asStringList();
             p.units.push_back(std::move(s));
         }
     }
@@ -243,19 +278,20 @@ Plan parsePlan(const JsonReader& r) {
     if (r.has("ignored_params")) p.ignoredParams = r.at("ignored_params").asStringList();
     if (auto t = r.find("training")) {
         t->allowOnly({"micro_batch_size", "seq_len"});
-        if (t->has("micro_batch_size")) p.microBatchSize = t->at("micro_batch_size").asIntAtLeast(1);
+        if (t->has("micro_batch_size"))
+            p.microBatchSize = t->at("micro_batch_size").asIntAtLeast(1);
         if (t->has("seq_len")) p.seqLen = t->at("seq_len").asIntAtLeast(1);
     }
     if (auto f = r.find("fsdp1")) {
         if (p.api != PlanApi::Fsdp1)
             f->fail("FSDP1 options need \"api\": \"fsdp1\" (this plan's api is \"" +
                     std::string(planApiName(p.api)) + "\")");
-        f->allowOnly({"sharding_strategy", "backward_prefetch", "forward_prefetch", "limit_all_gathers",
-                      "use_orig_params"});
+        f->allowOnly({"sharding_strategy", "backward_prefetch", "forward_prefetch",
+                      "limit_all_gathers", "use_orig_params"});
         if (f->has("sharding_strategy"))
-            p.fsdp1.shardingStrategy = pick(f->at("sharding_strategy"),
-                                            {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD",
-                                             "_HYBRID_SHARD_ZERO2"});
+            p.fsdp1.shardingStrategy = pick(
+                f->at("sharding_strategy"),
+                {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"});
         if (f->has("backward_prefetch"))
             p.fsdp1.backwardPrefetch =
                 f->at("backward_prefetch").isNull()
@@ -275,7 +311,8 @@ Plan parsePlan(const JsonReader& r) {
         auto& o = p.lightning;
         if (l->has("cpu_offload")) o.cpuOffload = l->getBool("cpu_offload");
         if (l->has("flatten_parameters")) o.flattenParameters = l->getBool("flatten_parameters");
-        if (l->has("reshard_after_forward")) o.reshardAfterForward = l->getBool("reshard_after_forward");
+        if (l->has("reshard_after_forward"))
+            o.reshardAfterForward = l->getBool("reshard_after_forward");
         if (l->has("fp32_reduce_scatter")) o.fp32ReduceScatter = l->getBool("fp32_reduce_scatter");
         o.computeDtype = optDType(*l, "compute_dtype");
         if (l->has("bucket_cap_mb")) {
@@ -287,8 +324,9 @@ Plan parsePlan(const JsonReader& r) {
         if (l->has("state_dict_to_cpu")) o.stateDictToCpu = l->getBool("state_dict_to_cpu");
         if (o.fp32ReduceScatter && !o.computeDtype)
             l->at("fp32_reduce_scatter")
-                .fail("fp32_reduce_scatter requires mixed precision: set compute_dtype "
-                      "(fairscale asserts mixed_precision)");
+                .fail(
+                    "fp32_reduce_scatter requires mixed precision: set compute_dtype "
+                    "(fairscale asserts mixed_precision)");
     }
     return p;
 }

@@ -13,19 +13,22 @@ std::string Problem::toString() const {
     return where + ": " + (severity == Severity::Error ? "error: " : "warning: ") + message;
 }
 
-bool ResolvedPlan::hasErrors() const { return errorCount() > 0; }
+bool ResolvedPlan::hasErrors() const {
+    return errorCount() > 0;
+}
 
 size_t ResolvedPlan::errorCount() const {
-    return static_cast<size_t>(std::count_if(problems.begin(), problems.end(), [](const Problem& p) {
-        return p.severity == Problem::Severity::Error;
-    }));
+    return static_cast<size_t>(
+        std::count_if(problems.begin(), problems.end(),
+                      [](const Problem& p) { return p.severity == Problem::Severity::Error; }));
 }
 
 std::vector<UnitId> ResolvedPlan::applicationOrder() const {
     // Bottom-up: a unit is sharded before any unit whose modules contain it. Reverse
     // pre-order of the first module achieves that, and sorting keeps it stable.
     std::vector<UnitId> order;
-    for (size_t i = units.size(); i-- > 0;) order.emplace_back(static_cast<int32_t>(i));
+    for (size_t i = units.size(); i-- > 0;)
+        order.emplace_back(static_cast<int32_t>(i));
     return order;
 }
 
@@ -38,19 +41,23 @@ std::optional<UnitId> ResolvedPlan::findUnit(std::string_view name) const {
 
 int64_t ResolvedPlan::totalShardedBytes() const {
     int64_t n = 0;
-    for (const auto& u : units) n += u.shardedBytes;
+    for (const auto& u : units)
+        n += u.shardedBytes;
     return n;
 }
 
 int64_t ResolvedPlan::maxUnshardedBytes() const {
     int64_t n = 0;
-    for (const auto& u : units) n = std::max(n, u.unshardedBytes);
+    for (const auto& u : units)
+        n = std::max(n, u.unshardedBytes);
     return n;
 }
 
 namespace {
 
-int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceilDiv(int64_t a, int64_t b) {
+    return (a + b - 1) / b;
+}
 
 struct Resolver {
     const ModelGraph& g;
@@ -91,8 +98,9 @@ struct Resolver {
                 shape = {cluster->worldSize()};
         }
         if (shape.empty()) {
-            error(at("/mesh"), "no device mesh: give \"mesh\": {\"shape\": [N]} in the plan or a "
-                               "cluster (--cluster) to take the world size from");
+            error(at("/mesh"),
+                  "no device mesh: give \"mesh\": {\"shape\": [N]} in the plan or a "
+                  "cluster (--cluster) to take the world size from");
             shape = {1};
         }
         if (shape.size() > 2) {
@@ -101,28 +109,35 @@ struct Resolver {
             shape = {shape[0]};
         }
         int64_t world = 1;
-        for (int64_t d : shape) world *= d;
+        for (int64_t d : shape)
+            world *= d;
         r.worldSize = world;
         if (cluster && cluster->worldSize() != world) {
             std::string prod;
-            for (int64_t d : shape) prod += (prod.empty() ? "" : "x") + std::to_string(d);
-            error(meshPtr, "world size " + std::to_string(cluster->worldSize()) + " of cluster \"" +
-                               cluster->name + "\" does not equal the mesh product " + prod +
-                               " = " + std::to_string(world));
+            for (int64_t d : shape)
+                prod += (prod.empty() ? "" : "x") + std::to_string(d);
+            error(meshPtr,
+                  "world size " + std::to_string(cluster->worldSize()) + " of cluster \"" +
+                      cluster->name + "\" does not equal the mesh " +
+                      (shape.size() == 1 ? "size " + prod
+                                         : "product " + prod + " = " + std::to_string(world)));
         }
         if (shape.size() == 2) {
             if (p.api == PlanApi::Lightning)
                 error(meshPtr, "the Lightning fairscale strategy shards over one 1D group");
             if (fsdp1 && !hybrid)
-                error(meshPtr, "a 2D mesh under FSDP1 needs sharding_strategy HYBRID_SHARD or "
-                               "_HYBRID_SHARD_ZERO2, not " + strat);
+                error(meshPtr,
+                      "a 2D mesh under FSDP1 needs sharding_strategy HYBRID_SHARD or "
+                      "_HYBRID_SHARD_ZERO2, not " +
+                          strat);
             r.hsdp = true;
             r.replicateSize = shape[0];
             r.shardSize = shape[1];
         } else {
             if (hybrid)
-                error(meshPtr, strat + " needs a 2D mesh [replicate, shard] or a cluster to "
-                                       "shard within a node");
+                error(meshPtr, strat +
+                                   " needs a 2D mesh [replicate, shard] or a cluster to "
+                                   "shard within a node");
             r.shardSize = shape[0];
         }
         if (fsdp1 && strat == "NO_SHARD") {
@@ -143,7 +158,8 @@ struct Resolver {
                 r.ignoredParams.push_back(*pid);
             } else {
                 std::vector<std::string> names;
-                for (const auto& pi : g.params()) names.push_back(pi.name);
+                for (const auto& pi : g.params())
+                    names.push_back(pi.name);
                 error(at("/ignored_params/" + std::to_string(i)),
                       "unknown parameter \"" + n + "\"" + didYouMean(n, names));
             }
@@ -164,11 +180,11 @@ struct Resolver {
             wo.policy.kind = WrapPolicySpec::Kind::Size;
             wo.policy.minNumParams = p.lightning.minNumParams;
         }
-        const bool mpOn = p.api == PlanApi::Lightning
-                              ? p.lightning.computeDtype.has_value()
-                              : (p.defaults.mixedPrecision && p.defaults.mixedPrecision->paramDtype);
-        wo.wrapBatchNormIndividually = p.api == PlanApi::Fsdp1 && mpOn &&
-                                       wo.policy.kind != WrapPolicySpec::Kind::None;
+        const bool mpOn = p.api == PlanApi::Lightning ? p.lightning.computeDtype.has_value()
+                                                      : (p.defaults.mixedPrecision &&
+                                                         p.defaults.mixedPrecision->paramDtype);
+        wo.wrapBatchNormIndividually =
+            p.api == PlanApi::Fsdp1 && mpOn && wo.policy.kind != WrapPolicySpec::Kind::None;
         wo.ignoredParams = r.ignoredParams;
         auto wrapped = applyWrapPolicy(g, wo);
         if (!wrapped) {
@@ -180,9 +196,9 @@ struct Resolver {
                 u.name = g.module(m).fqn;
                 u.fromPolicy = true;
                 u.pointer = at("/wrap");
-                u.batchNormRule = std::find(wrapped->batchNormUnits.begin(),
-                                            wrapped->batchNormUnits.end(),
-                                            m) != wrapped->batchNormUnits.end();
+                u.batchNormRule =
+                    std::find(wrapped->batchNormUnits.begin(), wrapped->batchNormUnits.end(), m) !=
+                    wrapped->batchNormUnits.end();
                 unitByModule[m.value] = units.size();
                 units.push_back(std::move(u));
             }
@@ -199,11 +215,13 @@ struct Resolver {
                 const std::string where = at(base + "/modules/" + std::to_string(k));
                 auto m = lookupModule(s.modules[k], where);
                 if (!m) continue;
-                if (g.isContainer(*m))
+                if (g.isContainer(*m)) {
                     error(where, moduleLabel(*m) + " is a " + g.module(*m).cls +
                                      ", which has no forward and cannot be a unit; make its "
                                      "children units, or group some of them in one unit's "
                                      "\"modules\" list");
+                    continue;
+                }
                 if (std::find(mods.begin(), mods.end(), *m) != mods.end()) {
                     error(where, moduleLabel(*m) + " is listed twice in this unit");
                     continue;
@@ -212,9 +230,10 @@ struct Resolver {
                 for (ModuleId o : mods)
                     if (g.isAncestorOrSelf(o, *m) || g.isAncestorOrSelf(*m, o)) {
                         const bool outer = g.isAncestorOrSelf(*m, o);
-                        error(where, moduleLabel(outer ? *m : o) + " contains " +
-                                         moduleLabel(outer ? o : *m) +
-                                         ", which this unit also lists; a unit's modules must not nest");
+                        error(where,
+                              moduleLabel(outer ? *m : o) + " contains " +
+                                  moduleLabel(outer ? o : *m) +
+                                  ", which this unit also lists; a unit's modules must not nest");
                         nested = true;
                     }
                 if (!nested) mods.push_back(*m);
@@ -250,7 +269,8 @@ struct Resolver {
             ResolvedUnit u;
             u.modules = mods;
             u.pointer = at(base);
-            for (ModuleId m : mods) unitByModule[m.value] = units.size();
+            for (ModuleId m : mods)
+                unitByModule[m.value] = units.size();
             units.push_back(std::move(u));
             specOf.push_back(&s);
         }
@@ -271,7 +291,8 @@ struct Resolver {
 
         // Forward order: pre-order of each unit's first module.
         std::vector<size_t> order(units.size());
-        for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+        for (size_t i = 0; i < order.size(); ++i)
+            order[i] = i;
         std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
             return units[a].modules[0] < units[b].modules[0];
         });
@@ -286,7 +307,8 @@ struct Resolver {
         unitOfModule.assign(g.moduleCount(), -1);
         std::vector<int32_t> unitRootOf(g.moduleCount(), -1);
         for (size_t u = 0; u < r.units.size(); ++u)
-            for (ModuleId m : r.units[u].modules) unitRootOf[m.index()] = static_cast<int32_t>(u);
+            for (ModuleId m : r.units[u].modules)
+                unitRootOf[m.index()] = static_cast<int32_t>(u);
         for (size_t m = 0; m < g.moduleCount(); ++m) {
             if (unitRootOf[m] >= 0)
                 unitOfModule[m] = unitRootOf[m];
@@ -300,7 +322,8 @@ struct Resolver {
     void assignParams() {
         r.unitOfParam.assign(g.paramCount(), UnitId());
         std::vector<char> ignored(g.paramCount(), 0);
-        for (ParamId pid : r.ignoredParams) ignored[pid.index()] = 1;
+        for (ParamId pid : r.ignoredParams)
+            ignored[pid.index()] = 1;
         for (size_t i = 0; i < g.paramCount(); ++i) {
             const ParamId pid(static_cast<int32_t>(i));
             if (ignored[i]) continue;
@@ -346,21 +369,24 @@ struct Resolver {
             u.activationCheckpointing =
                 pick(&UnitSettings::activationCheckpointing).value_or(AcMode::None);
             u.offload = pick(&UnitSettings::offload).value_or(OffloadSpec{});
-            MixedPrecisionSpec mp = pick(&UnitSettings::mixedPrecision).value_or(MixedPrecisionSpec{});
+            MixedPrecisionSpec mp =
+                pick(&UnitSettings::mixedPrecision).value_or(MixedPrecisionSpec{});
             if (lightning) {
                 mp.paramDtype = p.lightning.computeDtype;
                 mp.reduceDtype = p.lightning.fp32ReduceScatter ? std::optional(DType::Float32)
                                                                : p.lightning.computeDtype;
                 u.offload = OffloadSpec{p.lightning.cpuOffload, true};
             }
-            if (u.batchNormRule) mp = MixedPrecisionSpec{};  // FSDP1 runs BatchNorm in full precision
+            if (u.batchNormRule)
+                mp = MixedPrecisionSpec{};  // FSDP1 runs BatchNorm in full precision
 
             // reshard_after_forward
             const ReshardSetting& d = u.reshardDeclared;
             if (fsdp1 || lightning) {
                 if (d.kind == ReshardSetting::Kind::Int)
-                    error(where, "an int reshard_after_forward is an FSDP2 feature; FSDP1 "
-                                 "chooses resharding through sharding_strategy");
+                    error(where,
+                          "an int reshard_after_forward is an FSDP2 feature; FSDP1 "
+                          "chooses resharding through sharding_strategy");
                 bool reshard;
                 if (lightning) {
                     reshard = p.lightning.reshardAfterForward;
@@ -401,11 +427,14 @@ struct Resolver {
             bool first = true, mixedDtypes = false;
             for (ParamId pid : u.params) {
                 const DType d0 = g.param(pid).dtype;
-                if (first) orig = d0;
-                else if (d0 != orig) mixedDtypes = true;
+                if (first)
+                    orig = d0;
+                else if (d0 != orig)
+                    mixedDtypes = true;
                 first = false;
             }
-            if (mp.paramDtype && (*mp.paramDtype == orig || !isFloating(orig))) mp.paramDtype.reset();
+            if (mp.paramDtype && (*mp.paramDtype == orig || !isFloating(orig)))
+                mp.paramDtype.reset();
             if (mp.reduceDtype && mp.paramDtype && *mp.reduceDtype == *mp.paramDtype)
                 mp.reduceDtype.reset();
             if (mp.reduceDtype && !mp.paramDtype && *mp.reduceDtype == orig) mp.reduceDtype.reset();
@@ -413,8 +442,9 @@ struct Resolver {
             u.allGatherDtype = mp.paramDtype.value_or(orig);
             u.reduceDtype = mp.reduceDtype.value_or(u.allGatherDtype);
             if (mixedDtypes && r.flatParams)
-                error(where, "unit " + u.displayName() + " mixes parameter dtypes; an FSDP1 "
-                             "FlatParameter needs one dtype");
+                error(where, "unit " + u.displayName() +
+                                 " mixes parameter dtypes; an FSDP1 "
+                                 "FlatParameter needs one dtype");
         }
     }
 
@@ -475,7 +505,6 @@ struct Resolver {
                 u.shardedBytes = shard * dtypeSize(orig);
                 u.unshardedBytes = N * shard * dtypeSize(u.allGatherDtype);
             }
-
         }
     }
 
@@ -494,7 +523,8 @@ struct Resolver {
                     return;
                 }
                 std::vector<std::string> unitNames;
-                for (const auto& u : r.units) unitNames.push_back(u.name);
+                for (const auto& u : r.units)
+                    unitNames.push_back(u.name);
                 for (size_t k = 0; k < names.size(); ++k) {
                     const std::string where = s->pointer + "/" + field + "/" + std::to_string(k);
                     auto id = r.findUnit(names[k]);
@@ -525,18 +555,20 @@ struct Resolver {
     void checkRest() {
         for (const auto& u : r.units) {
             if (u.params.empty() && !u.isRoot) {
-                // Say where the unit's parameters went when it has some: tied ones go to
-                // the lowest unit containing every owner (FSDP1).
+                // Say where the unit's parameters went when it has some: nested units
+                // take theirs; tied ones go to the lowest unit containing every owner.
                 std::string why;
                 for (ModuleId m : u.modules)
-                    if (g.subtreeNumel(m) > 0 && why.empty())
-                        for (ParamId pid : g.subtreeParams(m))
-                            if (r.unitOfParam[pid.index()].valid()) {
-                                why = "; its parameter \"" + g.param(pid).name + "\" is shared and belongs to unit " +
-                                      r.units[r.unitOfParam[pid.index()].index()].displayName() +
-                                      ", the lowest unit containing every owner";
-                                break;
-                            }
+                    for (ParamId pid : g.subtreeParams(m)) {
+                        const UnitId owner = r.unitOfParam[pid.index()];
+                        if (!owner.valid() || !why.empty()) continue;
+                        why = g.param(pid).tied()
+                                  ? "; its parameter \"" + g.param(pid).name +
+                                        "\" is shared and belongs to unit " +
+                                        r.units[owner.index()].displayName() +
+                                        ", the lowest unit containing every owner"
+                                  : "; nested units hold all of its parameters";
+                    }
                 warning(u.pointer, "unit " + u.displayName() + " manages no parameters" + why);
             }
             if (u.frozenNumel > 0 && u.frozenNumel < u.numel && r.flatParams &&

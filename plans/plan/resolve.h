@@ -46,11 +46,11 @@ struct ResolvedUnit {
     std::vector<ParamId> params;  // managed parameters, in named_parameters order
     int64_t numel = 0;
     int64_t frozenNumel = 0;
-    int64_t paramBytes = 0;       // unsharded, original dtype, no padding
-    int64_t shardedNumel = 0;     // per rank, with padding
-    int64_t shardedBytes = 0;     // per rank, original dtype, with padding
-    int64_t unshardedBytes = 0;   // all-gather output per rank, all-gather dtype, padded
-    int64_t postForwardBytes = 0; // int reshard: the copy kept after forward, per rank
+    int64_t paramBytes = 0;        // unsharded, original dtype, no padding
+    int64_t shardedNumel = 0;      // per rank, with padding
+    int64_t shardedBytes = 0;      // per rank, original dtype, with padding
+    int64_t unshardedBytes = 0;    // all-gather output per rank, all-gather dtype, padded
+    int64_t postForwardBytes = 0;  // int reshard: the copy kept after forward, per rank
     ReshardSetting reshardDeclared;
     Reshard reshard = Reshard::True;
     int64_t reshardK = 0;  // group size of the post-forward copy when reshard == Int
@@ -60,7 +60,7 @@ struct ResolvedUnit {
     DType allGatherDtype = DType::Float32;
     DType reduceDtype = DType::Float32;
     OffloadSpec offload;
-    std::vector<UnitId> forwardPrefetch;   // explicit lists only
+    std::vector<UnitId> forwardPrefetch;  // explicit lists only
     std::vector<UnitId> backwardPrefetch;
     bool explicitForwardPrefetch = false;
     bool explicitBackwardPrefetch = false;
@@ -75,8 +75,8 @@ struct ResolvedPlan {
     int64_t replicateSize = 1;  // HSDP replicas (mesh dim 0 of a 2D mesh)
     int64_t shardSize = 0;      // ranks a parameter is sharded over
     bool hsdp = false;
-    bool flatParams = false;    // FSDP1/fairscale FlatParameter
-    bool noShard = false;       // FSDP1 NO_SHARD: all-reduce instead of AG/RS
+    bool flatParams = false;          // FSDP1/fairscale FlatParameter
+    bool noShard = false;             // FSDP1 NO_SHARD: all-reduce instead of AG/RS
     std::vector<ResolvedUnit> units;  // forward (pre-)order; units[0] is the root
     std::vector<UnitId> unitOfParam;  // invalid for ignored parameters
     std::vector<ParamId> ignoredParams;

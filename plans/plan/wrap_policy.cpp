@@ -6,7 +6,8 @@
 namespace shardscope {
 
 bool isBatchNorm(const ModelGraph& g, ModuleId m) {
-    for (const char* c : {"_BatchNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm"})
+    for (const char* c :
+         {"_BatchNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm"})
         if (g.isInstance(m, c)) return true;
     return false;
 }
@@ -17,8 +18,8 @@ struct Wrapper {
     const ModelGraph& g;
     const WrapOptions& o;
     std::vector<std::regex> patterns;
-    std::vector<char> ignored;    // per parameter
-    std::vector<int32_t> seen;    // per parameter: last module that counted it
+    std::vector<char> ignored;  // per parameter
+    std::vector<int32_t> seen;  // per parameter: last module that counted it
     WrapResult result;
 
     bool anyInstance(ModuleId m, const std::vector<std::string>& classes) const {
@@ -31,7 +32,8 @@ struct Wrapper {
     bool userPolicy(ModuleId m, bool recurse, int64_t nonwrapped) const {
         const auto& p = o.policy;
         switch (p.kind) {
-            case WrapPolicySpec::Kind::None: return false;
+            case WrapPolicySpec::Kind::None:
+                return false;
             case WrapPolicySpec::Kind::Size: {
                 // size_based_auto_wrap_policy
                 const bool isLarge = nonwrapped >= p.minNumParams;
@@ -82,7 +84,8 @@ struct Wrapper {
         const int64_t nonwrapped = nonwrappedNumel(m);
         if (!policy(m, true, nonwrapped, nullptr)) return 0;
         int64_t totalWrapped = 0;
-        for (ModuleId c : g.module(m).children) totalWrapped += recursiveWrap(c, false);
+        for (ModuleId c : g.module(m).children)
+            totalWrapped += recursiveWrap(c, false);
         const int64_t remainder = nonwrapped - totalWrapped;
         bool byBatchNorm = false;
         if (!onlyWrapChildren && policy(m, false, remainder, &byBatchNorm)) {
@@ -107,7 +110,8 @@ Expected<WrapResult> applyWrapPolicy(const ModelGraph& g, const WrapOptions& o) 
     }
     w.ignored.assign(g.paramCount(), 0);
     w.seen.assign(g.paramCount(), -1);
-    for (ParamId p : o.ignoredParams) w.ignored[p.index()] = 1;
+    for (ParamId p : o.ignoredParams)
+        w.ignored[p.index()] = 1;
     w.recursiveWrap(g.root(), true);
     return std::move(w.result);
 }

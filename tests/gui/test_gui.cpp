@@ -21,11 +21,14 @@ using shardscope::test::samplePath;
 
 namespace {
 
-QString sample(const char* rel) { return QString::fromStdString(samplePath(rel)); }
+QString sample(const char* rel) {
+    return QString::fromStdString(samplePath(rel));
+}
 
 Document openSamples() {
     Document d;
-    for (const char* f : {"models/llama3-8b/config.json", "plans/llama-per-block.json", "clusters/h100-sxm-8x8.json"}) {
+    for (const char* f : {"models/llama3-8b/config.json", "plans/llama-per-block.json",
+                          "clusters/h100-sxm-8x8.json"}) {
         const LoadedFile lf = loadFile(sample(f));
         EXPECT_TRUE(lf.error.isEmpty()) << lf.error.toStdString();
         d.apply(lf);
@@ -47,10 +50,13 @@ TEST(GuiModels, ModuleTreePassesTheModelTester) {
     EXPECT_EQ(model.rowCount(root), 2);  // model, lm_head
     const QModelIndex layer5 = model.indexOf(*d.model->findModule("model.layers.5"));
     EXPECT_EQ(model.data(layer5).toString(), "5");
-    EXPECT_EQ(model.data(layer5.siblingAtColumn(ModuleTreeModel::Class)).toString(), "LlamaDecoderLayer");
+    EXPECT_EQ(model.data(layer5.siblingAtColumn(ModuleTreeModel::Class)).toString(),
+              "LlamaDecoderLayer");
     EXPECT_EQ(model.data(layer5.siblingAtColumn(ModuleTreeModel::Params)).toString(), "218.11M");
-    EXPECT_EQ(model.data(layer5.siblingAtColumn(ModuleTreeModel::Unit)).toString(), "model.layers.5");
-    const QModelIndex q = model.indexOf(*d.model->findModule("model.layers.5.self_attn.q_proj"), ModuleTreeModel::Unit);
+    EXPECT_EQ(model.data(layer5.siblingAtColumn(ModuleTreeModel::Unit)).toString(),
+              "model.layers.5");
+    const QModelIndex q = model.indexOf(*d.model->findModule("model.layers.5.self_attn.q_proj"),
+                                        ModuleTreeModel::Unit);
     EXPECT_EQ(model.data(q).toString(), "model.layers.5");  // managed by its enclosing unit
     EXPECT_EQ(model.parent(layer5), model.indexOf(*d.model->findModule("model.layers")));
     model.setPlan(nullptr);
@@ -66,9 +72,11 @@ TEST(GuiModels, UnitTablePassesTheModelTester) {
     EXPECT_EQ(model.data(model.index(0, UnitTableModel::Unit)).toString(), "<root>");
     EXPECT_EQ(model.data(model.index(2, UnitTableModel::Unit)).toString(), "model.layers.0");
     EXPECT_EQ(model.data(model.index(2, UnitTableModel::Sharded)).toString(), "13.00 MiB");
-    EXPECT_EQ(model.data(model.index(2, UnitTableModel::Precision)).toString(), "bfloat16 / float32");
-    EXPECT_EQ(model.data(model.index(2, UnitTableModel::Sharded), UnitTableModel::SortRole).toLongLong(),
-              218112000LL * 4 / 64);
+    EXPECT_EQ(model.data(model.index(2, UnitTableModel::Precision)).toString(),
+              "bfloat16 / float32");
+    EXPECT_EQ(
+        model.data(model.index(2, UnitTableModel::Sharded), UnitTableModel::SortRole).toLongLong(),
+        218112000LL * 4 / 64);
     model.setPlan(nullptr);
     EXPECT_EQ(model.rowCount(), 0);
 }
@@ -86,7 +94,8 @@ TEST(GuiWindow, OpensSamplesOffTheGuiThreadAndShowsProblems) {
     EXPECT_EQ(w.unitModel()->rowCount(), 5);
     EXPECT_EQ(w.treeModel()->rowCount(), 1);
     ASSERT_GE(w.problemList()->count(), 1);
-    EXPECT_TRUE(w.problemList()->item(0)->text().contains("world size 64 of cluster")) << w.problemList()->item(0)->text().toStdString();
+    EXPECT_TRUE(w.problemList()->item(0)->text().contains("world size 64 of cluster"))
+        << w.problemList()->item(0)->text().toStdString();
     // A broken file is reported with its name and field, and nothing else changes.
     done = false;
     w.openFiles({sample("models/does-not-exist.json")}, [&] { done = true; });

@@ -23,16 +23,26 @@ using Json = nlohmann::json;
 
 Json randomValue(std::mt19937& rng) {
     switch (rng() % 10) {
-        case 0: return nullptr;
-        case 1: return true;
-        case 2: return -1;
-        case 3: return 0;
-        case 4: return int64_t{1} << 62;
-        case 5: return 1e308;
-        case 6: return "bfloat16";
-        case 7: return "";
-        case 8: return Json::array({1, "x", nullptr});
-        default: return Json::object({{"k", 1}});
+        case 0:
+            return nullptr;
+        case 1:
+            return true;
+        case 2:
+            return -1;
+        case 3:
+            return 0;
+        case 4:
+            return int64_t{1} << 62;
+        case 5:
+            return 1e308;
+        case 6:
+            return "bfloat16";
+        case 7:
+            return "";
+        case 8:
+            return Json::array({1, "x", nullptr});
+        default:
+            return Json::object({{"k", 1}});
     }
 }
 
@@ -40,9 +50,11 @@ Json randomValue(std::mt19937& rng) {
 void collect(Json& j, std::vector<Json*>& out) {
     out.push_back(&j);
     if (j.is_object())
-        for (auto& [k, v] : j.items()) collect(v, out);
+        for (auto& [k, v] : j.items())
+            collect(v, out);
     else if (j.is_array())
-        for (auto& v : j) collect(v, out);
+        for (auto& v : j)
+            collect(v, out);
 }
 
 void mutate(Json& root, std::mt19937& rng) {
@@ -50,7 +62,9 @@ void mutate(Json& root, std::mt19937& rng) {
     collect(root, nodes);
     Json* n = nodes[rng() % nodes.size()];
     switch (rng() % 5) {
-        case 0: *n = randomValue(rng); break;
+        case 0:
+            *n = randomValue(rng);
+            break;
         case 1:
             if (n->is_object() && !n->empty()) {
                 auto it = n->begin();
@@ -59,14 +73,17 @@ void mutate(Json& root, std::mt19937& rng) {
             }
             break;
         case 2:
-            if (n->is_array() && !n->empty()) n->erase(n->begin() + static_cast<long>(rng() % n->size()));
+            if (n->is_array() && !n->empty())
+                n->erase(n->begin() + static_cast<long>(rng() % n->size()));
             break;
         case 3:
             if (n->is_array()) n->push_back(randomValue(rng));
             break;
         default:
-            if (n->is_object()) (*n)["unexpected_" + std::to_string(rng() % 3)] = randomValue(rng);
-            else if (n->is_number_integer()) *n = n->get<int64_t>() * 1000003 + 7;
+            if (n->is_object())
+                (*n)["unexpected_" + std::to_string(rng() % 3)] = randomValue(rng);
+            else if (n->is_number_integer())
+                *n = n->get<int64_t>() * 1000003 + 7;
     }
 }
 
@@ -100,12 +117,16 @@ TEST(Fuzz, MutatedLoadersNeverCrashAndAlwaysNameTheField) {
     int accepted = 0, rejected = 0;
     for (int i = 0; i < 3000; ++i) {
         const int kind = i % 6;
-        const Json& base = kind == 0 ? plan : kind == 1 ? fsdp1 : kind == 2 ? lightning : kind == 3 ? cluster
-                                                                                  : kind == 4 ? (i % 12 < 6 ? hf : gpt2)
-                                                                                              : model;
+        const Json& base = kind == 0   ? plan
+                           : kind == 1 ? fsdp1
+                           : kind == 2 ? lightning
+                           : kind == 3 ? cluster
+                           : kind == 4 ? (i % 12 < 6 ? hf : gpt2)
+                                       : model;
         Json j = base;
         const int rounds = 1 + static_cast<int>(rng() % 3);
-        for (int r = 0; r < rounds; ++r) mutate(j, rng);
+        for (int r = 0; r < rounds; ++r)
+            mutate(j, rng);
         const std::string file = "fuzz" + std::to_string(i) + ".json";
         std::string error;
         if (kind <= 2) {
@@ -113,7 +134,8 @@ TEST(Fuzz, MutatedLoadersNeverCrashAndAlwaysNameTheField) {
             if (p.ok()) {
                 // A plan that loads must also resolve without crashing against a model.
                 const ResolvedPlan r = resolvePlan(tiny, *p, &*clusterSpec, file);
-                for (const auto& pr : r.problems) EXPECT_EQ(pr.where.rfind(file + ":", 0), 0u) << pr.where;
+                for (const auto& pr : r.problems)
+                    EXPECT_EQ(pr.where.rfind(file + ":", 0), 0u) << pr.where;
             } else {
                 error = p.error();
             }
@@ -123,7 +145,8 @@ TEST(Fuzz, MutatedLoadersNeverCrashAndAlwaysNameTheField) {
         } else if (kind == 4) {
             HfLoadOptions o;
             auto g = modelFromHfConfig(j, file, o);
-            if (!g.ok()) error = g.error();
+            if (!g.ok())
+                error = g.error();
             else if (g->totalParams() > (int64_t{1} << 40) && g->moduleCount() > 200000)
                 ADD_FAILURE() << "implausible model accepted";
         } else {

@@ -30,7 +30,8 @@ ModelGraph fromText(const std::string& text, HfLoadOptions o = {}) {
 std::string loadError(const std::string& text) {
     auto j = parseJsonText(text, "config.json");
     if (!j) return j.error();
-    auto g = looksLikeHfConfig(*j) ? modelFromHfConfig(*j, "config.json") : modelFromJson(*j, "model.json");
+    auto g = looksLikeHfConfig(*j) ? modelFromHfConfig(*j, "config.json")
+                                   : modelFromJson(*j, "model.json");
     return g.ok() ? std::string() : g.error();
 }
 
@@ -39,26 +40,28 @@ std::string loadError(const std::string& text) {
 // Published totals (model cards / transformers' num_parameters()).
 TEST(HfConfig, PublishedParameterCounts) {
     const std::vector<std::pair<std::string, int64_t>> cases = {
-        {"llama3-8b", 8030261248},       {"llama3.1-8b", 8030261248},
-        {"llama3-70b", 70553706496},     {"llama2-7b", 6738415616},
-        {"mistral-7b-v0.1", 7241732096}, {"qwen2-0.5b", 494032768},
-        {"qwen2-7b", 7615616512},        {"mixtral-8x7b", 46702792704},
-        {"gpt2", 124439808},
+        {"llama3-8b", 8030261248}, {"llama3.1-8b", 8030261248},     {"llama3-70b", 70553706496},
+        {"llama2-7b", 6738415616}, {"mistral-7b-v0.1", 7241732096}, {"qwen2-0.5b", 494032768},
+        {"qwen2-7b", 7615616512},  {"mixtral-8x7b", 46702792704},   {"gpt2", 124439808},
     };
-    for (const auto& [name, count] : cases) EXPECT_EQ(load(name).totalParams(), count) << name;
+    for (const auto& [name, count] : cases)
+        EXPECT_EQ(load(name).totalParams(), count) << name;
 }
 
 TEST(HfConfig, LlamaModuleNamesAndShapes) {
     const ModelGraph g = load("llama3-8b");
-    for (const char* m : {"model", "model.embed_tokens", "model.layers", "model.layers.0.self_attn.q_proj",
-                          "model.layers.31.mlp.down_proj", "model.layers.0.input_layernorm",
-                          "model.norm", "model.rotary_emb", "lm_head"})
+    for (const char* m :
+         {"model", "model.embed_tokens", "model.layers", "model.layers.0.self_attn.q_proj",
+          "model.layers.31.mlp.down_proj", "model.layers.0.input_layernorm", "model.norm",
+          "model.rotary_emb", "lm_head"})
         EXPECT_TRUE(g.findModule(m).has_value()) << m;
     EXPECT_EQ(g.module(*g.findModule("model.layers.5")).cls, "LlamaDecoderLayer");
     EXPECT_TRUE(g.isContainer(*g.findModule("model.layers")));
     // GQA: 8 KV heads of 128 dims.
-    EXPECT_EQ(g.param(*g.findParam("model.layers.0.self_attn.k_proj.weight")).shape, (Shape{1024, 4096}));
-    EXPECT_EQ(g.param(*g.findParam("model.layers.0.mlp.gate_proj.weight")).shape, (Shape{14336, 4096}));
+    EXPECT_EQ(g.param(*g.findParam("model.layers.0.self_attn.k_proj.weight")).shape,
+              (Shape{1024, 4096}));
+    EXPECT_EQ(g.param(*g.findParam("model.layers.0.mlp.gate_proj.weight")).shape,
+              (Shape{14336, 4096}));
     EXPECT_FALSE(g.findParam("model.layers.0.self_attn.q_proj.bias").has_value());
     // named_parameters order: embed first, lm_head last; untied.
     EXPECT_EQ(g.params().front().name, "model.embed_tokens.weight");
@@ -78,8 +81,10 @@ TEST(HfConfig, Qwen2BiasesAndTiedEmbeddings) {
 
 TEST(HfConfig, MixtralExpertsAndRouterAreModules) {
     const ModelGraph g = load("mixtral-8x7b");
-    EXPECT_EQ(g.module(*g.findModule("model.layers.0.block_sparse_moe")).cls, "MixtralSparseMoeBlock");
-    EXPECT_EQ(g.param(*g.findParam("model.layers.0.block_sparse_moe.gate.weight")).shape, (Shape{8, 4096}));
+    EXPECT_EQ(g.module(*g.findModule("model.layers.0.block_sparse_moe")).cls,
+              "MixtralSparseMoeBlock");
+    EXPECT_EQ(g.param(*g.findParam("model.layers.0.block_sparse_moe.gate.weight")).shape,
+              (Shape{8, 4096}));
     EXPECT_EQ(g.param(*g.findParam("model.layers.3.block_sparse_moe.experts.7.w2.weight")).shape,
               (Shape{4096, 14336}));
     // Balanced top-2 routing: an expert sees 2/8 of the tokens.
@@ -89,7 +94,8 @@ TEST(HfConfig, MixtralExpertsAndRouterAreModules) {
 
 TEST(HfConfig, Gpt2Conv1DWeightsAreInputMajor) {
     const ModelGraph g = load("gpt2");
-    EXPECT_EQ(g.param(*g.findParam("transformer.h.0.attn.c_attn.weight")).shape, (Shape{768, 2304}));
+    EXPECT_EQ(g.param(*g.findParam("transformer.h.0.attn.c_attn.weight")).shape,
+              (Shape{768, 2304}));
     EXPECT_EQ(g.param(*g.findParam("lm_head.weight")).name, "transformer.wte.weight");
 }
 
@@ -98,7 +104,8 @@ TEST(HfConfig, LlamaFlopsAreTwoPerParameterPerTokenPlusAttention) {
     const ModuleCost c = g.subtreeCost(g.root());
     const int64_t b = 2, s = 4096;
     // Matmul FLOPs: 2·(params excluding the embedding lookup)·tokens; SDPA 4·b·H·s²·d per layer.
-    const double matmul = 2.0 * double(g.totalParams() - 128256LL * 4096 - 32 * 2 * 4096 - 4096) * b * s;
+    const double matmul =
+        2.0 * double(g.totalParams() - 128256LL * 4096 - 32 * 2 * 4096 - 4096) * b * s;
     const double attn = 32 * 4.0 * b * 32 * 128 * double(s) * s;
     EXPECT_NEAR(c.fwdFlops.at(b, s), matmul + attn, 1e-9 * (matmul + attn));
     // Backward: matmuls twice forward, flash attention 2.5x (torch.utils.flop_counter).
@@ -111,9 +118,12 @@ TEST(HfConfig, HonoursHeadDimBiasFlagsAndDtype) {
     const ModelGraph g = fromText(R"({"model_type": "llama", "vocab_size": 100, "hidden_size": 64,
         "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 32, "attention_bias": true, "mlp_bias": true,
-        "tie_word_embeddings": true})", o);
-    EXPECT_EQ(g.param(*g.findParam("model.layers.0.self_attn.q_proj.weight")).shape, (Shape{128, 64}));
-    EXPECT_EQ(g.param(*g.findParam("model.layers.0.self_attn.k_proj.weight")).shape, (Shape{64, 64}));
+        "tie_word_embeddings": true})",
+                                  o);
+    EXPECT_EQ(g.param(*g.findParam("model.layers.0.self_attn.q_proj.weight")).shape,
+              (Shape{128, 64}));
+    EXPECT_EQ(g.param(*g.findParam("model.layers.0.self_attn.k_proj.weight")).shape,
+              (Shape{64, 64}));
     EXPECT_TRUE(g.findParam("model.layers.0.self_attn.o_proj.bias").has_value());
     EXPECT_TRUE(g.findParam("model.layers.1.mlp.up_proj.bias").has_value());
     EXPECT_EQ(g.param(ParamId(0)).dtype, DType::BFloat16);
@@ -121,15 +131,17 @@ TEST(HfConfig, HonoursHeadDimBiasFlagsAndDtype) {
 }
 
 TEST(HfConfig, ErrorsNameTheField) {
-    EXPECT_EQ(loadError(R"({"model_type": "llama", "vocab_size": 10, "hidden_size": 10,
+    EXPECT_EQ(
+        loadError(R"({"model_type": "llama", "vocab_size": 10, "hidden_size": 10,
         "intermediate_size": 4, "num_hidden_layers": 1, "num_attention_heads": 3})"),
-              "config.json:/hidden_size: hidden_size (10) is not divisible by num_attention_heads (3) "
-              "and no head_dim is given");
+        "config.json:/hidden_size: hidden_size (10) is not divisible by num_attention_heads (3) "
+        "and no head_dim is given");
     EXPECT_EQ(loadError(R"({"model_type": "llama", "vocab_size": "big"})"),
               "config.json:/vocab_size: expected an integer, got \"big\"");
     EXPECT_EQ(loadError(R"({"model_type": "llama", "vocab_size": 10})"),
               "config.json:/: missing required field \"hidden_size\"");
-    EXPECT_NE(loadError(R"({"model_type": "bert"})").find("unsupported model_type \"bert\""), std::string::npos);
+    EXPECT_NE(loadError(R"({"model_type": "bert"})").find("unsupported model_type \"bert\""),
+              std::string::npos);
     EXPECT_EQ(loadError("{\"model_type\": \"llama\",\n  \"vocab_size\": }"),
               "config.json:2:17: invalid JSON: syntax error while parsing value - unexpected '}'; "
               "expected '[', '{', or a literal");
@@ -159,9 +171,10 @@ TEST(ModelJson, TiedParameterAndErrors) {
         t.replace(t.find(from), from.size(), to);
         return loadError(t);
     };
-    EXPECT_EQ(bad("\"emb.weight\"", "\"emb.wieght\""),
-              "model.json:/modules/2/tied_params/0/same_as: tied parameter refers to unknown parameter "
-              "\"emb.wieght\" (did you mean \"emb.weight\"?)");
+    EXPECT_EQ(
+        bad("\"emb.weight\"", "\"emb.wieght\""),
+        "model.json:/modules/2/tied_params/0/same_as: tied parameter refers to unknown parameter "
+        "\"emb.wieght\" (did you mean \"emb.weight\"?)");
     EXPECT_EQ(bad("[10, 4]", "[10, -4]"),
               "model.json:/modules/1/params/0/shape/1: expected an integer >= 0, got -4");
     EXPECT_EQ(bad("\"name\": \"head\"", "\"name\": \"x.head\""),

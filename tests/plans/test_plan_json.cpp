@@ -28,6 +28,7 @@ const char* kHead = R"({"format": "shardscope.plan", "version": 1, )";
 TEST(PlanJson, EverySampleRoundTripsLosslessly) {
     int n = 0;
     for (const auto& e : std::filesystem::directory_iterator(samplePath("plans"))) {
+        if (!e.is_regular_file() || e.path().extension() != ".json") continue;
         auto p = loadPlanFile(e.path().string());
         ASSERT_TRUE(p.ok()) << p.error();
         const nlohmann::json once = planToJson(*p);
@@ -61,17 +62,22 @@ TEST(PlanJson, ErrorsNameFileFieldAndExpectation) {
         {"modules": ["d"], "reshard_after_forward": "yes"}]})"),
               "plan.json:/units/3/reshard_after_forward: expected bool or int, got \"yes\"");
     EXPECT_EQ(planError(h + R"("units": [{"modules": ["a"], "reshard_after_forward": 0}]})"),
-              "plan.json:/units/0/reshard_after_forward: an int reshard_after_forward must be >= 1, got 0");
+              "plan.json:/units/0/reshard_after_forward: an int reshard_after_forward must be >= "
+              "1, got 0");
     EXPECT_EQ(planError(h + R"("api": "fsdp3"})"),
-              "plan.json:/api: expected one of \"fsdp2\", \"fsdp1\", \"lightning\", got \"fsdp3\" (did you "
+              "plan.json:/api: expected one of \"fsdp2\", \"fsdp1\", \"lightning\", got \"fsdp3\" "
+              "(did you "
               "mean \"fsdp2\"?)");
     EXPECT_EQ(planError(h + R"("defaults": {"mixed_precision": {"param_dtype": "bf61"}}})"),
-              "plan.json:/defaults/mixed_precision/param_dtype: unknown dtype \"bf61\" (did you mean \"bf16\"?)");
+              "plan.json:/defaults/mixed_precision/param_dtype: unknown dtype \"bf61\" (did you "
+              "mean \"bf16\"?)");
     EXPECT_EQ(planError(h + R"("defaults": {"reshard_after_froward": true}})"),
-              "plan.json:/defaults/reshard_after_froward: unknown field \"reshard_after_froward\" (did you mean "
+              "plan.json:/defaults/reshard_after_froward: unknown field \"reshard_after_froward\" "
+              "(did you mean "
               "\"reshard_after_forward\"?)");
-    EXPECT_EQ(planError(h + R"("fsdp1": {"sharding_strategy": "FULL_SHARD"}})"),
-              "plan.json:/fsdp1: FSDP1 options need \"api\": \"fsdp1\" (this plan's api is \"fsdp2\")");
+    EXPECT_EQ(
+        planError(h + R"("fsdp1": {"sharding_strategy": "FULL_SHARD"}})"),
+        "plan.json:/fsdp1: FSDP1 options need \"api\": \"fsdp1\" (this plan's api is \"fsdp2\")");
     EXPECT_EQ(planError(h + R"("mesh": {"shape": [2, 0]}})"),
               "plan.json:/mesh/shape/1: expected an integer >= 1, got 0");
     EXPECT_EQ(planError(h + R"("units": [{"modules": []}]})"),
@@ -79,13 +85,14 @@ TEST(PlanJson, ErrorsNameFileFieldAndExpectation) {
     EXPECT_EQ(planError(R"({"format": "shardscope.cluster", "version": 1})"),
               "plan.json:/format: expected \"shardscope.plan\", got \"shardscope.cluster\"");
     EXPECT_EQ(planError(h + R"("api": "lightning", "lightning": {"fp32_reduce_scatter": true}})"),
-              "plan.json:/lightning/fp32_reduce_scatter: fp32_reduce_scatter requires mixed precision: set "
+              "plan.json:/lightning/fp32_reduce_scatter: fp32_reduce_scatter requires mixed "
+              "precision: set "
               "compute_dtype (fairscale asserts mixed_precision)");
 }
 
 TEST(ClusterJson, SamplesLoadAndRoundTrip) {
-    for (const char* f : {"h100-sxm-8x8.json", "h100-sxm-64x8.json", "h200-8x8.json", "a100-80gb-8x8.json",
-                          "cpu-2core.json"}) {
+    for (const char* f : {"h100-sxm-8x8.json", "h100-sxm-64x8.json", "h200-8x8.json",
+                          "a100-80gb-8x8.json", "cpu-2core.json"}) {
         auto c = loadClusterFile(samplePath(std::string("clusters/") + f));
         ASSERT_TRUE(c.ok()) << c.error();
         auto back = clusterFromJson(clusterToJson(*c), "back.json");
@@ -110,5 +117,6 @@ TEST(ClusterJson, ErrorsNameTheField) {
               "c.json:/device/peak_flops/bf17: unknown dtype \"bf17\" (did you mean \"bf16\"?)");
     (*j)["node"].erase("devices_per_node");
     (*j)["device"]["peak_flops"] = {{"bf16", 1}};
-    EXPECT_EQ(clusterFromJson(*j, "c.json").error(), "c.json:/node: missing required field \"devices_per_node\"");
+    EXPECT_EQ(clusterFromJson(*j, "c.json").error(),
+              "c.json:/node: missing required field \"devices_per_node\"");
 }

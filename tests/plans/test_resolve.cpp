@@ -40,11 +40,14 @@ Plan blockPlan(std::vector<int64_t> mesh) {
 
 std::vector<std::string> messages(const ResolvedPlan& r) {
     std::vector<std::string> out;
-    for (const auto& p : r.problems) out.push_back(p.toString());
+    for (const auto& p : r.problems)
+        out.push_back(p.toString());
     return out;
 }
 
-ModelGraph llama8b() { return std::move(loadModelFile(samplePath("models/llama3-8b/config.json"))).value(); }
+ModelGraph llama8b() {
+    return std::move(loadModelFile(samplePath("models/llama3-8b/config.json"))).value();
+}
 
 }  // namespace
 
@@ -118,9 +121,10 @@ TEST(Reshard, NoneIsTrueExceptRootAndIntFollowsPyTorch) {
     p.units.push_back({"", {"layers.1"}, {}, {}, {}, "plan.json:/units/0"});
     p.units[0].settings.reshardAfterForward = ReshardSetting::ofInt(3);
     r = resolvePlan(g, p, nullptr, "plan.json");
-    EXPECT_EQ(messages(r), (std::vector<std::string>{
-                               "plan.json:/units/0: error: reshard_after_forward=3 must divide the shard "
-                               "size 8 (the post-forward group is mesh.view(-1, k))"}));
+    EXPECT_EQ(messages(r),
+              (std::vector<std::string>{
+                  "plan.json:/units/0: error: reshard_after_forward=3 must divide the shard "
+                  "size 8 (the post-forward group is mesh.view(-1, k))"}));
 }
 
 TEST(Validation, MeshAndClusterMustAgree) {
@@ -130,12 +134,14 @@ TEST(Validation, MeshAndClusterMustAgree) {
     c.nodes = 2;
     c.node.devicesPerNode = 8;
     ResolvedPlan r = resolvePlan(g, blockPlan({2, 4}), &c, "plan.json");
-    EXPECT_EQ(messages(r), (std::vector<std::string>{
-                               "plan.json:/mesh/shape: error: world size 16 of cluster \"16 GPUs\" does not "
-                               "equal the mesh product 2x4 = 8"}));
+    EXPECT_EQ(messages(r),
+              (std::vector<std::string>{
+                  "plan.json:/mesh/shape: error: world size 16 of cluster \"16 GPUs\" does not "
+                  "equal the mesh product 2x4 = 8"}));
     r = resolvePlan(g, blockPlan({2, 2, 2}), nullptr, "plan.json");
     EXPECT_EQ(messages(r)[0],
-              "plan.json:/mesh/shape: error: a mesh must be 1D (FSDP) or 2D (HSDP: [replicate, shard]), got 3 "
+              "plan.json:/mesh/shape: error: a mesh must be 1D (FSDP) or 2D (HSDP: [replicate, "
+              "shard]), got 3 "
               "dimensions");
     r = resolvePlan(g, blockPlan({}), nullptr, "plan.json");
     EXPECT_NE(messages(r)[0].find("no device mesh"), std::string::npos);
@@ -159,30 +165,39 @@ TEST(Validation, UnknownModulesSuggestTheNearest) {
     p.meshShape = {8};
     p.units.push_back({"", {"model.layer.3"}, {}, {}, {}, "plan.json:/units/0"});
     const ResolvedPlan r = resolvePlan(g, p, nullptr, "plan.json");
-    EXPECT_EQ(messages(r), (std::vector<std::string>{"plan.json:/units/0/modules/0: error: unknown module "
-                                                     "\"model.layer.3\" (did you mean \"model.layers.3\"?)"}));
+    EXPECT_EQ(messages(r),
+              (std::vector<std::string>{"plan.json:/units/0/modules/0: error: unknown module "
+                                        "\"model.layer.3\" (did you mean \"model.layers.3\"?)"}));
 }
 
 TEST(Validation, OverlappingUnitsAndPrefetchTargets) {
     const ModelGraph g = twoBlocks();
     Plan p = blockPlan({2});
     p.units.push_back({"pair", {"layers.0.a", "layers.0.a"}, {}, {}, {}, "plan.json:/units/0"});
-    p.units.push_back({"", {"layers.1"}, {}, std::vector<std::string>{"layers.0.c", "nope", "layers.1"}, {},
+    p.units.push_back({"",
+                       {"layers.1"},
+                       {},
+                       std::vector<std::string>{"layers.0.c", "nope", "layers.1"},
+                       {},
                        "plan.json:/units/1"});
     p.units.push_back({"", {"head", "layers.1"}, {}, {}, {}, "plan.json:/units/2"});
     p.units.push_back({"", {"layers.0.a", "layers.0"}, {}, {}, {}, "plan.json:/units/3"});
     const ResolvedPlan r = resolvePlan(g, p, nullptr, "plan.json");
-    EXPECT_EQ(messages(r),
-              (std::vector<std::string>{
-                  "plan.json:/units/0/modules/1: error: \"layers.0.a\" is listed twice in this unit",
-                  "plan.json:/units/2/modules: error: \"layers.1\" is already in unit layers.1",
-                  "plan.json:/units/3/modules/1: error: \"layers.0\" contains \"layers.0.a\", which this unit "
-                  "also lists; a unit's modules must not nest",
-                  "plan.json:/units/3/modules/0: error: \"layers.0.a\" is already a unit (plan.json:/units/0)",
-                  "plan.json:/units/1/forward_prefetch/0: error: prefetch target \"layers.0.c\" is not a unit (it "
-                  "is a module inside unit layers.0; make it a unit to prefetch it)",
-                  "plan.json:/units/1/forward_prefetch/1: error: prefetch target \"nope\" is not a unit",
-                  "plan.json:/units/1/forward_prefetch/2: error: a unit cannot prefetch itself"}));
+    EXPECT_EQ(
+        messages(r),
+        (std::vector<std::string>{
+            "plan.json:/units/0/modules/1: error: \"layers.0.a\" is listed twice in this unit",
+            "plan.json:/units/2/modules: error: \"layers.1\" is already in unit layers.1",
+            "plan.json:/units/3/modules/1: error: \"layers.0\" contains \"layers.0.a\", which this "
+            "unit "
+            "also lists; a unit's modules must not nest",
+            "plan.json:/units/3/modules/0: error: \"layers.0.a\" is already a unit "
+            "(plan.json:/units/0)",
+            "plan.json:/units/1/forward_prefetch/0: error: prefetch target \"layers.0.c\" is not a "
+            "unit (it "
+            "is a module inside unit layers.0; make it a unit to prefetch it)",
+            "plan.json:/units/1/forward_prefetch/1: error: prefetch target \"nope\" is not a unit",
+            "plan.json:/units/1/forward_prefetch/2: error: a unit cannot prefetch itself"}));
 }
 
 TEST(Validation, ScalarParametersAndFsdp1OnlyFeatures) {
@@ -195,7 +210,8 @@ TEST(Validation, ScalarParametersAndFsdp1OnlyFeatures) {
     ResolvedPlan r = resolvePlan(g, p, nullptr, "plan.json");
     ASSERT_EQ(r.errorCount(), 1u);
     EXPECT_EQ(r.problems[0].message,
-              "parameter \"scale.alpha\" is a scalar; fully_shard cannot shard 0-dim parameters: list it in "
+              "parameter \"scale.alpha\" is a scalar; fully_shard cannot shard 0-dim parameters: "
+              "list it in "
               "\"ignored_params\"");
     p.ignoredParams = {"scale.alpha"};
     r = resolvePlan(g, p, nullptr, "plan.json");
@@ -205,15 +221,17 @@ TEST(Validation, ScalarParametersAndFsdp1OnlyFeatures) {
     const ModelGraph t = twoBlocks();
     Plan f = blockPlan({2});
     f.api = PlanApi::Fsdp1;
-    f.units.push_back({"", {"layers.0"}, {}, std::vector<std::string>{"layers.1"}, {}, "plan.json:/units/0"});
+    f.units.push_back(
+        {"", {"layers.0"}, {}, std::vector<std::string>{"layers.1"}, {}, "plan.json:/units/0"});
     f.units[0].settings.reshardAfterForward = ReshardSetting::ofInt(2);
     r = resolvePlan(t, f, nullptr, "plan.json");
-    EXPECT_EQ(messages(r), (std::vector<std::string>{
-                               "plan.json:/units/0: error: an int reshard_after_forward is an FSDP2 feature; "
-                               "FSDP1 chooses resharding through sharding_strategy",
-                               "plan.json:/units/0/forward_prefetch: error: explicit prefetch lists are an "
-                               "FSDP2 feature; under FSDP1 use fsdp1.forward_prefetch and "
-                               "fsdp1.backward_prefetch"}));
+    EXPECT_EQ(messages(r),
+              (std::vector<std::string>{
+                  "plan.json:/units/0: error: an int reshard_after_forward is an FSDP2 feature; "
+                  "FSDP1 chooses resharding through sharding_strategy",
+                  "plan.json:/units/0/forward_prefetch: error: explicit prefetch lists are an "
+                  "FSDP2 feature; under FSDP1 use fsdp1.forward_prefetch and "
+                  "fsdp1.backward_prefetch"}));
 }
 
 TEST(MixedPrecision, NormalisedAsMixedPrecisionPolicy) {
@@ -236,7 +254,8 @@ TEST(Order, ApplicationOrderIsBottomUpWithTheRootLast) {
     const ModelGraph g = twoBlocks();
     const ResolvedPlan r = resolvePlan(g, blockPlan({2}), nullptr, "plan.json");
     std::vector<std::string> names;
-    for (UnitId u : r.applicationOrder()) names.push_back(r.units[u.index()].displayName());
+    for (UnitId u : r.applicationOrder())
+        names.push_back(r.units[u.index()].displayName());
     EXPECT_EQ(names, (std::vector<std::string>{"layers.1", "layers.0", "<root>"}));
 }
 
@@ -253,7 +272,8 @@ TEST(Export, Fsdp2ListsCallsChildrenFirstWithEffectiveKwargs) {
     EXPECT_EQ(j["fully_shard"].back()["modules"], nlohmann::json({""}));
     EXPECT_EQ(j["fully_shard"][0]["kwargs"]["reshard_after_forward"], 4);
     EXPECT_EQ(j["fully_shard"][0]["kwargs"]["mp_policy"]["param_dtype"], "torch.bfloat16");
-    EXPECT_EQ(j["forward_prefetch"]["model.layers.0"], nlohmann::json({"model.layers.1", "model.layers.2"}));
+    EXPECT_EQ(j["forward_prefetch"]["model.layers.0"],
+              nlohmann::json({"model.layers.1", "model.layers.2"}));
     EXPECT_EQ(j["activation_checkpointing"]["model.layers.7"], "selective");
     const auto f1 = exportPlan(r, ExportFormat::Fsdp1);
     EXPECT_EQ(f1["kwargs"]["auto_wrap_policy"]["type"], "ModuleWrapPolicy");

@@ -12,21 +12,23 @@ using namespace shardscope;
 namespace {
 
 // Linear-like module with `n` parameters as one [n] weight.
-ModuleId leaf(ModelGraph& g, ModuleId parent, const char* name, int64_t n, const char* cls = "Linear",
-              bool requiresGrad = true) {
+ModuleId leaf(ModelGraph& g, ModuleId parent, const char* name, int64_t n,
+              const char* cls = "Linear", bool requiresGrad = true) {
     ModuleId m = g.addModule(parent, name, cls);
     if (n > 0) g.addParam(m, "weight", {n}, DType::Float32, requiresGrad);
     return m;
 }
 
-std::vector<std::string> wrappedNames(const ModelGraph& g, const WrapPolicySpec& p, bool bn = false) {
+std::vector<std::string> wrappedNames(const ModelGraph& g, const WrapPolicySpec& p,
+                                      bool bn = false) {
     WrapOptions o;
     o.policy = p;
     o.wrapBatchNormIndividually = bn;
     auto r = applyWrapPolicy(g, o);
     EXPECT_TRUE(r.ok());
     std::vector<std::string> out;
-    for (ModuleId m : r->wrapped) out.push_back(g.module(m).fqn);
+    for (ModuleId m : r->wrapped)
+        out.push_back(g.module(m).fqn);
     return out;
 }
 
@@ -46,7 +48,8 @@ WrapPolicySpec classPolicy(std::vector<std::string> classes) {
 
 std::vector<std::string> unitNames(const ResolvedPlan& r) {
     std::vector<std::string> out;
-    for (const auto& u : r.units) out.push_back(u.displayName());
+    for (const auto& u : r.units)
+        out.push_back(u.displayName());
     return out;
 }
 
@@ -82,7 +85,8 @@ TEST(SizePolicy, ForceLeafModulesAreNeitherRecursedNorWrapped) {
     EXPECT_EQ(wrappedNames(g, sizePolicy(100)), (std::vector<std::string>{"blk"}));
     // The BatchNorm rule's _or_policy always recurses, so out_proj (150) wraps, then attn
     // with its remainder 300, and blk's remainder (50) is too small.
-    EXPECT_EQ(wrappedNames(g, sizePolicy(100), true), (std::vector<std::string>{"blk.attn.out_proj", "blk.attn"}));
+    EXPECT_EQ(wrappedNames(g, sizePolicy(100), true),
+              (std::vector<std::string>{"blk.attn.out_proj", "blk.attn"}));
 }
 
 TEST(ModuleClassPolicy, NestedModuleListsAndContainerUnitsRejected) {
@@ -90,7 +94,8 @@ TEST(ModuleClassPolicy, NestedModuleListsAndContainerUnitsRejected) {
     ModuleId outer = g.addModule(g.root(), "layers", "ModuleList", {"ModuleList"});
     for (int i = 0; i < 2; ++i) {
         ModuleId inner = g.addModule(outer, std::to_string(i), "ModuleList", {"ModuleList"});
-        for (int k = 0; k < 2; ++k) leaf(g, g.addModule(inner, std::to_string(k), "Block"), "lin", 10);
+        for (int k = 0; k < 2; ++k)
+            leaf(g, g.addModule(inner, std::to_string(k), "Block"), "lin", 10);
     }
     ASSERT_TRUE(g.finalize().ok());
     EXPECT_EQ(wrappedNames(g, classPolicy({"Block"})),
@@ -102,8 +107,10 @@ TEST(ModuleClassPolicy, NestedModuleListsAndContainerUnitsRejected) {
     const ResolvedPlan r = resolvePlan(g, p, nullptr, "plan.json");
     ASSERT_EQ(r.errorCount(), 1u);
     EXPECT_EQ(r.problems[0].toString(),
-              "plan.json:/units/0/modules/0: error: \"layers.1\" is a ModuleList, which has no forward and "
-              "cannot be a unit; make its children units, or group some of them in one unit's \"modules\" list");
+              "plan.json:/units/0/modules/0: error: \"layers.1\" is a ModuleList, which has no "
+              "forward and "
+              "cannot be a unit; make its children units, or group some of them in one unit's "
+              "\"modules\" list");
 }
 
 TEST(TiedParameters, Fsdp2RequiresGroupingFsdp1UsesLowestCommonUnit) {
@@ -112,7 +119,8 @@ TEST(TiedParameters, Fsdp2RequiresGroupingFsdp1UsesLowestCommonUnit) {
     ModuleId emb = leaf(g, model, "embed", 0, "Embedding");
     ParamId w = g.addParam(emb, "weight", {1000, 8}, DType::Float32);
     ModuleId layers = g.addModule(model, "layers", "ModuleList", {"ModuleList"});
-    for (int i = 0; i < 2; ++i) leaf(g, g.addModule(layers, std::to_string(i), "Block"), "lin", 64);
+    for (int i = 0; i < 2; ++i)
+        leaf(g, g.addModule(layers, std::to_string(i), "Block"), "lin", 64);
     ModuleId head = g.addModule(g.root(), "head", "Linear");
     g.tieParam(w, head, "weight");
     ASSERT_TRUE(g.finalize().ok());
@@ -130,8 +138,9 @@ TEST(TiedParameters, Fsdp2RequiresGroupingFsdp1UsesLowestCommonUnit) {
     p.units.push_back({"", {"model.embed"}, {}, {}, {}, "plan.json:/units/0"});
     r = resolvePlan(g, p, nullptr, "plan.json");
     ASSERT_EQ(r.errorCount(), 1u);
-    EXPECT_NE(r.problems[0].message.find("parameter \"model.embed.weight\" is shared by \"model.embed\" "
-                                         "(unit model.embed), \"head\" (unit <root>); FSDP2 cannot shard"),
+    EXPECT_NE(r.problems[0].message.find(
+                  "parameter \"model.embed.weight\" is shared by \"model.embed\" "
+                  "(unit model.embed), \"head\" (unit <root>); FSDP2 cannot shard"),
               std::string::npos)
         << r.problems[0].message;
     // ...grouping both owners in one unit works...
@@ -148,7 +157,8 @@ TEST(TiedParameters, Fsdp2RequiresGroupingFsdp1UsesLowestCommonUnit) {
     EXPECT_EQ(r.units[r.findUnit("model.embed")->index()].numel, 0);
     ASSERT_EQ(r.problems.size(), 1u);
     EXPECT_EQ(r.problems[0].message,
-              "unit model.embed manages no parameters; its parameter \"model.embed.weight\" is shared and "
+              "unit model.embed manages no parameters; its parameter \"model.embed.weight\" is "
+              "shared and "
               "belongs to unit <root>, the lowest unit containing every owner");
 }
 
@@ -195,7 +205,8 @@ TEST(FrozenParameters, Fsdp1MixedUnitsAreAnErrorWithoutOrigParams) {
     ResolvedPlan r = resolvePlan(g, p, nullptr, "plan.json");
     ASSERT_EQ(r.errorCount(), 1u);
     EXPECT_EQ(r.problems[0].message,
-              "unit blk mixes frozen and trainable parameters, which FSDP1 rejects with use_orig_params=False");
+              "unit blk mixes frozen and trainable parameters, which FSDP1 rejects with "
+              "use_orig_params=False");
     p.fsdp1.useOrigParams = true;
     r = resolvePlan(g, p, nullptr, "plan.json");
     EXPECT_FALSE(r.hasErrors());
@@ -209,7 +220,8 @@ TEST(FrozenParameters, Fsdp1MixedUnitsAreAnErrorWithoutOrigParams) {
 TEST(NamePattern, FullMatchOnQualifiedNames) {
     ModelGraph g;
     ModuleId layers = g.addModule(g.root(), "layers", "ModuleList", {"ModuleList"});
-    for (int i = 0; i < 4; ++i) leaf(g, g.addModule(layers, std::to_string(i), "Block"), "lin", 10);
+    for (int i = 0; i < 4; ++i)
+        leaf(g, g.addModule(layers, std::to_string(i), "Block"), "lin", 10);
     ASSERT_TRUE(g.finalize().ok());
     WrapPolicySpec p;
     p.kind = WrapPolicySpec::Kind::NamePattern;

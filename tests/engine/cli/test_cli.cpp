@@ -38,7 +38,8 @@ TEST(Cli, ModelShowGolden) {
     auto r = runCommand(ss("model show -m samples/models/llama3-8b/config.json --depth 3"));
     ASSERT_EQ(r.status, 0);
     EXPECT_TRUE(matchesGolden("cli/model_show_llama3_8b.txt", r.out));
-    r = runCommand(ss("model show -m samples/models/mixtral-8x7b/config.json --depth 4 --batch 2 --seq 4096"));
+    r = runCommand(
+        ss("model show -m samples/models/mixtral-8x7b/config.json --depth 4 --batch 2 --seq 4096"));
     ASSERT_EQ(r.status, 0);
     EXPECT_TRUE(matchesGolden("cli/model_show_mixtral.txt", r.out));
 }
@@ -48,22 +49,25 @@ TEST(Cli, ModelShowJsonHasTotalParams) {
     ASSERT_EQ(r.status, 0);
     const auto j = nlohmann::json::parse(r.out);
     EXPECT_EQ(j["total_params"], 124439808);
-    EXPECT_EQ(j["tied_params"][0]["owners"], nlohmann::json({"transformer.wte.weight", "lm_head.weight"}));
+    EXPECT_EQ(j["tied_params"][0]["owners"],
+              nlohmann::json({"transformer.wte.weight", "lm_head.weight"}));
     EXPECT_EQ(j["modules"].size(), 3u);  // root, transformer, lm_head
 }
 
 TEST(Cli, PlanShowGoldens) {
-    const std::string m8 = "-m samples/models/llama3-8b/config.json -c samples/clusters/h100-sxm-8x8.json";
-    for (const auto& [plan, golden] :
-         std::vector<std::pair<std::string, std::string>>{{"llama-per-block", "plan_show_per_block.txt"},
-                                                          {"llama-hsdp-prefetch", "plan_show_hsdp.txt"},
-                                                          {"llama-fsdp1", "plan_show_fsdp1.txt"}}) {
+    const std::string m8 =
+        "-m samples/models/llama3-8b/config.json -c samples/clusters/h100-sxm-8x8.json";
+    for (const auto& [plan, golden] : std::vector<std::pair<std::string, std::string>>{
+             {"llama-per-block", "plan_show_per_block.txt"},
+             {"llama-hsdp-prefetch", "plan_show_hsdp.txt"},
+             {"llama-fsdp1", "plan_show_fsdp1.txt"}}) {
         auto r = runCommand(ss("plan show " + m8 + " -p samples/plans/" + plan + ".json"));
         ASSERT_EQ(r.status, 0) << plan;
         EXPECT_TRUE(matchesGolden("cli/" + golden, r.out));
     }
-    auto r = runCommand(ss("plan show -m samples/models/gpt2/config.json -p samples/plans/gpt2-lightning.json "
-                           "-c samples/clusters/a100-80gb-8x8.json"));
+    auto r = runCommand(
+        ss("plan show -m samples/models/gpt2/config.json -p samples/plans/gpt2-lightning.json "
+           "-c samples/clusters/a100-80gb-8x8.json"));
     ASSERT_EQ(r.status, 0);
     EXPECT_TRUE(matchesGolden("cli/plan_show_lightning.txt", r.out));
 }
@@ -78,10 +82,14 @@ TEST(Cli, ValidateExitCodesAndMessages) {
                            " -c samples/clusters/h100-sxm-8x8.json"),
                         true);
     EXPECT_EQ(r.status, 1);
-    EXPECT_NE(r.out.find(bad + ":/mesh/shape: error: world size 64 of cluster"), std::string::npos) << r.out;
-    EXPECT_NE(r.out.find(bad + ":/units/0/modules/0: error: \"model.layers\" is a ModuleList"), std::string::npos);
+    EXPECT_NE(r.out.find(bad + ":/mesh/shape: error: world size 64 of cluster"), std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find(bad + ":/units/0/modules/0: error: \"model.layers\" is a ModuleList"),
+              std::string::npos);
     EXPECT_NE(r.out.find("(did you mean \"model.layers.2\"?)"), std::string::npos);
-    r = runCommand(ss("plan validate -m samples/models/llama3-8b/config.json -p samples/plans/llama-per-block.json "
+    r =
+        runCommand(ss("plan validate -m samples/models/llama3-8b/config.json -p "
+                      "samples/plans/llama-per-block.json "
                       "-c samples/clusters/h100-sxm-8x8.json"));
     EXPECT_EQ(r.status, 0);
     EXPECT_NE(r.out.find("valid (35 units, world size 64)"), std::string::npos) << r.out;
@@ -91,10 +99,22 @@ TEST(Cli, ValidateExitCodesAndMessages) {
     EXPECT_EQ(r.out, "error: samples/models/nope.json: cannot open file\n");
     r = runCommand(ss("plan show --modle x"), true);
     EXPECT_EQ(r.status, 2);
-    EXPECT_NE(r.out.find("unknown option --modle (did you mean \"--model\"?)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("unknown option --modle (did you mean \"--model\"?)"), std::string::npos)
+        << r.out;
     r = runCommand(ss("plna show"), true);
     EXPECT_EQ(r.status, 2);
-    EXPECT_NE(r.out.find("unknown command \"plna show\" (did you mean \"plan\"?)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("unknown command \"plna show\" (did you mean \"plan\"?)"),
+              std::string::npos)
+        << r.out;
+}
+
+TEST(Cli, ValidateReportsEveryMistakeOfTheBrokenSample) {
+    auto r = runCommand(
+        ss("plan validate -m samples/models/llama3-8b/config.json -p "
+           "samples/plans/broken/llama-mistakes.json -c samples/clusters/h100-sxm-8x8.json"),
+        true);
+    EXPECT_EQ(r.status, 1);
+    EXPECT_TRUE(matchesGolden("cli/plan_validate_broken.txt", r.out));
 }
 
 TEST(Cli, ExportWritesAtomicallyAndRefusesInvalidPlans) {
@@ -103,9 +123,11 @@ TEST(Cli, ExportWritesAtomicallyAndRefusesInvalidPlans) {
     std::filesystem::create_directories(dir);
     for (const char* f : {"fsdp2", "fsdp1", "lightning", "shardscope"}) {
         const std::string out = dir + "/plan." + f + ".json";
-        auto r = runCommand(ss(std::string("plan export -m samples/models/llama3-8b/config.json -p "
-                                           "samples/plans/llama-per-block.json -c samples/clusters/h100-sxm-8x8.json "
-                                           "-f ") + f + " -o " + out));
+        auto r = runCommand(ss(
+            std::string("plan export -m samples/models/llama3-8b/config.json -p "
+                        "samples/plans/llama-per-block.json -c samples/clusters/h100-sxm-8x8.json "
+                        "-f ") +
+            f + " -o " + out));
         ASSERT_EQ(r.status, 0) << f;
         std::ifstream in(out);
         const auto j = nlohmann::json::parse(in);
@@ -119,13 +141,16 @@ TEST(Cli, ExportWritesAtomicallyAndRefusesInvalidPlans) {
     }
     EXPECT_EQ(files, 4);
     // A 2-rank mesh on a 64-GPU cluster is an error; nothing may be written.
-    auto r = runCommand(ss("plan export -m samples/models/tiny-llama/config.json -p samples/plans/tiny-llama-2rank.json "
-                           "-c samples/clusters/h100-sxm-8x8.json -o " + dir + "/x.json"),
+    auto r = runCommand(ss("plan export -m samples/models/tiny-llama/config.json -p "
+                           "samples/plans/tiny-llama-2rank.json "
+                           "-c samples/clusters/h100-sxm-8x8.json -o " +
+                           dir + "/x.json"),
                         true);
     EXPECT_EQ(r.status, 1);
     EXPECT_NE(r.out.find("not exporting a plan with errors"), std::string::npos);
     EXPECT_FALSE(std::filesystem::exists(dir + "/x.json"));
-    r = runCommand(ss("plan export -m samples/models/llama3-8b/config.json -p samples/plans/llama-per-block.json "
+    r = runCommand(ss("plan export -m samples/models/llama3-8b/config.json -p "
+                      "samples/plans/llama-per-block.json "
                       "-c samples/clusters/h100-sxm-8x8.json -o /nonexistent/dir/x.json"),
                    true);
     EXPECT_EQ(r.status, 2);
