@@ -45,7 +45,8 @@ std::unique_ptr<Session> loadAndResolve(const Args& a) {
     }
     auto s = std::make_unique<Session>(Session{std::move(*l), {}});
     const auto& in = s->inputs;
-    s->resolved = resolvePlan(in.model, in.plan, in.cluster ? &*in.cluster : nullptr, a.get("--plan"));
+    s->resolved =
+        resolvePlan(in.model, in.plan, in.cluster ? &*in.cluster : nullptr, a.get("--plan"));
     return s;
 }
 
