@@ -16,5 +16,6 @@ struct Command {
 std::vector<Command> modelCommands();
 std::vector<Command> planCommands();
 std::vector<Command> doctorCommands();
+std::vector<Command> simulateCommands();
 
 }  // namespace shardscope::cli

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "plans/cluster/cluster.h"
 
+#include <cmath>
+
 #include "plans/core/json_reader.h"
 #include "plans/core/strings.h"
 
@@ -12,11 +14,96 @@ double DeviceSpec::peakFor(DType d) const {
     return peakFlops.empty() ? 0.0 : peakFlops.begin()->second;
 }
 
+double SimParams::efficiencyFor(double flops) const {
+    const auto& c = computeEfficiency;
+    if (c.empty()) return 1.0;
+    if (flops <= c.front().first) return c.front().second;
+    if (flops >= c.back().first) return c.back().second;
+    for (size_t i = 1; i < c.size(); ++i)
+        if (flops <= c[i].first) {
+            const double x0 = std::log10(c[i - 1].first), x1 = std::log10(c[i].first);
+            const double t = (std::log10(flops) - x0) / (x1 - x0);
+            return c[i - 1].second + t * (c[i].second - c[i - 1].second);
+        }
+    return c.back().second;
+}
+
 namespace {
+
+double fraction(const JsonReader& r) {
+    const double v = r.asNumber();
+    if (!(v > 0 && v <= 1)) r.fail("expected a fraction in (0, 1], got " + r.json().dump());
+    return v;
+}
+
+SimParams parseSim(const JsonReader& r) {
+    r.allowOnly({"compute_efficiency", "memory_efficiency", "overlap_slowdown", "intra_efficiency",
+                 "network_efficiency", "cpu_issue_ns", "host_optimizer_bytes_per_s", "protocols"});
+    SimParams s;
+    if (auto c = r.find("compute_efficiency")) {
+        s.computeEfficiency.clear();
+        for (size_t i = 0; i < c->size(); ++i) {
+            const JsonReader pt = (*c)[i];
+            if (pt.size() != 2) pt.failExpected("[flops, efficiency]");
+            const double f = pt[0].asPositiveNumber();
+            if (!s.computeEfficiency.empty() && f <= s.computeEfficiency.back().first)
+                pt[0].fail("points must be in increasing FLOPs");
+            s.computeEfficiency.emplace_back(f, fraction(pt[1]));
+        }
+        if (s.computeEfficiency.empty()) c->fail("give at least one [flops, efficiency] point");
+    }
+    if (auto x = r.find("memory_efficiency")) s.memoryEfficiency = fraction(*x);
+    if (auto x = r.find("overlap_slowdown")) {
+        s.overlapSlowdown = x->asNumber();
+        if (s.overlapSlowdown < 0 || s.overlapSlowdown > 1)
+            x->fail("expected a fraction in [0, 1]");
+    }
+    if (auto x = r.find("intra_efficiency")) s.intraEfficiency = fraction(*x);
+    if (auto x = r.find("network_efficiency")) s.networkEfficiency = fraction(*x);
+    if (auto x = r.find("cpu_issue_ns")) s.cpuIssueNs = static_cast<double>(x->asIntAtLeast(0));
+    if (auto x = r.find("host_optimizer_bytes_per_s"))
+        s.hostOptimizerBytesPerS = x->asPositiveNumber();
+    if (auto ps = r.find("protocols")) {
+        s.protocols.clear();
+        for (size_t i = 0; i < ps->size(); ++i) {
+            const JsonReader p = (*ps)[i];
+            p.allowOnly({"name", "base_ns", "intra_step_ns", "inter_step_ns", "bw_factor"});
+            ProtocolSpec spec{p.getString("name"),
+                              static_cast<double>(p.at("base_ns").asIntAtLeast(0)),
+                              static_cast<double>(p.at("intra_step_ns").asIntAtLeast(0)),
+                              static_cast<double>(p.at("inter_step_ns").asIntAtLeast(0)),
+                              fraction(p.at("bw_factor"))};
+            s.protocols.push_back(spec);
+        }
+        if (s.protocols.empty()) ps->fail("give at least one protocol");
+    }
+    return s;
+}
+
+nlohmann::json simJson(const SimParams& s) {
+    nlohmann::json ce = nlohmann::json::array();
+    for (const auto& [f, e] : s.computeEfficiency)
+        ce.push_back({f, e});
+    nlohmann::json ps = nlohmann::json::array();
+    for (const auto& p : s.protocols)
+        ps.push_back({{"name", p.name},
+                      {"base_ns", static_cast<int64_t>(p.baseNs)},
+                      {"intra_step_ns", static_cast<int64_t>(p.intraStepNs)},
+                      {"inter_step_ns", static_cast<int64_t>(p.interStepNs)},
+                      {"bw_factor", p.bwFactor}});
+    return {{"compute_efficiency", ce},
+            {"memory_efficiency", s.memoryEfficiency},
+            {"overlap_slowdown", s.overlapSlowdown},
+            {"intra_efficiency", s.intraEfficiency},
+            {"network_efficiency", s.networkEfficiency},
+            {"cpu_issue_ns", static_cast<int64_t>(s.cpuIssueNs)},
+            {"host_optimizer_bytes_per_s", s.hostOptimizerBytesPerS},
+            {"protocols", ps}};
+}
 
 ClusterSpec parseCluster(const JsonReader& r) {
     r.checkFormat(kClusterFormat, kClusterVersion);
-    r.allowOnly({"format", "version", "name", "nodes", "device", "node", "network", "host",
+    r.allowOnly({"format", "version", "name", "nodes", "device", "node", "network", "host", "sim",
                  "sources", "notes"});
     ClusterSpec c;
     c.name = r.getString("name");
@@ -53,6 +140,10 @@ ClusterSpec parseCluster(const JsonReader& r) {
     h.allowOnly({"link_bandwidth_bytes_per_s"});
     c.host.linkBandwidth = h.at("link_bandwidth_bytes_per_s").asPositiveNumber();
 
+    if (auto sim = r.find("sim")) {
+        c.sim = parseSim(*sim);
+        c.simDefaulted = false;
+    }
     if (auto s = r.find("sources"))
         for (const auto& key : s->keys())
             c.sources[key] = s->at(key).asString();
@@ -97,6 +188,7 @@ nlohmann::json clusterToJson(const ClusterSpec& c) {
           {"latency_ns", c.network.latencyNs}}},
         {"host", {{"link_bandwidth_bytes_per_s", c.host.linkBandwidth}}},
     };
+    j["sim"] = simJson(c.sim);
     if (!c.sources.empty()) j["sources"] = c.sources;
     return j;
 }

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "plans/core/dtype.h"
 #include "plans/core/expected.h"
@@ -42,6 +44,36 @@ struct HostSpec {
     double linkBandwidth = 0;  // bytes/s host<->device (PCIe), per device
 };
 
+// One NCCL protocol's ring cost constants (src/graph/tuning.cc): latency
+// base + (n-1-(nodes-1))·intra_step + (nodes-1)·inter_step, bandwidth × bw_factor.
+struct ProtocolSpec {
+    std::string name;
+    double baseNs = 0;
+    double intraStepNs = 0;
+    double interStepNs = 0;
+    double bwFactor = 1;
+};
+
+// Simulator parameters: how hardware figures become op durations. Defaults (used when
+// a file has no "sim" section, and written out by clusterToJson) are documented in
+// plans/README.md with their sources.
+struct SimParams {
+    // Achieved fraction of peak FLOP/s by the FLOPs of one module's matmuls: piecewise
+    // linear in log10(FLOPs) through these (flops, efficiency) points, flat outside.
+    std::vector<std::pair<double, double>> computeEfficiency{
+        {1e6, 0.05}, {1e9, 0.45}, {1e10, 0.65}, {1e11, 0.75}, {1e12, 0.8}};
+    double memoryEfficiency = 0.85;   // achieved fraction of HBM bandwidth
+    double overlapSlowdown = 0.10;    // compute stretches by this fraction while overlapped by comm
+    double intraEfficiency = 0.82;    // ring busbw / intra-node link bandwidth (370/450 GB/s)
+    double networkEfficiency = 0.90;  // ring busbw / NIC bandwidth
+    double cpuIssueNs = 8000;         // CPU time to issue one step-program op (hooks, launches)
+    double hostOptimizerBytesPerS = 20e9;  // CPU AdamW throughput when offloading
+    std::vector<ProtocolSpec> protocols{{"LL", 3600, 470, 2700, 0.25},
+                                        {"LL128", 10000, 1900, 4000, 0.92},
+                                        {"Simple", 8400, 3400, 9600, 1.0}};
+    [[nodiscard]] double efficiencyFor(double flops) const;
+};
+
 struct ClusterSpec {
     std::string name;
     int64_t nodes = 1;
@@ -49,6 +81,8 @@ struct ClusterSpec {
     NodeSpec node;
     NetworkSpec network;
     HostSpec host;
+    SimParams sim;
+    bool simDefaulted = true;                    // no "sim" section in the file
     std::map<std::string, std::string> sources;  // field pointer -> citation
     [[nodiscard]] int64_t worldSize() const { return nodes * node.devicesPerNode; }
 };

@@ -1,0 +1,278 @@
+// SPDX-License-Identifier: Apache-2.0
+// `shardscope simulate`: build the step program of a plan and simulate it on a cluster.
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+
+#include "engine/cli/commands.h"
+#include "engine/cli/common.h"
+#include "engine/schedule/step_program.h"
+#include "engine/sim/simulator.h"
+#include "plans/core/atomic_write.h"
+#include "plans/core/strings.h"
+#include "plans/plan/resolve.h"
+
+namespace shardscope::cli {
+
+namespace {
+
+std::string ms(int64_t ns) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.2f ms", static_cast<double>(ns) * 1e-6);
+    return b;
+}
+
+nlohmann::json summaryJson(const ResolvedPlan& r, const StepProgram& p, const SimResult& s,
+                           const ClusterSpec& c) {
+    nlohmann::json units = nlohmann::json::array();
+    for (size_t i = 0; i < r.units.size(); ++i) {
+        const UnitSummary u = i < s.units.size() ? s.units[i] : UnitSummary{};
+        units.push_back({{"name", r.units[i].name},
+                         {"all_gather_bytes", u.allGatherBytes},
+                         {"reduce_scatter_bytes", u.reduceScatterBytes},
+                         {"comm_ns", u.commNs},
+                         {"exposed_comm_ns", u.exposedCommNs}});
+    }
+    nlohmann::json peak = nlohmann::json::object();
+    for (int k = 0; k < static_cast<int>(MemCategory::Count); ++k)
+        peak[memCategoryName(static_cast<MemCategory>(k))] = s.atPeak[static_cast<size_t>(k)];
+    return {{"plan", r.plan.name},
+            {"cluster", c.name},
+            {"world_size", r.worldSize},
+            {"micro_batch_size", r.plan.microBatchSize},
+            {"seq_len", r.plan.seqLen},
+            {"micro_batches", r.plan.microBatches},
+            {"ops", p.ops.size()},
+            {"step_time_ns", s.stepNs},
+            {"compute_ns", s.computeNs},
+            {"comm_ns", s.commNs},
+            {"exposed_comm_ns", s.exposedCommNs},
+            {"overlap_ratio", s.overlapRatio},
+            {"peak_allocated_bytes", s.peakAllocated},
+            {"peak_reserved_bytes", s.peakReserved},
+            {"device_memory_bytes", c.device.memoryBytes},
+            {"oom", s.oom},
+            {"tokens_per_s", s.tokensPerS},
+            {"mfu", s.mfu},
+            {"memory_at_peak", peak},
+            {"units", units}};
+}
+
+// Chrome Trace Event JSON (Perfetto UI and chrome://tracing open it): one process for the
+// simulated rank role, one thread per stream, memory counters by category. ShardScope's
+// op ids, units and phases ride in args.
+nlohmann::json chromeTrace(const ResolvedPlan& r, const StepProgram& p, const SimResult& s) {
+    nlohmann::json ev = nlohmann::json::array();
+    ev.push_back(
+        {{"ph", "M"},
+         {"pid", 0},
+         {"name", "process_name"},
+         {"args",
+          {{"name", "rank 0 (simulated; all " + std::to_string(r.worldSize) + " ranks alike)"}}}});
+    for (int st = 0; st < static_cast<int>(Stream::Count); ++st) {
+        ev.push_back({{"ph", "M"},
+                      {"pid", 0},
+                      {"tid", st},
+                      {"name", "thread_name"},
+                      {"args", {{"name", streamName(static_cast<Stream>(st))}}}});
+        ev.push_back({{"ph", "M"},
+                      {"pid", 0},
+                      {"tid", st},
+                      {"name", "thread_sort_index"},
+                      {"args", {{"sort_index", st}}}});
+    }
+    for (size_t i = 0; i < p.ops.size(); ++i) {
+        const Op& op = p.ops[i];
+        nlohmann::json args{{"op_id", i},
+                            {"unit", r.units[op.unit.index()].name},
+                            {"phase", phaseName(op.phase)},
+                            {"kind", opKindName(op.kind)},
+                            {"micro_batch", op.microBatch}};
+        if (op.flops > 0) args["flops"] = op.flops;
+        if (op.commBytes > 0) {
+            args["bytes"] = op.commBytes;
+            args["group_size"] = op.groupSize;
+        }
+        ev.push_back({{"ph", "X"},
+                      {"pid", 0},
+                      {"tid", static_cast<int>(op.stream)},
+                      {"name", op.label},
+                      {"cat", opKindName(op.kind)},
+                      {"ts", static_cast<double>(s.start[i]) / 1000.0},
+                      {"dur", static_cast<double>(s.end[i] - s.start[i]) / 1000.0},
+                      {"args", args}});
+    }
+    int64_t lastT = -1;
+    for (const auto& m : s.timeline) {
+        if (m.timeNs == lastT && !ev.empty() && ev.back()["ph"] == "C") ev.erase(ev.end() - 1);
+        lastT = m.timeNs;
+        nlohmann::json a = nlohmann::json::object();
+        for (int k = 0; k < static_cast<int>(MemCategory::Count); ++k)
+            a[memCategoryName(static_cast<MemCategory>(k))] = m.byCategory[static_cast<size_t>(k)];
+        ev.push_back({{"ph", "C"},
+                      {"pid", 0},
+                      {"name", "memory allocated by category (bytes)"},
+                      {"ts", static_cast<double>(m.timeNs) / 1000.0},
+                      {"args", a}});
+        ev.push_back({{"ph", "C"},
+                      {"pid", 0},
+                      {"name", "memory (bytes)"},
+                      {"ts", static_cast<double>(m.timeNs) / 1000.0},
+                      {"args", {{"allocated", m.allocated}, {"reserved", m.reserved}}}});
+    }
+    return {{"traceEvents", ev},
+            {"displayTimeUnit", "ns"},
+            {"metadata",
+             {{"producer", "shardscope simulate"},
+              {"plan", r.plan.name},
+              {"world_size", r.worldSize}}}};
+}
+
+int runSimulate(const Args& a) {
+    auto g = loadModelArg(a);
+    if (!g) {
+        std::cerr << "error: " << g.error() << "\n";
+        return kExitUsage;
+    }
+    auto plan = loadPlanFile(a.get("--plan"));
+    if (!plan) {
+        std::cerr << "error: " << plan.error() << "\n";
+        return kExitUsage;
+    }
+    auto cluster = loadClusterFile(a.get("--cluster"));
+    if (!cluster) {
+        std::cerr << "error: " << cluster.error() << "\n";
+        return kExitUsage;
+    }
+    for (auto [opt, field] :
+         {std::pair{"--batch", &plan->microBatchSize}, std::pair{"--seq", &plan->seqLen},
+          std::pair{"--micro-batches", &plan->microBatches}})
+        if (a.has(opt)) {
+            auto v = a.getInt(opt, 1);
+            if (!v) {
+                std::cerr << "error: " << v.error() << "\n";
+                return kExitUsage;
+            }
+            *field = *v;
+        }
+    const ResolvedPlan r = resolvePlan(*g, *plan, &*cluster, a.get("--plan"));
+    if (r.hasErrors()) {
+        for (const auto& pr : r.problems)
+            std::cerr << pr.toString() << "\n";
+        std::cerr << "error: the plan has errors; fix them (see `shardscope plan validate`)\n";
+        return kExitFailed;
+    }
+    StepOptions so;
+    so.microBatchSize = plan->microBatchSize;
+    so.seqLen = plan->seqLen;
+    so.microBatches = plan->microBatches;
+    so.devicesPerNode = cluster->node.devicesPerNode;
+    const StepProgram prog = buildStepProgram(r, so);
+    SimOptions opts;
+    opts.expandableSegments = a.flag("--expandable-segments");
+    const SimResult s = simulate(prog, *cluster, r.worldSize, opts);
+    if (a.has("--trace")) {
+        if (Status st =
+                writeFileAtomically(a.get("--trace"), chromeTrace(r, prog, s).dump() + "\n");
+            !st) {
+            std::cerr << "error: " << st.error() << "\n";
+            return kExitUsage;
+        }
+        std::cerr << "wrote " << a.get("--trace") << " (" << prog.ops.size()
+                  << " ops; open in https://ui.perfetto.dev or shardscope-gui)\n";
+    }
+    if (a.flag("--program")) {
+        std::cout << prog.dump();
+        return kExitOk;
+    }
+    if (a.flag("--json"))
+        return emitJson(summaryJson(r, prog, s, *cluster), "").ok() ? kExitOk : kExitUsage;
+
+    std::cout << "Simulated step of plan " << (r.plan.name.empty() ? a.get("--plan") : r.plan.name)
+              << "\n"
+              << "  on " << cluster->name << ", micro-batch " << so.microBatchSize << " x "
+              << so.seqLen << " tokens"
+              << (so.microBatches > 1 ? " x " + std::to_string(so.microBatches) + " micro-batches"
+                                      : "")
+              << ", " << prog.ops.size() << " ops per rank\n";
+    if (cluster->simDefaulted)
+        std::cout << "  (cluster file has no \"sim\" section: using the documented defaults)\n";
+    char line[256];
+    std::snprintf(line, sizeof line, "  step time     %s   tokens/s %s   MFU %.1f%%\n",
+                  ms(s.stepNs).c_str(), formatCount(static_cast<int64_t>(s.tokensPerS)).c_str(),
+                  100.0 * s.mfu);
+    std::cout << line;
+    std::snprintf(line, sizeof line,
+                  "  compute       %s   communication %s, exposed %s (overlap %.1f%%)\n",
+                  ms(s.computeNs).c_str(), ms(s.commNs).c_str(), ms(s.exposedCommNs).c_str(),
+                  100.0 * s.overlapRatio);
+    std::cout << line;
+    std::cout << "  peak memory   allocated " << formatBytes(s.peakAllocated) << ", reserved "
+              << formatBytes(s.peakReserved) << " of " << formatBytes(cluster->device.memoryBytes)
+              << (s.oom ? "  -> OUT OF MEMORY by " +
+                              formatBytes(s.peakReserved - cluster->device.memoryBytes)
+                        : "  (fits)")
+              << "\n  at the peak  ";
+    for (int k = 0; k < static_cast<int>(MemCategory::Count); ++k)
+        if (s.atPeak[static_cast<size_t>(k)] > 0)
+            std::cout << " " << memCategoryName(static_cast<MemCategory>(k)) << " "
+                      << formatBytes(s.atPeak[static_cast<size_t>(k)]) << ";";
+    std::cout << "\n\n";
+    std::vector<size_t> idx;
+    for (size_t i = 0; i < r.units.size() && i < s.units.size(); ++i)
+        idx.push_back(i);
+    std::stable_sort(idx.begin(), idx.end(), [&](size_t x, size_t y) {
+        return s.units[x].exposedCommNs > s.units[y].exposedCommNs;
+    });
+    Table t({"UNIT", "ALL-GATHER", "REDUCE-SCATTER", "COMM", "EXPOSED"},
+            {false, true, true, true, true});
+    const size_t shown = std::min<size_t>(idx.size(), a.flag("--all-units") ? idx.size() : 8);
+    for (size_t k = 0; k < shown; ++k) {
+        const auto& u = s.units[idx[k]];
+        t.row({r.units[idx[k]].displayName(), formatBytes(u.allGatherBytes),
+               formatBytes(u.reduceScatterBytes), ms(u.commNs), ms(u.exposedCommNs)});
+    }
+    std::cout << "Units by exposed communication"
+              << (shown < idx.size() ? " (top " + std::to_string(shown) + "; --all-units for all)"
+                                     : "")
+              << ":\n";
+    t.print(std::cout);
+    return kExitOk;
+}
+
+}  // namespace
+
+std::vector<Command> simulateCommands() {
+    CommandSpec s;
+    s.name = "simulate";
+    s.summary =
+        "Simulate one training step of a plan on a cluster: step time, overlap, peak memory.";
+    s.description =
+        "Builds the step program (what each rank issues on which CUDA stream, FSDP2 or FSDP1\n"
+        "semantics) and simulates it with the cluster's cost models: NCCL ring collectives,\n"
+        "compute by FLOPs and efficiency, memory through a caching-allocator model. Ranks are\n"
+        "symmetric, so one rank is simulated for all. The micro-batch comes from the plan's\n"
+        "\"training\" section unless --batch/--seq/--micro-batches are given.";
+    s.options = modelOptions(true);
+    s.options.push_back({"--plan", "FILE", "plan JSON", "", true, "-p"});
+    s.options.push_back(
+        {"--cluster", "FILE", "cluster JSON (hardware and sim parameters)", "", true, "-c"});
+    s.options.push_back({"--batch", "B", "micro-batch size (overrides the plan)"});
+    s.options.push_back({"--seq", "S", "sequence length (overrides the plan)"});
+    s.options.push_back(
+        {"--micro-batches", "N", "gradient accumulation steps (overrides the plan)"});
+    s.options.push_back(
+        {"--expandable-segments", "", "model PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"});
+    s.options.push_back({"--trace", "FILE", "write a Chrome/Perfetto trace of the simulated step"});
+    s.options.push_back(
+        {"--program", "", "print the step program (one op per line) instead of the summary"});
+    s.options.push_back({"--all-units", "", "list every unit, not only the top 8"});
+    s.options.push_back({"--json", "", "print a machine summary"});
+    s.examples = {
+        "shardscope simulate -m samples/models/llama3-8b/config.json -p "
+        "samples/plans/llama-per-block.json "
+        "-c samples/clusters/h100-sxm-8x8.json --trace step.json"};
+    return {{s, runSimulate}};
+}
+
+}  // namespace shardscope::cli

@@ -1,0 +1,534 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "engine/schedule/step_program.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+namespace shardscope {
+
+const char* streamName(Stream s) {
+    static const char* n[] = {"compute",    "ag_copy_in", "all_gather", "reduce_scatter",
+                              "all_reduce", "h2d",        "d2h",        "host"};
+    return n[static_cast<int>(s)];
+}
+const char* opKindName(OpKind k) {
+    static const char* n[] = {"copy_in",    "all_gather", "copy_out",   "forward",
+                              "backward",   "recompute",  "rs_copy_in", "reduce_scatter",
+                              "all_reduce", "optimizer",  "h2d",        "d2h"};
+    return n[static_cast<int>(k)];
+}
+const char* phaseName(Phase p) {
+    static const char* n[] = {"forward", "backward", "optimizer"};
+    return n[static_cast<int>(p)];
+}
+const char* memCategoryName(MemCategory c) {
+    static const char* n[] = {
+        "sharded_params",         "unsharded_params", "all_gather_buffers", "gradients",
+        "reduce_scatter_buffers", "activations",      "optimizer_state",    "temporaries"};
+    return n[static_cast<int>(c)];
+}
+bool isCollective(OpKind k) {
+    return k == OpKind::AllGather || k == OpKind::ReduceScatter || k == OpKind::AllReduce;
+}
+
+namespace {
+
+struct Segment {
+    int32_t unit = 0;
+    double fwdFlops = 0, bwdFlops = 0, fwdMem = 0, bwdMem = 0, saved = 0;
+    double recomputeFlops = 0, recomputeSaved = 0;  // activation checkpointing
+    int32_t kernels = 0;                            // modules with matmul work
+};
+
+struct Group {
+    int32_t size = 1, nodes = 1, perNode = 1;
+};
+
+class Builder {
+public:
+    Builder(const ResolvedPlan& r, const StepOptions& o) : r(r), g(*r.model), o(o) {}
+
+    StepProgram build() {
+        planGroups();
+        buildSegments();
+        persistent();
+        for (int64_t mb = 0; mb < o.microBatches; ++mb) {
+            const bool sync = mb + 1 == o.microBatches || r.plan.syncEveryMicroBatch;
+            forward(static_cast<int32_t>(mb));
+            backward(static_cast<int32_t>(mb), sync);
+        }
+        optimizer();
+        p.tokensPerRank = o.microBatchSize * o.seqLen * o.microBatches;
+        return std::move(p);
+    }
+
+private:
+    const ResolvedPlan& r;
+    const ModelGraph& g;
+    const StepOptions& o;
+    StepProgram p;
+    std::vector<Segment> segs;
+    std::vector<int32_t> unitOfModule;
+    Group shardGroup, replicateGroup;
+    std::vector<Group> postForwardGroup;
+
+    // Per-unit state across the step.
+    std::vector<char> unsharded;           // unsharded parameters are resident
+    std::vector<BufferId> unshardedBuf;    // their buffer
+    std::vector<BufferId> postForwardBuf;  // int reshard copy
+    std::vector<BufferId> gradBuf;    // unsharded gradients (kept across no-sync micro-batches)
+    std::vector<OpId> lastFree;       // FSDP1 limiter: op that freed the unit's parameters
+    std::vector<OpId> inflightFrees;  // FSDP1 limiter queue
+    OpId prevCopyOut, prevReduce;
+    BufferId stashedAg;           // forward: previous unit's all-gather buffer
+    std::vector<OpId> reduceOps;  // all reduce-scatters/all-reduces of the last micro-batch
+    std::vector<BufferId> shardedGrads;
+
+    bool fsdp1() const { return r.plan.api == PlanApi::Fsdp1; }
+
+    BufferId buffer(int64_t bytes, MemCategory c, Stream s) {
+        p.buffers.push_back({bytes, c, s});
+        return BufferId(static_cast<int32_t>(p.buffers.size() - 1));
+    }
+    OpId add(Op op) {
+        p.ops.push_back(std::move(op));
+        return OpId(static_cast<int32_t>(p.ops.size() - 1));
+    }
+    Op& op(OpId id) { return p.ops[id.index()]; }
+
+    Group placed(int64_t size, bool contiguous) const {
+        Group gr;
+        gr.size = static_cast<int32_t>(size);
+        const int64_t dpn = std::max<int64_t>(1, o.devicesPerNode);
+        if (contiguous) {
+            gr.perNode = static_cast<int32_t>(std::min(size, dpn));
+        } else {  // stride = shard size: ranks of one shard index on a node
+            const int64_t per = r.shardSize >= dpn ? 1 : dpn / std::max<int64_t>(1, r.shardSize);
+            gr.perNode = static_cast<int32_t>(std::min(size, per));
+        }
+        gr.nodes = static_cast<int32_t>((size + gr.perNode - 1) / gr.perNode);
+        return gr;
+    }
+
+    void planGroups() {
+        shardGroup = placed(r.shardSize, true);
+        replicateGroup = placed(r.noShard ? r.worldSize : r.replicateSize, r.noShard);
+        for (const auto& u : r.units)
+            postForwardGroup.push_back(u.reshard == Reshard::Int ? placed(u.reshardK, true)
+                                                                 : shardGroup);
+        const size_t n = r.units.size();
+        unsharded.assign(n, 0);
+        unshardedBuf.assign(n, BufferId());
+        postForwardBuf.assign(n, BufferId());
+        gradBuf.assign(n, BufferId());
+        lastFree.assign(n, OpId());
+    }
+
+    // Compute segments: modules in post-order (a module's own work, e.g. the loss or
+    // residual adds, runs after its children), consecutive modules of one unit merged.
+    void buildSegments() {
+        const size_t n = g.moduleCount();
+        unitOfModule.assign(n, 0);
+        std::vector<int32_t> unitRoot(n, -1);
+        for (size_t u = 0; u < r.units.size(); ++u)
+            for (ModuleId m : r.units[u].modules)
+                unitRoot[m.index()] = static_cast<int32_t>(u);
+        for (size_t m = 0; m < n; ++m)
+            unitOfModule[m] = unitRoot[m] >= 0 ? unitRoot[m]
+                              : m == 0         ? 0
+                                               : unitOfModule[g.modules()[m].parent.index()];
+        std::vector<int32_t> post;
+        post.reserve(n);
+        std::vector<std::pair<int32_t, size_t>> stack{{0, 0}};
+        while (!stack.empty()) {
+            auto& [m, child] = stack.back();
+            const auto& ch = g.modules()[m].children;
+            if (child < ch.size()) {
+                const int32_t c = ch[child++].value;
+                stack.push_back({c, 0});
+            } else {
+                post.push_back(m);
+                stack.pop_back();
+            }
+        }
+        const double b = static_cast<double>(o.microBatchSize), s = static_cast<double>(o.seqLen);
+        for (int32_t m : post) {
+            const auto& c = g.modules()[m].cost;
+            const int32_t u = unitOfModule[m];
+            const auto& unit = r.units[u];
+            const double scale = static_cast<double>(dtypeSize(unit.allGatherDtype)) /
+                                 static_cast<double>(dtypeSize(g.activationDtype));
+            const double fwd = c.fwdFlops.at(b, s), saved = c.savedBytes.at(b, s) * scale;
+            if (fwd == 0 && saved == 0 && c.fwdMemBytes.isZero()) continue;
+            if (segs.empty() || segs.back().unit != u) segs.push_back(Segment{u});
+            Segment& sg = segs.back();
+            sg.fwdFlops += fwd;
+            sg.bwdFlops += c.bwdFlops.at(b, s);
+            sg.fwdMem += c.fwdMemBytes.at(b, s) * scale;
+            sg.bwdMem += c.bwdMemBytes.at(b, s) * scale;
+            if (fwd > 0) ++sg.kernels;
+            const bool attention = g.modules()[m].cls.find("Attention") != std::string::npos;
+            const AcMode ac = unit.activationCheckpointing;
+            if (ac == AcMode::Full || (ac == AcMode::Selective && attention)) {
+                sg.recomputeFlops += fwd;
+                sg.recomputeSaved += saved;
+            } else {
+                sg.saved += saved;
+            }
+        }
+        // Full checkpointing keeps the unit's input: one hidden state per token.
+        for (auto& sg : segs)
+            if (r.units[sg.unit].activationCheckpointing == AcMode::Full &&
+                !r.units[sg.unit].isRoot) {
+                const ModuleId first = r.units[sg.unit].modules[0];
+                sg.saved += g.module(first).cost.outputBytes.at(b, s) *
+                            static_cast<double>(dtypeSize(r.units[sg.unit].allGatherDtype)) /
+                            static_cast<double>(dtypeSize(g.activationDtype));
+            }
+        for (const auto& sg : segs)
+            p.modelFlopsPerRank += (sg.fwdFlops + sg.bwdFlops) * o.microBatches;
+    }
+
+    void persistent() {
+        int64_t sharded = 0, optim = 0;
+        for (const auto& u : r.units) {
+            if (u.offload.enabled) continue;  // sharded state lives on the host
+            sharded += u.shardedBytes;
+            optim += 2 * u.shardedBytes;  // AdamW exp_avg and exp_avg_sq in the parameter dtype
+        }
+        for (ParamId pid : r.ignoredParams)
+            sharded += g.param(pid).bytes();
+        p.persistentBytes[static_cast<int>(MemCategory::ShardedParams)] = sharded;
+        p.persistentBytes[static_cast<int>(MemCategory::OptimizerState)] = optim;
+    }
+
+    std::string name(int32_t u) const { return r.units[u].displayName(); }
+
+    // Issues the unshard of unit u (copy-in, all-gather, copy-out) if needed.
+    void unshard(int32_t u, Phase phase, int32_t mb) {
+        if (unsharded[u] || r.noShard) return;
+        const auto& unit = r.units[u];
+        const bool fromPostForward = phase == Phase::Backward && unit.reshard == Reshard::Int;
+        const Group gr = fromPostForward ? postForwardGroup[u] : shardGroup;
+        OpId h2d;
+        if (unit.offload.enabled) {
+            Op h{OpKind::H2D, phase, Stream::H2D, UnitId(u), mb};
+            h.memBytes = static_cast<double>(unit.shardedBytes);
+            h.label = name(u) + " h2d";
+            h2d = add(std::move(h));
+        }
+        Op ci{OpKind::CopyIn, phase, Stream::CopyIn, UnitId(u), mb};
+        ci.memBytes =
+            2.0 * static_cast<double>(fromPostForward ? unit.postForwardBytes : unit.shardedBytes);
+        const BufferId ag =
+            buffer(unit.unshardedBytes, MemCategory::AllGatherBuffer, Stream::CopyIn);
+        ci.allocs.push_back(ag);
+        if (h2d.valid()) ci.waits.push_back(h2d);
+        ci.label = name(u) + " copy-in";
+        // FSDP1 limit_all_gathers: at most two unsharded units in flight; the CPU blocks on
+        // the oldest one's free event (_limiter_utils._FreeEventQueue, limit 2).
+        if (fsdp1() && r.plan.fsdp1.limitAllGathers && inflightFrees.size() >= 2) {
+            ci.waits.push_back(inflightFrees.front());
+            ci.cpuBlocks = true;
+            inflightFrees.erase(inflightFrees.begin());
+        }
+        const OpId ciId = add(std::move(ci));
+        Op agOp{OpKind::AllGather, phase, Stream::AllGather, UnitId(u), mb};
+        agOp.commBytes = unit.unshardedBytes;
+        agOp.groupSize = gr.size;
+        agOp.groupNodes = gr.nodes;
+        agOp.ranksPerNode = gr.perNode;
+        agOp.waits.push_back(ciId);
+        if (phase == Phase::Forward && prevCopyOut.valid()) agOp.waits.push_back(prevCopyOut);
+        agOp.label = name(u) + " all-gather";
+        const OpId agId = add(std::move(agOp));
+        Op co{OpKind::CopyOut, phase, Stream::Compute, UnitId(u), mb};
+        co.memBytes = 2.0 * static_cast<double>(unit.unshardedBytes);
+        co.waits.push_back(agId);
+        unshardedBuf[u] =
+            buffer(unit.unshardedBytes, MemCategory::UnshardedParams, Stream::Compute);
+        co.allocs.push_back(unshardedBuf[u]);
+        if (phase == Phase::Forward) {
+            // The flat buffer is kept until the next unit's copy-out ("all_gather_state").
+            if (stashedAg.valid()) co.frees.push_back(stashedAg);
+            stashedAg = ag;
+        } else {
+            co.frees.push_back(ag);
+        }
+        if (fromPostForward && postForwardBuf[u].valid()) {
+            co.frees.push_back(postForwardBuf[u]);
+            postForwardBuf[u] = BufferId();
+        }
+        co.label = name(u) + " copy-out";
+        prevCopyOut = add(std::move(co));
+        unsharded[u] = 1;
+    }
+
+    // Frees unit u's unsharded parameters as part of op `at` (a CPU-side reshard).
+    void reshardAt(int32_t u, OpId at, bool keepPostForwardCopy) {
+        if (!unsharded[u] || r.noShard) return;
+        op(at).frees.push_back(unshardedBuf[u]);
+        if (keepPostForwardCopy) {
+            postForwardBuf[u] =
+                buffer(r.units[u].postForwardBytes, MemCategory::UnshardedParams, Stream::Compute);
+            op(at).allocs.push_back(postForwardBuf[u]);
+        }
+        unsharded[u] = 0;
+        lastFree[u] = at;
+        if (fsdp1()) inflightFrees.push_back(at);
+    }
+
+    Op computeOp(OpKind kind, Phase phase, const Segment& sg, int32_t mb, double flops,
+                 double mem) {
+        Op c{kind, phase, Stream::Compute, UnitId(sg.unit), mb};
+        c.flops = flops;
+        c.memBytes = mem;
+        c.computeDtype = r.units[sg.unit].allGatherDtype;
+        c.groupSize = std::max(1, sg.kernels);  // kernels: for the size-dependent efficiency
+        c.label = name(sg.unit) + " " + opKindName(kind);
+        return c;
+    }
+
+    std::vector<BufferId> savedBuf;  // per segment, this micro-batch
+
+    void forward(int32_t mb) {
+        prevCopyOut = OpId();
+        stashedAg = BufferId();
+        savedBuf.assign(segs.size(), BufferId());
+        std::vector<int32_t> lastSeg(r.units.size(), -1);
+        for (size_t i = 0; i < segs.size(); ++i)
+            lastSeg[segs[i].unit] = static_cast<int32_t>(i);
+        std::vector<char> started(r.units.size(), 0);
+        // The root's pre-forward runs first, before any child unit.
+        unshard(0, Phase::Forward, mb);
+        started[0] = 1;
+        OpId lastCompute;
+        for (size_t i = 0; i < segs.size(); ++i) {
+            const Segment& sg = segs[i];
+            if (!started[sg.unit]) {
+                started[sg.unit] = 1;
+                unshard(sg.unit, Phase::Forward, mb);
+                prefetchForward(sg.unit, mb);
+            }
+            Op c = computeOp(OpKind::Forward, Phase::Forward, sg, mb, sg.fwdFlops, sg.fwdMem);
+            savedBuf[i] =
+                buffer(static_cast<int64_t>(sg.saved), MemCategory::Activations, Stream::Compute);
+            c.allocs.push_back(savedBuf[i]);
+            lastCompute = add(std::move(c));
+            if (lastSeg[sg.unit] == static_cast<int32_t>(i) && sg.unit != 0) {
+                const auto& u = r.units[sg.unit];
+                if (u.reshard != Reshard::False)
+                    reshardAt(sg.unit, lastCompute, u.reshard == Reshard::Int);
+            }
+        }
+        // Root post-forward: frees the last stashed all-gather buffer; the root reshards only
+        // if asked (None makes it False).
+        if (lastCompute.valid()) {
+            if (stashedAg.valid()) op(lastCompute).frees.push_back(stashedAg);
+            stashedAg = BufferId();
+            if (r.units[0].reshard != Reshard::False)
+                reshardAt(0, lastCompute, r.units[0].reshard == Reshard::Int);
+        }
+    }
+
+    void prefetchForward(int32_t u, int32_t mb) {
+        const auto& unit = r.units[u];
+        if (unit.explicitForwardPrefetch) {
+            for (UnitId t : unit.forwardPrefetch)
+                unshard(t.value, Phase::Forward, mb);
+        } else if (fsdp1() && r.plan.fsdp1.forwardPrefetch &&
+                   u + 1 < static_cast<int32_t>(r.units.size())) {
+            unshard(u + 1, Phase::Forward, mb);
+        }
+    }
+
+    void reduceUnit(int32_t u, int32_t mb, bool sync) {
+        const auto& unit = r.units[u];
+        if (!sync) return;  // gradients stay unsharded (requires_gradient_sync(False))
+        const BufferId grads = gradBuf[u];
+        gradBuf[u] = BufferId();
+        Op ci{OpKind::ReduceScatterCopyIn, Phase::Backward, Stream::Compute, UnitId(u), mb};
+        const int64_t agElems =
+            unit.unshardedBytes / std::max<int64_t>(1, dtypeSize(unit.allGatherDtype));
+        const int64_t rsIn = agElems * dtypeSize(unit.reduceDtype);
+        ci.memBytes = static_cast<double>(unit.unshardedBytes + rsIn);
+        if (prevReduce.valid())
+            ci.waits.push_back(prevReduce);  // waits on the previous reduce-scatter
+        const BufferId in = buffer(rsIn, MemCategory::ReduceScatterBuffer, Stream::Compute);
+        ci.allocs.push_back(in);
+        if (grads.valid()) ci.frees.push_back(grads);
+        ci.label = name(u) + " reduce-scatter copy-in";
+        const OpId ciId = add(std::move(ci));
+        Op rs{r.noShard ? OpKind::AllReduce : OpKind::ReduceScatter, Phase::Backward,
+              Stream::ReduceScatter, UnitId(u), mb};
+        const Group gr = r.noShard ? replicateGroup : shardGroup;
+        rs.commBytes = rsIn;
+        rs.groupSize = gr.size;
+        rs.groupNodes = gr.nodes;
+        rs.ranksPerNode = gr.perNode;
+        rs.waits.push_back(ciId);
+        const BufferId sharded =
+            buffer(unit.shardedBytes, MemCategory::Gradients, Stream::ReduceScatter);
+        rs.allocs.push_back(sharded);
+        rs.frees.push_back(in);
+        rs.label = name(u) + (r.noShard ? " all-reduce" : " reduce-scatter");
+        prevReduce = add(std::move(rs));
+        reduceOps.push_back(prevReduce);
+        shardedGrads.push_back(sharded);
+        if (r.hsdp && !r.noShard) {
+            Op ar{OpKind::AllReduce, Phase::Backward, Stream::AllReduce, UnitId(u), mb};
+            ar.commBytes = unit.shardedNumel * dtypeSize(unit.reduceDtype);
+            ar.groupSize = replicateGroup.size;
+            ar.groupNodes = replicateGroup.nodes;
+            ar.ranksPerNode = replicateGroup.perNode;
+            ar.waits.push_back(prevReduce);
+            ar.label = name(u) + " all-reduce";
+            reduceOps.push_back(add(std::move(ar)));
+        }
+        if (unit.offload.enabled) {
+            Op d{OpKind::D2H, Phase::Backward, Stream::D2H, UnitId(u), mb};
+            d.memBytes = static_cast<double>(unit.shardedBytes);
+            d.waits.push_back(reduceOps.back());
+            d.label = name(u) + " d2h";
+            reduceOps.push_back(add(std::move(d)));
+        }
+    }
+
+    void backward(int32_t mb, bool sync) {
+        // Post-forward order: units by the end of their forward.
+        std::vector<int32_t> order;
+        {
+            std::vector<int32_t> lastSeg(r.units.size(), -1);
+            for (size_t i = 0; i < segs.size(); ++i)
+                lastSeg[segs[i].unit] = static_cast<int32_t>(i);
+            std::vector<std::pair<int32_t, int32_t>> byEnd;
+            for (size_t u = 0; u < r.units.size(); ++u)
+                if (lastSeg[u] >= 0) byEnd.push_back({lastSeg[u], static_cast<int32_t>(u)});
+            std::sort(byEnd.begin(), byEnd.end());
+            for (const auto& [_, u] : byEnd)
+                order.push_back(u);
+        }
+        std::vector<int32_t> posInOrder(r.units.size(), -1);
+        for (size_t i = 0; i < order.size(); ++i)
+            posInOrder[order[i]] = static_cast<int32_t>(i);
+        std::vector<int32_t> firstSeg(r.units.size(), -1);
+        for (size_t i = segs.size(); i-- > 0;)
+            firstSeg[segs[i].unit] = static_cast<int32_t>(i);
+        // Units fed by the model input (token ids need no gradient) and the root reduce
+        // in the root's final callback at the end of backward.
+        std::vector<int32_t> deferred;
+        const int32_t inputUnit = segs.empty() ? 0 : segs.front().unit;
+        std::vector<char> begun(r.units.size(), 0);
+        const auto bp = r.plan.fsdp1.backwardPrefetch;
+        for (size_t i = segs.size(); i-- > 0;) {
+            const Segment& sg = segs[i];
+            const int32_t u = sg.unit;
+            if (!begun[u]) {
+                begun[u] = 1;
+                unshard(u, Phase::Backward, mb);
+                const bool pre = !fsdp1() || bp == "BACKWARD_PRE";
+                if (r.units[u].explicitBackwardPrefetch) {
+                    for (UnitId t : r.units[u].backwardPrefetch)
+                        unshard(t.value, Phase::Backward, mb);
+                } else if (pre && posInOrder[u] > 0) {
+                    unshard(order[posInOrder[u] - 1], Phase::Backward, mb);
+                }
+            }
+            if (sg.recomputeFlops > 0) {
+                Op rc = computeOp(OpKind::Recompute, Phase::Backward, sg, mb, sg.recomputeFlops, 0);
+                const BufferId tmp = buffer(static_cast<int64_t>(sg.recomputeSaved),
+                                            MemCategory::Activations, Stream::Compute);
+                rc.allocs.push_back(tmp);
+                add(std::move(rc));
+                savedTemp.push_back(tmp);
+            }
+            Op c = computeOp(OpKind::Backward, Phase::Backward, sg, mb, sg.bwdFlops, sg.bwdMem);
+            if (!gradBuf[u].valid()) {
+                gradBuf[u] =
+                    buffer(r.units[u].unshardedBytes, MemCategory::Gradients, Stream::Compute);
+                c.allocs.push_back(gradBuf[u]);
+            }
+            c.frees.push_back(savedBuf[i]);
+            for (BufferId t : savedTemp)
+                c.frees.push_back(t);
+            savedTemp.clear();
+            const OpId cid = add(std::move(c));
+            if (fsdp1() && bp == "BACKWARD_POST" && posInOrder[u] > 0 &&
+                firstSeg[u] == static_cast<int32_t>(i))
+                unshard(order[posInOrder[u] - 1], Phase::Backward, mb);
+            if (firstSeg[u] == static_cast<int32_t>(i)) {
+                // Post-backward of unit u.
+                if (r.units[u].reshardAfterBackward) reshardAt(u, cid, false);
+                if (u == 0 || u == inputUnit)
+                    deferred.push_back(u);
+                else
+                    reduceUnit(u, mb, sync);
+            }
+        }
+        for (int32_t u : deferred)
+            reduceUnit(u, mb, sync);
+    }
+    std::vector<BufferId> savedTemp;
+
+    void optimizer() {
+        int64_t sharded = 0;
+        double hostBytes = 0;
+        for (const auto& u : r.units) {
+            if (u.offload.enabled)
+                hostBytes += static_cast<double>(u.shardedBytes);
+            else
+                sharded += u.shardedBytes;
+        }
+        Op st{OpKind::OptimizerStep, Phase::Optimizer, Stream::Compute, UnitId(0),
+              static_cast<int32_t>(o.microBatches - 1)};
+        // AdamW: read parameter, gradient and both moments, write parameter and moments.
+        st.memBytes = 7.0 * static_cast<double>(sharded);
+        st.waits = reduceOps;
+        st.frees = shardedGrads;  // zero_grad(set_to_none=True)
+        st.label = "optimizer step";
+        add(std::move(st));
+        if (hostBytes > 0) {
+            Op h{OpKind::OptimizerStep, Phase::Optimizer, Stream::Host, UnitId(0),
+                 static_cast<int32_t>(o.microBatches - 1)};
+            h.memBytes = 7.0 * hostBytes;
+            h.waits = reduceOps;
+            h.label = "optimizer step (host)";
+            add(std::move(h));
+        }
+    }
+};
+
+}  // namespace
+
+StepProgram buildStepProgram(const ResolvedPlan& plan, const StepOptions& options) {
+    return Builder(plan, options).build();
+}
+
+std::string StepProgram::dump() const {
+    std::ostringstream out;
+    for (size_t i = 0; i < ops.size(); ++i) {
+        const Op& op = ops[i];
+        out << i << " " << phaseName(op.phase) << " mb" << op.microBatch << " "
+            << streamName(op.stream) << " " << opKindName(op.kind) << " " << op.label;
+        if (op.flops > 0) out << " flops=" << static_cast<int64_t>(op.flops);
+        if (op.commBytes > 0)
+            out << " bytes=" << op.commBytes << " group=" << op.groupSize << "/" << op.groupNodes;
+        if (!op.waits.empty()) {
+            out << " waits=";
+            for (size_t k = 0; k < op.waits.size(); ++k)
+                out << (k ? "," : "") << op.waits[k].value;
+        }
+        if (op.cpuBlocks) out << " cpu-blocks";
+        for (BufferId b : op.allocs)
+            out << " +" << memCategoryName(buffers[b.index()].category) << ":"
+                << buffers[b.index()].bytes;
+        for (BufferId b : op.frees)
+            out << " -" << memCategoryName(buffers[b.index()].category) << ":"
+                << buffers[b.index()].bytes;
+        out << "\n";
+    }
+    return out.str();
+}
+
+}  // namespace shardscope

@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The step program: the ordered list of what one rank issues in one training step (all
+// micro-batches and the optimizer step), on which stream, waiting on which earlier ops,
+// with the buffers each op allocates and frees. Simulator, engine and trace diff share it:
+// op ids are stable, so simulated and measured ops join exactly.
+//
+// FSDP2 semantics follow ../shared/reference/fsdp-semantics.md (PyTorch
+// _fsdp_param_group.py, _fsdp_collectives.py, _fsdp_state.py):
+//  - unshard = copy-in (all-gather copy-in stream; allocates the flat all-gather output),
+//    all-gather (all-gather stream; waits on its copy-in and, in forward, on the previous
+//    unit's copy-out), copy-out (compute stream; allocates the unsharded parameters);
+//  - forward: a unit's pre-forward unshards it; the CPU runs ahead, so the next unit's
+//    all-gather overlaps this unit's compute (implicit prefetch); the flat all-gather
+//    buffer is freed after the next unit's copy-out; explicit forward prefetch unshards the
+//    targets right after this unit's copy-out;
+//  - post-forward reshard frees the unsharded parameters (True), keeps them (False), or
+//    keeps a ceil(d0/k)-row copy (int k) from which backward all-gathers over k ranks;
+//  - backward runs units in reverse; pre-backward unshards the unit and (implicit
+//    prefetch) the unit before it in post-forward order; post-backward reduce-scatters
+//    when the unit's input gradients are ready, or at the end of backward for units whose
+//    inputs need no gradient (the first unit, fed token ids, and the root); each
+//    reduce-scatter copy-in waits on the previous reduce-scatter; HSDP all-reduces on its
+//    own stream after the reduce-scatter;
+//  - without gradient sync (accumulation), unsharded gradients are kept and reduced on
+//    the last micro-batch.
+// FSDP1 differs in: flat parameters, limit_all_gathers (an all-gather waits until the
+// unit two before it has been freed: the CPU blocks), backward prefetch BACKWARD_PRE /
+// BACKWARD_POST / none, SHARD_GRAD_OP and NO_SHARD.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "plans/plan/resolve.h"
+
+namespace shardscope {
+
+enum class Stream : uint8_t {
+    Compute,
+    CopyIn,
+    AllGather,
+    ReduceScatter,
+    AllReduce,
+    H2D,
+    D2H,
+    Host,
+    Count
+};
+enum class OpKind : uint8_t {
+    CopyIn,
+    AllGather,
+    CopyOut,
+    Forward,
+    Backward,
+    Recompute,
+    ReduceScatterCopyIn,
+    ReduceScatter,
+    AllReduce,
+    OptimizerStep,
+    H2D,
+    D2H,
+};
+enum class Phase : uint8_t { Forward, Backward, Optimizer };
+enum class MemCategory : uint8_t {
+    ShardedParams,
+    UnshardedParams,
+    AllGatherBuffer,
+    Gradients,
+    ReduceScatterBuffer,
+    Activations,
+    OptimizerState,
+    Temporaries,
+    Count
+};
+
+[[nodiscard]] const char* streamName(Stream s);
+[[nodiscard]] const char* opKindName(OpKind k);
+[[nodiscard]] const char* phaseName(Phase p);
+[[nodiscard]] const char* memCategoryName(MemCategory c);
+[[nodiscard]] bool isCollective(OpKind k);
+
+using OpId = Id<struct OpTag>;
+using BufferId = Id<struct BufferTag>;
+
+struct Buffer {
+    int64_t bytes = 0;
+    MemCategory category = MemCategory::Temporaries;
+    Stream stream = Stream::Compute;  // allocation stream: the caching allocator pools per stream
+};
+
+struct Op {
+    OpKind kind = OpKind::Forward;
+    Phase phase = Phase::Forward;
+    Stream stream = Stream::Compute;
+    UnitId unit;
+    int32_t microBatch = 0;
+    double flops = 0;     // compute
+    double memBytes = 0;  // memory-bound bytes (compute and copies)
+    DType computeDtype = DType::Float32;
+    int64_t commBytes = 0;      // collective: total bytes of the full (gathered) tensor
+    int32_t groupSize = 1;      // collective group size
+    int32_t groupNodes = 1;     // nodes the group spans
+    int32_t ranksPerNode = 1;   // group ranks on one node
+    std::vector<OpId> waits{};  // cross-stream dependencies (events)
+    bool cpuBlocks = false;     // the CPU waits for `waits` before issuing (FSDP1 limiter)
+    std::vector<BufferId> allocs{};
+    std::vector<BufferId> frees{};  // freed when this op is issued (stream-ordered reuse)
+    std::string label{};            // "model.layers.3 forward", for traces
+};
+
+struct StepOptions {
+    int64_t microBatchSize = 1;
+    int64_t seqLen = 2048;
+    int64_t microBatches = 1;
+    int64_t devicesPerNode = 8;
+};
+
+struct StepProgram {
+    std::vector<Op> ops;  // CPU issue order
+    std::vector<Buffer> buffers;
+    int64_t persistentBytes[static_cast<int>(MemCategory::Count)] = {};  // held all step
+    double modelFlopsPerRank = 0;  // forward + backward, without recompute (for MFU)
+    int64_t tokensPerRank = 0;
+    [[nodiscard]] std::string dump() const;  // one line per op: the golden-file form
+};
+
+[[nodiscard]] StepProgram buildStepProgram(const ResolvedPlan& plan, const StepOptions& options);
+
+}  // namespace shardscope

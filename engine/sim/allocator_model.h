@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// A model of PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp), enough
+// to turn allocations into reserved bytes: sizes rounded to 512 B; the small pool
+// (<= 1 MiB, carved from 2 MiB segments) and the large pool (1-10 MiB requests get 20 MiB
+// segments, larger ones their size rounded to 2 MiB); one pool per stream (memory freed
+// on one stream is not reused by another); best-fit reuse of cached free blocks with
+// splitting (small: remainder >= 512 B; large: remainder > 1 MiB) and merging of adjacent
+// free blocks. Segments are never returned (no empty_cache). With expandable segments, each
+// stream grows one segment in 2 MiB pages, so reserved tracks the high-water mark.
+#include <cstdint>
+#include <map>
+#include <vector>
+
+namespace shardscope {
+
+class AllocatorModel {
+public:
+    explicit AllocatorModel(bool expandableSegments = false) : m_expandable(expandableSegments) {}
+    // Returns a handle for free().
+    int64_t allocate(int64_t bytes, int stream);
+    void free(int64_t handle);
+    [[nodiscard]] int64_t reserved() const { return m_reserved; }
+    [[nodiscard]] int64_t allocated() const { return m_allocated; }
+    [[nodiscard]] static int64_t roundSize(int64_t bytes);
+
+private:
+    struct Block {
+        int64_t size = 0;
+        int64_t offset = 0;
+        int32_t segment = 0;
+        int32_t prev = -1, next = -1;
+        bool free = false;
+        bool small = false;
+        int stream = 0;
+    };
+    using PoolKey = std::pair<int, bool>;  // stream, small
+    bool m_expandable;
+    std::vector<Block> m_blocks;
+    std::map<PoolKey, std::multimap<int64_t, int32_t>> m_free;  // size -> block
+    std::map<int, int64_t> m_streamHigh, m_streamUsed;          // expandable segments
+    int32_t m_segments = 0;
+    int64_t m_reserved = 0, m_allocated = 0;
+    void removeFree(int32_t b);
+};
+
+}  // namespace shardscope

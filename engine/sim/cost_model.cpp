@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "engine/sim/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace shardscope {
+
+CollectiveCost collectiveTime(const ClusterSpec& c, OpKind kind, int64_t bytes, int32_t n,
+                              int32_t nodes, int32_t perNode) {
+    if (n <= 1 || bytes <= 0) return {};
+    const auto& s = c.sim;
+    const double intra = c.node.intraBandwidth * s.intraEfficiency;
+    const double busbw = nodes <= 1
+                             ? intra
+                             : std::min(intra, static_cast<double>(perNode) *
+                                                   c.network.nicBandwidth * s.networkEfficiency);
+    const double factor = (kind == OpKind::AllReduce ? 2.0 : 1.0) * static_cast<double>(n - 1) /
+                          static_cast<double>(n);
+    CollectiveCost best{std::numeric_limits<int64_t>::max(), 0};
+    for (size_t i = 0; i < s.protocols.size(); ++i) {
+        const auto& p = s.protocols[i];
+        const double steps = static_cast<double>(n - 1);
+        const double inter = static_cast<double>(nodes - 1);
+        double lat = p.baseNs + (steps - inter) * p.intraStepNs + inter * p.interStepNs;
+        if (kind == OpKind::AllReduce) lat *= 2;  // reduce-scatter then all-gather phases
+        const double t = lat + factor * static_cast<double>(bytes) / (busbw * p.bwFactor) * 1e9;
+        if (t < static_cast<double>(best.ns))
+            best = {static_cast<int64_t>(std::llround(t)), static_cast<int>(i)};
+    }
+    return best;
+}
+
+int64_t opDurationNs(const ClusterSpec& c, const Op& op) {
+    const double hbm = c.device.hbmBandwidth * c.sim.memoryEfficiency;
+    double t = 0;
+    switch (op.kind) {
+        case OpKind::Forward:
+        case OpKind::Backward:
+        case OpKind::Recompute: {
+            if (op.flops > 0) {
+                const double perKernel = op.flops / std::max(1, op.groupSize);
+                t +=
+                    op.flops / (c.device.peakFor(op.computeDtype) * c.sim.efficiencyFor(perKernel));
+            }
+            t += op.memBytes / hbm;
+            break;
+        }
+        case OpKind::CopyIn:
+        case OpKind::CopyOut:
+        case OpKind::ReduceScatterCopyIn:
+            t = op.memBytes / hbm;
+            break;
+        case OpKind::OptimizerStep:
+            t = op.stream == Stream::Host ? op.memBytes / c.sim.hostOptimizerBytesPerS
+                                          : op.memBytes / hbm;
+            break;
+        case OpKind::H2D:
+        case OpKind::D2H:
+            t = op.memBytes / c.host.linkBandwidth;
+            break;
+        case OpKind::AllGather:
+        case OpKind::ReduceScatter:
+        case OpKind::AllReduce:
+            return collectiveTime(c, op.kind, op.commBytes, op.groupSize, op.groupNodes,
+                                  op.ranksPerNode)
+                .ns;
+    }
+    return static_cast<int64_t>(std::llround(t * 1e9));
+}
+
+}  // namespace shardscope

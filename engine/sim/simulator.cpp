@@ -1,0 +1,219 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "engine/sim/simulator.h"
+
+#include <algorithm>
+
+#include "engine/sim/allocator_model.h"
+#include "engine/sim/cost_model.h"
+
+namespace shardscope {
+
+namespace {
+
+using Interval = std::pair<int64_t, int64_t>;
+
+std::vector<Interval> unionOf(std::vector<Interval> v) {
+    std::sort(v.begin(), v.end());
+    std::vector<Interval> out;
+    for (const auto& iv : v) {
+        if (iv.second <= iv.first) continue;
+        if (!out.empty() && iv.first <= out.back().second)
+            out.back().second = std::max(out.back().second, iv.second);
+        else
+            out.push_back(iv);
+    }
+    return out;
+}
+
+int64_t total(const std::vector<Interval>& u) {
+    int64_t t = 0;
+    for (const auto& iv : u)
+        t += iv.second - iv.first;
+    return t;
+}
+
+// |a ∩ b| for two sorted unions.
+int64_t intersection(const std::vector<Interval>& a, const std::vector<Interval>& b) {
+    int64_t t = 0;
+    size_t i = 0, j = 0;
+    while (i < a.size() && j < b.size()) {
+        const int64_t lo = std::max(a[i].first, b[j].first),
+                      hi = std::min(a[i].second, b[j].second);
+        if (hi > lo) t += hi - lo;
+        (a[i].second < b[j].second ? i : j)++;
+    }
+    return t;
+}
+
+// Overlap of [s, e) with a sorted union.
+int64_t overlapWith(int64_t s, int64_t e, const std::vector<Interval>& u) {
+    auto it =
+        std::lower_bound(u.begin(), u.end(), Interval{s, s},
+                         [](const Interval& x, const Interval& y) { return x.second < y.first; });
+    int64_t t = 0;
+    for (; it != u.end() && it->first < e; ++it)
+        t += std::max<int64_t>(0, std::min(e, it->second) - std::max(s, it->first));
+    return t;
+}
+
+bool isComputeKind(OpKind k) {
+    return k == OpKind::Forward || k == OpKind::Backward || k == OpKind::Recompute;
+}
+
+void schedule(const StepProgram& p, const ClusterSpec& c, const std::vector<int64_t>& dur,
+              SimResult& r) {
+    const size_t n = p.ops.size();
+    r.start.assign(n, 0);
+    r.end.assign(n, 0);
+    std::array<int64_t, static_cast<size_t>(Stream::Count)> streamFree{};
+    int64_t cpu = 0;
+    const auto issue = static_cast<int64_t>(c.sim.cpuIssueNs);
+    for (size_t i = 0; i < n; ++i) {
+        const Op& op = p.ops[i];
+        int64_t ready = 0;
+        for (OpId w : op.waits)
+            ready = std::max(ready, r.end[w.index()]);
+        if (op.cpuBlocks) cpu = std::max(cpu, ready);  // the CPU waits on the event
+        cpu += issue;
+        const int64_t s = std::max({cpu, ready, streamFree[static_cast<size_t>(op.stream)]});
+        r.start[i] = s;
+        r.end[i] = s + dur[i];
+        streamFree[static_cast<size_t>(op.stream)] = r.end[i];
+    }
+}
+
+}  // namespace
+
+SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize,
+                   const SimOptions& o) {
+    SimResult r;
+    const size_t n = p.ops.size();
+    std::vector<int64_t> dur(n);
+    for (size_t i = 0; i < n; ++i)
+        dur[i] = opDurationNs(c, p.ops[i]);
+    schedule(p, c, dur, r);
+
+    // Second pass: compute overlapped by collectives runs slower.
+    auto commUnion = [&] {
+        std::vector<Interval> v;
+        for (size_t i = 0; i < n; ++i)
+            if (isCollective(p.ops[i].kind)) v.push_back({r.start[i], r.end[i]});
+        return unionOf(std::move(v));
+    };
+    if (c.sim.overlapSlowdown > 0) {
+        const auto comm = commUnion();
+        bool changed = false;
+        for (size_t i = 0; i < n; ++i)
+            if (isComputeKind(p.ops[i].kind) && dur[i] > 0) {
+                const int64_t ov = overlapWith(r.start[i], r.end[i], comm);
+                if (ov > 0) {
+                    dur[i] += static_cast<int64_t>(c.sim.overlapSlowdown * static_cast<double>(ov));
+                    changed = true;
+                }
+            }
+        if (changed) schedule(p, c, dur, r);
+    }
+
+    std::vector<Interval> compute;
+    for (size_t i = 0; i < n; ++i) {
+        r.stepNs = std::max(r.stepNs, r.end[i]);
+        if (isComputeKind(p.ops[i].kind)) {
+            compute.push_back({r.start[i], r.end[i]});
+            r.computeNs += dur[i];
+        }
+    }
+    const auto computeU = unionOf(std::move(compute));
+    const auto commU = commUnion();
+    r.commNs = total(commU);
+    const int64_t both = intersection(commU, computeU);
+    r.exposedCommNs = r.commNs - both;
+    r.overlapRatio = r.commNs > 0 ? static_cast<double>(both) / static_cast<double>(r.commNs) : 0.0;
+
+    // Per-unit communication.
+    int32_t units = 0;
+    for (const Op& op : p.ops)
+        units = std::max(units, op.unit.value + 1);
+    r.units.assign(static_cast<size_t>(units), {});
+    for (size_t i = 0; i < n; ++i) {
+        const Op& op = p.ops[i];
+        if (!isCollective(op.kind)) continue;
+        auto& u = r.units[op.unit.index()];
+        if (op.kind == OpKind::AllGather)
+            u.allGatherBytes += op.commBytes;
+        else
+            u.reduceScatterBytes += op.commBytes;
+        u.commNs += dur[i];
+        u.exposedCommNs += (r.end[i] - r.start[i]) - overlapWith(r.start[i], r.end[i], computeU);
+    }
+
+    // Memory: issue order; frees of a copy-out (the previous all-gather buffer is released
+    // before copying out) come first, otherwise allocations first.
+    AllocatorModel alloc(o.expandableSegments);
+    std::vector<int64_t> handle(p.buffers.size(), -1);
+    std::array<int64_t, static_cast<size_t>(MemCategory::Count)> cat{};
+    int64_t allocated = 0;
+    for (int k = 0; k < static_cast<int>(MemCategory::Count); ++k) {
+        const int64_t b = p.persistentBytes[k];
+        if (b <= 0) continue;
+        alloc.allocate(b, 0);
+        cat[static_cast<size_t>(k)] += AllocatorModel::roundSize(b);
+        allocated += AllocatorModel::roundSize(b);
+    }
+    auto doAllocs = [&](const Op& op) {
+        for (BufferId b : op.allocs) {
+            const Buffer& buf = p.buffers[b.index()];
+            if (buf.bytes <= 0) continue;
+            handle[b.index()] = alloc.allocate(buf.bytes, static_cast<int>(buf.stream));
+            const int64_t sz = AllocatorModel::roundSize(buf.bytes);
+            allocated += sz;
+            cat[static_cast<size_t>(buf.category)] += sz;
+        }
+    };
+    auto doFrees = [&](const Op& op) {
+        for (BufferId b : op.frees) {
+            if (handle[b.index()] < 0) continue;
+            const Buffer& buf = p.buffers[b.index()];
+            alloc.free(handle[b.index()]);
+            handle[b.index()] = -1;
+            const int64_t sz = AllocatorModel::roundSize(buf.bytes);
+            allocated -= sz;
+            cat[static_cast<size_t>(buf.category)] -= sz;
+        }
+    };
+    auto sample = [&](int64_t t) {
+        if (allocated > r.peakAllocated) {
+            r.peakAllocated = allocated;
+            r.atPeak = cat;
+        }
+        r.peakReserved = std::max(r.peakReserved, alloc.reserved());
+        if (o.keepTimeline) r.timeline.push_back({t, allocated, alloc.reserved(), cat});
+    };
+    sample(0);
+    for (size_t i = 0; i < n; ++i) {
+        const Op& op = p.ops[i];
+        if (op.kind == OpKind::CopyOut) {
+            doFrees(op);
+            doAllocs(op);
+        } else {
+            doAllocs(op);
+            sample(r.start[i]);
+            doFrees(op);
+        }
+        sample(r.start[i]);
+    }
+    r.oom = r.peakReserved > c.device.memoryBytes;
+    const double seconds = static_cast<double>(r.stepNs) * 1e-9;
+    if (seconds > 0) {
+        r.tokensPerS = static_cast<double>(p.tokensPerRank * worldSize) / seconds;
+        DType dt = DType::Float32;
+        for (const Op& op : p.ops)
+            if (isComputeKind(op.kind)) {
+                dt = op.computeDtype;
+                break;
+            }
+        r.mfu = p.modelFlopsPerRank / (seconds * c.device.peakFor(dt));
+    }
+    return r;
+}
+
+}  // namespace shardscope
