@@ -80,9 +80,12 @@ private:
     std::vector<BufferId> gradBuf;    // unsharded gradients (kept across no-sync micro-batches)
     std::vector<OpId> lastFree;       // FSDP1 limiter: op that freed the unit's parameters
     std::vector<OpId> inflightFrees;  // FSDP1 limiter queue
-    OpId prevCopyOut, prevReduce;
-    BufferId stashedAg;           // forward: previous unit's all-gather buffer
-    std::vector<OpId> reduceOps;  // all reduce-scatters/all-reduces of the last micro-batch
+    OpId prevReduce;
+    OpId agStreamWait, stashedCopyOut;  // forward: the all-gather streams' copy-out dependency
+    BufferId stashedAg;                 // forward: previous unit's all-gather buffer
+    std::vector<OpId> pendingAg;        // all-gather issued, copy-out not yet
+    std::vector<BufferId> agBuf;        // flat all-gather output per unit in flight
+    std::vector<OpId> reduceOps;        // all reduce-scatters/all-reduces of the last micro-batch
     std::vector<BufferId> shardedGrads;
 
     bool fsdp1() const { return r.plan.api == PlanApi::Fsdp1; }
@@ -119,6 +122,8 @@ private:
                                                                  : shardGroup);
         const size_t n = r.units.size();
         unsharded.assign(n, 0);
+        pendingAg.assign(n, OpId());
+        agBuf.assign(n, BufferId());
         unshardedBuf.assign(n, BufferId());
         postForwardBuf.assign(n, BufferId());
         gradBuf.assign(n, BufferId());
@@ -205,9 +210,11 @@ private:
 
     std::string name(int32_t u) const { return r.units[u].displayName(); }
 
-    // Issues the unshard of unit u (copy-in, all-gather, copy-out) if needed.
+    // unshard(): copy-in and all-gather of unit u, unless its parameters are resident or
+    // already being gathered (FSDPParamGroup.unshard).
     void unshard(int32_t u, Phase phase, int32_t mb) {
-        if (unsharded[u] || r.noShard) return;
+        // A unit without parameters has no parameter group and never all-gathers.
+        if (unsharded[u] || pendingAg[u].valid() || r.noShard || r.units[u].params.empty()) return;
         const auto& unit = r.units[u];
         const bool fromPostForward = phase == Phase::Backward && unit.reshard == Reshard::Int;
         const Group gr = fromPostForward ? postForwardGroup[u] : shardGroup;
@@ -221,9 +228,8 @@ private:
         Op ci{OpKind::CopyIn, phase, Stream::CopyIn, UnitId(u), mb};
         ci.memBytes =
             2.0 * static_cast<double>(fromPostForward ? unit.postForwardBytes : unit.shardedBytes);
-        const BufferId ag =
-            buffer(unit.unshardedBytes, MemCategory::AllGatherBuffer, Stream::CopyIn);
-        ci.allocs.push_back(ag);
+        agBuf[u] = buffer(unit.unshardedBytes, MemCategory::AllGatherBuffer, Stream::CopyIn);
+        ci.allocs.push_back(agBuf[u]);
         if (h2d.valid()) ci.waits.push_back(h2d);
         ci.label = name(u) + " copy-in";
         // FSDP1 limit_all_gathers: at most two unsharded units in flight; the CPU blocks on
@@ -239,30 +245,49 @@ private:
         agOp.groupSize = gr.size;
         agOp.groupNodes = gr.nodes;
         agOp.ranksPerNode = gr.perNode;
+        agOp.processGroup = fromPostForward && gr.size != shardGroup.size ? 2 : 0;
         agOp.waits.push_back(ciId);
-        if (phase == Phase::Forward && prevCopyOut.valid()) agOp.waits.push_back(prevCopyOut);
+        // In forward the all-gather streams wait on the previous group's copy-out, recorded
+        // when the current group waited for its unshard; it lets the previous flat buffer go.
+        if (phase == Phase::Forward && agStreamWait.valid()) agOp.waits.push_back(agStreamWait);
         agOp.label = name(u) + " all-gather";
-        const OpId agId = add(std::move(agOp));
+        pendingAg[u] = add(std::move(agOp));
+    }
+
+    // wait_for_unshard(): the copy-out on the compute stream, when the unit is about to run.
+    void waitForUnshard(int32_t u, Phase phase, int32_t mb) {
+        if (!pendingAg[u].valid()) return;
+        const auto& unit = r.units[u];
+        const bool fromPostForward = phase == Phase::Backward && unit.reshard == Reshard::Int;
         Op co{OpKind::CopyOut, phase, Stream::Compute, UnitId(u), mb};
         co.memBytes = 2.0 * static_cast<double>(unit.unshardedBytes);
-        co.waits.push_back(agId);
+        co.waits.push_back(pendingAg[u]);
         unshardedBuf[u] =
             buffer(unit.unshardedBytes, MemCategory::UnshardedParams, Stream::Compute);
         co.allocs.push_back(unshardedBuf[u]);
         if (phase == Phase::Forward) {
-            // The flat buffer is kept until the next unit's copy-out ("all_gather_state").
+            // Release the previous group's flat buffer; keep this one until the next group.
             if (stashedAg.valid()) co.frees.push_back(stashedAg);
-            stashedAg = ag;
+            agStreamWait = stashedCopyOut;
+            stashedAg = agBuf[u];
         } else {
-            co.frees.push_back(ag);
+            co.frees.push_back(agBuf[u]);
         }
+        agBuf[u] = BufferId();
         if (fromPostForward && postForwardBuf[u].valid()) {
             co.frees.push_back(postForwardBuf[u]);
             postForwardBuf[u] = BufferId();
         }
         co.label = name(u) + " copy-out";
-        prevCopyOut = add(std::move(co));
+        const OpId id = add(std::move(co));
+        if (phase == Phase::Forward) stashedCopyOut = id;
+        pendingAg[u] = OpId();
         unsharded[u] = 1;
+    }
+
+    void unshardAndWait(int32_t u, Phase phase, int32_t mb) {
+        unshard(u, phase, mb);
+        waitForUnshard(u, phase, mb);
     }
 
     // Frees unit u's unsharded parameters as part of op `at` (a CPU-side reshard).
@@ -293,7 +318,8 @@ private:
     std::vector<BufferId> savedBuf;  // per segment, this micro-batch
 
     void forward(int32_t mb) {
-        prevCopyOut = OpId();
+        agStreamWait = OpId();
+        stashedCopyOut = OpId();
         stashedAg = BufferId();
         savedBuf.assign(segs.size(), BufferId());
         std::vector<int32_t> lastSeg(r.units.size(), -1);
@@ -301,14 +327,15 @@ private:
             lastSeg[segs[i].unit] = static_cast<int32_t>(i);
         std::vector<char> started(r.units.size(), 0);
         // The root's pre-forward runs first, before any child unit.
-        unshard(0, Phase::Forward, mb);
+        unshardAndWait(0, Phase::Forward, mb);
+        prefetchForward(0, mb);
         started[0] = 1;
         OpId lastCompute;
         for (size_t i = 0; i < segs.size(); ++i) {
             const Segment& sg = segs[i];
             if (!started[sg.unit]) {
                 started[sg.unit] = 1;
-                unshard(sg.unit, Phase::Forward, mb);
+                unshardAndWait(sg.unit, Phase::Forward, mb);
                 prefetchForward(sg.unit, mb);
             }
             Op c = computeOp(OpKind::Forward, Phase::Forward, sg, mb, sg.fwdFlops, sg.fwdMem);
@@ -367,6 +394,7 @@ private:
         rs.groupSize = gr.size;
         rs.groupNodes = gr.nodes;
         rs.ranksPerNode = gr.perNode;
+        rs.processGroup = r.noShard ? 1 : 0;
         rs.waits.push_back(ciId);
         const BufferId sharded =
             buffer(unit.shardedBytes, MemCategory::Gradients, Stream::ReduceScatter);
@@ -382,6 +410,7 @@ private:
             ar.groupSize = replicateGroup.size;
             ar.groupNodes = replicateGroup.nodes;
             ar.ranksPerNode = replicateGroup.perNode;
+            ar.processGroup = 1;
             ar.waits.push_back(prevReduce);
             ar.label = name(u) + " all-reduce";
             reduceOps.push_back(add(std::move(ar)));
@@ -426,7 +455,7 @@ private:
             const int32_t u = sg.unit;
             if (!begun[u]) {
                 begun[u] = 1;
-                unshard(u, Phase::Backward, mb);
+                unshardAndWait(u, Phase::Backward, mb);
                 const bool pre = !fsdp1() || bp == "BACKWARD_PRE";
                 if (r.units[u].explicitBackwardPrefetch) {
                     for (UnitId t : r.units[u].backwardPrefetch)

@@ -97,10 +97,14 @@ struct Op {
     double flops = 0;     // compute
     double memBytes = 0;  // memory-bound bytes (compute and copies)
     DType computeDtype = DType::Float32;
-    int64_t commBytes = 0;      // collective: total bytes of the full (gathered) tensor
-    int32_t groupSize = 1;      // collective group size
-    int32_t groupNodes = 1;     // nodes the group spans
-    int32_t ranksPerNode = 1;   // group ranks on one node
+    int64_t commBytes = 0;     // collective: total bytes of the full (gathered) tensor
+    int32_t groupSize = 1;     // collective group size
+    int32_t groupNodes = 1;    // nodes the group spans
+    int32_t ranksPerNode = 1;  // group ranks on one node
+    // Process group of a collective: 0 shard group, 1 replicate group (HSDP), 2 the
+    // post-forward group of int reshard. Collectives of one group run one at a time, in
+    // issue order, whatever CUDA stream they were issued on (one NCCL communicator).
+    int8_t processGroup = 0;
     std::vector<OpId> waits{};  // cross-stream dependencies (events)
     bool cpuBlocks = false;     // the CPU waits for `waits` before issuing (FSDP1 limiter)
     std::vector<BufferId> allocs{};

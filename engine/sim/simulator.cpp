@@ -66,6 +66,7 @@ void schedule(const StepProgram& p, const ClusterSpec& c, const std::vector<int6
     r.start.assign(n, 0);
     r.end.assign(n, 0);
     std::array<int64_t, static_cast<size_t>(Stream::Count)> streamFree{};
+    std::array<int64_t, 3> groupFree{};  // one NCCL communicator per process group
     int64_t cpu = 0;
     const auto issue = static_cast<int64_t>(c.sim.cpuIssueNs);
     for (size_t i = 0; i < n; ++i) {
@@ -75,10 +76,14 @@ void schedule(const StepProgram& p, const ClusterSpec& c, const std::vector<int6
             ready = std::max(ready, r.end[w.index()]);
         if (op.cpuBlocks) cpu = std::max(cpu, ready);  // the CPU waits on the event
         cpu += issue;
-        const int64_t s = std::max({cpu, ready, streamFree[static_cast<size_t>(op.stream)]});
+        int64_t s = std::max({cpu, ready, streamFree[static_cast<size_t>(op.stream)]});
+        const bool coll = isCollective(op.kind);
+        const auto pg = static_cast<size_t>(op.processGroup);
+        if (coll) s = std::max(s, groupFree[pg]);
         r.start[i] = s;
         r.end[i] = s + dur[i];
         streamFree[static_cast<size_t>(op.stream)] = r.end[i];
+        if (coll) groupFree[pg] = r.end[i];
     }
 }
 
@@ -180,7 +185,9 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
             cat[static_cast<size_t>(buf.category)] -= sz;
         }
     };
+    size_t phase = 0;
     auto sample = [&](int64_t t) {
+        r.peakAllocatedByPhase[phase] = std::max(r.peakAllocatedByPhase[phase], allocated);
         if (allocated > r.peakAllocated) {
             r.peakAllocated = allocated;
             r.atPeak = cat;
@@ -191,6 +198,7 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
     sample(0);
     for (size_t i = 0; i < n; ++i) {
         const Op& op = p.ops[i];
+        phase = static_cast<size_t>(op.phase);
         if (op.kind == OpKind::CopyOut) {
             doFrees(op);
             doAllocs(op);

@@ -6,7 +6,8 @@
 //
 // Timing: ops are issued by one CPU thread in program order, each costing cpu_issue_ns;
 // an op starts when its stream is free, the ops it waits on have ended, and it has been
-// issued (an FSDP1 rate-limited all-gather also makes the CPU wait). A second pass stretches
+// issued (an FSDP1 rate-limited all-gather also makes the CPU wait); collectives of one
+// process group also wait for the group's previous collective. A second pass stretches
 // compute by overlap_slowdown × the fraction of it that the first pass overlapped with
 // communication (NCCL kernels take SMs).
 //
@@ -50,6 +51,7 @@ struct SimResult {
     double overlapRatio = 0;    // |comm ∩ compute| / |comm| (HTA's definition)
     int64_t peakAllocated = 0;
     int64_t peakReserved = 0;
+    std::array<int64_t, 3> peakAllocatedByPhase{};  // forward, backward, optimizer
     std::array<int64_t, static_cast<size_t>(MemCategory::Count)>
         atPeak{};  // allocated by category at the peak
     bool oom = false;

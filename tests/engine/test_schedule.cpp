@@ -1,0 +1,285 @@
+// SPDX-License-Identifier: Apache-2.0
+// The step program and simulator on a synthetic model and cluster whose costs are exact,
+// so FSDP2's overlap and memory behaviour can be asserted as formulas: PyTorch's
+// test_fully_shard_overlap.py expects only the first all-gather exposed in forward, and
+// only the first all-gather and the last reduce-scatter exposed in forward+backward;
+// test_fully_shard_memory.py bounds the peaks by 3·block + non-block + sharded (forward),
+// 3·block + non-block + 2·sharded (backward) and 4·sharded after the optimizer step.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "engine/schedule/step_program.h"
+#include "engine/sim/allocator_model.h"
+#include "engine/sim/cost_model.h"
+#include "engine/sim/simulator.h"
+#include "plans/plan/resolve.h"
+
+using namespace shardscope;
+
+namespace {
+
+constexpr int kLayers = 4;
+constexpr int64_t kH = 1024;               // each block: one [kH, kH] fp32 weight = 4 MiB
+constexpr double kFwdFlopsPerToken = 5e6;  // per block: 5 ms forward, 10 ms backward
+
+// Root holds no parameters of its own; blocks are the units.
+ModelGraph blocks(bool withActivations = false) {
+    ModelGraph g;
+    ModuleId layers = g.addModule(g.root(), "layers", "ModuleList", {"ModuleList"});
+    for (int i = 0; i < kLayers; ++i) {
+        ModuleId b = g.addModule(layers, std::to_string(i), "Block");
+        g.addParam(b, "weight", {kH, kH}, DType::Float32);
+        auto& c = g.cost(b);
+        c.fwdFlops.perToken = kFwdFlopsPerToken;
+        c.bwdFlops.perToken = 2 * kFwdFlopsPerToken;
+        if (withActivations)
+            c.savedBytes.perToken = 16 * kH;  // 16 MiB per block; its input is 4 MiB
+        c.outputBytes.perToken = 4 * kH;
+    }
+    EXPECT_TRUE(g.finalize().ok());
+    return g;
+}
+
+// 1 TFLOP/s at efficiency 1, free copies and issue, 1 GB/s links, latency-free ring.
+ClusterSpec cluster(int64_t nodes = 1, int64_t perNode = 4) {
+    ClusterSpec c;
+    c.name = "synthetic";
+    c.nodes = nodes;
+    c.device.memoryBytes = int64_t{1} << 40;
+    c.device.peakFlops[DType::Float32] = 1e12;
+    c.device.hbmBandwidth = 1e18;
+    c.node.devicesPerNode = perNode;
+    c.node.intraBandwidth = 1e9;
+    c.network.nicBandwidth = 1e9;
+    c.host.linkBandwidth = 1e9;
+    c.sim.computeEfficiency = {{1, 1.0}};
+    c.sim.memoryEfficiency = 1;
+    c.sim.overlapSlowdown = 0;
+    c.sim.intraEfficiency = 1;
+    c.sim.networkEfficiency = 1;
+    c.sim.cpuIssueNs = 0;
+    c.sim.protocols = {{"Simple", 0, 0, 0, 1.0}};
+    return c;
+}
+
+Plan blockPlan(int64_t world = 4) {
+    Plan p;
+    p.meshShape = {world};
+    p.wrap.kind = WrapPolicySpec::Kind::ModuleClass;
+    p.wrap.classes = {"Block"};
+    p.microBatchSize = 1;
+    p.seqLen = 1000;
+    return p;
+}
+
+struct SimRun {
+    ResolvedPlan plan;
+    StepProgram program;
+    SimResult sim;
+};
+
+SimRun run(const ModelGraph& g, const Plan& p, const ClusterSpec& c) {
+    SimRun r{resolvePlan(g, p, &c, "plan.json"), {}, {}};
+    EXPECT_FALSE(r.plan.hasErrors())
+        << (r.plan.problems.empty() ? "" : r.plan.problems[0].toString());
+    StepOptions o{p.microBatchSize, p.seqLen, p.microBatches, c.node.devicesPerNode};
+    r.program = buildStepProgram(r.plan, o);
+    r.sim = simulate(r.program, c, r.plan.worldSize);
+    return r;
+}
+
+int count(const StepProgram& p, OpKind k, Phase ph) {
+    int n = 0;
+    for (const auto& op : p.ops)
+        n += op.kind == k && op.phase == ph;
+    return n;
+}
+
+// Exact durations of the synthetic setup.
+const double kBlockBytes = 4.0 * kH * kH;
+const int64_t kAg =
+    static_cast<int64_t>(kBlockBytes * 3 / 4 / 1e9 * 1e9);  // (n-1)/n · bytes / 1 GB/s, ns
+const int64_t kFwd = static_cast<int64_t>(kFwdFlopsPerToken * 1000 / 1e12 * 1e9);
+const int64_t kBwd = 2 * kFwd;
+
+}  // namespace
+
+TEST(StepProgram, Fsdp2ForwardExposesOnlyTheFirstAllGather) {
+    ASSERT_GT(kFwd, kAg);  // compute hides communication
+    const SimRun r = run(blocks(), blockPlan(), cluster());
+    // Forward: 4 all-gathers, the root has no parameters to gather.
+    EXPECT_EQ(count(r.program, OpKind::AllGather, Phase::Forward), kLayers);
+    int64_t lastForwardEnd = 0, firstForwardStart = -1;
+    for (size_t i = 0; i < r.program.ops.size(); ++i)
+        if (r.program.ops[i].kind == OpKind::Forward) {
+            lastForwardEnd = r.sim.end[i];
+            if (firstForwardStart < 0) firstForwardStart = r.sim.start[i];
+        }
+    EXPECT_EQ(firstForwardStart, kAg);
+    EXPECT_EQ(lastForwardEnd, kAg + kLayers * kFwd);  // t_AG + L·t_comp
+}
+
+TEST(StepProgram, Fsdp2StepExposesFirstAllGatherAndLastReduceScatter) {
+    const SimRun r = run(blocks(), blockPlan(), cluster());
+    const int64_t rs = kAg;  // same bytes and factor in fp32
+    // Forward t_AG + L·fwd; the last layer's backward all-gather is issued as soon as the
+    // CPU reaches backward and hides under the end of forward; L·bwd hides the rest; the last
+    // reduce-scatter is exposed; the optimizer is free here.
+    EXPECT_EQ(r.sim.stepNs, kAg + kLayers * kFwd + kLayers * kBwd + rs);
+    EXPECT_EQ(r.sim.exposedCommNs, kAg + rs);
+    EXPECT_EQ(count(r.program, OpKind::ReduceScatter, Phase::Backward), kLayers);
+    // The layer fed by the model input reduces at the end of backward (root callback).
+    EXPECT_EQ(r.program.ops.back().kind, OpKind::OptimizerStep);
+}
+
+TEST(StepProgram, ReshardFalseSkipsBackwardAllGathers) {
+    Plan p = blockPlan();
+    p.defaults.reshardAfterForward = ReshardSetting::ofBool(false);
+    const SimRun r = run(blocks(), p, cluster());
+    EXPECT_EQ(count(r.program, OpKind::AllGather, Phase::Backward), 0);
+    EXPECT_EQ(r.sim.stepNs, kAg + kLayers * kFwd + kLayers * kBwd + kAg);
+}
+
+TEST(StepProgram, IntReshardGathersOverTheSmallerGroupInBackward) {
+    Plan p = blockPlan(8);
+    p.defaults.reshardAfterForward = ReshardSetting::ofInt(2);
+    const SimRun r = run(blocks(), p, cluster(2, 4));
+    for (const auto& op : r.program.ops)
+        if (op.kind == OpKind::AllGather) {
+            EXPECT_EQ(op.groupSize, op.phase == Phase::Forward ? 8 : 2) << op.label;
+            EXPECT_EQ(op.groupNodes, op.phase == Phase::Forward ? 2 : 1) << op.label;
+        }
+    // The kept copy: ceil(1024/2) rows of 1024 fp32 per block, alive between forward and backward.
+    EXPECT_EQ(r.plan.units[1].postForwardBytes, 512 * kH * 4);
+}
+
+TEST(StepProgram, HsdpAllReducesEveryUnitOnItsOwnStream) {
+    Plan p = blockPlan();
+    p.meshShape = {2, 2};
+    const SimRun r = run(blocks(), p, cluster());
+    int ar = 0;
+    for (const auto& op : r.program.ops)
+        if (op.kind == OpKind::AllReduce) {
+            ++ar;
+            EXPECT_EQ(op.stream, Stream::AllReduce);
+            EXPECT_EQ(op.groupSize, 2);
+            EXPECT_EQ(op.commBytes, kH * kH * 4 / 2);  // the sharded gradient
+            ASSERT_EQ(op.waits.size(), 1u);
+            EXPECT_EQ(r.program.ops[op.waits[0].index()].kind, OpKind::ReduceScatter);
+        }
+    EXPECT_EQ(ar, kLayers);
+}
+
+TEST(StepProgram, GradientAccumulationReducesOnlyOnTheLastMicroBatch) {
+    Plan p = blockPlan();
+    p.microBatches = 2;
+    const SimRun r = run(blocks(), p, cluster());
+    for (const auto& op : r.program.ops)
+        if (op.kind == OpKind::ReduceScatter) {
+            EXPECT_EQ(op.microBatch, 1);
+        }
+    EXPECT_EQ(count(r.program, OpKind::ReduceScatter, Phase::Backward), kLayers);
+    EXPECT_EQ(count(r.program, OpKind::AllGather, Phase::Forward), 2 * kLayers);
+    EXPECT_EQ(r.program.tokensPerRank, 2000);
+}
+
+TEST(StepProgram, Fsdp1BackwardPrefetchAndLimiter) {
+    Plan p = blockPlan();
+    p.api = PlanApi::Fsdp1;
+    SimRun pre = run(blocks(), p, cluster());
+    // limit_all_gathers: from the third forward all-gather on, the CPU blocks on a free.
+    int blocked = 0;
+    for (const auto& op : pre.program.ops)
+        blocked += op.cpuBlocks;
+    EXPECT_GT(blocked, 0);
+    p.fsdp1.backwardPrefetch = "NONE";
+    const SimRun none = run(blocks(), p, cluster());
+    if (std::getenv("SHARDSCOPE_DEBUG")) {
+        for (const SimRun* x : {static_cast<const SimRun*>(&pre), &none})
+            for (size_t i = 0; i < x->program.ops.size(); ++i)
+                std::printf("%s %zu %s %s %lld..%lld%s\n", x == &pre ? "PRE " : "NONE", i,
+                            opKindName(x->program.ops[i].kind), x->program.ops[i].label.c_str(),
+                            (long long)x->sim.start[i], (long long)x->sim.end[i],
+                            x->program.ops[i].cpuBlocks ? " cpu-blocks" : "");
+    }
+    // Without prefetch each backward all-gather queues behind the previous unit's
+    // reduce-scatter on the same communicator, after that unit's backward: both exposed.
+    EXPECT_EQ(none.sim.stepNs - pre.sim.stepNs, (kLayers - 1) * 2 * kAg);
+    EXPECT_GT(none.sim.exposedCommNs, pre.sim.exposedCommNs);
+}
+
+TEST(StepProgram, ActivationCheckpointingRecomputesForward) {
+    Plan p = blockPlan();
+    p.defaults.activationCheckpointing = AcMode::Full;
+    const SimRun r = run(blocks(true), p, cluster());
+    EXPECT_EQ(count(r.program, OpKind::Recompute, Phase::Backward), kLayers);
+    const SimRun base = run(blocks(true), blockPlan(), cluster());
+    EXPECT_EQ(r.sim.stepNs - base.sim.stepNs, kLayers * kFwd);
+    EXPECT_LT(r.sim.peakAllocatedByPhase[0], base.sim.peakAllocatedByPhase[0]);
+}
+
+TEST(Memory, PeaksWithinPyTorchsFsdp2MemoryTestBounds) {
+    // fp32, Adam, block = one unit: test_fully_shard_memory.py's expectations.
+    for (bool reshard : {true, false}) {
+        Plan p = blockPlan();
+        p.defaults.reshardAfterForward = ReshardSetting::ofBool(reshard);
+        const SimRun r = run(blocks(), p, cluster());
+        const int64_t block = static_cast<int64_t>(kBlockBytes);
+        const int64_t sharded = kLayers * block / 4;
+        const auto& pk = r.sim.peakAllocatedByPhase;
+        if (reshard) {
+            EXPECT_LE(pk[0], 3 * block + 3 * sharded)
+                << "forward: 3 blocks + sharded params + Adam states";
+            EXPECT_LE(pk[1], 3 * block + 4 * sharded) << "backward: + sharded grads";
+        } else {
+            EXPECT_LE(pk[0], kLayers * block + block + 3 * sharded);
+        }
+        // After the step: parameters, gradients and two Adam states, 4·sharded.
+        EXPECT_EQ(pk[2], 4 * sharded);
+        std::printf(
+            "reshard=%d: forward peak %.2f blocks, backward %.2f blocks (+ sharded state)\n",
+            reshard, double(pk[0] - 3 * sharded) / block, double(pk[1] - 4 * sharded) / block);
+    }
+}
+
+TEST(Allocator, RoundsPoolsAndReusesPerStream) {
+    AllocatorModel a;
+    const int64_t h1 = a.allocate(100, 0);  // small: 512 B from a 2 MiB segment
+    EXPECT_EQ(a.reserved(), 2 << 20);
+    EXPECT_EQ(a.allocated(), 512);
+    const int64_t h2 = a.allocate(3 << 20, 0);  // 1-10 MiB: a 20 MiB segment
+    EXPECT_EQ(a.reserved(), (2 << 20) + (20 << 20));
+    a.free(h2);
+    a.allocate(5 << 20, 1);  // another stream cannot reuse stream 0's cached block
+    EXPECT_EQ(a.reserved(), (2 << 20) + 2 * (20 << 20));
+    a.allocate(15 << 20, 0);  // reuses stream 0's free 20 MiB block
+    EXPECT_EQ(a.reserved(), (2 << 20) + 2 * (20 << 20));
+    a.allocate(33 << 20, 0);  // > 10 MiB: rounded to 2 MiB, own segment
+    EXPECT_EQ(a.reserved(), (2 << 20) + 2 * (20 << 20) + (34 << 20));
+    a.free(h1);
+    AllocatorModel e(true);
+    e.allocate(3 << 20, 0);
+    EXPECT_EQ(e.reserved(), 4 << 20);  // expandable: 2 MiB pages
+}
+
+TEST(CostModel, RingAllGatherAndProtocolChoice) {
+    ClusterSpec c = cluster(2, 8);
+    c.node.intraBandwidth = 400e9;
+    c.network.nicBandwidth = 50e9;
+    c.sim.protocols = {{"LL", 3600, 470, 2700, 0.25}, {"Simple", 8400, 3400, 9600, 1.0}};
+    // Within a node, 1 GiB over 8 ranks: 7/8 · 2^30 B / 400 GB/s plus Simple's latency.
+    const auto big = collectiveTime(c, OpKind::AllGather, int64_t{1} << 30, 8, 1, 8);
+    EXPECT_EQ(big.protocol, 1);
+    EXPECT_NEAR(static_cast<double>(big.ns), 8400 + 7 * 3400 + 7.0 / 8 * (1 << 30) / 400e9 * 1e9,
+                2);
+    // A small message picks LL for its latency.
+    EXPECT_EQ(collectiveTime(c, OpKind::AllGather, 4096, 8, 1, 8).protocol, 0);
+    // Across 2 nodes, 8 NICs per node carry the ring: min(400, 8·50) GB/s.
+    const auto inter = collectiveTime(c, OpKind::ReduceScatter, int64_t{1} << 30, 16, 2, 8);
+    EXPECT_NEAR(static_cast<double>(inter.ns),
+                8400 + 14 * 3400 + 9600 + 15.0 / 16 * (1 << 30) / 400e9 * 1e9, 2);
+    // All-reduce moves twice the data.
+    const auto ar = collectiveTime(c, OpKind::AllReduce, int64_t{1} << 30, 2, 2, 1);
+    EXPECT_NEAR(static_cast<double>(ar.ns), 2 * (8400 + 9600) + 1.0 * (1 << 30) / 50e9 * 1e9, 2);
+}
