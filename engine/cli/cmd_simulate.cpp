@@ -182,8 +182,25 @@ int runSimulate(const Args& a) {
                   << " ops; open in https://ui.perfetto.dev or shardscope-gui)\n";
     }
     if (a.flag("--program")) {
-        std::cout << prog.dump();
-        return kExitOk;
+        if (!a.flag("--json")) {
+            std::cout << prog.dump();
+            return kExitOk;
+        }
+        nlohmann::json ops = nlohmann::json::array();
+        for (size_t i = 0; i < prog.ops.size(); ++i) {
+            const Op& op = prog.ops[i];
+            ops.push_back({{"id", i},
+                           {"kind", opKindName(op.kind)},
+                           {"phase", phaseName(op.phase)},
+                           {"stream", streamName(op.stream)},
+                           {"unit", r.units[op.unit.index()].name},
+                           {"micro_batch", op.microBatch},
+                           {"bytes", op.commBytes},
+                           {"group_size", op.groupSize},
+                           {"start_ns", s.start[i]},
+                           {"end_ns", s.end[i]}});
+        }
+        return emitJson({{"ops", ops}}, "").ok() ? kExitOk : kExitUsage;
     }
     if (a.flag("--json"))
         return emitJson(summaryJson(r, prog, s, *cluster), "").ok() ? kExitOk : kExitUsage;
