@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <tuple>
 
 #include "tests/support/golden.h"
 
@@ -115,6 +117,49 @@ TEST(Cli, ValidateReportsEveryMistakeOfTheBrokenSample) {
         true);
     EXPECT_EQ(r.status, 1);
     EXPECT_TRUE(matchesGolden("cli/plan_validate_broken.txt", r.out));
+}
+
+TEST(Cli, SimulateGoldensForThreeFixedPlans) {
+    const std::vector<std::tuple<std::string, std::string, std::string, std::string>> cases = {
+        {"tiny-llama", "tiny-llama-2rank", "cpu-2core", "tiny_2rank"},
+        {"llama3-8b", "llama-per-block", "h100-sxm-8x8", "llama8b_per_block"},
+        {"llama3-8b", "llama-hsdp-prefetch", "h100-sxm-8x8", "llama8b_hsdp"},
+    };
+    for (const auto& [model, plan, cluster, name] : cases) {
+        const std::string args = "simulate -m samples/models/" + model + "/config.json -p samples/plans/" + plan +
+                                 ".json -c samples/clusters/" + cluster + ".json";
+        auto prog = runCommand(ss(args + " --program"));
+        ASSERT_EQ(prog.status, 0) << name;
+        EXPECT_TRUE(matchesGolden("sim/" + name + ".program.txt", prog.out));
+        auto sum = runCommand(ss(args + " --json"));
+        ASSERT_EQ(sum.status, 0) << name;
+        EXPECT_TRUE(matchesGolden("sim/" + name + ".summary.json", sum.out));
+    }
+}
+
+TEST(Cli, SimulateTraceIsChromeJsonWithStreamsOpIdsAndCounters) {
+    const std::string out = std::filesystem::temp_directory_path() / "shardscope_sim_trace.json";
+    auto r = runCommand(ss("simulate -m samples/models/tiny-llama/config.json -p samples/plans/tiny-llama-2rank.json "
+                           "-c samples/clusters/cpu-2core.json --trace " + out));
+    ASSERT_EQ(r.status, 0);
+    std::ifstream in(out);
+    const auto j = nlohmann::json::parse(in);
+    std::set<std::string> threads;
+    int slices = 0, counters = 0;
+    for (const auto& e : j["traceEvents"]) {
+        if (e["ph"] == "M" && e["name"] == "thread_name") threads.insert(e["args"]["name"].get<std::string>());
+        if (e["ph"] == "X") {
+            ++slices;
+            EXPECT_TRUE(e["args"].contains("op_id"));
+            EXPECT_GE(e["dur"].get<double>(), 0.0);
+        }
+        if (e["ph"] == "C") ++counters;
+    }
+    EXPECT_TRUE(threads.count("compute") && threads.count("all_gather") && threads.count("reduce_scatter"));
+    auto prog = runCommand(ss("simulate -m samples/models/tiny-llama/config.json -p samples/plans/tiny-llama-2rank.json "
+                              "-c samples/clusters/cpu-2core.json --program --json"));
+    EXPECT_EQ(static_cast<size_t>(slices), nlohmann::json::parse(prog.out)["ops"].size());
+    EXPECT_GT(counters, 0);
 }
 
 TEST(Cli, ExportWritesAtomicallyAndRefusesInvalidPlans) {
