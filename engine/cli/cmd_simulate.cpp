@@ -96,7 +96,7 @@ nlohmann::json chromeTrace(const ResolvedPlan& r, const StepProgram& p, const Si
         ev.push_back({{"ph", "X"},
                       {"pid", 0},
                       {"tid", static_cast<int>(op.stream)},
-                      {"name", op.label},
+                      {"name", opLabel(r, op)},
                       {"cat", opKindName(op.kind)},
                       {"ts", static_cast<double>(s.start[i]) / 1000.0},
                       {"dur", static_cast<double>(s.end[i] - s.start[i]) / 1000.0},
@@ -183,7 +183,7 @@ int runSimulate(const Args& a) {
     }
     if (a.flag("--program")) {
         if (!a.flag("--json")) {
-            std::cout << prog.dump();
+            std::cout << prog.dump(r);
             return kExitOk;
         }
         nlohmann::json ops = nlohmann::json::array();

@@ -17,5 +17,6 @@ std::vector<Command> modelCommands();
 std::vector<Command> planCommands();
 std::vector<Command> doctorCommands();
 std::vector<Command> simulateCommands();
+std::vector<Command> benchCommands();
 
 }  // namespace shardscope::cli

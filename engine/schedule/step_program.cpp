@@ -50,6 +50,8 @@ public:
     Builder(const ResolvedPlan& r, const StepOptions& o) : r(r), g(*r.model), o(o) {}
 
     StepProgram build() {
+        p.ops.reserve(static_cast<size_t>(16 * r.units.size() * o.microBatches + 16));
+        p.buffers.reserve(static_cast<size_t>(12 * r.units.size() * o.microBatches + 16));
         planGroups();
         buildSegments();
         persistent();
@@ -173,8 +175,9 @@ private:
             sg.fwdMem += c.fwdMemBytes.at(b, s) * scale;
             sg.bwdMem += c.bwdMemBytes.at(b, s) * scale;
             if (fwd > 0) ++sg.kernels;
-            const bool attention = g.modules()[m].cls.find("Attention") != std::string::npos;
             const AcMode ac = unit.activationCheckpointing;
+            const bool attention = ac == AcMode::Selective &&
+                                   g.modules()[m].cls.find("Attention") != std::string::npos;
             if (ac == AcMode::Full || (ac == AcMode::Selective && attention)) {
                 sg.recomputeFlops += fwd;
                 sg.recomputeSaved += saved;
@@ -222,7 +225,6 @@ private:
         if (unit.offload.enabled) {
             Op h{OpKind::H2D, phase, Stream::H2D, UnitId(u), mb};
             h.memBytes = static_cast<double>(unit.shardedBytes);
-            h.label = name(u) + " h2d";
             h2d = add(std::move(h));
         }
         Op ci{OpKind::CopyIn, phase, Stream::CopyIn, UnitId(u), mb};
@@ -231,7 +233,6 @@ private:
         agBuf[u] = buffer(unit.unshardedBytes, MemCategory::AllGatherBuffer, Stream::CopyIn);
         ci.allocs.push_back(agBuf[u]);
         if (h2d.valid()) ci.waits.push_back(h2d);
-        ci.label = name(u) + " copy-in";
         // FSDP1 limit_all_gathers: at most two unsharded units in flight; the CPU blocks on
         // the oldest one's free event (_limiter_utils._FreeEventQueue, limit 2).
         if (fsdp1() && r.plan.fsdp1.limitAllGathers && inflightFrees.size() >= 2) {
@@ -250,7 +251,6 @@ private:
         // In forward the all-gather streams wait on the previous group's copy-out, recorded
         // when the current group waited for its unshard; it lets the previous flat buffer go.
         if (phase == Phase::Forward && agStreamWait.valid()) agOp.waits.push_back(agStreamWait);
-        agOp.label = name(u) + " all-gather";
         pendingAg[u] = add(std::move(agOp));
     }
 
@@ -278,7 +278,6 @@ private:
             co.frees.push_back(postForwardBuf[u]);
             postForwardBuf[u] = BufferId();
         }
-        co.label = name(u) + " copy-out";
         const OpId id = add(std::move(co));
         if (phase == Phase::Forward) stashedCopyOut = id;
         pendingAg[u] = OpId();
@@ -311,7 +310,6 @@ private:
         c.memBytes = mem;
         c.computeDtype = r.units[sg.unit].allGatherDtype;
         c.groupSize = std::max(1, sg.kernels);  // kernels: for the size-dependent efficiency
-        c.label = name(sg.unit) + " " + opKindName(kind);
         return c;
     }
 
@@ -385,7 +383,6 @@ private:
         const BufferId in = buffer(rsIn, MemCategory::ReduceScatterBuffer, Stream::Compute);
         ci.allocs.push_back(in);
         if (grads.valid()) ci.frees.push_back(grads);
-        ci.label = name(u) + " reduce-scatter copy-in";
         const OpId ciId = add(std::move(ci));
         Op rs{r.noShard ? OpKind::AllReduce : OpKind::ReduceScatter, Phase::Backward,
               Stream::ReduceScatter, UnitId(u), mb};
@@ -400,7 +397,6 @@ private:
             buffer(unit.shardedBytes, MemCategory::Gradients, Stream::ReduceScatter);
         rs.allocs.push_back(sharded);
         rs.frees.push_back(in);
-        rs.label = name(u) + (r.noShard ? " all-reduce" : " reduce-scatter");
         prevReduce = add(std::move(rs));
         reduceOps.push_back(prevReduce);
         shardedGrads.push_back(sharded);
@@ -412,14 +408,12 @@ private:
             ar.ranksPerNode = replicateGroup.perNode;
             ar.processGroup = 1;
             ar.waits.push_back(prevReduce);
-            ar.label = name(u) + " all-reduce";
             reduceOps.push_back(add(std::move(ar)));
         }
         if (unit.offload.enabled) {
             Op d{OpKind::D2H, Phase::Backward, Stream::D2H, UnitId(u), mb};
             d.memBytes = static_cast<double>(unit.shardedBytes);
             d.waits.push_back(reduceOps.back());
-            d.label = name(u) + " d2h";
             reduceOps.push_back(add(std::move(d)));
         }
     }
@@ -513,16 +507,17 @@ private:
               static_cast<int32_t>(o.microBatches - 1)};
         // AdamW: read parameter, gradient and both moments, write parameter and moments.
         st.memBytes = 7.0 * static_cast<double>(sharded);
-        st.waits = reduceOps;
-        st.frees = shardedGrads;  // zero_grad(set_to_none=True)
-        st.label = "optimizer step";
+        for (OpId w : reduceOps)
+            st.waits.push_back(w);
+        for (BufferId b : shardedGrads)
+            st.frees.push_back(b);  // zero_grad(set_to_none=True)
         add(std::move(st));
         if (hostBytes > 0) {
             Op h{OpKind::OptimizerStep, Phase::Optimizer, Stream::Host, UnitId(0),
                  static_cast<int32_t>(o.microBatches - 1)};
             h.memBytes = 7.0 * hostBytes;
-            h.waits = reduceOps;
-            h.label = "optimizer step (host)";
+            for (OpId w : reduceOps)
+                h.waits.push_back(w);
             add(std::move(h));
         }
     }
@@ -534,12 +529,30 @@ StepProgram buildStepProgram(const ResolvedPlan& plan, const StepOptions& option
     return Builder(plan, options).build();
 }
 
-std::string StepProgram::dump() const {
+std::string opLabel(const ResolvedPlan& plan, const Op& op) {
+    static const char* text[] = {"copy-in",
+                                 "all-gather",
+                                 "copy-out",
+                                 "forward",
+                                 "backward",
+                                 "recompute",
+                                 "reduce-scatter copy-in",
+                                 "reduce-scatter",
+                                 "all-reduce",
+                                 "optimizer step",
+                                 "h2d",
+                                 "d2h"};
+    if (op.kind == OpKind::OptimizerStep)
+        return op.stream == Stream::Host ? "optimizer step (host)" : "optimizer step";
+    return plan.units[op.unit.index()].displayName() + " " + text[static_cast<int>(op.kind)];
+}
+
+std::string StepProgram::dump(const ResolvedPlan& plan) const {
     std::ostringstream out;
     for (size_t i = 0; i < ops.size(); ++i) {
         const Op& op = ops[i];
         out << i << " " << phaseName(op.phase) << " mb" << op.microBatch << " "
-            << streamName(op.stream) << " " << opKindName(op.kind) << " " << op.label;
+            << streamName(op.stream) << " " << opKindName(op.kind) << " " << opLabel(plan, op);
         if (op.flops > 0) out << " flops=" << static_cast<int64_t>(op.flops);
         if (op.commBytes > 0)
             out << " bytes=" << op.commBytes << " group=" << op.groupSize << "/" << op.groupNodes;

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/schedule/small_vector.h"
 #include "plans/plan/resolve.h"
 
 namespace shardscope {
@@ -105,11 +106,10 @@ struct Op {
     // post-forward group of int reshard. Collectives of one group run one at a time, in
     // issue order, whatever CUDA stream they were issued on (one NCCL communicator).
     int8_t processGroup = 0;
-    std::vector<OpId> waits{};  // cross-stream dependencies (events)
-    bool cpuBlocks = false;     // the CPU waits for `waits` before issuing (FSDP1 limiter)
-    std::vector<BufferId> allocs{};
-    std::vector<BufferId> frees{};  // freed when this op is issued (stream-ordered reuse)
-    std::string label{};            // "model.layers.3 forward", for traces
+    SmallVector<OpId, 3> waits{};  // cross-stream dependencies (events)
+    bool cpuBlocks = false;        // the CPU waits for `waits` before issuing (FSDP1 limiter)
+    SmallVector<BufferId, 2> allocs{};
+    SmallVector<BufferId, 3> frees{};  // freed when this op is issued (stream-ordered reuse)
 };
 
 struct StepOptions {
@@ -125,9 +125,13 @@ struct StepProgram {
     int64_t persistentBytes[static_cast<int>(MemCategory::Count)] = {};  // held all step
     double modelFlopsPerRank = 0;  // forward + backward, without recompute (for MFU)
     int64_t tokensPerRank = 0;
-    [[nodiscard]] std::string dump() const;  // one line per op: the golden-file form
+    [[nodiscard]] std::string dump(
+        const ResolvedPlan& plan) const;  // one line per op: the golden-file form
 };
 
 [[nodiscard]] StepProgram buildStepProgram(const ResolvedPlan& plan, const StepOptions& options);
+
+// "model.layers.3 all-gather": made on demand for traces and dumps, not stored per op.
+[[nodiscard]] std::string opLabel(const ResolvedPlan& plan, const Op& op);
 
 }  // namespace shardscope

@@ -21,14 +21,16 @@ int64_t AllocatorModel::roundSize(int64_t bytes) {
     return bytes < kMinBlock ? kMinBlock : roundUp(bytes, kMinBlock);
 }
 
+void AllocatorModel::insertFree(FreeList& f, int64_t size, int32_t block) {
+    const std::pair<int64_t, int32_t> key{size, block};
+    f.insert(std::lower_bound(f.begin(), f.end(), key), key);
+}
+
 void AllocatorModel::removeFree(int32_t b) {
-    auto& pool = m_free[{m_blocks[b].stream, m_blocks[b].small}];
-    auto range = pool.equal_range(m_blocks[b].size);
-    for (auto it = range.first; it != range.second; ++it)
-        if (it->second == b) {
-            pool.erase(it);
-            return;
-        }
+    auto& f = pool(m_blocks[b].stream, m_blocks[b].small);
+    const std::pair<int64_t, int32_t> key{m_blocks[b].size, b};
+    auto it = std::lower_bound(f.begin(), f.end(), key);
+    if (it != f.end() && *it == key) f.erase(it);
 }
 
 int64_t AllocatorModel::allocate(int64_t bytes, int stream) {
@@ -36,8 +38,8 @@ int64_t AllocatorModel::allocate(int64_t bytes, int stream) {
     const int64_t size = roundSize(bytes);
     m_allocated += size;
     if (m_expandable) {
-        int64_t& used = m_streamUsed[stream];
-        int64_t& high = m_streamHigh[stream];
+        int64_t& used = m_streamUsed[stream % kMaxStreams];
+        int64_t& high = m_streamHigh[stream % kMaxStreams];
         used += size;
         if (used > high) {
             const int64_t grown = roundUp(used, kRoundLarge);
@@ -48,12 +50,14 @@ int64_t AllocatorModel::allocate(int64_t bytes, int stream) {
         return static_cast<int64_t>(m_blocks.size() - 1);
     }
     const bool small = size <= kSmallSize;
-    auto& pool = m_free[{stream, small}];
-    auto it = pool.lower_bound(size);
+    auto& freeBlocks = pool(stream, small);
+    // Best fit: the smallest free block that is large enough (ties: the oldest block).
+    auto it = std::lower_bound(freeBlocks.begin(), freeBlocks.end(),
+                               std::pair<int64_t, int32_t>{size, -1});
     int32_t b;
-    if (it != pool.end()) {
+    if (it != freeBlocks.end()) {
         b = it->second;
-        pool.erase(it);
+        freeBlocks.erase(it);
     } else {
         const int64_t seg = small                   ? kSmallBuffer
                             : size < kMinLargeAlloc ? kLargeBuffer
@@ -74,7 +78,7 @@ int64_t AllocatorModel::allocate(int64_t bytes, int stream) {
         if (rest.next >= 0) m_blocks[rest.next].prev = r;
         m_blocks[b].next = r;
         m_blocks[b].size = size;
-        pool.insert({remaining, r});
+        insertFree(freeBlocks, remaining, r);
     }
     m_blocks[b].free = false;
     return b;
@@ -85,7 +89,7 @@ void AllocatorModel::free(int64_t handle) {
     int32_t b = static_cast<int32_t>(handle);
     m_allocated -= m_blocks[b].size;
     if (m_expandable) {
-        m_streamUsed[m_blocks[b].stream] -= m_blocks[b].size;
+        m_streamUsed[m_blocks[b].stream % kMaxStreams] -= m_blocks[b].size;
         return;
     }
     m_blocks[b].free = true;
@@ -100,7 +104,7 @@ void AllocatorModel::free(int64_t handle) {
         if (m_blocks[hi].next >= 0) m_blocks[m_blocks[hi].next].prev = lo;
         b = lo;
     }
-    m_free[{m_blocks[b].stream, m_blocks[b].small}].insert({m_blocks[b].size, b});
+    insertFree(pool(m_blocks[b].stream, m_blocks[b].small), m_blocks[b].size, b);
 }
 
 }  // namespace shardscope

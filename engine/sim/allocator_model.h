@@ -9,7 +9,6 @@
 // free blocks. Segments are never returned (no empty_cache). With expandable segments, each
 // stream grows one segment in 2 MiB pages, so reserved tracks the high-water mark.
 #include <cstdint>
-#include <map>
 #include <vector>
 
 namespace shardscope {
@@ -34,11 +33,16 @@ private:
         bool small = false;
         int stream = 0;
     };
-    using PoolKey = std::pair<int, bool>;  // stream, small
+    static constexpr int kMaxStreams = 16;
     bool m_expandable;
     std::vector<Block> m_blocks;
-    std::map<PoolKey, std::multimap<int64_t, int32_t>> m_free;  // size -> block
-    std::map<int, int64_t> m_streamHigh, m_streamUsed;          // expandable segments
+    // Free blocks sorted by (size, block), per (stream, small pool), indexed stream * 2 + small.
+    // Flat vectors: pools hold tens of blocks, where a sorted vector beats a tree.
+    using FreeList = std::vector<std::pair<int64_t, int32_t>>;
+    FreeList m_free[2 * kMaxStreams];
+    int64_t m_streamHigh[kMaxStreams] = {}, m_streamUsed[kMaxStreams] = {};  // expandable segments
+    FreeList& pool(int stream, bool small) { return m_free[2 * (stream % kMaxStreams) + small]; }
+    static void insertFree(FreeList& f, int64_t size, int32_t block);
     int32_t m_segments = 0;
     int64_t m_reserved = 0, m_allocated = 0;
     void removeFree(int32_t b);

@@ -13,8 +13,10 @@ namespace {
 using Interval = std::pair<int64_t, int64_t>;
 
 std::vector<Interval> unionOf(std::vector<Interval> v) {
-    std::sort(v.begin(), v.end());
+    if (!std::is_sorted(v.begin(), v.end()))
+        std::sort(v.begin(), v.end());  // one stream: already sorted
     std::vector<Interval> out;
+    out.reserve(v.size());
     for (const auto& iv : v) {
         if (iv.second <= iv.first) continue;
         if (!out.empty() && iv.first <= out.back().second)

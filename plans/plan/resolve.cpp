@@ -562,12 +562,11 @@ struct Resolver {
                     for (ParamId pid : g.subtreeParams(m)) {
                         const UnitId owner = r.unitOfParam[pid.index()];
                         if (!owner.valid() || !why.empty()) continue;
-                        why = g.param(pid).tied()
-                                  ? "; its parameter \"" + g.param(pid).name +
-                                        "\" is shared and belongs to unit " +
-                                        r.units[owner.index()].displayName() +
-                                        ", the lowest unit containing every owner"
-                                  : "; nested units hold all of its parameters";
+                        why = g.param(pid).tied() ? "; its parameter \"" + g.param(pid).name +
+                                                        "\" is shared and belongs to unit " +
+                                                        r.units[owner.index()].displayName() +
+                                                        ", the lowest unit containing every owner"
+                                                  : "; nested units hold all of its parameters";
                     }
                 warning(u.pointer, "unit " + u.displayName() + " manages no parameters" + why);
             }

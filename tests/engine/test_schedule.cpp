@@ -147,8 +147,8 @@ TEST(StepProgram, IntReshardGathersOverTheSmallerGroupInBackward) {
     const SimRun r = run(blocks(), p, cluster(2, 4));
     for (const auto& op : r.program.ops)
         if (op.kind == OpKind::AllGather) {
-            EXPECT_EQ(op.groupSize, op.phase == Phase::Forward ? 8 : 2) << op.label;
-            EXPECT_EQ(op.groupNodes, op.phase == Phase::Forward ? 2 : 1) << op.label;
+            EXPECT_EQ(op.groupSize, op.phase == Phase::Forward ? 8 : 2) << opLabel(r.plan, op);
+            EXPECT_EQ(op.groupNodes, op.phase == Phase::Forward ? 2 : 1) << opLabel(r.plan, op);
         }
     // The kept copy: ceil(1024/2) rows of 1024 fp32 per block, alive between forward and backward.
     EXPECT_EQ(r.plan.units[1].postForwardBytes, 512 * kH * 4);
@@ -199,8 +199,9 @@ TEST(StepProgram, Fsdp1BackwardPrefetchAndLimiter) {
         for (const SimRun* x : {static_cast<const SimRun*>(&pre), &none})
             for (size_t i = 0; i < x->program.ops.size(); ++i)
                 std::printf("%s %zu %s %s %lld..%lld%s\n", x == &pre ? "PRE " : "NONE", i,
-                            opKindName(x->program.ops[i].kind), x->program.ops[i].label.c_str(),
-                            (long long)x->sim.start[i], (long long)x->sim.end[i],
+                            opKindName(x->program.ops[i].kind),
+                            opLabel(x->plan, x->program.ops[i]).c_str(), (long long)x->sim.start[i],
+                            (long long)x->sim.end[i],
                             x->program.ops[i].cpuBlocks ? " cpu-blocks" : "");
     }
     // Without prefetch each backward all-gather queues behind the previous unit's

@@ -126,7 +126,8 @@ TEST(Cli, SimulateGoldensForThreeFixedPlans) {
         {"llama3-8b", "llama-hsdp-prefetch", "h100-sxm-8x8", "llama8b_hsdp"},
     };
     for (const auto& [model, plan, cluster, name] : cases) {
-        const std::string args = "simulate -m samples/models/" + model + "/config.json -p samples/plans/" + plan +
+        const std::string args = "simulate -m samples/models/" + model +
+                                 "/config.json -p samples/plans/" + plan +
                                  ".json -c samples/clusters/" + cluster + ".json";
         auto prog = runCommand(ss(args + " --program"));
         ASSERT_EQ(prog.status, 0) << name;
@@ -139,15 +140,18 @@ TEST(Cli, SimulateGoldensForThreeFixedPlans) {
 
 TEST(Cli, SimulateTraceIsChromeJsonWithStreamsOpIdsAndCounters) {
     const std::string out = std::filesystem::temp_directory_path() / "shardscope_sim_trace.json";
-    auto r = runCommand(ss("simulate -m samples/models/tiny-llama/config.json -p samples/plans/tiny-llama-2rank.json "
-                           "-c samples/clusters/cpu-2core.json --trace " + out));
+    auto r = runCommand(ss(
+        "simulate -m samples/models/tiny-llama/config.json -p samples/plans/tiny-llama-2rank.json "
+        "-c samples/clusters/cpu-2core.json --trace " +
+        out));
     ASSERT_EQ(r.status, 0);
     std::ifstream in(out);
     const auto j = nlohmann::json::parse(in);
     std::set<std::string> threads;
     int slices = 0, counters = 0;
     for (const auto& e : j["traceEvents"]) {
-        if (e["ph"] == "M" && e["name"] == "thread_name") threads.insert(e["args"]["name"].get<std::string>());
+        if (e["ph"] == "M" && e["name"] == "thread_name")
+            threads.insert(e["args"]["name"].get<std::string>());
         if (e["ph"] == "X") {
             ++slices;
             EXPECT_TRUE(e["args"].contains("op_id"));
@@ -155,9 +159,11 @@ TEST(Cli, SimulateTraceIsChromeJsonWithStreamsOpIdsAndCounters) {
         }
         if (e["ph"] == "C") ++counters;
     }
-    EXPECT_TRUE(threads.count("compute") && threads.count("all_gather") && threads.count("reduce_scatter"));
-    auto prog = runCommand(ss("simulate -m samples/models/tiny-llama/config.json -p samples/plans/tiny-llama-2rank.json "
-                              "-c samples/clusters/cpu-2core.json --program --json"));
+    EXPECT_TRUE(threads.count("compute") && threads.count("all_gather") &&
+                threads.count("reduce_scatter"));
+    auto prog = runCommand(ss(
+        "simulate -m samples/models/tiny-llama/config.json -p samples/plans/tiny-llama-2rank.json "
+        "-c samples/clusters/cpu-2core.json --program --json"));
     EXPECT_EQ(static_cast<size_t>(slices), nlohmann::json::parse(prog.out)["ops"].size());
     EXPECT_GT(counters, 0);
 }

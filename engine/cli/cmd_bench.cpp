@@ -1,0 +1,198 @@
+// SPDX-License-Identifier: Apache-2.0
+// `shardscope bench simulate`: speed of the simulator, printed as figures (never asserted
+// in tests: these machines are shared and noisy). Measures, on one core:
+//  - one step of a Llama-3-70B-shaped model (80 blocks) on 1,024 GPUs (128 nodes of 8),
+//    memory model included: step program build + simulation;
+//  - simulations per second over plan variants of that model (reshard, prefetch,
+//    checkpointing, micro-batch), each resolved, built and simulated;
+//  - how the cost grows from 8 to 8,192 GPUs and from 2 to 160 blocks.
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include "engine/cli/commands.h"
+#include "engine/cli/common.h"
+#include "engine/schedule/step_program.h"
+#include "engine/sim/simulator.h"
+#include "plans/core/json_reader.h"
+#include "plans/model/model_json.h"
+#include "plans/plan/resolve.h"
+
+namespace shardscope::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Runs f repeatedly for at least `budget` seconds; returns seconds per call.
+template <typename F>
+double timeIt(F&& f, double budget) {
+    int64_t n = 0;
+    const auto t0 = Clock::now();
+    do {
+        f();
+        ++n;
+    } while (secondsSince(t0) < budget);
+    return secondsSince(t0) / static_cast<double>(n);
+}
+
+Plan perBlock(int64_t world) {
+    Plan p;
+    p.meshShape = {world};
+    p.wrap.kind = WrapPolicySpec::Kind::ModuleClass;
+    p.wrap.classes = {"LlamaDecoderLayer"};
+    p.defaults.mixedPrecision = MixedPrecisionSpec{DType::BFloat16, DType::Float32, {}, true};
+    p.microBatchSize = 1;
+    p.seqLen = 8192;
+    return p;
+}
+
+StepOptions stepOptions(const Plan& p, const ClusterSpec& c) {
+    return {p.microBatchSize, p.seqLen, p.microBatches, c.node.devicesPerNode};
+}
+
+volatile int64_t g_sink = 0;  // keeps results observable
+
+int runBenchSimulate(const Args& a) {
+    auto cfg = readJsonFile(a.get("--model"));
+    auto base = loadClusterFile(a.get("--cluster"));
+    if (!cfg || !base) {
+        std::cerr << "error: " << (!cfg ? cfg.error() : base.error()) << "\n";
+        return kExitUsage;
+    }
+    const double budget = 0.3;
+    auto model = [&](int64_t layers) {
+        nlohmann::json j = *cfg;
+        j["num_hidden_layers"] = layers;
+        HfLoadOptions o;
+        return std::move(modelFromHfConfig(j, "bench", o)).value();
+    };
+    auto clusterOf = [&](int64_t gpus) {
+        ClusterSpec c = *base;
+        c.node.devicesPerNode = std::min<int64_t>(8, gpus);
+        c.nodes = gpus / c.node.devicesPerNode;
+        return c;
+    };
+    auto oneStep = [&](const ModelGraph& g, const ClusterSpec& c, const Plan& p,
+                       const ResolvedPlan& r) {
+        const StepProgram prog = buildStepProgram(r, stepOptions(p, c));
+        SimOptions so;
+        so.keepTimeline = false;
+        const SimResult s = simulate(prog, c, r.worldSize, so);
+        g_sink = g_sink + s.stepNs + static_cast<int64_t>(prog.ops.size());
+        (void)g;
+    };
+
+    std::printf("shardscope bench simulate (one core, %.1f s per figure; model %s)\n\n", budget,
+                a.get("--model").c_str());
+    const ModelGraph g80 = model(80);
+    const ClusterSpec c1024 = clusterOf(1024);
+    const Plan p = perBlock(1024);
+    const ResolvedPlan r = resolvePlan(g80, p, &c1024, "bench");
+    const StepProgram prog = buildStepProgram(r, stepOptions(p, c1024));
+    const double tSim = timeIt([&] { oneStep(g80, c1024, p, r); }, budget);
+    std::printf("Llama-3-70B shape (80 blocks, %zu ops per step) on 1,024 GPUs (128 nodes x 8):\n",
+                prog.ops.size());
+    std::printf(
+        "  one step, program build + simulation + memory model: %8.1f us   (goal <= 1000 us)\n",
+        tSim * 1e6);
+    const double tBuild = timeIt(
+        [&] { g_sink = g_sink + buildStepProgram(r, stepOptions(p, c1024)).ops.size(); }, budget);
+    SimOptions quiet;
+    quiet.keepTimeline = false;
+    const double tSimOnly =
+        timeIt([&] { g_sink = g_sink + simulate(prog, c1024, r.worldSize, quiet).stepNs; }, budget);
+    std::printf("    of which program build %.1f us, simulation with memory model %.1f us\n",
+                tBuild * 1e6, tSimOnly * 1e6);
+    const double tResolve = timeIt(
+        [&] { g_sink = g_sink + resolvePlan(g80, p, &c1024, "bench").units.size(); }, budget);
+    std::printf("  plan resolution (units, sizes, validation):          %8.1f us\n",
+                tResolve * 1e6);
+
+    // Plan variants: each is resolved, built and simulated, as a search does.
+    std::vector<Plan> variants;
+    for (int reshard = 0; reshard < 3; ++reshard)
+        for (int ac = 0; ac < 3; ++ac)
+            for (int64_t mbs : {1, 2})
+                for (bool prefetch : {false, true}) {
+                    Plan v = perBlock(1024);
+                    v.defaults.reshardAfterForward = reshard == 0   ? ReshardSetting::ofBool(true)
+                                                     : reshard == 1 ? ReshardSetting::ofBool(false)
+                                                                    : ReshardSetting::ofInt(8);
+                    v.defaults.activationCheckpointing = static_cast<AcMode>(ac);
+                    v.microBatchSize = mbs;
+                    if (prefetch)
+                        for (int i = 0; i + 2 < 80; ++i) {
+                            UnitSpec u;
+                            u.modules = {"model.layers." + std::to_string(i)};
+                            u.forwardPrefetch =
+                                std::vector<std::string>{"model.layers." + std::to_string(i + 1),
+                                                         "model.layers." + std::to_string(i + 2)};
+                            v.units.push_back(u);
+                        }
+                    variants.push_back(std::move(v));
+                }
+    size_t k = 0;
+    const double tVariant = timeIt(
+        [&] {
+            const Plan& v = variants[k++ % variants.size()];
+            const ResolvedPlan rv = resolvePlan(g80, v, &c1024, "bench");
+            oneStep(g80, c1024, v, rv);
+        },
+        budget * 2);
+    std::printf(
+        "  plan variants (%zu: reshard x checkpointing x micro-batch x prefetch), resolve + build "
+        "+ simulate:\n"
+        "    %8.0f simulations/s   (goal >= 10,000; Calculon, Python: ~600/s)\n",
+        variants.size(), 1.0 / tVariant);
+    const double tBuildSim = timeIt(
+        [&] {
+            const Plan& v = variants[k++ % variants.size()];
+            (void)v;
+            oneStep(g80, c1024, p, r);
+        },
+        budget);
+    std::printf("    %8.0f simulations/s without re-resolving (settings that keep the units)\n\n",
+                1.0 / tBuildSim);
+
+    std::printf("Cost by GPU count (80 blocks): must not grow with ranks\n  %8s %10s\n", "GPUs",
+                "us/step");
+    for (int64_t gpus : {8, 64, 512, 1024, 4096, 8192}) {
+        const ClusterSpec c = clusterOf(gpus);
+        const Plan pg = perBlock(gpus);
+        const ResolvedPlan rg = resolvePlan(g80, pg, &c, "bench");
+        std::printf("  %8lld %10.1f\n", static_cast<long long>(gpus),
+                    1e6 * timeIt([&] { oneStep(g80, c, pg, rg); }, budget / 3));
+    }
+    std::printf("\nCost by block count (1,024 GPUs)\n  %8s %8s %10s\n", "blocks", "ops", "us/step");
+    for (int64_t layers : {2, 10, 20, 40, 80, 160}) {
+        const ModelGraph g = model(layers);
+        const ResolvedPlan rl = resolvePlan(g, p, &c1024, "bench");
+        const size_t ops = buildStepProgram(rl, stepOptions(p, c1024)).ops.size();
+        std::printf("  %8lld %8zu %10.1f\n", static_cast<long long>(layers), ops,
+                    1e6 * timeIt([&] { oneStep(g, c1024, p, rl); }, budget / 3));
+    }
+    return kExitOk;
+}
+
+}  // namespace
+
+std::vector<Command> benchCommands() {
+    CommandSpec s;
+    s.name = "bench simulate";
+    s.summary = "Measure simulator speed: one 80-block step on 1,024 GPUs, simulations/s, scaling.";
+    s.description =
+        "Prints figures; nothing is asserted. Run it alone on an idle machine and compare ratios\n"
+        "measured side by side in one run.";
+    s.options = {{"--model", "FILE", "Hugging Face config of the model shape",
+                  "samples/models/llama3-70b/config.json"},
+                 {"--cluster", "FILE", "cluster JSON (nodes are varied)",
+                  "samples/clusters/h100-sxm-64x8.json"}};
+    return {{s, runBenchSimulate}};
+}
+
+}  // namespace shardscope::cli
