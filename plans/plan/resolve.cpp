@@ -522,13 +522,12 @@ struct Resolver {
                           "fsdp1.forward_prefetch and fsdp1.backward_prefetch");
                     return;
                 }
-                std::vector<std::string> unitNames;
-                for (const auto& u : r.units)
-                    unitNames.push_back(u.name);
                 for (size_t k = 0; k < names.size(); ++k) {
                     const std::string where = s->pointer + "/" + field + "/" + std::to_string(k);
                     auto id = r.findUnit(names[k]);
                     if (!id) {
+                        std::vector<std::string> unitNames;  // only on error: suggestions
+                        for (const auto& un : r.units) unitNames.push_back(un.name);
                         std::string hint = didYouMean(names[k], unitNames);
                         if (auto m = g.findModule(names[k]))
                             hint = " (it is a module inside unit " +

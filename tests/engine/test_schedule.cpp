@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "engine/schedule/step_program.h"
+#include "engine/search/variant.h"
 #include "engine/sim/allocator_model.h"
 #include "engine/sim/cost_model.h"
 #include "engine/sim/simulator.h"
@@ -283,4 +284,64 @@ TEST(CostModel, RingAllGatherAndProtocolChoice) {
     // All-reduce moves twice the data.
     const auto ar = collectiveTime(c, OpKind::AllReduce, int64_t{1} << 30, 2, 2, 1);
     EXPECT_NEAR(static_cast<double>(ar.ns), 2 * (8400 + 9600) + 1.0 * (1 << 30) / 50e9 * 1e9, 2);
+}
+
+TEST(PlanVariant, EqualsResolvingThePlanWithTheSameSettings) {
+    const ModelGraph g = blocks(true);
+    const ClusterSpec c = cluster(2, 4);
+    const ResolvedPlan base = resolvePlan(g, blockPlan(8), &c, "plan.json");
+    struct Case {
+        PlanVariant v;
+        UnitSettings s;
+    };
+    std::vector<Case> cases;
+    for (auto rs : {ReshardSetting::ofBool(true), ReshardSetting::ofBool(false),
+                    ReshardSetting::ofInt(2), ReshardSetting::ofInt(4)})
+        for (AcMode ac : {AcMode::None, AcMode::Full}) {
+            Case k;
+            k.v.reshard = rs;
+            k.v.ac = ac;
+            k.v.paramDtype = DType::BFloat16;
+            k.v.reduceDtype = DType::Float32;
+            k.s.reshardAfterForward = rs;
+            k.s.activationCheckpointing = ac;
+            k.s.mixedPrecision = MixedPrecisionSpec{DType::BFloat16, DType::Float32, {}, true};
+            cases.push_back(k);
+        }
+    for (const auto& k : cases) {
+        ResolvedPlan fast = base;
+        ASSERT_TRUE(applyVariant(fast, k.v));
+        Plan p = blockPlan(8);
+        p.defaults = k.s;
+        p.defaults.reshardAfterForward.reset();  // the root keeps None
+        p.defaults.activationCheckpointing.reset();
+        for (int i = 0; i < kLayers; ++i) {
+            UnitSpec u;
+            u.modules = {"layers." + std::to_string(i)};
+            u.settings.reshardAfterForward = k.s.reshardAfterForward;
+            u.settings.activationCheckpointing = k.s.activationCheckpointing;
+            p.units.push_back(u);
+        }
+        const ResolvedPlan slow = resolvePlan(g, p, &c, "plan.json");
+        ASSERT_FALSE(slow.hasErrors());
+        ASSERT_EQ(fast.units.size(), slow.units.size());
+        for (size_t i = 0; i < fast.units.size(); ++i) {
+            const auto &a = fast.units[i], &b = slow.units[i];
+            EXPECT_EQ(a.reshard, b.reshard) << i;
+            EXPECT_EQ(a.reshardK, b.reshardK) << i;
+            EXPECT_EQ(a.postForwardBytes, b.postForwardBytes) << i;
+            EXPECT_EQ(a.unshardedBytes, b.unshardedBytes) << i;
+            EXPECT_EQ(a.allGatherDtype, b.allGatherDtype) << i;
+            EXPECT_EQ(a.reduceDtype, b.reduceDtype) << i;
+            EXPECT_EQ(a.activationCheckpointing, b.activationCheckpointing) << i;
+        }
+        StepOptions o{1, 1000, 1, 4};
+        EXPECT_EQ(buildStepProgram(fast, o).dump(fast), buildStepProgram(slow, o).dump(slow));
+    }
+    PlanVariant bad;
+    bad.reshard = ReshardSetting::ofInt(3);
+    ResolvedPlan x = base;
+    std::string why;
+    EXPECT_FALSE(applyVariant(x, bad, &why));
+    EXPECT_EQ(why, "reshard_after_forward=3 does not divide the shard size 8");
 }

@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "engine/search/variant.h"
+
+namespace shardscope {
+
+namespace {
+int64_t ceilDiv(int64_t a, int64_t b) {
+    return (a + b - 1) / b;
+}
+}  // namespace
+
+bool applyVariant(ResolvedPlan& r, const PlanVariant& v, std::string* why) {
+    const ModelGraph& g = *r.model;
+    const int64_t S = r.shardSize;
+    for (size_t i = 0; i < r.units.size(); ++i) {
+        ResolvedUnit& u = r.units[i];
+        if (v.paramDtype || v.reduceDtype) {
+            // As MixedPrecisionPolicy normalises: equal to the original dtype means None.
+            const DType orig = u.params.empty() ? DType::Float32 : g.param(u.params[0]).dtype;
+            MixedPrecisionSpec mp = u.mixedPrecision;
+            if (v.paramDtype) mp.paramDtype = *v.paramDtype == orig ? std::nullopt : v.paramDtype;
+            if (v.reduceDtype) mp.reduceDtype = v.reduceDtype;
+            const DType ag = mp.paramDtype.value_or(orig);
+            if (mp.reduceDtype && *mp.reduceDtype == ag) mp.reduceDtype.reset();
+            if (ag != u.allGatherDtype) {
+                u.unshardedBytes = u.unshardedBytes / dtypeSize(u.allGatherDtype) * dtypeSize(ag);
+                u.allGatherDtype = ag;
+            }
+            u.mixedPrecision = mp;
+            u.reduceDtype = mp.reduceDtype.value_or(ag);
+        }
+        if (u.isRoot) continue;  // the root keeps its own (None: False) setting
+        if (v.ac) u.activationCheckpointing = *v.ac;
+        if (v.reshard.kind != ReshardSetting::Kind::Default) {
+            u.reshardDeclared = v.reshard;
+            u.postForwardBytes = 0;
+            u.reshardK = 0;
+            if (v.reshard.kind == ReshardSetting::Kind::Bool) {
+                u.reshard = v.reshard.value ? Reshard::True : Reshard::False;
+            } else {
+                const int64_t k = v.reshard.k;
+                if (k < 1 || S % k != 0) {
+                    if (why)
+                        *why = "reshard_after_forward=" + std::to_string(k) +
+                               " does not divide the shard size " + std::to_string(S);
+                    return false;
+                }
+                u.reshard = k == 1 ? Reshard::False : k == S ? Reshard::True : Reshard::Int;
+                if (u.reshard == Reshard::Int) {
+                    u.reshardK = k;
+                    for (ParamId pid : u.params) {
+                        const auto& p = g.param(pid);
+                        if (p.shape.empty() || p.shape[0] == 0) continue;
+                        u.postForwardBytes += ceilDiv(p.shape[0], k) * (p.numel / p.shape[0]) *
+                                              dtypeSize(u.allGatherDtype);
+                    }
+                }
+            }
+            if (r.noShard) u.reshard = Reshard::False;
+        }
+    }
+    // Explicit prefetch of the next / previous N units in forward order (units[1..]).
+    const size_t n = r.units.size();
+    for (size_t i = 1; i < n; ++i) {
+        ResolvedUnit& u = r.units[i];
+        u.explicitForwardPrefetch = v.forwardPrefetchDepth > 0;
+        u.forwardPrefetch.clear();
+        for (int d = 1; d <= v.forwardPrefetchDepth && i + static_cast<size_t>(d) < n; ++d)
+            u.forwardPrefetch.emplace_back(static_cast<int32_t>(i + static_cast<size_t>(d)));
+        u.explicitBackwardPrefetch = v.backwardPrefetchDepth > 0;
+        u.backwardPrefetch.clear();
+        for (int d = 1; d <= v.backwardPrefetchDepth && i > static_cast<size_t>(d); ++d)
+            u.backwardPrefetch.emplace_back(static_cast<int32_t>(i - static_cast<size_t>(d)));
+    }
+    return true;
+}
+
+}  // namespace shardscope

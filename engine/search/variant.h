@@ -1,0 +1,30 @@
+// SPDX-License-Identifier: Apache-2.0
+// Plan variants that keep a resolved plan's units: resharding, activation checkpointing,
+// explicit prefetch depth and mixed precision applied in place, recomputing only what
+// depends on them, so a search can evaluate thousands of settings per second without
+// resolving the plan again (resolution costs as much as a simulation).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "plans/plan/resolve.h"
+
+namespace shardscope {
+
+struct PlanVariant {
+    ReshardSetting reshard;        // for every non-root unit; Default keeps the plan's
+    std::optional<AcMode> ac;      // for every non-root unit
+    int forwardPrefetchDepth = 0;  // explicit forward prefetch of the next N units (0: implicit)
+    int backwardPrefetchDepth =
+        0;  // explicit backward prefetch of the previous N units (0: implicit)
+    std::optional<DType> paramDtype;  // mixed precision param_dtype for every unit
+    std::optional<DType> reduceDtype;
+};
+
+// Applies `v` to `plan` (resolved with the same model). Returns false, leaving a message,
+// when the variant is invalid for this plan (an int reshard that does not divide the
+// shard size).
+bool applyVariant(ResolvedPlan& plan, const PlanVariant& v, std::string* why = nullptr);
+
+}  // namespace shardscope
