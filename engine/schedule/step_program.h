@@ -86,6 +86,7 @@ using BufferId = Id<struct BufferTag>;
 struct Buffer {
     int64_t bytes = 0;
     MemCategory category = MemCategory::Temporaries;
+    DType dtype = DType::Float32;
     Stream stream = Stream::Compute;  // allocation stream: the caching allocator pools per stream
 };
 
