@@ -563,7 +563,7 @@ std::string StepProgram::dump(const ResolvedPlan& plan) const {
         if (op.cpuBlocks) out << " cpu-blocks";
         for (BufferId b : op.allocs)
             out << " +" << memCategoryName(buffers[b.index()].category) << ":"
-                << buffers[b.index()].bytes;
+                << buffers[b.index()].bytes << ":" << dtypeName(buffers[b.index()].dtype);
         for (BufferId b : op.frees)
             out << " -" << memCategoryName(buffers[b.index()].category) << ":"
                 << buffers[b.index()].bytes;
