@@ -18,5 +18,6 @@ std::vector<Command> planCommands();
 std::vector<Command> doctorCommands();
 std::vector<Command> simulateCommands();
 std::vector<Command> benchCommands();
+std::vector<Command> recommendCommands();
 
 }  // namespace shardscope::cli

@@ -1,0 +1,282 @@
+// SPDX-License-Identifier: Apache-2.0
+// `shardscope recommend`: search the plan space with the simulator and export the best plan.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+
+#include "engine/cli/commands.h"
+#include "engine/cli/common.h"
+#include "engine/schedule/step_program.h"
+#include "engine/search/search.h"
+#include "plans/core/atomic_write.h"
+#include "plans/core/strings.h"
+#include "plans/plan/export.h"
+#include "plans/plan/plan_json.h"
+
+namespace shardscope::cli {
+
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+extern "C" void onSigint(int) {
+    g_interrupted.store(true);
+}
+
+std::string ms(int64_t ns) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.1f ms", static_cast<double>(ns) * 1e-6);
+    return b;
+}
+
+nlohmann::json candidateJson(const Candidate& c) {
+    return {{"summary", c.summary},
+            {"fits", c.fits},
+            {"step_time_ns", c.sim.stepNs},
+            {"tokens_per_s", c.sim.tokensPerS},
+            {"mfu", c.sim.mfu},
+            {"exposed_comm_ns", c.sim.exposedCommNs},
+            {"peak_allocated_bytes", c.sim.peakAllocated},
+            {"peak_reserved_bytes", c.sim.peakReserved},
+            {"plan", planToJson(c.plan)}};
+}
+
+std::string line(const Candidate& c) {
+    char b[256];
+    std::snprintf(
+        b, sizeof b, "step %s, %s tokens/s, MFU %.1f%%, peak reserved %s, exposed comm %s",
+        ms(c.sim.stepNs).c_str(), formatCount(static_cast<int64_t>(c.sim.tokensPerS)).c_str(),
+        100 * c.sim.mfu, formatBytes(c.sim.peakReserved).c_str(), ms(c.sim.exposedCommNs).c_str());
+    return b;
+}
+
+int runRecommend(const Args& a) {
+    auto g = loadModelArg(a);
+    if (!g) {
+        std::cerr << "error: " << g.error() << "\n";
+        return kExitUsage;
+    }
+    auto cluster = loadClusterFile(a.get("--cluster"));
+    if (!cluster) {
+        std::cerr << "error: " << cluster.error() << "\n";
+        return kExitUsage;
+    }
+    auto fmt = parseExportFormat(a.get("--format"));
+    if (!fmt) {
+        std::cerr << "error: --format: " << fmt.error() << "\n";
+        return kExitUsage;
+    }
+    SearchOptions o;
+    o.singleModuleUnits = *fmt == ExportFormat::Fsdp1 || *fmt == ExportFormat::Lightning;
+    auto seq = a.getInt("--seq", 1);
+    if (!seq) {
+        std::cerr << "error: " << seq.error() << "\n";
+        return kExitUsage;
+    }
+    o.seqLen = *seq;
+    if (a.has("--global-batch")) {
+        auto gb = a.getInt("--global-batch", 1);
+        if (!gb) {
+            std::cerr << "error: " << gb.error() << "\n";
+            return kExitUsage;
+        }
+        o.globalBatch = *gb;
+    }
+    try {
+        size_t used = 0;
+        o.memoryHeadroom = std::stod(a.get("--memory-headroom"), &used);
+        if (used != a.get("--memory-headroom").size() || o.memoryHeadroom < 0 ||
+            o.memoryHeadroom >= 1)
+            throw std::invalid_argument("range");
+    } catch (const std::exception&) {
+        std::cerr << "error: --memory-headroom: expected a fraction in [0, 1), got \""
+                  << a.get("--memory-headroom") << "\"\n";
+        return kExitUsage;
+    }
+    if (findBlocks(*g).empty())
+        std::cerr << "note: no repeated blocks found (a ModuleList of one class); searching the "
+                     "other choices\n";
+    std::signal(SIGINT, onSigint);
+    o.cancel = &g_interrupted;
+    const bool tty = ::isatty(STDERR_FILENO);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto elapsed = [&] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    o.progress = [&](size_t done, size_t total) {
+        if (!tty && done != total) return;
+        const double t = elapsed();
+        const double eta =
+            done > 0 ? t * static_cast<double>(total - done) / static_cast<double>(done) : 0;
+        const int width = 30;
+        const int filled = total > 0 ? static_cast<int>(width * done / total) : width;
+        std::fprintf(stderr, "\r[%s%s] %zu/%zu plans, %.1f s, ETA %.1f s   %s",
+                     std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
+                     done, total, t, eta, done == total ? "\n" : "");
+        std::fflush(stderr);
+    };
+    const SearchResult res = searchPlans(*g, *cluster, o);
+    std::signal(SIGINT, SIG_DFL);
+    if (res.cancelled)
+        std::fprintf(stderr, "\ninterrupted: reporting the best of %zu plans evaluated\n",
+                     res.evaluated);
+
+    const Candidate* chosen = res.best ? &*res.best : res.closest ? &*res.closest : nullptr;
+    nlohmann::json exported;
+    if (chosen) {
+        const ResolvedPlan r = resolvePlan(*g, chosen->plan, &*cluster, "recommended");
+        exported = exportPlan(r, *fmt);
+        if (a.has("--output")) {
+            if (Status s = writeFileAtomically(a.get("--output"), exported.dump(2) + "\n"); !s) {
+                std::cerr << "error: " << s.error() << "\n";
+                return kExitUsage;
+            }
+        }
+    }
+    if (a.flag("--json")) {
+        nlohmann::json pareto = nlohmann::json::array();
+        for (const auto& c : res.pareto)
+            pareto.push_back(candidateJson(c));
+        nlohmann::json j{{"model", g->name},
+                         {"cluster", cluster->name},
+                         {"global_batch", res.globalBatch},
+                         {"seq_len", o.seqLen},
+                         {"memory_budget_bytes", res.memoryBudget},
+                         {"evaluated", res.evaluated},
+                         {"total", res.total},
+                         {"cancelled", res.cancelled},
+                         {"baseline", candidateJson(res.baseline)},
+                         {"pareto", pareto}};
+        if (res.best) j["best"] = candidateJson(*res.best);
+        if (res.closest) j["closest"] = candidateJson(*res.closest);
+        if (chosen) j["export"] = exported;
+        if (!emitJson(j, "").ok()) return kExitUsage;
+        return res.best ? kExitOk : kExitFailed;
+    }
+    std::cout << "Recommendation for " << (g->name.empty() ? a.get("--model") : g->name) << " on "
+              << cluster->name << "\n  global batch " << res.globalBatch << " sequences of "
+              << o.seqLen << " tokens; memory budget " << formatBytes(res.memoryBudget) << " ("
+              << static_cast<int>(100 * (1 - o.memoryHeadroom)) << "% of "
+              << formatBytes(cluster->device.memoryBytes) << ")\n";
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "  searched %zu plans in %.1f s\n\n", res.evaluated, elapsed());
+    std::cout << buf;
+    if (!res.best) {
+        std::cout << "No plan fits. The plan needing least memory still needs "
+                  << formatBytes(res.closest ? res.closest->sim.peakReserved : 0) << ", "
+                  << formatBytes(res.closest ? res.closest->sim.peakReserved - res.memoryBudget : 0)
+                  << " over the budget:\n  "
+                  << (res.closest ? res.closest->summary : std::string("-"))
+                  << "\nTry a shorter sequence, a smaller global batch, more GPUs, or more memory "
+                     "headroom.\n";
+        return kExitFailed;
+    }
+    const Candidate& b = *res.best;
+    std::cout << "Best plan:  " << b.summary << "\n            " << line(b) << "\n";
+    const Candidate& d = res.baseline;
+    std::cout << "Default:    each block a unit, reshard True (root False), implicit prefetch, "
+                 "bf16/fp32\n            "
+              << line(d) << (d.fits ? "" : "  (does not fit)") << "\n";
+    if (d.fits) {
+        std::snprintf(buf, sizeof buf,
+                      "            the best plan is %.2fx the default's throughput\n",
+                      static_cast<double>(d.sim.stepNs) / static_cast<double>(b.sim.stepNs));
+        std::cout << buf;
+    }
+    std::cout << "\nWhere the memory goes at the peak (allocated "
+              << formatBytes(b.sim.peakAllocated) << "):\n ";
+    for (int k = 0; k < static_cast<int>(MemCategory::Count); ++k)
+        if (b.sim.atPeak[static_cast<size_t>(k)] > 0)
+            std::cout << " " << memCategoryName(static_cast<MemCategory>(k)) << " "
+                      << formatBytes(b.sim.atPeak[static_cast<size_t>(k)]) << ";";
+    std::cout << "\n\nExposed communication: " << ms(b.sim.exposedCommNs) << " of "
+              << ms(b.sim.commNs) << " (" << static_cast<int>(100 * (1 - b.sim.overlapRatio))
+              << "% not hidden under compute)";
+    {
+        const ResolvedPlan r = resolvePlan(*g, b.plan, &*cluster, "recommended");
+        std::vector<size_t> idx;
+        for (size_t i = 0; i < b.sim.units.size() && i < r.units.size(); ++i)
+            if (b.sim.units[i].exposedCommNs > 0) idx.push_back(i);
+        std::sort(idx.begin(), idx.end(), [&](size_t x, size_t y) {
+            return b.sim.units[x].exposedCommNs > b.sim.units[y].exposedCommNs;
+        });
+        for (size_t k = 0; k < std::min<size_t>(3, idx.size()); ++k) {
+            const size_t u = idx[k];
+            const bool ends =
+                u == 0 || r.units[u].modules[0] == r.units[1 % r.units.size()].modules[0];
+            const std::string why = ends ? "gathered before the first compute and reduced after "
+                                           "the last: nothing to hide under"
+                                         : "its collectives outlast the compute they overlap, or "
+                                           "queue behind another collective of "
+                                           "the same process group";
+            std::cout << "\n  " << r.units[u].displayName() << ": "
+                      << ms(b.sim.units[u].exposedCommNs) << " exposed (" << why << ")";
+        }
+    }
+    std::cout << "\n";
+    // The next-best alternative: the fastest Pareto point using less memory than the best.
+    for (const auto& c : res.pareto)
+        if (c.sim.peakReserved < b.sim.peakReserved && c.sim.stepNs > b.sim.stepNs) {
+            std::snprintf(buf, sizeof buf, "%.2f%% slower for %s less peak memory",
+                          100.0 * static_cast<double>(c.sim.stepNs - b.sim.stepNs) /
+                              static_cast<double>(b.sim.stepNs),
+                          formatBytes(b.sim.peakReserved - c.sim.peakReserved).c_str());
+            std::cout << "\nNext-best alternative (" << buf << "):\n  " << c.summary << "\n";
+            break;
+        }
+    size_t over = 0;
+    for (const auto& c : res.pareto)
+        over += !c.fits;
+    std::cout << "\nPareto front of the plans that fit (step time vs peak reserved memory)";
+    if (over > 0)
+        std::cout << "; " << over << " faster point" << (over > 1 ? "s" : "")
+                  << " of the front need more than " << formatBytes(res.memoryBudget)
+                  << " (see --json)";
+    std::cout << ":\n";
+    Table t({"STEP", "PEAK RESERVED", "PLAN"}, {true, true, false});
+    for (const auto& c : res.pareto)
+        if (c.fits) t.row({ms(c.sim.stepNs), formatBytes(c.sim.peakReserved), c.summary});
+    t.print(std::cout);
+    if (a.has("--output"))
+        std::cout << "\nWrote " << a.get("--output") << " (" << a.get("--format") << ")\n";
+    else
+        std::cout << "\nWrite the plan with -o FILE (--format shardscope|fsdp2|fsdp1|lightning).\n";
+    return kExitOk;
+}
+
+}  // namespace
+
+std::vector<Command> recommendCommands() {
+    CommandSpec s;
+    s.name = "recommend";
+    s.summary = "Search sharding plans with the simulator and export the fastest one that fits.";
+    s.description =
+        "Enumerates FSDP2 plans (blocks per unit 1/2/4, embedding and head units, 1D or HSDP\n"
+        "within nodes, reshard True/False/node size, explicit prefetch depth 0-2 each way,\n"
+        "bf16 with fp32 or bf16 reduce, checkpointing none/selective/full, micro-batch with\n"
+        "accumulation to the global batch; CPU offload only if nothing else fits), simulates\n"
+        "each, and reports the fastest plan whose peak reserved memory fits the device with\n"
+        "the headroom, against the common default, with the Pareto front. Ctrl-C stops and\n"
+        "reports the best found so far. Exit 1 when no plan fits.";
+    s.options = modelOptions(true);
+    s.options.push_back({"--cluster", "FILE", "cluster JSON", "", true, "-c"});
+    s.options.push_back(
+        {"--global-batch", "G", "sequences per optimizer step [4Mi tokens, at least one per GPU]"});
+    s.options.push_back({"--seq", "S", "sequence length", "8192"});
+    s.options.push_back({"--memory-headroom", "H", "fraction of device memory kept free", "0.1"});
+    s.options.push_back({"--format", "FMT", "export format: shardscope, fsdp2, fsdp1, lightning",
+                         "shardscope", false, "-f"});
+    s.options.push_back({"--output", "FILE", "write the recommended plan here", "", false, "-o"});
+    s.options.push_back({"--json", "", "print the report as JSON (with the exported plan)"});
+    s.examples = {
+        "shardscope recommend -m samples/models/llama3-8b/config.json -c "
+        "samples/clusters/h100-sxm-8x8.json "
+        "-f fsdp2 -o plan.fsdp2.json"};
+    return {{s, runRecommend}};
+}
+
+}  // namespace shardscope::cli

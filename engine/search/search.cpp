@@ -1,0 +1,357 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "engine/search/search.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "engine/schedule/step_program.h"
+#include "plans/plan/resolve.h"
+
+namespace shardscope {
+
+std::vector<ModuleId> findBlocks(const ModelGraph& g) {
+    std::vector<ModuleId> best;
+    for (size_t i = 0; i < g.moduleCount(); ++i) {
+        const ModuleId m(static_cast<int32_t>(i));
+        const auto& node = g.module(m);
+        if (!g.isContainer(m) || node.children.size() < 2 || node.children.size() <= best.size())
+            continue;
+        const std::string& cls = g.module(node.children[0]).cls;
+        bool same = true;
+        for (ModuleId c : node.children)
+            same = same && g.module(c).cls == cls && !g.isContainer(c);
+        if (same) best.assign(node.children.begin(), node.children.end());
+    }
+    return best;
+}
+
+namespace {
+
+struct Structure {
+    int blocksPerUnit = 1;
+    bool separateEnds = false;  // embeddings and head as units of their own
+    bool hsdp = false;
+    bool offload = false;
+};
+
+struct Choice {
+    size_t structure = 0;
+    PlanVariant variant;
+    int64_t microBatch = 1;
+    bool syncEvery = false;  // reduce-scatter every micro-batch instead of accumulating unsharded
+    int64_t stepNs = 0;
+    int64_t peakReserved = 0;
+    bool fits = false;
+};
+
+// Modules before the blocks (embeddings) and after them (final norm, head), as direct
+// children of the blocks' ancestors that hold parameters.
+void endModules(const ModelGraph& g, const std::vector<ModuleId>& blocks,
+                std::vector<std::string>& first, std::vector<std::string>& last) {
+    if (blocks.empty()) return;
+    const ModuleId container = g.module(blocks[0]).parent;
+    for (ModuleId a = container; a.valid(); a = g.module(a).parent) {
+        const ModuleId parent = g.module(a).parent;
+        if (!parent.valid()) break;
+        for (ModuleId c : g.module(parent).children) {
+            if (c == a || g.subtreeNumel(c) == 0) continue;
+            (c < a ? first : last).push_back(g.module(c).fqn);
+        }
+    }
+    // Ancestors are visited inner to outer; outer modules come first in forward order.
+    std::sort(first.begin(), first.end(), [&](const std::string& x, const std::string& y) {
+        return *g.findModule(x) < *g.findModule(y);
+    });
+    std::sort(last.begin(), last.end(), [&](const std::string& x, const std::string& y) {
+        return *g.findModule(x) < *g.findModule(y);
+    });
+}
+
+class Searcher {
+public:
+    Searcher(const ModelGraph& g, const ClusterSpec& c, const SearchOptions& o)
+        : g(g), c(c), o(o) {}
+
+    SearchResult run() {
+        SearchResult res;
+        const int64_t world = c.worldSize();
+        const int64_t tokens = int64_t{1} << 22;
+        int64_t gb =
+            o.globalBatch > 0 ? o.globalBatch : std::max<int64_t>(world, tokens / o.seqLen);
+        gb = (gb + world - 1) / world * world;
+        res.globalBatch = gb;
+        perRank = gb / world;
+        for (int64_t m = 1; m <= perRank && microBatches.size() < 4; m *= 2)
+            if (perRank % m == 0) microBatches.push_back(m);
+        res.memoryBudget = static_cast<int64_t>(static_cast<double>(c.device.memoryBytes) *
+                                                (1.0 - o.memoryHeadroom));
+        budget = res.memoryBudget;
+        blocks = findBlocks(g);
+        endModules(g, blocks, firstEnds, lastEnds);
+
+        for (bool offload : {false, true}) {
+            structures.clear();
+            for (int k : {1, 2, 4}) {
+                if (k > 1 && (blocks.empty() || static_cast<size_t>(k) > blocks.size() / 2))
+                    continue;
+                for (bool ends : {false, true}) {
+                    if (ends && firstEnds.empty() && lastEnds.empty()) continue;
+                    for (bool hsdp : {false, true}) {
+                        if (hsdp && c.nodes < 2) continue;
+                        structures.push_back({k, ends, hsdp, offload});
+                    }
+                }
+            }
+            variants.clear();
+            for (int rs = 0; rs < 3; ++rs)
+                for (int fwd = 0; fwd <= 2; ++fwd)
+                    for (int bwd = 0; bwd <= 2; ++bwd)
+                        for (DType reduce : {DType::Float32, DType::BFloat16})
+                            for (AcMode ac : {AcMode::None, AcMode::Selective, AcMode::Full}) {
+                                PlanVariant v;
+                                v.reshard = rs == 0 ? ReshardSetting::ofBool(true)
+                                            : rs == 1
+                                                ? ReshardSetting::ofBool(false)
+                                                : ReshardSetting::ofInt(c.node.devicesPerNode);
+                                v.forwardPrefetchDepth = fwd;
+                                v.backwardPrefetchDepth = bwd;
+                                v.paramDtype = DType::BFloat16;
+                                v.reduceDtype = reduce;
+                                v.ac = ac;
+                                variants.push_back(v);
+                            }
+            size_t perVariant = 0;
+            for (int64_t mb : microBatches)
+                perVariant += perRank / mb > 1 ? 2 : 1;
+            res.total += structures.size() * variants.size() * perVariant;
+            evaluate(res);
+            if (res.cancelled ||
+                std::any_of(choices.begin(), choices.end(), [](const Choice& x) { return x.fits; }))
+                break;
+        }
+
+        // Baseline: each block a unit, reshard True (root False), implicit prefetch,
+        // bf16/fp32, no checkpointing; the largest micro-batch that fits.
+        res.baseline = baselineCandidate();
+
+        std::vector<const Choice*> sorted;
+        for (const auto& ch : choices)
+            sorted.push_back(&ch);
+        std::sort(sorted.begin(), sorted.end(), [](const Choice* a, const Choice* b) {
+            return a->stepNs != b->stepNs ? a->stepNs < b->stepNs
+                                          : a->peakReserved < b->peakReserved;
+        });
+        int64_t lowestMem = INT64_MAX;
+        for (const Choice* ch : sorted)
+            if (ch->peakReserved < lowestMem) {
+                lowestMem = ch->peakReserved;
+                res.pareto.push_back(materialize(*ch));
+            }
+        for (const Choice* ch : sorted)
+            if (ch->fits) {
+                res.best = materialize(*ch);
+                break;
+            }
+        if (!res.best && !sorted.empty()) {
+            const Choice* least = *std::min_element(
+                sorted.begin(), sorted.end(),
+                [](const Choice* a, const Choice* b) { return a->peakReserved < b->peakReserved; });
+            res.closest = materialize(*least);
+        }
+        return res;
+    }
+
+private:
+    const ModelGraph& g;
+    const ClusterSpec& c;
+    const SearchOptions& o;
+    int64_t perRank = 1, budget = 0;
+    std::vector<int64_t> microBatches;
+    std::vector<ModuleId> blocks;
+    std::vector<std::string> firstEnds, lastEnds;
+    std::vector<Structure> structures;
+    std::vector<PlanVariant> variants;
+    std::vector<Choice> choices;
+    std::vector<Structure> allStructures;  // indexed by Choice::structure
+
+    Plan structuralPlan(const Structure& s) const {
+        Plan p;
+        p.name = "recommended";
+        p.api = PlanApi::Fsdp2;
+        if (s.hsdp)
+            p.meshShape = {c.nodes, c.node.devicesPerNode};
+        else
+            p.meshShape = {c.worldSize()};
+        p.defaults.mixedPrecision = MixedPrecisionSpec{DType::BFloat16, DType::Float32, {}, true};
+        if (s.offload) p.defaults.offload = OffloadSpec{true, true};
+        for (size_t i = 0; i < blocks.size(); i += static_cast<size_t>(s.blocksPerUnit)) {
+            UnitSpec u;
+            for (size_t k = i;
+                 k < std::min(blocks.size(), i + static_cast<size_t>(s.blocksPerUnit)); ++k)
+                u.modules.push_back(g.module(blocks[k]).fqn);
+            p.units.push_back(std::move(u));
+        }
+        if (s.separateEnds) {
+            // Tied embeddings and head must share a unit under FSDP2.
+            bool tied = false;
+            for (const auto& prm : g.params())
+                if (prm.tied()) tied = true;
+            if (tied) {
+                UnitSpec u;
+                u.name = "ends";
+                u.modules = firstEnds;
+                u.modules.insert(u.modules.end(), lastEnds.begin(), lastEnds.end());
+                if (!u.modules.empty()) p.units.push_back(u);
+            } else {
+                if (!firstEnds.empty()) p.units.push_back({"", firstEnds, {}, {}, {}, ""});
+                if (!lastEnds.empty()) p.units.push_back({"", lastEnds, {}, {}, {}, ""});
+            }
+        }
+        p.seqLen = o.seqLen;
+        return p;
+    }
+
+    void evaluate(SearchResult& res) {
+        SimOptions so;
+        so.keepTimeline = false;
+        for (const Structure& s : structures) {
+            const size_t sIdx = allStructures.size();
+            allStructures.push_back(s);
+            const Plan base = structuralPlan(s);
+            ResolvedPlan r = resolvePlan(g, base, &c, "search");
+            size_t perVariant = 0;
+            for (int64_t mb : microBatches)
+                perVariant += perRank / mb > 1 ? 2 : 1;
+            if (r.hasErrors()) {
+                res.evaluated += variants.size() * perVariant;
+                continue;
+            }
+            for (const PlanVariant& v : variants) {
+                if (!applyVariant(r, v)) {
+                    res.evaluated += perVariant;
+                    continue;
+                }
+                for (int64_t mb : microBatches)
+                    for (bool syncEvery : {false, true}) {
+                        if (syncEvery && perRank / mb == 1) continue;  // one micro-batch: same plan
+                        if (o.cancel && o.cancel->load()) {
+                            res.cancelled = true;
+                            return;
+                        }
+                        r.plan.syncEveryMicroBatch = syncEvery;
+                        StepOptions st{mb, o.seqLen, perRank / mb, c.node.devicesPerNode};
+                        const SimResult sim = simulate(buildStepProgram(r, st), c, r.worldSize, so);
+                        choices.push_back({sIdx, v, mb, syncEvery, sim.stepNs, sim.peakReserved,
+                                           sim.peakReserved <= budget});
+                        if (++res.evaluated % 64 == 0 && o.progress)
+                            o.progress(res.evaluated, res.total);
+                    }
+            }
+        }
+        if (o.progress) o.progress(res.evaluated, res.total);
+    }
+
+    // A complete plan for a choice, re-resolved and re-simulated (with the timeline).
+    Candidate materialize(const Choice& ch) const {
+        const Structure& s = allStructures[ch.structure];
+        Plan p = structuralPlan(s);
+        p.microBatchSize = ch.microBatch;
+        p.microBatches = perRank / ch.microBatch;
+        p.syncEveryMicroBatch = ch.syncEvery;
+        p.defaults.mixedPrecision =
+            MixedPrecisionSpec{ch.variant.paramDtype, ch.variant.reduceDtype, {}, true};
+        // Per-unit settings (the root keeps None) and explicit prefetch of the next units.
+        const size_t n = p.units.size();
+        std::vector<std::string> names;
+        for (const auto& u : p.units)
+            names.push_back(u.modules[0]);
+        // Forward order of units follows their first module.
+        std::vector<size_t> order(n);
+        for (size_t i = 0; i < n; ++i)
+            order[i] = i;
+        std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+            return *g.findModule(p.units[a].modules[0]) < *g.findModule(p.units[b].modules[0]);
+        });
+        for (size_t pos = 0; pos < n; ++pos) {
+            UnitSpec& u = p.units[order[pos]];
+            if (u.name.empty() && u.modules.size() > 1)
+                u.name = u.modules.front() + ".." + u.modules.back();
+            u.settings.reshardAfterForward = ch.variant.reshard;
+            u.settings.activationCheckpointing = ch.variant.ac;
+        }
+        auto unitName = [&](size_t idx) {
+            const UnitSpec& u = p.units[idx];
+            return u.name.empty() ? u.modules[0] : u.name;
+        };
+        for (size_t pos = 0; pos < n; ++pos) {
+            UnitSpec& u = p.units[order[pos]];
+            if (ch.variant.forwardPrefetchDepth > 0) {
+                std::vector<std::string> f;
+                for (int d = 1;
+                     d <= ch.variant.forwardPrefetchDepth && pos + static_cast<size_t>(d) < n; ++d)
+                    f.push_back(unitName(order[pos + static_cast<size_t>(d)]));
+                u.forwardPrefetch = f;
+            }
+            if (ch.variant.backwardPrefetchDepth > 0) {
+                std::vector<std::string> b;
+                for (int d = 1;
+                     d <= ch.variant.backwardPrefetchDepth && pos >= static_cast<size_t>(d); ++d)
+                    b.push_back(unitName(order[pos - static_cast<size_t>(d)]));
+                u.backwardPrefetch = b;
+            }
+        }
+        char summary[256];
+        std::snprintf(
+            summary, sizeof summary,
+            "%d block%s/unit%s%s, reshard %s, prefetch fwd %d bwd %d, bf16/%s, checkpointing %s, "
+            "micro-batch %lld x %lld%s%s",
+            s.blocksPerUnit, s.blocksPerUnit > 1 ? "s" : "",
+            s.separateEnds ? ", own embedding/head units" : "", s.hsdp ? ", HSDP within nodes" : "",
+            ch.variant.reshard.toString().c_str(), ch.variant.forwardPrefetchDepth,
+            ch.variant.backwardPrefetchDepth,
+            ch.variant.reduceDtype == DType::Float32 ? "fp32 reduce" : "bf16 reduce",
+            acModeName(*ch.variant.ac), static_cast<long long>(ch.microBatch),
+            static_cast<long long>(perRank / ch.microBatch),
+            ch.syncEvery ? " (reduce every micro-batch)" : "", s.offload ? ", CPU offload" : "");
+        p.name = std::string("recommended: ") + summary;
+        Candidate cand;
+        cand.plan = p;
+        cand.summary = summary;
+        const ResolvedPlan r = resolvePlan(g, p, &c, "recommended");
+        StepOptions st{p.microBatchSize, p.seqLen, p.microBatches, c.node.devicesPerNode};
+        cand.sim = simulate(buildStepProgram(r, st), c, r.worldSize);
+        cand.fits = cand.sim.peakReserved <= budget;
+        return cand;
+    }
+
+    Candidate baselineCandidate() {
+        Structure s;
+        const size_t sIdx = allStructures.size();
+        allStructures.push_back(s);
+        Choice best{sIdx, {}, 1, false, 0, 0, false};
+        best.variant.reshard = ReshardSetting::ofBool(true);
+        best.variant.paramDtype = DType::BFloat16;
+        best.variant.reduceDtype = DType::Float32;
+        best.variant.ac = AcMode::None;
+        ResolvedPlan r = resolvePlan(g, structuralPlan(s), &c, "baseline");
+        applyVariant(r, best.variant);
+        SimOptions so;
+        so.keepTimeline = false;
+        for (auto it = microBatches.rbegin(); it != microBatches.rend(); ++it) {
+            StepOptions st{*it, o.seqLen, perRank / *it, c.node.devicesPerNode};
+            const SimResult sim = simulate(buildStepProgram(r, st), c, r.worldSize, so);
+            best.microBatch = *it;
+            if (sim.peakReserved <= budget) break;
+        }
+        return materialize(best);
+    }
+};
+
+}  // namespace
+
+SearchResult searchPlans(const ModelGraph& model, const ClusterSpec& cluster,
+                         const SearchOptions& o) {
+    return Searcher(model, cluster, o).run();
+}
+
+}  // namespace shardscope

@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Plan search: enumerates FSDP2 plans for a model on a cluster and simulates each, keeping
+// the fastest plan whose peak reserved memory fits the device with headroom, and the Pareto
+// front of step time against peak memory.
+//
+// Space (every combination is simulated; structural choices are resolved once each, the
+// rest applied with applyVariant):
+//   wrap:        each block a unit, or groups of 2 or 4 consecutive blocks;
+//                embeddings and head as units of their own, or left to the root;
+//   mesh:        1D over all ranks, or HSDP sharding within a node (when nodes > 1);
+//   reshard:     True, False, the node size as an int (when it divides the shard size);
+//   prefetch:    explicit forward depth 0-2 and backward depth 0-2 (0: implicit);
+//   precision:   bf16 parameters with fp32 or bf16 reduce;
+//   checkpoint:  none, selective, full;
+//   micro-batch: powers of two dividing the per-rank batch, accumulating to the global batch
+//                without gradient sync (unsharded gradients kept) or reducing every micro-batch;
+//   offload:     CPU offload, only when no plan fits without it.
+#include <atomic>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/search/variant.h"
+#include "engine/sim/simulator.h"
+#include "plans/cluster/cluster.h"
+#include "plans/model/model_graph.h"
+#include "plans/plan/plan.h"
+
+namespace shardscope {
+
+struct SearchOptions {
+    int64_t globalBatch = 0;  // sequences per optimizer step; 0: 4Mi tokens, at least one per rank
+    int64_t seqLen = 8192;
+    double memoryHeadroom = 0.10;
+    bool singleModuleUnits = false;  // FSDP1 and Lightning wrap one module per unit: no grouping
+    const std::atomic<bool>* cancel = nullptr;  // set to stop early and return the best so far
+    std::function<void(size_t done, size_t total)> progress;
+};
+
+struct Candidate {
+    Plan plan;  // a complete plan (the variant folded in), loadable and exportable
+    std::string summary;  // "blocks/unit=1, reshard=True, prefetch fwd 1/bwd 0, bf16/fp32, ac=none, mbs=2x4"
+    SimResult sim;        // without the memory timeline
+    bool fits = false;
+};
+
+struct SearchResult {
+    std::vector<Candidate> pareto;  // by step time, each uses less memory than the faster ones
+    std::optional<Candidate> best;  // the fastest plan that fits
+    std::optional<Candidate> closest;  // when nothing fits: the plan needing least memory
+    Candidate baseline;             // each block a unit, reshard True, root False, implicit prefetch
+    size_t evaluated = 0;
+    size_t total = 0;
+    bool cancelled = false;
+    int64_t memoryBudget = 0;
+    int64_t globalBatch = 0;
+};
+
+[[nodiscard]] SearchResult searchPlans(const ModelGraph& model, const ClusterSpec& cluster, const SearchOptions& o);
+
+// The repeated decoder blocks: the children of the largest ModuleList whose children share
+// one class. Empty when the model has none.
+[[nodiscard]] std::vector<ModuleId> findBlocks(const ModelGraph& g);
+
+}  // namespace shardscope
