@@ -81,8 +81,11 @@ public:
         gb = (gb + world - 1) / world * world;
         res.globalBatch = gb;
         perRank = gb / world;
+        // Micro-batches: powers of two dividing the per-rank batch with at most 16
+        // accumulation steps (a step program grows with them), the four smallest such.
         for (int64_t m = 1; m <= perRank && microBatches.size() < 4; m *= 2)
-            if (perRank % m == 0) microBatches.push_back(m);
+            if (perRank % m == 0 && perRank / m <= 16) microBatches.push_back(m);
+        if (microBatches.empty()) microBatches.push_back(perRank);
         res.memoryBudget = static_cast<int64_t>(static_cast<double>(c.device.memoryBytes) *
                                                 (1.0 - o.memoryHeadroom));
         budget = res.memoryBudget;

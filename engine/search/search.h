@@ -13,7 +13,8 @@
 //   prefetch:    explicit forward depth 0-2 and backward depth 0-2 (0: implicit);
 //   precision:   bf16 parameters with fp32 or bf16 reduce;
 //   checkpoint:  none, selective, full;
-//   micro-batch: powers of two dividing the per-rank batch, accumulating to the global batch
+//   micro-batch: powers of two dividing the per-rank batch (at most 16 accumulation steps),
+//                accumulating to the global batch
 //                without gradient sync (unsharded gradients kept) or reducing every micro-batch;
 //   offload:     CPU offload, only when no plan fits without it.
 #include <atomic>
@@ -39,17 +40,18 @@ struct SearchOptions {
 };
 
 struct Candidate {
-    Plan plan;  // a complete plan (the variant folded in), loadable and exportable
-    std::string summary;  // "blocks/unit=1, reshard=True, prefetch fwd 1/bwd 0, bf16/fp32, ac=none, mbs=2x4"
+    Plan plan;            // a complete plan (the variant folded in), loadable and exportable
+    std::string summary;  // "blocks/unit=1, reshard=True, prefetch fwd 1/bwd 0, bf16/fp32, ac=none,
+                          // mbs=2x4"
     SimResult sim;        // without the memory timeline
     bool fits = false;
 };
 
 struct SearchResult {
-    std::vector<Candidate> pareto;  // by step time, each uses less memory than the faster ones
-    std::optional<Candidate> best;  // the fastest plan that fits
+    std::vector<Candidate> pareto;     // by step time, each uses less memory than the faster ones
+    std::optional<Candidate> best;     // the fastest plan that fits
     std::optional<Candidate> closest;  // when nothing fits: the plan needing least memory
-    Candidate baseline;             // each block a unit, reshard True, root False, implicit prefetch
+    Candidate baseline;  // each block a unit, reshard True, root False, implicit prefetch
     size_t evaluated = 0;
     size_t total = 0;
     bool cancelled = false;
@@ -57,7 +59,8 @@ struct SearchResult {
     int64_t globalBatch = 0;
 };
 
-[[nodiscard]] SearchResult searchPlans(const ModelGraph& model, const ClusterSpec& cluster, const SearchOptions& o);
+[[nodiscard]] SearchResult searchPlans(const ModelGraph& model, const ClusterSpec& cluster,
+                                       const SearchOptions& o);
 
 // The repeated decoder blocks: the children of the largest ModuleList whose children share
 // one class. Empty when the model has none.

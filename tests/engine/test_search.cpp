@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: Apache-2.0
+// Plan search: the recommendation fits, beats every plan of its space that we build and
+// simulate independently here, and is never worse than the common default.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "engine/schedule/step_program.h"
+#include "engine/search/search.h"
+#include "plans/model/model_json.h"
+#include "plans/plan/resolve.h"
+#include "tests/support/golden.h"
+
+using namespace shardscope;
+using shardscope::test::samplePath;
+
+namespace {
+
+ClusterSpec smallCluster() {
+    auto c = loadClusterFile(samplePath("clusters/h100-sxm-8x8.json"));
+    EXPECT_TRUE(c.ok());
+    ClusterSpec x = *c;
+    x.nodes = 2;
+    x.node.devicesPerNode = 4;
+    x.device.memoryBytes = int64_t{3} << 30;  // tight enough that memory decides
+    return x;
+}
+
+int64_t simulateStep(const ModelGraph& g, const Plan& p, const ClusterSpec& c, int64_t* reserved) {
+    const ResolvedPlan r = resolvePlan(g, p, &c, "independent");
+    EXPECT_FALSE(r.hasErrors()) << (r.problems.empty() ? "" : r.problems[0].toString());
+    const StepProgram prog =
+        buildStepProgram(r, {p.microBatchSize, p.seqLen, p.microBatches, c.node.devicesPerNode});
+    SimOptions so;
+    so.keepTimeline = false;
+    const SimResult s = simulate(prog, c, r.worldSize, so);
+    *reserved = s.peakReserved;
+    return s.stepNs;
+}
+
+}  // namespace
+
+TEST(Search, FindsBlocksOfEveryFamily) {
+    for (const auto& [m, n, cls] : std::vector<std::tuple<std::string, size_t, std::string>>{
+             {"llama3-8b", 32, "LlamaDecoderLayer"},
+             {"gpt2", 12, "GPT2Block"},
+             {"mixtral-8x7b", 32, "MixtralDecoderLayer"}}) {
+        const ModelGraph g =
+            std::move(loadModelFile(samplePath("models/" + m + "/config.json"))).value();
+        const auto blocks = findBlocks(g);
+        ASSERT_EQ(blocks.size(), n) << m;
+        EXPECT_EQ(g.module(blocks[0]).cls, cls);
+    }
+}
+
+TEST(Search, BestFitsAndBeatsIndependentPlansAndTheDefault) {
+    const ModelGraph g =
+        std::move(loadModelFile(samplePath("models/tiny-llama/config.json"))).value();
+    const ClusterSpec c = smallCluster();
+    SearchOptions o;
+    o.seqLen = 4096;
+    o.globalBatch = 64;
+    const SearchResult res = searchPlans(g, c, o);
+    ASSERT_TRUE(res.best.has_value());
+    EXPECT_EQ(res.evaluated, res.total);
+    const Candidate& best = *res.best;
+    EXPECT_TRUE(best.fits);
+    EXPECT_LE(best.sim.peakReserved, res.memoryBudget);
+    // The recommended plan is a complete plan: it resolves without problems and re-simulates
+    // to the same figures.
+    int64_t reserved = 0;
+    EXPECT_EQ(simulateStep(g, best.plan, c, &reserved), best.sim.stepNs);
+    EXPECT_EQ(reserved, best.sim.peakReserved);
+    // Never worse than the common default when the default fits.
+    if (res.baseline.fits) {
+        EXPECT_LE(best.sim.stepNs, res.baseline.sim.stepNs);
+    }
+    // Independently built plans of the same space: none that fits is faster.
+    std::mt19937 rng(5);
+    int fitting = 0;
+    for (int i = 0; i < 60; ++i) {
+        Plan p;
+        p.meshShape = {8};
+        p.seqLen = 4096;
+        p.wrap.kind = WrapPolicySpec::Kind::ModuleClass;
+        p.wrap.classes = {"LlamaDecoderLayer"};
+        p.defaults.mixedPrecision = MixedPrecisionSpec{
+            DType::BFloat16, rng() % 2 ? DType::Float32 : DType::BFloat16, {}, true};
+        const int rs = static_cast<int>(rng() % 3);
+        const ReshardSetting reshard = rs == 0   ? ReshardSetting::ofBool(true)
+                                       : rs == 1 ? ReshardSetting::ofBool(false)
+                                                 : ReshardSetting::ofInt(4);
+        const AcMode ac = static_cast<AcMode>(rng() % 3);
+        for (int l = 0; l < 4; ++l) {
+            UnitSpec u;
+            u.modules = {"model.layers." + std::to_string(l)};
+            u.settings.reshardAfterForward = reshard;
+            u.settings.activationCheckpointing = ac;
+            p.units.push_back(u);
+        }
+        const int64_t mbs = int64_t{1} << (rng() % 4);
+        p.microBatchSize = mbs;
+        p.microBatches = 8 / mbs;
+        p.syncEveryMicroBatch = rng() % 2;
+        int64_t mem = 0;
+        const int64_t step = simulateStep(g, p, c, &mem);
+        if (mem <= res.memoryBudget) {
+            ++fitting;
+            EXPECT_GE(step, best.sim.stepNs)
+                << "a plan of the space is faster than the recommendation";
+        }
+    }
+    EXPECT_GT(fitting, 0);
+    // The Pareto front is sorted by step time with strictly decreasing memory.
+    for (size_t i = 1; i < res.pareto.size(); ++i) {
+        EXPECT_GE(res.pareto[i].sim.stepNs, res.pareto[i - 1].sim.stepNs);
+        EXPECT_LT(res.pareto[i].sim.peakReserved, res.pareto[i - 1].sim.peakReserved);
+    }
+}
+
+TEST(Search, SaysByHowMuchTheClosestPlanMissesWhenNothingFits) {
+    const ModelGraph g =
+        std::move(loadModelFile(samplePath("models/tiny-llama/config.json"))).value();
+    ClusterSpec c = smallCluster();
+    c.device.memoryBytes = 1 << 20;  // 1 MiB: nothing fits, not even with offload
+    SearchOptions o;
+    o.seqLen = 512;
+    const SearchResult res = searchPlans(g, c, o);
+    EXPECT_FALSE(res.best.has_value());
+    ASSERT_TRUE(res.closest.has_value());
+    EXPECT_GT(res.closest->sim.peakReserved, res.memoryBudget);
+}
+
+TEST(Search, CancelReturnsTheBestSoFar) {
+    const ModelGraph g =
+        std::move(loadModelFile(samplePath("models/tiny-llama/config.json"))).value();
+    const ClusterSpec c = smallCluster();
+    std::atomic<bool> cancel{false};
+    SearchOptions o;
+    o.seqLen = 512;
+    o.cancel = &cancel;
+    o.progress = [&](size_t done, size_t) {
+        if (done >= 128) cancel = true;
+    };
+    const SearchResult res = searchPlans(g, c, o);
+    EXPECT_TRUE(res.cancelled);
+    EXPECT_LT(res.evaluated, res.total);
+    EXPECT_TRUE(res.best.has_value() || res.closest.has_value());
+}
