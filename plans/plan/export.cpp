@@ -77,14 +77,17 @@ nlohmann::json exportFsdp2(const ResolvedPlan& r) {
     nlohmann::json fwd = nlohmann::json::object(), bwd = nlohmann::json::object(),
                    ac = nlohmann::json::object();
     for (const auto& u : r.units) {
+        // Keyed by each unit's first module: set_modules_to_*_prefetch takes the module that
+        // carries the FSDP state, and a grouped unit's name is not a module path.
+        auto first = [&](const ResolvedUnit& x) { return r.model->module(x.modules[0]).fqn; };
         auto names = [&](const std::vector<UnitId>& ids) {
             nlohmann::json a = nlohmann::json::array();
             for (UnitId t : ids)
-                a.push_back(r.units[t.index()].name);
+                a.push_back(first(r.units[t.index()]));
             return a;
         };
-        if (u.explicitForwardPrefetch) fwd[u.name] = names(u.forwardPrefetch);
-        if (u.explicitBackwardPrefetch) bwd[u.name] = names(u.backwardPrefetch);
+        if (u.explicitForwardPrefetch) fwd[first(u)] = names(u.forwardPrefetch);
+        if (u.explicitBackwardPrefetch) bwd[first(u)] = names(u.backwardPrefetch);
         if (u.activationCheckpointing != AcMode::None)
             for (ModuleId m : u.modules)
                 ac[r.model->module(m).fqn] = acModeName(u.activationCheckpointing);

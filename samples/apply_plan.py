@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Apply a ShardScope FSDP2 plan export to a torch.nn.Module with fully_shard.
+
+    from apply_plan import apply_plan
+    model = build_my_model()                      # on the meta device or the real one
+    model = apply_plan(model, "plan.fsdp2.json")  # mesh, fully_shard calls, prefetch, checkpointing
+    for step in range(steps):
+        for mb in range(plan_micro_batches):      # see the export's "gradient_accumulation"
+            model.set_requires_gradient_sync(mb == plan_micro_batches - 1 or sync_every)
+            loss(model(batch[mb])).backward()
+        optim.step(); optim.zero_grad()
+
+The export comes from `shardscope plan export --format fsdp2` or `shardscope recommend
+--format fsdp2`. It lists the fully_shard calls in application order (children before the
+root) with their kwargs, the mesh ([shard] or [replicate, shard] for HSDP), explicit
+prefetch lists and per-module activation checkpointing (applied before sharding, as
+torchtitan does: "full" recomputes the module, "selective" saves matmul outputs and
+recomputes the rest; Hugging Face models must then run with use_cache=False, as their own
+gradient checkpointing requires, or the KV cache grows during recomputation). Run under torchrun (or any launcher that initialises the default
+process group); `device_type` defaults to "cuda" when available, else "cpu".
+"""
+import functools
+import json
+import sys
+
+import torch
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+
+def _dtype(name):
+    if name is None:
+        return None
+    return getattr(torch, name.split(".")[-1])
+
+
+def _checkpoint(module, mode):
+    """Wraps module.forward in non-reentrant activation checkpointing."""
+    from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+    if mode == "none":
+        return
+    forward = module.forward
+    if mode == "selective":
+        save = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default}
+
+        def policy(ctx, op, *args, **kwargs):
+            return CheckpointPolicy.MUST_SAVE if op in save else CheckpointPolicy.PREFER_RECOMPUTE
+
+        context_fn = functools.partial(create_selective_checkpoint_contexts, policy)
+    else:
+        context_fn = None
+
+    @functools.wraps(forward)
+    def checkpointed(*args, **kwargs):
+        if context_fn is None:
+            return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+        return checkpoint(forward, *args, use_reentrant=False, context_fn=context_fn, **kwargs)
+
+    module.forward = checkpointed
+
+
+def _submodule(model, name):
+    return model.get_submodule(name) if name else model
+
+
+def apply_plan(model, export, device_type=None):
+    """Shards `model` as the export says; returns the model (fully_shard works in place)."""
+    if isinstance(export, str):
+        with open(export) as f:
+            export = json.load(f)
+    if export.get("format") != "shardscope.export.fsdp2":
+        raise ValueError(f"expected a shardscope.export.fsdp2 file, got format {export.get('format')!r}")
+    if device_type is None:
+        device_type = "cuda" if torch.cuda.is_available() else "cpu"
+    mesh = init_device_mesh(device_type, tuple(export["mesh"]["shape"]),
+                            mesh_dim_names=tuple(export["mesh"]["dim_names"]))
+    for name, mode in export.get("activation_checkpointing", {}).items():
+        _checkpoint(_submodule(model, name), mode)
+    ignored = {model.get_parameter(n) for n in export.get("ignored_params", [])}
+    for call in export["fully_shard"]:
+        modules = [_submodule(model, m) for m in call["modules"]]
+        kwargs = dict(call["kwargs"])
+        if "mp_policy" in kwargs:
+            mp = kwargs.pop("mp_policy")
+            kwargs["mp_policy"] = MixedPrecisionPolicy(
+                param_dtype=_dtype(mp.get("param_dtype")), reduce_dtype=_dtype(mp.get("reduce_dtype")),
+                output_dtype=_dtype(mp.get("output_dtype")), cast_forward_inputs=mp.get("cast_forward_inputs", True))
+        if "offload_policy" in kwargs:
+            kwargs["offload_policy"] = CPUOffloadPolicy(**kwargs.pop("offload_policy"))
+        if ignored:
+            kwargs["ignored_params"] = ignored
+        fully_shard(modules if len(modules) > 1 else modules[0], mesh=mesh, **kwargs)
+        if call.get("reshard_after_backward") is False:
+            modules[0].set_reshard_after_backward(False)
+    for unit, targets in export.get("forward_prefetch", {}).items():
+        _submodule(model, unit).set_modules_to_forward_prefetch([_submodule(model, t) for t in targets])
+    for unit, targets in export.get("backward_prefetch", {}).items():
+        _submodule(model, unit).set_modules_to_backward_prefetch([_submodule(model, t) for t in targets])
+    if export.get("gradient_divide_factor"):
+        model.set_gradient_divide_factor(export["gradient_divide_factor"])
+    return model
+
+
+if __name__ == "__main__":
+    print(__doc__)
+    sys.exit(0 if len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help") else 2)

@@ -1,0 +1,67 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Peer test: a plan from `shardscope recommend --format fsdp2` applies to a real model with
+samples/apply_plan.py (PyTorch's fully_shard on a fake 4-rank group, CPU) and trains: one
+optimizer step of the recommended micro-batches runs forward and backward, with as many
+FSDP units as the export lists and checkpointing where it says."""
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import peer  # noqa: E402
+
+torch = peer.require("torch")
+transformers = peer.require("transformers")
+import torch.distributed as dist  # noqa: E402
+from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: E402
+
+sys.path.insert(0, peer.sample())
+from apply_plan import apply_plan  # noqa: E402
+
+from test_collectives_peer import CFG, CLUSTER  # noqa: E402
+
+
+class ApplyPlan(unittest.TestCase):
+    def test_recommended_plan_applies_and_trains(self):
+        tmp = tempfile.mkdtemp()
+        cluster = os.path.join(tmp, "cluster.json")
+        c = dict(CLUSTER, device=dict(CLUSTER["device"], memory_bytes=64 << 20))  # tight: forces choices
+        json.dump(c, open(cluster, "w"))
+        out = os.path.join(tmp, "plan.fsdp2.json")
+        report = peer.shardscope("recommend", "--model", CFG, "--cluster", cluster, "--seq", "64",
+                                 "--global-batch", "16", "--format", "fsdp2", "--output", out, "--json")
+        self.assertIn("best", report, "no plan fits the 64 MiB test device")
+        export = json.load(open(out))
+        print("recommended:", report["best"]["summary"])
+        # The recommended plan also validates as a ShardScope plan.
+        plan_path = os.path.join(tmp, "plan.json")
+        json.dump(report["best"]["plan"], open(plan_path, "w"))
+        self.assertIn("valid", peer.shardscope("plan", "validate", "--model", CFG, "--plan", plan_path,
+                                               "--cluster", cluster))
+
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+        try:
+            cfg = transformers.AutoConfig.from_pretrained(CFG)
+            model = apply_plan(transformers.AutoModelForCausalLM.from_config(cfg), out, device_type="cpu")
+            from torch.distributed.fsdp import FSDPModule
+            states = {id(m._get_fsdp_state()) for m in model.modules() if isinstance(m, FSDPModule)}
+            self.assertEqual(len(states), len(export["fully_shard"]))
+            for name, mode in export["activation_checkpointing"].items():
+                self.assertEqual(model.get_submodule(name).forward.__name__, "forward", mode)
+                self.assertTrue(hasattr(model.get_submodule(name).forward, "__wrapped__"))
+            ga = export["gradient_accumulation"]
+            optim = torch.optim.AdamW(model.parameters())
+            micro = report["best"]["plan"]["training"]["micro_batch_size"]
+            for mb in range(ga["micro_batches"]):
+                model.set_requires_gradient_sync(mb == ga["micro_batches"] - 1 or ga["sync_every_micro_batch"])
+                tokens = torch.randint(0, cfg.vocab_size, (micro, 64))
+                model(tokens, use_cache=False).logits.float().mean().backward()
+            optim.step()
+        finally:
+            dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
