@@ -71,7 +71,7 @@ int runRecommend(const Args& a) {
         return kExitUsage;
     }
     SearchOptions o;
-    o.singleModuleUnits = *fmt == ExportFormat::Fsdp1 || *fmt == ExportFormat::Lightning;
+    o.fsdp1Compatible = *fmt == ExportFormat::Fsdp1 || *fmt == ExportFormat::Lightning;
     auto seq = a.getInt("--seq", 1);
     if (!seq) {
         std::cerr << "error: " << seq.error() << "\n";

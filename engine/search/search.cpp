@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <thread>
 
 #include "engine/schedule/step_program.h"
 #include "plans/plan/resolve.h"
@@ -28,9 +29,9 @@ std::vector<ModuleId> findBlocks(const ModelGraph& g) {
 namespace {
 
 struct Structure {
-    int blocksPerUnit = 1;
+    int blocksPerUnit = 1;      // 0: attention and MLP of each block as separate units
     bool separateEnds = false;  // embeddings and head as units of their own
-    bool hsdp = false;
+    int hsdpNodes = 0;          // 0: 1D; k: shard across k nodes, replicate across the rest
     bool offload = false;
 };
 
@@ -42,6 +43,7 @@ struct Choice {
     int64_t stepNs = 0;
     int64_t peakReserved = 0;
     bool fits = false;
+    uint64_t order = 0;  // deterministic tie-break, whatever thread found it
 };
 
 // Modules before the blocks (embeddings) and after them (final norm, head), as direct
@@ -94,21 +96,27 @@ public:
 
         for (bool offload : {false, true}) {
             structures.clear();
-            for (int k : {1, 2, 4}) {
+            for (int k : {1, 2, 4, 0}) {
                 if (k > 1 && (blocks.empty() || static_cast<size_t>(k) > blocks.size() / 2))
                     continue;
+                if (k > 1 && o.fsdp1Compatible) continue;
+                if (k == 0 && (blocks.empty() || splitChildren(blocks[0]).size() < 2)) continue;
                 for (bool ends : {false, true}) {
                     if (ends && firstEnds.empty() && lastEnds.empty()) continue;
-                    for (bool hsdp : {false, true}) {
-                        if (hsdp && c.nodes < 2) continue;
-                        structures.push_back({k, ends, hsdp, offload});
+                    if (ends && o.fsdp1Compatible && firstEnds.size() + lastEnds.size() > 1)
+                        continue;
+                    for (int hn : {0, 1, 2, 4}) {
+                        if (hn > 0 && (c.nodes < 2 || hn >= c.nodes || c.nodes % hn != 0)) continue;
+                        if (hn > 1 && o.fsdp1Compatible) continue;
+                        structures.push_back({k, ends, hn, offload});
                     }
                 }
             }
             variants.clear();
-            for (int rs = 0; rs < 3; ++rs)
-                for (int fwd = 0; fwd <= 2; ++fwd)
-                    for (int bwd = 0; bwd <= 2; ++bwd)
+            const int maxDepth = o.fsdp1Compatible ? 0 : 2;
+            for (int rs = 0; rs < (o.fsdp1Compatible ? 2 : 3); ++rs)
+                for (int fwd = 0; fwd <= maxDepth; ++fwd)
+                    for (int bwd = 0; bwd <= maxDepth; ++bwd)
                         for (DType reduce : {DType::Float32, DType::BFloat16})
                             for (AcMode ac : {AcMode::None, AcMode::Selective, AcMode::Full}) {
                                 PlanVariant v;
@@ -141,8 +149,9 @@ public:
         for (const auto& ch : choices)
             sorted.push_back(&ch);
         std::sort(sorted.begin(), sorted.end(), [](const Choice* a, const Choice* b) {
-            return a->stepNs != b->stepNs ? a->stepNs < b->stepNs
-                                          : a->peakReserved < b->peakReserved;
+            if (a->stepNs != b->stepNs) return a->stepNs < b->stepNs;
+            if (a->peakReserved != b->peakReserved) return a->peakReserved < b->peakReserved;
+            return a->order < b->order;
         });
         int64_t lowestMem = INT64_MAX;
         for (const Choice* ch : sorted)
@@ -177,17 +186,38 @@ private:
     std::vector<Choice> choices;
     std::vector<Structure> allStructures;  // indexed by Choice::structure
 
+    // A block's children worth a unit of their own: those with parameters that are not norms.
+    std::vector<ModuleId> splitChildren(ModuleId block) const {
+        std::vector<ModuleId> out;
+        for (ModuleId ch : g.module(block).children)
+            if (g.subtreeNumel(ch) > 0 && g.module(ch).cls.find("Norm") == std::string::npos &&
+                !g.isContainer(ch))
+                out.push_back(ch);
+        return out;
+    }
+
     Plan structuralPlan(const Structure& s) const {
         Plan p;
         p.name = "recommended";
         p.api = PlanApi::Fsdp2;
-        if (s.hsdp)
-            p.meshShape = {c.nodes, c.node.devicesPerNode};
+        if (s.hsdpNodes > 0)
+            p.meshShape = {c.nodes / s.hsdpNodes, s.hsdpNodes * c.node.devicesPerNode};
         else
             p.meshShape = {c.worldSize()};
         p.defaults.mixedPrecision = MixedPrecisionSpec{DType::BFloat16, DType::Float32, {}, true};
         if (s.offload) p.defaults.offload = OffloadSpec{true, true};
-        for (size_t i = 0; i < blocks.size(); i += static_cast<size_t>(s.blocksPerUnit)) {
+        if (s.blocksPerUnit == 0) {
+            // Attention and MLP (the block's children with parameters other than norms)
+            // as units; norms stay with the enclosing unit.
+            for (ModuleId b : blocks)
+                for (ModuleId ch : splitChildren(b)) {
+                    UnitSpec u;
+                    u.modules = {g.module(ch).fqn};
+                    p.units.push_back(std::move(u));
+                }
+        }
+        for (size_t i = 0; s.blocksPerUnit > 0 && i < blocks.size();
+             i += static_cast<size_t>(s.blocksPerUnit)) {
             UnitSpec u;
             for (size_t k = i;
                  k < std::min(blocks.size(), i + static_cast<size_t>(s.blocksPerUnit)); ++k)
@@ -214,44 +244,100 @@ private:
         return p;
     }
 
+    // Structures are independent: they are spread over the machine's cores, each thread
+    // with its own results, merged in a deterministic order.
     void evaluate(SearchResult& res) {
+        const size_t first = allStructures.size();
+        for (const auto& s : structures)
+            allStructures.push_back(s);
+        std::atomic<size_t> next{0}, evaluated{0}, simulated{0};
+        std::atomic<bool> cancelled{false};
+        const unsigned threads = static_cast<unsigned>(
+            std::max<size_t>(1, std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()),
+                                                 structures.size())));
+        std::vector<std::vector<Choice>> local(threads);
+        auto worker = [&](unsigned t) {
+            for (size_t i; !cancelled && (i = next++) < structures.size();)
+                evaluateStructure(first + i, local[t], evaluated, simulated, cancelled,
+                                  t == 0 ? &res : nullptr);
+        };
+        std::vector<std::thread> pool;
+        for (unsigned t = 1; t < threads; ++t)
+            pool.emplace_back(worker, t);
+        worker(0);
+        for (auto& th : pool)
+            th.join();
+        for (auto& l : local)
+            choices.insert(choices.end(), l.begin(), l.end());
+        res.evaluated += evaluated;
+        res.simulated += simulated;
+        res.cancelled = res.cancelled || cancelled;
+        if (o.progress) o.progress(res.evaluated, res.total);
+    }
+
+    void evaluateStructure(size_t sIdx, std::vector<Choice>& out, std::atomic<size_t>& evaluated,
+                           std::atomic<size_t>& simulated, std::atomic<bool>& cancelled,
+                           SearchResult* progressOf) {
         SimOptions so;
         so.keepTimeline = false;
-        for (const Structure& s : structures) {
-            const size_t sIdx = allStructures.size();
-            allStructures.push_back(s);
-            const Plan base = structuralPlan(s);
-            ResolvedPlan r = resolvePlan(g, base, &c, "search");
-            size_t perVariant = 0;
-            for (int64_t mb : microBatches)
-                perVariant += perRank / mb > 1 ? 2 : 1;
-            if (r.hasErrors()) {
-                res.evaluated += variants.size() * perVariant;
+        ResolvedPlan r = resolvePlan(g, structuralPlan(allStructures[sIdx]), &c, "search");
+        size_t perVariant = 0;
+        for (int64_t mb : microBatches)
+            perVariant += perRank / mb > 1 ? 2 : 1;
+        if (r.hasErrors()) {
+            evaluated += variants.size() * perVariant;
+            return;
+        }
+        for (size_t vi = 0; vi < variants.size(); ++vi) {
+            if (!applyVariant(r, variants[vi])) {
+                evaluated += perVariant;
                 continue;
             }
-            for (const PlanVariant& v : variants) {
-                if (!applyVariant(r, v)) {
-                    res.evaluated += perVariant;
+            // Memory grows with the micro-batch: once one exceeds the budget (in both sync
+            // modes), larger ones cannot fit and are not simulated.
+            bool overBudget = false;
+            for (size_t mi = 0; mi < microBatches.size(); ++mi) {
+                const int64_t mb = microBatches[mi];
+                if (overBudget) {
+                    evaluated += perRank / mb > 1 ? 2 : 1;
                     continue;
                 }
-                for (int64_t mb : microBatches)
-                    for (bool syncEvery : {false, true}) {
-                        if (syncEvery && perRank / mb == 1) continue;  // one micro-batch: same plan
-                        if (o.cancel && o.cancel->load()) {
-                            res.cancelled = true;
-                            return;
-                        }
-                        r.plan.syncEveryMicroBatch = syncEvery;
-                        StepOptions st{mb, o.seqLen, perRank / mb, c.node.devicesPerNode};
-                        const SimResult sim = simulate(buildStepProgram(r, st), c, r.worldSize, so);
-                        choices.push_back({sIdx, v, mb, syncEvery, sim.stepNs, sim.peakReserved,
-                                           sim.peakReserved <= budget});
-                        if (++res.evaluated % 64 == 0 && o.progress)
-                            o.progress(res.evaluated, res.total);
+                bool anyFits = false;
+                for (bool syncEvery : {false, true}) {
+                    if (syncEvery && perRank / mb == 1) continue;  // one micro-batch: same plan
+                    if (cancelled || (o.cancel && o.cancel->load())) {
+                        cancelled = true;
+                        return;
                     }
+                    r.plan.syncEveryMicroBatch = syncEvery;
+                    StepOptions st{mb, o.seqLen, perRank / mb, c.node.devicesPerNode};
+                    const SimResult sim = simulate(buildStepProgram(r, st), c, r.worldSize, so);
+                    const bool fits = sim.peakReserved <= budget;
+                    anyFits = anyFits || fits;
+                    const uint64_t order =
+                        ((static_cast<uint64_t>(sIdx) * 4096 + vi) * 64 + mi) * 2 + syncEvery;
+                    out.push_back({sIdx, variants[vi], mb, syncEvery, sim.stepNs, sim.peakReserved,
+                                   fits, order});
+                    ++simulated;
+                    const size_t done = ++evaluated;
+                    if (progressOf && done % 64 == 0 && o.progress)
+                        o.progress(done, progressOf->total);
+                }
+                overBudget = !anyFits;
             }
         }
-        if (o.progress) o.progress(res.evaluated, res.total);
+    }
+
+    static std::string granularity(const Structure& s) {
+        if (s.blocksPerUnit == 0) return "attention and MLP as units";
+        return std::to_string(s.blocksPerUnit) +
+               (s.blocksPerUnit > 1 ? " blocks/unit" : " block/unit");
+    }
+    std::string hsdpText(const Structure& s) const {
+        if (s.hsdpNodes == 0) return "";
+        return ", HSDP sharding across " + std::to_string(s.hsdpNodes) + " node" +
+               (s.hsdpNodes > 1 ? "s" : "") + " (" +
+               std::to_string(s.hsdpNodes * c.node.devicesPerNode) + " GPUs)";
     }
 
     // A complete plan for a choice, re-resolved and re-simulated (with the timeline).
@@ -304,18 +390,17 @@ private:
             }
         }
         char summary[256];
-        std::snprintf(
-            summary, sizeof summary,
-            "%d block%s/unit%s%s, reshard %s, prefetch fwd %d bwd %d, bf16/%s, checkpointing %s, "
-            "micro-batch %lld x %lld%s%s",
-            s.blocksPerUnit, s.blocksPerUnit > 1 ? "s" : "",
-            s.separateEnds ? ", own embedding/head units" : "", s.hsdp ? ", HSDP within nodes" : "",
-            ch.variant.reshard.toString().c_str(), ch.variant.forwardPrefetchDepth,
-            ch.variant.backwardPrefetchDepth,
-            ch.variant.reduceDtype == DType::Float32 ? "fp32 reduce" : "bf16 reduce",
-            acModeName(*ch.variant.ac), static_cast<long long>(ch.microBatch),
-            static_cast<long long>(perRank / ch.microBatch),
-            ch.syncEvery ? " (reduce every micro-batch)" : "", s.offload ? ", CPU offload" : "");
+        std::snprintf(summary, sizeof summary,
+                      "%s%s%s, reshard %s, prefetch fwd %d bwd %d, bf16/%s, checkpointing %s, "
+                      "micro-batch %lld x %lld%s%s",
+                      granularity(s).c_str(), s.separateEnds ? ", own embedding/head units" : "",
+                      hsdpText(s).c_str(), ch.variant.reshard.toString().c_str(),
+                      ch.variant.forwardPrefetchDepth, ch.variant.backwardPrefetchDepth,
+                      ch.variant.reduceDtype == DType::Float32 ? "fp32 reduce" : "bf16 reduce",
+                      acModeName(*ch.variant.ac), static_cast<long long>(ch.microBatch),
+                      static_cast<long long>(perRank / ch.microBatch),
+                      ch.syncEvery ? " (reduce every micro-batch)" : "",
+                      s.offload ? ", CPU offload" : "");
         p.name = std::string("recommended: ") + summary;
         Candidate cand;
         cand.plan = p;
@@ -331,7 +416,7 @@ private:
         Structure s;
         const size_t sIdx = allStructures.size();
         allStructures.push_back(s);
-        Choice best{sIdx, {}, 1, false, 0, 0, false};
+        Choice best{sIdx, {}, 1, false, 0, 0, false, 0};
         best.variant.reshard = ReshardSetting::ofBool(true);
         best.variant.paramDtype = DType::BFloat16;
         best.variant.reduceDtype = DType::Float32;

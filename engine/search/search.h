@@ -6,9 +6,11 @@
 //
 // Space (every combination is simulated; structural choices are resolved once each, the
 // rest applied with applyVariant):
-//   wrap:        each block a unit, or groups of 2 or 4 consecutive blocks;
+//   wrap:        each block a unit, groups of 2 or 4 consecutive blocks, or attention and
+//                MLP of each block as separate units;
 //                embeddings and head as units of their own, or left to the root;
-//   mesh:        1D over all ranks, or HSDP sharding within a node (when nodes > 1);
+//   mesh:        1D over all ranks, or HSDP sharding within 1, 2 or 4 nodes and replicating
+//                across the rest (when nodes > 1);
 //   reshard:     True, False, the node size as an int (when it divides the shard size);
 //   prefetch:    explicit forward depth 0-2 and backward depth 0-2 (0: implicit);
 //   precision:   bf16 parameters with fp32 or bf16 reduce;
@@ -34,7 +36,9 @@ struct SearchOptions {
     int64_t globalBatch = 0;  // sequences per optimizer step; 0: 4Mi tokens, at least one per rank
     int64_t seqLen = 8192;
     double memoryHeadroom = 0.10;
-    bool singleModuleUnits = false;  // FSDP1 and Lightning wrap one module per unit: no grouping
+    // Only what FSDP1 and Lightning express: one module per unit, reshard True or False,
+    // implicit prefetch (FSDP1 BACKWARD_PRE), HSDP within a node.
+    bool fsdp1Compatible = false;
     const std::atomic<bool>* cancel = nullptr;  // set to stop early and return the best so far
     std::function<void(size_t done, size_t total)> progress;
 };
@@ -51,8 +55,9 @@ struct SearchResult {
     std::vector<Candidate> pareto;     // by step time, each uses less memory than the faster ones
     std::optional<Candidate> best;     // the fastest plan that fits
     std::optional<Candidate> closest;  // when nothing fits: the plan needing least memory
-    Candidate baseline;  // each block a unit, reshard True, root False, implicit prefetch
-    size_t evaluated = 0;
+    Candidate baseline;    // each block a unit, reshard True, root False, implicit prefetch
+    size_t evaluated = 0;  // plans counted, including those pruned by memory
+    size_t simulated = 0;  // plans actually simulated
     size_t total = 0;
     bool cancelled = false;
     int64_t memoryBudget = 0;
