@@ -37,4 +37,20 @@ for f in fsdp2 fsdp1 lightning shardscope; do
     run plan export --model samples/models/llama3-8b/config.json --plan samples/plans/llama-per-block.json \
         --cluster samples/clusters/h100-sxm-8x8.json --format "$f" --output "$out/llama3-8b-per-block.$f.json"
 done
-printf '\nAll stages passed. Exports are in %s\n' "$out"
+# Simulate the common per-block plan; the trace opens in Perfetto UI (ui.perfetto.dev).
+run simulate --model samples/models/llama3-8b/config.json --plan samples/plans/llama-per-block.json \
+    --cluster samples/clusters/h100-sxm-8x8.json --trace "$out/llama3-8b-per-block.sim-trace.json"
+# Recommendations: Llama-3-8B on 64 H100s and Llama-3-70B on 512 H100s, against the default.
+run recommend --model samples/models/llama3-8b/config.json --cluster samples/clusters/h100-sxm-8x8.json \
+    --seq 4096 --format fsdp2 --output "$out/llama3-8b.64xH100.recommended.fsdp2.json"
+run recommend --model samples/models/llama3-70b/config.json --cluster samples/clusters/h100-sxm-64x8.json \
+    --seq 4096 --format shardscope --output "$out/llama3-70b.512xH100.recommended.plan.json"
+for f in fsdp1 lightning; do
+    run recommend --model samples/models/llama3-8b/config.json --cluster samples/clusters/h100-sxm-8x8.json \
+        --seq 4096 --format "$f" --output "$out/llama3-8b.64xH100.recommended.$f.json" --json >/dev/null
+    echo "wrote $out/llama3-8b.64xH100.recommended.$f.json"
+done
+printf '\nAll stages passed. Outputs are in %s:\n' "$out"
+ls -1 "$out"
+printf '\nOpen a plan in the desktop app:\n  shardscope-gui samples/models/llama3-8b/config.json %s samples/clusters/h100-sxm-8x8.json\n' \
+    "$out/llama3-8b-per-block.shardscope.json"
