@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gui/app/document.h"
 
+#include "gui/timeline/sim_timeline.h"
 #include "plans/core/json_reader.h"
 #include "plans/model/model_json.h"
 #include "plans/plan/plan_json.h"
@@ -66,9 +67,21 @@ void Document::apply(const LoadedFile& f) {
             break;
     }
     resolved.reset();
+    timeline.reset();
+    simulation.reset();
     if (model && plan)
         resolved = std::make_shared<const ResolvedPlan>(
             resolvePlan(*model, *plan, cluster.get(), planPath.toStdString()));
+    if (resolved && cluster && !resolved->hasErrors()) {
+        // Simulating one step takes well under a millisecond: done here, not in a thread.
+        const StepOptions o{plan->microBatchSize, plan->seqLen, plan->microBatches,
+                            cluster->node.devicesPerNode};
+        const StepProgram program = buildStepProgram(*resolved, o);
+        auto sim = std::make_shared<SimResult>(simulate(program, *cluster, resolved->worldSize));
+        timeline =
+            std::make_shared<const TimelineData>(timelineFromSimulation(*resolved, program, *sim));
+        simulation = std::move(sim);
+    }
 }
 
 }  // namespace shardscope::gui

@@ -9,6 +9,8 @@
 #include <optional>
 #include <string>
 
+#include "engine/sim/simulator.h"
+#include "gui/timeline/timeline_widget.h"
 #include "plans/cluster/cluster.h"
 #include "plans/model/model_graph.h"
 #include "plans/plan/plan.h"
@@ -34,6 +36,9 @@ struct Document {
     std::shared_ptr<const ClusterSpec> cluster;
     QString modelPath, planPath, clusterPath;
     std::shared_ptr<const ResolvedPlan> resolved;  // when model and plan are both open
+    // The simulated step, when a cluster is open too and the plan has no errors.
+    std::shared_ptr<const TimelineData> timeline;
+    std::shared_ptr<const SimResult> simulation;
 
     void apply(const LoadedFile& f);  // replaces the slot of f's kind and re-resolves
 };

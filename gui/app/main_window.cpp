@@ -23,6 +23,7 @@
 
 #include "gui/models/module_tree_model.h"
 #include "gui/models/unit_table_model.h"
+#include "gui/timeline/timeline_widget.h"
 #include "plans/core/strings.h"
 
 namespace shardscope::gui {
@@ -74,7 +75,22 @@ MainWindow::MainWindow(QWidget* parent)
     split->addWidget(right);
     split->setStretchFactor(0, 1);
     split->setStretchFactor(1, 1);
-    setCentralWidget(split);
+
+    // The simulated step below: one row per stream.
+    m_simSummary = new QLabel;
+    m_simSummary->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_timeline = new TimelineWidget;
+    auto* bottom = new QWidget;
+    auto* bl = new QVBoxLayout(bottom);
+    bl->setContentsMargins(4, 0, 4, 0);
+    bl->addWidget(m_simSummary);
+    bl->addWidget(m_timeline, 1);
+    auto* outer = new QSplitter(Qt::Vertical);
+    outer->addWidget(split);
+    outer->addWidget(bottom);
+    outer->setStretchFactor(0, 3);
+    outer->setStretchFactor(1, 2);
+    setCentralWidget(outer);
 
     m_progress = new QProgressBar;
     m_progress->setMaximumWidth(200);
@@ -176,6 +192,26 @@ void MainWindow::refresh() {
         parts << "<b>Plan</b> open; open a model to resolve it";
     }
     if (!parts.isEmpty()) m_summary->setText(parts.join("<br>"));
+    m_timeline->setData(m_doc.timeline);
+    if (const auto& sim = m_doc.simulation) {
+        m_simSummary->setText(QString("<b>Simulated step</b> %1 ms: compute %2 ms, communication "
+                                      "%3 ms of which %4 ms exposed "
+                                      "(overlap %5%); peak allocated %6, reserved %7%8 &nbsp; "
+                                      "<i>wheel/W/S zoom, drag/A/D pan, F fit</i>")
+                                  .arg(sim->stepNs * 1e-6, 0, 'f', 1)
+                                  .arg(sim->computeNs * 1e-6, 0, 'f', 1)
+                                  .arg(sim->commNs * 1e-6, 0, 'f', 1)
+                                  .arg(sim->exposedCommNs * 1e-6, 0, 'f', 1)
+                                  .arg(100.0 * sim->overlapRatio, 0, 'f', 1)
+                                  .arg(QString::fromStdString(formatBytes(sim->peakAllocated)),
+                                       QString::fromStdString(formatBytes(sim->peakReserved)),
+                                       sim->oom
+                                           ? QString(" <b style='color:#c02020'>out of memory</b>")
+                                           : QString()));
+    } else {
+        m_simSummary->setText(
+            m_doc.resolved && !m_doc.cluster ? "Open a cluster to simulate the step." : QString());
+    }
     QStringList title{"ShardScope"};
     for (const QString& p : {m_doc.modelPath, m_doc.planPath})
         if (!p.isEmpty()) title << QFileInfo(p).fileName();

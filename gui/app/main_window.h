@@ -17,6 +17,7 @@ class QTreeView;
 namespace shardscope::gui {
 
 class ModuleTreeModel;
+class TimelineWidget;
 class UnitTableModel;
 
 class MainWindow : public QMainWindow {
@@ -29,6 +30,7 @@ public:
     [[nodiscard]] ModuleTreeModel* treeModel() const { return m_tree; }
     [[nodiscard]] UnitTableModel* unitModel() const { return m_units; }
     [[nodiscard]] QListWidget* problemList() const { return m_problems; }
+    [[nodiscard]] TimelineWidget* timeline() const { return m_timeline; }
 
 protected:
     void dragEnterEvent(QDragEnterEvent* e) override;
@@ -47,6 +49,8 @@ private:
     QTableView* m_unitView;
     QListWidget* m_problems;
     QLabel* m_summary;
+    QLabel* m_simSummary;
+    TimelineWidget* m_timeline;
     QProgressBar* m_progress;
     QMenu* m_recent;
     int m_pending = 0;

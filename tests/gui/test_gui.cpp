@@ -9,6 +9,8 @@
 #include <QSignalSpy>
 #include <QTest>
 
+#include <set>
+
 #include "gui/app/document.h"
 #include "gui/app/main_window.h"
 #include "gui/models/module_tree_model.h"
@@ -110,4 +112,88 @@ int main(int argc, char** argv) {
     QApplication app(argc, argv);
     ::testing::InitGoogleTest(&argc, argv);
     return RUN_ALL_TESTS();
+}
+
+// --- timeline draw list -----------------------------------------------------------------
+
+#include "gui/timeline/draw_list.h"
+
+namespace {
+std::vector<TimelineRow> denseRow(int n, int64_t len, int64_t gap) {
+    TimelineRow r{"compute", {}};
+    int64_t t = 0;
+    for (int i = 0; i < n; ++i) {
+        r.events.push_back({t, t + len, EventKind::Compute, i, "op " + std::to_string(i)});
+        t += len + gap;
+    }
+    return {r};
+}
+}  // namespace
+
+TEST(DrawList, CoordinatesAndEdges) {
+    Viewport v{1000, 2000, 500};
+    EXPECT_DOUBLE_EQ(timeToPixel(1000, v), 0);
+    EXPECT_DOUBLE_EQ(timeToPixel(2000, v), 500);
+    EXPECT_DOUBLE_EQ(timeToPixel(500, v), -250);  // before the viewport: negative
+    EXPECT_EQ(pixelToTime(250, v), 1500);
+    Viewport empty{5, 5, 100};
+    EXPECT_DOUBLE_EQ(timeToPixel(7, empty), 0);
+}
+
+TEST(DrawList, AtMostAboutOnePrimitivePerPixel) {
+    // A million 1 ns events over 2 ms on a 1000-pixel row.
+    const auto rows = denseRow(1000000, 1, 1);
+    Viewport v{0, 2000000, 1000};
+    const auto dl = buildDrawList(rows, v);
+    EXPECT_LE(dl.size(), 1000u / 2);  // folded into blocks at least minWidthPx wide
+    int64_t folded = 0;
+    for (const auto& d : dl)
+        folded += d.folded;
+    EXPECT_EQ(folded, 1000000);  // every event is accounted for
+    std::printf("1,000,000 events on 1,000 px: %zu primitives\n", dl.size());
+}
+
+TEST(DrawList, WideEventsKeepIdentityAndLabelsOnlyWhenWide) {
+    const auto rows = denseRow(10, 100, 100);  // 10 events of 100 ns
+    Viewport v{0, 2000, 2000};                 // 1 px per ns
+    auto dl = buildDrawList(rows, v);
+    ASSERT_EQ(dl.size(), 10u);
+    EXPECT_EQ(dl[3].op, 3);
+    EXPECT_EQ(dl[3].label, "op 3");  // 100 px >= 60 px
+    v.widthPx = 400;                 // 20 px per event: no labels, still separate
+    dl = buildDrawList(rows, v);
+    ASSERT_EQ(dl.size(), 10u);
+    EXPECT_TRUE(dl[0].label.empty());
+    v = {300, 700, 400};  // only events overlapping [300, 700) are drawn
+    dl = buildDrawList(rows, v);
+    ASSERT_EQ(dl.size(), 2u);
+    EXPECT_EQ(dl[0].op, 2);
+    EXPECT_EQ(dl[1].op, 3);
+}
+
+TEST(GuiWindow, SimulatedTimelineShowsEveryStreamThatRan) {
+    qputenv("SHARDSCOPE_GUI_NO_DIALOGS", "1");
+    MainWindow w;
+    w.resize(1200, 800);
+    w.show();
+    bool done = false;
+    w.openFiles({sample("models/llama3-8b/config.json"), sample("plans/llama-hsdp-prefetch.json"),
+                 sample("clusters/h100-sxm-8x8.json")},
+                [&] { done = true; });
+    ASSERT_TRUE(QTest::qWaitFor([&] { return done; }, 20000));
+    ASSERT_TRUE(w.document().timeline);
+    std::vector<std::string> rows;
+    for (const auto& r : w.document().timeline->rows)
+        rows.push_back(r.name);
+    EXPECT_EQ(rows, (std::vector<std::string>{"compute", "ag_copy_in", "all_gather",
+                                              "reduce_scatter", "all_reduce"}));
+    w.timeline()->repaint();
+    const auto& dl = w.timeline()->lastDrawList();
+    ASSERT_FALSE(dl.empty());
+    std::set<EventKind> kinds;
+    for (const auto& d : dl)
+        kinds.insert(d.kind);
+    EXPECT_TRUE(kinds.count(EventKind::Compute) && kinds.count(EventKind::AllGather) &&
+                kinds.count(EventKind::ReduceScatter) && kinds.count(EventKind::AllReduce));
+    EXPECT_LE(dl.size(), static_cast<size_t>(rows.size() * w.timeline()->viewport().widthPx));
 }

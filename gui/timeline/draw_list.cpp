@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gui/timeline/draw_list.h"
+
+#include <algorithm>
+
+namespace shardscope::gui {
+
+double timeToPixel(int64_t t, const Viewport& v) {
+    const int64_t span = v.endNs - v.startNs;
+    if (span <= 0) return 0;
+    return static_cast<double>(t - v.startNs) * v.widthPx / static_cast<double>(span);
+}
+
+int64_t pixelToTime(double x, const Viewport& v) {
+    const int64_t span = v.endNs - v.startNs;
+    if (v.widthPx <= 0) return v.startNs;
+    return v.startNs + static_cast<int64_t>(x * static_cast<double>(span) / v.widthPx);
+}
+
+std::vector<DrawRect> buildDrawList(const std::vector<TimelineRow>& rows, const Viewport& v) {
+    std::vector<DrawRect> out;
+    for (size_t r = 0; r < rows.size(); ++r) {
+        const auto& ev = rows[r].events;
+        // First event ending after the viewport start: events are sorted and, within one
+        // stream, do not overlap, so ends are sorted too.
+        auto it = std::lower_bound(ev.begin(), ev.end(), v.startNs,
+                                   [](const TimelineEvent& e, int64_t t) { return e.end <= t; });
+        for (; it != ev.end() && it->start < v.endNs; ++it) {
+            const double x0 = std::max(0.0, timeToPixel(it->start, v));
+            const double x1 = std::min<double>(v.widthPx, timeToPixel(it->end, v));
+            const bool narrow = x1 - x0 < v.minWidthPx;
+            if (narrow && !out.empty() && out.back().row == static_cast<int>(r) &&
+                x0 - out.back().x1 < v.minWidthPx &&
+                (out.back().folded > 1 || out.back().x1 - out.back().x0 < v.minWidthPx)) {
+                // Fold into the previous block.
+                DrawRect& b = out.back();
+                b.x1 = std::max(b.x1, std::max(x1, x0 + 1.0));
+                ++b.folded;
+                b.op = -1;
+                if (b.kind != it->kind) b.kind = EventKind::Other;
+                b.label.clear();
+                continue;
+            }
+            DrawRect d{static_cast<int>(r), x0, std::max(x1, x0 + 1.0), it->kind, it->op, 1, {}};
+            if (x1 - x0 >= v.minLabelPx) d.label = it->label;
+            out.push_back(std::move(d));
+        }
+    }
+    return out;
+}
+
+}  // namespace shardscope::gui

@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Timeline drawing, split as Tracy and Orbit do: a pure buildDrawList(track data,
+// viewport) that tests can count, and a widget whose paintEvent only replays the list.
+// Never more than about one primitive per pixel: events narrower than minWidthPx are
+// folded into one block with their neighbours (Tracy's MinVisSize), and the visible range
+// is found by binary search in start-sorted storage (Qt Creator's firstIndex).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace shardscope::gui {
+
+enum class EventKind : uint8_t { Compute, AllGather, ReduceScatter, AllReduce, Copy, Other };
+
+struct TimelineEvent {
+    int64_t start = 0;  // ns
+    int64_t end = 0;
+    EventKind kind = EventKind::Other;
+    int32_t op = -1;    // step-program op id
+    std::string label;  // "model.layers.3 all-gather"
+};
+
+struct TimelineRow {
+    std::string name;                   // "compute", "all_gather", ...
+    std::vector<TimelineEvent> events;  // sorted by start, non-overlapping within a stream
+};
+
+struct Viewport {
+    int64_t startNs = 0;
+    int64_t endNs = 1;
+    int widthPx = 1000;
+    double minWidthPx = 3.0;  // narrower events are folded
+    int minLabelPx = 60;      // wider blocks get a label
+};
+
+struct DrawRect {
+    int row = 0;
+    double x0 = 0, x1 = 0;
+    EventKind kind = EventKind::Other;
+    int32_t op = -1;     // -1 for a folded block
+    int32_t folded = 1;  // events it stands for
+    std::string label;   // empty when too narrow
+};
+
+// Pixel coordinates of a time; edge cases: times before the viewport map below 0, after
+// it beyond widthPx; a zero-length viewport maps everything to 0.
+[[nodiscard]] double timeToPixel(int64_t t, const Viewport& v);
+[[nodiscard]] int64_t pixelToTime(double x, const Viewport& v);
+
+[[nodiscard]] std::vector<DrawRect> buildDrawList(const std::vector<TimelineRow>& rows,
+                                                  const Viewport& v);
+
+}  // namespace shardscope::gui
