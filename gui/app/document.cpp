@@ -72,16 +72,27 @@ void Document::apply(const LoadedFile& f) {
     if (model && plan)
         resolved = std::make_shared<const ResolvedPlan>(
             resolvePlan(*model, *plan, cluster.get(), planPath.toStdString()));
-    if (resolved && cluster && !resolved->hasErrors()) {
-        // Simulating one step takes well under a millisecond: done here, not in a thread.
-        const StepOptions o{plan->microBatchSize, plan->seqLen, plan->microBatches,
-                            cluster->node.devicesPerNode};
-        const StepProgram program = buildStepProgram(*resolved, o);
-        auto sim = std::make_shared<SimResult>(simulate(program, *cluster, resolved->worldSize));
-        timeline =
-            std::make_shared<const TimelineData>(timelineFromSimulation(*resolved, program, *sim));
-        simulation = std::move(sim);
+    resimulate();
+}
+
+bool Document::resimulate(QString* why) {
+    timeline.reset();
+    simulation.reset();
+    if (!resolved || !cluster || resolved->hasErrors()) return false;
+    // Simulating one step takes well under a millisecond: done here, not in a thread.
+    ResolvedPlan edited = *resolved;
+    std::string reason;
+    if (!applyVariant(edited, whatIf.variant, &reason)) {
+        if (why) *why = QString::fromStdString(reason);
+        return false;
     }
+    const int64_t mbs = whatIf.microBatchSize > 0 ? whatIf.microBatchSize : plan->microBatchSize;
+    const StepOptions o{mbs, plan->seqLen, plan->microBatches, cluster->node.devicesPerNode};
+    const StepProgram program = buildStepProgram(edited, o);
+    auto sim = std::make_shared<SimResult>(simulate(program, *cluster, edited.worldSize));
+    timeline = std::make_shared<const TimelineData>(timelineFromSimulation(edited, program, *sim));
+    simulation = std::move(sim);
+    return true;
 }
 
 }  // namespace shardscope::gui

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "engine/search/variant.h"
 #include "engine/sim/simulator.h"
 #include "gui/timeline/timeline_widget.h"
 #include "plans/cluster/cluster.h"
@@ -41,6 +42,15 @@ struct Document {
     std::shared_ptr<const SimResult> simulation;
 
     void apply(const LoadedFile& f);  // replaces the slot of f's kind and re-resolves
+
+    // What-if edits on top of the plan as written: applied to a copy of the resolved plan
+    // (engine/search/variant.h) and simulated again; returns false with `why` if invalid.
+    struct WhatIf {
+        PlanVariant variant;
+        int64_t microBatchSize = 0;  // 0: the plan's
+    };
+    WhatIf whatIf;
+    bool resimulate(QString* why = nullptr);
 };
 
 }  // namespace shardscope::gui

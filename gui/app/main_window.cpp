@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gui/app/main_window.h"
 
+#include <QComboBox>
 #include <QDragEnterEvent>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QFutureWatcher>
+#include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
 #include <QListWidget>
@@ -14,6 +16,7 @@
 #include <QProgressBar>
 #include <QSettings>
 #include <QSortFilterProxyModel>
+#include <QSpinBox>
 #include <QSplitter>
 #include <QStatusBar>
 #include <QTableView>
@@ -80,9 +83,43 @@ MainWindow::MainWindow(QWidget* parent)
     m_simSummary = new QLabel;
     m_simSummary->setTextInteractionFlags(Qt::TextSelectableByMouse);
     m_timeline = new TimelineWidget;
+    // What if: settings applied on top of the plan, re-simulated at once.
+    auto* controls = new QWidget;
+    auto* cl = new QHBoxLayout(controls);
+    cl->setContentsMargins(0, 0, 0, 0);
+    m_reshard = new QComboBox;
+    m_reshard->addItems({"as planned", "True", "False", "node size (int)"});
+    m_ac = new QComboBox;
+    m_ac->addItems({"as planned", "none", "selective", "full"});
+    auto spin = [](int lo, int hi, const QString& special) {
+        auto* sb = new QSpinBox;
+        sb->setRange(lo, hi);
+        sb->setSpecialValueText(special);
+        return sb;
+    };
+    m_fwdPrefetch = spin(0, 3, "implicit");
+    m_bwdPrefetch = spin(0, 3, "implicit");
+    m_microBatch = spin(0, 64, "as planned");
+    cl->addWidget(new QLabel("<b>What if</b> reshard after forward"));
+    cl->addWidget(m_reshard);
+    cl->addWidget(new QLabel("forward prefetch"));
+    cl->addWidget(m_fwdPrefetch);
+    cl->addWidget(new QLabel("backward prefetch"));
+    cl->addWidget(m_bwdPrefetch);
+    cl->addWidget(new QLabel("checkpointing"));
+    cl->addWidget(m_ac);
+    cl->addWidget(new QLabel("micro-batch"));
+    cl->addWidget(m_microBatch);
+    cl->addStretch(1);
+    for (QComboBox* b : {m_reshard, m_ac})
+        connect(b, &QComboBox::currentIndexChanged, this, [this] { whatIfChanged(); });
+    for (QSpinBox* b : {m_fwdPrefetch, m_bwdPrefetch, m_microBatch})
+        connect(b, &QSpinBox::valueChanged, this, [this] { whatIfChanged(); });
+
     auto* bottom = new QWidget;
     auto* bl = new QVBoxLayout(bottom);
     bl->setContentsMargins(4, 0, 4, 0);
+    bl->addWidget(controls);
     bl->addWidget(m_simSummary);
     bl->addWidget(m_timeline, 1);
     auto* outer = new QSplitter(Qt::Vertical);
@@ -192,6 +229,35 @@ void MainWindow::refresh() {
         parts << "<b>Plan</b> open; open a model to resolve it";
     }
     if (!parts.isEmpty()) m_summary->setText(parts.join("<br>"));
+    showSimulation();
+    QStringList title{"ShardScope"};
+    for (const QString& p : {m_doc.modelPath, m_doc.planPath})
+        if (!p.isEmpty()) title << QFileInfo(p).fileName();
+    setWindowTitle(title.join(" - "));
+    statusBar()->showMessage(m_doc.resolved
+                                 ? QString("%1 error(s)").arg(m_doc.resolved->errorCount())
+                                 : QString("Ready"));
+}
+
+void MainWindow::whatIfChanged() {
+    PlanVariant& v = m_doc.whatIf.variant;
+    const int rs = m_reshard->currentIndex();
+    v.reshard = rs == 1   ? ReshardSetting::ofBool(true)
+                : rs == 2 ? ReshardSetting::ofBool(false)
+                : rs == 3
+                    ? ReshardSetting::ofInt(m_doc.cluster ? m_doc.cluster->node.devicesPerNode : 8)
+                    : ReshardSetting{};
+    const int ac = m_ac->currentIndex();
+    v.ac = ac == 0 ? std::optional<AcMode>() : std::optional<AcMode>(static_cast<AcMode>(ac - 1));
+    v.forwardPrefetchDepth = m_fwdPrefetch->value();
+    v.backwardPrefetchDepth = m_bwdPrefetch->value();
+    m_doc.whatIf.microBatchSize = m_microBatch->value();
+    QString why;
+    if (!m_doc.resimulate(&why) && !why.isEmpty()) statusBar()->showMessage("What if: " + why);
+    showSimulation();
+}
+
+void MainWindow::showSimulation() {
     m_timeline->setData(m_doc.timeline);
     if (const auto& sim = m_doc.simulation) {
         m_simSummary->setText(QString("<b>Simulated step</b> %1 ms: compute %2 ms, communication "
@@ -212,13 +278,6 @@ void MainWindow::refresh() {
         m_simSummary->setText(
             m_doc.resolved && !m_doc.cluster ? "Open a cluster to simulate the step." : QString());
     }
-    QStringList title{"ShardScope"};
-    for (const QString& p : {m_doc.modelPath, m_doc.planPath})
-        if (!p.isEmpty()) title << QFileInfo(p).fileName();
-    setWindowTitle(title.join(" - "));
-    statusBar()->showMessage(m_doc.resolved
-                                 ? QString("%1 error(s)").arg(m_doc.resolved->errorCount())
-                                 : QString("Ready"));
 }
 
 void MainWindow::showError(const QString& message) {

@@ -7,7 +7,9 @@
 
 #include "gui/app/document.h"
 
+class QComboBox;
 class QLabel;
+class QSpinBox;
 class QListWidget;
 class QMenu;
 class QProgressBar;
@@ -31,6 +33,9 @@ public:
     [[nodiscard]] UnitTableModel* unitModel() const { return m_units; }
     [[nodiscard]] QListWidget* problemList() const { return m_problems; }
     [[nodiscard]] TimelineWidget* timeline() const { return m_timeline; }
+    // What-if controls (tests drive them like a user would).
+    [[nodiscard]] QComboBox* reshardBox() const { return m_reshard; }
+    [[nodiscard]] QSpinBox* forwardPrefetchBox() const { return m_fwdPrefetch; }
 
 protected:
     void dragEnterEvent(QDragEnterEvent* e) override;
@@ -38,6 +43,8 @@ protected:
 
 private:
     void refresh();
+    void whatIfChanged();
+    void showSimulation();
     void showError(const QString& message);
     void rememberRecent(const QString& path);
     void rebuildRecentMenu();
@@ -50,6 +57,11 @@ private:
     QListWidget* m_problems;
     QLabel* m_summary;
     QLabel* m_simSummary;
+    QComboBox* m_reshard;
+    QComboBox* m_ac;
+    QSpinBox* m_fwdPrefetch;
+    QSpinBox* m_bwdPrefetch;
+    QSpinBox* m_microBatch;
     TimelineWidget* m_timeline;
     QProgressBar* m_progress;
     QMenu* m_recent;

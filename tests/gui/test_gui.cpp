@@ -5,8 +5,10 @@
 
 #include <QAbstractItemModelTester>
 #include <QApplication>
+#include <QComboBox>
 #include <QListWidget>
 #include <QSignalSpy>
+#include <QSpinBox>
 #include <QTest>
 
 #include <set>
@@ -196,4 +198,30 @@ TEST(GuiWindow, SimulatedTimelineShowsEveryStreamThatRan) {
     EXPECT_TRUE(kinds.count(EventKind::Compute) && kinds.count(EventKind::AllGather) &&
                 kinds.count(EventKind::ReduceScatter) && kinds.count(EventKind::AllReduce));
     EXPECT_LE(dl.size(), static_cast<size_t>(rows.size() * w.timeline()->viewport().widthPx));
+}
+
+TEST(GuiWindow, WhatIfPrefetchAndReshardResimulateLive) {
+    qputenv("SHARDSCOPE_GUI_NO_DIALOGS", "1");
+    MainWindow w;
+    bool done = false;
+    w.openFiles({sample("models/llama3-8b/config.json"), sample("plans/llama-per-block.json"),
+                 sample("clusters/h100-sxm-8x8.json")},
+                [&] { done = true; });
+    ASSERT_TRUE(QTest::qWaitFor([&] { return done; }, 20000));
+    ASSERT_TRUE(w.document().simulation);
+    const int64_t planned = w.document().simulation->stepNs;
+    // Keeping parameters after forward removes the backward all-gathers: the step changes
+    // at once, and the timeline follows.
+    w.reshardBox()->setCurrentIndex(2);  // False
+    ASSERT_TRUE(w.document().simulation);
+    const int64_t noReshard = w.document().simulation->stepNs;
+    EXPECT_NE(noReshard, planned);
+    EXPECT_GT(w.document().simulation->peakAllocated, 0);
+    w.forwardPrefetchBox()->setValue(2);
+    ASSERT_TRUE(w.document().simulation);
+    EXPECT_TRUE(w.document().timeline);
+    // Back to the plan as written gives the planned step again.
+    w.reshardBox()->setCurrentIndex(0);
+    w.forwardPrefetchBox()->setValue(0);
+    EXPECT_EQ(w.document().simulation->stepNs, planned);
 }
