@@ -238,6 +238,21 @@ int runBenchRecommend(const Args& a) {
                     static_cast<long long>(gpus), res.evaluated, res.simulated, t,
                     static_cast<double>(res.simulated) / t, bestMs, defMs, ratio);
     }
+    {
+        ClusterSpec c = *base;
+        c.node.devicesPerNode = 8;
+        c.nodes = 64;
+        SearchOptions o;
+        o.seqLen = 8192;
+        o.threads = 1;
+        const auto t0 = Clock::now();
+        const SearchResult res = searchPlans(g, c, o);
+        const double t = secondsSince(t0);
+        std::printf(
+            "\n  one core, 512 GPUs: %zu plans simulated in %.2f s = %.0f simulations/s (goal >= "
+            "10,000)\n",
+            res.simulated, t, static_cast<double>(res.simulated) / t);
+    }
     std::printf(
         "\nSample models against the common default (each block a unit, reshard True, root False,\n"
         "implicit prefetch, bf16/fp32, largest micro-batch that fits):\n");

@@ -252,9 +252,10 @@ private:
             allStructures.push_back(s);
         std::atomic<size_t> next{0}, evaluated{0}, simulated{0};
         std::atomic<bool> cancelled{false};
-        const unsigned threads = static_cast<unsigned>(
-            std::max<size_t>(1, std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()),
-                                                 structures.size())));
+        const unsigned cores =
+            o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
+        const unsigned threads =
+            static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>(cores, structures.size())));
         std::vector<std::vector<Choice>> local(threads);
         auto worker = [&](unsigned t) {
             for (size_t i; !cancelled && (i = next++) < structures.size();)
@@ -280,6 +281,7 @@ private:
                            SearchResult* progressOf) {
         SimOptions so;
         so.keepTimeline = false;
+        so.reservedBudget = budget;
         ResolvedPlan r = resolvePlan(g, structuralPlan(allStructures[sIdx]), &c, "search");
         size_t perVariant = 0;
         for (int64_t mb : microBatches)

@@ -39,6 +39,7 @@ struct SearchOptions {
     // Only what FSDP1 and Lightning express: one module per unit, reshard True or False,
     // implicit prefetch (FSDP1 BACKWARD_PRE), HSDP within a node.
     bool fsdp1Compatible = false;
+    unsigned threads = 0;                       // 0: all cores
     const std::atomic<bool>* cancel = nullptr;  // set to stop early and return the best so far
     std::function<void(size_t done, size_t total)> progress;
 };

@@ -153,6 +153,50 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
         u.exposedCommNs += (r.end[i] - r.start[i]) - overlapWith(r.start[i], r.end[i], computeU);
     }
 
+    // Plans that cannot fit: allocated bytes alone exceed the budget, so the (costlier)
+    // caching-allocator model would only confirm it.
+    if (o.reservedBudget > 0 && !o.keepTimeline) {
+        int64_t alloc = 0, peak = 0;
+        for (int k = 0; k < static_cast<int>(MemCategory::Count); ++k)
+            if (p.persistentBytes[k] > 0) alloc += AllocatorModel::roundSize(p.persistentBytes[k]);
+        std::vector<char> live(p.buffers.size(), 0);
+        for (const Op& op : p.ops) {
+            auto allocs = [&] {
+                for (BufferId b : op.allocs)
+                    if (p.buffers[b.index()].bytes > 0) {
+                        live[b.index()] = 1;
+                        alloc += AllocatorModel::roundSize(p.buffers[b.index()].bytes);
+                    }
+            };
+            auto frees = [&] {
+                for (BufferId b : op.frees)
+                    if (live[b.index()]) {
+                        live[b.index()] = 0;
+                        alloc -= AllocatorModel::roundSize(p.buffers[b.index()].bytes);
+                    }
+            };
+            if (op.kind == OpKind::CopyOut) {
+                frees();
+                allocs();
+            } else {
+                allocs();
+                peak = std::max(peak, alloc);
+                frees();
+            }
+            peak = std::max(peak, alloc);
+        }
+        if (peak > o.reservedBudget) {
+            r.peakAllocated = peak;
+            r.peakReserved = peak;
+            r.reservedIsLowerBound = true;
+            r.oom = peak > c.device.memoryBytes;
+            const double seconds = static_cast<double>(r.stepNs) * 1e-9;
+            if (seconds > 0)
+                r.tokensPerS = static_cast<double>(p.tokensPerRank * worldSize) / seconds;
+            return r;
+        }
+    }
+
     // Memory: issue order; frees of a copy-out (the previous all-gather buffer is released
     // before copying out) come first, otherwise allocations first.
     AllocatorModel alloc(o.expandableSegments);

@@ -26,6 +26,10 @@ namespace shardscope {
 struct SimOptions {
     bool expandableSegments = false;
     bool keepTimeline = true;  // the memory timeline (off in search loops)
+    // When > 0 and peak allocated already exceeds it, the plan cannot fit (reserved >=
+    // allocated): the caching-allocator model is skipped and peakReserved reports the
+    // allocated peak as a lower bound (reservedIsLowerBound). Used by the plan search.
+    int64_t reservedBudget = 0;
 };
 
 struct MemoryPoint {
@@ -55,6 +59,7 @@ struct SimResult {
     std::array<int64_t, static_cast<size_t>(MemCategory::Count)>
         atPeak{};  // allocated by category at the peak
     bool oom = false;
+    bool reservedIsLowerBound = false;
     double tokensPerS = 0;
     double mfu = 0;
     std::vector<MemoryPoint> timeline;
