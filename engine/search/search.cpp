@@ -134,7 +134,8 @@ public:
             size_t perVariant = 0;
             for (int64_t mb : microBatches)
                 perVariant += perRank / mb > 1 ? 2 : 1;
-            res.total += structures.size() * variants.size() * perVariant;
+            for (const Structure& st : structures)
+                res.total += (st.separateEnds ? 3 : 1) * variants.size() * perVariant;
             evaluate(res);
             if (res.cancelled ||
                 std::any_of(choices.begin(), choices.end(), [](const Choice& x) { return x.fits; }))
@@ -153,11 +154,16 @@ public:
             if (a->peakReserved != b->peakReserved) return a->peakReserved < b->peakReserved;
             return a->order < b->order;
         });
+        // The front is chosen on the search's figures (reserved is a lower bound for plans
+        // that cannot fit), then checked again on the materialized plans' full simulations.
         int64_t lowestMem = INT64_MAX;
         for (const Choice* ch : sorted)
             if (ch->peakReserved < lowestMem) {
                 lowestMem = ch->peakReserved;
-                res.pareto.push_back(materialize(*ch));
+                Candidate cand = materialize(*ch);
+                if (res.pareto.empty() ||
+                    cand.sim.peakReserved < res.pareto.back().sim.peakReserved)
+                    res.pareto.push_back(std::move(cand));
             }
         for (const Choice* ch : sorted)
             if (ch->fits) {
@@ -290,44 +296,67 @@ private:
             evaluated += variants.size() * perVariant;
             return;
         }
-        for (size_t vi = 0; vi < variants.size(); ++vi) {
-            if (!applyVariant(r, variants[vi])) {
-                evaluated += perVariant;
-                continue;
-            }
-            // Memory grows with the micro-batch: once one exceeds the budget (in both sync
-            // modes), larger ones cannot fit and are not simulated.
-            bool overBudget = false;
-            for (size_t mi = 0; mi < microBatches.size(); ++mi) {
-                const int64_t mb = microBatches[mi];
-                if (overBudget) {
-                    evaluated += perRank / mb > 1 ? 2 : 1;
+        // Embedding and head units, when they are units, are a second class whose
+        // reshard_after_forward is chosen apart from the blocks'.
+        std::vector<int32_t> ends;
+        if (allStructures[sIdx].separateEnds)
+            for (size_t u = 0; u < r.units.size(); ++u)
+                for (ModuleId m : r.units[u].modules) {
+                    const std::string& f = g.module(m).fqn;
+                    if (std::find(firstEnds.begin(), firstEnds.end(), f) != firstEnds.end() ||
+                        std::find(lastEnds.begin(), lastEnds.end(), f) != lastEnds.end()) {
+                        ends.push_back(static_cast<int32_t>(u));
+                        break;
+                    }
+                }
+        std::vector<std::optional<ReshardSetting>> endChoices{std::nullopt};
+        if (!ends.empty()) {
+            endChoices.push_back(ReshardSetting::ofBool(true));
+            endChoices.push_back(ReshardSetting::ofBool(false));
+        }
+        for (size_t vi = 0; vi < variants.size(); ++vi)
+            for (size_t ei = 0; ei < endChoices.size(); ++ei) {
+                PlanVariant v = variants[vi];
+                v.endUnits = ends;
+                v.endsReshard = endChoices[ei];
+                if (!applyVariant(r, v)) {
+                    evaluated += perVariant;
                     continue;
                 }
-                bool anyFits = false;
-                for (bool syncEvery : {false, true}) {
-                    if (syncEvery && perRank / mb == 1) continue;  // one micro-batch: same plan
-                    if (cancelled || (o.cancel && o.cancel->load())) {
-                        cancelled = true;
-                        return;
+                // Memory grows with the micro-batch: once one exceeds the budget (in both
+                // sync modes), larger ones cannot fit and are not simulated.
+                bool overBudget = false;
+                for (size_t mi = 0; mi < microBatches.size(); ++mi) {
+                    const int64_t mb = microBatches[mi];
+                    if (overBudget) {
+                        evaluated += perRank / mb > 1 ? 2 : 1;
+                        continue;
                     }
-                    r.plan.syncEveryMicroBatch = syncEvery;
-                    StepOptions st{mb, o.seqLen, perRank / mb, c.node.devicesPerNode};
-                    const SimResult sim = simulate(buildStepProgram(r, st), c, r.worldSize, so);
-                    const bool fits = sim.peakReserved <= budget;
-                    anyFits = anyFits || fits;
-                    const uint64_t order =
-                        ((static_cast<uint64_t>(sIdx) * 4096 + vi) * 64 + mi) * 2 + syncEvery;
-                    out.push_back({sIdx, variants[vi], mb, syncEvery, sim.stepNs, sim.peakReserved,
-                                   fits, order});
-                    ++simulated;
-                    const size_t done = ++evaluated;
-                    if (progressOf && done % 64 == 0 && o.progress)
-                        o.progress(done, progressOf->total);
+                    bool anyFits = false;
+                    for (bool syncEvery : {false, true}) {
+                        if (syncEvery && perRank / mb == 1) continue;  // one micro-batch: same plan
+                        if (cancelled || (o.cancel && o.cancel->load())) {
+                            cancelled = true;
+                            return;
+                        }
+                        r.plan.syncEveryMicroBatch = syncEvery;
+                        StepOptions st{mb, o.seqLen, perRank / mb, c.node.devicesPerNode};
+                        const SimResult sim = simulate(buildStepProgram(r, st), c, r.worldSize, so);
+                        const bool fits = sim.peakReserved <= budget;
+                        anyFits = anyFits || fits;
+                        const uint64_t order =
+                            (((static_cast<uint64_t>(sIdx) * 4096 + vi) * 4 + ei) * 64 + mi) * 2 +
+                            syncEvery;
+                        out.push_back(
+                            {sIdx, v, mb, syncEvery, sim.stepNs, sim.peakReserved, fits, order});
+                        ++simulated;
+                        const size_t done = ++evaluated;
+                        if (progressOf && done % 64 == 0 && o.progress)
+                            o.progress(done, progressOf->total);
+                    }
+                    overBudget = !anyFits;
                 }
-                overBudget = !anyFits;
             }
-        }
     }
 
     static std::string granularity(const Structure& s) {
@@ -367,7 +396,13 @@ private:
             UnitSpec& u = p.units[order[pos]];
             if (u.name.empty() && u.modules.size() > 1)
                 u.name = u.modules.front() + ".." + u.modules.back();
-            u.settings.reshardAfterForward = ch.variant.reshard;
+            const bool isEnd =
+                ch.variant.endsReshard &&
+                std::any_of(u.modules.begin(), u.modules.end(), [&](const std::string& m) {
+                    return std::find(firstEnds.begin(), firstEnds.end(), m) != firstEnds.end() ||
+                           std::find(lastEnds.begin(), lastEnds.end(), m) != lastEnds.end();
+                });
+            u.settings.reshardAfterForward = isEnd ? *ch.variant.endsReshard : ch.variant.reshard;
             u.settings.activationCheckpointing = ch.variant.ac;
         }
         auto unitName = [&](size_t idx) {

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "engine/search/variant.h"
 
+#include <algorithm>
+
 namespace shardscope {
 
 namespace {
@@ -31,14 +33,17 @@ bool applyVariant(ResolvedPlan& r, const PlanVariant& v, std::string* why) {
         }
         if (u.isRoot) continue;  // the root keeps its own (None: False) setting
         if (v.ac) u.activationCheckpointing = *v.ac;
-        if (v.reshard.kind != ReshardSetting::Kind::Default) {
-            u.reshardDeclared = v.reshard;
+        const bool isEnd = v.endsReshard && std::find(v.endUnits.begin(), v.endUnits.end(),
+                                                      static_cast<int32_t>(i)) != v.endUnits.end();
+        const ReshardSetting& rs = isEnd ? *v.endsReshard : v.reshard;
+        if (rs.kind != ReshardSetting::Kind::Default) {
+            u.reshardDeclared = rs;
             u.postForwardBytes = 0;
             u.reshardK = 0;
-            if (v.reshard.kind == ReshardSetting::Kind::Bool) {
-                u.reshard = v.reshard.value ? Reshard::True : Reshard::False;
+            if (rs.kind == ReshardSetting::Kind::Bool) {
+                u.reshard = rs.value ? Reshard::True : Reshard::False;
             } else {
-                const int64_t k = v.reshard.k;
+                const int64_t k = rs.k;
                 if (k < 1 || S % k != 0) {
                     if (why)
                         *why = "reshard_after_forward=" + std::to_string(k) +

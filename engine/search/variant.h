@@ -7,13 +7,17 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "plans/plan/resolve.h"
 
 namespace shardscope {
 
 struct PlanVariant {
-    ReshardSetting reshard;        // for every non-root unit; Default keeps the plan's
+    ReshardSetting reshard;  // for every non-root unit; Default keeps the plan's
+    // A second unit class (embeddings and head): these units take endsReshard when set.
+    std::vector<int32_t> endUnits;
+    std::optional<ReshardSetting> endsReshard;
     std::optional<AcMode> ac;      // for every non-root unit
     int forwardPrefetchDepth = 0;  // explicit forward prefetch of the next N units (0: implicit)
     int backwardPrefetchDepth =
