@@ -135,7 +135,8 @@ public:
             for (int64_t mb : microBatches)
                 perVariant += perRank / mb > 1 ? 2 : 1;
             for (const Structure& st : structures)
-                res.total += (st.separateEnds ? 3 : 1) * variants.size() * perVariant;
+                res.total += (st.separateEnds ? (o.fsdp1Compatible ? 3 : 4) : 1) * variants.size() *
+                             perVariant;
             evaluate(res);
             if (res.cancelled ||
                 std::any_of(choices.begin(), choices.end(), [](const Choice& x) { return x.fits; }))
@@ -313,6 +314,8 @@ private:
         if (!ends.empty()) {
             endChoices.push_back(ReshardSetting::ofBool(true));
             endChoices.push_back(ReshardSetting::ofBool(false));
+            if (!o.fsdp1Compatible)
+                endChoices.push_back(ReshardSetting::ofInt(c.node.devicesPerNode));
         }
         for (size_t vi = 0; vi < variants.size(); ++vi)
             for (size_t ei = 0; ei < endChoices.size(); ++ei) {

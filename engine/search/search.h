@@ -11,7 +11,8 @@
 //                embeddings and head as units of their own, or left to the root;
 //   mesh:        1D over all ranks, or HSDP sharding within 1, 2 or 4 nodes and replicating
 //                across the rest (when nodes > 1);
-//   reshard:     True, False, the node size as an int (when it divides the shard size);
+//   reshard:     True, False, the node size as an int (when it divides the shard size), for
+//                the blocks and, apart, for embedding/head units;
 //   prefetch:    explicit forward depth 0-2 and backward depth 0-2 (0: implicit);
 //   precision:   bf16 parameters with fp32 or bf16 reduce;
 //   checkpoint:  none, selective, full;
