@@ -85,10 +85,7 @@ void showModule(ShowContext& c, ModuleId m, int depth, const std::string& label,
 
 int runModelShow(const Args& a) {
     auto g = loadModelArg(a);
-    if (!g) {
-        std::cerr << "error: " << g.error() << "\n";
-        return kExitUsage;
-    }
+    if (failed(g)) return kExitUsage;
     auto depth = a.getInt("--depth", 0);
     auto batch = a.getInt("--batch", 1);
     auto seq = a.getInt("--seq", 1);

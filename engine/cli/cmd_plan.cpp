@@ -238,10 +238,7 @@ int runPlanValidate(const Args& a) {
 
 int runPlanExport(const Args& a) {
     auto fmt = parseExportFormat(a.get("--format"));
-    if (!fmt) {
-        std::cerr << "error: --format: " << fmt.error() << "\n";
-        return kExitUsage;
-    }
+    if (failed(fmt, "--format: ")) return kExitUsage;
     const auto session = loadAndResolve(a);
     if (!session) return kExitUsage;
     const ResolvedPlan& r = session->resolved;

@@ -56,27 +56,15 @@ std::string line(const Candidate& c) {
 
 int runRecommend(const Args& a) {
     auto g = loadModelArg(a);
-    if (!g) {
-        std::cerr << "error: " << g.error() << "\n";
-        return kExitUsage;
-    }
+    if (failed(g)) return kExitUsage;
     auto cluster = loadClusterFile(a.get("--cluster"));
-    if (!cluster) {
-        std::cerr << "error: " << cluster.error() << "\n";
-        return kExitUsage;
-    }
+    if (failed(cluster)) return kExitUsage;
     auto fmt = parseExportFormat(a.get("--format"));
-    if (!fmt) {
-        std::cerr << "error: --format: " << fmt.error() << "\n";
-        return kExitUsage;
-    }
+    if (failed(fmt, "--format: ")) return kExitUsage;
     SearchOptions o;
     o.fsdp1Compatible = *fmt == ExportFormat::Fsdp1 || *fmt == ExportFormat::Lightning;
     auto seq = a.getInt("--seq", 1);
-    if (!seq) {
-        std::cerr << "error: " << seq.error() << "\n";
-        return kExitUsage;
-    }
+    if (failed(seq)) return kExitUsage;
     o.seqLen = *seq;
     if (a.has("--global-batch")) {
         auto gb = a.getInt("--global-batch", 1);

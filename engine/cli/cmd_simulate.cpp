@@ -130,20 +130,11 @@ nlohmann::json chromeTrace(const ResolvedPlan& r, const StepProgram& p, const Si
 
 int runSimulate(const Args& a) {
     auto g = loadModelArg(a);
-    if (!g) {
-        std::cerr << "error: " << g.error() << "\n";
-        return kExitUsage;
-    }
+    if (failed(g)) return kExitUsage;
     auto plan = loadPlanFile(a.get("--plan"));
-    if (!plan) {
-        std::cerr << "error: " << plan.error() << "\n";
-        return kExitUsage;
-    }
+    if (failed(plan)) return kExitUsage;
     auto cluster = loadClusterFile(a.get("--cluster"));
-    if (!cluster) {
-        std::cerr << "error: " << cluster.error() << "\n";
-        return kExitUsage;
-    }
+    if (failed(cluster)) return kExitUsage;
     for (auto [opt, field] :
          {std::pair{"--batch", &plan->microBatchSize}, std::pair{"--seq", &plan->seqLen},
           std::pair{"--micro-batches", &plan->microBatches}})

@@ -4,7 +4,7 @@
 // errors, writing outputs atomically, and plain-text tables.
 #include <nlohmann/json.hpp>
 
-#include <iosfwd>
+#include <iostream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +21,15 @@ namespace shardscope::cli {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailed = 1;
 inline constexpr int kExitUsage = 2;
+
+// Prints "error: <message>" for a failed result and says so; commands then return
+// kExitUsage.
+template <typename T>
+[[nodiscard]] bool failed(const Expected<T>& e, const std::string& prefix = "") {
+    if (e.ok()) return false;
+    std::cerr << "error: " << prefix << e.error() << "\n";
+    return true;
+}
 
 // Options every command that reads a model takes.
 std::vector<OptionSpec> modelOptions(bool required);
