@@ -19,5 +19,6 @@ std::vector<Command> doctorCommands();
 std::vector<Command> simulateCommands();
 std::vector<Command> benchCommands();
 std::vector<Command> recommendCommands();
+std::vector<Command> traceCommands();
 
 }  // namespace shardscope::cli

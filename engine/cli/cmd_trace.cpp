@@ -1,0 +1,128 @@
+// SPDX-License-Identifier: Apache-2.0
+// `shardscope trace summary`: what a PyTorch profiler (Kineto) trace says, per rank, as HTA
+// defines it: temporal breakdown, communication-computation overlap, NCCL collectives,
+// memory peaks.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "engine/cli/commands.h"
+#include "engine/cli/common.h"
+#include "plans/core/strings.h"
+#include "profiler/analysis/summary.h"
+#include "profiler/import/kineto_import.h"
+
+namespace shardscope::cli {
+
+namespace {
+
+std::string ms(int64_t ns) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.3f ms", static_cast<double>(ns) * 1e-6);
+    return b;
+}
+
+// Files, and the *.json / *.json.gz files of folders (one per rank), sorted.
+std::vector<std::string> expand(const std::vector<std::string>& args) {
+    namespace fs = std::filesystem;
+    std::vector<std::string> out;
+    for (const auto& a : args) {
+        std::error_code ec;
+        if (fs::is_directory(a, ec)) {
+            std::vector<std::string> files;
+            for (const auto& e : fs::directory_iterator(a, ec)) {
+                const std::string p = e.path().string();
+                if (endsWith(p, ".json") || endsWith(p, ".json.gz")) files.push_back(p);
+            }
+            std::sort(files.begin(), files.end());
+            out.insert(out.end(), files.begin(), files.end());
+        } else {
+            out.push_back(a);
+        }
+    }
+    return out;
+}
+
+int runTraceSummary(const Args& a) {
+    const auto files = expand(a.positionals());
+    if (files.empty()) {
+        std::cerr << "error: give one or more trace files or folders (see --help)\n";
+        return kExitUsage;
+    }
+    KinetoImportOptions o;
+    o.keepPythonFunctions = a.flag("--python-functions");
+    nlohmann::json all = nlohmann::json::array();
+    for (const auto& f : files) {
+        const auto t0 = std::chrono::steady_clock::now();
+        auto t = importKinetoFile(f, o);
+        if (failed(t)) return kExitUsage;
+        const double secs =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const TraceSummary s = summarize(*t);
+        if (a.flag("--json")) {
+            nlohmann::json j = summaryToJson(s);
+            j["file"] = f;
+            all.push_back(j);
+            continue;
+        }
+        std::cout << f << "\n  rank " << s.rank << ", " << s.dialect << "; "
+                  << withThousands(static_cast<int64_t>(s.events)) << " events on " << s.deviceLanes
+                  << " device streams and " << s.hostLanes << " host threads (read in "
+                  << static_cast<int>(secs * 1000) << " ms)\n";
+        if (s.kernelTimeNs > 0) {
+            char line[256];
+            std::snprintf(
+                line, sizeof line,
+                "  GPU time %s: compute %s (%.1f%%), non-compute %s, idle %s (%.1f%%)\n",
+                ms(s.kernelTimeNs).c_str(), ms(s.computeNs).c_str(),
+                100.0 * static_cast<double>(s.computeNs) / static_cast<double>(s.kernelTimeNs),
+                ms(s.nonComputeNs).c_str(), ms(s.idleNs).c_str(),
+                100.0 * static_cast<double>(s.idleNs) / static_cast<double>(s.kernelTimeNs));
+            std::cout << line;
+            std::snprintf(line, sizeof line,
+                          "  communication %s, %.1f%% of it overlapped by compute\n",
+                          ms(s.commNs).c_str(), 100.0 * s.overlapRatio);
+            std::cout << line;
+        } else {
+            std::cout << "  no GPU events (a CPU-only trace)\n";
+        }
+        for (const auto& [name, c] : s.collectives)
+            std::cout << "  collective " << name << ": " << c.count << " calls, "
+                      << formatBytes(c.bytes) << ", " << ms(c.durationNs) << "\n";
+        if (s.peakAllocated > 0)
+            std::cout << "  device memory peak: allocated " << formatBytes(s.peakAllocated)
+                      << ", reserved " << formatBytes(s.peakReserved) << "\n";
+        if (s.skippedPythonFunctions > 0)
+            std::cout << "  skipped " << s.skippedPythonFunctions
+                      << " python_function events (--python-functions keeps them)\n";
+        if (s.orphanFlowEnds > 0)
+            std::cout << "  " << s.orphanFlowEnds << " flow ends without a start (tolerated)\n";
+    }
+    if (a.flag("--json")) return emitJson(all, "").ok() ? kExitOk : kExitUsage;
+    return kExitOk;
+}
+
+}  // namespace
+
+std::vector<Command> traceCommands() {
+    CommandSpec s;
+    s.name = "trace summary";
+    s.summary =
+        "Summarise PyTorch profiler (Kineto) traces: GPU time breakdown, overlap, collectives, "
+        "memory.";
+    s.description =
+        "Reads .json or .json.gz Kineto traces (a file per rank, or folders of them), streaming,\n"
+        "in any of the three dialects PyTorch has written. Breakdown and overlap follow\n"
+        "HolisticTraceAnalysis exactly: kernels classified by name (communication ^nccl, memory\n"
+        "Memcpy/Memset, computation otherwise), idle = span - |union of GPU events|, overlap =\n"
+        "|comm ∩ compute| / |comm|.";
+    s.positionalsMetavar = "FILE|DIR...";
+    s.options = {{"--json", "", "print JSON, one object per file"},
+                 {"--python-functions", "", "keep python_function events (skipped by default)"}};
+    s.examples = {"shardscope trace summary traces/rank0.pt.trace.json.gz",
+                  "shardscope trace summary --json profiler_output/"};
+    return {{s, runTraceSummary}};
+}
+
+}  // namespace shardscope::cli

@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "profiler/analysis/summary.h"
+
+#include <algorithm>
+
+namespace shardscope {
+
+namespace {
+
+using Interval = std::pair<int64_t, int64_t>;
+
+std::vector<Interval> merge(std::vector<Interval> v) {
+    std::sort(v.begin(), v.end());
+    std::vector<Interval> out;
+    for (const auto& iv : v) {
+        if (iv.second <= iv.first) continue;
+        if (!out.empty() && iv.first <= out.back().second)
+            out.back().second = std::max(out.back().second, iv.second);
+        else
+            out.push_back(iv);
+    }
+    return out;
+}
+
+int64_t length(const std::vector<Interval>& u) {
+    int64_t n = 0;
+    for (const auto& iv : u)
+        n += iv.second - iv.first;
+    return n;
+}
+
+int64_t intersect(const std::vector<Interval>& a, const std::vector<Interval>& b) {
+    int64_t n = 0;
+    size_t i = 0, j = 0;
+    while (i < a.size() && j < b.size()) {
+        const int64_t lo = std::max(a[i].first, b[j].first),
+                      hi = std::min(a[i].second, b[j].second);
+        if (hi > lo) n += hi - lo;
+        (a[i].second < b[j].second ? i : j)++;
+    }
+    return n;
+}
+
+}  // namespace
+
+TraceSummary summarize(const Trace& t) {
+    TraceSummary s;
+    s.rank = t.rank;
+    s.dialect = t.dialect;
+    s.events = t.size();
+    for (const auto& l : t.lanes)
+        (l.kind == LaneKind::DeviceStream ? s.deviceLanes : s.hostLanes)++;
+    std::vector<Interval> all, compute, comm;
+    int64_t first = INT64_MAX, last = INT64_MIN;
+    for (size_t i = 0; i < t.size(); ++i) {
+        if (t.lanes[static_cast<size_t>(t.lane[i])].kind != LaneKind::DeviceStream) continue;
+        const Interval iv{t.start[i], t.start[i] + t.dur[i]};
+        first = std::min(first, iv.first);
+        last = std::max(last, iv.second);
+        all.push_back(iv);
+        if (t.cls[i] == EventClass::Computation) compute.push_back(iv);
+        if (t.cls[i] == EventClass::Communication) comm.push_back(iv);
+    }
+    if (!all.empty()) {
+        s.kernelTimeNs = last - first;
+        const auto allU = merge(all), compU = merge(compute), commU = merge(comm);
+        s.idleNs = s.kernelTimeNs - length(allU);
+        s.computeNs = length(compU);
+        s.nonComputeNs = s.kernelTimeNs - s.computeNs - s.idleNs;
+        s.commNs = length(commU);
+        s.overlapRatio = s.commNs > 0 ? static_cast<double>(intersect(commU, compU)) /
+                                            static_cast<double>(s.commNs)
+                                      : 0;
+    }
+    for (const auto& c : t.collectives) {
+        auto& st = s.collectives[c.name.empty() ? "unknown" : c.name];
+        ++st.count;
+        st.bytes += c.bytes;
+        st.durationNs += t.dur[static_cast<size_t>(c.event)];
+    }
+    for (const auto& m : t.memory) {
+        s.peakAllocated = std::max(s.peakAllocated, m.allocated);
+        s.peakReserved = std::max(s.peakReserved, m.reserved);
+    }
+    s.skippedPythonFunctions = t.skippedPythonFunctions;
+    s.orphanFlowEnds = t.orphanFlowEnds;
+    s.flows = t.flows;
+    s.eventsByCategory.insert(t.eventsByCategory.begin(), t.eventsByCategory.end());
+    return s;
+}
+
+nlohmann::json summaryToJson(const TraceSummary& s) {
+    nlohmann::json coll = nlohmann::json::object();
+    for (const auto& [name, c] : s.collectives)
+        coll[name] = {{"count", c.count}, {"bytes", c.bytes}, {"duration_ns", c.durationNs}};
+    return {{"rank", s.rank},
+            {"dialect", s.dialect},
+            {"events", s.events},
+            {"device_lanes", s.deviceLanes},
+            {"host_lanes", s.hostLanes},
+            {"temporal_breakdown",
+             {{"kernel_time_ns", s.kernelTimeNs},
+              {"compute_ns", s.computeNs},
+              {"non_compute_ns", s.nonComputeNs},
+              {"idle_ns", s.idleNs}}},
+            {"comm_ns", s.commNs},
+            {"comp_comm_overlap_ratio", s.overlapRatio},
+            {"collectives", coll},
+            {"peak_allocated_bytes", s.peakAllocated},
+            {"peak_reserved_bytes", s.peakReserved},
+            {"skipped_python_functions", s.skippedPythonFunctions},
+            {"flows", s.flows},
+            {"orphan_flow_ends", s.orphanFlowEnds},
+            {"events_by_category", s.eventsByCategory}};
+}
+
+}  // namespace shardscope

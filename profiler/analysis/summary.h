@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Per-rank summary of a trace, computed as HolisticTraceAnalysis defines it
+// (../shared/reference/trace-formats.md):
+//  - temporal breakdown over GPU events: kernel_time = last end - first start;
+//    idle = kernel_time - |union of all|; compute = |union of computation kernels|;
+//    non_compute = kernel_time - compute - idle (communication hidden under compute counts
+//    as compute);
+//  - communication-computation overlap = |union(comm) ∩ union(compute)| / |union(comm)|;
+//  - NCCL collectives by name with message sizes; device-memory peaks.
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "profiler/trace/trace.h"
+
+namespace shardscope {
+
+struct TraceSummary {
+    int64_t rank = 0;
+    std::string dialect;
+    size_t events = 0;
+    size_t deviceLanes = 0, hostLanes = 0;
+    int64_t kernelTimeNs = 0, computeNs = 0, nonComputeNs = 0, idleNs = 0;
+    int64_t commNs = 0;  // |union of communication kernels|
+    double overlapRatio = 0;
+    struct CollectiveStats {
+        int64_t count = 0, bytes = 0, durationNs = 0;
+    };
+    std::map<std::string, CollectiveStats> collectives;
+    int64_t peakAllocated = 0, peakReserved = 0;
+    int64_t skippedPythonFunctions = 0, orphanFlowEnds = 0, flows = 0;
+    std::map<std::string, int64_t> eventsByCategory;
+};
+
+[[nodiscard]] TraceSummary summarize(const Trace& t);
+[[nodiscard]] nlohmann::json summaryToJson(const TraceSummary& s);
+
+}  // namespace shardscope

@@ -1,0 +1,30 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Imports PyTorch profiler (Kineto) Chrome-trace JSON, plain or gzip, streaming: a SAX
+// parser builds one small JSON value per event, consumes it and drops it, so a file is never
+// held whole as a DOM. Three dialects are handled (../shared/reference/trace-formats.md):
+// modern (relative ts with baseTimeNanoseconds), absolute epoch microseconds, and the 2021
+// legacy categories (Kernel/Memcpy/Memset/Runtime/Operator, tid "stream 7").
+//  - GPU events (kernel, gpu_memcpy, gpu_memset and the legacy names) are classified as HTA
+//    does: communication ^nccl|^hip|^hccl|ncclKernel, memory ^(hip)?Memcpy|^(hip)?Memset|^dma,
+//    computation unless a non-compute pattern matches;
+//  - NCCL kernels become collectives, sized by their "Collective name", "In msg nelems" and
+//    "dtype" args, or through "External id" from the record_param_comms CPU op;
+//  - [memory] instant events become the device-memory counter;
+//  - python_function events are skipped (counted) unless asked for; flow ends without a
+//    start are tolerated (counted).
+#include <string>
+
+#include "plans/core/expected.h"
+#include "profiler/trace/trace.h"
+
+namespace shardscope {
+
+struct KinetoImportOptions {
+    bool keepPythonFunctions = false;
+};
+
+[[nodiscard]] Expected<Trace> importKinetoFile(const std::string& path,
+                                               const KinetoImportOptions& o = {});
+
+}  // namespace shardscope

@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The trace model every timeline source feeds: PyTorch profiler (Kineto) files today, the
+// engine's recorders and the simulator later. Ranks have lanes (a device stream or a host
+// thread); events are stored column by column with interned names, nanoseconds relative to
+// the trace start. Counters hold memory over time.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace shardscope {
+
+class StringTable {
+public:
+    int32_t intern(std::string_view s);
+    [[nodiscard]] const std::string& at(int32_t id) const {
+        return m_strings[static_cast<size_t>(id)];
+    }
+    [[nodiscard]] size_t size() const { return m_strings.size(); }
+
+private:
+    std::vector<std::string> m_strings;
+    std::unordered_map<std::string, int32_t> m_index;
+};
+
+// HTA's kernel classes (hta/common/types.py): communication, memory, computation.
+enum class EventClass : uint8_t { Computation, Communication, Memory, Cpu, Other };
+[[nodiscard]] const char* eventClassName(EventClass c);
+
+enum class LaneKind : uint8_t { DeviceStream, HostThread };
+
+struct Lane {
+    int32_t rank = 0;
+    LaneKind kind = LaneKind::HostThread;
+    int64_t pid = 0;
+    std::string tid;  // numeric or "stream 7"
+    std::string name;
+};
+
+struct Collective {
+    int32_t event = -1;  // index into events
+    std::string name;    // "allreduce", "_allgather_base", ...
+    int64_t bytes = 0;   // message size in bytes (0 when the trace does not say)
+    int32_t groupSize = 0;
+};
+
+struct MemoryCounter {
+    int64_t ts = 0;
+    int64_t allocated = 0;
+    int64_t reserved = 0;
+};
+
+struct Trace {
+    StringTable strings;
+    std::vector<Lane> lanes;
+    // Events, one entry per column (structure of arrays).
+    std::vector<int64_t> start, dur;
+    std::vector<int32_t> lane, name, category;
+    std::vector<EventClass> cls;
+    std::vector<Collective> collectives;
+    std::vector<MemoryCounter> memory;  // device memory, from [memory] events
+    // Import statistics, reported rather than failing on odd input.
+    int64_t skippedPythonFunctions = 0;
+    int64_t orphanFlowEnds = 0;
+    int64_t flows = 0;
+    int64_t rank = 0;
+    std::string
+        dialect;  // "modern (relative ts, baseTimeNanoseconds)", "absolute us", "legacy 2021"
+    std::unordered_map<std::string, int64_t> eventsByCategory;
+
+    [[nodiscard]] size_t size() const { return start.size(); }
+};
+
+}  // namespace shardscope

@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: Apache-2.0
+// Golden tests on every real trace in ../shared/data/traces/: event counts by category,
+// NCCL collectives with their sizes, memory peaks, overlap and breakdown figures.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "profiler/analysis/summary.h"
+#include "profiler/import/kineto_import.h"
+#include "tests/support/golden.h"
+
+using namespace shardscope;
+using shardscope::test::matchesGolden;
+
+namespace {
+
+std::string sharedTraces() {
+    return std::string(SHARDSCOPE_SOURCE_DIR) + "/../shared/data/traces";
+}
+
+std::vector<std::string> traceFiles() {
+    std::vector<std::string> out;
+    std::error_code ec;
+    if (!std::filesystem::exists(sharedTraces(), ec)) return out;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(sharedTraces(), ec))
+        if (e.path().string().size() > 8 &&
+            e.path().string().rfind(".json.gz") == e.path().string().size() - 8)
+            out.push_back(e.path().string());
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+}  // namespace
+
+TEST(KinetoImport, GoldenSummariesOfEverySharedTrace) {
+    const auto files = traceFiles();
+    if (files.empty()) GTEST_SKIP() << "needs ../shared/data/traces beside the checkout";
+    EXPECT_EQ(files.size(), 6u);
+    for (const auto& f : files) {
+        auto t = importKinetoFile(f);
+        ASSERT_TRUE(t.ok()) << t.error();
+        const std::string name = std::filesystem::path(f).filename().string();
+        EXPECT_TRUE(matchesGolden("traces/" + name + ".summary.json",
+                                  summaryToJson(summarize(*t)).dump(1) + "\n"));
+    }
+}
+
+TEST(KinetoImport, DialectsAndHtaFigures) {
+    if (traceFiles().empty()) GTEST_SKIP() << "needs ../shared/data/traces beside the checkout";
+    auto nccl = importKinetoFile(
+        sharedTraces() + "/HolisticTraceAnalysis/tests/data/nccl_parser_config/nccl_data.json.gz");
+    ASSERT_TRUE(nccl.ok());
+    const TraceSummary s = summarize(*nccl);
+    EXPECT_EQ(s.dialect, "modern (relative ts, baseTimeNanoseconds)");
+    // Breakdown identities as HTA defines them.
+    EXPECT_EQ(s.computeNs + s.nonComputeNs + s.idleNs, s.kernelTimeNs);
+    EXPECT_GT(s.collectives.at("allreduce").bytes, 0);
+    auto legacy = importKinetoFile(
+        sharedTraces() +
+        "/kineto/tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz");
+    ASSERT_TRUE(legacy.ok());
+    EXPECT_EQ(legacy->dialect, "legacy 2021 categories");
+    bool stream7 = false;
+    for (const auto& l : legacy->lanes)
+        stream7 = stream7 || l.tid == "\"stream 7\"" || l.tid == "stream 7";
+    EXPECT_TRUE(stream7);
+    auto b200 =
+        importKinetoFile(sharedTraces() + "/TraceLens/tests/traces/b200/eager_trace.json.gz");
+    ASSERT_TRUE(b200.ok());
+    EXPECT_GT(b200->skippedPythonFunctions, 10000);
+    EXPECT_EQ(summarize(*b200).collectives.count("_allgather_base"), 1u);
+}
+
+TEST(KinetoImport, BadInputIsAClearError) {
+    const std::string dir = std::filesystem::temp_directory_path() / "shardscope_trace_test";
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir + "/bad.json") << R"({"traceEvents": [{"ph": "X", "ts": 1,)";
+    auto r = importKinetoFile(dir + "/bad.json");
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().rfind(dir + "/bad.json: not a valid Chrome/Kineto trace JSON", 0), 0u)
+        << r.error();
+    EXPECT_EQ(importKinetoFile(dir + "/missing.json").error(),
+              dir + "/missing.json: cannot open file");
+}
