@@ -5,13 +5,84 @@
 #include "plans/core/json_reader.h"
 #include "plans/model/model_json.h"
 #include "plans/plan/plan_json.h"
+#include "profiler/import/kineto_import.h"
+
+#include <algorithm>
+#include <fstream>
 
 namespace shardscope::gui {
+
+namespace {
+
+// Kineto traces are gzip files or JSON with "traceEvents": sniffed from the first bytes, then
+// imported streaming rather than parsed whole.
+bool looksLikeTrace(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    char head[4096] = {};
+    in.read(head, sizeof head);
+    const std::string text(head, static_cast<size_t>(in.gcount()));
+    if (text.size() >= 2 && static_cast<unsigned char>(text[0]) == 0x1f &&
+        static_cast<unsigned char>(text[1]) == 0x8b)
+        return true;
+    return text.find("\"traceEvents\"") != std::string::npos;
+}
+
+TimelineData timelineFromTrace(const Trace& t) {
+    TimelineData d;
+    // GPU streams: kernels on one stream do not overlap. CPU-only traces show host threads.
+    bool anyDevice = false;
+    for (const auto& l : t.lanes)
+        anyDevice = anyDevice || l.kind == LaneKind::DeviceStream;
+    std::vector<int32_t> rowOfLane(t.lanes.size(), -1);
+    for (size_t i = 0; i < t.lanes.size(); ++i)
+        if ((t.lanes[i].kind == LaneKind::DeviceStream) == anyDevice) {
+            rowOfLane[i] = static_cast<int32_t>(d.rows.size());
+            d.rows.push_back({t.lanes[i].name.empty() ? t.lanes[i].tid : t.lanes[i].name, {}});
+        }
+    for (size_t i = 0; i < t.size(); ++i) {
+        const int32_t row = rowOfLane[static_cast<size_t>(t.lane[i])];
+        if (row < 0 || (anyDevice && t.cls[i] == EventClass::Cpu))
+            continue;  // annotations overlap kernels
+        EventKind k = EventKind::Other;
+        switch (t.cls[i]) {
+            case EventClass::Computation:
+                k = EventKind::Compute;
+                break;
+            case EventClass::Communication:
+                k = EventKind::AllGather;
+                break;
+            case EventClass::Memory:
+                k = EventKind::Copy;
+                break;
+            default:
+                k = EventKind::Other;
+        }
+        d.rows[static_cast<size_t>(row)].events.push_back({t.start[i], t.start[i] + t.dur[i], k,
+                                                           static_cast<int32_t>(i),
+                                                           t.strings.at(t.name[i])});
+        d.endNs = std::max(d.endNs, t.start[i] + t.dur[i]);
+    }
+    for (auto& r : d.rows)
+        std::sort(r.events.begin(), r.events.end(),
+                  [](const TimelineEvent& a, const TimelineEvent& b) { return a.start < b.start; });
+    return d;
+}
+
+}  // namespace
 
 LoadedFile loadFile(const QString& path) {
     LoadedFile f;
     f.path = path;
     const std::string p = path.toStdString();
+    if (looksLikeTrace(p)) {
+        f.kind = LoadedFile::Kind::Trace;
+        auto t = importKinetoFile(p);
+        if (t)
+            f.trace = std::make_shared<const Trace>(std::move(*t));
+        else
+            f.error = QString::fromStdString(t.error());
+        return f;
+    }
     auto j = readJsonFile(p);
     if (!j) {
         f.error = QString::fromStdString(j.error());
@@ -65,7 +136,14 @@ void Document::apply(const LoadedFile& f) {
             cluster = f.cluster;
             clusterPath = f.path;
             break;
+        case LoadedFile::Kind::Trace:
+            trace = f.trace;
+            tracePath = f.path;
+            traceTimeline = std::make_shared<const TimelineData>(timelineFromTrace(*trace));
+            showTrace = true;
+            return;
     }
+    showTrace = false;
     resolved.reset();
     timeline.reset();
     simulation.reset();

@@ -11,6 +11,7 @@
 
 #include "engine/search/variant.h"
 #include "engine/sim/simulator.h"
+#include "profiler/trace/trace.h"
 #include "gui/timeline/timeline_widget.h"
 #include "plans/cluster/cluster.h"
 #include "plans/model/model_graph.h"
@@ -20,11 +21,12 @@
 namespace shardscope::gui {
 
 struct LoadedFile {
-    enum class Kind { Model, Plan, Cluster } kind = Kind::Model;
+    enum class Kind { Model, Plan, Cluster, Trace } kind = Kind::Model;
     QString path;
     std::shared_ptr<const ModelGraph> model;
     std::shared_ptr<const Plan> plan;
     std::shared_ptr<const ClusterSpec> cluster;
+    std::shared_ptr<const Trace> trace;  // a PyTorch profiler (Kineto) trace
     QString error;  // non-empty when loading failed; names the file and field
 };
 
@@ -40,6 +42,12 @@ struct Document {
     // The simulated step, when a cluster is open too and the plan has no errors.
     std::shared_ptr<const TimelineData> timeline;
     std::shared_ptr<const SimResult> simulation;
+    // An opened profiler trace; the timeline shows whichever of trace and simulation was
+    // opened last.
+    std::shared_ptr<const Trace> trace;
+    QString tracePath;
+    std::shared_ptr<const TimelineData> traceTimeline;
+    bool showTrace = false;
 
     void apply(const LoadedFile& f);  // replaces the slot of f's kind and re-resolves
 

@@ -28,6 +28,7 @@
 #include "gui/models/unit_table_model.h"
 #include "gui/timeline/timeline_widget.h"
 #include "plans/core/strings.h"
+#include "profiler/analysis/summary.h"
 
 namespace shardscope::gui {
 
@@ -137,7 +138,8 @@ MainWindow::MainWindow(QWidget* parent)
     QMenu* file = menuBar()->addMenu("&File");
     file->addAction("&Open...", QKeySequence::Open, this, [this] {
         const QStringList paths = QFileDialog::getOpenFileNames(
-            this, "Open model, plan or cluster", QString(), "JSON files (*.json);;All files (*)");
+            this, "Open model, plan, cluster or PyTorch profiler trace", QString(),
+            "JSON files (*.json *.json.gz);;All files (*)");
         if (!paths.isEmpty()) openFiles(paths);
     });
     m_recent = file->addMenu("Open &Recent");
@@ -258,6 +260,22 @@ void MainWindow::whatIfChanged() {
 }
 
 void MainWindow::showSimulation() {
+    if (m_doc.showTrace && m_doc.traceTimeline) {
+        m_timeline->setData(m_doc.traceTimeline);
+        const TraceSummary s = summarize(*m_doc.trace);
+        m_simSummary->setText(QString("<b>Trace</b> %1 (rank %2, %3): GPU time %4 ms, compute %5 "
+                                      "ms, idle %6 ms; communication %7 ms, "
+                                      "%8% overlapped by compute (HTA's definitions)")
+                                  .arg(QFileInfo(m_doc.tracePath).fileName().toHtmlEscaped())
+                                  .arg(s.rank)
+                                  .arg(QString::fromStdString(s.dialect))
+                                  .arg(s.kernelTimeNs * 1e-6, 0, 'f', 1)
+                                  .arg(s.computeNs * 1e-6, 0, 'f', 1)
+                                  .arg(s.idleNs * 1e-6, 0, 'f', 1)
+                                  .arg(s.commNs * 1e-6, 0, 'f', 1)
+                                  .arg(100.0 * s.overlapRatio, 0, 'f', 1));
+        return;
+    }
     m_timeline->setData(m_doc.timeline);
     if (const auto& sim = m_doc.simulation) {
         m_simSummary->setText(QString("<b>Simulated step</b> %1 ms: compute %2 ms, communication "

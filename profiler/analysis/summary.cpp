@@ -53,7 +53,9 @@ TraceSummary summarize(const Trace& t) {
     std::vector<Interval> all, compute, comm;
     int64_t first = INT64_MAX, last = INT64_MIN;
     for (size_t i = 0; i < t.size(); ++i) {
-        if (t.lanes[static_cast<size_t>(t.lane[i])].kind != LaneKind::DeviceStream) continue;
+        // GPU activity only (kernels, memcpy, memset): host ranges and GPU user annotations
+        // projected onto a stream are not device work.
+        if (t.cls[i] == EventClass::Cpu) continue;
         const Interval iv{t.start[i], t.start[i] + t.dur[i]};
         first = std::min(first, iv.first);
         last = std::max(last, iv.second);

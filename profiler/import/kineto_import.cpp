@@ -158,6 +158,11 @@ public:
         for (auto& l : t.lanes) {
             auto it = threadNames.find(std::to_string(l.pid) + "/" + l.tid);
             l.name = it != threadNames.end() && !it->second.empty() ? it->second : l.tid;
+            // Kineto writes "stream 7 " (trailing space) and quoted legacy tids.
+            while (!l.name.empty() && (l.name.back() == ' ' || l.name.back() == '"'))
+                l.name.pop_back();
+            while (!l.name.empty() && l.name.front() == '"')
+                l.name.erase(l.name.begin());
         }
     }
 

@@ -11,6 +11,7 @@
 #include <QSpinBox>
 #include <QTest>
 
+#include <filesystem>
 #include <set>
 
 #include "gui/app/document.h"
@@ -224,4 +225,27 @@ TEST(GuiWindow, WhatIfPrefetchAndReshardResimulateLive) {
     w.reshardBox()->setCurrentIndex(0);
     w.forwardPrefetchBox()->setValue(0);
     EXPECT_EQ(w.document().simulation->stepNs, planned);
+}
+
+TEST(GuiWindow, OpensAPyTorchProfilerTraceOnTheTimeline) {
+    const std::string f = std::string(SHARDSCOPE_SOURCE_DIR) +
+                          "/../shared/data/traces/HolisticTraceAnalysis/tests/data/"
+                          "nccl_parser_config/nccl_data.json.gz";
+    if (!std::filesystem::exists(f))
+        GTEST_SKIP() << "needs ../shared/data/traces beside the checkout";
+    qputenv("SHARDSCOPE_GUI_NO_DIALOGS", "1");
+    MainWindow w;
+    w.resize(1200, 800);
+    w.show();
+    bool done = false;
+    w.openFiles({QString::fromStdString(f)}, [&] { done = true; });
+    ASSERT_TRUE(QTest::qWaitFor([&] { return done; }, 30000));
+    ASSERT_TRUE(w.document().trace);
+    EXPECT_TRUE(w.document().showTrace);
+    std::vector<std::string> rows;
+    for (const auto& r : w.document().traceTimeline->rows)
+        rows.push_back(r.name);
+    EXPECT_EQ(rows, (std::vector<std::string>{"stream 7", "stream 40"}));
+    w.timeline()->repaint();
+    EXPECT_FALSE(w.timeline()->lastDrawList().empty());
 }
