@@ -131,7 +131,15 @@ public:
         t.name.push_back(t.strings.intern(name));
         t.category.push_back(t.strings.intern(cat));
         EventClass cls = EventClass::Cpu;
-        if (gpu) cls = classify(name, cat);
+        if (gpu) {
+            // Kernel names repeat by the thousand: classify each (name, category) once.
+            const int64_t key = (static_cast<int64_t>(t.name.back()) << 32) |
+                                static_cast<uint32_t>(t.category.back());
+            auto it = classCache.find(key);
+            cls = it != classCache.end()
+                      ? it->second
+                      : classCache.emplace(key, classify(name, cat)).first->second;
+        }
         t.cls.push_back(cls);
         if (gpu && cls == EventClass::Communication && isNcclKernel(name))
             collective(idx, name, args);
@@ -184,6 +192,7 @@ private:
     std::vector<std::string> flowStarts, flowEnds;
     std::unordered_map<int64_t, json> paramComms;
     std::unordered_map<int32_t, int64_t> pendingExternal;  // collective event -> External id
+    std::unordered_map<int64_t, EventClass> classCache;    // (name id, category id) -> class
     int64_t legacyAllocated = 0;
 
     static std::string key(const json& e) {
