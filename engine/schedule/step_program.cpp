@@ -230,7 +230,8 @@ private:
         Op ci{OpKind::CopyIn, phase, Stream::CopyIn, UnitId(u), mb};
         ci.memBytes =
             2.0 * static_cast<double>(fromPostForward ? unit.postForwardBytes : unit.shardedBytes);
-        agBuf[u] = buffer(unit.unshardedBytes, MemCategory::AllGatherBuffer, Stream::CopyIn, unit.allGatherDtype);
+        agBuf[u] = buffer(unit.unshardedBytes, MemCategory::AllGatherBuffer, Stream::CopyIn,
+                          unit.allGatherDtype);
         ci.allocs.push_back(agBuf[u]);
         if (h2d.valid()) ci.waits.push_back(h2d);
         // FSDP1 limit_all_gathers: at most two unsharded units in flight; the CPU blocks on
@@ -262,8 +263,8 @@ private:
         Op co{OpKind::CopyOut, phase, Stream::Compute, UnitId(u), mb};
         co.memBytes = 2.0 * static_cast<double>(unit.unshardedBytes);
         co.waits.push_back(pendingAg[u]);
-        unshardedBuf[u] =
-            buffer(unit.unshardedBytes, MemCategory::UnshardedParams, Stream::Compute, unit.allGatherDtype);
+        unshardedBuf[u] = buffer(unit.unshardedBytes, MemCategory::UnshardedParams, Stream::Compute,
+                                 unit.allGatherDtype);
         co.allocs.push_back(unshardedBuf[u]);
         if (phase == Phase::Forward) {
             // Release the previous group's flat buffer; keep this one until the next group.
@@ -294,8 +295,8 @@ private:
         if (!unsharded[u] || r.noShard) return;
         op(at).frees.push_back(unshardedBuf[u]);
         if (keepPostForwardCopy) {
-            postForwardBuf[u] =
-                buffer(r.units[u].postForwardBytes, MemCategory::UnshardedParams, Stream::Compute, r.units[u].allGatherDtype);
+            postForwardBuf[u] = buffer(r.units[u].postForwardBytes, MemCategory::UnshardedParams,
+                                       Stream::Compute, r.units[u].allGatherDtype);
             op(at).allocs.push_back(postForwardBuf[u]);
         }
         unsharded[u] = 0;
@@ -337,8 +338,8 @@ private:
                 prefetchForward(sg.unit, mb);
             }
             Op c = computeOp(OpKind::Forward, Phase::Forward, sg, mb, sg.fwdFlops, sg.fwdMem);
-            savedBuf[i] =
-                buffer(static_cast<int64_t>(sg.saved), MemCategory::Activations, Stream::Compute, r.units[sg.unit].allGatherDtype);
+            savedBuf[i] = buffer(static_cast<int64_t>(sg.saved), MemCategory::Activations,
+                                 Stream::Compute, r.units[sg.unit].allGatherDtype);
             c.allocs.push_back(savedBuf[i]);
             lastCompute = add(std::move(c));
             if (lastSeg[sg.unit] == static_cast<int32_t>(i) && sg.unit != 0) {
@@ -380,7 +381,8 @@ private:
         ci.memBytes = static_cast<double>(unit.unshardedBytes + rsIn);
         if (prevReduce.valid())
             ci.waits.push_back(prevReduce);  // waits on the previous reduce-scatter
-        const BufferId in = buffer(rsIn, MemCategory::ReduceScatterBuffer, Stream::Compute, unit.reduceDtype);
+        const BufferId in =
+            buffer(rsIn, MemCategory::ReduceScatterBuffer, Stream::Compute, unit.reduceDtype);
         ci.allocs.push_back(in);
         if (grads.valid()) ci.frees.push_back(grads);
         const OpId ciId = add(std::move(ci));
@@ -394,7 +396,8 @@ private:
         rs.processGroup = r.noShard ? 1 : 0;
         rs.waits.push_back(ciId);
         const BufferId sharded =
-            buffer(unit.shardedBytes, MemCategory::Gradients, Stream::ReduceScatter, unit.params.empty() ? DType::Float32 : g.param(unit.params[0]).dtype);
+            buffer(unit.shardedBytes, MemCategory::Gradients, Stream::ReduceScatter,
+                   unit.params.empty() ? DType::Float32 : g.param(unit.params[0]).dtype);
         rs.allocs.push_back(sharded);
         rs.frees.push_back(in);
         prevReduce = add(std::move(rs));
@@ -460,15 +463,17 @@ private:
             }
             if (sg.recomputeFlops > 0) {
                 Op rc = computeOp(OpKind::Recompute, Phase::Backward, sg, mb, sg.recomputeFlops, 0);
-                const BufferId tmp = buffer(static_cast<int64_t>(sg.recomputeSaved), MemCategory::Activations, Stream::Compute, r.units[sg.unit].allGatherDtype);
+                const BufferId tmp =
+                    buffer(static_cast<int64_t>(sg.recomputeSaved), MemCategory::Activations,
+                           Stream::Compute, r.units[sg.unit].allGatherDtype);
                 rc.allocs.push_back(tmp);
                 add(std::move(rc));
                 savedTemp.push_back(tmp);
             }
             Op c = computeOp(OpKind::Backward, Phase::Backward, sg, mb, sg.bwdFlops, sg.bwdMem);
             if (!gradBuf[u].valid()) {
-                gradBuf[u] =
-                    buffer(r.units[u].unshardedBytes, MemCategory::Gradients, Stream::Compute, r.units[u].allGatherDtype);
+                gradBuf[u] = buffer(r.units[u].unshardedBytes, MemCategory::Gradients,
+                                    Stream::Compute, r.units[u].allGatherDtype);
                 c.allocs.push_back(gradBuf[u]);
             }
             c.frees.push_back(savedBuf[i]);

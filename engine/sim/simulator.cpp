@@ -3,49 +3,14 @@
 
 #include <algorithm>
 
+#include "plans/core/intervals.h"
+
 #include "engine/sim/allocator_model.h"
 #include "engine/sim/cost_model.h"
 
 namespace shardscope {
 
 namespace {
-
-using Interval = std::pair<int64_t, int64_t>;
-
-std::vector<Interval> unionOf(std::vector<Interval> v) {
-    if (!std::is_sorted(v.begin(), v.end()))
-        std::sort(v.begin(), v.end());  // one stream: already sorted
-    std::vector<Interval> out;
-    out.reserve(v.size());
-    for (const auto& iv : v) {
-        if (iv.second <= iv.first) continue;
-        if (!out.empty() && iv.first <= out.back().second)
-            out.back().second = std::max(out.back().second, iv.second);
-        else
-            out.push_back(iv);
-    }
-    return out;
-}
-
-int64_t total(const std::vector<Interval>& u) {
-    int64_t t = 0;
-    for (const auto& iv : u)
-        t += iv.second - iv.first;
-    return t;
-}
-
-// |a ∩ b| for two sorted unions.
-int64_t intersection(const std::vector<Interval>& a, const std::vector<Interval>& b) {
-    int64_t t = 0;
-    size_t i = 0, j = 0;
-    while (i < a.size() && j < b.size()) {
-        const int64_t lo = std::max(a[i].first, b[j].first),
-                      hi = std::min(a[i].second, b[j].second);
-        if (hi > lo) t += hi - lo;
-        (a[i].second < b[j].second ? i : j)++;
-    }
-    return t;
-}
 
 // Overlap of [s, e) with a sorted union.
 int64_t overlapWith(int64_t s, int64_t e, const std::vector<Interval>& u) {
@@ -105,7 +70,7 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
         std::vector<Interval> v;
         for (size_t i = 0; i < n; ++i)
             if (isCollective(p.ops[i].kind)) v.push_back({r.start[i], r.end[i]});
-        return unionOf(std::move(v));
+        return mergeIntervals(std::move(v));
     };
     if (c.sim.overlapSlowdown > 0) {
         const auto comm = commUnion();
@@ -129,10 +94,10 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
             r.computeNs += dur[i];
         }
     }
-    const auto computeU = unionOf(std::move(compute));
+    const auto computeU = mergeIntervals(std::move(compute));
     const auto commU = commUnion();
-    r.commNs = total(commU);
-    const int64_t both = intersection(commU, computeU);
+    r.commNs = totalLength(commU);
+    const int64_t both = intersectionLength(commU, computeU);
     r.exposedCommNs = r.commNs - both;
     r.overlapRatio = r.commNs > 0 ? static_cast<double>(both) / static_cast<double>(r.commNs) : 0.0;
 

@@ -11,12 +11,12 @@
 
 #include "engine/search/variant.h"
 #include "engine/sim/simulator.h"
-#include "profiler/trace/trace.h"
 #include "gui/timeline/timeline_widget.h"
 #include "plans/cluster/cluster.h"
 #include "plans/model/model_graph.h"
 #include "plans/plan/plan.h"
 #include "plans/plan/resolve.h"
+#include "profiler/trace/trace.h"
 
 namespace shardscope::gui {
 
@@ -27,7 +27,7 @@ struct LoadedFile {
     std::shared_ptr<const Plan> plan;
     std::shared_ptr<const ClusterSpec> cluster;
     std::shared_ptr<const Trace> trace;  // a PyTorch profiler (Kineto) trace
-    QString error;  // non-empty when loading failed; names the file and field
+    QString error;                       // non-empty when loading failed; names the file and field
 };
 
 // Sniffs the file (HF config / shardscope.model / shardscope.plan / shardscope.cluster).

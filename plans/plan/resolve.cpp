@@ -527,7 +527,8 @@ struct Resolver {
                     auto id = r.findUnit(names[k]);
                     if (!id) {
                         std::vector<std::string> unitNames;  // only on error: suggestions
-                        for (const auto& un : r.units) unitNames.push_back(un.name);
+                        for (const auto& un : r.units)
+                            unitNames.push_back(un.name);
                         std::string hint = didYouMean(names[k], unitNames);
                         if (auto m = g.findModule(names[k]))
                             hint = " (it is a module inside unit " +

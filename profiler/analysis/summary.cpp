@@ -3,45 +3,11 @@
 
 #include <algorithm>
 
+#include "plans/core/intervals.h"
+
 namespace shardscope {
 
-namespace {
-
-using Interval = std::pair<int64_t, int64_t>;
-
-std::vector<Interval> merge(std::vector<Interval> v) {
-    std::sort(v.begin(), v.end());
-    std::vector<Interval> out;
-    for (const auto& iv : v) {
-        if (iv.second <= iv.first) continue;
-        if (!out.empty() && iv.first <= out.back().second)
-            out.back().second = std::max(out.back().second, iv.second);
-        else
-            out.push_back(iv);
-    }
-    return out;
-}
-
-int64_t length(const std::vector<Interval>& u) {
-    int64_t n = 0;
-    for (const auto& iv : u)
-        n += iv.second - iv.first;
-    return n;
-}
-
-int64_t intersect(const std::vector<Interval>& a, const std::vector<Interval>& b) {
-    int64_t n = 0;
-    size_t i = 0, j = 0;
-    while (i < a.size() && j < b.size()) {
-        const int64_t lo = std::max(a[i].first, b[j].first),
-                      hi = std::min(a[i].second, b[j].second);
-        if (hi > lo) n += hi - lo;
-        (a[i].second < b[j].second ? i : j)++;
-    }
-    return n;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 TraceSummary summarize(const Trace& t) {
     TraceSummary s;
@@ -65,12 +31,13 @@ TraceSummary summarize(const Trace& t) {
     }
     if (!all.empty()) {
         s.kernelTimeNs = last - first;
-        const auto allU = merge(all), compU = merge(compute), commU = merge(comm);
-        s.idleNs = s.kernelTimeNs - length(allU);
-        s.computeNs = length(compU);
+        const auto allU = mergeIntervals(all), compU = mergeIntervals(compute),
+                   commU = mergeIntervals(comm);
+        s.idleNs = s.kernelTimeNs - totalLength(allU);
+        s.computeNs = totalLength(compU);
         s.nonComputeNs = s.kernelTimeNs - s.computeNs - s.idleNs;
-        s.commNs = length(commU);
-        s.overlapRatio = s.commNs > 0 ? static_cast<double>(intersect(commU, compU)) /
+        s.commNs = totalLength(commU);
+        s.overlapRatio = s.commNs > 0 ? static_cast<double>(intersectionLength(commU, compU)) /
                                             static_cast<double>(s.commNs)
                                       : 0;
     }
