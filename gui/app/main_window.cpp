@@ -26,6 +26,7 @@
 
 #include "gui/models/module_tree_model.h"
 #include "gui/models/unit_table_model.h"
+#include "gui/timeline/memory_chart.h"
 #include "gui/timeline/timeline_widget.h"
 #include "plans/core/strings.h"
 #include "profiler/analysis/summary.h"
@@ -123,6 +124,9 @@ MainWindow::MainWindow(QWidget* parent)
     bl->addWidget(controls);
     bl->addWidget(m_simSummary);
     bl->addWidget(m_timeline, 1);
+    m_memory = new MemoryChart;
+    bl->addWidget(m_memory);
+    connect(m_timeline, &TimelineWidget::viewportChanged, m_memory, &MemoryChart::setRange);
     auto* outer = new QSplitter(Qt::Vertical);
     outer->addWidget(split);
     outer->addWidget(bottom);
@@ -262,6 +266,7 @@ void MainWindow::whatIfChanged() {
 void MainWindow::showSimulation() {
     if (m_doc.showTrace && m_doc.traceTimeline) {
         m_timeline->setData(m_doc.traceTimeline);
+        m_memory->setData(nullptr, 0);
         const TraceSummary s = summarize(*m_doc.trace);
         m_simSummary->setText(QString("<b>Trace</b> %1 (rank %2, %3): GPU time %4 ms, compute %5 "
                                       "ms, idle %6 ms; communication %7 ms, "
@@ -277,6 +282,7 @@ void MainWindow::showSimulation() {
         return;
     }
     m_timeline->setData(m_doc.timeline);
+    m_memory->setData(m_doc.simulation, m_doc.cluster ? m_doc.cluster->device.memoryBytes : 0);
     if (const auto& sim = m_doc.simulation) {
         m_simSummary->setText(QString("<b>Simulated step</b> %1 ms: compute %2 ms, communication "
                                       "%3 ms of which %4 ms exposed "

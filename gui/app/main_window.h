@@ -19,6 +19,7 @@ class QTreeView;
 namespace shardscope::gui {
 
 class ModuleTreeModel;
+class MemoryChart;
 class TimelineWidget;
 class UnitTableModel;
 
@@ -33,6 +34,7 @@ public:
     [[nodiscard]] UnitTableModel* unitModel() const { return m_units; }
     [[nodiscard]] QListWidget* problemList() const { return m_problems; }
     [[nodiscard]] TimelineWidget* timeline() const { return m_timeline; }
+    [[nodiscard]] MemoryChart* memoryChart() const { return m_memory; }
     // What-if controls (tests drive them like a user would).
     [[nodiscard]] QComboBox* reshardBox() const { return m_reshard; }
     [[nodiscard]] QSpinBox* forwardPrefetchBox() const { return m_fwdPrefetch; }
@@ -63,6 +65,7 @@ private:
     QSpinBox* m_bwdPrefetch;
     QSpinBox* m_microBatch;
     TimelineWidget* m_timeline;
+    MemoryChart* m_memory;
     QProgressBar* m_progress;
     QMenu* m_recent;
     int m_pending = 0;

@@ -65,6 +65,7 @@ Viewport TimelineWidget::viewport() const {
 }
 
 void TimelineWidget::paintEvent(QPaintEvent*) {
+    emit viewportChanged(m_start, m_end);
     QPainter p(this);
     p.fillRect(rect(), palette().base());
     if (!m_data) {

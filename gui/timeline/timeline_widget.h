@@ -26,6 +26,11 @@ public:
     [[nodiscard]] const std::vector<DrawRect>& lastDrawList() const { return m_drawList; }
     [[nodiscard]] Viewport viewport() const;
     static constexpr int kLabelWidth = 110;
+
+signals:
+    void viewportChanged(int64_t startNs, int64_t endNs);
+
+public:
     static constexpr int kRowHeight = 22;
 
 protected:

@@ -120,6 +120,7 @@ int main(int argc, char** argv) {
 // --- timeline draw list -----------------------------------------------------------------
 
 #include "gui/timeline/draw_list.h"
+#include "gui/timeline/memory_chart.h"
 
 namespace {
 std::vector<TimelineRow> denseRow(int n, int64_t len, int64_t gap) {
@@ -248,4 +249,20 @@ TEST(GuiWindow, OpensAPyTorchProfilerTraceOnTheTimeline) {
     EXPECT_EQ(rows, (std::vector<std::string>{"stream 7", "stream 40"}));
     w.timeline()->repaint();
     EXPECT_FALSE(w.timeline()->lastDrawList().empty());
+}
+
+TEST(GuiWindow, MemoryChartShowsTheSimulatedPeak) {
+    qputenv("SHARDSCOPE_GUI_NO_DIALOGS", "1");
+    MainWindow w;
+    w.resize(1200, 900);
+    w.show();
+    bool done = false;
+    w.openFiles({sample("models/llama3-8b/config.json"), sample("plans/llama-per-block.json"),
+                 sample("clusters/h100-sxm-8x8.json")},
+                [&] { done = true; });
+    ASSERT_TRUE(QTest::qWaitFor([&] { return done; }, 20000));
+    ASSERT_TRUE(w.document().simulation);
+    EXPECT_EQ(w.memoryChart()->peakShown(), w.document().simulation->peakAllocated);
+    EXPECT_GT(w.memoryChart()->peakShown(),
+              int64_t{50} << 30);  // Llama-3-8B, 8192 tokens, no checkpointing
 }
