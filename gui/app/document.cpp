@@ -62,9 +62,7 @@ TimelineData timelineFromTrace(const Trace& t) {
                                                            t.strings.at(t.name[i])});
         d.endNs = std::max(d.endNs, t.start[i] + t.dur[i]);
     }
-    for (auto& r : d.rows)
-        std::sort(r.events.begin(), r.events.end(),
-                  [](const TimelineEvent& a, const TimelineEvent& b) { return a.start < b.start; });
+    sortEventsByStart(d.rows);
     return d;
 }
 

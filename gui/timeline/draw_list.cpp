@@ -17,6 +17,12 @@ int64_t pixelToTime(double x, const Viewport& v) {
     return v.startNs + static_cast<int64_t>(x * static_cast<double>(span) / v.widthPx);
 }
 
+void sortEventsByStart(std::vector<TimelineRow>& rows) {
+    for (auto& r : rows)
+        std::sort(r.events.begin(), r.events.end(),
+                  [](const TimelineEvent& a, const TimelineEvent& b) { return a.start < b.start; });
+}
+
 std::vector<DrawRect> buildDrawList(const std::vector<TimelineRow>& rows, const Viewport& v) {
     std::vector<DrawRect> out;
     for (size_t r = 0; r < rows.size(); ++r) {

@@ -48,6 +48,9 @@ struct DrawRect {
 [[nodiscard]] double timeToPixel(int64_t t, const Viewport& v);
 [[nodiscard]] int64_t pixelToTime(double x, const Viewport& v);
 
+// Establishes TimelineRow's order invariant once the events are in: by start, per row.
+void sortEventsByStart(std::vector<TimelineRow>& rows);
+
 [[nodiscard]] std::vector<DrawRect> buildDrawList(const std::vector<TimelineRow>& rows,
                                                   const Viewport& v);
 

@@ -38,13 +38,9 @@ TimelineData timelineFromSimulation(const ResolvedPlan& plan, const StepProgram&
             {sim.start[i], sim.end[i], k, static_cast<int32_t>(i), opLabel(plan, op)});
         d.endNs = std::max(d.endNs, sim.end[i]);
     }
+    sortEventsByStart(rows);
     for (auto& r : rows)
-        if (!r.events.empty()) {
-            std::sort(
-                r.events.begin(), r.events.end(),
-                [](const TimelineEvent& a, const TimelineEvent& b) { return a.start < b.start; });
-            d.rows.push_back(std::move(r));
-        }
+        if (!r.events.empty()) d.rows.push_back(std::move(r));  // only streams that ran
     return d;
 }
 

@@ -12,6 +12,7 @@
 #include <QTest>
 
 #include <filesystem>
+#include <memory>
 #include <set>
 
 #include "gui/app/document.h"
@@ -30,15 +31,28 @@ QString sample(const char* rel) {
     return QString::fromStdString(samplePath(rel));
 }
 
+// The Llama-3-8B model on the 64-GPU H100 cluster, with the given sample plan.
+QStringList llamaOnH100(const char* plan) {
+    return {sample("models/llama3-8b/config.json"), sample(plan),
+            sample("clusters/h100-sxm-8x8.json")};
+}
+
 Document openSamples() {
     Document d;
-    for (const char* f : {"models/llama3-8b/config.json", "plans/llama-per-block.json",
-                          "clusters/h100-sxm-8x8.json"}) {
-        const LoadedFile lf = loadFile(sample(f));
+    for (const QString& f : llamaOnH100("plans/llama-per-block.json")) {
+        const LoadedFile lf = loadFile(f);
         EXPECT_TRUE(lf.error.isEmpty()) << lf.error.toStdString();
         d.apply(lf);
     }
     return d;
+}
+
+// Opens files in the window as a user would (loads run off the GUI thread) and waits for
+// the window to finish; false if it did not within the timeout.
+bool openAndWait(MainWindow& w, const QStringList& files, int timeoutMs = 20000) {
+    auto done = std::make_shared<bool>(false);  // outlives a timeout
+    w.openFiles(files, [done] { *done = true; });
+    return QTest::qWaitFor([&] { return *done; }, timeoutMs);
 }
 
 }  // namespace
@@ -87,14 +101,11 @@ TEST(GuiModels, UnitTablePassesTheModelTester) {
 }
 
 TEST(GuiWindow, OpensSamplesOffTheGuiThreadAndShowsProblems) {
-    qputenv("SHARDSCOPE_GUI_NO_DIALOGS", "1");
     MainWindow w;
-    bool done = false;
     // A plan whose mesh disagrees with the cluster: the window must list the error.
-    w.openFiles({sample("models/tiny-llama/config.json"), sample("plans/tiny-llama-2rank.json"),
-                 sample("clusters/h100-sxm-8x8.json")},
-                [&] { done = true; });
-    ASSERT_TRUE(QTest::qWaitFor([&] { return done; }, 20000));
+    ASSERT_TRUE(openAndWait(
+        w, {sample("models/tiny-llama/config.json"), sample("plans/tiny-llama-2rank.json"),
+            sample("clusters/h100-sxm-8x8.json")}));
     ASSERT_TRUE(w.document().resolved);
     EXPECT_EQ(w.unitModel()->rowCount(), 5);
     EXPECT_EQ(w.treeModel()->rowCount(), 1);
@@ -102,19 +113,10 @@ TEST(GuiWindow, OpensSamplesOffTheGuiThreadAndShowsProblems) {
     EXPECT_TRUE(w.problemList()->item(0)->text().contains("world size 64 of cluster"))
         << w.problemList()->item(0)->text().toStdString();
     // A broken file is reported with its name and field, and nothing else changes.
-    done = false;
-    w.openFiles({sample("models/does-not-exist.json")}, [&] { done = true; });
-    ASSERT_TRUE(QTest::qWaitFor([&] { return done; }, 20000));
+    ASSERT_TRUE(openAndWait(w, {sample("models/does-not-exist.json")}));
     EXPECT_TRUE(w.problemList()->item(0)->text().contains("does-not-exist.json: cannot open file"))
         << w.problemList()->item(0)->text().toStdString();
     EXPECT_EQ(w.unitModel()->rowCount(), 5);
-}
-
-int main(int argc, char** argv) {
-    if (qgetenv("QT_QPA_PLATFORM").isEmpty()) qputenv("QT_QPA_PLATFORM", "offscreen");
-    QApplication app(argc, argv);
-    ::testing::InitGoogleTest(&argc, argv);
-    return RUN_ALL_TESTS();
 }
 
 // --- timeline draw list -----------------------------------------------------------------
@@ -176,15 +178,10 @@ TEST(DrawList, WideEventsKeepIdentityAndLabelsOnlyWhenWide) {
 }
 
 TEST(GuiWindow, SimulatedTimelineShowsEveryStreamThatRan) {
-    qputenv("SHARDSCOPE_GUI_NO_DIALOGS", "1");
     MainWindow w;
     w.resize(1200, 800);
     w.show();
-    bool done = false;
-    w.openFiles({sample("models/llama3-8b/config.json"), sample("plans/llama-hsdp-prefetch.json"),
-                 sample("clusters/h100-sxm-8x8.json")},
-                [&] { done = true; });
-    ASSERT_TRUE(QTest::qWaitFor([&] { return done; }, 20000));
+    ASSERT_TRUE(openAndWait(w, llamaOnH100("plans/llama-hsdp-prefetch.json")));
     ASSERT_TRUE(w.document().timeline);
     std::vector<std::string> rows;
     for (const auto& r : w.document().timeline->rows)
@@ -203,13 +200,8 @@ TEST(GuiWindow, SimulatedTimelineShowsEveryStreamThatRan) {
 }
 
 TEST(GuiWindow, WhatIfPrefetchAndReshardResimulateLive) {
-    qputenv("SHARDSCOPE_GUI_NO_DIALOGS", "1");
     MainWindow w;
-    bool done = false;
-    w.openFiles({sample("models/llama3-8b/config.json"), sample("plans/llama-per-block.json"),
-                 sample("clusters/h100-sxm-8x8.json")},
-                [&] { done = true; });
-    ASSERT_TRUE(QTest::qWaitFor([&] { return done; }, 20000));
+    ASSERT_TRUE(openAndWait(w, llamaOnH100("plans/llama-per-block.json")));
     ASSERT_TRUE(w.document().simulation);
     const int64_t planned = w.document().simulation->stepNs;
     // Keeping parameters after forward removes the backward all-gathers: the step changes
@@ -234,13 +226,10 @@ TEST(GuiWindow, OpensAPyTorchProfilerTraceOnTheTimeline) {
                           "nccl_parser_config/nccl_data.json.gz";
     if (!std::filesystem::exists(f))
         GTEST_SKIP() << "needs ../shared/data/traces beside the checkout";
-    qputenv("SHARDSCOPE_GUI_NO_DIALOGS", "1");
     MainWindow w;
     w.resize(1200, 800);
     w.show();
-    bool done = false;
-    w.openFiles({QString::fromStdString(f)}, [&] { done = true; });
-    ASSERT_TRUE(QTest::qWaitFor([&] { return done; }, 30000));
+    ASSERT_TRUE(openAndWait(w, {QString::fromStdString(f)}, 30000));
     ASSERT_TRUE(w.document().trace);
     EXPECT_TRUE(w.document().showTrace);
     std::vector<std::string> rows;
@@ -252,17 +241,20 @@ TEST(GuiWindow, OpensAPyTorchProfilerTraceOnTheTimeline) {
 }
 
 TEST(GuiWindow, MemoryChartShowsTheSimulatedPeak) {
-    qputenv("SHARDSCOPE_GUI_NO_DIALOGS", "1");
     MainWindow w;
     w.resize(1200, 900);
     w.show();
-    bool done = false;
-    w.openFiles({sample("models/llama3-8b/config.json"), sample("plans/llama-per-block.json"),
-                 sample("clusters/h100-sxm-8x8.json")},
-                [&] { done = true; });
-    ASSERT_TRUE(QTest::qWaitFor([&] { return done; }, 20000));
+    ASSERT_TRUE(openAndWait(w, llamaOnH100("plans/llama-per-block.json")));
     ASSERT_TRUE(w.document().simulation);
     EXPECT_EQ(w.memoryChart()->peakShown(), w.document().simulation->peakAllocated);
     EXPECT_GT(w.memoryChart()->peakShown(),
               int64_t{50} << 30);  // Llama-3-8B, 8192 tokens, no checkpointing
+}
+
+int main(int argc, char** argv) {
+    if (qgetenv("QT_QPA_PLATFORM").isEmpty()) qputenv("QT_QPA_PLATFORM", "offscreen");
+    qputenv("SHARDSCOPE_GUI_NO_DIALOGS", "1");  // errors go to the problem list, not to dialogs
+    QApplication app(argc, argv);
+    ::testing::InitGoogleTest(&argc, argv);
+    return RUN_ALL_TESTS();
 }
