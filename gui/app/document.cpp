@@ -8,7 +8,9 @@
 #include "profiler/import/kineto_import.h"
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
+#include <unordered_map>
 
 namespace shardscope::gui {
 
@@ -27,8 +29,24 @@ bool looksLikeTrace(const std::string& path) {
     return text.find("\"traceEvents\"") != std::string::npos;
 }
 
+// The colour a measured collective gets: its kind from the collective's name, whichever
+// form the trace used ("ncclDevKernel_ReduceScatter_...", "_reduce_scatter_base",
+// "allreduce"); broadcasts, point-to-point and all-to-all are "other" communication.
+EventKind collectiveKind(const std::string& name) {
+    std::string n;
+    for (const char c : name)
+        if (c != '_') n += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (n.find("allgather") != std::string::npos) return EventKind::AllGather;
+    if (n.find("reducescatter") != std::string::npos) return EventKind::ReduceScatter;
+    if (n.find("allreduce") != std::string::npos) return EventKind::AllReduce;
+    return EventKind::Other;
+}
+
 TimelineData timelineFromTrace(const Trace& t) {
     TimelineData d;
+    std::unordered_map<int32_t, EventKind> commKind;  // event -> kind, for collectives
+    for (const auto& c : t.collectives)
+        commKind.emplace(c.event, collectiveKind(c.name));
     // GPU streams: kernels on one stream do not overlap. CPU-only traces show host threads.
     bool anyDevice = false;
     for (const auto& l : t.lanes)
@@ -48,9 +66,11 @@ TimelineData timelineFromTrace(const Trace& t) {
             case EventClass::Computation:
                 k = EventKind::Compute;
                 break;
-            case EventClass::Communication:
-                k = EventKind::AllGather;
+            case EventClass::Communication: {
+                const auto it = commKind.find(static_cast<int32_t>(i));
+                k = it == commKind.end() ? EventKind::Other : it->second;
                 break;
+            }
             case EventClass::Memory:
                 k = EventKind::Copy;
                 break;

@@ -12,6 +12,7 @@
 #include <QTest>
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <set>
 
@@ -236,6 +237,15 @@ TEST(GuiWindow, OpensAPyTorchProfilerTraceOnTheTimeline) {
     for (const auto& r : w.document().traceTimeline->rows)
         rows.push_back(r.name);
     EXPECT_EQ(rows, (std::vector<std::string>{"stream 7", "stream 40"}));
+    // Collectives keep their kind: this trace has 15 all-reduces and 6 broadcasts, no
+    // all-gather or reduce-scatter (what `shardscope trace summary` reports for it).
+    std::map<EventKind, int> kinds;
+    for (const auto& r : w.document().traceTimeline->rows)
+        for (const auto& e : r.events)
+            ++kinds[e.kind];
+    EXPECT_EQ(kinds[EventKind::AllReduce], 15);
+    EXPECT_EQ(kinds[EventKind::AllGather], 0);
+    EXPECT_EQ(kinds[EventKind::ReduceScatter], 0);
     w.timeline()->repaint();
     EXPECT_FALSE(w.timeline()->lastDrawList().empty());
 }
