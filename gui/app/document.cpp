@@ -95,9 +95,12 @@ LoadedFile loadFile(const QString& path) {
     if (looksLikeTrace(p)) {
         f.kind = LoadedFile::Kind::Trace;
         auto t = importKinetoFile(p);
-        if (t)
+        if (t) {
             f.trace = std::make_shared<const Trace>(std::move(*t));
-        else
+            // Built here, off the GUI thread like the import: a trace can hold millions of
+            // events.
+            f.traceTimeline = std::make_shared<const TimelineData>(timelineFromTrace(*f.trace));
+        } else
             f.error = QString::fromStdString(t.error());
         return f;
     }
@@ -157,7 +160,7 @@ void Document::apply(const LoadedFile& f) {
         case LoadedFile::Kind::Trace:
             trace = f.trace;
             tracePath = f.path;
-            traceTimeline = std::make_shared<const TimelineData>(timelineFromTrace(*trace));
+            traceTimeline = f.traceTimeline;
             showTrace = true;
             return;
     }

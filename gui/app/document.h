@@ -26,8 +26,9 @@ struct LoadedFile {
     std::shared_ptr<const ModelGraph> model;
     std::shared_ptr<const Plan> plan;
     std::shared_ptr<const ClusterSpec> cluster;
-    std::shared_ptr<const Trace> trace;  // a PyTorch profiler (Kineto) trace
-    QString error;                       // non-empty when loading failed; names the file and field
+    std::shared_ptr<const Trace> trace;                 // a PyTorch profiler (Kineto) trace
+    std::shared_ptr<const TimelineData> traceTimeline;  // its rows, built with the load
+    QString error;  // non-empty when loading failed; names the file and field
 };
 
 // Sniffs the file (HF config / shardscope.model / shardscope.plan / shardscope.cluster).
