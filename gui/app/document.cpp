@@ -98,8 +98,9 @@ LoadedFile loadFile(const QString& path) {
         if (t) {
             f.trace = std::make_shared<const Trace>(std::move(*t));
             // Built here, off the GUI thread like the import: a trace can hold millions of
-            // events.
+            // events, and the window shows the summary on every refresh.
             f.traceTimeline = std::make_shared<const TimelineData>(timelineFromTrace(*f.trace));
+            f.traceSummary = std::make_shared<const TraceSummary>(summarize(*f.trace));
         } else
             f.error = QString::fromStdString(t.error());
         return f;
@@ -161,6 +162,7 @@ void Document::apply(const LoadedFile& f) {
             trace = f.trace;
             tracePath = f.path;
             traceTimeline = f.traceTimeline;
+            traceSummary = f.traceSummary;
             showTrace = true;
             return;
     }

@@ -16,6 +16,7 @@
 #include "plans/model/model_graph.h"
 #include "plans/plan/plan.h"
 #include "plans/plan/resolve.h"
+#include "profiler/analysis/summary.h"
 #include "profiler/trace/trace.h"
 
 namespace shardscope::gui {
@@ -26,8 +27,10 @@ struct LoadedFile {
     std::shared_ptr<const ModelGraph> model;
     std::shared_ptr<const Plan> plan;
     std::shared_ptr<const ClusterSpec> cluster;
-    std::shared_ptr<const Trace> trace;                 // a PyTorch profiler (Kineto) trace
-    std::shared_ptr<const TimelineData> traceTimeline;  // its rows, built with the load
+    std::shared_ptr<const Trace> trace;  // a PyTorch profiler (Kineto) trace
+    // Its rows and HTA figures, computed with the load (off the GUI thread).
+    std::shared_ptr<const TimelineData> traceTimeline;
+    std::shared_ptr<const TraceSummary> traceSummary;
     QString error;  // non-empty when loading failed; names the file and field
 };
 
@@ -48,6 +51,7 @@ struct Document {
     std::shared_ptr<const Trace> trace;
     QString tracePath;
     std::shared_ptr<const TimelineData> traceTimeline;
+    std::shared_ptr<const TraceSummary> traceSummary;
     bool showTrace = false;
 
     void apply(const LoadedFile& f);  // replaces the slot of f's kind and re-resolves

@@ -29,7 +29,6 @@
 #include "gui/timeline/memory_chart.h"
 #include "gui/timeline/timeline_widget.h"
 #include "plans/core/strings.h"
-#include "profiler/analysis/summary.h"
 
 namespace shardscope::gui {
 
@@ -264,10 +263,10 @@ void MainWindow::whatIfChanged() {
 }
 
 void MainWindow::showSimulation() {
-    if (m_doc.showTrace && m_doc.traceTimeline) {
+    if (m_doc.showTrace && m_doc.traceTimeline && m_doc.traceSummary) {
         m_timeline->setData(m_doc.traceTimeline);
         m_memory->setData(nullptr, 0);
-        const TraceSummary s = summarize(*m_doc.trace);
+        const TraceSummary& s = *m_doc.traceSummary;
         m_simSummary->setText(QString("<b>Trace</b> %1 (rank %2, %3): GPU time %4 ms, compute %5 "
                                       "ms, idle %6 ms; communication %7 ms, "
                                       "%8% overlapped by compute (HTA's definitions)")
