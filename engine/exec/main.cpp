@@ -1,11 +1,33 @@
 // SPDX-License-Identifier: Apache-2.0
 // shardscope-engine: the LibTorch side of ShardScope, run as its own process so the
 // `shardscope` command line never loads LibTorch (0.4 s and ~470 MB at start-up). The
-// command line runs it for `doctor` (and, with the engine issue, for each rank of `run`).
+// command line runs it for `doctor` and for each rank of `run`; torchrun, SLURM or mpirun
+// can launch `shardscope-engine worker` directly with the torchrun environment.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include <c10/util/Exception.h>
 
 #include "engine/exec/runtime_info.h"
+#include "engine/exec/worker.h"
+
+namespace {
+const char* kUsage =
+    "usage: shardscope-engine runtime-info\n"
+    "         prints what LibTorch offers this process (versions, CUDA devices, a real Gloo\n"
+    "         all-reduce) as JSON; `shardscope doctor` runs it.\n"
+    "       shardscope-engine worker --model CONFIG --plan PLAN [options]\n"
+    "         one rank of a real FSDP run; `shardscope run` starts these. Under torchrun:\n"
+    "           torchrun --nproc-per-node 2 shardscope-engine worker --model M --plan P\n"
+    "         options: --steps N (3) --warmup N (1) --batch B --seq S --micro-batches N\n"
+    "                  --timeout-s S (60) --threads N (1) --seed N --out FILE (stdout)\n"
+    "                  --dump-params FILE (rank 0 writes the full parameters after training)\n"
+    "                  --reference W (no FSDP: one process replays the data of W ranks)\n";
+}
 
 int main(int argc, char** argv) {
     if (argc >= 2 && std::strcmp(argv[1], "runtime-info") == 0) {
@@ -13,11 +35,20 @@ int main(int argc, char** argv) {
         std::fwrite(out.data(), 1, out.size(), stdout);
         return 0;
     }
-    std::fprintf(stderr,
-                 "usage: shardscope-engine runtime-info\n"
-                 "  prints what LibTorch offers this process (versions, CUDA devices, a real Gloo "
-                 "all-reduce)\n"
-                 "  as JSON; `shardscope doctor` runs it.\n");
+    if (argc >= 2 && std::strcmp(argv[1], "worker") == 0) {
+        try {
+            return shardscope::exec::runWorker(std::vector<std::string>(argv + 2, argv + argc));
+        } catch (const c10::Error& e) {
+            std::fprintf(stderr, "shardscope-engine: error: %s\n", e.what_without_backtrace());
+            return 1;
+        } catch (const std::exception& e) {
+            const char* rank = std::getenv("RANK");
+            std::fprintf(stderr, "shardscope-engine%s%s: error: %s\n", rank ? " rank " : "",
+                         rank ? rank : "", e.what());
+            return 1;
+        }
+    }
+    std::fputs(kUsage, stderr);
     return argc >= 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)
                ? 0
                : 2;

@@ -1,0 +1,795 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "engine/exec/fsdp_runtime.h"
+
+#include <ATen/native/Resize.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/optim/adamw.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <stdexcept>
+
+namespace shardscope::exec {
+
+int64_t nowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+// ---------------------------------------------------------------------------------------
+// Recorder
+
+size_t Recorder::begin(OpKind kind, Phase phase, Stream stream, int32_t unit, int32_t mb) {
+    std::lock_guard lock(m_mutex);
+    RecordedOp op{kind, phase, stream, unit, mb, m_step, nowNs(), 0};
+    m_ops.push_back(op);
+    return m_ops.size() - 1;
+}
+void Recorder::end(size_t index) {
+    endAt(index, nowNs());
+}
+void Recorder::setStart(size_t index, int64_t t) {
+    std::lock_guard lock(m_mutex);
+    m_ops[index].startNs = t;
+}
+void Recorder::endAt(size_t index, int64_t t) {
+    std::lock_guard lock(m_mutex);
+    m_ops[index].endNs = t;
+}
+std::vector<RecordedOp> Recorder::ops() const {
+    std::lock_guard lock(m_mutex);
+    return m_ops;
+}
+std::string Recorder::current() const {
+    std::lock_guard lock(m_mutex);
+    return m_current;
+}
+void Recorder::setCurrent(std::string what) {
+    std::lock_guard lock(m_mutex);
+    m_current = std::move(what);
+}
+
+c10d::Backend& Groups::postForwardGroup(int64_t k) const {
+    for (const auto& [size, pg] : postForward)
+        if (size == k) return *pg;
+    throw std::logic_error("no post-forward group of size " + std::to_string(k));
+}
+
+namespace {
+
+at::ScalarType scalarType(DType d) {
+    switch (d) {
+        case DType::Float16:
+            return at::kHalf;
+        case DType::BFloat16:
+            return at::kBFloat16;
+        case DType::Float64:
+            return at::kDouble;
+        default:
+            return at::kFloat;
+    }
+}
+
+int64_t ceilDiv(int64_t a, int64_t b) {
+    return (a + b - 1) / b;
+}
+
+void resizeStorage(const at::Tensor& t, size_t bytes) {
+    TORCH_CHECK(t.device().is_cpu(), "the engine's storage resize supports CPU tensors only");
+    at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(), bytes);
+}
+
+// Copies into a tensor autograd has saved without bumping its version counter: the
+// re-gathered parameter is the same value forward saw (FSDP2 does the same with
+// torch.autograd._unsafe_preserve_version_counter).
+void copyPreservingVersion(const at::Tensor& dst, int64_t row0, const at::Tensor& src) {
+    const int64_t v = dst._version();
+    {
+        at::NoGradGuard ng;
+        dst.detach().narrow(0, row0, src.size(0)).copy_(src);
+    }
+    c10::VariableVersion counter = torch::autograd::impl::version_counter(dst);  // shares the count
+    counter.set_version(v);
+}
+
+FsdpRuntime* g_runtime = nullptr;  // the autograd nodes call back into it (one per process)
+
+struct BoundaryFn : torch::autograd::Function<BoundaryFn> {
+    static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                              int64_t boundary) {
+        ctx->saved_data["b"] = boundary;
+        return x.view_as(x);
+    }
+    static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                   torch::autograd::variable_list grads) {
+        g_runtime->boundaryBackward(ctx->saved_data["b"].toInt());
+        return {grads[0], at::Tensor()};
+    }
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+
+struct FsdpRuntime::Impl {
+    const ResolvedPlan& r;
+    const ModelGraph& g;
+    Groups* groups;
+    Recorder* rec;
+    RuntimeOptions o;
+    FsdpRuntime* self = nullptr;
+
+    struct PState {
+        ParamId id;
+        int64_t d0 = 1, row = 1;  // dim 0 and elements per row
+        int64_t rows = 1;         // rows per rank in the shard group (ceil(d0/N))
+        int64_t pfRows = 0;       // rows per rank of the int-reshard copy
+        std::vector<int64_t> shape;
+        at::Tensor sharded;      // fp32 master shard [rows, ...], zero-padded
+        at::Tensor unsharded;    // the leaf the model computes with [shape], param dtype
+        at::Tensor postForward;  // int reshard: this rank's rows of the k-rank group
+        bool trainable = true;
+    };
+    struct UState {
+        std::vector<int32_t> params;  // indices into ps
+        bool unsharded = false;
+        bool fromPostForward = false;
+        c10::intrusive_ptr<c10d::Work> agWork;
+        at::Tensor agOut;
+        int64_t agIn = 0, agGroup = 1;
+        bool postBackwardDone = false;
+        bool postForwardCopy = false;
+        at::ScalarType agType = at::kFloat, reduceType = at::kFloat;
+    };
+    struct Reduction {
+        int32_t unit;
+        c10::intrusive_ptr<c10d::Work> work;
+        at::Tensor out;  // this rank's reduced shard, flat, reduce dtype
+    };
+    struct Boundary {
+        bool exit = false;
+        int32_t unit = 0;
+        int32_t segAfter = -1;
+    };
+    struct Seg {
+        int32_t unit = 0;
+        bool hasCompute = false;
+    };
+
+    // Collectives whose work has no future (Gloo's reduce-scatter): their end is stamped
+    // when the CPU next finds them completed or waits on them.
+    std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, size_t>> unstamped;
+    void onComplete(const c10::intrusive_ptr<c10d::Work>& work, size_t op) {
+        try {
+            work->getFuture()->addCallback(
+                [recp = rec, op](c10::ivalue::Future&) { recp->endAt(op, nowNs()); });
+        } catch (const c10::Error&) {
+            unstamped.push_back({work, op});
+        }
+    }
+    void poll(bool wait) {
+        for (auto it = unstamped.begin(); it != unstamped.end();) {
+            if (wait) it->first->wait();
+            if (it->first->isCompleted()) {
+                rec->endAt(it->second, nowNs());
+                it = unstamped.erase(it);
+            } else {
+                ++it;
+            }
+        }
+    }
+
+    std::vector<PState> ps;
+    std::vector<int32_t> psOfParam;  // ParamId index -> ps index
+    std::vector<UState> us;
+    std::vector<int32_t> unitAt;  // module -> unit whose module list holds it, or -1
+    std::vector<Reduction> reductions;
+    std::vector<Boundary> boundaries;
+    std::vector<int32_t> deferred;  // boundaries whose tensor needs no gradient
+    std::vector<Seg> segs;
+    std::vector<int32_t> unitStack;
+    std::vector<int32_t> postForwardOrder;
+    std::vector<std::function<at::Tensor(const at::Tensor&)>> bodies;  // checkpointed units
+    int32_t curSeg = -1;
+    int64_t segStart = 0, lastBwdMark = 0;
+    int32_t mb = 0;
+    bool sync = true;
+    bool recomputing = false;
+    std::unique_ptr<torch::optim::AdamW> adam;
+
+    Impl(const ResolvedPlan& r, Groups* gr, Recorder* rec, RuntimeOptions o)
+        : r(r), g(*r.model), groups(gr), rec(rec), o(o) {}
+
+    int64_t shardN() const { return o.fsdp ? groups->shardSize : 1; }
+
+    void init() {
+        psOfParam.assign(g.paramCount(), -1);
+        unitAt.assign(g.moduleCount(), -1);
+        us.resize(r.units.size());
+        if (!r.ignoredParams.empty())
+            throw std::runtime_error("the engine does not run plans with ignored_params yet");
+        for (size_t u = 0; u < r.units.size(); ++u) {
+            const auto& unit = r.units[u];
+            if (unit.offload.enabled)
+                throw std::runtime_error("unit " + unit.displayName() +
+                                         ": CPU offload is not run by the engine yet "
+                                         "(on a CPU-only run it would copy host to host)");
+            for (ModuleId m : unit.modules)
+                unitAt[m.index()] = static_cast<int32_t>(u);
+            us[u].agType = scalarType(unit.allGatherDtype);
+            us[u].reduceType = scalarType(unit.reduceDtype);
+        }
+        if (r.flatParams)
+            throw std::runtime_error(
+                "the engine runs FSDP2 plans; FSDP1 flat parameters are not run yet");
+        const int64_t n = shardN();
+        const int64_t myShard = o.fsdp ? groups->shardRank : 0;
+        std::vector<at::Tensor> masters;
+        for (size_t i = 0; i < g.paramCount(); ++i) {
+            const ParamInfo& info = g.params()[i];
+            PState p;
+            p.id = ParamId(static_cast<int32_t>(i));
+            p.shape = info.shape.empty() ? std::vector<int64_t>{1} : info.shape;
+            p.d0 = p.shape[0];
+            p.row = 1;
+            for (size_t k = 1; k < p.shape.size(); ++k)
+                p.row *= p.shape[k];
+            p.rows = ceilDiv(p.d0, n);
+            p.trainable = info.requiresGrad;
+            const int32_t u = r.unitOfParam[i].valid() ? r.unitOfParam[i].value : 0;
+            const auto& unit = r.units[static_cast<size_t>(u)];
+            if (unit.reshard == Reshard::Int) p.pfRows = ceilDiv(p.d0, unit.reshardK);
+            // Deterministic initial values, independent of the sharding: N(0, 0.02) for
+            // matrices and embeddings, ones for norm weights and other vectors.
+            at::Tensor full;
+            if (p.shape.size() == 1) {
+                full = at::ones(p.shape, at::kFloat);
+            } else {
+                auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed * 1000003ULL + i);
+                full = at::normal(0.0, 0.02, p.shape, gen, at::TensorOptions(at::kFloat));
+            }
+            auto shardShape = p.shape;
+            shardShape[0] = p.rows;
+            if (o.fsdp) {
+                p.sharded = at::zeros(shardShape, at::kFloat);
+                const int64_t r0 = myShard * p.rows, r1 = std::min(p.d0, r0 + p.rows);
+                if (r1 > r0) p.sharded.narrow(0, 0, r1 - r0).copy_(full.narrow(0, r0, r1 - r0));
+                p.sharded.requires_grad_(p.trainable);
+                p.unsharded = at::empty(p.shape, at::TensorOptions(us[u].agType));
+                resizeStorage(p.unsharded, 0);
+                p.unsharded.requires_grad_(p.trainable);
+                if (p.trainable) masters.push_back(p.sharded);
+            } else {
+                p.unsharded = full.requires_grad_(p.trainable);
+                if (p.trainable) masters.push_back(p.unsharded);
+            }
+            psOfParam[i] = static_cast<int32_t>(ps.size());
+            ps.push_back(std::move(p));
+        }
+        for (size_t u = 0; u < r.units.size(); ++u)
+            for (ParamId pid : r.units[u].params)
+                us[u].params.push_back(psOfParam[pid.index()]);
+        adam = std::make_unique<torch::optim::AdamW>(masters, torch::optim::AdamWOptions(o.lr)
+                                                                  .betas({o.beta1, o.beta2})
+                                                                  .eps(o.eps)
+                                                                  .weight_decay(o.weightDecay));
+    }
+
+    // --- unshard / reshard --------------------------------------------------------------
+
+    void unshard(int32_t u, Phase phase) {
+        UState& s = us[u];
+        if (s.unsharded || s.agWork || s.params.empty()) return;
+        const auto& unit = r.units[u];
+        s.fromPostForward =
+            phase == Phase::Backward && unit.reshard == Reshard::Int && s.postForwardCopy;
+        c10d::Backend& pg =
+            s.fromPostForward ? groups->postForwardGroup(unit.reshardK) : *groups->shard;
+        const int64_t n = pg.getSize(), me = pg.getRank();
+        int64_t in = 0;
+        for (int32_t pi : s.params)
+            in += (s.fromPostForward ? ps[pi].pfRows : ps[pi].rows) * ps[pi].row;
+        rec->setCurrent(unit.displayName() + " all-gather");
+        const size_t ci = rec->begin(OpKind::CopyIn, phase, Stream::CopyIn, u, mb);
+        s.agOut = at::empty({n * in}, at::TensorOptions(s.agType));
+        at::Tensor input = s.agOut.narrow(0, me * in, in);
+        int64_t off = 0;
+        {
+            at::NoGradGuard ng;
+            for (int32_t pi : s.params) {
+                const PState& p = ps[pi];
+                const at::Tensor& src = s.fromPostForward ? p.postForward : p.sharded;
+                const int64_t len = src.numel();
+                input.narrow(0, off, len).copy_(src.reshape({len}));
+                off += len;
+            }
+        }
+        rec->end(ci);
+        const size_t ag = rec->begin(OpKind::AllGather, phase, Stream::AllGather, u, mb);
+        s.agWork = pg._allgather_base(s.agOut, input);
+        s.agIn = in;
+        s.agGroup = n;
+        onComplete(s.agWork, ag);
+    }
+
+    void waitForUnshard(int32_t u, Phase phase) {
+        UState& s = us[u];
+        if (!s.agWork) return;
+        const size_t co = rec->begin(OpKind::CopyOut, phase, Stream::Compute, u, mb);
+        s.agWork->wait();
+        poll(false);
+        int64_t off = 0;
+        for (int32_t pi : s.params) {
+            PState& p = ps[pi];
+            const int64_t rows = s.fromPostForward ? p.pfRows : p.rows;
+            resizeStorage(p.unsharded,
+                          static_cast<size_t>(p.unsharded.numel()) * p.unsharded.element_size());
+            for (int64_t src = 0; src < s.agGroup; ++src) {
+                const int64_t r0 = src * rows, r1 = std::min(p.d0, r0 + rows);
+                if (r1 <= r0) continue;
+                at::Tensor chunk = s.agOut.narrow(0, src * s.agIn + off, (r1 - r0) * p.row);
+                auto shape = p.shape;
+                shape[0] = r1 - r0;
+                copyPreservingVersion(p.unsharded, r0, chunk.view(shape));
+            }
+            off += rows * p.row;
+            if (s.fromPostForward) p.postForward.reset();
+        }
+        s.agWork.reset();
+        s.agOut.reset();
+        s.unsharded = true;
+        s.postForwardCopy = false;
+        rec->end(co);
+    }
+
+    void reshard(int32_t u, bool keepPostForwardCopy) {
+        UState& s = us[u];
+        if (!s.unsharded) return;
+        const auto& unit = r.units[u];
+        if (keepPostForwardCopy) {
+            const int64_t k = unit.reshardK;
+            const int64_t j = groups->shardRank % k;
+            at::NoGradGuard ng;
+            for (int32_t pi : s.params) {
+                PState& p = ps[pi];
+                auto shape = p.shape;
+                shape[0] = p.pfRows;
+                p.postForward = at::zeros(shape, at::TensorOptions(s.agType));
+                const int64_t r0 = j * p.pfRows, r1 = std::min(p.d0, r0 + p.pfRows);
+                if (r1 > r0)
+                    p.postForward.narrow(0, 0, r1 - r0)
+                        .copy_(p.unsharded.detach().narrow(0, r0, r1 - r0));
+            }
+            s.postForwardCopy = true;
+        }
+        for (int32_t pi : s.params)
+            resizeStorage(ps[pi].unsharded, 0);
+        s.unsharded = false;
+    }
+
+    // --- hooks --------------------------------------------------------------------------
+
+    void closeSeg() {
+        if (curSeg >= 0 && self->m_segHasCompute && !segs[curSeg].hasCompute) {
+            segs[curSeg].hasCompute = true;
+            const size_t i =
+                rec->begin(OpKind::Forward, Phase::Forward, Stream::Compute, segs[curSeg].unit, mb);
+            rec->setStart(i, segStart);
+            rec->end(i);
+        }
+        self->m_segHasCompute = false;
+    }
+
+    void openSeg(int32_t unit) {
+        segs.push_back({unit, false});
+        curSeg = static_cast<int32_t>(segs.size() - 1);
+        segStart = nowNs();
+        self->m_segHasCompute = false;
+    }
+
+    int32_t newBoundary(bool exit, int32_t u) {
+        boundaries.push_back({exit, u, -1});
+        return static_cast<int32_t>(boundaries.size() - 1);
+    }
+
+    at::Tensor attach(const at::Tensor& t, int32_t b) {
+        if (t.requires_grad() && at::GradMode::is_enabled()) return BoundaryFn::apply(t, b);
+        deferred.push_back(b);
+        return t;
+    }
+
+    void preForward(int32_t u) {
+        unshard(u, Phase::Forward);
+        waitForUnshard(u, Phase::Forward);
+        const auto& unit = r.units[u];
+        if (unit.explicitForwardPrefetch)
+            for (UnitId t : unit.forwardPrefetch)
+                unshard(t.value, Phase::Forward);
+    }
+
+    void postForward(int32_t u) {
+        const auto& unit = r.units[u];
+        if (unit.reshard != Reshard::False) reshard(u, unit.reshard == Reshard::Int);
+        postForwardOrder.push_back(u);
+    }
+
+    void recordBackwardSeg(int32_t s) {
+        if (s >= 0 && segs[s].hasCompute) {
+            const size_t i =
+                rec->begin(OpKind::Backward, Phase::Backward, Stream::Compute, segs[s].unit, mb);
+            rec->setStart(i, lastBwdMark);
+            rec->end(i);
+        }
+    }
+
+    void preBackward(int32_t u) {
+        rec->setCurrent(r.units[u].displayName() + " pre-backward");
+        unshard(u, Phase::Backward);
+        waitForUnshard(u, Phase::Backward);
+        const auto& unit = r.units[u];
+        if (unit.explicitBackwardPrefetch) {
+            for (UnitId t : unit.backwardPrefetch)
+                unshard(t.value, Phase::Backward);
+        } else {
+            auto it = std::find(postForwardOrder.begin(), postForwardOrder.end(), u);
+            if (it != postForwardOrder.end() && it != postForwardOrder.begin())
+                unshard(*(it - 1), Phase::Backward);
+        }
+    }
+
+    void postBackward(int32_t u) {
+        UState& s = us[u];
+        if (s.postBackwardDone) return;
+        s.postBackwardDone = true;
+        if (r.units[u].reshardAfterBackward) reshard(u, false);
+        if (sync) reduce(u);
+    }
+
+    void reduce(int32_t u) {
+        UState& s = us[u];
+        const int64_t n = groups->shardSize;
+        int64_t in = 0;
+        for (int32_t pi : s.params)
+            in += ps[pi].rows * ps[pi].row;
+        rec->setCurrent(r.units[u].displayName() + " reduce-scatter");
+        const size_t ci =
+            rec->begin(OpKind::ReduceScatterCopyIn, Phase::Backward, Stream::Compute, u, mb);
+        at::Tensor input = at::zeros({n * in}, at::TensorOptions(s.reduceType));
+        int64_t off = 0;
+        {
+            at::NoGradGuard ng;
+            for (int32_t pi : s.params) {
+                PState& p = ps[pi];
+                at::Tensor grad = p.unsharded.grad();
+                if (grad.defined()) {
+                    for (int64_t dst = 0; dst < n; ++dst) {
+                        const int64_t r0 = dst * p.rows, r1 = std::min(p.d0, r0 + p.rows);
+                        if (r1 <= r0) continue;
+                        input.narrow(0, dst * in + off, (r1 - r0) * p.row)
+                            .copy_(grad.narrow(0, r0, r1 - r0).reshape({-1}));
+                    }
+                    p.unsharded.mutable_grad() = at::Tensor();  // freed: the copy holds it
+                }
+                off += p.rows * p.row;
+            }
+        }
+        rec->end(ci);
+        at::Tensor out = at::empty({in}, at::TensorOptions(s.reduceType));
+        const size_t rs =
+            rec->begin(OpKind::ReduceScatter, Phase::Backward, Stream::ReduceScatter, u, mb);
+        c10d::ReduceScatterOptions ro;
+        ro.reduceOp = c10d::ReduceOp::SUM;
+        auto work = groups->shard->_reduce_scatter_base(out, input, ro);
+        onComplete(work, rs);
+        if (groups->replicateSize > 1) {
+            // HSDP: the replicas all-reduce the reduced shard; it needs the reduce-scatter's
+            // result, so the CPU waits for it before issuing.
+            work->wait();
+            poll(false);
+            const size_t ar =
+                rec->begin(OpKind::AllReduce, Phase::Backward, Stream::AllReduce, u, mb);
+            std::vector<at::Tensor> t{out};
+            work = groups->replicate->allreduce(t);
+            onComplete(work, ar);
+        }
+        reductions.push_back({u, work, out});
+    }
+};
+
+// ---------------------------------------------------------------------------------------
+
+FsdpRuntime::FsdpRuntime(const ResolvedPlan& plan, Groups* groups, Recorder* recorder,
+                         RuntimeOptions o)
+    : d(std::make_unique<Impl>(plan, groups, recorder, o)) {
+    d->self = this;
+    d->init();
+    g_runtime = this;
+}
+
+FsdpRuntime::~FsdpRuntime() {
+    if (g_runtime == this) g_runtime = nullptr;
+}
+
+const at::Tensor& FsdpRuntime::param(ParamId p) const {
+    return d->ps[d->psOfParam[p.index()]].unsharded;
+}
+
+at::Tensor FsdpRuntime::callModule(ModuleId m, const at::Tensor& input,
+                                   const std::function<at::Tensor(const at::Tensor&)>& body) {
+    Impl& s = *d;
+    const int32_t u = s.unitAt[m.index()];
+    if (!s.o.fsdp || u < 0 || s.recomputing) return body(input);
+    const auto& unit = s.r.units[u];
+    // Pre-forward.
+    s.closeSeg();
+    const int32_t enter = s.newBoundary(false, u);
+    s.rec->setCurrent(unit.displayName() + " pre-forward");
+    s.preForward(u);
+    s.openSeg(u);
+    s.boundaries[enter].segAfter = s.curSeg;
+    at::Tensor x = input;
+    if (x.is_floating_point() && unit.mixedPrecision.paramDtype &&
+        unit.mixedPrecision.castForwardInputs)
+        x = x.to(s.us[u].agType);
+    x = s.attach(x, enter);
+    s.unitStack.push_back(u);
+    at::Tensor y;
+    if (unit.activationCheckpointing == AcMode::Full && at::GradMode::is_enabled()) {
+        s.bodies.push_back(body);
+        struct Checkpoint : torch::autograd::Function<Checkpoint> {
+            static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                                      int64_t bodyIndex, int64_t unit) {
+                ctx->saved_data["body"] = bodyIndex;
+                ctx->saved_data["unit"] = unit;
+                ctx->save_for_backward({x});
+                return g_runtime->d->bodies[static_cast<size_t>(bodyIndex)](x);
+            }
+            static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                           torch::autograd::variable_list grads) {
+                Impl& s = *g_runtime->d;
+                const at::Tensor x = ctx->get_saved_variables()[0];
+                const auto bodyIndex = static_cast<size_t>(ctx->saved_data["body"].toInt());
+                const auto unit = static_cast<int32_t>(ctx->saved_data["unit"].toInt());
+                const size_t rc =
+                    s.rec->begin(OpKind::Recompute, Phase::Backward, Stream::Compute, unit, s.mb);
+                at::Tensor xd = x.detach().requires_grad_(x.requires_grad());
+                at::Tensor y;
+                {
+                    at::AutoGradMode on(true);
+                    s.recomputing = true;
+                    y = s.bodies[bodyIndex](xd);
+                    s.recomputing = false;
+                }
+                s.rec->end(rc);
+                s.lastBwdMark = nowNs();
+                torch::autograd::backward({y}, {grads[0]});
+                return {xd.requires_grad() ? xd.grad() : at::Tensor(), at::Tensor(), at::Tensor()};
+            }
+        };
+        y = Checkpoint::apply(x, static_cast<int64_t>(s.bodies.size() - 1),
+                              static_cast<int64_t>(u));
+        noteCompute();
+    } else {
+        y = body(x);
+    }
+    s.unitStack.pop_back();
+    // Post-forward.
+    s.closeSeg();
+    s.postForward(u);
+    if (y.is_floating_point() && unit.mixedPrecision.outputDtype)
+        y = y.to(scalarType(*unit.mixedPrecision.outputDtype));
+    const int32_t exit = s.newBoundary(true, u);
+    if (!s.unitStack.empty())
+        s.openSeg(s.unitStack.back());
+    else
+        s.curSeg = -1;
+    s.boundaries[exit].segAfter = s.curSeg;
+    return s.attach(y, exit);
+}
+
+void FsdpRuntime::boundaryBackward(int64_t b) {
+    Impl& s = *d;
+    const auto bd = s.boundaries[static_cast<size_t>(b)];
+    s.recordBackwardSeg(bd.segAfter);
+    if (bd.exit)
+        s.preBackward(bd.unit);
+    else
+        s.postBackward(bd.unit);
+    s.lastBwdMark = nowNs();
+}
+
+void FsdpRuntime::beginMicroBatch(int32_t mb, bool syncGradients) {
+    Impl& s = *d;
+    s.mb = mb;
+    s.sync = syncGradients;
+    s.boundaries.clear();
+    s.deferred.clear();
+    s.segs.clear();
+    s.curSeg = -1;
+    s.postForwardOrder.clear();
+    s.bodies.clear();
+    for (auto& u : s.us)
+        u.postBackwardDone = false;
+    m_segHasCompute = false;
+}
+
+void FsdpRuntime::backward(const at::Tensor& loss) {
+    Impl& s = *d;
+    s.lastBwdMark = nowNs();
+    if (!s.o.fsdp) {
+        torch::autograd::backward({loss});
+        return;
+    }
+    torch::autograd::backward({loss});
+    // Boundaries whose tensor needed no gradient (the model's token-id input): their
+    // segment's backward has finished when autograd returns.
+    for (auto it = s.deferred.rbegin(); it != s.deferred.rend(); ++it) {
+        s.recordBackwardSeg(s.boundaries[static_cast<size_t>(*it)].segAfter);
+        s.lastBwdMark = nowNs();
+    }
+    // The root's final callback: post-backward of every unit that has not run it, in
+    // unit order (FSDPState._root_post_backward_final_callback over all states).
+    for (size_t u = 0; u < s.us.size(); ++u)
+        s.postBackward(static_cast<int32_t>(u));
+}
+
+void FsdpRuntime::optimizerStep() {
+    Impl& s = *d;
+    const size_t st =
+        s.rec->begin(OpKind::OptimizerStep, Phase::Optimizer, Stream::Compute, 0, s.mb);
+    s.rec->setCurrent("optimizer step (waiting for the gradient reductions)");
+    if (s.o.fsdp) {
+        const double divide = static_cast<double>(s.groups->shardSize * s.groups->replicateSize);
+        for (auto& red : s.reductions) {
+            red.work->wait();
+            s.poll(false);
+            int64_t off = 0;
+            for (int32_t pi : s.us[red.unit].params) {
+                auto& p = s.ps[pi];
+                const int64_t len = p.rows * p.row;
+                if (p.trainable)
+                    p.sharded.mutable_grad() = red.out.narrow(0, off, len)
+                                                   .to(at::kFloat)
+                                                   .div(divide)
+                                                   .view(p.sharded.sizes());
+                off += len;
+            }
+        }
+        s.reductions.clear();
+        s.poll(true);
+    }
+    s.rec->setCurrent("optimizer step");
+    s.adam->step();
+    // zero_grad(set_to_none=True): the gradients are freed.
+    for (auto& group : s.adam->param_groups())
+        for (auto& p : group.params())
+            p.mutable_grad() = at::Tensor();
+    s.rec->end(st);
+}
+
+std::vector<at::Tensor> FsdpRuntime::fullParameters() {
+    Impl& s = *d;
+    std::vector<at::Tensor> out;
+    for (auto& p : s.ps) {
+        if (!s.o.fsdp) {
+            out.push_back(p.unsharded.detach().clone());
+            continue;
+        }
+        const int64_t n = s.groups->shardSize;
+        at::Tensor gathered = at::empty({n * p.sharded.numel()}, at::kFloat);
+        at::Tensor local = p.sharded.detach().reshape({-1}).contiguous();
+        s.groups->shard->_allgather_base(gathered, local)->wait();
+        auto shape = p.shape;
+        shape[0] = n * p.rows;
+        out.push_back(gathered.view(shape).narrow(0, 0, p.d0).clone());
+    }
+    return out;
+}
+
+int64_t FsdpRuntime::shardedBytes() const {
+    int64_t b = 0;
+    for (const auto& p : d->ps)
+        if (p.sharded.defined()) b += p.sharded.numel() * p.sharded.element_size();
+    return b;
+}
+
+// ---------------------------------------------------------------------------------------
+
+namespace {
+
+std::string env(const char* name) {
+    const char* v = std::getenv(name);
+    return v ? v : "";
+}
+
+int64_t envInt(const char* name) {
+    const std::string v = env(name);
+    if (v.empty())
+        throw std::runtime_error(std::string("environment variable ") + name +
+                                 " is not set (launch with `shardscope run`, torchrun, or set "
+                                 "RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)");
+    try {
+        size_t used = 0;
+        const long long x = std::stoll(v, &used);
+        if (used != v.size() || x < 0) throw std::invalid_argument(v);
+        return x;
+    } catch (const std::exception&) {
+        throw std::runtime_error(std::string("environment variable ") + name +
+                                 ": expected a non-negative integer, got \"" + v + "\"");
+    }
+}
+
+c10::intrusive_ptr<c10d::Backend> gloo(const c10::intrusive_ptr<c10d::Store>& store,
+                                       const std::string& prefix, int rank, int size,
+                                       std::chrono::milliseconds timeout) {
+    auto opts = c10d::ProcessGroupGloo::Options::create();
+    const std::string ifname = env("GLOO_SOCKET_IFNAME");
+    if (!ifname.empty())
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+    else if (env("MASTER_ADDR") == "127.0.0.1" || env("MASTER_ADDR") == "localhost")
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    else
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    opts->timeout = timeout;
+    auto ps = c10::make_intrusive<c10d::PrefixStore>(prefix, store);
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(ps, rank, size, opts);
+}
+
+}  // namespace
+
+Groups makeGroups(const ResolvedPlan& plan, std::chrono::milliseconds timeout) {
+    Groups gr;
+    gr.rank = envInt("RANK");
+    gr.worldSize = envInt("WORLD_SIZE");
+    const int64_t port = envInt("MASTER_PORT");
+    const std::string host = env("MASTER_ADDR").empty() ? "127.0.0.1" : env("MASTER_ADDR");
+    if (gr.worldSize != plan.worldSize)
+        throw std::runtime_error("WORLD_SIZE is " + std::to_string(gr.worldSize) +
+                                 " but the plan's mesh has " + std::to_string(plan.worldSize) +
+                                 " ranks");
+    if (gr.rank >= gr.worldSize)
+        throw std::runtime_error("RANK " + std::to_string(gr.rank) + " is not below WORLD_SIZE " +
+                                 std::to_string(gr.worldSize));
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<uint16_t>(port);
+    so.isServer = gr.rank == 0;
+    so.numWorkers = static_cast<size_t>(gr.worldSize);
+    so.waitWorkers = true;
+    so.timeout = timeout;
+    auto store = c10::make_intrusive<c10d::TCPStore>(host, so);
+    gr.shardSize = plan.shardSize;
+    gr.replicateSize = plan.hsdp ? plan.replicateSize : 1;
+    // Mesh [replicate, shard], row-major: rank = replica * shard_size + shard index.
+    const int64_t replica = gr.rank / gr.shardSize, idx = gr.rank % gr.shardSize;
+    gr.shardRank = idx;
+    gr.replicateRank = replica;
+    const auto r32 = [](int64_t v) { return static_cast<int>(v); };
+    gr.world = gloo(store, "world/", r32(gr.rank), r32(gr.worldSize), timeout);
+    gr.shard =
+        gloo(store, "shard/" + std::to_string(replica) + "/", r32(idx), r32(gr.shardSize), timeout);
+    gr.replicate = gr.replicateSize > 1 ? gloo(store, "replicate/" + std::to_string(idx) + "/",
+                                               r32(replica), r32(gr.replicateSize), timeout)
+                                        : gr.shard;
+    std::vector<int64_t> ks;
+    for (const auto& u : plan.units)
+        if (u.reshard == Reshard::Int && std::find(ks.begin(), ks.end(), u.reshardK) == ks.end())
+            ks.push_back(u.reshardK);
+    for (int64_t k : ks)
+        gr.postForward.push_back({k, gloo(store,
+                                          "pf" + std::to_string(k) + "/" + std::to_string(replica) +
+                                              "/" + std::to_string(idx / k) + "/",
+                                          r32(idx % k), r32(k), timeout)});
+    return gr;
+}
+
+Groups singleProcessGroups() {
+    return Groups{};
+}
+
+}  // namespace shardscope::exec

@@ -1,0 +1,371 @@
+// SPDX-License-Identifier: Apache-2.0
+// One rank of `shardscope run` (or of torchrun/SLURM/mpirun launching shardscope-engine
+// directly): loads the model and plan, joins the process groups from the torchrun
+// environment, trains for warm-up plus measured steps with the FSDP runtime while
+// recording every op and the CPU allocator's bytes, and writes its results as JSON.
+#include "engine/exec/worker.h"
+
+#include <ATen/Parallel.h>
+#include <c10/core/CPUAllocator.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <mutex>
+
+#include "engine/exec/fsdp_runtime.h"
+#include "engine/exec/llama.h"
+#include "plans/core/atomic_write.h"
+#include "plans/model/model_json.h"
+#include "plans/plan/plan_json.h"
+
+namespace shardscope::exec {
+
+namespace {
+
+// Counts the bytes the CPU allocator hands out: the engine's "allocated" memory on CPU
+// (there is no caching allocator on CPU, so nothing is reserved beyond it).
+class CountingAllocator final : public c10::Allocator {
+public:
+    explicit CountingAllocator(c10::Allocator* inner) : m_inner(inner) {}
+    c10::DataPtr allocate(size_t n) override {
+        c10::DataPtr inner = m_inner->allocate(n);
+        void* data = inner.get();
+        auto* ctx = new Ctx{std::move(inner), static_cast<int64_t>(n), this};
+        add(static_cast<int64_t>(n));
+        return {data, ctx, &Ctx::destroy, c10::Device(c10::kCPU)};
+    }
+    void copy_data(void* dest, const void* src, size_t count) const override {
+        default_copy_data(dest, src, count);
+    }
+    void resetPeak() { m_peak = m_cur.load(); }
+    int64_t peak() const { return m_peak; }
+    int64_t current() const { return m_cur; }
+    void startTimeline() {
+        std::lock_guard lock(m_mutex);
+        m_timeline.clear();
+        m_recording = true;
+    }
+    std::vector<std::pair<int64_t, int64_t>> stopTimeline() {
+        std::lock_guard lock(m_mutex);
+        m_recording = false;
+        return std::move(m_timeline);
+    }
+
+private:
+    struct Ctx {
+        c10::DataPtr inner;
+        int64_t bytes;
+        CountingAllocator* owner;
+        static void destroy(void* p) {
+            auto* c = static_cast<Ctx*>(p);
+            c->owner->add(-c->bytes);
+            delete c;
+        }
+    };
+    void add(int64_t n) {
+        const int64_t now = m_cur.fetch_add(n) + n;
+        int64_t p = m_peak.load();
+        while (now > p && !m_peak.compare_exchange_weak(p, now)) {
+        }
+        if (m_recording) {
+            std::lock_guard lock(m_mutex);
+            if (m_recording) m_timeline.push_back({nowNs(), now});
+        }
+    }
+    c10::Allocator* m_inner;
+    std::atomic<int64_t> m_cur{0}, m_peak{0};
+    std::atomic<bool> m_recording{false};
+    std::mutex m_mutex;
+    std::vector<std::pair<int64_t, int64_t>> m_timeline;
+};
+
+CountingAllocator* installCountingAllocator() {
+    static CountingAllocator a(c10::GetDefaultCPUAllocator());
+    c10::SetCPUAllocator(&a, /*priority=*/100);
+    return &a;
+}
+
+struct Options {
+    std::string model, plan, out, dumpParams;
+    int64_t steps = 3, warmup = 1, batch = 0, seq = 0, microBatches = 0, timeoutS = 60, threads = 0,
+            reference = 0;  // reference: world size of the unsharded run
+    uint64_t seed = 1234;
+};
+
+int64_t toInt(const std::string& flag, const std::string& v, int64_t minimum) {
+    try {
+        size_t used = 0;
+        const long long x = std::stoll(v, &used);
+        if (used == v.size() && x >= minimum) return x;
+    } catch (const std::exception&) {
+    }
+    throw std::runtime_error(flag + ": expected an integer >= " + std::to_string(minimum) +
+                             ", got \"" + v + "\"");
+}
+
+Options parse(const std::vector<std::string>& a) {
+    Options o;
+    for (size_t i = 0; i < a.size(); ++i) {
+        const std::string& f = a[i];
+        if (i + 1 >= a.size()) throw std::runtime_error(f + ": missing value");
+        const std::string& v = a[++i];
+        if (f == "--model")
+            o.model = v;
+        else if (f == "--plan")
+            o.plan = v;
+        else if (f == "--out")
+            o.out = v;
+        else if (f == "--dump-params")
+            o.dumpParams = v;
+        else if (f == "--steps")
+            o.steps = toInt(f, v, 1);
+        else if (f == "--warmup")
+            o.warmup = toInt(f, v, 0);
+        else if (f == "--batch")
+            o.batch = toInt(f, v, 1);
+        else if (f == "--seq")
+            o.seq = toInt(f, v, 2);
+        else if (f == "--micro-batches")
+            o.microBatches = toInt(f, v, 1);
+        else if (f == "--timeout-s")
+            o.timeoutS = toInt(f, v, 1);
+        else if (f == "--threads")
+            o.threads = toInt(f, v, 1);
+        else if (f == "--seed")
+            o.seed = static_cast<uint64_t>(toInt(f, v, 0));
+        else if (f == "--reference")
+            o.reference = toInt(f, v, 1);
+        else
+            throw std::runtime_error("unknown option " + f);
+    }
+    if (o.model.empty() || o.plan.empty())
+        throw std::runtime_error("--model and --plan are required");
+    return o;
+}
+
+nlohmann::json readJson(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw std::runtime_error(path + ": cannot open");
+    auto j = nlohmann::json::parse(in, nullptr, false);
+    if (j.is_discarded()) throw std::runtime_error(path + ": invalid JSON");
+    return j;
+}
+
+// Compares the recorded ops of one step with the step program, op by op.
+nlohmann::json compareOrder(const StepProgram& prog, const ResolvedPlan& r,
+                            const std::vector<RecordedOp>& ops, int32_t step,
+                            std::vector<int64_t>& opIds) {
+    std::vector<size_t> idx;
+    for (size_t i = 0; i < ops.size(); ++i)
+        if (ops[i].step == step) idx.push_back(i);
+    const size_t n = std::min(idx.size(), prog.ops.size());
+    for (size_t k = 0; k < n; ++k) {
+        const RecordedOp& a = ops[idx[k]];
+        const Op& b = prog.ops[k];
+        if (a.kind != b.kind || a.phase != b.phase || a.unit != b.unit.value ||
+            a.microBatch != b.microBatch) {
+            Op ra;
+            ra.kind = a.kind;
+            ra.unit = UnitId(a.unit);
+            return {{"matches", false},
+                    {"step", step},
+                    {"first_mismatch", k},
+                    {"recorded", opLabel(r, ra) + " (" + phaseName(a.phase) + ", mb" +
+                                     std::to_string(a.microBatch) + ")"},
+                    {"program", opLabel(r, b) + " (" + phaseName(b.phase) + ", mb" +
+                                    std::to_string(b.microBatch) + ")"}};
+        }
+        opIds[idx[k]] = static_cast<int64_t>(k);
+    }
+    if (idx.size() != prog.ops.size())
+        return {{"matches", false},
+                {"step", step},
+                {"first_mismatch", n},
+                {"recorded", idx.size() > n ? "an extra op" : "end of step"},
+                {"program", prog.ops.size() > n ? opLabel(r, prog.ops[n]) : "end of step"}};
+    return {{"matches", true}, {"step", step}, {"ops", prog.ops.size()}};
+}
+
+}  // namespace
+
+int runWorker(const std::vector<std::string>& argv) {
+    CountingAllocator* mem = installCountingAllocator();
+    const Options o = parse(argv);
+    auto graph = loadModelFile(o.model);
+    if (!graph) throw std::runtime_error(graph.error());
+    auto plan = loadPlanFile(o.plan);
+    if (!plan) throw std::runtime_error(plan.error());
+    if (o.batch) plan->microBatchSize = o.batch;
+    if (o.seq) plan->seqLen = o.seq;
+    if (o.microBatches) plan->microBatches = o.microBatches;
+    const int64_t envWorld = o.reference                 ? o.reference
+                             : std::getenv("WORLD_SIZE") ? std::atoll(std::getenv("WORLD_SIZE"))
+                                                         : 1;
+    if (plan->meshShape.empty()) plan->meshShape = {envWorld};
+    const ResolvedPlan r = resolvePlan(*graph, *plan, nullptr, o.plan);
+    if (r.hasErrors()) {
+        std::string msg = "the plan has errors:";
+        for (const auto& p : r.problems)
+            msg += "\n  " + p.toString();
+        throw std::runtime_error(msg);
+    }
+    const LlamaConfig cfg = llamaConfigFromHf(readJson(o.model), o.model);
+
+    const auto timeout = std::chrono::milliseconds(o.timeoutS * 1000);
+    Groups groups = o.reference ? singleProcessGroups() : makeGroups(r, timeout);
+    const int64_t world = o.reference ? o.reference : groups.worldSize;
+    at::set_num_threads(static_cast<int>(o.threads ? o.threads : 1));
+
+    Recorder rec;
+    RuntimeOptions ro;
+    ro.fsdp = !o.reference;
+    ro.seed = o.seed;
+    FsdpRuntime rt(r, &groups, &rec, ro);
+    LlamaModel model(cfg, *graph, rt);
+
+    // Synthetic tokens with a fixed seed: the same global batch on every rank, each rank
+    // taking its slice, so the unsharded reference can replay all of them.
+    const int64_t total = o.warmup + o.steps, m = plan->microBatches;
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed);
+    const at::Tensor data =
+        at::randint(0, cfg.vocab, {total, world, m, plan->microBatchSize, plan->seqLen}, gen,
+                    at::TensorOptions(at::kLong));
+
+    std::vector<double> losses;
+    std::vector<int64_t> stepNs;
+    int64_t measuredStart = 0;
+    std::vector<std::pair<int64_t, int64_t>> timeline;
+    try {
+        for (int64_t step = 0; step < total; ++step) {
+            if (step == o.warmup) {
+                if (!o.reference) groups.world->barrier()->wait();
+                mem->resetPeak();
+                measuredStart = nowNs();
+            }
+            if (step == total - 1) mem->startTimeline();
+            rec.setStep(static_cast<int32_t>(step));
+            const int64_t t0 = nowNs();
+            double lossSum = 0;
+            const int64_t ranksHere = o.reference ? world : 1;
+            for (int64_t rk = 0; rk < ranksHere; ++rk)
+                for (int64_t mb = 0; mb < m; ++mb) {
+                    const int64_t dataRank = o.reference ? rk : groups.rank;
+                    rt.beginMicroBatch(static_cast<int32_t>(mb),
+                                       mb + 1 == m || plan->syncEveryMicroBatch);
+                    const at::Tensor tokens = data[step][dataRank][mb];
+                    const at::Tensor loss = model.loss(tokens);
+                    lossSum += loss.item<double>();
+                    rt.backward(loss / static_cast<double>(m * ranksHere));
+                }
+            rt.optimizerStep();
+            const int64_t t1 = nowNs();
+            if (step >= o.warmup) stepNs.push_back(t1 - t0);
+            if (step == total - 1) timeline = mem->stopTimeline();
+            at::Tensor l = at::full({1}, lossSum / static_cast<double>(m * ranksHere), at::kDouble);
+            if (!o.reference) {
+                std::vector<at::Tensor> t{l};
+                groups.world->allreduce(t)->wait();
+                l.div_(static_cast<double>(world));
+            }
+            losses.push_back(l.item<double>());
+            if (groups.rank == 0)
+                std::fprintf(stderr, "[shardscope-engine] step %lld/%lld loss %.6f (%.1f ms)\n",
+                             static_cast<long long>(step + 1), static_cast<long long>(total),
+                             losses.back(), static_cast<double>(t1 - t0) * 1e-6);
+        }
+    } catch (const c10::Error& e) {
+        throw std::runtime_error("rank " + std::to_string(groups.rank) + " failed in " +
+                                 (rec.current().empty() ? std::string("start-up") : rec.current()) +
+                                 ": " + e.what_without_backtrace());
+    } catch (const std::exception& e) {
+        throw std::runtime_error("rank " + std::to_string(groups.rank) + " failed in " +
+                                 (rec.current().empty() ? std::string("start-up") : rec.current()) +
+                                 ": " + e.what());
+    }
+
+    // Op order of every step against the step program.
+    StepOptions so;
+    so.microBatchSize = plan->microBatchSize;
+    so.seqLen = plan->seqLen;
+    so.microBatches = plan->microBatches;
+    so.devicesPerNode = world;
+    const StepProgram prog = buildStepProgram(r, so);
+    const auto ops = rec.ops();
+    std::vector<int64_t> opIds(ops.size(), -1);
+    nlohmann::json order = nlohmann::json::array();
+    bool allMatch = true;
+    if (!o.reference)
+        for (int64_t s = 0; s < total; ++s) {
+            order.push_back(compareOrder(prog, r, ops, static_cast<int32_t>(s), opIds));
+            allMatch = allMatch && order.back()["matches"].get<bool>();
+        }
+
+    nlohmann::json j;
+    j["format"] = "shardscope.rank_result";
+    j["version"] = 1;
+    j["rank"] = groups.rank;
+    j["world_size"] = world;
+    j["shard_rank"] = groups.shardRank;
+    j["replicate_rank"] = groups.replicateRank;
+    j["plan"] = r.plan.name;
+    j["micro_batch_size"] = plan->microBatchSize;
+    j["seq_len"] = plan->seqLen;
+    j["micro_batches"] = m;
+    j["warmup_steps"] = o.warmup;
+    j["losses"] = losses;
+    j["step_time_ns"] = stepNs;
+    j["peak_allocated_bytes"] = mem->peak();
+    j["sharded_param_bytes"] = rt.shardedBytes();
+    j["measured_start_ns"] = measuredStart;
+    j["op_order_matches_program"] = allMatch;
+    j["op_order"] = order;
+    j["units"] = nlohmann::json::array();
+    for (const auto& u : r.units)
+        j["units"].push_back(u.displayName());
+    nlohmann::json jo = nlohmann::json::array();
+    for (size_t i = 0; i < ops.size(); ++i) {
+        const auto& op = ops[i];
+        if (op.step < o.warmup) continue;
+        jo.push_back({{"op_id", opIds[i]},
+                      {"step", op.step},
+                      {"kind", opKindName(op.kind)},
+                      {"phase", phaseName(op.phase)},
+                      {"stream", streamName(op.stream)},
+                      {"unit", op.unit},
+                      {"micro_batch", op.microBatch},
+                      {"start_ns", op.startNs},
+                      {"end_ns", op.endNs}});
+    }
+    j["ops"] = std::move(jo);
+    nlohmann::json tl = nlohmann::json::array();
+    for (const auto& [t, b] : timeline)
+        tl.push_back({t, b});
+    j["memory_timeline"] = std::move(tl);
+
+    if (!o.dumpParams.empty()) {
+        auto full = rt.fullParameters();
+        if (groups.rank == 0) {
+            nlohmann::json pj = nlohmann::json::object();
+            for (size_t i = 0; i < full.size(); ++i) {
+                const at::Tensor t = full[i].reshape({-1}).to(at::kDouble).contiguous();
+                pj[graph->params()[i].name] =
+                    std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+            }
+            if (Status st = writeFileAtomically(o.dumpParams, pj.dump() + "\n"); !st)
+                throw std::runtime_error(st.error());
+        }
+    }
+    if (!o.reference) groups.world->barrier()->wait();
+    const std::string text = j.dump() + "\n";
+    if (o.out.empty() || o.out == "-") {
+        std::fwrite(text.data(), 1, text.size(), stdout);
+    } else if (Status st = writeFileAtomically(o.out, text); !st) {
+        throw std::runtime_error(st.error());
+    }
+    return 0;
+}
+
+}  // namespace shardscope::exec

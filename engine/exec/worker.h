@@ -1,0 +1,12 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+#include <string>
+#include <vector>
+
+namespace shardscope::exec {
+
+// `shardscope-engine worker --model M --plan P [--steps S --warmup W --out FILE ...]`:
+// one rank. Throws std::runtime_error with a message for the user on any failure.
+int runWorker(const std::vector<std::string>& argv);
+
+}  // namespace shardscope::exec
