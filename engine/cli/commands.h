@@ -20,5 +20,6 @@ std::vector<Command> simulateCommands();
 std::vector<Command> benchCommands();
 std::vector<Command> recommendCommands();
 std::vector<Command> traceCommands();
+std::vector<Command> runCommands();
 
 }  // namespace shardscope::cli

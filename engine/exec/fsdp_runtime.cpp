@@ -11,8 +11,11 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdlib>
+#include <deque>
 #include <stdexcept>
+#include <thread>
 
 namespace shardscope::exec {
 
@@ -162,26 +165,60 @@ struct FsdpRuntime::Impl {
         bool hasCompute = false;
     };
 
-    // Collectives whose work has no future (Gloo's reduce-scatter): their end is stamped
-    // when the CPU next finds them completed or waits on them.
-    std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, size_t>> unstamped;
+    // Collectives whose work has no future (Gloo's reduce-scatter): a watcher thread waits
+    // on them in issue order and stamps their end when each completes.
+    std::mutex watchMutex;
+    std::condition_variable watchCv;
+    std::deque<std::pair<c10::intrusive_ptr<c10d::Work>, size_t>> watchQueue;
+    bool watchStop = false, watchBusy = false;
+    std::thread watcher;
     void onComplete(const c10::intrusive_ptr<c10d::Work>& work, size_t op) {
         try {
             work->getFuture()->addCallback(
                 [recp = rec, op](c10::ivalue::Future&) { recp->endAt(op, nowNs()); });
+            return;
         } catch (const c10::Error&) {
-            unstamped.push_back({work, op});
+        }
+        std::lock_guard lock(watchMutex);
+        if (!watcher.joinable()) watcher = std::thread([this] { watch(); });
+        watchQueue.push_back({work, op});
+        watchCv.notify_one();
+    }
+    void watch() {
+        for (;;) {
+            std::pair<c10::intrusive_ptr<c10d::Work>, size_t> item;
+            {
+                std::unique_lock lock(watchMutex);
+                watchCv.wait(lock, [&] { return watchStop || !watchQueue.empty(); });
+                if (watchQueue.empty()) return;
+                item = watchQueue.front();
+                watchQueue.pop_front();
+                watchBusy = true;
+            }
+            try {
+                item.first->wait();
+            } catch (const std::exception&) {
+                // The thread that needs the result sees the error on its own wait.
+            }
+            rec->endAt(item.second, nowNs());
+            std::lock_guard lock(watchMutex);
+            watchBusy = false;
         }
     }
-    void poll(bool wait) {
-        for (auto it = unstamped.begin(); it != unstamped.end();) {
-            if (wait) it->first->wait();
-            if (it->first->isCompleted()) {
-                rec->endAt(it->second, nowNs());
-                it = unstamped.erase(it);
-            } else {
-                ++it;
-            }
+    void stopWatcher() {
+        {
+            std::lock_guard lock(watchMutex);
+            watchStop = true;
+            watchCv.notify_all();
+        }
+        if (watcher.joinable()) watcher.join();
+    }
+    void drainWatcher() {
+        std::unique_lock lock(watchMutex);
+        while (!watchQueue.empty() || watchBusy) {
+            lock.unlock();
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+            lock.lock();
         }
     }
 
@@ -222,6 +259,21 @@ struct FsdpRuntime::Impl {
                                          "(on a CPU-only run it would copy host to host)");
             for (ModuleId m : unit.modules)
                 unitAt[m.index()] = static_cast<int32_t>(u);
+            if (unit.activationCheckpointing == AcMode::Selective)
+                throw std::runtime_error("unit " + unit.displayName() +
+                                         ": selective activation checkpointing is not run by the "
+                                         "engine yet; use \"full\" or none");
+            if (unit.activationCheckpointing == AcMode::Full)
+                for (size_t v = 0; v < r.units.size(); ++v)
+                    for (ModuleId m : unit.modules)
+                        if (v != u && g.isAncestorOrSelf(m, r.units[v].modules[0]))
+                            throw std::runtime_error(
+                                "unit " + unit.displayName() +
+                                ": activation checkpointing on a unit that contains other units "
+                                "(here " +
+                                r.units[v].displayName() +
+                                ") would recompute them too; set it on the inner units only "
+                                "(as checkpoint_wrapper is applied to decoder layers)");
             us[u].agType = scalarType(unit.allGatherDtype);
             us[u].reduceType = scalarType(unit.reduceDtype);
         }
@@ -323,7 +375,6 @@ struct FsdpRuntime::Impl {
         if (!s.agWork) return;
         const size_t co = rec->begin(OpKind::CopyOut, phase, Stream::Compute, u, mb);
         s.agWork->wait();
-        poll(false);
         int64_t off = 0;
         for (int32_t pi : s.params) {
             PState& p = ps[pi];
@@ -486,17 +537,19 @@ struct FsdpRuntime::Impl {
         c10d::ReduceScatterOptions ro;
         ro.reduceOp = c10d::ReduceOp::SUM;
         auto work = groups->shard->_reduce_scatter_base(out, input, ro);
-        onComplete(work, rs);
         if (groups->replicateSize > 1) {
             // HSDP: the replicas all-reduce the reduced shard; it needs the reduce-scatter's
-            // result, so the CPU waits for it before issuing.
+            // result, so the CPU waits for it before issuing. (Only this thread waits on the
+            // work: two threads waiting on one Gloo work raced and corrupted the result.)
             work->wait();
-            poll(false);
+            rec->endAt(rs, nowNs());
             const size_t ar =
                 rec->begin(OpKind::AllReduce, Phase::Backward, Stream::AllReduce, u, mb);
             std::vector<at::Tensor> t{out};
             work = groups->replicate->allreduce(t);
             onComplete(work, ar);
+        } else {
+            onComplete(work, rs);
         }
         reductions.push_back({u, work, out});
     }
@@ -513,6 +566,7 @@ FsdpRuntime::FsdpRuntime(const ResolvedPlan& plan, Groups* groups, Recorder* rec
 }
 
 FsdpRuntime::~FsdpRuntime() {
+    d->stopWatcher();
     if (g_runtime == this) g_runtime = nullptr;
 }
 
@@ -543,8 +597,11 @@ at::Tensor FsdpRuntime::callModule(ModuleId m, const at::Tensor& input,
     if (unit.activationCheckpointing == AcMode::Full && at::GradMode::is_enabled()) {
         s.bodies.push_back(body);
         struct Checkpoint : torch::autograd::Function<Checkpoint> {
+            // `anchor` requires grad so the output does even when the unit's input does not
+            // (the parameters' gradients come from the recompute's own backward).
             static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                                      int64_t bodyIndex, int64_t unit) {
+                                      const at::Tensor& anchor, int64_t bodyIndex, int64_t unit) {
+                (void)anchor;
                 ctx->saved_data["body"] = bodyIndex;
                 ctx->saved_data["unit"] = unit;
                 ctx->save_for_backward({x});
@@ -569,10 +626,12 @@ at::Tensor FsdpRuntime::callModule(ModuleId m, const at::Tensor& input,
                 s.rec->end(rc);
                 s.lastBwdMark = nowNs();
                 torch::autograd::backward({y}, {grads[0]});
-                return {xd.requires_grad() ? xd.grad() : at::Tensor(), at::Tensor(), at::Tensor()};
+                return {xd.requires_grad() ? xd.grad() : at::Tensor(), at::Tensor(), at::Tensor(),
+                        at::Tensor()};
             }
         };
-        y = Checkpoint::apply(x, static_cast<int64_t>(s.bodies.size() - 1),
+        static const at::Tensor anchor = at::empty({0}).requires_grad_(true);
+        y = Checkpoint::apply(x, anchor, static_cast<int64_t>(s.bodies.size() - 1),
                               static_cast<int64_t>(u));
         noteCompute();
     } else {
@@ -645,10 +704,12 @@ void FsdpRuntime::optimizerStep() {
         s.rec->begin(OpKind::OptimizerStep, Phase::Optimizer, Stream::Compute, 0, s.mb);
     s.rec->setCurrent("optimizer step (waiting for the gradient reductions)");
     if (s.o.fsdp) {
+        // The watcher finishes its waits first: one Gloo work must not be waited on by two
+        // threads at once.
+        s.drainWatcher();
         const double divide = static_cast<double>(s.groups->shardSize * s.groups->replicateSize);
         for (auto& red : s.reductions) {
             red.work->wait();
-            s.poll(false);
             int64_t off = 0;
             for (int32_t pi : s.us[red.unit].params) {
                 auto& p = s.ps[pi];
@@ -662,7 +723,6 @@ void FsdpRuntime::optimizerStep() {
             }
         }
         s.reductions.clear();
-        s.poll(true);
     }
     s.rec->setCurrent("optimizer step");
     s.adam->step();

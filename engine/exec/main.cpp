@@ -26,6 +26,7 @@ const char* kUsage =
     "         options: --steps N (3) --warmup N (1) --batch B --seq S --micro-batches N\n"
     "                  --timeout-s S (60) --threads N (1) --seed N --out FILE (stdout)\n"
     "                  --dump-params FILE (rank 0 writes the full parameters after training)\n"
+    "                  --dump-initial FILE (the same, before the first step)\n"
     "                  --reference W (no FSDP: one process replays the data of W ranks)\n";
 }
 

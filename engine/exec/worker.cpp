@@ -89,7 +89,7 @@ CountingAllocator* installCountingAllocator() {
 }
 
 struct Options {
-    std::string model, plan, out, dumpParams;
+    std::string model, plan, out, dumpParams, dumpInitial;
     int64_t steps = 3, warmup = 1, batch = 0, seq = 0, microBatches = 0, timeoutS = 60, threads = 0,
             reference = 0;  // reference: world size of the unsharded run
     uint64_t seed = 1234;
@@ -120,6 +120,8 @@ Options parse(const std::vector<std::string>& a) {
             o.out = v;
         else if (f == "--dump-params")
             o.dumpParams = v;
+        else if (f == "--dump-initial")
+            o.dumpInitial = v;
         else if (f == "--steps")
             o.steps = toInt(f, v, 1);
         else if (f == "--warmup")
@@ -226,6 +228,21 @@ int runWorker(const std::vector<std::string>& argv) {
     FsdpRuntime rt(r, &groups, &rec, ro);
     LlamaModel model(cfg, *graph, rt);
 
+    // Full parameters as JSON {name: [values...]} (all-gathered; rank 0 writes).
+    auto dump = [&](const std::string& path) {
+        auto full = rt.fullParameters();
+        if (groups.rank != 0) return;
+        nlohmann::json pj = nlohmann::json::object();
+        for (size_t i = 0; i < full.size(); ++i) {
+            const at::Tensor t = full[i].reshape({-1}).to(at::kDouble).contiguous();
+            pj[graph->params()[i].name] =
+                std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+        }
+        if (Status st = writeFileAtomically(path, pj.dump() + "\n"); !st)
+            throw std::runtime_error(st.error());
+    };
+    if (!o.dumpInitial.empty()) dump(o.dumpInitial);
+
     // Synthetic tokens with a fixed seed: the same global batch on every rank, each rank
     // taking its slice, so the unsharded reference can replay all of them.
     const int64_t total = o.warmup + o.steps, m = plan->microBatches;
@@ -242,6 +259,7 @@ int runWorker(const std::vector<std::string>& argv) {
         for (int64_t step = 0; step < total; ++step) {
             if (step == o.warmup) {
                 if (!o.reference) groups.world->barrier()->wait();
+
                 mem->resetPeak();
                 measuredStart = nowNs();
             }
@@ -345,19 +363,7 @@ int runWorker(const std::vector<std::string>& argv) {
         tl.push_back({t, b});
     j["memory_timeline"] = std::move(tl);
 
-    if (!o.dumpParams.empty()) {
-        auto full = rt.fullParameters();
-        if (groups.rank == 0) {
-            nlohmann::json pj = nlohmann::json::object();
-            for (size_t i = 0; i < full.size(); ++i) {
-                const at::Tensor t = full[i].reshape({-1}).to(at::kDouble).contiguous();
-                pj[graph->params()[i].name] =
-                    std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
-            }
-            if (Status st = writeFileAtomically(o.dumpParams, pj.dump() + "\n"); !st)
-                throw std::runtime_error(st.error());
-        }
-    }
+    if (!o.dumpParams.empty()) dump(o.dumpParams);
     if (!o.reference) groups.world->barrier()->wait();
     const std::string text = j.dump() + "\n";
     if (o.out.empty() || o.out == "-") {

@@ -1,0 +1,591 @@
+// SPDX-License-Identifier: Apache-2.0
+// `shardscope run`: runs a plan for real. Spawns N local ranks of `shardscope-engine
+// worker` (the torchrun environment: RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT), watches them, stops all of them when one fails or on Ctrl-C, and merges
+// their results into one summary and one multi-rank trace. With --cluster it also
+// simulates the same step and prints predicted against measured.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "engine/cli/commands.h"
+#include "engine/cli/common.h"
+#include "engine/schedule/step_program.h"
+#include "engine/sim/simulator.h"
+#include "plans/core/atomic_write.h"
+#include "plans/plan/resolve.h"
+
+namespace shardscope::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+volatile sig_atomic_t g_interrupted = 0;
+void onSignal(int sig) {
+    g_interrupted = sig;
+}
+
+int freePort() {
+    const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (s < 0) return -1;
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = 0;
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+        ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+        port = ntohs(a.sin_port);
+    ::close(s);
+    return port;
+}
+
+std::string tail(const fs::path& p, size_t lines) {
+    std::ifstream in(p);
+    std::vector<std::string> all;
+    for (std::string l; std::getline(in, l);)
+        all.push_back(l);
+    std::string out;
+    for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i)
+        out += "    " + all[i] + "\n";
+    return out;
+}
+
+std::string ms(double ns) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.2f ms", ns * 1e-6);
+    return b;
+}
+std::string mib(double bytes) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.1f MiB", bytes / 1048576.0);
+    return b;
+}
+std::string pct(double predicted, double measured) {
+    if (measured == 0) return "-";
+    char b[32];
+    std::snprintf(b, sizeof b, "%+.1f%%", (predicted - measured) / measured * 100.0);
+    return b;
+}
+
+struct Interval {
+    int64_t a, b;
+};
+int64_t unionLength(std::vector<Interval> v) {
+    std::sort(v.begin(), v.end(), [](auto& x, auto& y) { return x.a < y.a; });
+    int64_t total = 0, curA = 0, curB = -1;
+    bool open = false;
+    for (const auto& i : v) {
+        if (!open || i.a > curB) {
+            if (open) total += curB - curA;
+            curA = i.a;
+            curB = i.b;
+            open = true;
+        } else {
+            curB = std::max(curB, i.b);
+        }
+    }
+    if (open) total += curB - curA;
+    return total;
+}
+
+// Measured step breakdown of one rank's last step: compute busy time, communication time
+// (union of collective intervals) and the part of it no compute overlapped.
+struct Breakdown {
+    int64_t computeNs = 0, commNs = 0, exposedNs = 0;
+};
+Breakdown breakdown(const nlohmann::json& rank) {
+    const int64_t last =
+        rank["warmup_steps"].get<int64_t>() + static_cast<int64_t>(rank["step_time_ns"].size()) - 1;
+    std::vector<Interval> comp, comm;
+    for (const auto& op : rank["ops"]) {
+        if (op["step"].get<int64_t>() != last) continue;
+        const std::string k = op["kind"];
+        const Interval iv{op["start_ns"].get<int64_t>(), op["end_ns"].get<int64_t>()};
+        if (k == "all_gather" || k == "reduce_scatter" || k == "all_reduce")
+            comm.push_back(iv);
+        else if (k == "forward" || k == "backward" || k == "recompute" || k == "optimizer")
+            comp.push_back(iv);
+    }
+    Breakdown b;
+    b.computeNs = unionLength(comp);
+    b.commNs = unionLength(comm);
+    std::vector<Interval> both = comp;
+    both.insert(both.end(), comm.begin(), comm.end());
+    b.exposedNs = unionLength(both) - b.computeNs;
+    return b;
+}
+
+nlohmann::json mergedTrace(const std::vector<nlohmann::json>& ranks, const std::string& plan) {
+    int64_t t0 = INT64_MAX;
+    for (const auto& r : ranks)
+        t0 = std::min(t0, r["measured_start_ns"].get<int64_t>());
+    nlohmann::json ev = nlohmann::json::array();
+    for (const auto& r : ranks) {
+        const int pid = r["rank"].get<int>();
+        ev.push_back({{"ph", "M"},
+                      {"pid", pid},
+                      {"name", "process_name"},
+                      {"args", {{"name", "rank " + std::to_string(pid) + " (measured)"}}}});
+        for (int st = 0; st < static_cast<int>(Stream::Count); ++st) {
+            ev.push_back({{"ph", "M"},
+                          {"pid", pid},
+                          {"tid", st},
+                          {"name", "thread_name"},
+                          {"args", {{"name", streamName(static_cast<Stream>(st))}}}});
+            ev.push_back({{"ph", "M"},
+                          {"pid", pid},
+                          {"tid", st},
+                          {"name", "thread_sort_index"},
+                          {"args", {{"sort_index", st}}}});
+        }
+        const auto& units = r["units"];
+        for (const auto& op : r["ops"]) {
+            int tid = 0;
+            const std::string stream = op["stream"];
+            for (int st = 0; st < static_cast<int>(Stream::Count); ++st)
+                if (stream == streamName(static_cast<Stream>(st))) tid = st;
+            const std::string kind = op["kind"];
+            const int unit = op["unit"];
+            std::string label = kind == "optimizer" ? "optimizer step"
+                                                    : units[unit].get<std::string>() + " " + kind;
+            std::replace(label.begin(), label.end(), '_', ' ');
+            const int64_t s = op["start_ns"].get<int64_t>(), e = op["end_ns"].get<int64_t>();
+            ev.push_back({{"ph", "X"},
+                          {"pid", pid},
+                          {"tid", tid},
+                          {"name", label},
+                          {"cat", kind},
+                          {"ts", static_cast<double>(s - t0) / 1000.0},
+                          {"dur", static_cast<double>(std::max<int64_t>(0, e - s)) / 1000.0},
+                          {"args",
+                           {{"op_id", op["op_id"]},
+                            {"step", op["step"]},
+                            {"unit", units[unit].get<std::string>() == "<root>"
+                                         ? std::string()
+                                         : units[unit].get<std::string>()},
+                            {"phase", op["phase"]},
+                            {"kind", kind},
+                            {"micro_batch", op["micro_batch"]}}}});
+        }
+        int64_t lastT = -1;
+        for (const auto& m : r["memory_timeline"]) {
+            const int64_t t = m[0].get<int64_t>();
+            if (t - lastT < 2000 && lastT >= 0) continue;  // at most one sample per 2 us
+            lastT = t;
+            ev.push_back({{"ph", "C"},
+                          {"pid", pid},
+                          {"name", "memory (bytes)"},
+                          {"ts", static_cast<double>(t - t0) / 1000.0},
+                          {"args", {{"allocated", m[1]}}}});
+        }
+    }
+    return {{"traceEvents", ev},
+            {"displayTimeUnit", "ns"},
+            {"metadata",
+             {{"producer", "shardscope run"}, {"plan", plan}, {"world_size", ranks.size()}}}};
+}
+
+int runRun(const Args& a) {
+    auto g = loadModelArg(a);
+    if (failed(g)) return kExitUsage;
+    auto plan = loadPlanFile(a.get("--plan"));
+    if (failed(plan)) return kExitUsage;
+    std::optional<ClusterSpec> cluster;
+    if (a.has("--cluster")) {
+        auto c = loadClusterFile(a.get("--cluster"));
+        if (failed(c)) return kExitUsage;
+        cluster = std::move(*c);
+    }
+    int64_t ints[8] = {};
+    const char* names[] = {"--nproc", "--steps",     "--warmup",        "--batch",
+                           "--seq",   "--timeout-s", "--micro-batches", "--threads"};
+    const int64_t mins[] = {1, 1, 0, 1, 2, 1, 1, 1};
+    for (int i = 0; i < 8; ++i)
+        if (a.has(names[i])) {
+            auto v = a.getInt(names[i], mins[i]);
+            if (!v) {
+                std::cerr << "error: " << v.error() << "\n";
+                return kExitUsage;
+            }
+            ints[i] = *v;
+        }
+    if (ints[3]) plan->microBatchSize = ints[3];
+    if (ints[4]) plan->seqLen = ints[4];
+    if (ints[6]) plan->microBatches = ints[6];
+    int64_t meshWorld = 1;
+    for (int64_t d : plan->meshShape)
+        meshWorld *= d;
+    const int64_t nproc = ints[0] ? ints[0] : plan->meshShape.empty() ? 2 : meshWorld;
+    if (plan->meshShape.empty()) {
+        plan->meshShape = {nproc};
+    } else if (meshWorld != nproc) {
+        std::cerr << "error: " << a.get("--plan") << ":/mesh/shape: the mesh has " << meshWorld
+                  << " ranks but --nproc is " << nproc << "\n";
+        return kExitUsage;
+    }
+    // A plan that fails validation is rejected before any process starts.
+    const ResolvedPlan r = resolvePlan(*g, *plan, nullptr, a.get("--plan"));
+    if (r.hasErrors()) {
+        for (const auto& pr : r.problems)
+            std::cerr << pr.toString() << "\n";
+        std::cerr << "error: the plan has errors; nothing was started (see `shardscope plan "
+                     "validate`)\n";
+        return kExitFailed;
+    }
+    std::error_code ec;
+    const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+    const fs::path engine = self.parent_path() / "shardscope-engine";
+    if (ec || !fs::exists(engine)) {
+        std::cerr << "error: shardscope-engine not found beside " << self.string()
+                  << " (this build has no LibTorch engine; see `shardscope doctor`)\n";
+        return kExitFailed;
+    }
+    char tmpl[] = "/tmp/shardscope-run-XXXXXX";
+    if (!::mkdtemp(tmpl)) {
+        std::cerr << "error: cannot create a temporary folder: " << std::strerror(errno) << "\n";
+        return kExitFailed;
+    }
+    const fs::path dir = tmpl;
+    const int port = freePort();
+    const int64_t timeoutS = ints[5] ? ints[5] : 60;
+    const int64_t threads =
+        ints[7] ? ints[7]
+                : std::max<int64_t>(
+                      1, static_cast<int64_t>(std::thread::hardware_concurrency()) / nproc);
+    std::vector<std::string> common = {
+        engine.string(),   "worker",
+        "--model",         a.get("--model"),
+        "--plan",          a.get("--plan"),
+        "--steps",         std::to_string(ints[1] ? ints[1] : 3),
+        "--warmup",        std::to_string(a.has("--warmup") ? ints[2] : 1),
+        "--batch",         std::to_string(plan->microBatchSize),
+        "--seq",           std::to_string(plan->seqLen),
+        "--micro-batches", std::to_string(plan->microBatches),
+        "--timeout-s",     std::to_string(timeoutS),
+        "--threads",       std::to_string(threads)};
+    if (a.has("--dump-params")) {
+        common.push_back("--dump-params");
+        common.push_back(a.get("--dump-params"));
+    }
+    std::cerr << "shardscope run: " << nproc << " rank" << (nproc > 1 ? "s" : "")
+              << " on this machine (Gloo on CPU), " << threads << " thread"
+              << (threads > 1 ? "s" : "") << " each; logs in " << dir.string() << "\n";
+
+    struct sigaction sa {};
+    sa.sa_handler = onSignal;
+    sigemptyset(&sa.sa_mask);
+    struct sigaction oldInt {
+    }, oldTerm{};
+    sigaction(SIGINT, &sa, &oldInt);
+    sigaction(SIGTERM, &sa, &oldTerm);
+    const pid_t launcher = ::getpid();
+    std::vector<pid_t> pids;
+    for (int64_t rk = 0; rk < nproc; ++rk) {
+        std::vector<std::string> args = common;
+        args.push_back("--out");
+        args.push_back((dir / ("rank" + std::to_string(rk) + ".json")).string());
+        const std::string log = (dir / ("rank" + std::to_string(rk) + ".log")).string();
+        const pid_t pid = ::fork();
+        if (pid == 0) {
+            ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // no orphans if the launcher dies
+            if (::getppid() != launcher) ::_exit(1);
+            ::setpgid(0, 0);
+            const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            if (fd >= 0) {
+                if (rk != 0) ::dup2(fd, 1);
+                ::dup2(fd, 2);
+                ::close(fd);
+            }
+            ::setenv("RANK", std::to_string(rk).c_str(), 1);
+            ::setenv("LOCAL_RANK", std::to_string(rk).c_str(), 1);
+            ::setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+            ::setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+            ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+            ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+            std::vector<char*> cargs;
+            for (auto& s : args)
+                cargs.push_back(s.data());
+            cargs.push_back(nullptr);
+            ::execv(cargs[0], cargs.data());
+            ::_exit(127);
+        }
+        pids.push_back(pid);
+    }
+    auto killAll = [&](int sig) {
+        for (pid_t p : pids)
+            if (p > 0) ::kill(p, sig);
+    };
+    std::vector<int> status(static_cast<size_t>(nproc), -1);
+    int64_t firstFailure = -1;
+    auto failedAt = std::chrono::steady_clock::now();
+    size_t running = pids.size();
+    bool killed = false;
+    const auto started = std::chrono::steady_clock::now();
+    int64_t lastReport = -1;
+    while (running > 0) {
+        int st = 0;
+        const pid_t p = ::waitpid(-1, &st, WNOHANG);
+        if (p > 0) {
+            for (size_t i = 0; i < pids.size(); ++i)
+                if (pids[i] == p) {
+                    status[i] = st;
+                    pids[i] = -1;
+                    --running;
+                    const bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+                    if (!ok && firstFailure < 0) {
+                        firstFailure = static_cast<int64_t>(i);
+                        failedAt = std::chrono::steady_clock::now();
+                    }
+                }
+            continue;
+        }
+        if (g_interrupted && !killed) {
+            std::cerr << "\nshardscope run: interrupted; stopping every rank\n";
+            killAll(SIGTERM);
+            std::this_thread::sleep_for(std::chrono::seconds(2));
+            killAll(SIGKILL);
+            killed = true;
+        }
+        // After a failure the others should fail in their collectives within the timeout;
+        // any that are still there after it (plus a grace period) are killed.
+        if (firstFailure >= 0 && !killed &&
+            std::chrono::steady_clock::now() - failedAt > std::chrono::seconds(timeoutS + 5)) {
+            killAll(SIGKILL);
+            killed = true;
+        }
+        const auto el = std::chrono::duration_cast<std::chrono::seconds>(
+                            std::chrono::steady_clock::now() - started)
+                            .count();
+        if (el >= 10 && el % 10 == 0 && el != lastReport && firstFailure < 0) {
+            lastReport = el;
+            std::cerr << "shardscope run: " << el << " s, " << running << " of " << nproc
+                      << " ranks running\n";
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    sigaction(SIGINT, &oldInt, nullptr);
+    sigaction(SIGTERM, &oldTerm, nullptr);
+    if (g_interrupted) {
+        std::cerr << "shardscope run: stopped by signal; logs in " << dir.string() << "\n";
+        return 130;
+    }
+    if (firstFailure >= 0) {
+        std::cerr << "error: rank " << firstFailure << " failed";
+        const int st = status[static_cast<size_t>(firstFailure)];
+        if (WIFSIGNALED(st)) std::cerr << " (killed by signal " << WTERMSIG(st) << ")";
+        std::cerr << "; every rank was stopped. Last lines of each failed rank's log:\n";
+        for (int64_t rk = 0; rk < nproc; ++rk) {
+            const int s = status[static_cast<size_t>(rk)];
+            if (WIFEXITED(s) && WEXITSTATUS(s) == 0) continue;
+            std::cerr << "  rank " << rk << ":\n"
+                      << tail(dir / ("rank" + std::to_string(rk) + ".log"), 4);
+        }
+        return kExitFailed;
+    }
+
+    std::vector<nlohmann::json> ranks;
+    for (int64_t rk = 0; rk < nproc; ++rk) {
+        std::ifstream in(dir / ("rank" + std::to_string(rk) + ".json"));
+        auto j = nlohmann::json::parse(in, nullptr, false);
+        if (j.is_discarded()) {
+            std::cerr << "error: rank " << rk << " wrote no readable result ("
+                      << (dir / ("rank" + std::to_string(rk) + ".json")).string() << ")\n";
+            return kExitFailed;
+        }
+        ranks.push_back(std::move(j));
+    }
+    // Measured step time: the slowest rank's mean over the measured steps.
+    double stepNs = 0;
+    int64_t peak = 0;
+    bool orderOk = true;
+    nlohmann::json perRank = nlohmann::json::array();
+    for (const auto& rk : ranks) {
+        double sum = 0;
+        for (const auto& t : rk["step_time_ns"])
+            sum += t.get<double>();
+        const double mean = sum / static_cast<double>(rk["step_time_ns"].size());
+        stepNs = std::max(stepNs, mean);
+        peak = std::max(peak, rk["peak_allocated_bytes"].get<int64_t>());
+        orderOk = orderOk && rk["op_order_matches_program"].get<bool>();
+        const Breakdown b = breakdown(rk);
+        perRank.push_back({{"rank", rk["rank"]},
+                           {"step_time_ns", mean},
+                           {"peak_allocated_bytes", rk["peak_allocated_bytes"]},
+                           {"peak_reserved_bytes", nullptr},
+                           {"compute_ns", b.computeNs},
+                           {"comm_ns", b.commNs},
+                           {"exposed_comm_ns", b.exposedNs}});
+    }
+    const Breakdown b0 = breakdown(ranks[0]);
+    const double tokens =
+        static_cast<double>(plan->microBatchSize * plan->seqLen * plan->microBatches * nproc);
+    nlohmann::json out{{"plan", r.plan.name},
+                       {"device", "cpu"},
+                       {"world_size", nproc},
+                       {"micro_batch_size", plan->microBatchSize},
+                       {"seq_len", plan->seqLen},
+                       {"micro_batches", plan->microBatches},
+                       {"steps", ranks[0]["step_time_ns"].size()},
+                       {"step_time_ns", static_cast<int64_t>(stepNs)},
+                       {"compute_ns", b0.computeNs},
+                       {"comm_ns", b0.commNs},
+                       {"exposed_comm_ns", b0.exposedNs},
+                       {"peak_allocated_bytes", peak},
+                       {"peak_reserved_bytes", nullptr},
+                       {"tokens_per_s", tokens / (stepNs * 1e-9)},
+                       {"losses", ranks[0]["losses"]},
+                       {"op_order_matches_program", orderOk},
+                       {"op_order", ranks[0]["op_order"]},
+                       {"ranks", perRank}};
+    nlohmann::json predicted;
+    if (cluster) {
+        StepOptions so;
+        so.microBatchSize = plan->microBatchSize;
+        so.seqLen = plan->seqLen;
+        so.microBatches = plan->microBatches;
+        so.devicesPerNode = cluster->node.devicesPerNode;
+        const ResolvedPlan rc = resolvePlan(*g, *plan, &*cluster, a.get("--plan"));
+        const StepProgram prog = buildStepProgram(rc, so);
+        const SimResult s = simulate(prog, *cluster, nproc);
+        predicted = {{"cluster", cluster->name},
+                     {"step_time_ns", s.stepNs},
+                     {"exposed_comm_ns", s.exposedCommNs},
+                     {"peak_allocated_bytes", s.peakAllocated},
+                     {"step_time_error", (static_cast<double>(s.stepNs) - stepNs) / stepNs},
+                     {"peak_allocated_error",
+                      (static_cast<double>(s.peakAllocated) - static_cast<double>(peak)) /
+                          static_cast<double>(peak)}};
+        out["predicted"] = predicted;
+    }
+    if (a.has("--trace")) {
+        if (Status st = writeFileAtomically(a.get("--trace"),
+                                            mergedTrace(ranks, r.plan.name).dump() + "\n");
+            !st) {
+            std::cerr << "error: " << st.error() << "\n";
+            return kExitUsage;
+        }
+        std::cerr << "wrote " << a.get("--trace") << " (" << nproc
+                  << " ranks; open in https://ui.perfetto.dev or shardscope-gui)\n";
+    }
+    fs::remove_all(dir, ec);
+    if (a.flag("--json")) return emitJson(out, "").ok() ? kExitOk : kExitUsage;
+
+    std::cout << "Measured " << out["steps"] << " step" << (out["steps"] == 1 ? "" : "s")
+              << " of plan " << (r.plan.name.empty() ? a.get("--plan") : r.plan.name) << " on "
+              << nproc << " CPU rank" << (nproc > 1 ? "s" : "") << " (Gloo), micro-batch "
+              << plan->microBatchSize << " x " << plan->seqLen
+              << (plan->microBatches > 1
+                      ? " x " + std::to_string(plan->microBatches) + " micro-batches"
+                      : "")
+              << "\n\n";
+    Table t({"RANK", "STEP TIME", "COMPUTE", "COMM", "EXPOSED COMM", "PEAK ALLOCATED"},
+            {false, true, true, true, true, true});
+    for (const auto& pr : perRank)
+        t.row({std::to_string(pr["rank"].get<int>()), ms(pr["step_time_ns"].get<double>()),
+               ms(static_cast<double>(pr["compute_ns"].get<int64_t>())),
+               ms(static_cast<double>(pr["comm_ns"].get<int64_t>())),
+               ms(static_cast<double>(pr["exposed_comm_ns"].get<int64_t>())),
+               mib(static_cast<double>(pr["peak_allocated_bytes"].get<int64_t>()))});
+    t.print(std::cout);
+    std::cout << "\n  losses       ";
+    for (const auto& l : out["losses"]) {
+        char b[32];
+        std::snprintf(b, sizeof b, "%.4f ", l.get<double>());
+        std::cout << b;
+    }
+    std::cout << "(warm-up included)\n  tokens/s     "
+              << static_cast<int64_t>(out["tokens_per_s"].get<double>())
+              << "\n  reserved     n/a on CPU (no caching allocator; allocated is what the CPU "
+                 "allocator handed out)\n  op order     "
+              << (orderOk ? "equals the step program's, every step and rank"
+                          : "DIFFERS from the step program: " + out["op_order"].dump())
+              << "\n";
+    if (cluster) {
+        std::cout << "\nPredicted (" << cluster->name << ") against measured:\n";
+        Table c({"", "PREDICTED", "MEASURED", "ERROR"}, {false, true, true, true});
+        c.row({"step time", ms(static_cast<double>(predicted["step_time_ns"].get<int64_t>())),
+               ms(stepNs),
+               pct(static_cast<double>(predicted["step_time_ns"].get<int64_t>()), stepNs)});
+        c.row({"exposed comm", ms(static_cast<double>(predicted["exposed_comm_ns"].get<int64_t>())),
+               ms(static_cast<double>(b0.exposedNs)),
+               pct(static_cast<double>(predicted["exposed_comm_ns"].get<int64_t>()),
+                   static_cast<double>(b0.exposedNs))});
+        c.row({"peak allocated",
+               mib(static_cast<double>(predicted["peak_allocated_bytes"].get<int64_t>())),
+               mib(static_cast<double>(peak)),
+               pct(static_cast<double>(predicted["peak_allocated_bytes"].get<int64_t>()),
+                   static_cast<double>(peak))});
+        c.print(std::cout);
+    }
+    return orderOk ? kExitOk : kExitFailed;
+}
+
+}  // namespace
+
+std::vector<Command> runCommands() {
+    CommandSpec s;
+    s.name = "run";
+    s.summary = "Run a plan for real on local CPU ranks (Gloo) and measure step time and memory.";
+    s.description =
+        "Spawns N ranks of shardscope-engine on this machine with the torchrun environment\n"
+        "(RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT); each builds the model from its Hugging\n"
+        "Face config (llama, mistral, qwen2), shards it as the plan says (FSDP2 semantics), and\n"
+        "trains on synthetic tokens with AdamW: warm-up steps, then measured steps. Every op\n"
+        "is recorded with the step program's op id, and the recorded order is checked against\n"
+        "the program. A plan that fails validation starts nothing; a rank that fails or hangs\n"
+        "stops all of them within --timeout-s, and Ctrl-C stops every rank.\n\n"
+        "Across machines, launch the ranks yourself with torchrun, SLURM or mpirun:\n"
+        "  torchrun --nnodes 2 --nproc-per-node 8 ... build/engine/shardscope-engine worker "
+        "--model M --plan P";
+    s.options = modelOptions(true);
+    s.options.push_back(
+        {"--plan", "FILE", "plan JSON (its mesh must have --nproc ranks)", "", true, "-p"});
+    s.options.push_back({"--cluster", "FILE",
+                         "also simulate the step on this cluster and print predicted against "
+                         "measured (samples/clusters/cpu-2core.json for this machine)",
+                         "", false, "-c"});
+    s.options.push_back({"--nproc", "N", "local ranks (default: the plan's mesh, else 2)"});
+    s.options.push_back({"--steps", "N", "measured steps", "3"});
+    s.options.push_back({"--warmup", "N", "warm-up steps before measuring", "1"});
+    s.options.push_back({"--batch", "B", "micro-batch size (overrides the plan)"});
+    s.options.push_back({"--seq", "S", "sequence length (overrides the plan)"});
+    s.options.push_back(
+        {"--micro-batches", "N", "gradient accumulation steps (overrides the plan)"});
+    s.options.push_back({"--threads", "N", "intra-op threads per rank (default: cores / ranks)"});
+    s.options.push_back({"--timeout-s", "S",
+                         "collective timeout: a dead or hung rank fails the others after this long",
+                         "60"});
+    s.options.push_back({"--trace", "FILE", "write the measured multi-rank Chrome/Perfetto trace"});
+    s.options.push_back(
+        {"--dump-params", "FILE", "write the trained full parameters as JSON (rank 0)"});
+    s.options.push_back(
+        {"--json", "", "print a machine summary (simulate --json's keys where they apply)"});
+    s.examples = {
+        "shardscope run -m samples/models/tiny-llama/config.json -p "
+        "samples/plans/tiny-llama-2rank.json --seq 64",
+        "shardscope run -m samples/models/tiny-llama/config.json -p "
+        "samples/plans/tiny-llama-2rank.json -c samples/clusters/cpu-2core.json --trace "
+        "measured.json"};
+    return {{s, runRun}};
+}
+
+}  // namespace shardscope::cli

@@ -1,0 +1,201 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The engine's FSDP runs are numerically the unsharded model, and that model is transformers'.
+
+1. transformers is the oracle for the engine's Llama: the engine's unsharded reference
+   (`shardscope-engine worker --reference 1`) trains three AdamW steps from the parameters
+   it dumps before the first step; LlamaForCausalLM with torch.optim.AdamW (same
+   hyper-parameters, same synthetic tokens from the same seeded generator) must give the
+   same losses and parameters.
+2. The sharded runs (`shardscope run`, real processes over Gloo) must give the same losses
+   and final parameters as the unsharded reference replaying all ranks' data in one
+   process, fp32, relative error <= 1e-5: world sizes 1, 2, 4 and HSDP 2x2; reshard True,
+   False and 2; explicit forward/backward prefetch; gradient accumulation over 2
+   micro-batches; activation checkpointing. Each run's recorded op order must equal the
+   step program's.
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import peer  # noqa: E402
+
+torch = peer.require("torch")
+transformers = peer.require("transformers")
+
+BIN = os.environ.get("SHARDSCOPE_BIN", "")
+ENGINE = os.path.join(os.path.dirname(BIN), "shardscope-engine") if BIN else ""
+if not BIN or not os.path.exists(ENGINE):
+    print("skipped: needs the LibTorch engine (shardscope-engine beside SHARDSCOPE_BIN)")
+    sys.exit(77)
+
+CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "vocab_size": 96,
+    "hidden_size": 32,
+    "intermediate_size": 40,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "hidden_act": "silu",
+    "max_position_embeddings": 64,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float32",
+    "attention_bias": False,
+    "mlp_bias": False,
+}
+SEQ, BATCH, STEPS = 16, 2, 3
+SEED = 1234
+TOL = 1e-5
+
+
+def plan(mesh, defaults=None, units=None, micro_batches=1):
+    p = {
+        "format": "shardscope.plan",
+        "version": 1,
+        "name": "equivalence",
+        "api": "fsdp2",
+        "mesh": {"shape": mesh},
+        "wrap": {"policy": "module_class", "classes": ["LlamaDecoderLayer"]},
+        "defaults": defaults or {},
+        "training": {"micro_batch_size": BATCH, "seq_len": SEQ},
+    }
+    if len(mesh) == 2:
+        p["mesh"]["dim_names"] = ["replicate", "shard"]
+    if units:
+        p["units"] = units
+    if micro_batches > 1:
+        p["gradient_accumulation"] = {"micro_batches": micro_batches}
+    return p
+
+
+MATRIX = {
+    "world1": plan([1]),
+    "world2_reshard_true": plan([2], {"reshard_after_forward": True}),
+    "world2_reshard_false": plan([2], {"reshard_after_forward": False}),
+    "world4_reshard_2": plan([4], {"reshard_after_forward": 2}),
+    "world4": plan([4]),
+    "hsdp_2x2": plan([2, 2]),
+    "world2_explicit_prefetch": plan(
+        [2],
+        units=[
+            {"modules": ["model.layers.0"], "forward_prefetch": ["model.layers.1", "model.layers.2"]},
+            {"modules": ["model.layers.2"], "backward_prefetch": ["model.layers.1", "model.layers.0"]},
+        ],
+    ),
+    "world2_accumulate_2": plan([2], micro_batches=2),
+    "world2_checkpointing": plan(
+        [2], units=[{"modules": ["model.layers.%d" % i], "activation_checkpointing": "full"} for i in range(3)]
+    ),
+}
+
+
+def rel(a, b):
+    a = torch.tensor(a, dtype=torch.float64)
+    b = torch.tensor(b, dtype=torch.float64)
+    return (a - b).norm().item() / max(b.norm().item(), 1e-30)
+
+
+class EngineEquivalence(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.dir = cls.tmp.name
+        cls.model = os.path.join(cls.dir, "config.json")
+        with open(cls.model, "w") as f:
+            json.dump(CONFIG, f)
+        cls.refs = {}
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def write_plan(self, name, p):
+        path = os.path.join(self.dir, name + ".json")
+        with open(path, "w") as f:
+            json.dump(p, f)
+        return path
+
+    def reference(self, world, micro_batches, initial=None):
+        key = (world, micro_batches)
+        if key in self.refs and initial is None:
+            return self.refs[key]
+        path = self.write_plan("ref%d_%d" % key, plan([world], micro_batches=micro_batches))
+        out = os.path.join(self.dir, "ref.json")
+        params = os.path.join(self.dir, "ref_params.json")
+        cmd = [ENGINE, "worker", "--model", self.model, "--plan", path, "--reference", str(world),
+               "--steps", str(STEPS), "--warmup", "0", "--out", out, "--dump-params", params]
+        if initial:
+            cmd += ["--dump-initial", initial]
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        with open(out) as f, open(params) as g:
+            res = (json.load(f)["losses"], json.load(g))
+        self.refs[key] = res
+        return res
+
+    def test_reference_is_transformers(self):
+        initial = os.path.join(self.dir, "initial.json")
+        losses, params = self.reference(1, 1, initial=initial)
+        with open(initial) as f:
+            init = json.load(f)
+        cfg = transformers.LlamaConfig(**{k: v for k, v in CONFIG.items() if k not in ("architectures", "model_type")})
+        torch.manual_seed(0)
+        model = transformers.LlamaForCausalLM(cfg).float()
+        sd = model.state_dict()
+        for name, t in model.named_parameters():
+            t.data.copy_(torch.tensor(init[name], dtype=torch.float64).view(t.shape).float())
+        self.assertEqual(set(n for n, _ in model.named_parameters()), set(init))
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+        gen = torch.Generator().manual_seed(SEED)
+        data = torch.randint(0, CONFIG["vocab_size"], (STEPS, 1, 1, BATCH, SEQ), generator=gen)
+        hf_losses = []
+        for step in range(STEPS):
+            tokens = data[step][0][0]
+            loss = model(input_ids=tokens, labels=tokens).loss
+            hf_losses.append(loss.item())
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        del sd
+        for a, b in zip(losses, hf_losses):
+            self.assertLess(abs(a - b) / abs(b), TOL, (losses, hf_losses))
+        for name, t in model.named_parameters():
+            self.assertLess(rel(params[name], t.detach().double().flatten().tolist()), TOL, name)
+        print("engine reference vs transformers: losses", ["%.6f" % x for x in losses],
+              "vs", ["%.6f" % x for x in hf_losses])
+
+    def test_matrix(self):
+        for name, p in MATRIX.items():
+            with self.subTest(name):
+                world = math.prod(p["mesh"]["shape"])
+                mbs = p.get("gradient_accumulation", {}).get("micro_batches", 1)
+                path = self.write_plan(name, p)
+                params_path = os.path.join(self.dir, name + "_params.json")
+                r = subprocess.run(
+                    [BIN, "run", "-m", self.model, "-p", path, "--steps", str(STEPS), "--warmup", "0",
+                     "--json", "--dump-params", params_path, "--timeout-s", "60"],
+                    capture_output=True, text=True, timeout=300)
+                self.assertEqual(r.returncode, 0, r.stderr + r.stdout)
+                out = json.loads(r.stdout)
+                self.assertTrue(out["op_order_matches_program"], out["op_order"])
+                with open(params_path) as f:
+                    params = json.load(f)
+                ref_losses, ref_params = self.reference(world, mbs)
+                worst_loss = max(abs(a - b) / abs(b) for a, b in zip(out["losses"], ref_losses))
+                worst_param = max(rel(params[k], ref_params[k]) for k in ref_params)
+                print("%-26s world %d: losses %s; worst relative error loss %.2e, parameters %.2e"
+                      % (name, world, ["%.6f" % x for x in out["losses"]], worst_loss, worst_param))
+                self.assertLess(worst_loss, TOL)
+                self.assertLess(worst_param, TOL)
+                self.assertEqual(set(params), set(ref_params))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
