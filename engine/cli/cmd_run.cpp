@@ -339,6 +339,7 @@ int runRun(const Args& a) {
     auto failedAt = std::chrono::steady_clock::now();
     size_t running = pids.size();
     bool killed = false;
+    std::vector<int64_t> stopped;  // ranks still running long after the first failure
     const auto started = std::chrono::steady_clock::now();
     int64_t lastReport = -1;
     while (running > 0) {
@@ -368,7 +369,13 @@ int runRun(const Args& a) {
         // After a failure the others should fail in their collectives within the timeout;
         // any that are still there after it (plus a grace period) are killed.
         if (firstFailure >= 0 && !killed &&
-            std::chrono::steady_clock::now() - failedAt > std::chrono::seconds(timeoutS + 5)) {
+            std::chrono::steady_clock::now() - failedAt > std::chrono::seconds(timeoutS + 2)) {
+            std::cerr << "shardscope run: stopping the ranks still running " << timeoutS + 2
+                      << " s after rank " << firstFailure << " failed\n";
+            for (size_t i = 0; i < pids.size(); ++i)
+                if (pids[i] > 0) stopped.push_back(static_cast<int64_t>(i));
+            killAll(SIGTERM);  // each prints the op it was in
+            std::this_thread::sleep_for(std::chrono::seconds(2));
             killAll(SIGKILL);
             killed = true;
         }
@@ -392,7 +399,11 @@ int runRun(const Args& a) {
         std::cerr << "error: rank " << firstFailure << " failed";
         const int st = status[static_cast<size_t>(firstFailure)];
         if (WIFSIGNALED(st)) std::cerr << " (killed by signal " << WTERMSIG(st) << ")";
-        std::cerr << "; every rank was stopped. Last lines of each failed rank's log:\n";
+        std::cerr << "; every rank was stopped.";
+        for (int64_t rk : stopped)
+            std::cerr << " Rank " << rk << " had not exited " << timeoutS + 2
+                      << " s after that (hung? its log says where it was).";
+        std::cerr << " Last lines of each failed rank's log:\n";
         for (int64_t rk = 0; rk < nproc; ++rk) {
             const int s = status[static_cast<size_t>(rk)];
             if (WIFEXITED(s) && WEXITSTATUS(s) == 0) continue;

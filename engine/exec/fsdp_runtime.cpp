@@ -54,8 +54,11 @@ std::string Recorder::current() const {
     return m_current;
 }
 void Recorder::setCurrent(std::string what) {
-    std::lock_guard lock(m_mutex);
-    m_current = std::move(what);
+    {
+        std::lock_guard lock(m_mutex);
+        m_current = what;
+    }
+    if (m_hook) m_hook(what);
 }
 
 c10d::Backend& Groups::postForwardGroup(int64_t k) const {
@@ -818,7 +821,8 @@ Groups makeGroups(const ResolvedPlan& plan, std::chrono::milliseconds timeout) {
                                  std::to_string(gr.worldSize));
     c10d::TCPStoreOptions so;
     so.port = static_cast<uint16_t>(port);
-    so.isServer = gr.rank == 0;
+    // Under torchrun the agent already serves the store on MASTER_PORT.
+    so.isServer = gr.rank == 0 && env("TORCHELASTIC_USE_AGENT_STORE") != "True";
     so.numWorkers = static_cast<size_t>(gr.worldSize);
     so.waitWorkers = true;
     so.timeout = timeout;

@@ -51,11 +51,14 @@ public:
     // What the rank is doing now: named in the error when a collective fails or times out.
     [[nodiscard]] std::string current() const;
     void setCurrent(std::string what);
+    // Called with each new "current" label (the worker's signal message and fault injection).
+    void setHook(std::function<void(const std::string&)> hook) { m_hook = std::move(hook); }
 
 private:
     mutable std::mutex m_mutex;
     std::vector<RecordedOp> m_ops;
     std::string m_current;
+    std::function<void(const std::string&)> m_hook;
     int32_t m_step = 0;
 };
 

@@ -22,9 +22,11 @@ const char* kUsage =
     "         all-reduce) as JSON; `shardscope doctor` runs it.\n"
     "       shardscope-engine worker --model CONFIG --plan PLAN [options]\n"
     "         one rank of a real FSDP run; `shardscope run` starts these. Under torchrun:\n"
-    "           torchrun --nproc-per-node 2 shardscope-engine worker --model M --plan P\n"
+    "           torchrun --nproc-per-node 2 --no-python shardscope-engine worker \\\n"
+    "             --model M --plan P --out 'rank{rank}.json'\n"
     "         options: --steps N (3) --warmup N (1) --batch B --seq S --micro-batches N\n"
-    "                  --timeout-s S (60) --threads N (1) --seed N --out FILE (stdout)\n"
+    "                  --timeout-s S (60) --threads N (1) --seed N --out FILE (stdout;\n"
+    "                  {rank} in FILE becomes the rank)\n"
     "                  --dump-params FILE (rank 0 writes the full parameters after training)\n"
     "                  --dump-initial FILE (the same, before the first step)\n"
     "                  --reference W (no FSDP: one process replays the data of W ranks)\n";

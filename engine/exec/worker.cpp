@@ -8,12 +8,17 @@
 #include <ATen/Parallel.h>
 #include <c10/core/CPUAllocator.h>
 
+#include <unistd.h>
+
 #include <atomic>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "engine/exec/fsdp_runtime.h"
 #include "engine/exec/llama.h"
@@ -81,6 +86,48 @@ private:
     std::mutex m_mutex;
     std::vector<std::pair<int64_t, int64_t>> m_timeline;
 };
+
+// What this rank is doing, for the message it prints when the launcher stops it (read in
+// a signal handler: a fixed buffer, written whole before the length is published).
+char g_doing[256] = "start-up";
+volatile sig_atomic_t g_doingLen = 8;
+int g_rank = 0;
+
+void onStop(int sig) {
+    char msg[400];
+    int n = std::snprintf(msg, sizeof msg,
+                          "shardscope-engine rank %d: stopped by signal %d while in ", g_rank, sig);
+    if (n < 0) n = 0;
+    const int doing = g_doingLen;
+    const int len = std::min(doing, static_cast<int>(sizeof msg) - n - 2);
+    std::memcpy(msg + n, g_doing, static_cast<size_t>(len));
+    n += len;
+    msg[n++] = '\n';
+    (void)!::write(2, msg, static_cast<size_t>(n));
+    ::_exit(128 + sig);
+}
+
+// SHARDSCOPE_FAULT="RANK:LABEL:MODE" makes rank RANK exit (MODE exit), abort (crash) or hang
+// (hang) when it reaches the op LABEL ("model.layers.1 all-gather"): the fault tests use it.
+struct Fault {
+    int64_t rank = -1;
+    std::string label, mode;
+};
+Fault parseFault() {
+    const char* v = std::getenv("SHARDSCOPE_FAULT");
+    Fault f;
+    if (!v) return f;
+    const std::string s = v;
+    const size_t a = s.find(':'), b = s.rfind(':');
+    if (a == std::string::npos || b == a)
+        throw std::runtime_error("SHARDSCOPE_FAULT: expected RANK:LABEL:MODE, got \"" + s + "\"");
+    f.rank = std::atoll(s.substr(0, a).c_str());
+    f.label = s.substr(a + 1, b - a - 1);
+    f.mode = s.substr(b + 1);
+    if (f.mode != "exit" && f.mode != "crash" && f.mode != "hang")
+        throw std::runtime_error("SHARDSCOPE_FAULT: MODE must be exit, crash or hang");
+    return f;
+}
 
 CountingAllocator* installCountingAllocator() {
     static CountingAllocator a(c10::GetDefaultCPUAllocator());
@@ -222,6 +269,22 @@ int runWorker(const std::vector<std::string>& argv) {
     at::set_num_threads(static_cast<int>(o.threads ? o.threads : 1));
 
     Recorder rec;
+    g_rank = static_cast<int>(groups.rank);
+    const Fault fault = parseFault();
+    rec.setHook([&fault, rank = groups.rank](const std::string& what) {
+        const size_t n = std::min(what.size(), sizeof g_doing - 1);
+        std::memcpy(g_doing, what.data(), n);
+        g_doingLen = static_cast<sig_atomic_t>(n);
+        if (rank != fault.rank || what != fault.label) return;
+        std::fprintf(stderr, "shardscope-engine rank %lld: injected fault (%s) at %s\n",
+                     static_cast<long long>(rank), fault.mode.c_str(), what.c_str());
+        if (fault.mode == "exit") std::_Exit(3);
+        if (fault.mode == "crash") std::abort();
+        for (;;)
+            std::this_thread::sleep_for(std::chrono::seconds(1));
+    });
+    std::signal(SIGTERM, onStop);
+    std::signal(SIGINT, onStop);
     RuntimeOptions ro;
     ro.fsdp = !o.reference;
     ro.seed = o.seed;
@@ -366,9 +429,12 @@ int runWorker(const std::vector<std::string>& argv) {
     if (!o.dumpParams.empty()) dump(o.dumpParams);
     if (!o.reference) groups.world->barrier()->wait();
     const std::string text = j.dump() + "\n";
-    if (o.out.empty() || o.out == "-") {
+    std::string outPath = o.out;
+    if (const size_t at = outPath.find("{rank}"); at != std::string::npos)
+        outPath.replace(at, 6, std::to_string(groups.rank));
+    if (outPath.empty() || outPath == "-") {
         std::fwrite(text.data(), 1, text.size(), stdout);
-    } else if (Status st = writeFileAtomically(o.out, text); !st) {
+    } else if (Status st = writeFileAtomically(outPath, text); !st) {
         throw std::runtime_error(st.error());
     }
     return 0;

@@ -1,0 +1,116 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Faults in `shardscope run`: a rank that exits, crashes or hangs makes the others fail within
+the collective timeout with a message naming the rank and the op; no rank process is left
+behind; Ctrl-C stops every rank; a plan that fails validation starts nothing.
+
+Faults are injected with SHARDSCOPE_FAULT=RANK:LABEL:MODE (the worker exits, aborts or sleeps
+forever when it reaches that op).
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+BIN = os.environ.get("SHARDSCOPE_BIN", "")
+ENGINE = os.path.join(os.path.dirname(BIN), "shardscope-engine") if BIN else ""
+if not BIN or not os.path.exists(ENGINE):
+    print("skipped: needs the LibTorch engine (shardscope-engine beside SHARDSCOPE_BIN)")
+    sys.exit(77)
+
+CONFIG = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 64, "hidden_size": 16,
+    "intermediate_size": 24, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+    "max_position_embeddings": 32, "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+}
+PLAN = {
+    "format": "shardscope.plan", "version": 1, "name": "faults", "api": "fsdp2", "mesh": {"shape": [2]},
+    "wrap": {"policy": "module_class", "classes": ["LlamaDecoderLayer"]},
+    "training": {"micro_batch_size": 1, "seq_len": 8},
+}
+
+
+class Faults(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="shardscope-faults-")
+        self.model = os.path.join(self.tmp.name, "config.json")
+        self.plan = os.path.join(self.tmp.name, "plan.json")
+        with open(self.model, "w") as f:
+            json.dump(CONFIG, f)
+        with open(self.plan, "w") as f:
+            json.dump(PLAN, f)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def leftovers(self):
+        # Every rank's command line names this test's unique plan path.
+        r = subprocess.run(["pgrep", "-f", self.plan], capture_output=True, text=True)
+        return r.stdout.split()
+
+    def run_fault(self, fault, timeout_s, steps=3):
+        env = dict(os.environ, SHARDSCOPE_FAULT=fault)
+        t0 = time.monotonic()
+        r = subprocess.run([BIN, "run", "-m", self.model, "-p", self.plan, "--timeout-s", str(timeout_s),
+                            "--steps", str(steps)], capture_output=True, text=True, env=env, timeout=120)
+        return r, time.monotonic() - t0
+
+    def test_rank_exits(self):
+        r, took = self.run_fault("1:model.layers.1 all-gather:exit", 10)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("rank 1 failed", r.stderr)
+        self.assertIn("rank 0 failed in model.layers.1 all-gather", r.stderr)
+        self.assertLess(took, 10 + 2 + 5)
+        self.assertEqual(self.leftovers(), [])
+        print("exit: %.1f s; %s" % (took, r.stderr.strip().splitlines()[1]))
+
+    def test_rank_crashes(self):
+        r, took = self.run_fault("0:model.layers.0 reduce-scatter:crash", 10)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("rank 0 failed (killed by signal 6)", r.stderr)
+        self.assertIn("rank 1 failed in", r.stderr)
+        self.assertEqual(self.leftovers(), [])
+
+    def test_rank_hangs(self):
+        r, took = self.run_fault("1:model.layers.1 all-gather:hang", 3)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("rank 0 failed in model.layers.1 all-gather", r.stderr)
+        self.assertIn("Rank 1 had not exited", r.stderr)
+        self.assertIn("rank 1: stopped by signal 15 while in model.layers.1 all-gather", r.stderr)
+        # timeout (3 s) + grace (2 s) + SIGTERM wait (2 s) + start-up
+        self.assertLess(took, 3 + 2 + 2 + 8)
+        self.assertEqual(self.leftovers(), [])
+        print("hang: %.1f s" % took)
+
+    def test_ctrl_c_stops_every_rank(self):
+        p = subprocess.Popen([BIN, "run", "-m", self.model, "-p", self.plan, "--steps", "100000"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30
+        while len(self.leftovers()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertGreaterEqual(len(self.leftovers()), 2, "the ranks never started")
+        time.sleep(1.0)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+        self.assertEqual(p.returncode, 130, err)
+        self.assertIn("interrupted; stopping every rank", err)
+        time.sleep(0.2)
+        self.assertEqual(self.leftovers(), [])
+
+    def test_invalid_plan_starts_nothing(self):
+        bad = dict(PLAN, defaults={"reshard_after_forward": 3})
+        with open(self.plan, "w") as f:
+            json.dump(bad, f)
+        r = subprocess.run([BIN, "run", "-m", self.model, "-p", self.plan], capture_output=True, text=True,
+                           timeout=60)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("reshard_after_forward", r.stderr)
+        self.assertIn("nothing was started", r.stderr)
+        self.assertNotIn("logs in", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
