@@ -438,13 +438,17 @@ int runRun(const Args& a) {
         peak = std::max(peak, rk["peak_allocated_bytes"].get<int64_t>());
         orderOk = orderOk && rk["op_order_matches_program"].get<bool>();
         const Breakdown b = breakdown(rk);
-        perRank.push_back({{"rank", rk["rank"]},
-                           {"step_time_ns", mean},
-                           {"peak_allocated_bytes", rk["peak_allocated_bytes"]},
-                           {"peak_reserved_bytes", nullptr},
-                           {"compute_ns", b.computeNs},
-                           {"comm_ns", b.commNs},
-                           {"exposed_comm_ns", b.exposedNs}});
+        perRank.push_back(
+            {{"rank", rk["rank"]},
+             {"step_time_ns", mean},
+             {"peak_allocated_bytes", rk["peak_allocated_bytes"]},
+             {"peak_reserved_bytes", nullptr},
+             {"last_step_peak_allocated_bytes", rk["last_step_peak_allocated_bytes"]},
+             {"last_step_start_allocated_bytes", rk["last_step_start_allocated_bytes"]},
+             {"step_times_ns", rk["step_time_ns"]},
+             {"compute_ns", b.computeNs},
+             {"comm_ns", b.commNs},
+             {"exposed_comm_ns", b.exposedNs}});
     }
     const Breakdown b0 = breakdown(ranks[0]);
     const double tokens =

@@ -11,6 +11,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -131,6 +132,21 @@ struct FsdpRuntime::Impl {
     RuntimeOptions o;
     FsdpRuntime* self = nullptr;
 
+    // One collective as c10d works: one work, or N in-place broadcasts/reduces on Gloo.
+    struct Collective {
+        std::vector<c10::intrusive_ptr<c10d::Work>> works;
+        void wait() const {
+            for (const auto& w : works)
+                w->wait();
+        }
+        [[nodiscard]] bool completed() const {
+            for (const auto& w : works)
+                if (!w->isCompleted()) return false;
+            return true;
+        }
+        explicit operator bool() const { return !works.empty(); }
+    };
+
     struct PState {
         ParamId id;
         int64_t d0 = 1, row = 1;  // dim 0 and elements per row
@@ -146,7 +162,7 @@ struct FsdpRuntime::Impl {
         std::vector<int32_t> params;  // indices into ps
         bool unsharded = false;
         bool fromPostForward = false;
-        c10::intrusive_ptr<c10d::Work> agWork;
+        Collective agWork;
         at::Tensor agOut;
         int64_t agIn = 0, agGroup = 1;
         bool postBackwardDone = false;
@@ -155,9 +171,22 @@ struct FsdpRuntime::Impl {
     };
     struct Reduction {
         int32_t unit;
-        c10::intrusive_ptr<c10d::Work> work;
-        at::Tensor out;  // this rank's reduced shard, flat, reduce dtype
+        Collective work;
+        at::Tensor out;    // this rank's reduced shard, flat, reduce dtype
+        at::Tensor input;  // in-place reduces: the whole input until the result is copied out
+        int64_t chunk = 0, me = 0;
     };
+    // Copies an in-place reduce-scatter's chunk out and frees its input (after it completed).
+    static void retire(Reduction& red) {
+        if (!red.input.defined()) return;
+        red.work.wait();
+        red.out = red.input.narrow(0, red.me * red.chunk, red.chunk).clone();
+        red.input.reset();
+    }
+    void retireCompleted() {
+        for (auto& red : reductions)
+            if (red.input.defined() && red.work.completed()) retire(red);
+    }
     struct Boundary {
         bool exit = false;
         int32_t unit = 0;
@@ -168,28 +197,38 @@ struct FsdpRuntime::Impl {
         bool hasCompute = false;
     };
 
-    // Collectives whose work has no future (Gloo's reduce-scatter): a watcher thread waits
-    // on them in issue order and stamps their end when each completes.
+    // Stamps the op's end when every work of the collective has completed: from the works'
+    // futures, or, for works without one (Gloo's reduce-scatter), from a watcher thread
+    // that waits on them in issue order.
     std::mutex watchMutex;
     std::condition_variable watchCv;
-    std::deque<std::pair<c10::intrusive_ptr<c10d::Work>, size_t>> watchQueue;
+    struct Watched {
+        c10::intrusive_ptr<c10d::Work> work;
+        size_t op;
+        std::shared_ptr<std::atomic<int>> remaining;
+    };
+    std::deque<Watched> watchQueue;
     bool watchStop = false, watchBusy = false;
     std::thread watcher;
-    void onComplete(const c10::intrusive_ptr<c10d::Work>& work, size_t op) {
-        try {
-            work->getFuture()->addCallback(
-                [recp = rec, op](c10::ivalue::Future&) { recp->endAt(op, nowNs()); });
-            return;
-        } catch (const c10::Error&) {
+    void stampWhenDone(const Collective& c, size_t op) {
+        auto remaining = std::make_shared<std::atomic<int>>(static_cast<int>(c.works.size()));
+        for (const auto& w : c.works) {
+            try {
+                w->getFuture()->addCallback([recp = rec, op, remaining](c10::ivalue::Future&) {
+                    if (--*remaining == 0) recp->endAt(op, nowNs());
+                });
+                continue;
+            } catch (const c10::Error&) {
+            }
+            std::lock_guard lock(watchMutex);
+            if (!watcher.joinable()) watcher = std::thread([this] { watch(); });
+            watchQueue.push_back({w, op, remaining});
+            watchCv.notify_one();
         }
-        std::lock_guard lock(watchMutex);
-        if (!watcher.joinable()) watcher = std::thread([this] { watch(); });
-        watchQueue.push_back({work, op});
-        watchCv.notify_one();
     }
     void watch() {
         for (;;) {
-            std::pair<c10::intrusive_ptr<c10d::Work>, size_t> item;
+            Watched item;
             {
                 std::unique_lock lock(watchMutex);
                 watchCv.wait(lock, [&] { return watchStop || !watchQueue.empty(); });
@@ -199,11 +238,11 @@ struct FsdpRuntime::Impl {
                 watchBusy = true;
             }
             try {
-                item.first->wait();
+                item.work->wait();
             } catch (const std::exception&) {
                 // The thread that needs the result sees the error on its own wait.
             }
-            rec->endAt(item.second, nowNs());
+            if (--*item.remaining == 0) rec->endAt(item.op, nowNs());
             std::lock_guard lock(watchMutex);
             watchBusy = false;
         }
@@ -216,6 +255,8 @@ struct FsdpRuntime::Impl {
         }
         if (watcher.joinable()) watcher.join();
     }
+    // The watcher finishes its waits first: one Gloo work must not be waited on by two
+    // threads at once (it raced and corrupted the result).
     void drainWatcher() {
         std::unique_lock lock(watchMutex);
         while (!watchQueue.empty() || watchBusy) {
@@ -223,6 +264,27 @@ struct FsdpRuntime::Impl {
             std::this_thread::sleep_for(std::chrono::microseconds(50));
             lock.lock();
         }
+    }
+
+    // Gloo's all-gather and reduce-scatter go through a temporary as large as the whole
+    // output (allgather flattens into one; _reduce_scatter_base clones the input and
+    // all-reduces it). On Gloo the engine moves the same bytes with N in-place broadcasts
+    // (all-gather) or N in-place reduces (reduce-scatter), one per rank's chunk.
+    static bool inPlaceChunks(const c10d::Backend& pg) { return pg.getBackendName() == "gloo"; }
+
+    Collective allGather(c10d::Backend& pg, at::Tensor& out, at::Tensor& input, int64_t chunk) {
+        Collective c;
+        if (!inPlaceChunks(pg)) {
+            c.works.push_back(pg._allgather_base(out, input));
+            return c;
+        }
+        for (int64_t src = 0; src < pg.getSize(); ++src) {
+            std::vector<at::Tensor> t{out.narrow(0, src * chunk, chunk)};
+            c10d::BroadcastOptions bo;
+            bo.rootRank = src;
+            c.works.push_back(pg.broadcast(t, bo));
+        }
+        return c;
     }
 
     std::vector<PState> ps;
@@ -367,17 +429,17 @@ struct FsdpRuntime::Impl {
         }
         rec->end(ci);
         const size_t ag = rec->begin(OpKind::AllGather, phase, Stream::AllGather, u, mb);
-        s.agWork = pg._allgather_base(s.agOut, input);
+        s.agWork = allGather(pg, s.agOut, input, in);
         s.agIn = in;
         s.agGroup = n;
-        onComplete(s.agWork, ag);
+        stampWhenDone(s.agWork, ag);
     }
 
     void waitForUnshard(int32_t u, Phase phase) {
         UState& s = us[u];
         if (!s.agWork) return;
         const size_t co = rec->begin(OpKind::CopyOut, phase, Stream::Compute, u, mb);
-        s.agWork->wait();
+        s.agWork.wait();
         int64_t off = 0;
         for (int32_t pi : s.params) {
             PState& p = ps[pi];
@@ -395,7 +457,7 @@ struct FsdpRuntime::Impl {
             off += rows * p.row;
             if (s.fromPostForward) p.postForward.reset();
         }
-        s.agWork.reset();
+        s.agWork = Collective();
         s.agOut.reset();
         s.unsharded = true;
         s.postForwardCopy = false;
@@ -484,6 +546,7 @@ struct FsdpRuntime::Impl {
 
     void preBackward(int32_t u) {
         rec->setCurrent(r.units[u].displayName() + " pre-backward");
+        retireCompleted();
         unshard(u, Phase::Backward);
         waitForUnshard(u, Phase::Backward);
         const auto& unit = r.units[u];
@@ -534,27 +597,44 @@ struct FsdpRuntime::Impl {
             }
         }
         rec->end(ci);
-        at::Tensor out = at::empty({in}, at::TensorOptions(s.reduceType));
         const size_t rs =
             rec->begin(OpKind::ReduceScatter, Phase::Backward, Stream::ReduceScatter, u, mb);
-        c10d::ReduceScatterOptions ro;
-        ro.reduceOp = c10d::ReduceOp::SUM;
-        auto work = groups->shard->_reduce_scatter_base(out, input, ro);
+        c10d::Backend& pg = *groups->shard;
+        Reduction red{u, {}, {}, {}, in, pg.getRank()};
+        if (inPlaceChunks(pg)) {
+            for (int64_t dst = 0; dst < n; ++dst) {
+                std::vector<at::Tensor> t{input.narrow(0, dst * in, in)};
+                c10d::ReduceOptions ro;
+                ro.rootRank = dst;
+                ro.reduceOp = c10d::ReduceOp::SUM;
+                red.work.works.push_back(pg.reduce(t, ro));
+            }
+            red.input = input;
+        } else {
+            red.out = at::empty({in}, at::TensorOptions(s.reduceType));
+            c10d::ReduceScatterOptions ro;
+            ro.reduceOp = c10d::ReduceOp::SUM;
+            red.work.works.push_back(pg._reduce_scatter_base(red.out, input, ro));
+        }
+        input = at::Tensor();
         if (groups->replicateSize > 1) {
             // HSDP: the replicas all-reduce the reduced shard; it needs the reduce-scatter's
-            // result, so the CPU waits for it before issuing. (Only this thread waits on the
-            // work: two threads waiting on one Gloo work raced and corrupted the result.)
-            work->wait();
+            // result, so the CPU waits for it before issuing.
+            drainWatcher();
+            red.work.wait();
             rec->endAt(rs, nowNs());
+            retire(red);
             const size_t ar =
                 rec->begin(OpKind::AllReduce, Phase::Backward, Stream::AllReduce, u, mb);
-            std::vector<at::Tensor> t{out};
-            work = groups->replicate->allreduce(t);
-            onComplete(work, ar);
+            std::vector<at::Tensor> t{red.out};
+            red.work = Collective();
+            red.work.works.push_back(groups->replicate->allreduce(t));
+            stampWhenDone(red.work, ar);
         } else {
-            onComplete(work, rs);
+            stampWhenDone(red.work, rs);
         }
-        reductions.push_back({u, work, out});
+        reductions.push_back(std::move(red));
+        retireCompleted();
     }
 };
 
@@ -712,7 +792,8 @@ void FsdpRuntime::optimizerStep() {
         s.drainWatcher();
         const double divide = static_cast<double>(s.groups->shardSize * s.groups->replicateSize);
         for (auto& red : s.reductions) {
-            red.work->wait();
+            red.work.wait();
+            Impl::retire(red);
             int64_t off = 0;
             for (int32_t pi : s.us[red.unit].params) {
                 auto& p = s.ps[pi];

@@ -185,9 +185,13 @@ at::Tensor LlamaModel::loss(const at::Tensor& tokens) {
         });
         const at::Tensor logits = linear(head, headW, ParamId(), hidden);
         rt.noteCompute();
-        const at::Tensor shifted = logits.narrow(1, 0, s - 1).to(at::kFloat).reshape({-1, c.vocab});
-        const at::Tensor labels = ids.narrow(1, 1, s - 1).reshape({-1});
-        return at::cross_entropy_loss(shifted, labels);
+        // Next-token labels, the last position ignored (-100), as transformers' ForCausalLMLoss
+        // does: padding the labels instead of slicing the logits saves a copy of them.
+        const at::Tensor labels =
+            at::cat({ids.narrow(1, 1, s - 1), at::full({ids.size(0), 1}, -100, ids.options())}, 1);
+        return at::cross_entropy_loss(logits.to(at::kFloat).reshape({-1, c.vocab}),
+                                      labels.reshape({-1}), std::nullopt, at::Reduction::Mean,
+                                      -100);
     });
 }
 

@@ -316,7 +316,7 @@ int runWorker(const std::vector<std::string>& argv) {
 
     std::vector<double> losses;
     std::vector<int64_t> stepNs;
-    int64_t measuredStart = 0;
+    int64_t measuredStart = 0, lastStepStart = 0;
     std::vector<std::pair<int64_t, int64_t>> timeline;
     try {
         for (int64_t step = 0; step < total; ++step) {
@@ -326,7 +326,10 @@ int runWorker(const std::vector<std::string>& argv) {
                 mem->resetPeak();
                 measuredStart = nowNs();
             }
-            if (step == total - 1) mem->startTimeline();
+            if (step == total - 1) {
+            lastStepStart = mem->current();
+            mem->startTimeline();
+        }
             rec.setStep(static_cast<int32_t>(step));
             const int64_t t0 = nowNs();
             double lossSum = 0;
@@ -425,6 +428,12 @@ int runWorker(const std::vector<std::string>& argv) {
     for (const auto& [t, b] : timeline)
         tl.push_back({t, b});
     j["memory_timeline"] = std::move(tl);
+    // The last step's working memory: what it allocated above what it started with.
+    int64_t lastPeak = lastStepStart;
+    for (const auto& [t, b] : timeline)
+        lastPeak = std::max(lastPeak, b);
+    j["last_step_start_allocated_bytes"] = lastStepStart;
+    j["last_step_peak_allocated_bytes"] = lastPeak;
 
     if (!o.dumpParams.empty()) dump(o.dumpParams);
     if (!o.reference) groups.world->barrier()->wait();
