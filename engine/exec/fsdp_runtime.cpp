@@ -166,8 +166,14 @@ struct FsdpRuntime::Impl {
         at::Tensor agOut;
         int64_t agIn = 0, agGroup = 1;
         bool postBackwardDone = false;
+        bool backwardBegun = false;
         bool postForwardCopy = false;
         at::ScalarType agType = at::kFloat, reduceType = at::kFloat;
+        // FSDP1 / fairscale: one flat parameter; each parameter at its offset in it.
+        bool flat = false;
+        at::Tensor flatSharded;  // fp32 master shard [flatShard]
+        int64_t flatShard = 0;
+        std::vector<int64_t> offset;  // per unit parameter
     };
     struct Reduction {
         int32_t unit;
@@ -342,9 +348,15 @@ struct FsdpRuntime::Impl {
             us[u].agType = scalarType(unit.allGatherDtype);
             us[u].reduceType = scalarType(unit.reduceDtype);
         }
-        if (r.flatParams)
-            throw std::runtime_error(
-                "the engine runs FSDP2 plans; FSDP1 flat parameters are not run yet");
+        if (r.flatParams && r.plan.api == PlanApi::Lightning && !r.plan.lightning.flattenParameters)
+            throw std::runtime_error("the engine does not run fairscale without flattening yet");
+        if (r.noShard)
+            for (const auto& unit : r.units)
+                if (unit.mixedPrecision.paramDtype)
+                    throw std::runtime_error(
+                        "the engine does not run NO_SHARD with mixed "
+                        "precision yet");
+        std::vector<at::Tensor> fulls(g.paramCount());
         const int64_t n = shardN();
         const int64_t myShard = o.fsdp ? groups->shardRank : 0;
         std::vector<at::Tensor> masters;
@@ -373,7 +385,17 @@ struct FsdpRuntime::Impl {
             }
             auto shardShape = p.shape;
             shardShape[0] = p.rows;
-            if (o.fsdp) {
+            if (o.fsdp && r.flatParams) {
+                fulls[i] = full;  // the unit's flat parameter is built below
+                p.unsharded = at::empty(p.shape, at::TensorOptions(us[u].agType));
+                if (r.noShard) {
+                    p.unsharded.copy_(full);  // NO_SHARD: always resident, trained in place
+                } else {
+                    resizeStorage(p.unsharded, 0);
+                }
+                p.unsharded.requires_grad_(p.trainable);
+                if (p.trainable && r.noShard) masters.push_back(p.unsharded);
+            } else if (o.fsdp) {
                 p.sharded = at::zeros(shardShape, at::kFloat);
                 const int64_t r0 = myShard * p.rows, r1 = std::min(p.d0, r0 + p.rows);
                 if (r1 > r0) p.sharded.narrow(0, 0, r1 - r0).copy_(full.narrow(0, r0, r1 - r0));
@@ -392,10 +414,52 @@ struct FsdpRuntime::Impl {
         for (size_t u = 0; u < r.units.size(); ++u)
             for (ParamId pid : r.units[u].params)
                 us[u].params.push_back(psOfParam[pid.index()]);
+        if (o.fsdp && r.flatParams)
+            for (size_t u = 0; u < r.units.size(); ++u)
+                buildFlat(static_cast<int32_t>(u), fulls, masters);
         adam = std::make_unique<torch::optim::AdamW>(masters, torch::optim::AdamWOptions(o.lr)
                                                                   .betas({o.beta1, o.beta2})
                                                                   .eps(o.eps)
                                                                   .weight_decay(o.weightDecay));
+    }
+
+    // FlatParamHandle's layout: with use_orig_params each parameter starts 16-byte aligned,
+    // the total is padded to a multiple of the shard size, and each rank holds one
+    // contiguous 1/N of it (fairscale: no alignment). Checked against the resolver's sizes.
+    void buildFlat(int32_t u, const std::vector<at::Tensor>& fulls,
+                   std::vector<at::Tensor>& masters) {
+        UState& s = us[u];
+        s.flat = true;
+        const bool aligned = r.plan.api == PlanApi::Fsdp1 && r.plan.fsdp1.useOrigParams;
+        const int64_t n = groups->shardSize;
+        int64_t total = 0;
+        for (int32_t pi : s.params) {
+            if (aligned) {
+                const int64_t align = 4;  // 16 bytes of fp32
+                total += (align - total % align) % align;
+            }
+            s.offset.push_back(total);
+            total += fulls[ps[pi].id.index()].numel();
+        }
+        if (aligned && total % n != 0) total += n - total % n;
+        s.flatShard = ceilDiv(total, n);
+        if (s.flatShard != r.units[u].shardedNumel && !s.params.empty())
+            throw std::logic_error("flat shard of " + r.units[u].displayName() + " is " +
+                                   std::to_string(s.flatShard) + " elements, the plan says " +
+                                   std::to_string(r.units[u].shardedNumel));
+        if (r.noShard) {  // the parameters are the unsharded leaves, always resident
+            s.unsharded = true;
+            return;
+        }
+        at::Tensor flat = at::zeros({n * s.flatShard}, at::kFloat);
+        for (size_t k = 0; k < s.params.size(); ++k) {
+            const at::Tensor& f = fulls[ps[s.params[k]].id.index()];
+            flat.narrow(0, s.offset[k], f.numel()).copy_(f.reshape({-1}));
+        }
+        s.flatSharded = flat.narrow(0, groups->shardRank * s.flatShard, s.flatShard)
+                            .clone()
+                            .requires_grad_(true);
+        if (!s.params.empty()) masters.push_back(s.flatSharded);
     }
 
     // --- unshard / reshard --------------------------------------------------------------
@@ -409,9 +473,10 @@ struct FsdpRuntime::Impl {
         c10d::Backend& pg =
             s.fromPostForward ? groups->postForwardGroup(unit.reshardK) : *groups->shard;
         const int64_t n = pg.getSize(), me = pg.getRank();
-        int64_t in = 0;
-        for (int32_t pi : s.params)
-            in += (s.fromPostForward ? ps[pi].pfRows : ps[pi].rows) * ps[pi].row;
+        int64_t in = s.flat ? s.flatShard : 0;
+        if (!s.flat)
+            for (int32_t pi : s.params)
+                in += (s.fromPostForward ? ps[pi].pfRows : ps[pi].rows) * ps[pi].row;
         rec->setCurrent(unit.displayName() + " all-gather");
         const size_t ci = rec->begin(OpKind::CopyIn, phase, Stream::CopyIn, u, mb);
         s.agOut = at::empty({n * in}, at::TensorOptions(s.agType));
@@ -419,7 +484,8 @@ struct FsdpRuntime::Impl {
         int64_t off = 0;
         {
             at::NoGradGuard ng;
-            for (int32_t pi : s.params) {
+            if (s.flat) input.copy_(s.flatSharded);
+            for (int32_t pi : s.flat ? std::vector<int32_t>{} : s.params) {
                 const PState& p = ps[pi];
                 const at::Tensor& src = s.fromPostForward ? p.postForward : p.sharded;
                 const int64_t len = src.numel();
@@ -441,7 +507,18 @@ struct FsdpRuntime::Impl {
         const size_t co = rec->begin(OpKind::CopyOut, phase, Stream::Compute, u, mb);
         s.agWork.wait();
         int64_t off = 0;
-        for (int32_t pi : s.params) {
+        if (s.flat) {
+            // The gathered flat buffer is the whole padded flat parameter.
+            for (size_t k = 0; k < s.params.size(); ++k) {
+                PState& p = ps[s.params[k]];
+                resizeStorage(p.unsharded, static_cast<size_t>(p.unsharded.numel()) *
+                                               p.unsharded.element_size());
+                copyPreservingVersion(
+                    p.unsharded, 0,
+                    s.agOut.narrow(0, s.offset[k], p.unsharded.numel()).view(p.unsharded.sizes()));
+            }
+        }
+        for (int32_t pi : s.flat ? std::vector<int32_t>{} : s.params) {
             PState& p = ps[pi];
             const int64_t rows = s.fromPostForward ? p.pfRows : p.rows;
             resizeStorage(p.unsharded,
@@ -466,7 +543,7 @@ struct FsdpRuntime::Impl {
 
     void reshard(int32_t u, bool keepPostForwardCopy) {
         UState& s = us[u];
-        if (!s.unsharded) return;
+        if (!s.unsharded || r.noShard) return;
         const auto& unit = r.units[u];
         if (keepPostForwardCopy) {
             const int64_t k = unit.reshardK;
@@ -524,9 +601,19 @@ struct FsdpRuntime::Impl {
         unshard(u, Phase::Forward);
         waitForUnshard(u, Phase::Forward);
         const auto& unit = r.units[u];
-        if (unit.explicitForwardPrefetch)
+        if (unit.explicitForwardPrefetch) {
             for (UnitId t : unit.forwardPrefetch)
                 unshard(t.value, Phase::Forward);
+        } else if (fsdp1() && r.plan.fsdp1.forwardPrefetch &&
+                   u + 1 < static_cast<int32_t>(r.units.size())) {
+            unshard(u + 1, Phase::Forward);  // FSDP1 forward_prefetch: the next unit
+        }
+    }
+    bool fsdp1() const { return r.plan.api == PlanApi::Fsdp1; }
+    // The unit before u in post-forward order (the implicit backward prefetch target).
+    int32_t previousInPostForward(int32_t u) const {
+        auto it = std::find(postForwardOrder.begin(), postForwardOrder.end(), u);
+        return it != postForwardOrder.end() && it != postForwardOrder.begin() ? *(it - 1) : -1;
     }
 
     void postForward(int32_t u) {
@@ -546,6 +633,7 @@ struct FsdpRuntime::Impl {
 
     void preBackward(int32_t u) {
         rec->setCurrent(r.units[u].displayName() + " pre-backward");
+        us[u].backwardBegun = true;
         retireCompleted();
         unshard(u, Phase::Backward);
         waitForUnshard(u, Phase::Backward);
@@ -553,10 +641,8 @@ struct FsdpRuntime::Impl {
         if (unit.explicitBackwardPrefetch) {
             for (UnitId t : unit.backwardPrefetch)
                 unshard(t.value, Phase::Backward);
-        } else {
-            auto it = std::find(postForwardOrder.begin(), postForwardOrder.end(), u);
-            if (it != postForwardOrder.end() && it != postForwardOrder.begin())
-                unshard(*(it - 1), Phase::Backward);
+        } else if (!fsdp1() || r.plan.fsdp1.backwardPrefetch == "BACKWARD_PRE") {
+            if (const int32_t t = previousInPostForward(u); t >= 0) unshard(t, Phase::Backward);
         }
     }
 
@@ -571,17 +657,26 @@ struct FsdpRuntime::Impl {
     void reduce(int32_t u) {
         UState& s = us[u];
         const int64_t n = groups->shardSize;
-        int64_t in = 0;
-        for (int32_t pi : s.params)
-            in += ps[pi].rows * ps[pi].row;
-        rec->setCurrent(r.units[u].displayName() + " reduce-scatter");
+        int64_t in = s.flat ? s.flatShard : 0;
+        if (!s.flat)
+            for (int32_t pi : s.params)
+                in += ps[pi].rows * ps[pi].row;
+        rec->setCurrent(r.units[u].displayName() + (r.noShard ? " all-reduce" : " reduce-scatter"));
         const size_t ci =
             rec->begin(OpKind::ReduceScatterCopyIn, Phase::Backward, Stream::Compute, u, mb);
         at::Tensor input = at::zeros({n * in}, at::TensorOptions(s.reduceType));
         int64_t off = 0;
         {
             at::NoGradGuard ng;
-            for (int32_t pi : s.params) {
+            if (s.flat)
+                for (size_t k = 0; k < s.params.size(); ++k) {
+                    PState& p = ps[s.params[k]];
+                    const at::Tensor grad = p.unsharded.grad();
+                    if (!grad.defined()) continue;
+                    input.narrow(0, s.offset[k], grad.numel()).copy_(grad.reshape({-1}));
+                    p.unsharded.mutable_grad() = at::Tensor();
+                }
+            for (int32_t pi : s.flat ? std::vector<int32_t>{} : s.params) {
                 PState& p = ps[pi];
                 at::Tensor grad = p.unsharded.grad();
                 if (grad.defined()) {
@@ -597,6 +692,17 @@ struct FsdpRuntime::Impl {
             }
         }
         rec->end(ci);
+        if (r.noShard) {
+            // NO_SHARD: the gradients are all-reduced over every rank, in place.
+            const size_t ar =
+                rec->begin(OpKind::AllReduce, Phase::Backward, Stream::ReduceScatter, u, mb);
+            Reduction red{u, {}, input, {}, in, 0};
+            std::vector<at::Tensor> t{input};
+            red.work.works.push_back(groups->replicate->allreduce(t));
+            stampWhenDone(red.work, ar);
+            reductions.push_back(std::move(red));
+            return;
+        }
         const size_t rs =
             rec->begin(OpKind::ReduceScatter, Phase::Backward, Stream::ReduceScatter, u, mb);
         c10d::Backend& pg = *groups->shard;
@@ -739,10 +845,19 @@ void FsdpRuntime::boundaryBackward(int64_t b) {
     Impl& s = *d;
     const auto bd = s.boundaries[static_cast<size_t>(b)];
     s.recordBackwardSeg(bd.segAfter);
-    if (bd.exit)
+    if (bd.exit) {
         s.preBackward(bd.unit);
-    else
+    } else {
+        // FSDP1 BACKWARD_POST: prefetch the previous unit once this one's gradients are
+        // computed, before its reduce-scatter.
+        // Only a unit whose backward has not begun (FSDP1's _needs_pre_backward_unshard).
+        if (s.fsdp1() && s.r.plan.fsdp1.backwardPrefetch == "BACKWARD_POST" &&
+            !s.us[bd.unit].postBackwardDone)
+            if (const int32_t t = s.previousInPostForward(bd.unit);
+                t >= 0 && !s.us[t].backwardBegun)
+                s.unshard(t, Phase::Backward);
         s.postBackward(bd.unit);
+    }
     s.lastBwdMark = nowNs();
 }
 
@@ -757,7 +872,7 @@ void FsdpRuntime::beginMicroBatch(int32_t mb, bool syncGradients) {
     s.postForwardOrder.clear();
     s.bodies.clear();
     for (auto& u : s.us)
-        u.postBackwardDone = false;
+        u.postBackwardDone = u.backwardBegun = false;
     m_segHasCompute = false;
 }
 
@@ -794,8 +909,25 @@ void FsdpRuntime::optimizerStep() {
         for (auto& red : s.reductions) {
             red.work.wait();
             Impl::retire(red);
+            auto& us = s.us[red.unit];
+            if (s.r.noShard) {
+                for (size_t q = 0; q < us.params.size(); ++q) {
+                    auto& p = s.ps[us.params[q]];
+                    if (p.trainable)
+                        p.unsharded.mutable_grad() =
+                            red.out.narrow(0, us.offset[q], p.unsharded.numel())
+                                .div(divide)
+                                .view(p.unsharded.sizes());
+                }
+                continue;
+            }
+            if (us.flat) {
+                if (us.flatSharded.defined())
+                    us.flatSharded.mutable_grad() = red.out.to(at::kFloat).div(divide);
+                continue;
+            }
             int64_t off = 0;
-            for (int32_t pi : s.us[red.unit].params) {
+            for (int32_t pi : us.params) {
                 auto& p = s.ps[pi];
                 const int64_t len = p.rows * p.row;
                 if (p.trainable)
@@ -820,8 +952,31 @@ void FsdpRuntime::optimizerStep() {
 std::vector<at::Tensor> FsdpRuntime::fullParameters() {
     Impl& s = *d;
     std::vector<at::Tensor> out;
+    std::vector<at::Tensor> flatFull(s.us.size());
+    for (size_t u = 0; u < s.us.size(); ++u) {
+        const auto& st = s.us[u];
+        if (!s.o.fsdp || !st.flat || s.r.noShard || !st.flatSharded.defined()) continue;
+        const int64_t n = s.groups->shardSize;
+        at::Tensor gathered = at::empty({n * st.flatShard}, at::kFloat);
+        at::Tensor local = st.flatSharded.detach().contiguous();
+        s.groups->shard->_allgather_base(gathered, local)->wait();
+        flatFull[u] = gathered;
+    }
     for (auto& p : s.ps) {
-        if (!s.o.fsdp) {
+        const int32_t unit =
+            s.r.unitOfParam[p.id.index()].valid() ? s.r.unitOfParam[p.id.index()].value : 0;
+        const auto& st = s.us[static_cast<size_t>(unit)];
+        if (s.o.fsdp && st.flat && !s.r.noShard) {
+            const size_t k = static_cast<size_t>(
+                std::find(st.params.begin(), st.params.end(), s.psOfParam[p.id.index()]) -
+                st.params.begin());
+            out.push_back(flatFull[static_cast<size_t>(unit)]
+                              .narrow(0, st.offset[k], p.unsharded.numel())
+                              .view(p.unsharded.sizes())
+                              .clone());
+            continue;
+        }
+        if (!s.o.fsdp || s.r.noShard) {
             out.push_back(p.unsharded.detach().clone());
             continue;
         }
@@ -909,7 +1064,7 @@ Groups makeGroups(const ResolvedPlan& plan, std::chrono::milliseconds timeout) {
     so.timeout = timeout;
     auto store = c10::make_intrusive<c10d::TCPStore>(host, so);
     gr.shardSize = plan.shardSize;
-    gr.replicateSize = plan.hsdp ? plan.replicateSize : 1;
+    gr.replicateSize = plan.hsdp || plan.noShard ? plan.replicateSize : 1;
     // Mesh [replicate, shard], row-major: rank = replica * shard_size + shard index.
     const int64_t replica = gr.rank / gr.shardSize, idx = gr.rank % gr.shardSize;
     gr.shardRank = idx;

@@ -481,8 +481,12 @@ private:
                 c.frees.push_back(t);
             savedTemp.clear();
             const OpId cid = add(std::move(c));
+            // BACKWARD_POST: FSDP1 prefetches the previous unit in post-forward order only
+            // if that unit's backward has not begun (_get_handle_to_prefetch checks
+            // _needs_pre_backward_unshard); the root, last in that order but first to start
+            // backward, finishes after the unit before it has.
             if (fsdp1() && bp == "BACKWARD_POST" && posInOrder[u] > 0 &&
-                firstSeg[u] == static_cast<int32_t>(i))
+                firstSeg[u] == static_cast<int32_t>(i) && !begun[order[posInOrder[u] - 1]])
                 unshard(order[posInOrder[u] - 1], Phase::Backward, mb);
             if (firstSeg[u] == static_cast<int32_t>(i)) {
                 // Post-backward of unit u.

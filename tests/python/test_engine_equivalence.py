@@ -10,8 +10,10 @@
    and final parameters as the unsharded reference replaying all ranks' data in one
    process, fp32, relative error <= 1e-5: world sizes 1, 2, 4 and HSDP 2x2; reshard True,
    False and 2; explicit forward/backward prefetch; gradient accumulation over 2
-   micro-batches; activation checkpointing. Each run's recorded op order must equal the
-   step program's.
+   micro-batches; activation checkpointing; and the FSDP1 flavour (flat parameters with and
+   without use_orig_params alignment, BACKWARD_PRE / BACKWARD_POST / NONE, forward_prefetch,
+   SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD). Each run's recorded op order must equal the step
+   program's.
 """
 import json
 import math
@@ -56,12 +58,12 @@ SEED = 1234
 TOL = 1e-5
 
 
-def plan(mesh, defaults=None, units=None, micro_batches=1):
+def plan(mesh, defaults=None, units=None, micro_batches=1, fsdp1=None):
     p = {
         "format": "shardscope.plan",
         "version": 1,
         "name": "equivalence",
-        "api": "fsdp2",
+        "api": "fsdp2" if fsdp1 is None else "fsdp1",
         "mesh": {"shape": mesh},
         "wrap": {"policy": "module_class", "classes": ["LlamaDecoderLayer"]},
         "defaults": defaults or {},
@@ -71,6 +73,8 @@ def plan(mesh, defaults=None, units=None, micro_batches=1):
         p["mesh"]["dim_names"] = ["replicate", "shard"]
     if units:
         p["units"] = units
+    if fsdp1 is not None:
+        p["fsdp1"] = fsdp1
     if micro_batches > 1:
         p["gradient_accumulation"] = {"micro_batches": micro_batches}
     return p
@@ -91,6 +95,16 @@ MATRIX = {
         ],
     ),
     "world2_accumulate_2": plan([2], micro_batches=2),
+    "fsdp1_world2_full_shard": plan([2], fsdp1={}),
+    "fsdp1_world2_backward_post_forward_prefetch": plan(
+        [2], fsdp1={"backward_prefetch": "BACKWARD_POST", "forward_prefetch": True}
+    ),
+    "fsdp1_world4_no_orig_params_no_prefetch": plan(
+        [4], fsdp1={"use_orig_params": False, "backward_prefetch": "NONE"}
+    ),
+    "fsdp1_world2_shard_grad_op": plan([2], fsdp1={"sharding_strategy": "SHARD_GRAD_OP"}),
+    "fsdp1_world2_no_shard": plan([2], fsdp1={"sharding_strategy": "NO_SHARD"}),
+    "fsdp1_hybrid_2x2": plan([2, 2], fsdp1={"sharding_strategy": "HYBRID_SHARD"}),
     "world2_checkpointing": plan(
         [2], units=[{"modules": ["model.layers.%d" % i], "activation_checkpointing": "full"} for i in range(3)]
     ),
