@@ -19,6 +19,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 
 #include "engine/exec/fsdp_runtime.h"
 #include "engine/exec/llama.h"
@@ -34,14 +35,21 @@ namespace {
 // (there is no caching allocator on CPU, so nothing is reserved beyond it).
 class CountingAllocator final : public c10::Allocator {
 public:
-    explicit CountingAllocator(c10::Allocator* inner) : m_inner(inner) {}
+    explicit CountingAllocator(c10::Allocator* inner) : m_inner(inner) { s_self = this; }
+    // The context is the data pointer itself (raw_allocate, used by some kernels, requires
+    // it); a side table keeps the inner allocation and its size.
     c10::DataPtr allocate(size_t n) override {
         c10::DataPtr inner = m_inner->allocate(n);
         void* data = inner.get();
-        auto* ctx = new Ctx{std::move(inner), static_cast<int64_t>(n), this};
+        if (!data) return inner;
+        {
+            std::lock_guard lock(m_tableMutex);
+            m_table.emplace(data, Entry{std::move(inner), static_cast<int64_t>(n)});
+        }
         add(static_cast<int64_t>(n));
-        return {data, ctx, &Ctx::destroy, c10::Device(c10::kCPU)};
+        return {data, data, &CountingAllocator::release, c10::Device(c10::kCPU)};
     }
+    c10::DeleterFnPtr raw_deleter() const override { return &CountingAllocator::release; }
     void copy_data(void* dest, const void* src, size_t count) const override {
         default_copy_data(dest, src, count);
     }
@@ -60,16 +68,24 @@ public:
     }
 
 private:
-    struct Ctx {
+    struct Entry {
         c10::DataPtr inner;
         int64_t bytes;
-        CountingAllocator* owner;
-        static void destroy(void* p) {
-            auto* c = static_cast<Ctx*>(p);
-            c->owner->add(-c->bytes);
-            delete c;
-        }
     };
+    static void release(void* p) {
+        CountingAllocator* self = s_self;
+        c10::DataPtr inner;  // freed when this goes out of scope, outside the lock
+        int64_t bytes = 0;
+        {
+            std::lock_guard lock(self->m_tableMutex);
+            auto it = self->m_table.find(p);
+            if (it == self->m_table.end()) return;
+            inner = std::move(it->second.inner);
+            bytes = it->second.bytes;
+            self->m_table.erase(it);
+        }
+        self->add(-bytes);
+    }
     void add(int64_t n) {
         const int64_t now = m_cur.fetch_add(n) + n;
         int64_t p = m_peak.load();
@@ -80,10 +96,12 @@ private:
             if (m_recording) m_timeline.push_back({nowNs(), now});
         }
     }
+    static inline CountingAllocator* s_self = nullptr;
     c10::Allocator* m_inner;
     std::atomic<int64_t> m_cur{0}, m_peak{0};
     std::atomic<bool> m_recording{false};
-    std::mutex m_mutex;
+    std::mutex m_mutex, m_tableMutex;
+    std::unordered_map<void*, Entry> m_table;
     std::vector<std::pair<int64_t, int64_t>> m_timeline;
 };
 
@@ -327,9 +345,9 @@ int runWorker(const std::vector<std::string>& argv) {
                 measuredStart = nowNs();
             }
             if (step == total - 1) {
-            lastStepStart = mem->current();
-            mem->startTimeline();
-        }
+                lastStepStart = mem->current();
+                mem->startTimeline();
+            }
             rec.setStep(static_cast<int32_t>(step));
             const int64_t t0 = nowNs();
             double lossSum = 0;
