@@ -184,7 +184,9 @@ nlohmann::json mergedTrace(const std::vector<nlohmann::json>& ranks, const std::
                                          : units[unit].get<std::string>()},
                             {"phase", op["phase"]},
                             {"kind", kind},
-                            {"micro_batch", op["micro_batch"]}}}});
+                            {"micro_batch", op["micro_batch"]},
+                            {"bytes", op.value("bytes", int64_t{0})},
+                            {"group_size", static_cast<int64_t>(ranks.size())}}}});
         }
         int64_t lastT = -1;
         for (const auto& m : r["memory_timeline"]) {

@@ -439,7 +439,9 @@ int runWorker(const std::vector<std::string>& argv) {
                       {"unit", op.unit},
                       {"micro_batch", op.microBatch},
                       {"start_ns", op.startNs},
-                      {"end_ns", op.endNs}});
+                      {"end_ns", op.endNs},
+                      {"bytes", opIds[i] >= 0 ? prog.ops[static_cast<size_t>(opIds[i])].commBytes
+                                              : int64_t{0}}});
     }
     j["ops"] = std::move(jo);
     nlohmann::json tl = nlohmann::json::array();

@@ -101,6 +101,15 @@ LoadedFile loadFile(const QString& path) {
             // events, and the window shows the summary on every refresh.
             f.traceTimeline = std::make_shared<const TimelineData>(timelineFromTrace(*f.trace));
             f.traceSummary = std::make_shared<const TraceSummary>(summarize(*f.trace));
+            if (!f.trace->memory.empty()) {
+                auto m = std::make_shared<SimResult>();
+                for (const auto& c : f.trace->memory) {
+                    m->timeline.push_back({c.ts, c.allocated, c.reserved, {}});
+                    m->peakAllocated = std::max(m->peakAllocated, c.allocated);
+                    m->peakReserved = std::max(m->peakReserved, c.reserved);
+                }
+                f.traceMemory = std::move(m);
+            }
         } else
             f.error = QString::fromStdString(t.error());
         return f;
@@ -163,6 +172,7 @@ void Document::apply(const LoadedFile& f) {
             tracePath = f.path;
             traceTimeline = f.traceTimeline;
             traceSummary = f.traceSummary;
+            traceMemory = f.traceMemory;
             showTrace = true;
             return;
     }

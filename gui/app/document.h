@@ -31,6 +31,8 @@ struct LoadedFile {
     // Its rows and HTA figures, computed with the load (off the GUI thread).
     std::shared_ptr<const TimelineData> traceTimeline;
     std::shared_ptr<const TraceSummary> traceSummary;
+    // Its memory counters as a memory timeline (allocated and reserved only), or null.
+    std::shared_ptr<const SimResult> traceMemory;
     QString error;  // non-empty when loading failed; names the file and field
 };
 
@@ -52,6 +54,7 @@ struct Document {
     QString tracePath;
     std::shared_ptr<const TimelineData> traceTimeline;
     std::shared_ptr<const TraceSummary> traceSummary;
+    std::shared_ptr<const SimResult> traceMemory;
     bool showTrace = false;
 
     void apply(const LoadedFile& f);  // replaces the slot of f's kind and re-resolves

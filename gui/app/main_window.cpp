@@ -265,7 +265,7 @@ void MainWindow::whatIfChanged() {
 void MainWindow::showSimulation() {
     if (m_doc.showTrace && m_doc.traceTimeline && m_doc.traceSummary) {
         m_timeline->setData(m_doc.traceTimeline);
-        m_memory->setData(nullptr, 0);
+        m_memory->setData(m_doc.traceMemory, 0);
         const TraceSummary& s = *m_doc.traceSummary;
         m_simSummary->setText(QString("<b>Trace</b> %1 (rank %2, %3): GPU time %4 ms, compute %5 "
                                       "ms, idle %6 ms; communication %7 ms, "

@@ -45,8 +45,14 @@ void MemoryChart::paintEvent(QPaintEvent*) {
     if (!m_sim || m_points.empty()) return;
     const int left = TimelineWidget::kLabelWidth, top = 6, h = height() - 22;
     const int w = std::max(1, width() - left);
-    const double maxBytes =
-        static_cast<double>(std::max({m_sim->peakReserved, m_device, int64_t{1}})) * 1.05;
+    const double maxBytes = static_cast<double>(std::max({m_sim->peakReserved, m_sim->peakAllocated,
+                                                          m_device, int64_t{1}})) *
+                            1.05;
+    // A measured trace has the allocator's total, not categories: one area.
+    bool measured = true;
+    for (const auto& m : m_points)
+        for (int64_t b : m.byCategory)
+            measured = measured && b == 0;
     auto x = [&](int64_t t) {
         return left + static_cast<double>(t - m_start) * w / static_cast<double>(m_end - m_start);
     };
@@ -54,7 +60,22 @@ void MemoryChart::paintEvent(QPaintEvent*) {
     const auto& pts = m_points;
     // Stacked areas, one per category, drawn bottom-up as step functions.
     const int cats = static_cast<int>(MemCategory::Count);
-    for (int c = cats - 1; c >= 0; --c) {
+    if (measured) {
+        QPainterPath path;
+        path.moveTo(x(pts.front().timeNs), y(0));
+        double prevY = y(0);
+        for (const auto& m : pts) {
+            const double xx = x(m.timeNs);
+            path.lineTo(xx, prevY);
+            prevY = y(static_cast<double>(m.allocated));
+            path.lineTo(xx, prevY);
+        }
+        path.lineTo(x(m_end), prevY);
+        path.lineTo(x(m_end), y(0));
+        path.closeSubpath();
+        p.fillPath(path, QColor(0x4a, 0x78, 0xb0));
+    }
+    for (int c = measured ? -1 : cats - 1; c >= 0; --c) {
         QPainterPath path;
         path.moveTo(x(pts.front().timeNs), y(0));
         double prevY = y(0);
@@ -99,7 +120,12 @@ void MemoryChart::paintEvent(QPaintEvent*) {
                    .arg(QString::fromStdString(formatBytes(m_sim->peakAllocated)),
                         QString::fromStdString(formatBytes(m_sim->peakReserved))));
     int lx = left + 4;
-    for (int c = 0; c < cats; ++c) {
+    if (measured) {
+        p.fillRect(QRect(lx, height() - 14, 10, 10), QColor(0x4a, 0x78, 0xb0));
+        p.drawText(QPoint(lx + 13, height() - 5),
+                   "allocated (measured: the allocator's total, no categories)");
+    }
+    for (int c = 0; c < (measured ? 0 : cats); ++c) {
         const QString name =
             QString(memCategoryName(static_cast<MemCategory>(c))).replace('_', ' ');
         p.fillRect(QRect(lx, height() - 14, 10, 10), kCategoryColors[c]);

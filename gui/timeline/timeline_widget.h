@@ -25,7 +25,7 @@ public:
     void fit();
     [[nodiscard]] const std::vector<DrawRect>& lastDrawList() const { return m_drawList; }
     [[nodiscard]] Viewport viewport() const;
-    static constexpr int kLabelWidth = 110;
+    static constexpr int kLabelWidth = 150;  // fits "rank 0 · reduce_scatter"
 
 signals:
     void viewportChanged(int64_t startNs, int64_t endNs);

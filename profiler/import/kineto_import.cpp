@@ -93,6 +93,21 @@ public:
         if (ph == "M") {
             if (name == "thread_name" && e.contains("args"))
                 threadNames[key(e)] = e["args"].value("name", "");
+            if (name == "process_name" && e.contains("args") && e["args"].contains("name") &&
+                e["args"]["name"].is_string())
+                processNames[number(e.value("pid", json(0)))] =
+                    e["args"]["name"].get<std::string>();
+            return;
+        }
+        // ShardScope's own traces (`simulate --trace`, `run --trace`): the memory counter of
+        // the first rank.
+        if (ph == "C" && name == "memory (bytes)" && e.contains("args") && e["args"].is_object() &&
+            number(e.value("pid", json(0))) == 0) {
+            MemoryCounter m;
+            m.ts = usToNs(e.value("ts", json(0)));
+            m.allocated = number(e["args"].value("allocated", json(0)));
+            m.reserved = number(e["args"].value("reserved", json(0)));
+            t.memory.push_back(m);
             return;
         }
         if (ph == "s") {
@@ -118,7 +133,10 @@ public:
             if (name == "record_param_comms" && args.contains("External id"))
                 paramComms[number(args["External id"])] = args;
         }
-        const bool gpu = cat == "kernel" || cat == "gpu_memcpy" || cat == "gpu_memset" ||
+        // A ShardScope op (its step-program kind rides in args): one row per stream and rank.
+        const bool ours =
+            args.contains("op_id") && args.contains("kind") && args["kind"].is_string();
+        const bool gpu = ours || cat == "kernel" || cat == "gpu_memcpy" || cat == "gpu_memset" ||
                          cat == "Kernel" || cat == "Memcpy" || cat == "Memset";
         const int64_t ts = usToNs(e.value("ts", json(0)));
         const int64_t dur = std::max<int64_t>(0, usToNs(e.value("dur", json(0))));
@@ -131,7 +149,25 @@ public:
         t.name.push_back(t.strings.intern(name));
         t.category.push_back(t.strings.intern(cat));
         EventClass cls = EventClass::Cpu;
-        if (gpu) {
+        if (ours) {
+            const std::string kind = args["kind"].get<std::string>();
+            cls = kind == "all_gather" || kind == "reduce_scatter" || kind == "all_reduce"
+                      ? EventClass::Communication
+                  : kind == "forward" || kind == "backward" || kind == "recompute" ||
+                          kind == "optimizer"
+                      ? EventClass::Computation
+                      : EventClass::Memory;
+            if (cls == EventClass::Communication) {
+                Collective c;
+                c.event = idx;
+                c.name = kind;
+                c.bytes = args.contains("bytes") ? number(args["bytes"]) : 0;
+                c.groupSize = args.contains("group_size")
+                                  ? static_cast<int32_t>(number(args["group_size"]))
+                                  : 0;
+                t.collectives.push_back(std::move(c));
+            }
+        } else if (gpu) {
             // Kernel names repeat by the thousand: classify each (name, category) once.
             const int64_t key = (static_cast<int64_t>(t.name.back()) << 32) |
                                 static_cast<uint32_t>(t.category.back());
@@ -141,7 +177,7 @@ public:
                       : classCache.emplace(key, classify(name, cat)).first->second;
         }
         t.cls.push_back(cls);
-        if (gpu && cls == EventClass::Communication && isNcclKernel(name))
+        if (!ours && gpu && cls == EventClass::Communication && isNcclKernel(name))
             collective(idx, name, args);
     }
 
@@ -163,9 +199,19 @@ public:
             if (pc == paramComms.end()) continue;
             fill(c, pc->second);
         }
+        // Several ranks in one file (`shardscope run --trace`): "rank 1 · compute".
+        std::unordered_set<int64_t> pids;
+        for (const auto& l : t.lanes)
+            pids.insert(l.pid);
         for (auto& l : t.lanes) {
             auto it = threadNames.find(std::to_string(l.pid) + "/" + l.tid);
             l.name = it != threadNames.end() && !it->second.empty() ? it->second : l.tid;
+            auto pn = processNames.find(l.pid);
+            if (pids.size() > 1 && pn != processNames.end() && pn->second.rfind("rank ", 0) == 0) {
+                const size_t sp = pn->second.find(' ', 5);
+                l.name = pn->second.substr(0, sp) + " \u00b7 " + l.name;
+                l.rank = static_cast<int32_t>(l.pid);
+            }
             // Kineto writes "stream 7 " (trailing space) and quoted legacy tids.
             while (!l.name.empty() && (l.name.back() == ' ' || l.name.back() == '"'))
                 l.name.pop_back();
@@ -189,6 +235,7 @@ private:
     const json empty = json::object();
     std::unordered_map<std::string, int32_t> laneIndex;
     std::unordered_map<std::string, std::string> threadNames;
+    std::unordered_map<int64_t, std::string> processNames;
     std::vector<std::string> flowStarts, flowEnds;
     std::unordered_map<int64_t, json> paramComms;
     std::unordered_map<int32_t, int64_t> pendingExternal;  // collective event -> External id

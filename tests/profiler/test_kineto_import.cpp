@@ -83,3 +83,43 @@ TEST(KinetoImport, BadInputIsAClearError) {
     EXPECT_EQ(importKinetoFile(dir + "/missing.json").error(),
               dir + "/missing.json: cannot open file");
 }
+
+// `shardscope run --trace` writes one file for all ranks: each rank a process, each stream
+// a thread, the step program's op kind in args, the allocator's total as a counter.
+TEST(KinetoImport, ShardScopeMultiRankTrace) {
+    const std::string dir = std::filesystem::temp_directory_path() / "shardscope_trace_test";
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir + "/run.json") << R"JSON({"traceEvents": [
+      {"ph": "M", "pid": 0, "name": "process_name", "args": {"name": "rank 0 (measured)"}},
+      {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "rank 1 (measured)"}},
+      {"ph": "M", "pid": 0, "tid": 0, "name": "thread_name", "args": {"name": "compute"}},
+      {"ph": "M", "pid": 0, "tid": 2, "name": "thread_name", "args": {"name": "all_gather"}},
+      {"ph": "M", "pid": 1, "tid": 0, "name": "thread_name", "args": {"name": "compute"}},
+      {"ph": "X", "pid": 0, "tid": 2, "ts": 0, "dur": 10, "name": "model.layers.0 all gather",
+       "args": {"op_id": 1, "kind": "all_gather", "bytes": 4096, "group_size": 2}},
+      {"ph": "X", "pid": 0, "tid": 0, "ts": 5, "dur": 20, "name": "model.layers.0 forward",
+       "args": {"op_id": 3, "kind": "forward"}},
+      {"ph": "X", "pid": 1, "tid": 0, "ts": 6, "dur": 20, "name": "model.layers.0 forward",
+       "args": {"op_id": 3, "kind": "forward"}},
+      {"ph": "C", "pid": 0, "ts": 0, "name": "memory (bytes)", "args": {"allocated": 100}},
+      {"ph": "C", "pid": 0, "ts": 7, "name": "memory (bytes)", "args": {"allocated": 300}},
+      {"ph": "C", "pid": 1, "ts": 7, "name": "memory (bytes)", "args": {"allocated": 999}}
+    ]})JSON";
+    auto t = importKinetoFile(dir + "/run.json");
+    ASSERT_TRUE(t.ok()) << t.error();
+    ASSERT_EQ(t->lanes.size(), 3u);
+    EXPECT_EQ(t->lanes[0].name, "rank 0 \u00b7 all_gather");
+    EXPECT_EQ(t->lanes[1].name, "rank 0 \u00b7 compute");
+    EXPECT_EQ(t->lanes[2].name, "rank 1 \u00b7 compute");
+    EXPECT_EQ(t->lanes[2].rank, 1);
+    EXPECT_EQ(t->lanes[0].kind, LaneKind::DeviceStream);
+    EXPECT_EQ(t->cls[0], EventClass::Communication);
+    EXPECT_EQ(t->cls[1], EventClass::Computation);
+    ASSERT_EQ(t->collectives.size(), 1u);
+    EXPECT_EQ(t->collectives[0].name, "all_gather");
+    EXPECT_EQ(t->collectives[0].bytes, 4096);
+    ASSERT_EQ(t->memory.size(), 2u);  // rank 0's counter only
+    EXPECT_EQ(t->memory[1].allocated, 300);
+    const TraceSummary s = summarize(*t);
+    EXPECT_GT(s.commNs, 0);
+}
