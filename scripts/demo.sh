@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# The main job on the bundled samples. It grows with the project; today: the sample models
-# and the plans resolved against the sample clusters. Called by `scripts/setup.sh demo`.
+# The main job on the bundled samples: the sample models and plans against the sample
+# clusters, exports, a simulated step, recommendations for Llama-3-8B on 64 H100s and
+# Llama-3-70B on 512, and a tiny Llama run for real on 2 CPU ranks under two plans,
+# predicted against measured. Called by `scripts/setup.sh demo`; SHARDSCOPE_OUT names the
+# output folder, SHARDSCOPE_DEMO_SEQ/STEPS shrink the real runs (the end-to-end test does).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$root/build}"
@@ -50,7 +53,41 @@ for f in fsdp1 lightning; do
         --seq 4096 --format "$f" --output "$out/llama3-8b.64xH100.recommended.$f.json" --json >/dev/null
     echo "wrote $out/llama3-8b.64xH100.recommended.$f.json"
 done
+# The plan run for real: a tiny Llama on 2 CPU ranks (Gloo), reshard_after_forward True
+# against False, each also simulated with this machine's CPU profile; then the
+# predicted-against-measured report and the memory plot of both.
+py="${SHARDSCOPE_VENV:+$SHARDSCOPE_VENV/bin/python}"
+[ -n "$py" ] || py="$(sed -n 's/^SHARDSCOPE_PYTHON:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null)"
+[ -n "$py" ] || py=python3
+run_json() {  # run_json FILE ARGS...: like run, stdout to FILE
+    local file="$1"
+    shift
+    stage=$((stage + 1))
+    printf '\n[%d] $ shardscope %s > %s\n' "$stage" "$*" "$file"
+    "$ss" "$@" >"$file" || { echo "stage $stage failed: shardscope $*" >&2; exit 1; }
+}
+tiny=samples/models/tiny-llama/config.json
+cpu=samples/clusters/cpu-2core.json
+seq="${SHARDSCOPE_DEMO_SEQ:-128}"
+steps="${SHARDSCOPE_DEMO_STEPS:-3}"
+for pair in reshard-true:samples/plans/tiny-llama-2rank.json reshard-false:samples/plans/tiny-llama-2rank-keep.json; do
+    name="tiny-llama.${pair%%:*}"
+    plan="${pair#*:}"
+    run run --model "$tiny" --plan "$plan" --cluster "$cpu" --seq "$seq" --steps "$steps" \
+        --trace "$out/$name.measured-trace.json" --output "$out/$name.run.json"
+    run_json "$out/$name.sim.json" simulate --model "$tiny" --plan "$plan" --cluster "$cpu" --seq "$seq" \
+        --trace "$out/$name.sim-trace.json" --json
+done
+stage=$((stage + 1))
+printf '\n[%d] $ python scripts/demo_report.py %s tiny-llama.reshard-true tiny-llama.reshard-false\n' "$stage" "$out"
+"$py" scripts/demo_report.py "$out" tiny-llama.reshard-true tiny-llama.reshard-false ||
+    { echo "stage $stage failed: the predicted-against-measured report" >&2; exit 1; }
+
 printf '\nAll stages passed. Outputs are in %s:\n' "$out"
 ls -1 "$out"
-printf '\nOpen a plan in the desktop app:\n  shardscope-gui samples/models/llama3-8b/config.json %s samples/clusters/h100-sxm-8x8.json\n' \
+printf '\nOpen the results in the desktop app (%s):\n' "$build/gui/shardscope-gui"
+printf '  shardscope-gui %s\n      the measured run: every rank and stream, the memory beneath\n' \
+    "$out/tiny-llama.reshard-true.measured-trace.json"
+printf '  shardscope-gui %s %s %s\n      the same plan simulated, with the what-if bar\n' "$tiny" samples/plans/tiny-llama-2rank.json "$cpu"
+printf '  shardscope-gui samples/models/llama3-8b/config.json %s samples/clusters/h100-sxm-8x8.json\n      Llama-3-8B per block on 64 H100s\n' \
     "$out/llama3-8b-per-block.shardscope.json"

@@ -188,11 +188,33 @@ nlohmann::json mergedTrace(const std::vector<nlohmann::json>& ranks, const std::
                             {"bytes", op.value("bytes", int64_t{0})},
                             {"group_size", static_cast<int64_t>(ranks.size())}}}});
         }
-        int64_t lastT = -1;
-        for (const auto& m : r["memory_timeline"]) {
-            const int64_t t = m[0].get<int64_t>();
-            if (t - lastT < 2000 && lastT >= 0) continue;  // at most one sample per 2 us
-            lastT = t;
+        // The measured steps on their own row: a step's span is what step_time_ns averages.
+        ev.push_back({{"ph", "M"},
+                      {"pid", pid},
+                      {"tid", 100},
+                      {"name", "thread_name"},
+                      {"args", {{"name", "steps"}}}});
+        int64_t stepIndex = r["warmup_steps"].get<int64_t>();
+        for (const auto& sp : r.value("step_spans_ns", nlohmann::json::array())) {
+            const int64_t a = sp[0].get<int64_t>(), b = sp[1].get<int64_t>();
+            ev.push_back({{"ph", "X"},
+                          {"pid", pid},
+                          {"tid", 100},
+                          {"name", "step " + std::to_string(stepIndex++)},
+                          {"cat", "step"},
+                          {"ts", static_cast<double>(a - t0) / 1000.0},
+                          {"dur", static_cast<double>(b - a) / 1000.0}});
+        }
+        // Every allocator sample (several at one instant keep the last), so the counter's
+        // maximum is the reported peak.
+        const auto& tl = r["memory_timeline"];
+        for (size_t k = 0; k < tl.size(); ++k) {
+            const int64_t t = tl[k][0].get<int64_t>();
+            if (k + 1 < tl.size() && tl[k + 1][0].get<int64_t>() == t) {
+                // A later sample at the same instant replaces this one unless this is higher.
+                if (tl[k + 1][1].get<int64_t>() >= tl[k][1].get<int64_t>()) continue;
+            }
+            const auto& m = tl[k];
             ev.push_back({{"ph", "C"},
                           {"pid", pid},
                           {"name", "memory (bytes)"},
@@ -504,6 +526,13 @@ int runRun(const Args& a) {
                   << " ranks; open in https://ui.perfetto.dev or shardscope-gui)\n";
     }
     fs::remove_all(dir, ec);
+    if (a.has("--output")) {
+        if (Status st = emitJson(out, a.get("--output")); !st) {
+            std::cerr << "error: " << st.error() << "\n";
+            return kExitUsage;
+        }
+        std::cerr << "wrote " << a.get("--output") << "\n";
+    }
     if (a.flag("--json")) return emitJson(out, "").ok() ? kExitOk : kExitUsage;
 
     std::cout << "Measured " << out["steps"] << " step" << (out["steps"] == 1 ? "" : "s")
@@ -596,6 +625,8 @@ std::vector<Command> runCommands() {
         {"--dump-params", "FILE", "write the trained full parameters as JSON (rank 0)"});
     s.options.push_back(
         {"--json", "", "print a machine summary (simulate --json's keys where they apply)"});
+    s.options.push_back(
+        {"--output", "FILE", "also write the --json summary to FILE (the table still prints)"});
     s.examples = {
         "shardscope run -m samples/models/tiny-llama/config.json -p "
         "samples/plans/tiny-llama-2rank.json --seq 64",

@@ -102,10 +102,9 @@ nlohmann::json chromeTrace(const ResolvedPlan& r, const StepProgram& p, const Si
                       {"dur", static_cast<double>(s.end[i] - s.start[i]) / 1000.0},
                       {"args", args}});
     }
-    int64_t lastT = -1;
+    // Every point, several at one instant included: the counter's maximum is then the
+    // reported peak (an allocation and a free at one instant peak in between).
     for (const auto& m : s.timeline) {
-        if (m.timeNs == lastT && !ev.empty() && ev.back()["ph"] == "C") ev.erase(ev.end() - 1);
-        lastT = m.timeNs;
         nlohmann::json a = nlohmann::json::object();
         for (int k = 0; k < static_cast<int>(MemCategory::Count); ++k)
             a[memCategoryName(static_cast<MemCategory>(k))] = m.byCategory[static_cast<size_t>(k)];

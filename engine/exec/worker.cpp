@@ -59,6 +59,7 @@ public:
     void startTimeline() {
         std::lock_guard lock(m_mutex);
         m_timeline.clear();
+        m_timeline.push_back({nowNs(), m_cur.load()});
         m_recording = true;
     }
     std::vector<std::pair<int64_t, int64_t>> stopTimeline() {
@@ -334,7 +335,8 @@ int runWorker(const std::vector<std::string>& argv) {
 
     std::vector<double> losses;
     std::vector<int64_t> stepNs;
-    int64_t measuredStart = 0, lastStepStart = 0;
+    int64_t measuredStart = 0, lastStepStart = 0, lastStepT0 = 0;
+    std::vector<std::pair<int64_t, int64_t>> stepSpans;  // measured steps: [t0, t1]
     std::vector<std::pair<int64_t, int64_t>> timeline;
     try {
         for (int64_t step = 0; step < total; ++step) {
@@ -343,10 +345,11 @@ int runWorker(const std::vector<std::string>& argv) {
 
                 mem->resetPeak();
                 measuredStart = nowNs();
+                mem->startTimeline();  // every measured step, for the trace's counter
             }
             if (step == total - 1) {
                 lastStepStart = mem->current();
-                mem->startTimeline();
+                lastStepT0 = nowNs();
             }
             rec.setStep(static_cast<int32_t>(step));
             const int64_t t0 = nowNs();
@@ -364,7 +367,10 @@ int runWorker(const std::vector<std::string>& argv) {
                 }
             rt.optimizerStep();
             const int64_t t1 = nowNs();
-            if (step >= o.warmup) stepNs.push_back(t1 - t0);
+            if (step >= o.warmup) {
+                stepNs.push_back(t1 - t0);
+                stepSpans.push_back({t0, t1});
+            }
             if (step == total - 1) timeline = mem->stopTimeline();
             at::Tensor l = at::full({1}, lossSum / static_cast<double>(m * ranksHere), at::kDouble);
             if (!o.reference) {
@@ -451,7 +457,11 @@ int runWorker(const std::vector<std::string>& argv) {
     // The last step's working memory: what it allocated above what it started with.
     int64_t lastPeak = lastStepStart;
     for (const auto& [t, b] : timeline)
-        lastPeak = std::max(lastPeak, b);
+        if (t >= lastStepT0) lastPeak = std::max(lastPeak, b);
+    nlohmann::json spans = nlohmann::json::array();
+    for (const auto& [a, b] : stepSpans)
+        spans.push_back({a, b});
+    j["step_spans_ns"] = std::move(spans);
     j["last_step_start_allocated_bytes"] = lastStepStart;
     j["last_step_peak_allocated_bytes"] = lastPeak;
 

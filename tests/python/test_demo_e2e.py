@@ -1,0 +1,104 @@
+# SPDX-License-Identifier: Apache-2.0
+"""End to end: the README's main job (scripts/demo.sh) at a smaller size.
+
+Runs every stage of the demo (with SHARDSCOPE_DEMO_SEQ=64, SHARDSCOPE_DEMO_STEPS=2) into a
+temporary folder and checks that the artifacts exist, parse, and agree with each other: the
+report's measured step time is the slowest rank's mean of the step spans in the measured
+trace, its measured peak the maximum of the trace's memory counters, its predictions those
+of `simulate --json` and of the simulated trace, and `run --cluster`'s own prediction is the
+same simulation.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+BIN = os.environ.get("SHARDSCOPE_BIN", "")
+SOURCE = os.environ.get("SHARDSCOPE_SOURCE", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+if not BIN or not os.path.exists(os.path.join(os.path.dirname(BIN), "shardscope-engine")):
+    print("skipped: needs the LibTorch engine (shardscope-engine beside SHARDSCOPE_BIN)")
+    sys.exit(77)
+try:
+    import matplotlib  # noqa: F401
+except ImportError:
+    print("skipped: needs matplotlib (scripts/requirements.txt) for the demo's plot")
+    sys.exit(77)
+
+NAMES = ["tiny-llama.reshard-true", "tiny-llama.reshard-false"]
+
+
+class DemoEndToEnd(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.out = cls.tmp.name
+        build = os.path.dirname(os.path.dirname(BIN))
+        env = dict(os.environ, SHARDSCOPE_OUT=cls.out, SHARDSCOPE_DEMO_SEQ="64", SHARDSCOPE_DEMO_STEPS="2",
+                   SHARDSCOPE_VENV=os.path.dirname(os.path.dirname(sys.executable)))
+        cls.r = subprocess.run(["bash", os.path.join(SOURCE, "scripts/demo.sh"), build], cwd=SOURCE, env=env,
+                               capture_output=True, text=True, timeout=900)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def load(self, name):
+        with open(os.path.join(self.out, name)) as f:
+            return json.load(f)
+
+    def test_demo_succeeds_and_writes_every_artifact(self):
+        self.assertEqual(self.r.returncode, 0, self.r.stderr[-3000:] + self.r.stdout[-3000:])
+        self.assertIn("All stages passed", self.r.stdout)
+        self.assertIn("shardscope-gui", self.r.stdout)
+        for f in ["comparison.md", "comparison.json", "memory-timeline.png",
+                  "llama3-8b.64xH100.recommended.fsdp2.json", "llama3-70b.512xH100.recommended.plan.json",
+                  "llama3-8b.64xH100.recommended.fsdp1.json", "llama3-8b.64xH100.recommended.lightning.json",
+                  "llama3-8b-per-block.sim-trace.json"] + \
+                [n + s for n in NAMES for s in (".run.json", ".measured-trace.json", ".sim.json", ".sim-trace.json")]:
+            path = os.path.join(self.out, f)
+            self.assertTrue(os.path.getsize(path) > 0, f)
+            if f.endswith(".json"):
+                self.load(f)  # parses
+        with open(os.path.join(self.out, "memory-timeline.png"), "rb") as f:
+            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+
+    def test_report_equals_the_traces(self):
+        self.assertEqual(self.r.returncode, 0)
+        report = {p["name"]: p for p in self.load("comparison.json")["plans"]}
+        md = open(os.path.join(self.out, "comparison.md")).read()
+        for name in NAMES:
+            p = report[name]
+            run, sim = self.load(name + ".run.json"), self.load(name + ".sim.json")
+            measured = self.load(name + ".measured-trace.json")["traceEvents"]
+            simulated = self.load(name + ".sim-trace.json")["traceEvents"]
+            # Measured step time: the slowest rank's mean of its step spans.
+            spans = {}
+            for e in measured:
+                if e.get("cat") == "step":
+                    spans.setdefault(e["pid"], []).append(e["dur"] * 1000)
+            self.assertEqual(len(spans), run["world_size"])
+            self.assertTrue(all(len(v) == 2 for v in spans.values()))
+            slowest = max(sum(v) / len(v) for v in spans.values())
+            self.assertAlmostEqual(p["measured_step_time_ns"], slowest, delta=2)
+            # Measured peak: the largest memory counter of any rank.
+            peak = max(e["args"]["allocated"] for e in measured if e.get("name") == "memory (bytes)")
+            self.assertEqual(p["measured_peak_allocated_bytes"], peak)
+            # Predictions: simulate --json, its trace, and run --cluster's own simulation.
+            self.assertEqual(p["predicted_step_time_ns"], sim["step_time_ns"])
+            self.assertEqual(p["predicted_peak_allocated_bytes"], sim["peak_allocated_bytes"])
+            self.assertEqual(run["predicted"]["step_time_ns"], sim["step_time_ns"])
+            self.assertEqual(run["predicted"]["peak_allocated_bytes"], sim["peak_allocated_bytes"])
+            ends = [e["ts"] + e["dur"] for e in simulated if e.get("ph") == "X"]
+            self.assertAlmostEqual(max(ends) * 1000, sim["step_time_ns"], delta=1000)
+            sim_peak = max(e["args"]["allocated"] for e in simulated if e.get("name") == "memory (bytes)")
+            self.assertEqual(sim_peak, sim["peak_allocated_bytes"])
+            self.assertAlmostEqual(p["step_time_error"],
+                                   (sim["step_time_ns"] - run["step_time_ns"]) / run["step_time_ns"], places=12)
+            self.assertTrue(p["op_order_matches_program"])
+            self.assertIn("| %s | %.2f ms | %.2f ms |" % (name, sim["step_time_ns"] / 1e6, run["step_time_ns"] / 1e6), md)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
