@@ -80,6 +80,7 @@ def pytorch_rank(rank, world, port, cfg_path, batch, seq, warmup, steps, out_dir
     peak = max((e["args"].get("Total Allocated", 0) for e in events if e.get("name") == "[memory]"), default=0)
     with open(os.path.join(out_dir, "pytorch_rank%d_result.json" % rank), "w") as f:
         json.dump({"step_times_ns": times, "step_working_bytes": peak}, f)
+    dist.barrier()
     dist.destroy_process_group()
 
 

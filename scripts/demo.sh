@@ -54,8 +54,8 @@ for f in fsdp1 lightning; do
     echo "wrote $out/llama3-8b.64xH100.recommended.$f.json"
 done
 # The plan run for real: a tiny Llama on 2 CPU ranks (Gloo), reshard_after_forward True
-# against False, each also simulated with this machine's CPU profile; then the
-# predicted-against-measured report and the memory plot of both.
+# against False; the CPU profile calibrated on the first run; both simulated with it; then
+# the predicted-against-measured report and the memory plot of both.
 py="${SHARDSCOPE_VENV:+$SHARDSCOPE_VENV/bin/python}"
 [ -n "$py" ] || py="$(sed -n 's/^SHARDSCOPE_PYTHON:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null)"
 [ -n "$py" ] || py=python3
@@ -70,13 +70,19 @@ tiny=samples/models/tiny-llama/config.json
 cpu=samples/clusters/cpu-2core.json
 seq="${SHARDSCOPE_DEMO_SEQ:-128}"
 steps="${SHARDSCOPE_DEMO_STEPS:-3}"
-for pair in reshard-true:samples/plans/tiny-llama-2rank.json reshard-false:samples/plans/tiny-llama-2rank-keep.json; do
+plans=(reshard-true:samples/plans/tiny-llama-2rank.json reshard-false:samples/plans/tiny-llama-2rank-keep.json)
+for pair in "${plans[@]}"; do
+    run run --model "$tiny" --plan "${pair#*:}" --cluster "$cpu" --seq "$seq" --steps "$steps" \
+        --trace "$out/tiny-llama.${pair%%:*}.measured-trace.json" --output "$out/tiny-llama.${pair%%:*}.run.json"
+done
+# The CPU profile's figures are estimates: fit them to the first plan's run, then predict
+# both plans with the fitted profile (the second is a check on a run it was not fitted to).
+run calibrate --trace "$out/tiny-llama.reshard-true.measured-trace.json" --cluster "$cpu" \
+    --output "$out/cpu-2core.calibrated.json"
+for pair in "${plans[@]}"; do
     name="tiny-llama.${pair%%:*}"
-    plan="${pair#*:}"
-    run run --model "$tiny" --plan "$plan" --cluster "$cpu" --seq "$seq" --steps "$steps" \
-        --trace "$out/$name.measured-trace.json" --output "$out/$name.run.json"
-    run_json "$out/$name.sim.json" simulate --model "$tiny" --plan "$plan" --cluster "$cpu" --seq "$seq" \
-        --trace "$out/$name.sim-trace.json" --json
+    run_json "$out/$name.sim.json" simulate --model "$tiny" --plan "${pair#*:}" --cluster "$out/cpu-2core.calibrated.json" \
+        --seq "$seq" --trace "$out/$name.sim-trace.json" --json
 done
 stage=$((stage + 1))
 printf '\n[%d] $ python scripts/demo_report.py %s tiny-llama.reshard-true tiny-llama.reshard-false\n' "$stage" "$out"

@@ -134,7 +134,8 @@ Breakdown breakdown(const nlohmann::json& rank) {
     return b;
 }
 
-nlohmann::json mergedTrace(const std::vector<nlohmann::json>& ranks, const std::string& plan) {
+nlohmann::json mergedTrace(const std::vector<nlohmann::json>& ranks, const std::string& plan,
+                           nlohmann::json run) {
     int64_t t0 = INT64_MAX;
     for (const auto& r : ranks)
         t0 = std::min(t0, r["measured_start_ns"].get<int64_t>());
@@ -225,7 +226,10 @@ nlohmann::json mergedTrace(const std::vector<nlohmann::json>& ranks, const std::
     return {{"traceEvents", ev},
             {"displayTimeUnit", "ns"},
             {"metadata",
-             {{"producer", "shardscope run"}, {"plan", plan}, {"world_size", ranks.size()}}}};
+             {{"producer", "shardscope run"},
+              {"plan", plan},
+              {"world_size", ranks.size()},
+              {"run", std::move(run)}}}};
 }
 
 int runRun(const Args& a) {
@@ -515,9 +519,19 @@ int runRun(const Args& a) {
                           static_cast<double>(peak)}};
         out["predicted"] = predicted;
     }
+    // What `calibrate` and `trace diff` need to rebuild the step program of this run.
+    const nlohmann::json runInfo{{"model", fs::absolute(a.get("--model")).string()},
+                                 {"plan_file", fs::absolute(a.get("--plan")).string()},
+                                 {"param_dtype", a.get("--param-dtype")},
+                                 {"activation_dtype", a.get("--activation-dtype")},
+                                 {"world_size", nproc},
+                                 {"micro_batch_size", plan->microBatchSize},
+                                 {"seq_len", plan->seqLen},
+                                 {"micro_batches", plan->microBatches},
+                                 {"device", "cpu"}};
     if (a.has("--trace")) {
         if (Status st = writeFileAtomically(a.get("--trace"),
-                                            mergedTrace(ranks, r.plan.name).dump() + "\n");
+                                            mergedTrace(ranks, r.plan.name, runInfo).dump() + "\n");
             !st) {
             std::cerr << "error: " << st.error() << "\n";
             return kExitUsage;

@@ -21,5 +21,6 @@ std::vector<Command> benchCommands();
 std::vector<Command> recommendCommands();
 std::vector<Command> traceCommands();
 std::vector<Command> runCommands();
+std::vector<Command> calibrateCommands();
 
 }  // namespace shardscope::cli

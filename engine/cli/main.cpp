@@ -17,7 +17,7 @@ namespace {
 std::vector<Command> allCommands() {
     std::vector<Command> all;
     for (auto* group : {&modelCommands, &planCommands, &simulateCommands, &recommendCommands,
-                        &runCommands, &traceCommands, &benchCommands, &doctorCommands})
+                        &runCommands, &calibrateCommands, &traceCommands, &benchCommands, &doctorCommands})
         for (auto& c : group())
             all.push_back(std::move(c));
     return all;

@@ -36,6 +36,10 @@ void schedule(const StepProgram& p, const ClusterSpec& c, const std::vector<int6
     std::array<int64_t, 3> groupFree{};  // one NCCL communicator per process group
     int64_t cpu = 0;
     const auto issue = static_cast<int64_t>(c.sim.cpuIssueNs);
+    // On a CPU device the "streams" other than the collectives' are the CPU thread itself:
+    // it cannot run ahead of its own compute and copies (the engine's Gloo path runs them
+    // synchronously; only the collectives run on Gloo's threads).
+    const bool cpuDevice = c.device.kind == "cpu";
     for (size_t i = 0; i < n; ++i) {
         const Op& op = p.ops[i];
         int64_t ready = 0;
@@ -50,6 +54,7 @@ void schedule(const StepProgram& p, const ClusterSpec& c, const std::vector<int6
         r.start[i] = s;
         r.end[i] = s + dur[i];
         streamFree[static_cast<size_t>(op.stream)] = r.end[i];
+        if (cpuDevice && !coll) cpu = r.end[i];
         if (coll) groupFree[pg] = r.end[i];
     }
 }

@@ -77,6 +77,9 @@ def pytorch_rank(rank, port, tmp, mixed):
     if rank == 0:
         with open(os.path.join(tmp, "pytorch.json"), "w") as f:
             json.dump({"losses": losses, "params": full}, f)
+    # Both ranks leave together: a rank tearing its process group down while the other
+    # still talks to it aborted ("terminate called without an active exception").
+    dist.barrier()
     dist.destroy_process_group()
 
 

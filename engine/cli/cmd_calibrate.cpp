@@ -1,0 +1,242 @@
+// SPDX-License-Identifier: Apache-2.0
+// `shardscope calibrate`: fit a cluster's simulator parameters to a measured run and print
+// the simulation error before and after.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "engine/cli/commands.h"
+#include "engine/cli/common.h"
+#include "engine/schedule/step_program.h"
+#include "engine/sim/calibrate.h"
+#include "engine/sim/simulator.h"
+#include "plans/core/atomic_write.h"
+#include "plans/plan/resolve.h"
+
+namespace shardscope::cli {
+
+namespace {
+
+std::string ms(double ns) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.2f ms", ns * 1e-6);
+    return b;
+}
+std::string mib(double bytes) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.1f MiB", bytes / 1048576.0);
+    return b;
+}
+std::string pct(double e) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%+.1f%%", 100.0 * e);
+    return b;
+}
+
+// A measured run, read from a `shardscope run --trace` file.
+struct Measured {
+    std::vector<MeasuredOp> ops;
+    double stepNs = 0;  // the slowest rank's mean step span
+    int64_t peakAllocated = 0;
+    nlohmann::json run;  // metadata.run
+};
+
+Expected<Measured> readMeasured(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) return Error{path + ": cannot open file"};
+    auto j = nlohmann::json::parse(in, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("traceEvents") ||
+        !j["traceEvents"].is_array())
+        return Error{path + ":/traceEvents: expected a Chrome trace with a traceEvents array"};
+    Measured m;
+    if (j.contains("metadata") && j["metadata"].is_object() && j["metadata"].contains("run"))
+        m.run = j["metadata"]["run"];
+    std::map<int64_t, std::pair<double, int>> spans;  // rank -> (sum, count)
+    for (const auto& e : j["traceEvents"]) {
+        if (!e.is_object()) continue;
+        const std::string ph = e.value("ph", "");
+        if (ph == "C" && e.value("name", "") == "memory (bytes)" && e.contains("args"))
+            m.peakAllocated = std::max(m.peakAllocated, e["args"].value("allocated", int64_t{0}));
+        if (ph != "X") continue;
+        const double ts = e.value("ts", 0.0), dur = e.value("dur", 0.0);
+        const int64_t rank = e.value("pid", int64_t{0});
+        if (e.value("cat", "") == "step") {
+            spans[rank].first += dur * 1000.0;
+            ++spans[rank].second;
+            continue;
+        }
+        if (!e.contains("args") || !e["args"].is_object() || !e["args"].contains("op_id")) continue;
+        const auto& a = e["args"];
+        MeasuredOp op;
+        op.opId = a["op_id"].is_number_integer() ? a["op_id"].get<int32_t>() : -1;
+        op.rank = static_cast<int32_t>(rank);
+        op.step = a.value("step", 0);
+        op.startNs = std::llround(ts * 1000.0);
+        op.endNs = std::llround((ts + dur) * 1000.0);
+        m.ops.push_back(op);
+    }
+    for (const auto& [_, s] : spans)
+        m.stepNs = std::max(m.stepNs, s.first / std::max(1, s.second));
+    if (m.ops.empty())
+        return Error{path +
+                     ": no ShardScope ops with an op_id (write it with `shardscope run "
+                     "--trace`)"};
+    return m;
+}
+
+int runCalibrate(const Args& a) {
+    auto measured = readMeasured(a.get("--trace"));
+    if (failed(measured)) return kExitUsage;
+    const auto& run = measured->run;
+    auto fromRun = [&](const char* key) -> std::string {
+        return run.is_object() && run.contains(key) && run[key].is_string()
+                   ? run[key].get<std::string>()
+                   : std::string();
+    };
+    const std::string modelPath = a.has("--model") ? a.get("--model") : fromRun("model");
+    const std::string planPath = a.has("--plan") ? a.get("--plan") : fromRun("plan_file");
+    if (modelPath.empty() || planPath.empty()) {
+        std::cerr << "error: " << a.get("--trace")
+                  << ":/metadata/run: no model and plan recorded (not written by `shardscope "
+                     "run --trace`?); give --model and --plan\n";
+        return kExitUsage;
+    }
+    HfLoadOptions ho;
+    if (auto d = parseDType(fromRun("param_dtype")); d) ho.paramDtype = *d;
+    if (auto d = parseDType(fromRun("activation_dtype")); d) ho.activationDtype = *d;
+    auto g = loadModelFile(modelPath, ho);
+    if (failed(g)) return kExitUsage;
+    auto plan = loadPlanFile(planPath);
+    if (failed(plan)) return kExitUsage;
+    auto cluster = loadClusterFile(a.get("--cluster"));
+    if (failed(cluster)) return kExitUsage;
+    if (run.is_object()) {
+        plan->microBatchSize = run.value("micro_batch_size", plan->microBatchSize);
+        plan->seqLen = run.value("seq_len", plan->seqLen);
+        plan->microBatches = run.value("micro_batches", plan->microBatches);
+        if (plan->meshShape.empty()) plan->meshShape = {run.value("world_size", int64_t{2})};
+    }
+    const ResolvedPlan r = resolvePlan(*g, *plan, &*cluster, planPath);
+    if (r.hasErrors()) {
+        for (const auto& pr : r.problems)
+            std::cerr << pr.toString() << "\n";
+        std::cerr << "error: the plan has errors\n";
+        return kExitFailed;
+    }
+    StepOptions so;
+    so.microBatchSize = plan->microBatchSize;
+    so.seqLen = plan->seqLen;
+    so.microBatches = plan->microBatches;
+    so.devicesPerNode = cluster->node.devicesPerNode;
+    const StepProgram prog = buildStepProgram(r, so);
+    auto fit = calibrate(prog, *cluster, measured->ops, a.get("--trace"));
+    if (failed(fit)) return kExitFailed;
+    fit->cluster.sources.erase("/sim");  // the estimates it described are replaced
+    fit->cluster.name = cluster->name + ", calibrated on " +
+                        std::filesystem::path(a.get("--trace")).filename().string();
+    const SimResult before = simulate(prog, *cluster, r.worldSize);
+    const SimResult after = simulate(prog, fit->cluster, r.worldSize);
+    if (Status st =
+            writeFileAtomically(a.get("--output"), clusterToJson(fit->cluster).dump(2) + "\n");
+        !st) {
+        std::cerr << "error: " << st.error() << "\n";
+        return kExitUsage;
+    }
+    const double ms0 = measured->stepNs;
+    const double pk = static_cast<double>(measured->peakAllocated);
+    auto err = [](double pred, double meas) { return meas > 0 ? (pred - meas) / meas : 0.0; };
+    nlohmann::json out{
+        {"trace", a.get("--trace")},
+        {"cluster", a.get("--cluster")},
+        {"output", a.get("--output")},
+        {"measured_step_time_ns", ms0},
+        {"measured_peak_allocated_bytes", measured->peakAllocated},
+        {"before",
+         {{"step_time_ns", before.stepNs},
+          {"step_time_error", err(static_cast<double>(before.stepNs), ms0)},
+          {"peak_allocated_bytes", before.peakAllocated},
+          {"peak_allocated_error", err(static_cast<double>(before.peakAllocated), pk)}}},
+        {"after",
+         {{"step_time_ns", after.stepNs},
+          {"step_time_error", err(static_cast<double>(after.stepNs), ms0)},
+          {"peak_allocated_bytes", after.peakAllocated},
+          {"peak_allocated_error", err(static_cast<double>(after.peakAllocated), pk)}}},
+        {"fitted",
+         {{"compute_efficiency", fit->cluster.sim.computeEfficiency},
+          {"memory_efficiency", fit->cluster.sim.memoryEfficiency},
+          {"overlap_slowdown", fit->cluster.sim.overlapSlowdown},
+          {"cpu_issue_ns", fit->cluster.sim.cpuIssueNs},
+          {"collective_latency_ns", fit->latencyNs},
+          {"collective_bus_bandwidth_bytes_per_s", fit->busBandwidth},
+          {"compute_ops", fit->computeOps},
+          {"memory_ops", fit->memoryOps},
+          {"collective_ops", fit->collectiveOps}}},
+        {"notes", fit->notes}};
+    if (a.flag("--json")) return emitJson(out, "").ok() ? kExitOk : kExitUsage;
+    std::cout << "Calibrated " << a.get("--cluster") << " from " << a.get("--trace") << " ("
+              << measured->ops.size() << " measured ops)\n\n"
+              << "  compute efficiency  ";
+    for (const auto& [f, e] : fit->cluster.sim.computeEfficiency) {
+        char b[64];
+        std::snprintf(b, sizeof b, "%.3g FLOP: %.3f  ", f, e);
+        std::cout << b;
+    }
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "\n  memory efficiency   %.3f\n  overlap slowdown    %.2f\n  CPU issue per op    "
+                  "%.1f us\n  collectives         %.1f us + bytes / %.2f GB/s (bus)\n",
+                  fit->cluster.sim.memoryEfficiency, fit->cluster.sim.overlapSlowdown,
+                  fit->cluster.sim.cpuIssueNs * 1e-3, fit->latencyNs * 1e-3,
+                  fit->busBandwidth * 1e-9);
+    std::cout << line;
+    for (const auto& n : fit->notes)
+        std::cout << "  note: " << n << "\n";
+    std::cout << "\n";
+    Table t({"", "MEASURED", "BEFORE", "ERROR", "AFTER", "ERROR"},
+            {false, true, true, true, true, true});
+    t.row({"step time", ms(ms0), ms(static_cast<double>(before.stepNs)),
+           pct(err(static_cast<double>(before.stepNs), ms0)), ms(static_cast<double>(after.stepNs)),
+           pct(err(static_cast<double>(after.stepNs), ms0))});
+    t.row({"peak allocated", mib(pk), mib(static_cast<double>(before.peakAllocated)),
+           pct(err(static_cast<double>(before.peakAllocated), pk)),
+           mib(static_cast<double>(after.peakAllocated)),
+           pct(err(static_cast<double>(after.peakAllocated), pk))});
+    t.print(std::cout);
+    std::cout << "\nWrote " << a.get("--output") << "\n";
+    return kExitOk;
+}
+
+}  // namespace
+
+std::vector<Command> calibrateCommands() {
+    CommandSpec s;
+    s.name = "calibrate";
+    s.summary =
+        "Fit a cluster's simulator parameters to a measured run; print the error before and after.";
+    s.description =
+        "Reads a `shardscope run --trace` file, rebuilds the run's step program (model, plan and\n"
+        "micro-batch come from the trace's metadata unless --model/--plan are given), joins\n"
+        "the measured ops to it by op id, and fits: compute efficiency by FLOPs per kernel\n"
+        "(from compute ops no collective overlapped), memory efficiency (copies and the\n"
+        "optimizer), the slowdown of overlapped compute, collective latency and bus bandwidth\n"
+        "(least squares), and the CPU's cost to issue an op. Writes the cluster with the\n"
+        "fitted values (each named in \"sources\") and prints the simulated step time and\n"
+        "peak allocated memory against the measured ones, before and after.";
+    s.options = {
+        {"--trace", "FILE", "measured trace from `shardscope run --trace`", "", true, "-t"},
+        {"--cluster", "FILE", "cluster JSON to start from", "", true, "-c"},
+        {"--output", "FILE", "where to write the calibrated cluster JSON", "", true, "-o"},
+        {"--model", "FILE", "model (default: the one the trace records)"},
+        {"--plan", "FILE", "plan (default: the one the trace records)"},
+        {"--json", "", "print a machine summary"}};
+    s.examples = {
+        "shardscope run -m samples/models/tiny-llama/config.json -p "
+        "samples/plans/tiny-llama-2rank.json --trace measured.json",
+        "shardscope calibrate -t measured.json -c samples/clusters/cpu-2core.json -o "
+        "cpu-calibrated.json"};
+    return {{s, runCalibrate}};
+}
+
+}  // namespace shardscope::cli

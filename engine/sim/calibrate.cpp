@@ -1,0 +1,232 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "engine/sim/calibrate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+namespace shardscope {
+
+namespace {
+
+double median(std::vector<double> v) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    const size_t m = v.size() / 2;
+    return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+bool isCompute(OpKind k) {
+    return k == OpKind::Forward || k == OpKind::Backward || k == OpKind::Recompute;
+}
+bool isMemoryBound(const Op& op) {
+    return op.kind == OpKind::CopyIn || op.kind == OpKind::CopyOut ||
+           op.kind == OpKind::ReduceScatterCopyIn ||
+           (op.kind == OpKind::OptimizerStep && op.stream != Stream::Host);
+}
+
+int64_t overlap(int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
+    return std::max<int64_t>(0, std::min(a1, b1) - std::max(a0, b0));
+}
+
+}  // namespace
+
+Expected<CalibrationFit> calibrate(const StepProgram& p, const ClusterSpec& base,
+                                   const std::vector<MeasuredOp>& ops,
+                                   const std::string& sourceName) {
+    CalibrationFit fit;
+    fit.cluster = base;
+    ClusterSpec& c = fit.cluster;
+    std::vector<const MeasuredOp*> valid;
+    for (const auto& m : ops)
+        if (m.opId >= 0 && static_cast<size_t>(m.opId) < p.ops.size() && m.endNs > m.startNs)
+            valid.push_back(&m);
+    if (valid.empty())
+        return Error{sourceName +
+                     ": no measured op joins the step program (op ids missing or out of range; "
+                     "is this a `shardscope run --trace` of the same model, plan and batch?)"};
+
+    // Collective intervals per (rank, step), for the overlap of each compute op.
+    std::map<std::pair<int32_t, int32_t>, std::vector<std::pair<int64_t, int64_t>>> comm;
+    for (const auto* m : valid)
+        if (isCollective(p.ops[static_cast<size_t>(m->opId)].kind))
+            comm[{m->rank, m->step}].push_back({m->startNs, m->endNs});
+    auto overlapped = [&](const MeasuredOp& m) {
+        int64_t ov = 0;
+        auto it = comm.find({m.rank, m.step});
+        if (it != comm.end())
+            for (const auto& [a, b] : it->second)
+                ov += overlap(m.startNs, m.endNs, a, b);
+        return std::min(1.0, static_cast<double>(ov) / static_cast<double>(m.endNs - m.startNs));
+    };
+
+    // 1. Memory-bound ops: one efficiency for the bytes they move.
+    const double hbm = c.device.hbmBandwidth;
+    double bytes = 0, seconds = 0;
+    for (const auto* m : valid) {
+        const Op& op = p.ops[static_cast<size_t>(m->opId)];
+        if (!isMemoryBound(op) || op.memBytes <= 0) continue;
+        bytes += op.memBytes;
+        seconds += static_cast<double>(m->endNs - m->startNs) * 1e-9;
+        ++fit.memoryOps;
+    }
+    if (fit.memoryOps > 0 && hbm > 0 && seconds > 0)
+        c.sim.memoryEfficiency = std::clamp(bytes / (hbm * seconds), 1e-4, 1.0);
+    else
+        fit.notes.push_back("memory efficiency kept: no memory-bound op was measured");
+    const double hbmEff = hbm * c.sim.memoryEfficiency;
+
+    // 2. Compute efficiency from the compute ops no collective overlapped (all of them when
+    //    too few were alone), by half-decade of FLOPs per kernel.
+    struct Sample {
+        double perKernel, eff, ratioInput, overlapFrac;
+        const MeasuredOp* m;
+    };
+    std::vector<Sample> samples;
+    for (const auto* m : valid) {
+        const Op& op = p.ops[static_cast<size_t>(m->opId)];
+        if (!isCompute(op.kind) || op.flops <= 0) continue;
+        const double d = static_cast<double>(m->endNs - m->startNs) * 1e-9;
+        const double memT = hbmEff > 0 ? op.memBytes / hbmEff : 0;
+        const double computeT = std::max(d - memT, 0.05 * d);
+        const double eff = op.flops / (c.device.peakFor(op.computeDtype) * computeT);
+        samples.push_back({op.flops / std::max(1, op.groupSize), eff, d, overlapped(*m), m});
+    }
+    fit.computeOps = static_cast<int64_t>(samples.size());
+    if (!samples.empty()) {
+        size_t alone = 0;
+        for (const auto& s : samples)
+            alone += s.overlapFrac < 0.01;
+        const bool useAlone = alone >= 3;
+        std::map<int, std::vector<const Sample*>> buckets;  // half-decades of FLOPs
+        for (const auto& s : samples)
+            if (!useAlone || s.overlapFrac < 0.01)
+                buckets[static_cast<int>(std::floor(std::log10(s.perKernel) * 2))].push_back(&s);
+        std::vector<std::pair<double, double>> curve;
+        for (const auto& [_, v] : buckets) {
+            std::vector<double> f, e;
+            for (const auto* s : v) {
+                f.push_back(s->perKernel);
+                e.push_back(s->eff);
+            }
+            curve.push_back({median(f), std::clamp(median(e), 1e-4, 1.5)});
+        }
+        c.sim.computeEfficiency = curve;
+        if (!useAlone)
+            fit.notes.push_back(
+                "fewer than 3 compute ops ran without a collective overlapping "
+                "them: the efficiency curve includes overlapped ones");
+        // 3. Overlap slowdown: measured / predicted without overlap, per overlapped fraction.
+        std::vector<double> slow;
+        for (const auto& s : samples) {
+            if (s.overlapFrac < 0.05) continue;
+            const Op& op = p.ops[static_cast<size_t>(s.m->opId)];
+            const double pred =
+                op.flops / (c.device.peakFor(op.computeDtype) * c.sim.efficiencyFor(s.perKernel)) +
+                (hbmEff > 0 ? op.memBytes / hbmEff : 0);
+            if (pred > 0) slow.push_back((s.ratioInput / pred - 1.0) / s.overlapFrac);
+        }
+        if (!slow.empty())
+            c.sim.overlapSlowdown = std::clamp(median(slow), 0.0, 3.0);
+        else
+            fit.notes.push_back(
+                "overlap slowdown kept: no compute op was overlapped for 5% "
+                "of its time or more");
+    } else {
+        fit.notes.push_back("compute efficiency kept: no compute op with FLOPs was measured");
+    }
+
+    // 4. Collectives: k·latency + x/bandwidth by least squares (x = factor · bytes) over
+    //    the 20th percentile of each message size: a measured collective also waits for
+    //    the slowest rank to reach it, which the simulator models by dependencies, not cost.
+    std::map<std::pair<double, double>, std::vector<double>> bySize;  // (k, x) -> durations
+    for (const auto* m : valid) {
+        const Op& op = p.ops[static_cast<size_t>(m->opId)];
+        if (!isCollective(op.kind) || op.groupSize <= 1 || op.commBytes <= 0) continue;
+        const double n = op.groupSize;
+        const double k = op.kind == OpKind::AllReduce ? 2.0 : 1.0;
+        const double x = k * (n - 1) / n * static_cast<double>(op.commBytes);
+        bySize[{k, x}].push_back(static_cast<double>(m->endNs - m->startNs));
+        ++fit.collectiveOps;
+    }
+    double sKK = 0, sKX = 0, sXX = 0, sKD = 0, sXD = 0;
+    for (auto& [kx, v] : bySize) {
+        std::sort(v.begin(), v.end());
+        const double d = v[static_cast<size_t>(0.2 * static_cast<double>(v.size() - 1))];
+        const auto [k, x] = kx;
+        sKK += k * k;
+        sKX += k * x;
+        sXX += x * x;
+        sKD += k * d;
+        sXD += x * d;
+    }
+    const double det = sKK * sXX - sKX * sKX;
+    if (bySize.size() >= 2 && det > 1e-9 * sKK * sXX) {
+        double lat = (sKD * sXX - sXD * sKX) / det;  // ns
+        double nsPerByte = (sKK * sXD - sKX * sKD) / det;
+        if (lat < 0 || nsPerByte <= 0) {
+            // Durations do not grow with size over the sizes measured: keep the cluster's
+            // latency and put the rest on bandwidth, which extrapolates to larger messages.
+            lat = c.sim.protocols.empty() ? 0 : c.sim.protocols.front().baseNs;
+            nsPerByte = std::max(1e-6, (sXD - lat * sKX) / sXX);
+            fit.notes.push_back(
+                "collective durations did not grow with message size: latency "
+                "kept, bandwidth fitted");
+        }
+        fit.latencyNs = lat;
+        fit.busBandwidth = 1e9 / nsPerByte;
+    } else if (fit.collectiveOps >= 1) {
+        // One message size: keep the base latency, fit the bandwidth.
+        fit.latencyNs = c.sim.protocols.empty() ? 0 : c.sim.protocols.front().baseNs;
+        fit.busBandwidth = sXX > 0 ? 1e9 * sXX / std::max(1.0, sXD - fit.latencyNs * sKX) : 0;
+        fit.notes.push_back("collectives of one size only: latency kept, bandwidth fitted");
+    } else {
+        fit.notes.push_back("collective model kept: no collective was measured");
+    }
+    if (fit.busBandwidth > 0) {
+        c.sim.protocols = {{"calibrated", fit.latencyNs, 0, 0, 1.0}};
+        c.node.intraBandwidth = fit.busBandwidth / std::max(1e-9, c.sim.intraEfficiency);
+        c.node.intraLatencyNs = static_cast<int64_t>(std::llround(fit.latencyNs));
+    }
+
+    // 5. CPU issue cost: between consecutive compute-stream ops the CPU issued every
+    //    program op in between; gaps before ops that wait on a collective (copy-out, the
+    //    optimizer step) are waits, not issue cost, and are left out.
+    std::map<std::pair<int32_t, int32_t>, std::vector<const MeasuredOp*>> computeStream;
+    for (const auto* m : valid)
+        if (p.ops[static_cast<size_t>(m->opId)].stream == Stream::Compute)
+            computeStream[{m->rank, m->step}].push_back(m);
+    std::vector<double> perOp;
+    for (auto& [_, v] : computeStream) {
+        std::sort(v.begin(), v.end(),
+                  [](const MeasuredOp* a, const MeasuredOp* b) { return a->startNs < b->startNs; });
+        for (size_t i = 1; i < v.size(); ++i) {
+            const Op& next = p.ops[static_cast<size_t>(v[i]->opId)];
+            if (next.kind == OpKind::CopyOut || next.kind == OpKind::OptimizerStep) continue;
+            const int32_t between = v[i]->opId - v[i - 1]->opId;
+            if (between <= 0) continue;
+            perOp.push_back(
+                static_cast<double>(std::max<int64_t>(0, v[i]->startNs - v[i - 1]->endNs)) /
+                between);
+        }
+    }
+    if (!perOp.empty()) c.sim.cpuIssueNs = median(perOp);
+
+    c.simDefaulted = false;
+    const std::string from = "fitted by `shardscope calibrate` from " + sourceName;
+    c.sources["/sim/compute_efficiency"] =
+        from + " (" + std::to_string(fit.computeOps) + " compute ops)";
+    c.sources["/sim/memory_efficiency"] =
+        from + " (" + std::to_string(fit.memoryOps) + " memory-bound ops)";
+    c.sources["/sim/overlap_slowdown"] = from;
+    c.sources["/sim/cpu_issue_ns"] = from + " (median gap between compute-stream ops)";
+    if (fit.busBandwidth > 0) {
+        c.sources["/sim/protocols"] =
+            from + " (" + std::to_string(fit.collectiveOps) + " collectives)";
+        c.sources["/node/intra_bandwidth_bytes_per_s"] = from;
+        c.sources["/node/intra_latency_ns"] = from;
+    }
+    return fit;
+}
+
+}  // namespace shardscope

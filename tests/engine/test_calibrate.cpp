@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: Apache-2.0
+// Calibration recovers the parameters a run was made with: the "measured" ops are a
+// simulation of the tiny Llama on a cluster with known parameters, and calibrating a
+// differently parameterised cluster against them must find those parameters again.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "engine/schedule/step_program.h"
+#include "engine/sim/calibrate.h"
+#include "engine/sim/simulator.h"
+#include "plans/model/model_json.h"
+#include "plans/plan/plan_json.h"
+#include "plans/plan/resolve.h"
+
+using namespace shardscope;
+
+TEST(Calibrate, RecoversTheParametersOfTheRunItIsGiven) {
+    const std::string src = SHARDSCOPE_SOURCE_DIR;
+    auto g = loadModelFile(src + "/samples/models/tiny-llama/config.json");
+    ASSERT_TRUE(g.ok()) << g.error();
+    auto plan = loadPlanFile(src + "/samples/plans/tiny-llama-2rank.json");
+    ASSERT_TRUE(plan.ok()) << plan.error();
+    auto truth = loadClusterFile(src + "/samples/clusters/cpu-2core.json");
+    ASSERT_TRUE(truth.ok()) << truth.error();
+    // The "true" machine: a flat compute efficiency, slower memory, a known collective.
+    truth->sim.computeEfficiency = {{1e6, 0.3}, {1e10, 0.3}};
+    truth->sim.memoryEfficiency = 0.2;
+    truth->sim.overlapSlowdown = 0.3;
+    truth->sim.cpuIssueNs = 15000;
+    truth->sim.protocols = {{"truth", 300000, 0, 0, 1.0}};
+    truth->node.intraBandwidth = 2e9 / truth->sim.intraEfficiency;
+    const ResolvedPlan r = resolvePlan(*g, *plan, &*truth, "plan");
+    ASSERT_FALSE(r.hasErrors());
+    StepOptions so;
+    so.microBatchSize = plan->microBatchSize;
+    so.seqLen = plan->seqLen;
+    so.devicesPerNode = 2;
+    const StepProgram prog = buildStepProgram(r, so);
+    const SimResult ran = simulate(prog, *truth, r.worldSize);
+    std::vector<MeasuredOp> measured;
+    for (int rank = 0; rank < 2; ++rank)
+        for (size_t i = 0; i < prog.ops.size(); ++i)
+            measured.push_back({static_cast<int32_t>(i), rank, 0, ran.start[i], ran.end[i]});
+
+    auto base = loadClusterFile(src + "/samples/clusters/cpu-2core.json");
+    ASSERT_TRUE(base.ok());
+    const SimResult before = simulate(prog, *base, r.worldSize);
+    auto fit = calibrate(prog, *base, measured, "synthetic");
+    ASSERT_TRUE(fit.ok()) << fit.error();
+    EXPECT_NEAR(fit->cluster.sim.memoryEfficiency, 0.2, 0.01);
+    for (const auto& [flops, eff] : fit->cluster.sim.computeEfficiency)
+        EXPECT_NEAR(eff, 0.3, 0.02) << flops;
+    EXPECT_NEAR(fit->latencyNs, 300000, 3000);
+    EXPECT_NEAR(fit->busBandwidth, 2e9, 2e7);
+    EXPECT_NEAR(fit->cluster.sim.cpuIssueNs, 15000, 1500);
+    // The simulator stretches compute by the overlap of its first pass; the fit sees the
+    // final overlap, so this one is approximate.
+    EXPECT_NEAR(fit->cluster.sim.overlapSlowdown, 0.3, 0.1);
+    const SimResult after = simulate(prog, fit->cluster, r.worldSize);
+    std::printf("DBG slow %g issue %g lat %g bw %g mem %g\n", fit->cluster.sim.overlapSlowdown,
+                fit->cluster.sim.cpuIssueNs, fit->latencyNs, fit->busBandwidth,
+                fit->cluster.sim.memoryEfficiency);
+    for (auto [f, e] : fit->cluster.sim.computeEfficiency)
+        std::printf("DBG eff %g %g\n", f, e);
+    const double e0 = std::abs(static_cast<double>(before.stepNs - ran.stepNs)) / ran.stepNs;
+    const double e1 = std::abs(static_cast<double>(after.stepNs - ran.stepNs)) / ran.stepNs;
+    EXPECT_LT(e1, 0.03) << "after " << after.stepNs << " ran " << ran.stepNs;
+    EXPECT_GT(e0, 0.2) << "the starting cluster should be visibly off";
+}
+
+TEST(Calibrate, NoJoinableOpIsAClearError) {
+    StepProgram p;
+    ClusterSpec c;
+    auto fit = calibrate(p, c, {{5, 0, 0, 0, 10}}, "t.json");
+    ASSERT_FALSE(fit.ok());
+    EXPECT_NE(fit.error().find("t.json: no measured op joins the step program"), std::string::npos);
+}
