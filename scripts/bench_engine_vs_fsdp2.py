@@ -80,8 +80,13 @@ def pytorch_rank(rank, world, port, cfg_path, batch, seq, warmup, steps, out_dir
     peak = max((e["args"].get("Total Allocated", 0) for e in events if e.get("name") == "[memory]"), default=0)
     with open(os.path.join(out_dir, "pytorch_rank%d_result.json" % rank), "w") as f:
         json.dump({"step_times_ns": times, "step_working_bytes": peak}, f)
+    # Both ranks leave together and skip interpreter teardown: PyTorch's Gloo/TCPStore
+    # teardown in spawned workers sometimes aborted with "terminate called without an
+    # active exception" (a joinable thread destroyed) after all the work was done.
     dist.barrier()
-    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def main():

@@ -136,6 +136,11 @@ int runCalibrate(const Args& a) {
     fit->cluster.sources.erase("/sim");  // the estimates it described are replaced
     fit->cluster.name = cluster->name + ", calibrated on " +
                         std::filesystem::path(a.get("--trace")).filename().string();
+    // What is written must load again (every fitted value within the format's ranges).
+    if (auto check = clusterFromJson(clusterToJson(fit->cluster), a.get("--output")); !check) {
+        std::cerr << "error: the calibrated cluster does not validate: " << check.error() << "\n";
+        return kExitFailed;
+    }
     const SimResult before = simulate(prog, *cluster, r.worldSize);
     const SimResult after = simulate(prog, fit->cluster, r.worldSize);
     if (Status st =
