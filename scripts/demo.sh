@@ -45,14 +45,16 @@ run simulate --model samples/models/llama3-8b/config.json --plan samples/plans/l
     --cluster samples/clusters/h100-sxm-8x8.json --trace "$out/llama3-8b-per-block.sim-trace.json"
 # Recommendations: Llama-3-8B on 64 H100s and Llama-3-70B on 512 H100s, against the default.
 run recommend --model samples/models/llama3-8b/config.json --cluster samples/clusters/h100-sxm-8x8.json \
-    --seq 4096 --format fsdp2 --output "$out/llama3-8b.64xH100.recommended.fsdp2.json"
+    --seq 4096 --format shardscope --output "$out/llama3-8b.64xH100.recommended.plan.json"
+# The recommended plan in the formats FSDP2, FSDP1 and Lightning users apply directly.
+for f in fsdp2 fsdp1 lightning; do
+    run plan export --model samples/models/llama3-8b/config.json --plan "$out/llama3-8b.64xH100.recommended.plan.json" \
+        --cluster samples/clusters/h100-sxm-8x8.json --format "$f" --output "$out/llama3-8b.64xH100.recommended.$f.json"
+done
 run recommend --model samples/models/llama3-70b/config.json --cluster samples/clusters/h100-sxm-64x8.json \
     --seq 4096 --format shardscope --output "$out/llama3-70b.512xH100.recommended.plan.json"
-for f in fsdp1 lightning; do
-    run recommend --model samples/models/llama3-8b/config.json --cluster samples/clusters/h100-sxm-8x8.json \
-        --seq 4096 --format "$f" --output "$out/llama3-8b.64xH100.recommended.$f.json" --json >/dev/null
-    echo "wrote $out/llama3-8b.64xH100.recommended.$f.json"
-done
+run plan export --model samples/models/llama3-70b/config.json --plan "$out/llama3-70b.512xH100.recommended.plan.json" \
+    --cluster samples/clusters/h100-sxm-64x8.json --format fsdp2 --output "$out/llama3-70b.512xH100.recommended.fsdp2.json"
 # The plan run for real: a tiny Llama on 2 CPU ranks (Gloo), reshard_after_forward True
 # against False; the CPU profile calibrated on the first run; both simulated with it; then
 # the predicted-against-measured report and the memory plot of both.

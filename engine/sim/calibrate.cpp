@@ -182,7 +182,15 @@ Expected<CalibrationFit> calibrate(const StepProgram& p, const ClusterSpec& base
         sXD += x * d;
     }
     const double det = sKK * sXX - sKX * sKX;
-    if (bySize.size() >= 2 && det > 1e-9 * sKK * sXX) {
+    double xMin = 0, xMax = 0;
+    for (const auto& [kx, _] : bySize) {
+        xMin = xMin == 0 ? kx.second : std::min(xMin, kx.second);
+        xMax = std::max(xMax, kx.second);
+    }
+    // A latency needs sizes far enough apart to separate it from bandwidth (4x here);
+    // closer sizes only say how long bytes take.
+    const bool spread = xMin > 0 && xMax >= 4 * xMin;
+    if (bySize.size() >= 2 && spread && det > 1e-9 * sKK * sXX) {
         double lat = (sKD * sXX - sXD * sKX) / det;  // ns
         double nsPerByte = (sKK * sXD - sKX * sKD) / det;
         if (lat < 0 || nsPerByte <= 0) {
@@ -197,10 +205,12 @@ Expected<CalibrationFit> calibrate(const StepProgram& p, const ClusterSpec& base
         fit.latencyNs = lat;
         fit.busBandwidth = 1e9 / nsPerByte;
     } else if (fit.collectiveOps >= 1) {
-        // One message size: keep the base latency, fit the bandwidth.
+        // Sizes too close together: keep the base latency, fit the bandwidth.
         fit.latencyNs = c.sim.protocols.empty() ? 0 : c.sim.protocols.front().baseNs;
         fit.busBandwidth = sXX > 0 ? 1e9 * sXX / std::max(1.0, sXD - fit.latencyNs * sKX) : 0;
-        fit.notes.push_back("collectives of one size only: latency kept, bandwidth fitted");
+        fit.notes.push_back(
+            "collective sizes within 4x of each other: latency kept, bandwidth "
+            "fitted");
     } else {
         fit.notes.push_back("collective model kept: no collective was measured");
     }

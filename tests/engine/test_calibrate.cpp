@@ -8,6 +8,7 @@
 
 #include "engine/schedule/step_program.h"
 #include "engine/sim/calibrate.h"
+#include "engine/sim/cost_model.h"
 #include "engine/sim/simulator.h"
 #include "plans/model/model_json.h"
 #include "plans/plan/plan_json.h"
@@ -51,8 +52,18 @@ TEST(Calibrate, RecoversTheParametersOfTheRunItIsGiven) {
     EXPECT_NEAR(fit->cluster.sim.memoryEfficiency, 0.2, 0.01);
     for (const auto& [flops, eff] : fit->cluster.sim.computeEfficiency)
         EXPECT_NEAR(eff, 0.3, 0.02) << flops;
-    EXPECT_NEAR(fit->latencyNs, 300000, 3000);
-    EXPECT_NEAR(fit->busBandwidth, 2e9, 2e7);
+    // The tiny Llama's collectives are all within 4x in size, too close to separate latency
+    // from bandwidth: the latency is kept and the bandwidth absorbs it, so each collective's
+    // predicted time matches the measured one at the sizes that were measured (within 10%:
+    // one line through sizes 1.4x apart).
+    EXPECT_EQ(fit->latencyNs, base->sim.protocols.front().baseNs);
+    for (size_t i = 0; i < prog.ops.size(); ++i)
+        if (isCollective(prog.ops[i].kind)) {
+            const double measuredNs = static_cast<double>(ran.end[i] - ran.start[i]);
+            EXPECT_NEAR(static_cast<double>(opDurationNs(fit->cluster, prog.ops[i])), measuredNs,
+                        0.10 * measuredNs)
+                << i;
+        }
     EXPECT_NEAR(fit->cluster.sim.cpuIssueNs, 15000, 1500);
     // The simulator stretches compute by the overlap of its first pass; the fit sees the
     // final overlap, so this one is approximate.

@@ -53,7 +53,8 @@ class DemoEndToEnd(unittest.TestCase):
         self.assertIn("All stages passed", self.r.stdout)
         self.assertIn("shardscope-gui", self.r.stdout)
         for f in ["comparison.md", "comparison.json", "memory-timeline.png", "cpu-2core.calibrated.json",
-                  "llama3-8b.64xH100.recommended.fsdp2.json", "llama3-70b.512xH100.recommended.plan.json",
+                  "llama3-8b.64xH100.recommended.plan.json", "llama3-8b.64xH100.recommended.fsdp2.json",
+                  "llama3-70b.512xH100.recommended.plan.json", "llama3-70b.512xH100.recommended.fsdp2.json",
                   "llama3-8b.64xH100.recommended.fsdp1.json", "llama3-8b.64xH100.recommended.lightning.json",
                   "llama3-8b-per-block.sim-trace.json"] + \
                 [n + s for n in NAMES for s in (".run.json", ".measured-trace.json", ".sim.json", ".sim-trace.json")]:
