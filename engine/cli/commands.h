@@ -22,5 +22,6 @@ std::vector<Command> recommendCommands();
 std::vector<Command> traceCommands();
 std::vector<Command> runCommands();
 std::vector<Command> calibrateCommands();
+std::vector<Command> traceDiffCommands();
 
 }  // namespace shardscope::cli

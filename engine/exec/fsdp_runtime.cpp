@@ -504,8 +504,10 @@ struct FsdpRuntime::Impl {
     void waitForUnshard(int32_t u, Phase phase) {
         UState& s = us[u];
         if (!s.agWork) return;
-        const size_t co = rec->begin(OpKind::CopyOut, phase, Stream::Compute, u, mb);
+        // The copy-out starts once the all-gather is done: waiting is idle time on the
+        // compute stream, as in the step program, not part of the copy.
         s.agWork.wait();
+        const size_t co = rec->begin(OpKind::CopyOut, phase, Stream::Compute, u, mb);
         int64_t off = 0;
         if (s.flat) {
             // The gathered flat buffer is the whole padded flat parameter.
@@ -898,13 +900,17 @@ void FsdpRuntime::backward(const at::Tensor& loss) {
 
 void FsdpRuntime::optimizerStep() {
     Impl& s = *d;
-    const size_t st =
-        s.rec->begin(OpKind::OptimizerStep, Phase::Optimizer, Stream::Compute, 0, s.mb);
     s.rec->setCurrent("optimizer step (waiting for the gradient reductions)");
     if (s.o.fsdp) {
         // The watcher finishes its waits first: one Gloo work must not be waited on by two
-        // threads at once.
+        // threads at once. The step starts when every reduction is done (waiting is idle).
         s.drainWatcher();
+        for (auto& red : s.reductions)
+            red.work.wait();
+    }
+    const size_t st =
+        s.rec->begin(OpKind::OptimizerStep, Phase::Optimizer, Stream::Compute, 0, s.mb);
+    if (s.o.fsdp) {
         const double divide = static_cast<double>(s.groups->shardSize * s.groups->replicateSize);
         for (auto& red : s.reductions) {
             red.work.wait();

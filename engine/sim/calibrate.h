@@ -9,8 +9,10 @@
 //    HBM bandwidth times their measured time;
 //  - overlap slowdown: how much longer compute ops ran while a collective overlapped them
 //    (those overlapped for at least 5% of their time);
-//  - collectives: latency and bus bandwidth by least squares over the measured collectives,
-//    time = k·latency + factor·bytes / bandwidth (k 2 for all-reduce), as one protocol;
+//  - collectives: latency and bus bandwidth by least squares over each message size's median
+//    duration (the typical wait for the other ranks included), time = k·latency +
+//    factor·bytes / bandwidth (k 2 for all-reduce), as one protocol; latency only from
+//    sizes at least 4x apart;
 //  - CPU issue cost: the median gap between consecutive ops on the compute stream.
 // Every fitted value replaces the cluster's and is named in its "sources".
 #include <string>

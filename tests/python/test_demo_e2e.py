@@ -102,5 +102,22 @@ class DemoEndToEnd(unittest.TestCase):
             self.assertIn("| %s | %.2f ms | %.2f ms |" % (name, sim["step_time_ns"] / 1e6, run["step_time_ns"] / 1e6), md)
 
 
+    def test_trace_diff_joins_the_demo_traces(self):
+        self.assertEqual(self.r.returncode, 0)
+        report = {p["name"]: p for p in self.load("comparison.json")["plans"]}
+        for name in NAMES:
+            r = subprocess.run([BIN, "trace", "diff", os.path.join(self.out, name + ".measured-trace.json"),
+                                os.path.join(self.out, name + ".sim-trace.json"), "--json"],
+                               capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            d = json.loads(r.stdout)
+            sim_ops = sum(1 for e in self.load(name + ".sim-trace.json")["traceEvents"] if e.get("ph") == "X")
+            self.assertEqual(d["joined_ops"], sim_ops)
+            self.assertEqual((d["only_in_a"], d["only_in_b"]), (0, 0))
+            self.assertAlmostEqual(d["a"]["step_time_ns"], report[name]["measured_step_time_ns"], delta=2)
+            self.assertAlmostEqual(d["b"]["step_time_ns"], report[name]["predicted_step_time_ns"], delta=1000)
+            self.assertAlmostEqual(d["peak_allocated_error"], report[name]["peak_allocated_error"], places=9)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

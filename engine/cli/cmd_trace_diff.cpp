@@ -1,0 +1,293 @@
+// SPDX-License-Identifier: Apache-2.0
+// `shardscope trace diff A B`: two ShardScope traces of one step program (simulated or
+// measured) joined by op id: step time, peak memory, exposed communication, time by op
+// kind, and the ops that differ most, with per-op and total error.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+
+#include "engine/cli/commands.h"
+#include "engine/cli/common.h"
+
+namespace shardscope::cli {
+
+namespace {
+
+struct OpTimes {
+    std::string label, kind;
+    double sumNs = 0;
+    int count = 0;
+    [[nodiscard]] double mean() const { return count ? sumNs / count : 0; }
+};
+
+struct Side {
+    std::string path, producer;
+    bool measured = false;
+    int ranks = 0, steps = 0;
+    double stepNs = 0;  // measured: the slowest rank's mean step span; simulated: last end
+    double peakAllocated = 0;
+    double exposedCommNs = 0;        // per step (rank 0)
+    std::map<int64_t, OpTimes> ops;  // op id -> mean duration over ranks and steps
+};
+
+struct Interval {
+    int64_t a, b;
+};
+int64_t unionLength(std::vector<Interval> v) {
+    std::sort(v.begin(), v.end(), [](const Interval& x, const Interval& y) { return x.a < y.a; });
+    int64_t total = 0, a = 0, b = -1;
+    bool open = false;
+    for (const auto& i : v) {
+        if (!open || i.a > b) {
+            if (open) total += b - a;
+            a = i.a;
+            b = i.b;
+            open = true;
+        } else {
+            b = std::max(b, i.b);
+        }
+    }
+    return open ? total + (b - a) : total;
+}
+
+bool isComm(const std::string& k) {
+    return k == "all_gather" || k == "reduce_scatter" || k == "all_reduce";
+}
+bool isComputeKind(const std::string& k) {
+    return k == "forward" || k == "backward" || k == "recompute" || k == "optimizer";
+}
+
+Expected<Side> readSide(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) return Error{path + ": cannot open file"};
+    auto j = nlohmann::json::parse(in, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("traceEvents") ||
+        !j["traceEvents"].is_array())
+        return Error{path + ":/traceEvents: expected a Chrome trace with a traceEvents array"};
+    Side s;
+    s.path = path;
+    if (j.contains("metadata") && j["metadata"].is_object())
+        s.producer = j["metadata"].value("producer", "");
+    s.measured = s.producer == "shardscope run";
+    std::map<int64_t, std::pair<double, int>> spans;
+    std::map<std::pair<int64_t, int64_t>, std::pair<std::vector<Interval>, std::vector<Interval>>>
+        perStep;  // (rank, step) -> (compute, comm)
+    int64_t lastEnd = 0, firstStart = INT64_MAX;
+    for (const auto& e : j["traceEvents"]) {
+        if (!e.is_object()) continue;
+        const std::string ph = e.value("ph", "");
+        if (ph == "C" && e.value("name", "") == "memory (bytes)" && e.contains("args"))
+            s.peakAllocated = std::max(s.peakAllocated, e["args"].value("allocated", 0.0));
+        if (ph != "X") continue;
+        const int64_t rank = e.value("pid", int64_t{0});
+        const int64_t t0 = std::llround(e.value("ts", 0.0) * 1000.0);
+        const int64_t t1 = t0 + std::llround(e.value("dur", 0.0) * 1000.0);
+        if (e.value("cat", "") == "step") {
+            spans[rank].first += static_cast<double>(t1 - t0);
+            ++spans[rank].second;
+            continue;
+        }
+        if (!e.contains("args") || !e["args"].is_object() || !e["args"].contains("op_id")) continue;
+        const auto& a = e["args"];
+        const int64_t id = a["op_id"].is_number_integer() ? a["op_id"].get<int64_t>() : -1;
+        if (id < 0) continue;
+        const std::string kind = a.value("kind", "");
+        auto& op = s.ops[id];
+        op.label = e.value("name", "");
+        op.kind = kind;
+        op.sumNs += static_cast<double>(t1 - t0);
+        ++op.count;
+        s.ranks = std::max<int>(s.ranks, static_cast<int>(rank) + 1);
+        const int64_t step = a.value("step", int64_t{0});
+        auto& ps = perStep[{rank, step}];
+        if (isComm(kind)) ps.second.push_back({t0, t1});
+        if (isComputeKind(kind)) ps.first.push_back({t0, t1});
+        lastEnd = std::max(lastEnd, t1);
+        firstStart = std::min(firstStart, t0);
+    }
+    if (s.ops.empty())
+        return Error{path +
+                     ": no ops with a ShardScope op id (diff joins `shardscope simulate "
+                     "--trace` and `shardscope run --trace` files)"};
+    if (!spans.empty()) {
+        for (const auto& [_, v] : spans)
+            s.stepNs = std::max(s.stepNs, v.first / std::max(1, v.second));
+    } else {
+        s.stepNs = static_cast<double>(lastEnd - std::min(firstStart, int64_t{0}));
+    }
+    // Exposed communication: rank 0's mean over its steps.
+    double exposed = 0;
+    int n = 0;
+    for (auto& [key, v] : perStep) {
+        if (key.first != 0) continue;
+        std::vector<Interval> both = v.first;
+        both.insert(both.end(), v.second.begin(), v.second.end());
+        exposed += static_cast<double>(unionLength(both) - unionLength(v.first));
+        ++n;
+    }
+    s.exposedCommNs = n ? exposed / n : 0;
+    s.steps = n;
+    return s;
+}
+
+std::string ms(double ns) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.3f ms", ns * 1e-6);
+    return b;
+}
+std::string mib(double b) {
+    char s[32];
+    std::snprintf(s, sizeof s, "%.1f MiB", b / 1048576.0);
+    return s;
+}
+std::string pct(double a, double b) {
+    if (a == 0) return "-";
+    char s[32];
+    std::snprintf(s, sizeof s, "%+.1f%%", (b - a) / a * 100.0);
+    return s;
+}
+
+int runTraceDiff(const Args& a) {
+    const auto& pos = a.positionals();
+    if (pos.size() != 2) {
+        std::cerr << "error: trace diff takes two trace files (A, the reference, then B)\n";
+        return kExitUsage;
+    }
+    auto A = readSide(pos[0]);
+    if (failed(A)) return kExitUsage;
+    auto B = readSide(pos[1]);
+    if (failed(B)) return kExitUsage;
+    // Join by op id; by kind totals per step.
+    struct Row {
+        int64_t id;
+        std::string label, kind;
+        double a, b;
+    };
+    std::vector<Row> rows;
+    std::map<std::string, std::pair<double, double>> byKind;
+    double absErr = 0, totalA = 0;
+    size_t onlyA = 0, onlyB = 0;
+    for (const auto& [id, oa] : A->ops) {
+        auto it = B->ops.find(id);
+        if (it == B->ops.end()) {
+            ++onlyA;
+            continue;
+        }
+        rows.push_back({id, oa.label, oa.kind, oa.mean(), it->second.mean()});
+        byKind[oa.kind].first += oa.mean();
+        byKind[oa.kind].second += it->second.mean();
+        absErr += std::abs(it->second.mean() - oa.mean());
+        totalA += oa.mean();
+    }
+    for (const auto& [id, _] : B->ops)
+        if (!A->ops.count(id)) ++onlyB;
+    if (rows.empty()) {
+        std::cerr << "error: no op id is in both traces: are they of the same plan, model and "
+                     "micro-batch?\n";
+        return kExitFailed;
+    }
+    std::sort(rows.begin(), rows.end(),
+              [](const Row& x, const Row& y) { return std::abs(x.b - x.a) > std::abs(y.b - y.a); });
+    const double totalError = totalA > 0 ? absErr / totalA : 0;
+    if (a.flag("--json")) {
+        nlohmann::json ops = nlohmann::json::array();
+        for (const auto& r : rows)
+            ops.push_back({{"op_id", r.id},
+                           {"label", r.label},
+                           {"kind", r.kind},
+                           {"a_ns", r.a},
+                           {"b_ns", r.b},
+                           {"error", r.a > 0 ? (r.b - r.a) / r.a : 0.0}});
+        nlohmann::json kinds = nlohmann::json::object();
+        for (const auto& [k, v] : byKind)
+            kinds[k] = {{"a_ns", v.first}, {"b_ns", v.second}};
+        auto side = [](const Side& s) {
+            return nlohmann::json{{"path", s.path},
+                                  {"producer", s.producer},
+                                  {"step_time_ns", s.stepNs},
+                                  {"peak_allocated_bytes", s.peakAllocated},
+                                  {"exposed_comm_ns", s.exposedCommNs}};
+        };
+        auto rel = [](double x, double y) { return x > 0 ? (y - x) / x : 0.0; };
+        return emitJson({{"a", side(*A)},
+                         {"b", side(*B)},
+                         {"step_time_error", rel(A->stepNs, B->stepNs)},
+                         {"peak_allocated_error", rel(A->peakAllocated, B->peakAllocated)},
+                         {"total_op_error", totalError},
+                         {"joined_ops", rows.size()},
+                         {"only_in_a", onlyA},
+                         {"only_in_b", onlyB},
+                         {"by_kind", kinds},
+                         {"ops", ops}},
+                        "")
+                       .ok()
+                   ? kExitOk
+                   : kExitUsage;
+    }
+    auto describe = [](const Side& s) {
+        return s.path + " (" +
+               (s.measured ? "measured, " + std::to_string(s.ranks) + " ranks, " +
+                                 std::to_string(s.steps) + " steps"
+                           : std::string(s.producer.empty() ? "trace" : s.producer)) +
+               ")";
+    };
+    std::cout << "A " << describe(*A) << "\nB " << describe(*B) << "\n"
+              << rows.size() << " ops joined by op id (durations: mean over ranks and steps)";
+    if (onlyA || onlyB) std::cout << "; " << onlyA << " only in A, " << onlyB << " only in B";
+    std::cout << "\n\n";
+    Table t({"", "A", "B", "B - A", "ERROR"}, {false, true, true, true, true});
+    t.row({"step time", ms(A->stepNs), ms(B->stepNs), ms(B->stepNs - A->stepNs),
+           pct(A->stepNs, B->stepNs)});
+    t.row({"peak allocated", mib(A->peakAllocated), mib(B->peakAllocated),
+           mib(B->peakAllocated - A->peakAllocated), pct(A->peakAllocated, B->peakAllocated)});
+    t.row({"exposed comm", ms(A->exposedCommNs), ms(B->exposedCommNs),
+           ms(B->exposedCommNs - A->exposedCommNs), pct(A->exposedCommNs, B->exposedCommNs)});
+    for (const auto& [k, v] : byKind)
+        t.row({"  " + k + " (sum)", ms(v.first), ms(v.second), ms(v.second - v.first),
+               pct(v.first, v.second)});
+    t.print(std::cout);
+    char line[160];
+    std::snprintf(line, sizeof line,
+                  "\nTotal per-op error: sum |B - A| / sum A = %.1f%% over the joined ops\n",
+                  100.0 * totalError);
+    std::cout << line << "\nLargest differences:\n";
+    Table d({"OP", "", "A", "B", "ERROR"}, {true, false, true, true, true});
+    auto topN = a.getInt("--top", 0);
+    if (!topN) {
+        std::cerr << "error: " << topN.error() << "\n";
+        return kExitUsage;
+    }
+    const size_t top = std::min<size_t>(rows.size(), static_cast<size_t>(*topN));
+    for (size_t i = 0; i < top; ++i)
+        d.row({std::to_string(rows[i].id), rows[i].label, ms(rows[i].a), ms(rows[i].b),
+               pct(rows[i].a, rows[i].b)});
+    d.print(std::cout);
+    return kExitOk;
+}
+
+}  // namespace
+
+std::vector<Command> traceDiffCommands() {
+    CommandSpec s;
+    s.name = "trace diff";
+    s.summary = "Join two ShardScope traces by op id: step time, peak memory and per-op error.";
+    s.description =
+        "A is the reference (usually the measured run), B the other (usually the simulation):\n"
+        "  shardscope run ... --trace measured.json\n"
+        "  shardscope simulate ... --trace simulated.json\n"
+        "  shardscope trace diff measured.json simulated.json\n"
+        "Ops join by their step-program op id, so both traces must come from the same model,\n"
+        "plan and micro-batch. Measured durations are means over ranks and measured steps;\n"
+        "step time is the slowest rank's mean step for a measured trace and the last op's end\n"
+        "for a simulated one; exposed communication is collective time no compute overlapped.";
+    s.positionalsMetavar = "A B";
+    s.options = {{"--top", "N", "how many of the largest per-op differences to list", "10"},
+                 {"--json", "", "print every joined op and the totals as JSON"}};
+    s.examples = {"shardscope trace diff measured.json simulated.json"};
+    return {{s, runTraceDiff}};
+}
+
+}  // namespace shardscope::cli
