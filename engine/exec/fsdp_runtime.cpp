@@ -17,6 +17,7 @@
 #include <deque>
 #include <stdexcept>
 #include <thread>
+#include <unordered_set>
 
 namespace shardscope::exec {
 
@@ -309,7 +310,7 @@ struct FsdpRuntime::Impl {
     int32_t mb = 0;
     bool sync = true;
     bool recomputing = false;
-    std::unique_ptr<torch::optim::AdamW> adam;
+    std::unique_ptr<torch::optim::AdamW> adam, hostAdam;
 
     Impl(const ResolvedPlan& r, Groups* gr, Recorder* rec, RuntimeOptions o)
         : r(r), g(*r.model), groups(gr), rec(rec), o(o) {}
@@ -324,16 +325,8 @@ struct FsdpRuntime::Impl {
             throw std::runtime_error("the engine does not run plans with ignored_params yet");
         for (size_t u = 0; u < r.units.size(); ++u) {
             const auto& unit = r.units[u];
-            if (unit.offload.enabled)
-                throw std::runtime_error("unit " + unit.displayName() +
-                                         ": CPU offload is not run by the engine yet "
-                                         "(on a CPU-only run it would copy host to host)");
             for (ModuleId m : unit.modules)
                 unitAt[m.index()] = static_cast<int32_t>(u);
-            if (unit.activationCheckpointing == AcMode::Selective)
-                throw std::runtime_error("unit " + unit.displayName() +
-                                         ": selective activation checkpointing is not run by the "
-                                         "engine yet; use \"full\" or none");
             if (unit.activationCheckpointing == AcMode::Full)
                 for (size_t v = 0; v < r.units.size(); ++v)
                     for (ModuleId m : unit.modules)
@@ -417,10 +410,25 @@ struct FsdpRuntime::Impl {
         if (o.fsdp && r.flatParams)
             for (size_t u = 0; u < r.units.size(); ++u)
                 buildFlat(static_cast<int32_t>(u), fulls, masters);
-        adam = std::make_unique<torch::optim::AdamW>(masters, torch::optim::AdamWOptions(o.lr)
-                                                                  .betas({o.beta1, o.beta2})
-                                                                  .eps(o.eps)
-                                                                  .weight_decay(o.weightDecay));
+        // CPU offload: the offloaded units' shards are stepped by the host optimizer.
+        std::vector<at::Tensor> device, host;
+        std::unordered_set<const void*> offloaded;
+        for (size_t u = 0; u < r.units.size(); ++u)
+            if (o.fsdp && r.units[u].offload.enabled) {
+                if (us[u].flatSharded.defined())
+                    offloaded.insert(us[u].flatSharded.unsafeGetTensorImpl());
+                for (int32_t pi : us[u].params)
+                    if (ps[pi].sharded.defined())
+                        offloaded.insert(ps[pi].sharded.unsafeGetTensorImpl());
+            }
+        for (auto& t : masters)
+            (offloaded.count(t.unsafeGetTensorImpl()) ? host : device).push_back(t);
+        const auto opts = torch::optim::AdamWOptions(o.lr)
+                              .betas({o.beta1, o.beta2})
+                              .eps(o.eps)
+                              .weight_decay(o.weightDecay);
+        if (!device.empty()) adam = std::make_unique<torch::optim::AdamW>(device, opts);
+        if (!host.empty()) hostAdam = std::make_unique<torch::optim::AdamW>(host, opts);
     }
 
     // FlatParamHandle's layout: with use_orig_params each parameter starts 16-byte aligned,
@@ -478,16 +486,29 @@ struct FsdpRuntime::Impl {
             for (int32_t pi : s.params)
                 in += (s.fromPostForward ? ps[pi].pfRows : ps[pi].rows) * ps[pi].row;
         rec->setCurrent(unit.displayName() + " all-gather");
+        // CPU offload: the shards come to the device first (on a CPU run, a copy).
+        std::vector<at::Tensor> onDevice;
+        if (unit.offload.enabled && !s.fromPostForward) {
+            const size_t h2d = rec->begin(OpKind::H2D, phase, Stream::H2D, u, mb);
+            at::NoGradGuard ng;
+            if (s.flat) onDevice.push_back(s.flatSharded.detach().clone());
+            for (int32_t pi : s.flat ? std::vector<int32_t>{} : s.params)
+                onDevice.push_back(ps[pi].sharded.detach().clone());
+            rec->end(h2d);
+        }
         const size_t ci = rec->begin(OpKind::CopyIn, phase, Stream::CopyIn, u, mb);
         s.agOut = at::empty({n * in}, at::TensorOptions(s.agType));
         at::Tensor input = s.agOut.narrow(0, me * in, in);
         int64_t off = 0;
         {
             at::NoGradGuard ng;
-            if (s.flat) input.copy_(s.flatSharded);
+            if (s.flat) input.copy_(onDevice.empty() ? s.flatSharded : onDevice[0]);
+            size_t k = 0;
             for (int32_t pi : s.flat ? std::vector<int32_t>{} : s.params) {
                 const PState& p = ps[pi];
-                const at::Tensor& src = s.fromPostForward ? p.postForward : p.sharded;
+                const at::Tensor& src = !onDevice.empty()   ? onDevice[k++]
+                                        : s.fromPostForward ? p.postForward
+                                                            : p.sharded;
                 const int64_t len = src.numel();
                 input.narrow(0, off, len).copy_(src.reshape({len}));
                 off += len;
@@ -741,6 +762,15 @@ struct FsdpRuntime::Impl {
         } else {
             stampWhenDone(red.work, rs);
         }
+        if (r.units[u].offload.enabled) {
+            // CPU offload: the reduced shard goes back to the host for its optimizer step.
+            drainWatcher();
+            red.work.wait();
+            retire(red);
+            const size_t d2h = rec->begin(OpKind::D2H, Phase::Backward, Stream::D2H, u, mb);
+            red.out = red.out.clone();
+            rec->end(d2h);
+        }
         reductions.push_back(std::move(red));
         retireCompleted();
     }
@@ -769,6 +799,11 @@ at::Tensor FsdpRuntime::callModule(ModuleId m, const at::Tensor& input,
                                    const std::function<at::Tensor(const at::Tensor&)>& body) {
     Impl& s = *d;
     const int32_t u = s.unitAt[m.index()];
+    // Selective checkpointing: the attention modules of a unit are recomputed in backward.
+    if (s.o.fsdp && u < 0 && !s.recomputing && !s.unitStack.empty() && at::GradMode::is_enabled() &&
+        s.r.units[s.unitStack.back()].activationCheckpointing == AcMode::Selective &&
+        s.g.module(m).cls.find("Attention") != std::string::npos)
+        return checkpoint(input, body, s.unitStack.back());
     if (!s.o.fsdp || u < 0 || s.recomputing) return body(input);
     const auto& unit = s.r.units[u];
     // Pre-forward.
@@ -786,45 +821,7 @@ at::Tensor FsdpRuntime::callModule(ModuleId m, const at::Tensor& input,
     s.unitStack.push_back(u);
     at::Tensor y;
     if (unit.activationCheckpointing == AcMode::Full && at::GradMode::is_enabled()) {
-        s.bodies.push_back(body);
-        struct Checkpoint : torch::autograd::Function<Checkpoint> {
-            // `anchor` requires grad so the output does even when the unit's input does not
-            // (the parameters' gradients come from the recompute's own backward).
-            static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                                      const at::Tensor& anchor, int64_t bodyIndex, int64_t unit) {
-                (void)anchor;
-                ctx->saved_data["body"] = bodyIndex;
-                ctx->saved_data["unit"] = unit;
-                ctx->save_for_backward({x});
-                return g_runtime->d->bodies[static_cast<size_t>(bodyIndex)](x);
-            }
-            static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                           torch::autograd::variable_list grads) {
-                Impl& s = *g_runtime->d;
-                const at::Tensor x = ctx->get_saved_variables()[0];
-                const auto bodyIndex = static_cast<size_t>(ctx->saved_data["body"].toInt());
-                const auto unit = static_cast<int32_t>(ctx->saved_data["unit"].toInt());
-                const size_t rc =
-                    s.rec->begin(OpKind::Recompute, Phase::Backward, Stream::Compute, unit, s.mb);
-                at::Tensor xd = x.detach().requires_grad_(x.requires_grad());
-                at::Tensor y;
-                {
-                    at::AutoGradMode on(true);
-                    s.recomputing = true;
-                    y = s.bodies[bodyIndex](xd);
-                    s.recomputing = false;
-                }
-                s.rec->end(rc);
-                s.lastBwdMark = nowNs();
-                torch::autograd::backward({y}, {grads[0]});
-                return {xd.requires_grad() ? xd.grad() : at::Tensor(), at::Tensor(), at::Tensor(),
-                        at::Tensor()};
-            }
-        };
-        static const at::Tensor anchor = at::empty({0}).requires_grad_(true);
-        y = Checkpoint::apply(x, anchor, static_cast<int64_t>(s.bodies.size() - 1),
-                              static_cast<int64_t>(u));
-        noteCompute();
+        y = checkpoint(x, body, u);
     } else {
         y = body(x);
     }
@@ -841,6 +838,54 @@ at::Tensor FsdpRuntime::callModule(ModuleId m, const at::Tensor& input,
         s.curSeg = -1;
     s.boundaries[exit].segAfter = s.curSeg;
     return s.attach(y, exit);
+}
+
+// Runs `body` without saving for backward and recomputes it there (reentrant
+// checkpointing, as torch.utils.checkpoint with use_reentrant=True).
+at::Tensor FsdpRuntime::checkpoint(const at::Tensor& x,
+                                   const std::function<at::Tensor(const at::Tensor&)>& body,
+                                   int32_t u) {
+    Impl& s = *d;
+    s.bodies.push_back(body);
+    struct Checkpoint : torch::autograd::Function<Checkpoint> {
+        // `anchor` requires grad so the output does even when the unit's input does not
+        // (the parameters' gradients come from the recompute's own backward).
+        static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                                  const at::Tensor& anchor, int64_t bodyIndex, int64_t unit) {
+            (void)anchor;
+            ctx->saved_data["body"] = bodyIndex;
+            ctx->saved_data["unit"] = unit;
+            ctx->save_for_backward({x});
+            return g_runtime->d->bodies[static_cast<size_t>(bodyIndex)](x);
+        }
+        static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                       torch::autograd::variable_list grads) {
+            Impl& s = *g_runtime->d;
+            const at::Tensor x = ctx->get_saved_variables()[0];
+            const auto bodyIndex = static_cast<size_t>(ctx->saved_data["body"].toInt());
+            const auto unit = static_cast<int32_t>(ctx->saved_data["unit"].toInt());
+            const size_t rc =
+                s.rec->begin(OpKind::Recompute, Phase::Backward, Stream::Compute, unit, s.mb);
+            at::Tensor xd = x.detach().requires_grad_(x.requires_grad());
+            at::Tensor y;
+            {
+                at::AutoGradMode on(true);
+                s.recomputing = true;
+                y = s.bodies[bodyIndex](xd);
+                s.recomputing = false;
+            }
+            s.rec->end(rc);
+            s.lastBwdMark = nowNs();
+            torch::autograd::backward({y}, {grads[0]});
+            return {xd.requires_grad() ? xd.grad() : at::Tensor(), at::Tensor(), at::Tensor(),
+                    at::Tensor()};
+        }
+    };
+    static const at::Tensor anchor = at::empty({0}).requires_grad_(true);
+    at::Tensor y = Checkpoint::apply(x, anchor, static_cast<int64_t>(s.bodies.size() - 1),
+                                     static_cast<int64_t>(u));
+    noteCompute();
+    return y;
 }
 
 void FsdpRuntime::boundaryBackward(int64_t b) {
@@ -947,12 +992,22 @@ void FsdpRuntime::optimizerStep() {
         s.reductions.clear();
     }
     s.rec->setCurrent("optimizer step");
-    s.adam->step();
     // zero_grad(set_to_none=True): the gradients are freed.
-    for (auto& group : s.adam->param_groups())
-        for (auto& p : group.params())
-            p.mutable_grad() = at::Tensor();
+    auto stepAndFree = [](torch::optim::AdamW& opt) {
+        opt.step();
+        for (auto& group : opt.param_groups())
+            for (auto& p : group.params())
+                p.mutable_grad() = at::Tensor();
+    };
+    if (s.adam) stepAndFree(*s.adam);
     s.rec->end(st);
+    if (s.hostAdam) {  // offloaded shards: the host's optimizer step
+        s.rec->setCurrent("optimizer step (host)");
+        const size_t h =
+            s.rec->begin(OpKind::OptimizerStep, Phase::Optimizer, Stream::Host, 0, s.mb);
+        stepAndFree(*s.hostAdam);
+        s.rec->end(h);
+    }
 }
 
 std::vector<at::Tensor> FsdpRuntime::fullParameters() {

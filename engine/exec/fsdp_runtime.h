@@ -111,6 +111,8 @@ public:
     void boundaryBackward(int64_t boundary);
 
 private:
+    at::Tensor checkpoint(const at::Tensor& x,
+                          const std::function<at::Tensor(const at::Tensor&)>& body, int32_t unit);
     struct Impl;
     std::unique_ptr<Impl> d;
     bool m_segHasCompute = false;

@@ -10,7 +10,8 @@
    and final parameters as the unsharded reference replaying all ranks' data in one
    process, fp32, relative error <= 1e-5: world sizes 1, 2, 4 and HSDP 2x2; reshard True,
    False and 2; explicit forward/backward prefetch; gradient accumulation over 2
-   micro-batches; activation checkpointing; and the FSDP1 flavour (flat parameters with and
+   micro-batches; full and selective activation checkpointing; CPU offload (all units, one
+   unit, FSDP1); and the FSDP1 flavour (flat parameters with and
    without use_orig_params alignment, BACKWARD_PRE / BACKWARD_POST / NONE, forward_prefetch,
    SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD). Each run's recorded op order must equal the step
    program's.
@@ -105,6 +106,10 @@ MATRIX = {
     "fsdp1_world2_shard_grad_op": plan([2], fsdp1={"sharding_strategy": "SHARD_GRAD_OP"}),
     "fsdp1_world2_no_shard": plan([2], fsdp1={"sharding_strategy": "NO_SHARD"}),
     "fsdp1_hybrid_2x2": plan([2, 2], fsdp1={"sharding_strategy": "HYBRID_SHARD"}),
+    "world2_selective_checkpointing": plan([2], {"activation_checkpointing": "selective"}),
+    "world2_cpu_offload": plan([2], {"offload": {"pin_memory": True}}),
+    "world2_cpu_offload_one_unit": plan([2], units=[{"modules": ["model.layers.1"], "offload": {"pin_memory": True}}]),
+    "fsdp1_world2_cpu_offload": plan([2], {"offload": {"pin_memory": True}}, fsdp1={}),
     "world2_checkpointing": plan(
         [2], units=[{"modules": ["model.layers.%d" % i], "activation_checkpointing": "full"} for i in range(3)]
     ),
