@@ -483,6 +483,7 @@ int runRun(const Args& a) {
         static_cast<double>(plan->microBatchSize * plan->seqLen * plan->microBatches * nproc);
     nlohmann::json out{{"plan", r.plan.name},
                        {"device", "cpu"},
+                       {"model_kind", ranks[0].value("model_kind", "")},
                        {"world_size", nproc},
                        {"micro_batch_size", plan->microBatchSize},
                        {"seq_len", plan->seqLen},

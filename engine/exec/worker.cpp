@@ -23,7 +23,9 @@
 
 #include "engine/exec/fsdp_runtime.h"
 #include "engine/exec/llama.h"
+#include "engine/exec/proxy_model.h"
 #include "plans/core/atomic_write.h"
+#include "plans/model/hf_config.h"
 #include "plans/model/model_json.h"
 #include "plans/plan/plan_json.h"
 
@@ -280,7 +282,14 @@ int runWorker(const std::vector<std::string>& argv) {
             msg += "\n  " + p.toString();
         throw std::runtime_error(msg);
     }
-    const LlamaConfig cfg = llamaConfigFromHf(readJson(o.model), o.model);
+    // Llama-style Hugging Face configs are built layer by layer; any other model (a model
+    // JSON, other families) runs as a proxy sized from its graph.
+    const nlohmann::json modelJson = readJson(o.model);
+    const std::string modelType = modelJson.is_object() ? modelJson.value("model_type", "") : "";
+    const bool asLlama = looksLikeHfConfig(modelJson) &&
+                         (modelType == "llama" || modelType == "mistral" || modelType == "qwen2");
+    const LlamaConfig cfg = asLlama ? llamaConfigFromHf(modelJson, o.model) : LlamaConfig{};
+    const int64_t vocab = asLlama ? cfg.vocab : 1000;
 
     const auto timeout = std::chrono::milliseconds(o.timeoutS * 1000);
     Groups groups = o.reference ? singleProcessGroups() : makeGroups(r, timeout);
@@ -308,7 +317,12 @@ int runWorker(const std::vector<std::string>& argv) {
     ro.fsdp = !o.reference;
     ro.seed = o.seed;
     FsdpRuntime rt(r, &groups, &rec, ro);
-    LlamaModel model(cfg, *graph, rt);
+    std::unique_ptr<LlamaModel> llama;
+    std::unique_ptr<ProxyModel> proxy;
+    if (asLlama)
+        llama = std::make_unique<LlamaModel>(cfg, *graph, rt);
+    else
+        proxy = std::make_unique<ProxyModel>(*graph, rt, o.seed);
 
     // Full parameters as JSON {name: [values...]} (all-gathered; rank 0 writes).
     auto dump = [&](const std::string& path) {
@@ -330,7 +344,7 @@ int runWorker(const std::vector<std::string>& argv) {
     const int64_t total = o.warmup + o.steps, m = plan->microBatches;
     auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed);
     const at::Tensor data =
-        at::randint(0, cfg.vocab, {total, world, m, plan->microBatchSize, plan->seqLen}, gen,
+        at::randint(0, vocab, {total, world, m, plan->microBatchSize, plan->seqLen}, gen,
                     at::TensorOptions(at::kLong));
 
     std::vector<double> losses;
@@ -361,7 +375,7 @@ int runWorker(const std::vector<std::string>& argv) {
                     rt.beginMicroBatch(static_cast<int32_t>(mb),
                                        mb + 1 == m || plan->syncEveryMicroBatch);
                     const at::Tensor tokens = data[step][dataRank][mb];
-                    const at::Tensor loss = model.loss(tokens);
+                    const at::Tensor loss = llama ? llama->loss(tokens) : proxy->loss(tokens);
                     lossSum += loss.item<double>();
                     rt.backward(loss / static_cast<double>(m * ranksHere));
                 }
@@ -419,6 +433,7 @@ int runWorker(const std::vector<std::string>& argv) {
     j["shard_rank"] = groups.shardRank;
     j["replicate_rank"] = groups.replicateRank;
     j["plan"] = r.plan.name;
+    j["model_kind"] = asLlama ? "llama" : "proxy";
     j["micro_batch_size"] = plan->microBatchSize;
     j["seq_len"] = plan->seqLen;
     j["micro_batches"] = m;

@@ -190,6 +190,37 @@ class EngineEquivalence(unittest.TestCase):
         print("engine reference vs transformers: losses", ["%.6f" % x for x in losses],
               "vs", ["%.6f" % x for x in hf_losses])
 
+    def test_proxy_model_is_sharded_like_any_other(self):
+        """A model the engine does not build layer by layer (here GPT-2's graph) runs as a
+        proxy sized from its graph; sharded it still equals its unsharded self."""
+        gpt2 = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": 100, "n_positions": 64,
+                "n_embd": 32, "n_layer": 2, "n_head": 2, "n_inner": None, "tie_word_embeddings": True}
+        model = os.path.join(self.dir, "gpt2.json")
+        with open(model, "w") as f:
+            json.dump(gpt2, f)
+        p = plan([2])
+        p["wrap"] = {"policy": "module_class", "classes": ["GPT2Block"]}
+        path = self.write_plan("gpt2_plan", p)
+        params_path = os.path.join(self.dir, "gpt2_params.json")
+        r = subprocess.run([BIN, "run", "-m", model, "-p", path, "--steps", str(STEPS), "--warmup", "0", "--json",
+                            "--dump-params", params_path], capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = json.loads(r.stdout)
+        self.assertTrue(out["op_order_matches_program"], out["op_order"])
+        ref_plan = self.write_plan("gpt2_ref", dict(p, mesh={"shape": [2]}))
+        ref_out, ref_params = os.path.join(self.dir, "gpt2_ref.json"), os.path.join(self.dir, "gpt2_ref_params.json")
+        subprocess.run([ENGINE, "worker", "--model", model, "--plan", ref_plan, "--reference", "2", "--steps",
+                        str(STEPS), "--warmup", "0", "--out", ref_out, "--dump-params", ref_params], check=True,
+                       capture_output=True)
+        with open(ref_out) as f, open(ref_params) as g, open(params_path) as h:
+            ref_losses, ref, ours = json.load(f)["losses"], json.load(g), json.load(h)
+        self.assertEqual(out["model_kind"], "proxy")
+        worst_loss = max(abs(a - b) / abs(b) for a, b in zip(out["losses"], ref_losses))
+        worst_param = max(rel(ours[k], ref[k]) for k in ref)
+        print("proxy (GPT-2 graph) world 2: worst relative error loss %.2e, parameters %.2e" % (worst_loss, worst_param))
+        self.assertLess(worst_loss, TOL)
+        self.assertLess(worst_param, TOL)
+
     def test_matrix(self):
         for name, p in MATRIX.items():
             with self.subTest(name):
