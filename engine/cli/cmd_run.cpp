@@ -270,6 +270,11 @@ int runRun(const Args& a) {
                   << " ranks but --nproc is " << nproc << "\n";
         return kExitUsage;
     }
+    if (a.flag("--no-record") && (a.has("--trace") || a.has("--dump-params"))) {
+        std::cerr << "error: --no-record records no ops: it cannot write --trace or "
+                     "--dump-params\n";
+        return kExitUsage;
+    }
     // A plan that fails validation is rejected before any process starts.
     const ResolvedPlan r = resolvePlan(*g, *plan, nullptr, a.get("--plan"));
     if (r.hasErrors()) {
@@ -310,6 +315,7 @@ int runRun(const Args& a) {
         "--micro-batches", std::to_string(plan->microBatches),
         "--timeout-s",     std::to_string(timeoutS),
         "--threads",       std::to_string(threads)};
+    if (a.flag("--no-record")) common.push_back("--no-record");
     if (a.has("--dump-params")) {
         common.push_back("--dump-params");
         common.push_back(a.get("--dump-params"));
@@ -464,7 +470,8 @@ int runRun(const Args& a) {
         const double mean = sum / static_cast<double>(rk["step_time_ns"].size());
         stepNs = std::max(stepNs, mean);
         peak = std::max(peak, rk["peak_allocated_bytes"].get<int64_t>());
-        orderOk = orderOk && rk["op_order_matches_program"].get<bool>();
+        if (rk.value("recorded", true))
+            orderOk = orderOk && rk["op_order_matches_program"].get<bool>();
         const Breakdown b = breakdown(rk);
         perRank.push_back(
             {{"rank", rk["rank"]},
@@ -577,8 +584,9 @@ int runRun(const Args& a) {
               << static_cast<int64_t>(out["tokens_per_s"].get<double>())
               << "\n  reserved     n/a on CPU (no caching allocator; allocated is what the CPU "
                  "allocator handed out)\n  op order     "
-              << (orderOk ? "equals the step program's, every step and rank"
-                          : "DIFFERS from the step program: " + out["op_order"].dump())
+              << (a.flag("--no-record") ? std::string("not recorded (--no-record)")
+                  : orderOk             ? "equals the step program's, every step and rank"
+                            : "DIFFERS from the step program: " + out["op_order"].dump())
               << "\n";
     if (cluster) {
         std::cout << "\nPredicted (" << cluster->name << ") against measured:\n";
@@ -642,6 +650,9 @@ std::vector<Command> runCommands() {
         {"--json", "", "print a machine summary (simulate --json's keys where they apply)"});
     s.options.push_back(
         {"--output", "FILE", "also write the --json summary to FILE (the table still prints)"});
+    s.options.push_back({"--no-record", "",
+                         "record neither ops nor allocations (to measure the recorder's overhead; "
+                         "no trace, breakdown or op-order check)"});
     s.examples = {
         "shardscope run -m samples/models/tiny-llama/config.json -p "
         "samples/plans/tiny-llama-2rank.json --seq 64",

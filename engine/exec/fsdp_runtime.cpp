@@ -31,6 +31,7 @@ int64_t nowNs() {
 // Recorder
 
 size_t Recorder::begin(OpKind kind, Phase phase, Stream stream, int32_t unit, int32_t mb) {
+    if (!m_enabled) return kNone;
     std::lock_guard lock(m_mutex);
     RecordedOp op{kind, phase, stream, unit, mb, m_step, nowNs(), 0};
     m_ops.push_back(op);
@@ -40,10 +41,12 @@ void Recorder::end(size_t index) {
     endAt(index, nowNs());
 }
 void Recorder::setStart(size_t index, int64_t t) {
+    if (index == kNone) return;
     std::lock_guard lock(m_mutex);
     m_ops[index].startNs = t;
 }
 void Recorder::endAt(size_t index, int64_t t) {
+    if (index == kNone) return;
     std::lock_guard lock(m_mutex);
     m_ops[index].endNs = t;
 }

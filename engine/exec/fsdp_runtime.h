@@ -42,6 +42,10 @@ struct RecordedOp {
 
 class Recorder {
 public:
+    static constexpr size_t kNone = static_cast<size_t>(-1);
+    // Off: no op is kept (begin returns kNone); for measuring the recorder's overhead.
+    void setEnabled(bool on) { m_enabled = on; }
+    [[nodiscard]] bool enabled() const { return m_enabled; }
     size_t begin(OpKind kind, Phase phase, Stream stream, int32_t unit, int32_t mb);
     void end(size_t index);
     void endAt(size_t index, int64_t t);
@@ -60,6 +64,7 @@ private:
     std::string m_current;
     std::function<void(const std::string&)> m_hook;
     int32_t m_step = 0;
+    bool m_enabled = true;
 };
 
 // Process groups of this rank: the shard group, the replicate group (HSDP), the whole
