@@ -19,22 +19,6 @@ namespace shardscope::cli {
 
 namespace {
 
-std::string ms(double ns) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%.2f ms", ns * 1e-6);
-    return b;
-}
-std::string mib(double bytes) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%.1f MiB", bytes / 1048576.0);
-    return b;
-}
-std::string pct(double e) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%+.1f%%", 100.0 * e);
-    return b;
-}
-
 // A measured run, read from a `shardscope run --trace` file.
 struct Measured {
     std::vector<MeasuredOp> ops;
@@ -201,13 +185,14 @@ int runCalibrate(const Args& a) {
     std::cout << "\n";
     Table t({"", "MEASURED", "BEFORE", "ERROR", "AFTER", "ERROR"},
             {false, true, true, true, true, true});
-    t.row({"step time", ms(ms0), ms(static_cast<double>(before.stepNs)),
-           pct(err(static_cast<double>(before.stepNs), ms0)), ms(static_cast<double>(after.stepNs)),
-           pct(err(static_cast<double>(after.stepNs), ms0))});
-    t.row({"peak allocated", mib(pk), mib(static_cast<double>(before.peakAllocated)),
-           pct(err(static_cast<double>(before.peakAllocated), pk)),
-           mib(static_cast<double>(after.peakAllocated)),
-           pct(err(static_cast<double>(after.peakAllocated), pk))});
+    t.row({"step time", formatMs(ms0), formatMs(static_cast<double>(before.stepNs)),
+           formatError(ms0, static_cast<double>(before.stepNs)),
+           formatMs(static_cast<double>(after.stepNs)),
+           formatError(ms0, static_cast<double>(after.stepNs))});
+    t.row({"peak allocated", formatMiB(pk), formatMiB(static_cast<double>(before.peakAllocated)),
+           formatError(pk, static_cast<double>(before.peakAllocated)),
+           formatMiB(static_cast<double>(after.peakAllocated)),
+           formatError(pk, static_cast<double>(after.peakAllocated))});
     t.print(std::cout);
     std::cout << "\nWrote " << a.get("--output") << "\n";
     return kExitOk;

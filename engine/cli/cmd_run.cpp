@@ -29,6 +29,7 @@
 #include "engine/schedule/step_program.h"
 #include "engine/sim/simulator.h"
 #include "plans/core/atomic_write.h"
+#include "plans/core/intervals.h"
 #include "plans/plan/resolve.h"
 
 namespace shardscope::cli {
@@ -69,42 +70,8 @@ std::string tail(const fs::path& p, size_t lines) {
     return out;
 }
 
-std::string ms(double ns) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%.2f ms", ns * 1e-6);
-    return b;
-}
-std::string mib(double bytes) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%.1f MiB", bytes / 1048576.0);
-    return b;
-}
-std::string pct(double predicted, double measured) {
-    if (measured == 0) return "-";
-    char b[32];
-    std::snprintf(b, sizeof b, "%+.1f%%", (predicted - measured) / measured * 100.0);
-    return b;
-}
-
-struct Interval {
-    int64_t a, b;
-};
 int64_t unionLength(std::vector<Interval> v) {
-    std::sort(v.begin(), v.end(), [](auto& x, auto& y) { return x.a < y.a; });
-    int64_t total = 0, curA = 0, curB = -1;
-    bool open = false;
-    for (const auto& i : v) {
-        if (!open || i.a > curB) {
-            if (open) total += curB - curA;
-            curA = i.a;
-            curB = i.b;
-            open = true;
-        } else {
-            curB = std::max(curB, i.b);
-        }
-    }
-    if (open) total += curB - curA;
-    return total;
+    return totalLength(mergeIntervals(std::move(v)));
 }
 
 // Measured step breakdown of one rank's last step: compute busy time, communication time
@@ -568,11 +535,11 @@ int runRun(const Args& a) {
     Table t({"RANK", "STEP TIME", "COMPUTE", "COMM", "EXPOSED COMM", "PEAK ALLOCATED"},
             {false, true, true, true, true, true});
     for (const auto& pr : perRank)
-        t.row({std::to_string(pr["rank"].get<int>()), ms(pr["step_time_ns"].get<double>()),
-               ms(static_cast<double>(pr["compute_ns"].get<int64_t>())),
-               ms(static_cast<double>(pr["comm_ns"].get<int64_t>())),
-               ms(static_cast<double>(pr["exposed_comm_ns"].get<int64_t>())),
-               mib(static_cast<double>(pr["peak_allocated_bytes"].get<int64_t>()))});
+        t.row({std::to_string(pr["rank"].get<int>()), formatMs(pr["step_time_ns"].get<double>()),
+               formatMs(static_cast<double>(pr["compute_ns"].get<int64_t>())),
+               formatMs(static_cast<double>(pr["comm_ns"].get<int64_t>())),
+               formatMs(static_cast<double>(pr["exposed_comm_ns"].get<int64_t>())),
+               formatMiB(static_cast<double>(pr["peak_allocated_bytes"].get<int64_t>()))});
     t.print(std::cout);
     std::cout << "\n  losses       ";
     for (const auto& l : out["losses"]) {
@@ -591,18 +558,16 @@ int runRun(const Args& a) {
     if (cluster) {
         std::cout << "\nPredicted (" << cluster->name << ") against measured:\n";
         Table c({"", "PREDICTED", "MEASURED", "ERROR"}, {false, true, true, true});
-        c.row({"step time", ms(static_cast<double>(predicted["step_time_ns"].get<int64_t>())),
-               ms(stepNs),
-               pct(static_cast<double>(predicted["step_time_ns"].get<int64_t>()), stepNs)});
-        c.row({"exposed comm", ms(static_cast<double>(predicted["exposed_comm_ns"].get<int64_t>())),
-               ms(static_cast<double>(b0.exposedNs)),
-               pct(static_cast<double>(predicted["exposed_comm_ns"].get<int64_t>()),
-                   static_cast<double>(b0.exposedNs))});
-        c.row({"peak allocated",
-               mib(static_cast<double>(predicted["peak_allocated_bytes"].get<int64_t>())),
-               mib(static_cast<double>(peak)),
-               pct(static_cast<double>(predicted["peak_allocated_bytes"].get<int64_t>()),
-                   static_cast<double>(peak))});
+        const auto pred = [&](const char* key) {
+            return static_cast<double>(predicted[key].get<int64_t>());
+        };
+        const double exposed = static_cast<double>(b0.exposedNs), pk = static_cast<double>(peak);
+        c.row({"step time", formatMs(pred("step_time_ns")), formatMs(stepNs),
+               formatError(stepNs, pred("step_time_ns"))});
+        c.row({"exposed comm", formatMs(pred("exposed_comm_ns")), formatMs(exposed),
+               formatError(exposed, pred("exposed_comm_ns"))});
+        c.row({"peak allocated", formatMiB(pred("peak_allocated_bytes")), formatMiB(pk),
+               formatError(pk, pred("peak_allocated_bytes"))});
         c.print(std::cout);
     }
     return orderOk ? kExitOk : kExitFailed;

@@ -11,6 +11,7 @@
 
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
+#include "plans/core/intervals.h"
 
 namespace shardscope::cli {
 
@@ -33,24 +34,8 @@ struct Side {
     std::map<int64_t, OpTimes> ops;  // op id -> mean duration over ranks and steps
 };
 
-struct Interval {
-    int64_t a, b;
-};
 int64_t unionLength(std::vector<Interval> v) {
-    std::sort(v.begin(), v.end(), [](const Interval& x, const Interval& y) { return x.a < y.a; });
-    int64_t total = 0, a = 0, b = -1;
-    bool open = false;
-    for (const auto& i : v) {
-        if (!open || i.a > b) {
-            if (open) total += b - a;
-            a = i.a;
-            b = i.b;
-            open = true;
-        } else {
-            b = std::max(b, i.b);
-        }
-    }
-    return open ? total + (b - a) : total;
+    return totalLength(mergeIntervals(std::move(v)));
 }
 
 bool isComm(const std::string& k) {
@@ -130,23 +115,6 @@ Expected<Side> readSide(const std::string& path) {
     }
     s.exposedCommNs = n ? exposed / n : 0;
     s.steps = n;
-    return s;
-}
-
-std::string ms(double ns) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%.3f ms", ns * 1e-6);
-    return b;
-}
-std::string mib(double b) {
-    char s[32];
-    std::snprintf(s, sizeof s, "%.1f MiB", b / 1048576.0);
-    return s;
-}
-std::string pct(double a, double b) {
-    if (a == 0) return "-";
-    char s[32];
-    std::snprintf(s, sizeof s, "%+.1f%%", (b - a) / a * 100.0);
     return s;
 }
 
@@ -239,15 +207,17 @@ int runTraceDiff(const Args& a) {
     if (onlyA || onlyB) std::cout << "; " << onlyA << " only in A, " << onlyB << " only in B";
     std::cout << "\n\n";
     Table t({"", "A", "B", "B - A", "ERROR"}, {false, true, true, true, true});
-    t.row({"step time", ms(A->stepNs), ms(B->stepNs), ms(B->stepNs - A->stepNs),
-           pct(A->stepNs, B->stepNs)});
-    t.row({"peak allocated", mib(A->peakAllocated), mib(B->peakAllocated),
-           mib(B->peakAllocated - A->peakAllocated), pct(A->peakAllocated, B->peakAllocated)});
-    t.row({"exposed comm", ms(A->exposedCommNs), ms(B->exposedCommNs),
-           ms(B->exposedCommNs - A->exposedCommNs), pct(A->exposedCommNs, B->exposedCommNs)});
+    t.row({"step time", formatMs(A->stepNs, 3), formatMs(B->stepNs, 3),
+           formatMs(B->stepNs - A->stepNs, 3), formatError(A->stepNs, B->stepNs)});
+    t.row({"peak allocated", formatMiB(A->peakAllocated), formatMiB(B->peakAllocated),
+           formatMiB(B->peakAllocated - A->peakAllocated),
+           formatError(A->peakAllocated, B->peakAllocated)});
+    t.row({"exposed comm", formatMs(A->exposedCommNs, 3), formatMs(B->exposedCommNs, 3),
+           formatMs(B->exposedCommNs - A->exposedCommNs, 3),
+           formatError(A->exposedCommNs, B->exposedCommNs)});
     for (const auto& [k, v] : byKind)
-        t.row({"  " + k + " (sum)", ms(v.first), ms(v.second), ms(v.second - v.first),
-               pct(v.first, v.second)});
+        t.row({"  " + k + " (sum)", formatMs(v.first, 3), formatMs(v.second, 3),
+               formatMs(v.second - v.first, 3), formatError(v.first, v.second)});
     t.print(std::cout);
     char line[160];
     std::snprintf(line, sizeof line,
@@ -262,8 +232,8 @@ int runTraceDiff(const Args& a) {
     }
     const size_t top = std::min<size_t>(rows.size(), static_cast<size_t>(*topN));
     for (size_t i = 0; i < top; ++i)
-        d.row({std::to_string(rows[i].id), rows[i].label, ms(rows[i].a), ms(rows[i].b),
-               pct(rows[i].a, rows[i].b)});
+        d.row({std::to_string(rows[i].id), rows[i].label, formatMs(rows[i].a, 3),
+               formatMs(rows[i].b, 3), formatError(rows[i].a, rows[i].b)});
     d.print(std::cout);
     return kExitOk;
 }

@@ -97,4 +97,23 @@ std::string formatFlops(double flops) {
     return buf;
 }
 
+std::string formatMs(double ns, int decimals) {
+    char b[48];
+    std::snprintf(b, sizeof b, "%.*f ms", decimals, ns * 1e-6);
+    return b;
+}
+
+std::string formatMiB(double bytes) {
+    char b[48];
+    std::snprintf(b, sizeof b, "%.1f MiB", bytes / 1048576.0);
+    return b;
+}
+
+std::string formatError(double reference, double value) {
+    if (reference == 0) return "-";
+    char b[48];
+    std::snprintf(b, sizeof b, "%+.1f%%", (value - reference) / reference * 100.0);
+    return b;
+}
+
 }  // namespace shardscope::cli

@@ -52,5 +52,10 @@ private:
 };
 
 [[nodiscard]] std::string formatFlops(double flops);
+// "12.34 ms" (decimals after the point), "61.0 MiB", and a relative error "+4.5%" of
+// `value` against `reference` ("-" when the reference is 0).
+[[nodiscard]] std::string formatMs(double ns, int decimals = 2);
+[[nodiscard]] std::string formatMiB(double bytes);
+[[nodiscard]] std::string formatError(double reference, double value);
 
 }  // namespace shardscope::cli

@@ -21,6 +21,16 @@ def require(module):
         sys.exit(77)
 
 
+def require_engine():
+    """(shardscope, shardscope-engine) paths; exits 77 when the LibTorch engine is not built."""
+    bin_ = os.environ.get("SHARDSCOPE_BIN", "")
+    engine = os.path.join(os.path.dirname(bin_), "shardscope-engine") if bin_ else ""
+    if not bin_ or not os.path.exists(engine):
+        print("SKIP: needs the LibTorch engine (shardscope-engine beside SHARDSCOPE_BIN)")
+        sys.exit(77)
+    return bin_, engine
+
+
 def shardscope(*args, check=True):
     """Runs the shardscope CLI and returns its stdout (parsed as JSON when it is JSON)."""
     r = subprocess.run([BIN, *args], capture_output=True, text=True, cwd=SOURCE)

@@ -15,11 +15,11 @@ import sys
 import tempfile
 import unittest
 
-BIN = os.environ.get("SHARDSCOPE_BIN", "")
+sys.path.insert(0, os.path.dirname(__file__))
+import peer  # noqa: E402
+
+BIN, _ENGINE = peer.require_engine()
 SOURCE = os.environ.get("SHARDSCOPE_SOURCE", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-if not BIN or not os.path.exists(os.path.join(os.path.dirname(BIN), "shardscope-engine")):
-    print("skipped: needs the LibTorch engine (shardscope-engine beside SHARDSCOPE_BIN)")
-    sys.exit(77)
 try:
     import matplotlib  # noqa: F401
 except ImportError:

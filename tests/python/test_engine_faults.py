@@ -15,11 +15,10 @@ import tempfile
 import time
 import unittest
 
-BIN = os.environ.get("SHARDSCOPE_BIN", "")
-ENGINE = os.path.join(os.path.dirname(BIN), "shardscope-engine") if BIN else ""
-if not BIN or not os.path.exists(ENGINE):
-    print("skipped: needs the LibTorch engine (shardscope-engine beside SHARDSCOPE_BIN)")
-    sys.exit(77)
+sys.path.insert(0, os.path.dirname(__file__))
+import peer  # noqa: E402
+
+BIN, ENGINE = peer.require_engine()
 
 CONFIG = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 64, "hidden_size": 16,

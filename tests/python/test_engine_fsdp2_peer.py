@@ -29,11 +29,7 @@ import peer  # noqa: E402
 torch = peer.require("torch")
 transformers = peer.require("transformers")
 
-BIN = os.environ.get("SHARDSCOPE_BIN", "")
-ENGINE = os.path.join(os.path.dirname(BIN), "shardscope-engine") if BIN else ""
-if not BIN or not os.path.exists(ENGINE):
-    print("skipped: needs the LibTorch engine (shardscope-engine beside SHARDSCOPE_BIN)")
-    sys.exit(77)
+BIN, ENGINE = peer.require_engine()
 
 CONFIG = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 96, "hidden_size": 32,
