@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <tuple>
 
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
@@ -258,6 +259,141 @@ std::vector<Command> traceDiffCommands() {
                  {"--json", "", "print every joined op and the totals as JSON"}};
     s.examples = {"shardscope trace diff measured.json simulated.json"};
     return {{s, runTraceDiff}};
+}
+
+}  // namespace shardscope::cli
+
+namespace shardscope::cli {
+
+namespace {
+
+// `trace overlap`: per FSDP unit and phase, how much communication compute hid.
+int runTraceOverlap(const Args& a) {
+    const auto& pos = a.positionals();
+    if (pos.size() != 1) {
+        std::cerr << "error: trace overlap takes one ShardScope trace\n";
+        return kExitUsage;
+    }
+    std::ifstream in(pos[0]);
+    if (!in) {
+        std::cerr << "error: " << pos[0] << ": cannot open file\n";
+        return kExitUsage;
+    }
+    auto j = nlohmann::json::parse(in, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("traceEvents") ||
+        !j["traceEvents"].is_array()) {
+        std::cerr << "error: " << pos[0]
+                  << ":/traceEvents: expected a Chrome trace with a traceEvents array\n";
+        return kExitUsage;
+    }
+    struct Ev {
+        int64_t a, b;
+        std::string unit, phase, kind;
+    };
+    std::map<std::pair<int64_t, int64_t>, std::vector<Ev>> byRankStep;
+    for (const auto& e : j["traceEvents"]) {
+        if (!e.is_object() || e.value("ph", "") != "X" || !e.contains("args") ||
+            !e["args"].is_object() || !e["args"].contains("op_id"))
+            continue;
+        const auto& ar = e["args"];
+        const int64_t t0 = std::llround(e.value("ts", 0.0) * 1000.0);
+        const int64_t t1 = t0 + std::llround(e.value("dur", 0.0) * 1000.0);
+        byRankStep[{e.value("pid", int64_t{0}), ar.value("step", int64_t{0})}].push_back(
+            {t0, t1, ar.value("unit", ""), ar.value("phase", ""), ar.value("kind", "")});
+    }
+    if (byRankStep.empty()) {
+        std::cerr << "error: " << pos[0]
+                  << ": no ops with a ShardScope op id (use `shardscope run --trace` or "
+                     "`shardscope simulate --trace`; for PyTorch profiler traces, `trace summary` "
+                     "gives HTA's overlap)\n";
+        return kExitUsage;
+    }
+    // Per (unit, phase, kind): communication time and the part no compute on the same rank
+    // overlapped, averaged over ranks and steps.
+    struct Acc {
+        double commNs = 0, exposedNs = 0;
+        int64_t count = 0;
+    };
+    std::map<std::tuple<std::string, std::string, std::string>, Acc> acc;
+    for (const auto& [key, evs] : byRankStep) {
+        std::vector<Interval> compute;
+        for (const auto& e : evs)
+            if (isComputeKind(e.kind)) compute.push_back({e.a, e.b});
+        const auto computeU = mergeIntervals(std::move(compute));
+        for (const auto& e : evs) {
+            if (!isComm(e.kind)) continue;
+            const std::vector<Interval> one{{e.a, e.b}};
+            const int64_t hidden = intersectionLength(one, computeU);
+            auto& x = acc[{e.unit.empty() ? "<root>" : e.unit, e.phase, e.kind}];
+            x.commNs += static_cast<double>(e.b - e.a);
+            x.exposedNs += static_cast<double>(e.b - e.a - hidden);
+            ++x.count;
+        }
+    }
+    const double samples = static_cast<double>(byRankStep.size());
+    std::vector<std::pair<std::tuple<std::string, std::string, std::string>, Acc>> rows(acc.begin(),
+                                                                                        acc.end());
+    std::sort(rows.begin(), rows.end(),
+              [](const auto& x, const auto& y) { return x.second.exposedNs > y.second.exposedNs; });
+    double comm = 0, exposed = 0;
+    for (const auto& [_, v] : rows) {
+        comm += v.commNs;
+        exposed += v.exposedNs;
+    }
+    if (a.flag("--json")) {
+        nlohmann::json out = nlohmann::json::array();
+        for (const auto& [k, v] : rows)
+            out.push_back({{"unit", std::get<0>(k)},
+                           {"phase", std::get<1>(k)},
+                           {"kind", std::get<2>(k)},
+                           {"comm_ns_per_step", v.commNs / samples},
+                           {"exposed_ns_per_step", v.exposedNs / samples}});
+        return emitJson({{"trace", pos[0]},
+                         {"rank_steps", byRankStep.size()},
+                         {"comm_ns_per_step", comm / samples},
+                         {"exposed_ns_per_step", exposed / samples},
+                         {"collectives", out}},
+                        "")
+                       .ok()
+                   ? kExitOk
+                   : kExitUsage;
+    }
+    std::cout << pos[0] << ": " << byRankStep.size() << " rank-steps; per step, communication "
+              << formatMs(comm / samples) << ", of it " << formatMs(exposed / samples)
+              << " exposed ("
+              << (comm > 0 ? static_cast<int>(std::lround(100.0 * (comm - exposed) / comm)) : 0)
+              << "% hidden under compute)\n\n";
+    Table t({"UNIT", "PHASE", "COLLECTIVE", "TIME/STEP", "EXPOSED/STEP", "HIDDEN"},
+            {false, false, false, true, true, true});
+    for (const auto& [k, v] : rows)
+        t.row({std::get<0>(k), std::get<1>(k), std::get<2>(k), formatMs(v.commNs / samples),
+               formatMs(v.exposedNs / samples),
+               v.commNs > 0 ? std::to_string(static_cast<int>(
+                                  std::lround(100.0 * (v.commNs - v.exposedNs) / v.commNs))) +
+                                  "%"
+                            : "-"});
+    t.print(std::cout);
+    return kExitOk;
+}
+
+}  // namespace
+
+std::vector<Command> traceOverlapCommands() {
+    CommandSpec s;
+    s.name = "trace overlap";
+    s.summary = "Exposed communication per FSDP unit, phase and collective in a ShardScope trace.";
+    s.description =
+        "For a `shardscope run --trace` or `shardscope simulate --trace` file: each collective's\n"
+        "time and the part of it no compute on the same rank overlapped (exposed), summed per\n"
+        "unit, phase and collective kind and averaged over ranks and steps, largest first\n"
+        "(collectives that run at the same time each count their own exposed time).\n"
+        "PyTorch profiler traces carry no units: `shardscope trace summary` gives their\n"
+        "communication-computation overlap as HTA defines it.";
+    s.positionalsMetavar = "TRACE";
+    s.options = {{"--json", "", "print JSON"}};
+    s.examples = {
+        "shardscope trace overlap shardscope-out/tiny-llama.reshard-true.measured-trace.json"};
+    return {{s, runTraceOverlap}};
 }
 
 }  // namespace shardscope::cli

@@ -23,5 +23,6 @@ std::vector<Command> traceCommands();
 std::vector<Command> runCommands();
 std::vector<Command> calibrateCommands();
 std::vector<Command> traceDiffCommands();
+std::vector<Command> traceOverlapCommands();
 
 }  // namespace shardscope::cli

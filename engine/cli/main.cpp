@@ -16,9 +16,9 @@ namespace {
 
 std::vector<Command> allCommands() {
     std::vector<Command> all;
-    for (auto* group :
-         {&modelCommands, &planCommands, &simulateCommands, &recommendCommands, &runCommands,
-          &calibrateCommands, &traceCommands, &traceDiffCommands, &benchCommands, &doctorCommands})
+    for (auto* group : {&modelCommands, &planCommands, &simulateCommands, &recommendCommands,
+                        &runCommands, &calibrateCommands, &traceCommands, &traceDiffCommands,
+                        &traceOverlapCommands, &benchCommands, &doctorCommands})
         for (auto& c : group())
             all.push_back(std::move(c));
     return all;

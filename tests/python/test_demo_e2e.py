@@ -118,6 +118,21 @@ class DemoEndToEnd(unittest.TestCase):
             self.assertAlmostEqual(d["b"]["step_time_ns"], report[name]["predicted_step_time_ns"], delta=1000)
             self.assertAlmostEqual(d["peak_allocated_error"], report[name]["peak_allocated_error"], places=9)
 
+    def test_trace_overlap_accounts_for_every_collective(self):
+        self.assertEqual(self.r.returncode, 0)
+        name = NAMES[0] + ".measured-trace.json"
+        r = subprocess.run([BIN, "trace", "overlap", os.path.join(self.out, name), "--json"],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        o = json.loads(r.stdout)
+        events = [e for e in self.load(name)["traceEvents"] if e.get("ph") == "X" and "op_id" in e.get("args", {})]
+        comm = sum(e["dur"] * 1000 for e in events if e["args"]["kind"] in ("all_gather", "reduce_scatter", "all_reduce"))
+        rank_steps = {(e["pid"], e["args"]["step"]) for e in events}
+        self.assertEqual(o["rank_steps"], len(rank_steps))
+        self.assertAlmostEqual(o["comm_ns_per_step"], comm / len(rank_steps), delta=len(events))
+        self.assertLessEqual(o["exposed_ns_per_step"], o["comm_ns_per_step"])
+        self.assertTrue(all(c["exposed_ns_per_step"] <= c["comm_ns_per_step"] + 1 for c in o["collectives"]))
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
