@@ -9,6 +9,7 @@
 
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
+#include "engine/cli/trace_file.h"
 #include "engine/schedule/step_program.h"
 #include "engine/sim/calibrate.h"
 #include "engine/sim/simulator.h"
@@ -19,60 +20,12 @@ namespace shardscope::cli {
 
 namespace {
 
-// A measured run, read from a `shardscope run --trace` file.
-struct Measured {
-    std::vector<MeasuredOp> ops;
-    double stepNs = 0;  // the slowest rank's mean step span
-    int64_t peakAllocated = 0;
-    nlohmann::json run;  // metadata.run
-};
-
-Expected<Measured> readMeasured(const std::string& path) {
-    std::ifstream in(path);
-    if (!in) return Error{path + ": cannot open file"};
-    auto j = nlohmann::json::parse(in, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("traceEvents") ||
-        !j["traceEvents"].is_array())
-        return Error{path + ":/traceEvents: expected a Chrome trace with a traceEvents array"};
-    Measured m;
-    if (j.contains("metadata") && j["metadata"].is_object() && j["metadata"].contains("run"))
-        m.run = j["metadata"]["run"];
-    std::map<int64_t, std::pair<double, int>> spans;  // rank -> (sum, count)
-    for (const auto& e : j["traceEvents"]) {
-        if (!e.is_object()) continue;
-        const std::string ph = e.value("ph", "");
-        if (ph == "C" && e.value("name", "") == "memory (bytes)" && e.contains("args"))
-            m.peakAllocated = std::max(m.peakAllocated, e["args"].value("allocated", int64_t{0}));
-        if (ph != "X") continue;
-        const double ts = e.value("ts", 0.0), dur = e.value("dur", 0.0);
-        const int64_t rank = e.value("pid", int64_t{0});
-        if (e.value("cat", "") == "step") {
-            spans[rank].first += dur * 1000.0;
-            ++spans[rank].second;
-            continue;
-        }
-        if (!e.contains("args") || !e["args"].is_object() || !e["args"].contains("op_id")) continue;
-        const auto& a = e["args"];
-        MeasuredOp op;
-        op.opId = a["op_id"].is_number_integer() ? a["op_id"].get<int32_t>() : -1;
-        op.rank = static_cast<int32_t>(rank);
-        op.step = a.value("step", 0);
-        op.startNs = std::llround(ts * 1000.0);
-        op.endNs = std::llround((ts + dur) * 1000.0);
-        m.ops.push_back(op);
-    }
-    for (const auto& [_, s] : spans)
-        m.stepNs = std::max(m.stepNs, s.first / std::max(1, s.second));
-    if (m.ops.empty())
-        return Error{path +
-                     ": no ShardScope ops with an op_id (write it with `shardscope run "
-                     "--trace`)"};
-    return m;
-}
-
 int runCalibrate(const Args& a) {
-    auto measured = readMeasured(a.get("--trace"));
+    auto measured = readTraceFile(a.get("--trace"));
     if (failed(measured)) return kExitUsage;
+    std::vector<MeasuredOp> ops;
+    for (const TraceOp& op : measured->ops)
+        ops.push_back({op.opId, op.rank, op.step, op.startNs, op.endNs});
     const auto& run = measured->run;
     auto fromRun = [&](const char* key) -> std::string {
         return run.is_object() && run.contains(key) && run[key].is_string()
@@ -109,13 +62,9 @@ int runCalibrate(const Args& a) {
         std::cerr << "error: the plan has errors\n";
         return kExitFailed;
     }
-    StepOptions so;
-    so.microBatchSize = plan->microBatchSize;
-    so.seqLen = plan->seqLen;
-    so.microBatches = plan->microBatches;
-    so.devicesPerNode = cluster->node.devicesPerNode;
-    const StepProgram prog = buildStepProgram(r, so);
-    auto fit = calibrate(prog, *cluster, measured->ops, a.get("--trace"));
+    const StepProgram prog =
+        buildStepProgram(r, stepOptionsFor(*plan, cluster->node.devicesPerNode));
+    auto fit = calibrate(prog, *cluster, ops, a.get("--trace"));
     if (failed(fit)) return kExitFailed;
     fit->cluster.sources.erase("/sim");  // the estimates it described are replaced
     fit->cluster.name = cluster->name + ", calibrated on " +
@@ -134,14 +83,14 @@ int runCalibrate(const Args& a) {
         return kExitUsage;
     }
     const double ms0 = measured->stepNs;
-    const double pk = static_cast<double>(measured->peakAllocated);
+    const double pk = measured->peakAllocated;
     auto err = [](double pred, double meas) { return meas > 0 ? (pred - meas) / meas : 0.0; };
     nlohmann::json out{
         {"trace", a.get("--trace")},
         {"cluster", a.get("--cluster")},
         {"output", a.get("--output")},
         {"measured_step_time_ns", ms0},
-        {"measured_peak_allocated_bytes", measured->peakAllocated},
+        {"measured_peak_allocated_bytes", static_cast<int64_t>(measured->peakAllocated)},
         {"before",
          {{"step_time_ns", before.stepNs},
           {"step_time_error", err(static_cast<double>(before.stepNs), ms0)},

@@ -26,6 +26,7 @@
 
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
+#include "engine/cli/trace_file.h"
 #include "engine/schedule/step_program.h"
 #include "engine/sim/simulator.h"
 #include "plans/core/atomic_write.h"
@@ -85,11 +86,11 @@ Breakdown breakdown(const nlohmann::json& rank) {
     std::vector<Interval> comp, comm;
     for (const auto& op : rank["ops"]) {
         if (op["step"].get<int64_t>() != last) continue;
-        const std::string k = op["kind"];
+        const auto k = opKindFromName(op["kind"].get<std::string>());
         const Interval iv{op["start_ns"].get<int64_t>(), op["end_ns"].get<int64_t>()};
-        if (k == "all_gather" || k == "reduce_scatter" || k == "all_reduce")
+        if (k && isCollective(*k))
             comm.push_back(iv);
-        else if (k == "forward" || k == "backward" || k == "recompute" || k == "optimizer")
+        else if (k && isComputeOp(*k))
             comp.push_back(iv);
     }
     Breakdown b;
@@ -476,13 +477,9 @@ int runRun(const Args& a) {
                        {"ranks", perRank}};
     nlohmann::json predicted;
     if (cluster) {
-        StepOptions so;
-        so.microBatchSize = plan->microBatchSize;
-        so.seqLen = plan->seqLen;
-        so.microBatches = plan->microBatches;
-        so.devicesPerNode = cluster->node.devicesPerNode;
         const ResolvedPlan rc = resolvePlan(*g, *plan, &*cluster, a.get("--plan"));
-        const StepProgram prog = buildStepProgram(rc, so);
+        const StepProgram prog =
+            buildStepProgram(rc, stepOptionsFor(*plan, cluster->node.devicesPerNode));
         const SimResult s = simulate(prog, *cluster, nproc);
         predicted = {{"cluster", cluster->name},
                      {"step_time_ns", s.stepNs},

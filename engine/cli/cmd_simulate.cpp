@@ -152,11 +152,7 @@ int runSimulate(const Args& a) {
         std::cerr << "error: the plan has errors; fix them (see `shardscope plan validate`)\n";
         return kExitFailed;
     }
-    StepOptions so;
-    so.microBatchSize = plan->microBatchSize;
-    so.seqLen = plan->seqLen;
-    so.microBatches = plan->microBatches;
-    so.devicesPerNode = cluster->node.devicesPerNode;
+    const StepOptions so = stepOptionsFor(*plan, cluster->node.devicesPerNode);
     const StepProgram prog = buildStepProgram(r, so);
     SimOptions opts;
     opts.expandableSegments = a.flag("--expandable-segments");

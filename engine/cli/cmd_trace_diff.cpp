@@ -5,13 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <tuple>
 
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
+#include "engine/cli/trace_file.h"
 #include "plans/core/intervals.h"
 
 namespace shardscope::cli {
@@ -39,83 +39,44 @@ int64_t unionLength(std::vector<Interval> v) {
     return totalLength(mergeIntervals(std::move(v)));
 }
 
-bool isComm(const std::string& k) {
-    return k == "all_gather" || k == "reduce_scatter" || k == "all_reduce";
+bool isComm(const TraceOp& op) {
+    return op.kind && isCollective(*op.kind);
 }
-bool isComputeKind(const std::string& k) {
-    return k == "forward" || k == "backward" || k == "recompute" || k == "optimizer";
+bool isCompute(const TraceOp& op) {
+    return op.kind && isComputeOp(*op.kind);
 }
 
 Expected<Side> readSide(const std::string& path) {
-    std::ifstream in(path);
-    if (!in) return Error{path + ": cannot open file"};
-    auto j = nlohmann::json::parse(in, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("traceEvents") ||
-        !j["traceEvents"].is_array())
-        return Error{path + ":/traceEvents: expected a Chrome trace with a traceEvents array"};
+    auto t = readTraceFile(path);
+    if (!t) return Error{t.error()};
     Side s;
     s.path = path;
-    if (j.contains("metadata") && j["metadata"].is_object())
-        s.producer = j["metadata"].value("producer", "");
-    s.measured = s.producer == "shardscope run";
-    std::map<int64_t, std::pair<double, int>> spans;
-    std::map<std::pair<int64_t, int64_t>, std::pair<std::vector<Interval>, std::vector<Interval>>>
-        perStep;  // (rank, step) -> (compute, comm)
-    int64_t lastEnd = 0, firstStart = INT64_MAX;
-    for (const auto& e : j["traceEvents"]) {
-        if (!e.is_object()) continue;
-        const std::string ph = e.value("ph", "");
-        if (ph == "C" && e.value("name", "") == "memory (bytes)" && e.contains("args"))
-            s.peakAllocated = std::max(s.peakAllocated, e["args"].value("allocated", 0.0));
-        if (ph != "X") continue;
-        const int64_t rank = e.value("pid", int64_t{0});
-        const int64_t t0 = std::llround(e.value("ts", 0.0) * 1000.0);
-        const int64_t t1 = t0 + std::llround(e.value("dur", 0.0) * 1000.0);
-        if (e.value("cat", "") == "step") {
-            spans[rank].first += static_cast<double>(t1 - t0);
-            ++spans[rank].second;
-            continue;
-        }
-        if (!e.contains("args") || !e["args"].is_object() || !e["args"].contains("op_id")) continue;
-        const auto& a = e["args"];
-        const int64_t id = a["op_id"].is_number_integer() ? a["op_id"].get<int64_t>() : -1;
-        if (id < 0) continue;
-        const std::string kind = a.value("kind", "");
-        auto& op = s.ops[id];
-        op.label = e.value("name", "");
-        op.kind = kind;
-        op.sumNs += static_cast<double>(t1 - t0);
-        ++op.count;
-        s.ranks = std::max<int>(s.ranks, static_cast<int>(rank) + 1);
-        const int64_t step = a.value("step", int64_t{0});
-        auto& ps = perStep[{rank, step}];
-        if (isComm(kind)) ps.second.push_back({t0, t1});
-        if (isComputeKind(kind)) ps.first.push_back({t0, t1});
-        lastEnd = std::max(lastEnd, t1);
-        firstStart = std::min(firstStart, t0);
+    s.producer = t->producer;
+    s.measured = t->measured();
+    s.ranks = t->ranks;
+    s.stepNs = t->stepNs;
+    s.peakAllocated = t->peakAllocated;
+    // rank 0's (compute, communication) intervals per step, for its exposed communication
+    std::map<int32_t, std::pair<std::vector<Interval>, std::vector<Interval>>> rank0;
+    for (const TraceOp& op : t->ops) {
+        auto& o = s.ops[op.opId];
+        o.label = op.label;
+        o.kind = op.kind ? opKindName(*op.kind) : "";
+        o.sumNs += static_cast<double>(op.endNs - op.startNs);
+        ++o.count;
+        if (op.rank != 0) continue;
+        auto& ps = rank0[op.step];
+        if (isComm(op)) ps.second.push_back({op.startNs, op.endNs});
+        if (isCompute(op)) ps.first.push_back({op.startNs, op.endNs});
     }
-    if (s.ops.empty())
-        return Error{path +
-                     ": no ops with a ShardScope op id (diff joins `shardscope simulate "
-                     "--trace` and `shardscope run --trace` files)"};
-    if (!spans.empty()) {
-        for (const auto& [_, v] : spans)
-            s.stepNs = std::max(s.stepNs, v.first / std::max(1, v.second));
-    } else {
-        s.stepNs = static_cast<double>(lastEnd - std::min(firstStart, int64_t{0}));
-    }
-    // Exposed communication: rank 0's mean over its steps.
     double exposed = 0;
-    int n = 0;
-    for (auto& [key, v] : perStep) {
-        if (key.first != 0) continue;
+    for (auto& [_, v] : rank0) {
         std::vector<Interval> both = v.first;
         both.insert(both.end(), v.second.begin(), v.second.end());
         exposed += static_cast<double>(unionLength(both) - unionLength(v.first));
-        ++n;
     }
-    s.exposedCommNs = n ? exposed / n : 0;
-    s.steps = n;
+    s.steps = static_cast<int>(rank0.size());
+    s.exposedCommNs = rank0.empty() ? 0 : exposed / static_cast<double>(rank0.size());
     return s;
 }
 
@@ -274,40 +235,15 @@ int runTraceOverlap(const Args& a) {
         std::cerr << "error: trace overlap takes one ShardScope trace\n";
         return kExitUsage;
     }
-    std::ifstream in(pos[0]);
-    if (!in) {
-        std::cerr << "error: " << pos[0] << ": cannot open file\n";
+    auto trace = readTraceFile(pos[0]);
+    if (!trace) {
+        std::cerr << "error: " << trace.error()
+                  << " (for PyTorch profiler traces, `trace summary` gives HTA's overlap)\n";
         return kExitUsage;
     }
-    auto j = nlohmann::json::parse(in, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("traceEvents") ||
-        !j["traceEvents"].is_array()) {
-        std::cerr << "error: " << pos[0]
-                  << ":/traceEvents: expected a Chrome trace with a traceEvents array\n";
-        return kExitUsage;
-    }
-    struct Ev {
-        int64_t a, b;
-        std::string unit, phase, kind;
-    };
-    std::map<std::pair<int64_t, int64_t>, std::vector<Ev>> byRankStep;
-    for (const auto& e : j["traceEvents"]) {
-        if (!e.is_object() || e.value("ph", "") != "X" || !e.contains("args") ||
-            !e["args"].is_object() || !e["args"].contains("op_id"))
-            continue;
-        const auto& ar = e["args"];
-        const int64_t t0 = std::llround(e.value("ts", 0.0) * 1000.0);
-        const int64_t t1 = t0 + std::llround(e.value("dur", 0.0) * 1000.0);
-        byRankStep[{e.value("pid", int64_t{0}), ar.value("step", int64_t{0})}].push_back(
-            {t0, t1, ar.value("unit", ""), ar.value("phase", ""), ar.value("kind", "")});
-    }
-    if (byRankStep.empty()) {
-        std::cerr << "error: " << pos[0]
-                  << ": no ops with a ShardScope op id (use `shardscope run --trace` or "
-                     "`shardscope simulate --trace`; for PyTorch profiler traces, `trace summary` "
-                     "gives HTA's overlap)\n";
-        return kExitUsage;
-    }
+    std::map<std::pair<int32_t, int32_t>, std::vector<const TraceOp*>> byRankStep;
+    for (const TraceOp& op : trace->ops)
+        byRankStep[{op.rank, op.step}].push_back(&op);
     // Per (unit, phase, kind): communication time and the part no compute on the same rank
     // overlapped, averaged over ranks and steps.
     struct Acc {
@@ -317,16 +253,16 @@ int runTraceOverlap(const Args& a) {
     std::map<std::tuple<std::string, std::string, std::string>, Acc> acc;
     for (const auto& [key, evs] : byRankStep) {
         std::vector<Interval> compute;
-        for (const auto& e : evs)
-            if (isComputeKind(e.kind)) compute.push_back({e.a, e.b});
+        for (const TraceOp* e : evs)
+            if (isCompute(*e)) compute.push_back({e->startNs, e->endNs});
         const auto computeU = mergeIntervals(std::move(compute));
-        for (const auto& e : evs) {
-            if (!isComm(e.kind)) continue;
-            const std::vector<Interval> one{{e.a, e.b}};
+        for (const TraceOp* e : evs) {
+            if (!isComm(*e)) continue;
+            const std::vector<Interval> one{{e->startNs, e->endNs}};
             const int64_t hidden = intersectionLength(one, computeU);
-            auto& x = acc[{e.unit.empty() ? "<root>" : e.unit, e.phase, e.kind}];
-            x.commNs += static_cast<double>(e.b - e.a);
-            x.exposedNs += static_cast<double>(e.b - e.a - hidden);
+            auto& x = acc[{e->unit.empty() ? "<root>" : e->unit, e->phase, opKindName(*e->kind)}];
+            x.commNs += static_cast<double>(e->endNs - e->startNs);
+            x.exposedNs += static_cast<double>(e->endNs - e->startNs - hidden);
             ++x.count;
         }
     }

@@ -233,7 +233,7 @@ struct FsdpRuntime::Impl {
             std::lock_guard lock(watchMutex);
             if (!watcher.joinable()) watcher = std::thread([this] { watch(); });
             watchQueue.push_back({w, op, remaining});
-            watchCv.notify_one();
+            watchCv.notify_all();
         }
     }
     void watch() {
@@ -255,6 +255,7 @@ struct FsdpRuntime::Impl {
             if (--*item.remaining == 0) rec->endAt(item.op, nowNs());
             std::lock_guard lock(watchMutex);
             watchBusy = false;
+            watchCv.notify_all();  // drainWatcher() may be waiting
         }
     }
     void stopWatcher() {
@@ -269,11 +270,7 @@ struct FsdpRuntime::Impl {
     // threads at once (it raced and corrupted the result).
     void drainWatcher() {
         std::unique_lock lock(watchMutex);
-        while (!watchQueue.empty() || watchBusy) {
-            lock.unlock();
-            std::this_thread::sleep_for(std::chrono::microseconds(50));
-            lock.lock();
-        }
+        watchCv.wait(lock, [&] { return watchQueue.empty() && !watchBusy; });
     }
 
     // Gloo's all-gather and reduce-scatter go through a temporary as large as the whole

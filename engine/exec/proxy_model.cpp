@@ -75,7 +75,6 @@ at::Tensor ProxyModel::own(ModuleId m, const at::Tensor& x) {
     const double saved = node.cost.savedBytes.at(batch, seq);
     if (node.params.empty() && flops <= 0 && saved <= 0) return x;
     rt.noteCompute();
-    const int64_t t = x.size(0);
     // Every parameter enters through its mean: its gradient is full-size, as a layer's is.
     at::Tensor coef;
     for (ParamId p : node.params) {

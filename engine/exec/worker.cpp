@@ -428,12 +428,7 @@ int runWorker(const std::vector<std::string>& argv) {
     }
 
     // Op order of every step against the step program.
-    StepOptions so;
-    so.microBatchSize = plan->microBatchSize;
-    so.seqLen = plan->seqLen;
-    so.microBatches = plan->microBatches;
-    so.devicesPerNode = world;
-    const StepProgram prog = buildStepProgram(r, so);
+    const StepProgram prog = buildStepProgram(r, stepOptionsFor(*plan, world));
     const auto ops = rec.ops();
     std::vector<int64_t> opIds(ops.size(), -1);
     nlohmann::json order = nlohmann::json::array();

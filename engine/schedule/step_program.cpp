@@ -18,6 +18,11 @@ const char* opKindName(OpKind k) {
                               "all_reduce", "optimizer",  "h2d",        "d2h"};
     return n[static_cast<int>(k)];
 }
+std::optional<OpKind> opKindFromName(std::string_view name) {
+    for (int k = 0; k <= static_cast<int>(OpKind::D2H); ++k)
+        if (name == opKindName(static_cast<OpKind>(k))) return static_cast<OpKind>(k);
+    return std::nullopt;
+}
 const char* phaseName(Phase p) {
     static const char* n[] = {"forward", "backward", "optimizer"};
     return n[static_cast<int>(p)];
@@ -532,6 +537,10 @@ private:
 };
 
 }  // namespace
+
+StepOptions stepOptionsFor(const Plan& plan, int64_t devicesPerNode) {
+    return {plan.microBatchSize, plan.seqLen, plan.microBatches, devicesPerNode};
+}
 
 StepProgram buildStepProgram(const ResolvedPlan& plan, const StepOptions& options) {
     return Builder(plan, options).build();

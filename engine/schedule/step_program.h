@@ -28,7 +28,9 @@
 // unit two before it has been freed: the CPU blocks), backward prefetch BACKWARD_PRE /
 // BACKWARD_POST / none, SHARD_GRAD_OP and NO_SHARD.
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/schedule/small_vector.h"
@@ -76,6 +78,7 @@ enum class MemCategory : uint8_t {
 
 [[nodiscard]] const char* streamName(Stream s);
 [[nodiscard]] const char* opKindName(OpKind k);
+[[nodiscard]] std::optional<OpKind> opKindFromName(std::string_view name);  // opKindName's inverse
 [[nodiscard]] const char* phaseName(Phase p);
 [[nodiscard]] const char* memCategoryName(MemCategory c);
 [[nodiscard]] bool isCollective(OpKind k);
@@ -131,6 +134,9 @@ struct StepProgram {
 };
 
 [[nodiscard]] StepProgram buildStepProgram(const ResolvedPlan& plan, const StepOptions& options);
+// The plan's training section (micro-batch, sequence length, micro-batches) on nodes of
+// `devicesPerNode` devices.
+[[nodiscard]] StepOptions stepOptionsFor(const Plan& plan, int64_t devicesPerNode);
 
 // "model.layers.3 all-gather": made on demand for traces and dumps, not stored per op.
 [[nodiscard]] std::string opLabel(const ResolvedPlan& plan, const Op& op);

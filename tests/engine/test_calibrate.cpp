@@ -33,11 +33,7 @@ TEST(Calibrate, RecoversTheParametersOfTheRunItIsGiven) {
     truth->node.intraBandwidth = 2e9 / truth->sim.intraEfficiency;
     const ResolvedPlan r = resolvePlan(*g, *plan, &*truth, "plan");
     ASSERT_FALSE(r.hasErrors());
-    StepOptions so;
-    so.microBatchSize = plan->microBatchSize;
-    so.seqLen = plan->seqLen;
-    so.devicesPerNode = 2;
-    const StepProgram prog = buildStepProgram(r, so);
+    const StepProgram prog = buildStepProgram(r, stepOptionsFor(*plan, 2));
     const SimResult ran = simulate(prog, *truth, r.worldSize);
     std::vector<MeasuredOp> measured;
     for (int rank = 0; rank < 2; ++rank)
@@ -100,11 +96,7 @@ TEST(Calibrate, ComputeAboveTheListedPeakRaisesThePeak) {
         peak *= 2;
     truth->sim.computeEfficiency = {{1e6, 0.9}, {1e10, 0.9}};
     const ResolvedPlan r = resolvePlan(*g, *plan, &*truth, "plan");
-    StepOptions so;
-    so.microBatchSize = plan->microBatchSize;
-    so.seqLen = plan->seqLen;
-    so.devicesPerNode = 2;
-    const StepProgram prog = buildStepProgram(r, so);
+    const StepProgram prog = buildStepProgram(r, stepOptionsFor(*plan, 2));
     const SimResult ran = simulate(prog, *truth, r.worldSize);
     std::vector<MeasuredOp> measured;
     for (size_t i = 0; i < prog.ops.size(); ++i)
