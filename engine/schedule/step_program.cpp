@@ -33,10 +33,6 @@ const char* memCategoryName(MemCategory c) {
         "reduce_scatter_buffers", "activations",      "optimizer_state",    "temporaries"};
     return n[static_cast<int>(c)];
 }
-bool isCollective(OpKind k) {
-    return k == OpKind::AllGather || k == OpKind::ReduceScatter || k == OpKind::AllReduce;
-}
-
 namespace {
 
 struct Segment {
@@ -76,7 +72,6 @@ private:
     const StepOptions& o;
     StepProgram p;
     std::vector<Segment> segs;
-    std::vector<int32_t> unitOfModule;
     Group shardGroup, replicateGroup;
     std::vector<Group> postForwardGroup;
 
@@ -137,37 +132,20 @@ private:
         lastFree.assign(n, OpId());
     }
 
-    // Compute segments: modules in post-order (a module's own work, e.g. the loss or
-    // residual adds, runs after its children), consecutive modules of one unit merged.
+    // Compute segments: the plan's module runs (post-order, one unit each) at this
+    // micro-batch; consecutive runs of one unit merged.
     void buildSegments() {
-        const size_t n = g.moduleCount();
-        unitOfModule.assign(n, 0);
-        std::vector<int32_t> unitRoot(n, -1);
-        for (size_t u = 0; u < r.units.size(); ++u)
-            for (ModuleId m : r.units[u].modules)
-                unitRoot[m.index()] = static_cast<int32_t>(u);
-        for (size_t m = 0; m < n; ++m)
-            unitOfModule[m] = unitRoot[m] >= 0 ? unitRoot[m]
-                              : m == 0         ? 0
-                                               : unitOfModule[g.modules()[m].parent.index()];
-        std::vector<int32_t> post;
-        post.reserve(n);
-        std::vector<std::pair<int32_t, size_t>> stack{{0, 0}};
-        while (!stack.empty()) {
-            auto& [m, child] = stack.back();
-            const auto& ch = g.modules()[m].children;
-            if (child < ch.size()) {
-                const int32_t c = ch[child++].value;
-                stack.push_back({c, 0});
-            } else {
-                post.push_back(m);
-                stack.pop_back();
-            }
+        std::vector<ModuleRun> computed;
+        const std::vector<ModuleRun>* runs = &r.moduleRuns;
+        if (runs->empty()) {  // a plan not made by resolvePlan
+            computed = moduleRunsOf(g, r);
+            runs = &computed;
         }
-        const double b = static_cast<double>(o.microBatchSize), s = static_cast<double>(o.seqLen);
-        for (int32_t m : post) {
-            const auto& c = g.modules()[m].cost;
-            const int32_t u = unitOfModule[m];
+        const auto b = o.microBatchSize;
+        const auto s = o.seqLen;
+        for (const ModuleRun& run : *runs) {
+            const ModuleCost& c = run.cost;
+            const int32_t u = run.unit;
             const auto& unit = r.units[u];
             const double scale = static_cast<double>(dtypeSize(unit.allGatherDtype)) /
                                  static_cast<double>(dtypeSize(g.activationDtype));
@@ -179,15 +157,23 @@ private:
             sg.bwdFlops += c.bwdFlops.at(b, s);
             sg.fwdMem += c.fwdMemBytes.at(b, s) * scale;
             sg.bwdMem += c.bwdMemBytes.at(b, s) * scale;
-            if (fwd > 0) ++sg.kernels;
-            const AcMode ac = unit.activationCheckpointing;
-            const bool attention = ac == AcMode::Selective &&
-                                   g.modules()[m].cls.find("Attention") != std::string::npos;
-            if (ac == AcMode::Full || (ac == AcMode::Selective && attention)) {
-                sg.recomputeFlops += fwd;
-                sg.recomputeSaved += saved;
-            } else {
-                sg.saved += saved;
+            sg.kernels += run.kernels;
+            switch (unit.activationCheckpointing) {
+                case AcMode::Full:
+                    sg.recomputeFlops += fwd;
+                    sg.recomputeSaved += saved;
+                    break;
+                case AcMode::Selective: {
+                    const double attnFwd = run.attnFwdFlops.at(b, s);
+                    const double attnSaved = run.attnSavedBytes.at(b, s) * scale;
+                    sg.recomputeFlops += attnFwd;
+                    sg.recomputeSaved += attnSaved;
+                    sg.saved += saved - attnSaved;
+                    break;
+                }
+                case AcMode::None:
+                    sg.saved += saved;
+                    break;
             }
         }
         // Full checkpointing keeps the unit's input: one hidden state per token.

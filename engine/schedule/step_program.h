@@ -81,7 +81,9 @@ enum class MemCategory : uint8_t {
 [[nodiscard]] std::optional<OpKind> opKindFromName(std::string_view name);  // opKindName's inverse
 [[nodiscard]] const char* phaseName(Phase p);
 [[nodiscard]] const char* memCategoryName(MemCategory c);
-[[nodiscard]] bool isCollective(OpKind k);
+[[nodiscard]] inline bool isCollective(OpKind k) {
+    return k == OpKind::AllGather || k == OpKind::ReduceScatter || k == OpKind::AllReduce;
+}
 
 using OpId = Id<struct OpTag>;
 using BufferId = Id<struct BufferTag>;

@@ -2,6 +2,7 @@
 #include "engine/sim/allocator_model.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace shardscope {
 
@@ -22,13 +23,13 @@ int64_t AllocatorModel::roundSize(int64_t bytes) {
 }
 
 void AllocatorModel::insertFree(FreeList& f, int64_t size, int32_t block) {
-    const std::pair<int64_t, int32_t> key{size, block};
+    const uint64_t key = freeKey(size, block);
     f.insert(std::lower_bound(f.begin(), f.end(), key), key);
 }
 
 void AllocatorModel::removeFree(int32_t b) {
     auto& f = pool(m_blocks[b].stream, m_blocks[b].small);
-    const std::pair<int64_t, int32_t> key{m_blocks[b].size, b};
+    const uint64_t key = freeKey(m_blocks[b].size, b);
     auto it = std::lower_bound(f.begin(), f.end(), key);
     if (it != f.end() && *it == key) f.erase(it);
 }
@@ -52,17 +53,18 @@ int64_t AllocatorModel::allocate(int64_t bytes, int stream) {
     const bool small = size <= kSmallSize;
     auto& freeBlocks = pool(stream, small);
     // Best fit: the smallest free block that is large enough (ties: the oldest block).
-    auto it = std::lower_bound(freeBlocks.begin(), freeBlocks.end(),
-                               std::pair<int64_t, int32_t>{size, -1});
+    auto it = std::lower_bound(freeBlocks.begin(), freeBlocks.end(), freeKey(size, 0));
     int32_t b;
     if (it != freeBlocks.end()) {
-        b = it->second;
+        b = static_cast<int32_t>(*it & ((uint64_t{1} << kBlockBits) - 1));
         freeBlocks.erase(it);
     } else {
         const int64_t seg = small                   ? kSmallBuffer
                             : size < kMinLargeAlloc ? kLargeBuffer
                                                     : roundUp(size, kRoundLarge);
         m_reserved += seg;
+        if (m_blocks.size() + 2 >= (size_t{1} << kBlockBits))
+            throw std::length_error("allocator model: more than 16M blocks");
         m_blocks.push_back({seg, 0, m_segments++, -1, -1, true, small, stream});
         b = static_cast<int32_t>(m_blocks.size() - 1);
     }

@@ -8,6 +8,7 @@
 // splitting (small: remainder >= 512 B; large: remainder > 1 MiB) and merging of adjacent
 // free blocks. Segments are never returned (no empty_cache). With expandable segments, each
 // stream grows one segment in 2 MiB pages, so reserved tracks the high-water mark.
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -19,6 +20,7 @@ public:
     // Returns a handle for free().
     int64_t allocate(int64_t bytes, int stream);
     void free(int64_t handle);
+    void reserve(size_t blocks) { m_blocks.reserve(blocks); }
     [[nodiscard]] int64_t reserved() const { return m_reserved; }
     [[nodiscard]] int64_t allocated() const { return m_allocated; }
     [[nodiscard]] static int64_t roundSize(int64_t bytes);
@@ -37,8 +39,14 @@ private:
     bool m_expandable;
     std::vector<Block> m_blocks;
     // Free blocks sorted by (size, block), per (stream, small pool), indexed stream * 2 + small.
-    // Flat vectors: pools hold tens of blocks, where a sorted vector beats a tree.
-    using FreeList = std::vector<std::pair<int64_t, int32_t>>;
+    // Flat vectors: pools hold tens of blocks, where a sorted vector beats a tree. Each
+    // entry packs (size / 512, block) into one integer, so that lookups compare one word
+    // and inserts are a memmove.
+    using FreeList = std::vector<uint64_t>;
+    static constexpr int kBlockBits = 24;
+    static uint64_t freeKey(int64_t size, int32_t block) {
+        return (static_cast<uint64_t>(size) / 512) << kBlockBits | static_cast<uint64_t>(block);
+    }
     FreeList m_free[2 * kMaxStreams];
     int64_t m_streamHigh[kMaxStreams] = {}, m_streamUsed[kMaxStreams] = {};  // expandable segments
     FreeList& pool(int stream, bool small) { return m_free[2 * (stream % kMaxStreams) + small]; }

@@ -605,7 +605,44 @@ ResolvedPlan resolvePlan(const ModelGraph& model, const Plan& plan, const Cluste
     rs.computeSizes();
     rs.resolvePrefetch();
     rs.checkRest();
+    rs.r.moduleRuns = moduleRunsOf(model, rs.r);
     return std::move(rs.r);
+}
+
+std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r) {
+    const size_t n = g.moduleCount();
+    std::vector<int32_t> unitOf(n, 0), unitRoot(n, -1);
+    for (size_t u = 0; u < r.units.size(); ++u)
+        for (ModuleId m : r.units[u].modules)
+            unitRoot[m.index()] = static_cast<int32_t>(u);
+    for (size_t m = 1; m < n; ++m)  // pre-order: a parent comes before its children
+        unitOf[m] = unitRoot[m] >= 0 ? unitRoot[m] : unitOf[g.modules()[m].parent.index()];
+    if (n > 0 && unitRoot[0] >= 0) unitOf[0] = unitRoot[0];
+    std::vector<ModuleRun> runs;
+    std::vector<std::pair<int32_t, size_t>> stack{{0, 0}};
+    while (n > 0 && !stack.empty()) {
+        auto& [m, child] = stack.back();
+        const auto& ch = g.modules()[m].children;
+        if (child < ch.size()) {
+            const int32_t c = ch[child++].value;
+            stack.push_back({c, 0});
+            continue;
+        }
+        const ModuleNode& mod = g.modules()[m];
+        const int32_t u = unitOf[m];
+        stack.pop_back();
+        const ModuleCost& c = mod.cost;
+        if (c.fwdFlops.isZero() && c.savedBytes.isZero() && c.fwdMemBytes.isZero()) continue;
+        if (runs.empty() || runs.back().unit != u) runs.push_back(ModuleRun{u, {}, {}, {}, 0});
+        ModuleRun& run = runs.back();
+        run.cost += c;
+        if (!c.fwdFlops.isZero()) ++run.kernels;
+        if (mod.cls.find("Attention") != std::string::npos) {
+            run.attnFwdFlops += c.fwdFlops;
+            run.attnSavedBytes += c.savedBytes;
+        }
+    }
+    return runs;
 }
 
 }  // namespace shardscope

@@ -67,6 +67,18 @@ struct ResolvedUnit {
     [[nodiscard]] std::string displayName() const { return isRoot ? "<root>" : name; }
 };
 
+// The model's modules in post-order (a module's own work, e.g. the loss or residual adds,
+// runs after its children's), without the ones that cost nothing, grouped into runs of
+// consecutive modules of one unit with their costs summed. The step program builds its
+// compute segments from these, so a plan variant's program does not walk every module.
+struct ModuleRun {
+    int32_t unit = 0;
+    ModuleCost cost;          // summed over the run's modules
+    ScaledCost attnFwdFlops;  // of those whose class names attention (selective checkpointing)
+    ScaledCost attnSavedBytes;
+    int32_t kernels = 0;  // modules with forward FLOPs
+};
+
 struct ResolvedPlan {
     Plan plan;
     const ModelGraph* model = nullptr;
@@ -81,6 +93,7 @@ struct ResolvedPlan {
     std::vector<UnitId> unitOfParam;  // invalid for ignored parameters
     std::vector<ParamId> ignoredParams;
     std::vector<Problem> problems;
+    std::vector<ModuleRun> moduleRuns;  // moduleRunsOf(*model, *this), set by resolvePlan
 
     [[nodiscard]] bool hasErrors() const;
     [[nodiscard]] size_t errorCount() const;
@@ -90,6 +103,9 @@ struct ResolvedPlan {
     [[nodiscard]] int64_t totalShardedBytes() const;
     [[nodiscard]] int64_t maxUnshardedBytes() const;
 };
+
+[[nodiscard]] std::vector<ModuleRun> moduleRunsOf(const ModelGraph& model,
+                                                  const ResolvedPlan& plan);
 
 [[nodiscard]] ResolvedPlan resolvePlan(const ModelGraph& model, const Plan& plan,
                                        const ClusterSpec* cluster = nullptr,

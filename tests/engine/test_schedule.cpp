@@ -265,6 +265,83 @@ TEST(Allocator, RoundsPoolsAndReusesPerStream) {
     EXPECT_EQ(e.reserved(), 4 << 20);  // expandable: 2 MiB pages
 }
 
+TEST(Allocator, BestFitTakesTheSmallestFittingBlockThenTheOldest) {
+    AllocatorModel a;
+    // Three 12 MiB requests (> 10 MiB: own segments of exactly 12 MiB) and a 16 MiB one.
+    const int64_t b0 = a.allocate(12 << 20, 0), b1 = a.allocate(12 << 20, 0);
+    const int64_t b2 = a.allocate(16 << 20, 0);
+    a.free(b2);
+    a.free(b1);
+    a.free(b0);
+    const int64_t reserved = a.reserved();
+    EXPECT_EQ(a.allocate(11 << 20, 0), b0);  // 12 MiB fits best; of the two, the older
+    EXPECT_EQ(a.allocate(11 << 20, 0), b1);
+    EXPECT_EQ(a.allocate(13 << 20, 0), b2);
+    EXPECT_EQ(a.reserved(), reserved);
+}
+
+TEST(SmallVector, SpillsToTheHeapAndCopiesAndMoves) {
+    SmallVector<int, 2> v;
+    for (int i = 0; i < 5; ++i)
+        v.push_back(i);
+    ASSERT_EQ(v.size(), 5u);
+    for (int i = 0; i < 5; ++i)
+        EXPECT_EQ(v[static_cast<size_t>(i)], i);
+    SmallVector<int, 2> copy = v;
+    SmallVector<int, 2> moved = std::move(v);
+    EXPECT_EQ(v.size(), 0u);  // NOLINT(bugprone-use-after-move): moved-from is empty
+    ASSERT_EQ(copy.size(), 5u);
+    ASSERT_EQ(moved.size(), 5u);
+    EXPECT_EQ(copy.back(), 4);
+    EXPECT_EQ(moved.back(), 4);
+    SmallVector<int, 2> small{7};
+    moved = small;
+    ASSERT_EQ(moved.size(), 1u);
+    EXPECT_EQ(moved[0], 7);
+    copy.clear();
+    EXPECT_TRUE(copy.empty());
+    copy.push_back(9);
+    EXPECT_EQ(copy.back(), 9);
+}
+
+TEST(StepProgram, ModuleRunsGiveTheSameProgramAsWalkingTheModules) {
+    // resolvePlan caches the module runs; a plan assembled without them walks the model.
+    ModelGraph g;
+    ModuleId layers = g.addModule(g.root(), "layers", "ModuleList", {"ModuleList"});
+    for (int i = 0; i < kLayers; ++i) {
+        ModuleId b = g.addModule(layers, std::to_string(i), "Block");
+        ModuleId attn = g.addModule(b, "attn", "SelfAttention");
+        ModuleId mlp = g.addModule(b, "mlp", "Mlp");
+        g.addParam(attn, "weight", {kH, kH}, DType::Float32);
+        g.addParam(mlp, "weight", {kH, kH}, DType::Float32);
+        g.cost(attn).fwdFlops = {kFwdFlopsPerToken, 3.0};
+        g.cost(attn).savedBytes.perToken = 8 * kH;
+        g.cost(mlp).fwdFlops.perToken = 2 * kFwdFlopsPerToken;
+        g.cost(mlp).bwdFlops.perToken = 4 * kFwdFlopsPerToken;
+        g.cost(mlp).savedBytes.perToken = 4 * kH;
+        g.cost(b).fwdMemBytes.perToken = kH;  // the residual adds, after the children
+    }
+    Plan p = blockPlan(2);
+    p.defaults.activationCheckpointing = AcMode::Selective;
+    ResolvedPlan r = resolvePlan(g, p, nullptr);
+    ASSERT_FALSE(r.moduleRuns.empty());
+    const StepProgram cached = buildStepProgram(r, stepOptionsFor(p, 8));
+    r.moduleRuns.clear();
+    const StepProgram walked = buildStepProgram(r, stepOptionsFor(p, 8));
+    ASSERT_EQ(cached.ops.size(), walked.ops.size());
+    for (size_t i = 0; i < cached.ops.size(); ++i) {
+        EXPECT_EQ(cached.ops[i].kind, walked.ops[i].kind) << i;
+        EXPECT_EQ(cached.ops[i].flops, walked.ops[i].flops) << i;
+        EXPECT_EQ(cached.ops[i].memBytes, walked.ops[i].memBytes) << i;
+    }
+    // Selective checkpointing recomputes the attention modules only.
+    double recompute = 0;
+    for (const Op& op : cached.ops)
+        if (op.kind == OpKind::Recompute) recompute += op.flops;
+    EXPECT_DOUBLE_EQ(recompute, kLayers * (kFwdFlopsPerToken * 1000 + 3.0 * 1000 * 1000));
+    EXPECT_EQ(cached.modelFlopsPerRank, walked.modelFlopsPerRank);
+}
+
 TEST(CostModel, RingAllGatherAndProtocolChoice) {
     ClusterSpec c = cluster(2, 8);
     c.node.intraBandwidth = 400e9;
