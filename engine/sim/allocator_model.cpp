@@ -55,9 +55,9 @@ int64_t AllocatorModel::allocate(int64_t bytes, int stream) {
     // Best fit: the smallest free block that is large enough (ties: the oldest block).
     auto it = std::lower_bound(freeBlocks.begin(), freeBlocks.end(), freeKey(size, 0));
     int32_t b;
-    if (it != freeBlocks.end()) {
+    const bool reused = it != freeBlocks.end();
+    if (reused) {
         b = static_cast<int32_t>(*it & ((uint64_t{1} << kBlockBits) - 1));
-        freeBlocks.erase(it);
     } else {
         const int64_t seg = small                   ? kSmallBuffer
                             : size < kMinLargeAlloc ? kLargeBuffer
@@ -80,7 +80,18 @@ int64_t AllocatorModel::allocate(int64_t bytes, int stream) {
         if (rest.next >= 0) m_blocks[rest.next].prev = r;
         m_blocks[b].next = r;
         m_blocks[b].size = size;
-        insertFree(freeBlocks, remaining, r);
+        if (reused) {
+            // The remainder's key is below the taken block's: it takes the taken key's slot
+            // with one shift of the keys in between, instead of an erase and an insert.
+            const uint64_t key = freeKey(remaining, r);
+            auto pos = std::lower_bound(freeBlocks.begin(), it, key);
+            std::move_backward(pos, it, it + 1);
+            *pos = key;
+        } else {
+            insertFree(freeBlocks, remaining, r);
+        }
+    } else if (reused) {
+        freeBlocks.erase(it);
     }
     m_blocks[b].free = false;
     return b;
@@ -95,10 +106,19 @@ void AllocatorModel::free(int64_t handle) {
         return;
     }
     m_blocks[b].free = true;
-    // Merge with free neighbours in the same segment.
+    FreeList& f = pool(m_blocks[b].stream, m_blocks[b].small);
+    // Merge with free neighbours in the same segment. The merged block takes over the
+    // first neighbour's key (it only grows, so its key moves right).
+    bool listed = false;
+    uint64_t listedKey = 0;
     for (int32_t nb : {m_blocks[b].prev, m_blocks[b].next}) {
         if (nb < 0 || !m_blocks[nb].free) continue;
-        removeFree(nb);
+        if (!listed) {
+            listed = true;
+            listedKey = freeKey(m_blocks[nb].size, nb);
+        } else {
+            removeFree(nb);
+        }
         const int32_t lo = m_blocks[nb].offset < m_blocks[b].offset ? nb : b;
         const int32_t hi = lo == nb ? b : nb;
         m_blocks[lo].size += m_blocks[hi].size;
@@ -106,7 +126,15 @@ void AllocatorModel::free(int64_t handle) {
         if (m_blocks[hi].next >= 0) m_blocks[m_blocks[hi].next].prev = lo;
         b = lo;
     }
-    insertFree(pool(m_blocks[b].stream, m_blocks[b].small), m_blocks[b].size, b);
+    if (!listed) {
+        insertFree(f, m_blocks[b].size, b);
+        return;
+    }
+    const uint64_t key = freeKey(m_blocks[b].size, b);
+    auto old = std::lower_bound(f.begin(), f.end(), listedKey);
+    auto pos = std::lower_bound(old + 1, f.end(), key);
+    std::move(old + 1, pos, old);
+    *(pos - 1) = key;
 }
 
 }  // namespace shardscope

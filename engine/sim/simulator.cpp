@@ -77,8 +77,12 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
             if (isCollective(p.ops[i].kind)) v.push_back({r.start[i], r.end[i]});
         return mergeIntervals(std::move(v));
     };
+    std::vector<Interval> commU;
+    bool commStale = true;
     if (c.sim.overlapSlowdown > 0) {
-        const auto comm = commUnion();
+        commU = commUnion();
+        commStale = false;
+        const auto& comm = commU;
         bool changed = false;
         for (size_t i = 0; i < n; ++i)
             if (isComputeKind(p.ops[i].kind) && dur[i] > 0) {
@@ -88,7 +92,10 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
                     changed = true;
                 }
             }
-        if (changed) schedule(p, c, dur, r);
+        if (changed) {
+            schedule(p, c, dur, r);
+            commStale = true;
+        }
     }
 
     std::vector<Interval> compute;
@@ -100,7 +107,7 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
         }
     }
     const auto computeU = mergeIntervals(std::move(compute));
-    const auto commU = commUnion();
+    if (commStale) commU = commUnion();
     r.commNs = totalLength(commU);
     const int64_t both = intersectionLength(commU, computeU);
     r.exposedCommNs = r.commNs - both;
@@ -213,16 +220,21 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
         if (o.keepTimeline) r.timeline.push_back({t, allocated, alloc.reserved(), cat});
     };
     sample(0);
+    // Without a timeline, only a sample that can raise a peak is taken: after allocations,
+    // and at the first op of a phase (its peak starts at the level it is entered with).
+    // Frees never raise one (reserved bytes are never returned).
     for (size_t i = 0; i < n; ++i) {
         const Op& op = p.ops[i];
+        const bool newPhase = static_cast<size_t>(op.phase) != phase;
         phase = static_cast<size_t>(op.phase);
         if (op.kind == OpKind::CopyOut) {
             doFrees(op);
             doAllocs(op);
         } else {
             doAllocs(op);
-            sample(r.start[i]);
+            if (o.keepTimeline || newPhase || !op.allocs.empty()) sample(r.start[i]);
             doFrees(op);
+            if (!o.keepTimeline) continue;
         }
         sample(r.start[i]);
     }

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <random>
 
 #include "engine/schedule/step_program.h"
 #include "engine/search/variant.h"
@@ -278,6 +279,98 @@ TEST(Allocator, BestFitTakesTheSmallestFittingBlockThenTheOldest) {
     EXPECT_EQ(a.allocate(11 << 20, 0), b1);
     EXPECT_EQ(a.allocate(13 << 20, 0), b2);
     EXPECT_EQ(a.reserved(), reserved);
+}
+
+// The allocator model's rules written plainly (a linear scan for the best fit, no free
+// lists), to check its sorted free lists and in-place key moves against.
+struct ReferenceAllocator {
+    struct Block {
+        int64_t size, offset;
+        int32_t segment, prev, next;
+        bool free, small;
+        int stream;
+    };
+    std::vector<Block> blocks;
+    int64_t reserved = 0;
+    int32_t segments = 0;
+    int32_t allocate(int64_t bytes, int stream) {
+        const int64_t size = AllocatorModel::roundSize(bytes);
+        const bool small = size <= (1 << 20);
+        int32_t best = -1;
+        for (size_t i = 0; i < blocks.size(); ++i) {
+            const Block& x = blocks[i];
+            if (x.free && x.small == small && x.stream == stream && x.size >= size &&
+                (best < 0 || x.size < blocks[static_cast<size_t>(best)].size))
+                best = static_cast<int32_t>(i);
+        }
+        if (best < 0) {
+            const int64_t seg = small ? 2 << 20
+                                : size < (10 << 20)
+                                    ? 20 << 20
+                                    : (size + (2 << 20) - 1) / (2 << 20) * (2 << 20);
+            reserved += seg;
+            blocks.push_back({seg, 0, segments++, -1, -1, true, small, stream});
+            best = static_cast<int32_t>(blocks.size() - 1);
+        }
+        const int64_t rest = blocks[static_cast<size_t>(best)].size - size;
+        if (small ? rest >= 512 : rest > (1 << 20)) {
+            Block r = blocks[static_cast<size_t>(best)];
+            r.offset += size;
+            r.size = rest;
+            r.prev = best;
+            blocks.push_back(r);
+            const auto ri = static_cast<int32_t>(blocks.size() - 1);
+            if (r.next >= 0) blocks[static_cast<size_t>(r.next)].prev = ri;
+            blocks[static_cast<size_t>(best)].next = ri;
+            blocks[static_cast<size_t>(best)].size = size;
+        }
+        blocks[static_cast<size_t>(best)].free = false;
+        return best;
+    }
+    void free(int32_t b) {
+        blocks[static_cast<size_t>(b)].free = true;
+        for (int32_t nb :
+             {blocks[static_cast<size_t>(b)].prev, blocks[static_cast<size_t>(b)].next}) {
+            if (nb < 0 || !blocks[static_cast<size_t>(nb)].free) continue;
+            auto& B = blocks[static_cast<size_t>(b)];
+            auto& N = blocks[static_cast<size_t>(nb)];
+            const int32_t lo = N.offset < B.offset ? nb : b, hi = lo == nb ? b : nb;
+            auto& L = blocks[static_cast<size_t>(lo)];
+            auto& H = blocks[static_cast<size_t>(hi)];
+            L.size += H.size;
+            L.next = H.next;
+            if (H.next >= 0) blocks[static_cast<size_t>(H.next)].prev = lo;
+            H.free = false;  // absorbed: no longer a block
+            H.size = -1;
+            b = lo;
+        }
+    }
+};
+
+TEST(Allocator, MatchesAPlainBestFitOnRandomTraffic) {
+    std::mt19937 rng(7);
+    for (int round = 0; round < 20; ++round) {
+        AllocatorModel model;
+        ReferenceAllocator ref;
+        std::vector<std::pair<int64_t, int32_t>> live;  // model handle, reference handle
+        for (int step = 0; step < 2000; ++step) {
+            if (!live.empty() && rng() % 5 < 2) {
+                const size_t k = rng() % live.size();
+                model.free(live[k].first);
+                ref.free(live[k].second);
+                live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
+            } else {
+                // Sizes from the three pools, with repeats, as a step's buffers come.
+                static const int64_t kSizes[] = {100,     4096,    300000,   1 << 20,
+                                                 3 << 20, 5000000, 12 << 20, 50 << 20};
+                const int64_t bytes = kSizes[rng() % 8] + static_cast<int64_t>(rng() % 3) * 512;
+                const int stream = static_cast<int>(rng() % 2);
+                live.push_back({model.allocate(bytes, stream), ref.allocate(bytes, stream)});
+                ASSERT_EQ(live.back().first, live.back().second) << "round " << round;
+            }
+            ASSERT_EQ(model.reserved(), ref.reserved) << "round " << round << " step " << step;
+        }
+    }
 }
 
 TEST(SmallVector, SpillsToTheHeapAndCopiesAndMoves) {
