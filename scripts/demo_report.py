@@ -27,8 +27,10 @@ def load(path):
         sys.exit("error: %s: not valid JSON: %s" % (path, e))
 
 
-def counter(trace, pid=None):
-    """The "memory (bytes)" counter of one rank (or all): [(t_ns, allocated)] sorted."""
+def counter(trace, rank=None):
+    """The "memory (bytes)" counter of one rank (or all): [(t_ns, allocated)] sorted.
+    ShardScope traces write pid = rank + metadata.rank_pid_offset."""
+    pid = None if rank is None else rank + trace.get("metadata", {}).get("rank_pid_offset", 0)
     pts = [(round(e["ts"] * 1000), e["args"]["allocated"]) for e in trace["traceEvents"]
            if e.get("ph") == "C" and e.get("name") == "memory (bytes)" and (pid is None or e.get("pid") == pid)]
     return sorted(pts)
@@ -113,7 +115,7 @@ def main():
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6.5), sharey=True)
     colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
     for i, name in enumerate(names):
-        meas = counter(load(os.path.join(out, name + ".measured-trace.json")), pid=0)
+        meas = counter(load(os.path.join(out, name + ".measured-trace.json")), rank=0)
         sim = counter(load(os.path.join(out, name + ".sim-trace.json")))
         for ax, pts in ((top, meas), (bottom, sim)):
             if not pts:

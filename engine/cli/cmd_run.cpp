@@ -21,6 +21,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -109,29 +111,74 @@ nlohmann::json mergedTrace(const std::vector<nlohmann::json>& ranks, const std::
         t0 = std::min(t0, r["measured_start_ns"].get<int64_t>());
     nlohmann::json ev = nlohmann::json::array();
     for (const auto& r : ranks) {
-        const int pid = r["rank"].get<int>();
+        const int rank = r["rank"].get<int>();
+        const int pid = tracePid(rank);
+        std::set<int> named;  // overflow lanes that have their name record
         ev.push_back({{"ph", "M"},
                       {"pid", pid},
                       {"name", "process_name"},
-                      {"args", {{"name", "rank " + std::to_string(pid) + " (measured)"}}}});
+                      {"args", {{"name", "rank " + std::to_string(rank) + " (measured)"}}}});
         for (int st = 0; st < static_cast<int>(Stream::Count); ++st) {
             ev.push_back({{"ph", "M"},
                           {"pid", pid},
-                          {"tid", st},
+                          {"tid", traceTid(rank, st)},
                           {"name", "thread_name"},
                           {"args", {{"name", streamName(static_cast<Stream>(st))}}}});
             ev.push_back({{"ph", "M"},
                           {"pid", pid},
-                          {"tid", st},
+                          {"tid", traceTid(rank, st)},
                           {"name", "thread_sort_index"},
                           {"args", {{"sort_index", st}}}});
         }
         const auto& units = r["units"];
-        for (const auto& op : r["ops"]) {
-            int tid = 0;
-            const std::string stream = op["stream"];
-            for (int st = 0; st < static_cast<int>(Stream::Count); ++st)
-                if (stream == streamName(static_cast<Stream>(st))) tid = st;
+        // Measured ops of one stream can overlap partly: a Gloo collective's span runs from
+        // its issue to its completion, so the next one issued before the previous finished
+        // overlaps it. Perfetto draws only nested slices right on one thread, so such an op
+        // goes to an overflow lane of its stream ("reduce_scatter ·2"), its times unchanged.
+        const auto& ops = r["ops"];
+        std::vector<int> laneOf(ops.size(), 0);
+        {
+            std::vector<size_t> order(ops.size());
+            for (size_t i = 0; i < ops.size(); ++i)
+                order[i] = i;
+            std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+                return ops[a]["start_ns"].get<int64_t>() < ops[b]["start_ns"].get<int64_t>();
+            });
+            std::map<int, std::vector<int64_t>> busyUntil;  // stream -> end per overflow level
+            for (size_t i : order) {
+                int st = 0;
+                for (int k = 0; k < static_cast<int>(Stream::Count); ++k)
+                    if (ops[i]["stream"] == streamName(static_cast<Stream>(k))) st = k;
+                auto& levels = busyUntil[st];
+                const int64_t s = ops[i]["start_ns"].get<int64_t>();
+                const int64_t e = std::max(s, ops[i]["end_ns"].get<int64_t>());
+                size_t level = 0;
+                while (level < levels.size() && levels[level] > s && level + 1 < kMaxOverflowLanes)
+                    ++level;
+                if (level == levels.size()) levels.push_back(0);
+                levels[level] = e;
+                const int lane = st + kOverflowLaneStride * static_cast<int>(level);
+                laneOf[i] = lane;
+                if (level > 0 && !named.count(lane)) {
+                    named.insert(lane);
+                    ev.push_back({{"ph", "M"},
+                                  {"pid", pid},
+                                  {"tid", traceTid(rank, lane)},
+                                  {"name", "thread_name"},
+                                  {"args",
+                                   {{"name", std::string(streamName(static_cast<Stream>(st))) +
+                                                 " \u00b7" + std::to_string(level + 1)}}}});
+                    ev.push_back({{"ph", "M"},
+                                  {"pid", pid},
+                                  {"tid", traceTid(rank, lane)},
+                                  {"name", "thread_sort_index"},
+                                  {"args", {{"sort_index", lane}}}});
+                }
+            }
+        }
+        for (size_t i = 0; i < ops.size(); ++i) {
+            const auto& op = ops[i];
+            const int tid = laneOf[i];
             const std::string kind = op["kind"];
             const int unit = op["unit"];
             std::string label = kind == "optimizer" ? "optimizer step"
@@ -140,7 +187,7 @@ nlohmann::json mergedTrace(const std::vector<nlohmann::json>& ranks, const std::
             const int64_t s = op["start_ns"].get<int64_t>(), e = op["end_ns"].get<int64_t>();
             ev.push_back({{"ph", "X"},
                           {"pid", pid},
-                          {"tid", tid},
+                          {"tid", traceTid(rank, tid)},
                           {"name", label},
                           {"cat", kind},
                           {"ts", static_cast<double>(s - t0) / 1000.0},
@@ -160,7 +207,7 @@ nlohmann::json mergedTrace(const std::vector<nlohmann::json>& ranks, const std::
         // The measured steps on their own row: a step's span is what step_time_ns averages.
         ev.push_back({{"ph", "M"},
                       {"pid", pid},
-                      {"tid", 100},
+                      {"tid", traceTid(rank, kStepsLane)},
                       {"name", "thread_name"},
                       {"args", {{"name", "steps"}}}});
         int64_t stepIndex = r["warmup_steps"].get<int64_t>();
@@ -168,7 +215,7 @@ nlohmann::json mergedTrace(const std::vector<nlohmann::json>& ranks, const std::
             const int64_t a = sp[0].get<int64_t>(), b = sp[1].get<int64_t>();
             ev.push_back({{"ph", "X"},
                           {"pid", pid},
-                          {"tid", 100},
+                          {"tid", traceTid(rank, kStepsLane)},
                           {"name", "step " + std::to_string(stepIndex++)},
                           {"cat", "step"},
                           {"ts", static_cast<double>(a - t0) / 1000.0},
@@ -186,6 +233,7 @@ nlohmann::json mergedTrace(const std::vector<nlohmann::json>& ranks, const std::
             const auto& m = tl[k];
             ev.push_back({{"ph", "C"},
                           {"pid", pid},
+                          {"tid", traceTid(rank, kCounterLane)},
                           {"name", "memory (bytes)"},
                           {"ts", static_cast<double>(t - t0) / 1000.0},
                           {"args", {{"allocated", m[1]}}}});
@@ -195,6 +243,7 @@ nlohmann::json mergedTrace(const std::vector<nlohmann::json>& ranks, const std::
             {"displayTimeUnit", "ns"},
             {"metadata",
              {{"producer", "shardscope run"},
+              {"rank_pid_offset", kRankPidOffset},
               {"plan", plan},
               {"world_size", ranks.size()},
               {"run", std::move(run)}}}};

@@ -6,6 +6,7 @@
 
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
+#include "engine/cli/trace_file.h"
 #include "engine/schedule/step_program.h"
 #include "engine/sim/simulator.h"
 #include "plans/core/atomic_write.h"
@@ -63,21 +64,22 @@ nlohmann::json summaryJson(const ResolvedPlan& r, const StepProgram& p, const Si
 // op ids, units and phases ride in args.
 nlohmann::json chromeTrace(const ResolvedPlan& r, const StepProgram& p, const SimResult& s) {
     nlohmann::json ev = nlohmann::json::array();
+    const int pid = tracePid(0);
     ev.push_back(
         {{"ph", "M"},
-         {"pid", 0},
+         {"pid", pid},
          {"name", "process_name"},
          {"args",
           {{"name", "rank 0 (simulated; all " + std::to_string(r.worldSize) + " ranks alike)"}}}});
     for (int st = 0; st < static_cast<int>(Stream::Count); ++st) {
         ev.push_back({{"ph", "M"},
-                      {"pid", 0},
-                      {"tid", st},
+                      {"pid", pid},
+                      {"tid", traceTid(0, st)},
                       {"name", "thread_name"},
                       {"args", {{"name", streamName(static_cast<Stream>(st))}}}});
         ev.push_back({{"ph", "M"},
-                      {"pid", 0},
-                      {"tid", st},
+                      {"pid", pid},
+                      {"tid", traceTid(0, st)},
                       {"name", "thread_sort_index"},
                       {"args", {{"sort_index", st}}}});
     }
@@ -94,8 +96,8 @@ nlohmann::json chromeTrace(const ResolvedPlan& r, const StepProgram& p, const Si
             args["group_size"] = op.groupSize;
         }
         ev.push_back({{"ph", "X"},
-                      {"pid", 0},
-                      {"tid", static_cast<int>(op.stream)},
+                      {"pid", pid},
+                      {"tid", traceTid(0, static_cast<int>(op.stream))},
                       {"name", opLabel(r, op)},
                       {"cat", opKindName(op.kind)},
                       {"ts", static_cast<double>(s.start[i]) / 1000.0},
@@ -109,12 +111,14 @@ nlohmann::json chromeTrace(const ResolvedPlan& r, const StepProgram& p, const Si
         for (int k = 0; k < static_cast<int>(MemCategory::Count); ++k)
             a[memCategoryName(static_cast<MemCategory>(k))] = m.byCategory[static_cast<size_t>(k)];
         ev.push_back({{"ph", "C"},
-                      {"pid", 0},
+                      {"pid", pid},
+                      {"tid", traceTid(0, kCounterLane)},
                       {"name", "memory allocated by category (bytes)"},
                       {"ts", static_cast<double>(m.timeNs) / 1000.0},
                       {"args", a}});
         ev.push_back({{"ph", "C"},
-                      {"pid", 0},
+                      {"pid", pid},
+                      {"tid", traceTid(0, kCounterLane)},
                       {"name", "memory (bytes)"},
                       {"ts", static_cast<double>(m.timeNs) / 1000.0},
                       {"args", {{"allocated", m.allocated}, {"reserved", m.reserved}}}});
@@ -123,6 +127,7 @@ nlohmann::json chromeTrace(const ResolvedPlan& r, const StepProgram& p, const Si
             {"displayTimeUnit", "ns"},
             {"metadata",
              {{"producer", "shardscope simulate"},
+              {"rank_pid_offset", kRankPidOffset},
               {"plan", r.plan.name},
               {"world_size", r.worldSize}}}};
 }

@@ -16,8 +16,10 @@ Expected<TraceFile> readTraceFile(const std::string& path) {
         return Error{path + ":/traceEvents: expected a Chrome trace with a traceEvents array"};
     TraceFile t;
     t.path = path;
+    int pidOffset = 0;
     if (j.contains("metadata") && j["metadata"].is_object()) {
         t.producer = j["metadata"].value("producer", "");
+        pidOffset = j["metadata"].value("rank_pid_offset", 0);
         if (j["metadata"].contains("run")) t.run = j["metadata"]["run"];
     }
     std::map<int32_t, std::pair<double, int>> spans;  // rank -> (sum, count) of step spans
@@ -29,7 +31,7 @@ Expected<TraceFile> readTraceFile(const std::string& path) {
             e["args"].is_object())
             t.peakAllocated = std::max(t.peakAllocated, e["args"].value("allocated", 0.0));
         if (ph != "X") continue;
-        const auto rank = static_cast<int32_t>(e.value("pid", int64_t{0}));
+        const auto rank = static_cast<int32_t>(e.value("pid", int64_t{0}) - pidOffset);
         const int64_t t0 = std::llround(e.value("ts", 0.0) * 1000.0);
         const int64_t t1 = t0 + std::llround(e.value("dur", 0.0) * 1000.0);
         if (e.value("cat", "") == "step") {

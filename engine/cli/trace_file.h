@@ -14,9 +14,26 @@
 
 namespace shardscope::cli {
 
+// Process and thread ids in the Chrome traces ShardScope writes. Perfetto treats pid 0 as
+// the kernel's idle process and tid 0 as its thread (perfetto#394: "start from pid = 1"),
+// and a thread_name record names a tid whatever its process, so ranks must not share tids:
+// pid = rank + 1, tid = pid * 1000 + lane. Traces written before carried pid = rank;
+// metadata.rank_pid_offset tells them apart.
+constexpr int kRankPidOffset = 1;
+constexpr int kOverflowLaneStride = 10;  // lane + 10·k: a stream's k-th overflow lane
+constexpr size_t kMaxOverflowLanes = 9;  // lanes stay below kStepsLane
+constexpr int kStepsLane = 100;          // the measured step spans
+constexpr int kCounterLane = 101;        // memory counters (a counter's tid defaults to its pid)
+[[nodiscard]] inline int tracePid(int rank) {
+    return rank + kRankPidOffset;
+}
+[[nodiscard]] inline int traceTid(int rank, int lane) {
+    return tracePid(rank) * 1000 + lane;
+}
+
 struct TraceOp {
     int32_t opId = -1;
-    int32_t rank = 0;  // the trace's pid
+    int32_t rank = 0;  // pid - metadata.rank_pid_offset
     int32_t step = 0;
     int64_t startNs = 0, endNs = 0;
     std::optional<OpKind> kind;  // from args.kind; empty when the name is unknown

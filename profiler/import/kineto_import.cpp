@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <istream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <streambuf>
@@ -100,14 +102,13 @@ public:
             return;
         }
         // ShardScope's own traces (`simulate --trace`, `run --trace`): the memory counter of
-        // the first rank.
-        if (ph == "C" && name == "memory (bytes)" && e.contains("args") && e["args"].is_object() &&
-            number(e.value("pid", json(0))) == 0) {
+        // the first rank (the lowest pid; kept per pid until the end).
+        if (ph == "C" && name == "memory (bytes)" && e.contains("args") && e["args"].is_object()) {
             MemoryCounter m;
             m.ts = usToNs(e.value("ts", json(0)));
             m.allocated = number(e["args"].value("allocated", json(0)));
             m.reserved = number(e["args"].value("reserved", json(0)));
-            t.memory.push_back(m);
+            ourMemory[number(e.value("pid", json(0)))].push_back(m);
             return;
         }
         if (ph == "s") {
@@ -183,6 +184,10 @@ public:
 
     void finish() {
         if (minTs == INT64_MAX) minTs = 0;
+        if (!ourMemory.empty()) {
+            auto& first = ourMemory.begin()->second;
+            t.memory.insert(t.memory.end(), first.begin(), first.end());
+        }
         for (auto& s : t.start)
             s -= minTs;
         for (auto& m : t.memory)
@@ -210,7 +215,7 @@ public:
             if (pids.size() > 1 && pn != processNames.end() && pn->second.rfind("rank ", 0) == 0) {
                 const size_t sp = pn->second.find(' ', 5);
                 l.name = pn->second.substr(0, sp) + " \u00b7 " + l.name;
-                l.rank = static_cast<int32_t>(l.pid);
+                l.rank = static_cast<int32_t>(std::strtol(pn->second.c_str() + 5, nullptr, 10));
             }
             // Kineto writes "stream 7 " (trailing space) and quoted legacy tids.
             while (!l.name.empty() && (l.name.back() == ' ' || l.name.back() == '"'))
@@ -236,6 +241,7 @@ private:
     std::unordered_map<std::string, int32_t> laneIndex;
     std::unordered_map<std::string, std::string> threadNames;
     std::unordered_map<int64_t, std::string> processNames;
+    std::map<int64_t, std::vector<MemoryCounter>> ourMemory;  // pid -> "memory (bytes)"
     std::vector<std::string> flowStarts, flowEnds;
     std::unordered_map<int64_t, json> paramComms;
     std::unordered_map<int32_t, int64_t> pendingExternal;  // collective event -> External id

@@ -17,6 +17,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 import peer  # noqa: E402
+import perfetto_rules  # noqa: E402
 
 BIN, _ENGINE = peer.require_engine()
 SOURCE = os.environ.get("SHARDSCOPE_SOURCE", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -101,6 +102,17 @@ class DemoEndToEnd(unittest.TestCase):
             self.assertTrue(p["op_order_matches_program"])
             self.assertIn("| %s | %.2f ms | %.2f ms |" % (name, sim["step_time_ns"] / 1e6, run["step_time_ns"] / 1e6), md)
 
+
+    def test_traces_load_in_perfetto_as_meant(self):
+        # Multi-rank measured traces too: every rank's lanes keep their own tids and names.
+        for name in NAMES:
+            for kind in ("measured-trace", "sim-trace"):
+                trace = self.load("%s.%s.json" % (name, kind))
+                self.assertEqual(perfetto_rules.problems(trace), [], "%s.%s" % (name, kind))
+            measured = self.load(name + ".measured-trace.json")["traceEvents"]
+            names = {(e["pid"], e["args"]["name"]) for e in measured
+                     if e["ph"] == "M" and e["name"] == "process_name"}
+            self.assertEqual(names, {(1, "rank 0 (measured)"), (2, "rank 1 (measured)")})
 
     def test_trace_diff_joins_the_demo_traces(self):
         self.assertEqual(self.r.returncode, 0)
