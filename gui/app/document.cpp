@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <fstream>
+#include <set>
 #include <unordered_map>
 
 namespace shardscope::gui {
@@ -42,21 +44,36 @@ EventKind collectiveKind(const std::string& name) {
     return EventKind::Other;
 }
 
-TimelineData timelineFromTrace(const Trace& t) {
+TimelineData timelineFromTrace(const std::shared_ptr<const Trace>& trace) {
+    const Trace& t = *trace;
     TimelineData d;
     std::unordered_map<int32_t, EventKind> commKind;  // event -> kind, for collectives
-    for (const auto& c : t.collectives)
+    auto collectiveOf = std::make_shared<std::unordered_map<int32_t, Collective>>();
+    for (const auto& c : t.collectives) {
         commKind.emplace(c.event, collectiveKind(c.name));
+        collectiveOf->emplace(c.event, c);
+    }
     // GPU streams: kernels on one stream do not overlap. CPU-only traces show host threads.
     bool anyDevice = false;
-    for (const auto& l : t.lanes)
+    std::set<int32_t> ranks;
+    for (const auto& l : t.lanes) {
         anyDevice = anyDevice || l.kind == LaneKind::DeviceStream;
+        ranks.insert(l.rank);
+    }
     std::vector<int32_t> rowOfLane(t.lanes.size(), -1);
     for (size_t i = 0; i < t.lanes.size(); ++i)
         if ((t.lanes[i].kind == LaneKind::DeviceStream) == anyDevice) {
             rowOfLane[i] = static_cast<int32_t>(d.rows.size());
-            d.rows.push_back({t.lanes[i].name.empty() ? t.lanes[i].tid : t.lanes[i].name, {}});
+            std::string name = t.lanes[i].name.empty() ? t.lanes[i].tid : t.lanes[i].name;
+            std::string group;
+            if (ranks.size() > 1) {  // "rank 1 · compute": the rank becomes the row's group
+                group = "rank " + std::to_string(t.lanes[i].rank);
+                const std::string prefix = group + " \u00b7 ";
+                if (name.rfind(prefix, 0) == 0) name = name.substr(prefix.size());
+            }
+            d.rows.push_back({name, {}, group});
         }
+    std::unordered_map<int32_t, int32_t> unitIndex;  // string id -> TimelineData::units
     for (size_t i = 0; i < t.size(); ++i) {
         const int32_t row = rowOfLane[static_cast<size_t>(t.lane[i])];
         if (row < 0 || (anyDevice && t.cls[i] == EventClass::Cpu))
@@ -77,12 +94,45 @@ TimelineData timelineFromTrace(const Trace& t) {
             default:
                 k = EventKind::Other;
         }
+        int32_t unit = -1;
+        if (i < t.unit.size() && t.unit[i] >= 0) {
+            auto [it, added] =
+                unitIndex.emplace(t.unit[i], static_cast<int32_t>(d.units.size()));
+            if (added) d.units.push_back(t.strings.at(t.unit[i]));
+            unit = it->second;
+        }
         d.rows[static_cast<size_t>(row)].events.push_back({t.start[i], t.start[i] + t.dur[i], k,
                                                            static_cast<int32_t>(i),
-                                                           t.strings.at(t.name[i])});
+                                                           t.strings.at(t.name[i]), unit});
         d.endNs = std::max(d.endNs, t.start[i] + t.dur[i]);
     }
     sortEventsByStart(d.rows);
+    d.describe = [trace, collectiveOf](int32_t op) -> std::string {
+        const Trace& t = *trace;
+        if (op < 0 || static_cast<size_t>(op) >= t.size()) return {};
+        const auto i = static_cast<size_t>(op);
+        const Lane& lane = t.lanes[static_cast<size_t>(t.lane[i])];
+        char b[128];
+        std::snprintf(b, sizeof b, "\nstart %.3f ms, duration %.3f ms",
+                      static_cast<double>(t.start[i]) * 1e-6, static_cast<double>(t.dur[i]) * 1e-6);
+        std::string s = t.strings.at(t.name[i]) + "\n" + eventClassName(t.cls[i]) + " · " +
+                        t.strings.at(t.category[i]) + " · " +
+                        (lane.name.empty() ? lane.tid : lane.name) + b;
+        if (i < t.opId.size() && t.opId[i] >= 0) {
+            s += "\nop " + std::to_string(t.opId[i]);
+            if (t.unit[i] >= 0)
+                s += " · unit " + (t.strings.at(t.unit[i]).empty() ? std::string("<root>")
+                                                                   : t.strings.at(t.unit[i]));
+            if (t.phase[i] >= 0) s += " · " + t.strings.at(t.phase[i]);
+        }
+        const auto c = collectiveOf->find(op);
+        if (c != collectiveOf->end())
+            s += "\n" + (c->second.bytes > 0
+                              ? describeCollective(c->second.name.c_str(), c->second.bytes,
+                                                   c->second.groupSize, t.dur[i])
+                              : c->second.name + " (message size not in the trace)");
+        return s;
+    };
     return d;
 }
 
@@ -99,7 +149,7 @@ LoadedFile loadFile(const QString& path) {
             f.trace = std::make_shared<const Trace>(std::move(*t));
             // Built here, off the GUI thread like the import: a trace can hold millions of
             // events, and the window shows the summary on every refresh.
-            f.traceTimeline = std::make_shared<const TimelineData>(timelineFromTrace(*f.trace));
+            f.traceTimeline = std::make_shared<const TimelineData>(timelineFromTrace(f.trace));
             f.traceSummary = std::make_shared<const TraceSummary>(summarize(*f.trace));
             if (!f.trace->memory.empty()) {
                 auto m = std::make_shared<SimResult>();

@@ -25,12 +25,29 @@ int main(int argc, char** argv) {
     QCommandLineOption shot("screenshot",
                             "save a PNG of the window once the files are loaded, then quit", "PNG");
     cli.addOption(shot);
+    QCommandLineOption selectOp("select-op", "select this op (its details panel) once loaded",
+                                "OP");
+    QCommandLineOption selectRange(
+        "select-range", "select a time range once loaded, in ms: START:END", "START:END");
+    QCommandLineOption tab("tab", "show this tab: plan, compare or recommend", "TAB");
+    cli.addOption(selectOp);
+    cli.addOption(selectRange);
+    cli.addOption(tab);
     cli.process(app);
 
     shardscope::gui::MainWindow w;
     w.show();
     const QString png = cli.value(shot);
-    w.openFiles(cli.positionalArguments(), [&w, png] {
+    const QString op = cli.value(selectOp), range = cli.value(selectRange), tabName = cli.value(tab);
+    w.openFiles(cli.positionalArguments(), [&w, png, op, range, tabName] {
+        if (!op.isEmpty()) w.selectOp(op.toInt());
+        if (!range.isEmpty()) {
+            const QStringList p = range.split(':');
+            if (p.size() == 2)
+                w.selectRange(static_cast<int64_t>(p[0].toDouble() * 1e6),
+                              static_cast<int64_t>(p[1].toDouble() * 1e6));
+        }
+        if (!tabName.isEmpty()) w.showTab(tabName);
         if (png.isEmpty()) return;
         // Let the layout settle for one event loop turn before grabbing.
         QTimer::singleShot(200, &w, [&w, png] {

@@ -13,6 +13,7 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QMimeData>
+#include <QPlainTextEdit>
 #include <QProgressBar>
 #include <QSettings>
 #include <QSortFilterProxyModel>
@@ -27,10 +28,58 @@
 #include "gui/models/module_tree_model.h"
 #include "gui/models/unit_table_model.h"
 #include "gui/timeline/memory_chart.h"
+#include "gui/timeline/step_stats.h"
 #include "gui/timeline/timeline_widget.h"
 #include "plans/core/strings.h"
 
 namespace shardscope::gui {
+
+namespace {
+const char* const kDetailsHint =
+    "Click an op for its details (unit, phase, bytes, achieved bandwidth, what it waited "
+    "on); shift-drag over the timeline for the busy time, exposed communication and "
+    "overlap of a range; Esc clears.";
+}  // namespace
+
+QString MainWindow::describeRange(int64_t t0, int64_t t1) const {
+    const auto& d = m_timeline->data();
+    if (!d) return {};
+    QString s = QString("Range %1 - %2 ms (%3 ms)\n")
+                    .arg(static_cast<double>(t0) * 1e-6, 0, 'f', 3)
+                    .arg(static_cast<double>(t1) * 1e-6, 0, 'f', 3)
+                    .arg(static_cast<double>(t1 - t0) * 1e-6, 0, 'f', 3);
+    for (const RangeStats& r : rangeStats(*d, t0, t1)) {
+        if (!r.group.empty()) s += "\n" + QString::fromStdString(r.group) + "\n";
+        auto pct = [&](int64_t ns) {
+            return QString("%1 ms (%2% of the range)")
+                .arg(static_cast<double>(ns) * 1e-6, 0, 'f', 3)
+                .arg(t1 > t0 ? 100.0 * static_cast<double>(ns) / static_cast<double>(t1 - t0) : 0,
+                     0, 'f', 1);
+        };
+        s += "  busy: " + pct(r.busyNs) + "\n";
+        s += "  compute: " + pct(r.computeNs) + "\n";
+        s += "  communication: " + pct(r.commNs) + "\n";
+        s += "  exposed communication: " + pct(r.exposedCommNs) + "\n";
+        s += QString("  overlap: %1% of the communication under compute\n")
+                 .arg(r.overlapPercent(), 0, 'f', 1);
+        s += QString("  %1 ops\n").arg(r.events);
+    }
+    return s;
+}
+
+void MainWindow::selectOp(int32_t op) {
+    const auto& d = m_timeline->data();
+    m_details->setPlainText(d && d->describe ? QString::fromStdString(d->describe(op))
+                                             : QString());
+}
+
+void MainWindow::selectRange(int64_t startNs, int64_t endNs) {
+    m_timeline->selectRange(startNs, endNs);
+}
+
+void MainWindow::showTab(const QString& name) {
+    (void)name;
+}
 
 MainWindow::MainWindow(QWidget* parent)
     : QMainWindow(parent), m_tree(new ModuleTreeModel(this)), m_units(new UnitTableModel(this)) {
@@ -122,10 +171,33 @@ MainWindow::MainWindow(QWidget* parent)
     bl->setContentsMargins(4, 0, 4, 0);
     bl->addWidget(controls);
     bl->addWidget(m_simSummary);
-    bl->addWidget(m_timeline, 1);
+    auto* charts = new QWidget;
+    auto* chl = new QVBoxLayout(charts);
+    chl->setContentsMargins(0, 0, 0, 0);
+    chl->addWidget(m_timeline, 1);
     m_memory = new MemoryChart;
-    bl->addWidget(m_memory);
+    chl->addWidget(m_memory);
+    // The details panel: the selected op, or the figures of a selected time range.
+    m_details = new QPlainTextEdit;
+    m_details->setReadOnly(true);
+    m_details->setMinimumWidth(240);
+    m_details->setPlaceholderText(kDetailsHint);
+    auto* timelineSplit = new QSplitter;
+    timelineSplit->addWidget(charts);
+    timelineSplit->addWidget(m_details);
+    timelineSplit->setStretchFactor(0, 4);
+    timelineSplit->setStretchFactor(1, 1);
+    bl->addWidget(timelineSplit, 1);
     connect(m_timeline, &TimelineWidget::viewportChanged, m_memory, &MemoryChart::setRange);
+    connect(m_timeline, &TimelineWidget::eventSelected, this, [this](int32_t op) {
+        const auto& d = m_timeline->data();
+        m_details->setPlainText(d && d->describe ? QString::fromStdString(d->describe(op))
+                                                 : QString("op %1").arg(op));
+    });
+    connect(m_timeline, &TimelineWidget::rangeSelected, this, [this](int64_t t0, int64_t t1) {
+        m_details->setPlainText(describeRange(t0, t1));
+    });
+    connect(m_timeline, &TimelineWidget::selectionCleared, m_details, &QPlainTextEdit::clear);
     auto* outer = new QSplitter(Qt::Vertical);
     outer->addWidget(split);
     outer->addWidget(bottom);

@@ -12,6 +12,7 @@ class QLabel;
 class QSpinBox;
 class QListWidget;
 class QMenu;
+class QPlainTextEdit;
 class QProgressBar;
 class QTableView;
 class QTreeView;
@@ -35,6 +36,13 @@ public:
     [[nodiscard]] QListWidget* problemList() const { return m_problems; }
     [[nodiscard]] TimelineWidget* timeline() const { return m_timeline; }
     [[nodiscard]] MemoryChart* memoryChart() const { return m_memory; }
+    [[nodiscard]] QPlainTextEdit* detailsPanel() const { return m_details; }
+    // What a user does with the mouse, for screenshots and tests.
+    void selectOp(int32_t op);
+    void selectRange(int64_t startNs, int64_t endNs);
+    void showTab(const QString& name);  // "plan", "compare", "recommend"
+    // The details panel's text for a time range of the timeline shown.
+    [[nodiscard]] QString describeRange(int64_t startNs, int64_t endNs) const;
     // What-if controls (tests drive them like a user would).
     [[nodiscard]] QComboBox* reshardBox() const { return m_reshard; }
     [[nodiscard]] QSpinBox* forwardPrefetchBox() const { return m_fwdPrefetch; }
@@ -66,6 +74,7 @@ private:
     QSpinBox* m_microBatch;
     TimelineWidget* m_timeline;
     MemoryChart* m_memory;
+    QPlainTextEdit* m_details;
     QProgressBar* m_progress;
     QMenu* m_recent;
     int m_pending = 0;

@@ -24,9 +24,19 @@ void sortEventsByStart(std::vector<TimelineRow>& rows) {
 }
 
 std::vector<DrawRect> buildDrawList(const std::vector<TimelineRow>& rows, const Viewport& v) {
+    std::vector<const TimelineRow*> ptrs;
+    ptrs.reserve(rows.size());
+    for (const auto& r : rows)
+        ptrs.push_back(&r);
+    return buildDrawList(ptrs, v);
+}
+
+std::vector<DrawRect> buildDrawList(const std::vector<const TimelineRow*>& rows,
+                                    const Viewport& v) {
     std::vector<DrawRect> out;
     for (size_t r = 0; r < rows.size(); ++r) {
-        const auto& ev = rows[r].events;
+        if (!rows[r]) continue;
+        const auto& ev = rows[r]->events;
         // First event ending after the viewport start: events are sorted and, within one
         // stream, do not overlap, so ends are sorted too.
         auto it = std::lower_bound(ev.begin(), ev.end(), v.startNs,

@@ -17,13 +17,15 @@ struct TimelineEvent {
     int64_t start = 0;  // ns
     int64_t end = 0;
     EventKind kind = EventKind::Other;
-    int32_t op = -1;    // step-program op id
+    int32_t op = -1;    // step-program op id (simulation) or event index (trace)
     std::string label;  // "model.layers.3 all-gather"
+    int32_t unit = -1;  // index into TimelineData::units; -1 when unknown
 };
 
 struct TimelineRow {
     std::string name;                   // "compute", "all_gather", ...
     std::vector<TimelineEvent> events;  // sorted by start, non-overlapping within a stream
+    std::string group;                  // "rank 1" when the data holds several ranks
 };
 
 struct Viewport {
@@ -52,6 +54,10 @@ struct DrawRect {
 void sortEventsByStart(std::vector<TimelineRow>& rows);
 
 [[nodiscard]] std::vector<DrawRect> buildDrawList(const std::vector<TimelineRow>& rows,
+                                                  const Viewport& v);
+// The rows shown (collapsed ranks left out); DrawRect::row indexes `rows`, null entries
+// (group headers) draw nothing.
+[[nodiscard]] std::vector<DrawRect> buildDrawList(const std::vector<const TimelineRow*>& rows,
                                                   const Viewport& v);
 
 }  // namespace shardscope::gui

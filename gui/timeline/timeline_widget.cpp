@@ -4,6 +4,7 @@
 #include <QKeyEvent>
 #include <QMouseEvent>
 #include <QPainter>
+#include <QPen>
 #include <QToolTip>
 #include <QWheelEvent>
 
@@ -39,20 +40,71 @@ TimelineWidget::TimelineWidget(QWidget* parent) : QWidget(parent) {
 }
 
 QSize TimelineWidget::sizeHint() const {
-    const int rows = m_data ? static_cast<int>(m_data->rows.size()) : 4;
-    return {800, 24 + rows * kRowHeight};
+    const int rows = m_visible.empty() ? 4 : static_cast<int>(m_visible.size());
+    return {800, kTop + 4 + rows * kRowHeight};
 }
 
 void TimelineWidget::setData(std::shared_ptr<const TimelineData> data) {
     m_data = std::move(data);
-    setMinimumHeight(24 + (m_data ? static_cast<int>(m_data->rows.size()) : 1) * kRowHeight + 6);
+    m_selectedOp = -1;
+    m_selectedRow = nullptr;
+    m_range.reset();
+    rebuildVisible();
     fit();
+}
+
+void TimelineWidget::rebuildVisible() {
+    m_visible.clear();
+    m_headerGroup.clear();
+    if (m_data) {
+        std::vector<std::string> groups;
+        for (const auto& r : m_data->rows)
+            if (std::find(groups.begin(), groups.end(), r.group) == groups.end())
+                groups.push_back(r.group);
+        const bool headers = groups.size() > 1;
+        for (const auto& g : groups) {
+            if (headers) {
+                m_visible.push_back(nullptr);
+                m_headerGroup.push_back(g);
+                if (m_collapsed.count(g)) continue;
+            }
+            for (const auto& r : m_data->rows)
+                if (r.group == g) {
+                    m_visible.push_back(&r);
+                    m_headerGroup.emplace_back();
+                }
+        }
+    }
+    setMinimumHeight(kTop + 6 + std::max<int>(1, static_cast<int>(m_visible.size())) * kRowHeight);
     updateGeometry();
+    update();
+}
+
+void TimelineWidget::setCollapsed(const std::string& group, bool collapsed) {
+    if (collapsed)
+        m_collapsed.insert(group);
+    else
+        m_collapsed.erase(group);
+    rebuildVisible();
+}
+
+std::string TimelineWidget::groupOfHeader(int visibleRow) const {
+    if (visibleRow < 0 || static_cast<size_t>(visibleRow) >= m_visible.size() ||
+        m_visible[static_cast<size_t>(visibleRow)] != nullptr)
+        return {};
+    return m_headerGroup[static_cast<size_t>(visibleRow)];
 }
 
 void TimelineWidget::fit() {
     m_start = 0;
     m_end = m_data && m_data->endNs > 0 ? m_data->endNs : 1;
+    update();
+}
+
+void TimelineWidget::setViewport(int64_t startNs, int64_t endNs) {
+    if (startNs == m_start && endNs == m_end) return;
+    m_start = startNs;
+    m_end = std::max(endNs, startNs + 1);
     update();
 }
 
@@ -74,8 +126,8 @@ void TimelineWidget::paintEvent(QPaintEvent*) {
         return;
     }
     const Viewport v = viewport();
-    m_drawList = buildDrawList(m_data->rows, v);
-    const int top = 20;
+    m_drawList = buildDrawList(m_visible, v);
+    const int top = kTop;
     // Time axis: a tick every power-of-ten-ish step.
     const double span = static_cast<double>(m_end - m_start);
     const double rawStep = span / 8.0;
@@ -86,13 +138,26 @@ void TimelineWidget::paintEvent(QPaintEvent*) {
         const double x = kLabelWidth + timeToPixel(static_cast<int64_t>(t), v);
         p.drawLine(QPointF(x, top - 4), QPointF(x, top));
         p.drawText(QPointF(x + 2, top - 6),
-                   QString::number(t * 1e-6, 'f', t * 1e-6 < 10 ? 2 : 0) + " ms");
+                   QString::number(t * 1e-6, 'f', std::abs(step) * 1e-6 < 1 ? 3 : 1) + " ms");
     }
-    for (size_t r = 0; r < m_data->rows.size(); ++r) {
+    for (size_t r = 0; r < m_visible.size(); ++r) {
         const int y = top + static_cast<int>(r) * kRowHeight;
+        if (!m_visible[r]) {  // a rank's header: click to collapse or expand its rows
+            const std::string& g = m_headerGroup[r];
+            p.fillRect(QRect(0, y, width(), kRowHeight), palette().alternateBase());
+            p.setPen(palette().text().color());
+            QFont bold = font();
+            bold.setBold(true);
+            p.setFont(bold);
+            p.drawText(QRect(4, y, kLabelWidth - 8, kRowHeight), Qt::AlignVCenter | Qt::AlignLeft,
+                       QString::fromUtf8(m_collapsed.count(g) ? "\u25b8 " : "\u25be ") +
+                           QString::fromStdString(g));
+            p.setFont(font());
+            continue;
+        }
         p.setPen(palette().text().color());
-        p.drawText(QRect(4, y, kLabelWidth - 8, kRowHeight), Qt::AlignVCenter | Qt::AlignLeft,
-                   QString::fromStdString(m_data->rows[r].name));
+        p.drawText(QRect(14, y, kLabelWidth - 18, kRowHeight), Qt::AlignVCenter | Qt::AlignLeft,
+                   QString::fromStdString(m_visible[r]->name));
         p.setPen(QColor(0xdd, 0xdd, 0xdd));
         p.drawLine(kLabelWidth, y + kRowHeight, width(), y + kRowHeight);
     }
@@ -106,6 +171,26 @@ void TimelineWidget::paintEvent(QPaintEvent*) {
                 box.adjusted(3, 0, -2, 0), Qt::AlignVCenter | Qt::AlignLeft,
                 QFontMetrics(font()).elidedText(QString::fromStdString(d.label), Qt::ElideRight,
                                                 static_cast<int>(box.width()) - 5));
+        }
+        if (m_selectedOp >= 0 && d.op == m_selectedOp) {
+            p.setPen(QPen(palette().text().color(), 2));
+            p.drawRect(box.adjusted(-1, -1, 1, 1));
+        }
+    }
+    if (m_range) {
+        const double x0 = kLabelWidth + std::max(0.0, timeToPixel(m_range->first, v));
+        const double x1 =
+            kLabelWidth + std::min<double>(v.widthPx, timeToPixel(m_range->second, v));
+        if (x1 > x0) {
+            const QRectF band(x0, top, x1 - x0, height() - top);
+            p.fillRect(band, QColor(0x30, 0x60, 0xc0, 40));
+            p.setPen(QColor(0x30, 0x60, 0xc0));
+            p.drawLine(QPointF(x0, top), QPointF(x0, height()));
+            p.drawLine(QPointF(x1, top), QPointF(x1, height()));
+            p.drawText(QPointF(x0 + 3, top + 12),
+                       QString("%1 ms").arg(
+                           static_cast<double>(m_range->second - m_range->first) * 1e-6, 0, 'f',
+                           3));
         }
     }
 }
@@ -132,36 +217,110 @@ void TimelineWidget::wheelEvent(QWheelEvent* e) {
     zoom(e->angleDelta().y() > 0 ? 0.8 : 1.25, e->position().x());
 }
 
+int TimelineWidget::rowAt(double y) const {
+    if (y < kTop) return -1;
+    const int row = (static_cast<int>(y) - kTop) / kRowHeight;
+    return row < static_cast<int>(m_visible.size()) ? row : -1;
+}
+
+const DrawRect* TimelineWidget::rectAt(double x, double y) const {
+    const int row = rowAt(y);
+    for (const DrawRect& d : m_drawList)
+        if (d.row == row && x - kLabelWidth >= d.x0 && x - kLabelWidth <= d.x1) return &d;
+    return nullptr;
+}
+
+void TimelineWidget::selectRange(int64_t startNs, int64_t endNs) {
+    if (endNs < startNs) std::swap(startNs, endNs);
+    m_range = std::make_pair(startNs, endNs);
+    update();
+    emit rangeSelected(startNs, endNs);
+}
+
+void TimelineWidget::clearSelection() {
+    m_range.reset();
+    m_selectedOp = -1;
+    update();
+    emit selectionCleared();
+}
+
 void TimelineWidget::mousePressEvent(QMouseEvent* e) {
-    m_dragX = static_cast<int>(e->position().x());
+    const double x = e->position().x();
+    const int row = rowAt(e->position().y());
+    if (x < kLabelWidth && row >= 0 && !m_visible[static_cast<size_t>(row)]) {
+        const std::string g = groupOfHeader(row);
+        setCollapsed(g, !isCollapsed(g));
+        return;
+    }
+    if (e->modifiers() & Qt::ShiftModifier && x >= kLabelWidth) {
+        m_selectingRange = true;
+        m_rangeAnchor = pixelToTime(x - kLabelWidth, viewport());
+        m_range = std::make_pair(m_rangeAnchor, m_rangeAnchor);
+        update();
+        return;
+    }
+    m_dragX = static_cast<int>(x);
+    m_pressX = m_dragX;
+}
+
+void TimelineWidget::mouseReleaseEvent(QMouseEvent* e) {
+    const double x = e->position().x();
+    if (m_selectingRange) {
+        m_selectingRange = false;
+        const int64_t t = pixelToTime(std::max(0.0, x - kLabelWidth), viewport());
+        if (t == m_rangeAnchor)
+            clearSelection();
+        else
+            selectRange(m_rangeAnchor, t);
+        return;
+    }
+    const bool click = m_pressX >= 0 && std::abs(x - m_pressX) < 4;
+    m_dragX = m_pressX = -1;
+    if (!click) return;
+    const DrawRect* d = rectAt(x, e->position().y());
+    if (d && d->folded == 1 && d->op >= 0) {
+        m_selectedOp = d->op;
+        update();
+        emit eventSelected(m_selectedOp);
+    } else if (d && d->folded > 1) {
+        // A folded block: zoom to it, so its ops can be told apart.
+        const Viewport v = viewport();
+        setViewport(pixelToTime(d->x0 - 10, v), pixelToTime(d->x1 + 10, v));
+    } else if (m_selectedOp >= 0 || m_range) {
+        clearSelection();
+    }
 }
 
 void TimelineWidget::mouseMoveEvent(QMouseEvent* e) {
     const double x = e->position().x();
+    if (m_selectingRange) {
+        m_range = std::minmax(m_rangeAnchor, pixelToTime(std::max(0.0, x - kLabelWidth), viewport()));
+        update();
+        return;
+    }
     if (e->buttons() & Qt::LeftButton && m_dragX >= 0) {
         pan(m_dragX - x);
         m_dragX = static_cast<int>(x);
         return;
     }
-    const int row = (static_cast<int>(e->position().y()) - 20) / kRowHeight;
-    for (const DrawRect& d : m_drawList)
-        if (d.row == row && x - kLabelWidth >= d.x0 && x - kLabelWidth <= d.x1 && m_data) {
-            QString tip;
-            if (d.folded > 1) {
-                tip = QString("%1 short ops folded; zoom in to see them").arg(d.folded);
-            } else {
-                for (const auto& ev : m_data->rows[static_cast<size_t>(row)].events)
-                    if (ev.op == d.op) {
-                        tip = QString("%1\n%2 ms  (op %3)")
-                                  .arg(QString::fromStdString(ev.label))
-                                  .arg(static_cast<double>(ev.end - ev.start) * 1e-6, 0, 'f', 3)
-                                  .arg(ev.op);
-                        break;
-                    }
-            }
-            QToolTip::showText(e->globalPosition().toPoint(), tip, this);
-            return;
+    const DrawRect* d = rectAt(x, e->position().y());
+    const int row = rowAt(e->position().y());
+    if (d && m_data && row >= 0 && m_visible[static_cast<size_t>(row)]) {
+        QString tip;
+        if (d->folded > 1) {
+            tip = QString("%1 short ops folded; click or zoom in to see them").arg(d->folded);
+        } else {
+            for (const auto& ev : m_visible[static_cast<size_t>(row)]->events)
+                if (ev.op == d->op) {
+                    tip = QString("%1\n%2 ms  (click for details)")
+                              .arg(QString::fromStdString(ev.label))
+                              .arg(static_cast<double>(ev.end - ev.start) * 1e-6, 0, 'f', 3);
+                    break;
+                }
         }
+        QToolTip::showText(e->globalPosition().toPoint(), tip, this);
+        return;
+    }
     QToolTip::hideText();
 }
 
@@ -182,6 +341,9 @@ void TimelineWidget::keyPressEvent(QKeyEvent* e) {
             break;
         case Qt::Key_F:
             fit();
+            break;
+        case Qt::Key_Escape:
+            clearSelection();
             break;
         default:
             QWidget::keyPressEvent(e);

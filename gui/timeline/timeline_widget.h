@@ -1,12 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // One row per stream, events coloured by kind (compute, all-gather, reduce-scatter,
-// all-reduce, copies), unit names where wide enough. Wheel or W/S zooms around the cursor,
-// dragging or A/D pans, F fits the step; hovering shows the op. paintEvent replays the draw
-// list buildDrawList() made for the current viewport.
+// all-reduce, copies), unit names where wide enough. Several ranks get a header row each
+// that collapses them (click it). Wheel or W/S zooms around the cursor, dragging or A/D
+// pans, F fits the step; hovering shows the op, clicking selects it (eventSelected),
+// shift-dragging selects a time range (rangeSelected), Esc clears both. paintEvent replays
+// the draw list buildDrawList() made for the current viewport.
 #include <QWidget>
 
+#include <functional>
 #include <memory>
+#include <optional>
+#include <set>
 
 #include "gui/timeline/draw_list.h"
 
@@ -15,6 +20,10 @@ namespace shardscope::gui {
 struct TimelineData {
     std::vector<TimelineRow> rows;
     int64_t endNs = 0;
+    std::vector<std::string> units;  // TimelineEvent::unit names ("" for the root)
+    // The details panel's text for an event (by TimelineEvent::op): unit, phase, bytes,
+    // duration, achieved bandwidth, what it waited on. Null: the label only.
+    std::function<std::string(int32_t op)> describe;
 };
 
 class TimelineWidget : public QWidget {
@@ -22,33 +31,65 @@ class TimelineWidget : public QWidget {
 public:
     explicit TimelineWidget(QWidget* parent = nullptr);
     void setData(std::shared_ptr<const TimelineData> data);
+    [[nodiscard]] const std::shared_ptr<const TimelineData>& data() const { return m_data; }
     void fit();
+    void setViewport(int64_t startNs, int64_t endNs);  // another timeline's, for Compare
     [[nodiscard]] const std::vector<DrawRect>& lastDrawList() const { return m_drawList; }
     [[nodiscard]] Viewport viewport() const;
     static constexpr int kLabelWidth = 150;  // fits "rank 0 · reduce_scatter"
+    static constexpr int kRowHeight = 22;
+    static constexpr int kTop = 20;  // the time axis above the rows
+
+    // Rows as drawn: null for a rank's header row.
+    [[nodiscard]] const std::vector<const TimelineRow*>& visibleRows() const { return m_visible; }
+    void setCollapsed(const std::string& group, bool collapsed);
+    [[nodiscard]] bool isCollapsed(const std::string& group) const {
+        return m_collapsed.count(group) > 0;
+    }
+    // The y of a visible row's top, for tests that click like a user.
+    [[nodiscard]] int rowY(int visibleRow) const { return kTop + visibleRow * kRowHeight; }
+    [[nodiscard]] int32_t selectedOp() const { return m_selectedOp; }
+    [[nodiscard]] std::optional<std::pair<int64_t, int64_t>> selectedRange() const {
+        return m_range;
+    }
+    void selectRange(int64_t startNs, int64_t endNs);
+    void clearSelection();
 
 signals:
     void viewportChanged(int64_t startNs, int64_t endNs);
-
-public:
-    static constexpr int kRowHeight = 22;
+    void eventSelected(int32_t op);  // -1: none
+    void rangeSelected(int64_t startNs, int64_t endNs);
+    void selectionCleared();
 
 protected:
     void paintEvent(QPaintEvent*) override;
     void wheelEvent(QWheelEvent* e) override;
     void mousePressEvent(QMouseEvent* e) override;
     void mouseMoveEvent(QMouseEvent* e) override;
+    void mouseReleaseEvent(QMouseEvent* e) override;
     void keyPressEvent(QKeyEvent* e) override;
     QSize sizeHint() const override;
 
 private:
     void zoom(double factor, double atX);
     void pan(double px);
+    void rebuildVisible();
+    [[nodiscard]] int rowAt(double y) const;
+    [[nodiscard]] const DrawRect* rectAt(double x, double y) const;
+    [[nodiscard]] std::string groupOfHeader(int visibleRow) const;
 
     std::shared_ptr<const TimelineData> m_data;
+    std::vector<const TimelineRow*> m_visible;
+    std::vector<std::string> m_headerGroup;  // per visible row: the group of a header row
+    std::set<std::string> m_collapsed;
     int64_t m_start = 0, m_end = 1;
     std::vector<DrawRect> m_drawList;
-    int m_dragX = -1;
+    int m_dragX = -1, m_pressX = -1;
+    bool m_selectingRange = false;
+    int64_t m_rangeAnchor = 0;
+    std::optional<std::pair<int64_t, int64_t>> m_range;
+    int32_t m_selectedOp = -1;
+    const TimelineRow* m_selectedRow = nullptr;
 };
 
 }  // namespace shardscope::gui

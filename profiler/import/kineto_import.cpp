@@ -178,6 +178,14 @@ public:
                       : classCache.emplace(key, classify(name, cat)).first->second;
         }
         t.cls.push_back(cls);
+        t.opId.push_back(ours && args["op_id"].is_number_integer() ? args["op_id"].get<int32_t>()
+                                                                   : -1);
+        t.unit.push_back(ours && args.contains("unit") && args["unit"].is_string()
+                             ? t.strings.intern(args["unit"].get<std::string>())
+                             : -1);
+        t.phase.push_back(ours && args.contains("phase") && args["phase"].is_string()
+                              ? t.strings.intern(args["phase"].get<std::string>())
+                              : -1);
         if (!ours && gpu && cls == EventClass::Communication && isNcclKernel(name))
             collective(idx, name, args);
     }

@@ -59,6 +59,9 @@ struct Trace {
     std::vector<int64_t> start, dur;
     std::vector<int32_t> lane, name, category;
     std::vector<EventClass> cls;
+    // ShardScope's own traces carry the step program's op id, the FSDP unit and the phase
+    // in args; -1 elsewhere (unit and phase are string ids).
+    std::vector<int32_t> opId, unit, phase;
     std::vector<Collective> collectives;
     std::vector<MemoryCounter> memory;  // device memory, from [memory] events
     // Import statistics, reported rather than failing on odd input.

@@ -1,0 +1,110 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gui/timeline/step_stats.h"
+
+#include <algorithm>
+
+#include "plans/core/intervals.h"
+
+namespace shardscope::gui {
+
+namespace {
+
+bool isComm(EventKind k) {
+    return k == EventKind::AllGather || k == EventKind::ReduceScatter || k == EventKind::AllReduce;
+}
+
+struct Clipped {
+    std::vector<Interval> all, compute, comm;
+    int32_t events = 0;
+};
+
+Clipped clip(const TimelineData& d, const std::string& group, int64_t t0, int64_t t1) {
+    Clipped c;
+    for (const auto& row : d.rows) {
+        if (row.group != group) continue;
+        auto it = std::lower_bound(row.events.begin(), row.events.end(), t0,
+                                   [](const TimelineEvent& e, int64_t t) { return e.end <= t; });
+        for (; it != row.events.end() && it->start < t1; ++it) {
+            const Interval iv{std::max(it->start, t0), std::min(it->end, t1)};
+            if (iv.second <= iv.first) continue;
+            ++c.events;
+            c.all.push_back(iv);
+            if (it->kind == EventKind::Compute) c.compute.push_back(iv);
+            if (isComm(it->kind)) c.comm.push_back(iv);
+        }
+    }
+    return c;
+}
+
+RangeStats statsOf(Clipped c, const std::string& group, int64_t t0, int64_t t1) {
+    RangeStats s;
+    s.group = group;
+    s.startNs = t0;
+    s.endNs = t1;
+    s.events = c.events;
+    const auto all = mergeIntervals(std::move(c.all));
+    const auto compute = mergeIntervals(std::move(c.compute));
+    const auto comm = mergeIntervals(std::move(c.comm));
+    s.busyNs = totalLength(all);
+    s.computeNs = totalLength(compute);
+    s.commNs = totalLength(comm);
+    s.exposedCommNs = s.commNs - intersectionLength(comm, compute);
+    return s;
+}
+
+std::vector<std::string> groupsOf(const TimelineData& d) {
+    std::vector<std::string> groups;
+    for (const auto& row : d.rows)
+        if (std::find(groups.begin(), groups.end(), row.group) == groups.end())
+            groups.push_back(row.group);
+    return groups;
+}
+
+}  // namespace
+
+std::vector<RangeStats> rangeStats(const TimelineData& d, int64_t startNs, int64_t endNs) {
+    std::vector<RangeStats> out;
+    for (const auto& g : groupsOf(d))
+        out.push_back(statsOf(clip(d, g, startNs, endNs), g, startNs, endNs));
+    return out;
+}
+
+StepStats stepStats(const TimelineData& d) {
+    StepStats s;
+    const auto groups = groupsOf(d);
+    if (groups.empty()) return s;
+    const std::string& g = groups.front();
+    int64_t t0 = INT64_MAX, t1 = INT64_MIN;
+    for (const auto& row : d.rows)
+        if (row.group == g && !row.events.empty()) {
+            t0 = std::min(t0, row.events.front().start);
+            for (const auto& e : row.events)
+                t1 = std::max(t1, e.end);
+        }
+    if (t0 > t1) return s;
+    s.total = statsOf(clip(d, g, t0, t1), g, t0, t1);
+    std::vector<Interval> compute;
+    for (const auto& row : d.rows)
+        if (row.group == g)
+            for (const auto& e : row.events)
+                if (e.kind == EventKind::Compute) compute.push_back({e.start, e.end});
+    const auto computeU = mergeIntervals(std::move(compute));
+    for (const auto& row : d.rows) {
+        if (row.group != g) continue;
+        for (const auto& e : row.events) {
+            if (!isComm(e.kind)) continue;
+            const std::string unit =
+                e.unit >= 0 && static_cast<size_t>(e.unit) < d.units.size()
+                    ? (d.units[static_cast<size_t>(e.unit)].empty()
+                           ? std::string("<root>")
+                           : d.units[static_cast<size_t>(e.unit)])
+                    : std::string("(unknown unit)");
+            const std::vector<Interval> one{{e.start, e.end}};
+            s.commByUnit[unit] += e.end - e.start;
+            s.exposedCommByUnit[unit] += (e.end - e.start) - intersectionLength(one, computeU);
+        }
+    }
+    return s;
+}
+
+}  // namespace shardscope::gui

@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Figures of a timeline, over a time range or the whole step, per rank: busy time, compute,
+// communication and the part of it no compute overlaps (exposed), as the simulator and
+// `shardscope trace overlap` count them: unions of intervals, so work on several streams at
+// once counts once. The range selection, the Compare table and its per-unit differences
+// read them.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gui/timeline/timeline_widget.h"
+
+namespace shardscope::gui {
+
+struct RangeStats {
+    std::string group;  // the rank ("" when the data has one)
+    int64_t startNs = 0, endNs = 0;
+    int64_t busyNs = 0;     // any stream busy
+    int64_t computeNs = 0;  // compute busy
+    int64_t commNs = 0;     // all-gather, reduce-scatter or all-reduce busy
+    int64_t exposedCommNs = 0;
+    int32_t events = 0;  // events that intersect the range
+    [[nodiscard]] double overlapPercent() const {
+        return commNs > 0 ? 100.0 * static_cast<double>(commNs - exposedCommNs) /
+                                static_cast<double>(commNs)
+                          : 0.0;
+    }
+};
+
+// One entry per rank (row group), in row order; events clipped to [startNs, endNs).
+[[nodiscard]] std::vector<RangeStats> rangeStats(const TimelineData& d, int64_t startNs,
+                                                 int64_t endNs);
+
+struct StepStats {
+    RangeStats total;  // first event start to last end, the first rank's
+    // Per unit name: communication time no compute overlaps (first rank).
+    std::map<std::string, int64_t> exposedCommByUnit;
+    std::map<std::string, int64_t> commByUnit;
+};
+
+[[nodiscard]] StepStats stepStats(const TimelineData& d);
+
+}  // namespace shardscope::gui
