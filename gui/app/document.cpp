@@ -7,6 +7,8 @@
 #include "plans/plan/plan_json.h"
 #include "profiler/import/kineto_import.h"
 
+#include <QFileInfo>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
@@ -75,6 +77,12 @@ TimelineData timelineFromTrace(const std::shared_ptr<const Trace>& trace) {
         }
     std::unordered_map<int32_t, int32_t> unitIndex;  // string id -> TimelineData::units
     for (size_t i = 0; i < t.size(); ++i) {
+        const std::string& cat = t.strings.at(t.category[i]);
+        if (cat == "step" || t.strings.at(t.name[i]).rfind("ProfilerStep#", 0) == 0) {
+            const Lane& l = t.lanes[static_cast<size_t>(t.lane[i])];
+            d.steps.push_back({ranks.size() > 1 ? "rank " + std::to_string(l.rank) : std::string(),
+                               t.start[i], t.start[i] + t.dur[i]});
+        }
         const int32_t row = rowOfLane[static_cast<size_t>(t.lane[i])];
         if (row < 0 || (anyDevice && t.cls[i] == EventClass::Cpu))
             continue;  // annotations overlap kernels
@@ -107,6 +115,23 @@ TimelineData timelineFromTrace(const std::shared_ptr<const Trace>& trace) {
         d.endNs = std::max(d.endNs, t.start[i] + t.dur[i]);
     }
     sortEventsByStart(d.rows);
+    // ShardScope's own lanes in stream order (compute first), each stream's overflow lanes
+    // ("reduce_scatter ·2") after it; other traces keep their lane order.
+    auto streamRank = [](const std::string& name) {
+        const std::string base = name.substr(0, name.find(" \u00b7"));
+        for (int s = 0; s < static_cast<int>(Stream::Count); ++s)
+            if (base == streamName(static_cast<Stream>(s))) return s;
+        return static_cast<int>(Stream::Count);
+    };
+    std::unordered_map<std::string, size_t> groupOrder;
+    for (const auto& r : d.rows)
+        groupOrder.emplace(r.group, groupOrder.size());
+    std::stable_sort(d.rows.begin(), d.rows.end(), [&](const TimelineRow& a, const TimelineRow& b) {
+        const size_t ga = groupOrder.at(a.group), gb = groupOrder.at(b.group);
+        return ga != gb ? ga < gb : streamRank(a.name) < streamRank(b.name);
+    });
+    std::sort(d.steps.begin(), d.steps.end(),
+              [](const auto& a, const auto& b) { return a.start < b.start; });
     d.describe = [trace, collectiveOf](int32_t op) -> std::string {
         const Trace& t = *trace;
         if (op < 0 || static_cast<size_t>(op) >= t.size()) return {};
@@ -217,14 +242,22 @@ void Document::apply(const LoadedFile& f) {
             cluster = f.cluster;
             clusterPath = f.path;
             break;
-        case LoadedFile::Kind::Trace:
+        case LoadedFile::Kind::Trace: {
             trace = f.trace;
             tracePath = f.path;
             traceTimeline = f.traceTimeline;
             traceSummary = f.traceSummary;
             traceMemory = f.traceMemory;
             showTrace = true;
+            OpenedTrace t{f.path, f.trace, f.traceTimeline, f.traceSummary, f.traceMemory};
+            auto same = std::find_if(traces.begin(), traces.end(),
+                                     [&](const OpenedTrace& o) { return o.path == f.path; });
+            if (same != traces.end())
+                *same = std::move(t);
+            else
+                traces.push_back(std::move(t));
             return;
+        }
     }
     showTrace = false;
     resolved.reset();
@@ -239,21 +272,50 @@ void Document::apply(const LoadedFile& f) {
 bool Document::resimulate(QString* why) {
     timeline.reset();
     simulation.reset();
+    baseTimeline.reset();
+    baseSimulation.reset();
     if (!resolved || !cluster || resolved->hasErrors()) return false;
     // Simulating one step takes well under a millisecond: done here, not in a thread.
+    auto run = [&](const ResolvedPlan& r, int64_t mbs, std::shared_ptr<const TimelineData>& tl,
+                   std::shared_ptr<const SimResult>& sr) {
+        const StepOptions o{mbs, plan->seqLen, plan->microBatches, cluster->node.devicesPerNode};
+        const StepProgram program = buildStepProgram(r, o);
+        auto sim = std::make_shared<SimResult>(simulate(program, *cluster, r.worldSize));
+        tl = std::make_shared<const TimelineData>(timelineFromSimulation(r, program, *sim));
+        sr = std::move(sim);
+    };
+    run(*resolved, plan->microBatchSize, baseTimeline, baseSimulation);
+    const bool edits = whatIf.microBatchSize > 0 || whatIf.variant.reshard.kind !=
+                                                        ReshardSetting::Kind::Default ||
+                       whatIf.variant.ac || whatIf.variant.forwardPrefetchDepth > 0 ||
+                       whatIf.variant.backwardPrefetchDepth > 0 || whatIf.variant.paramDtype ||
+                       whatIf.variant.reduceDtype || whatIf.variant.endsReshard;
+    if (!edits) {
+        timeline = baseTimeline;
+        simulation = baseSimulation;
+        return true;
+    }
     ResolvedPlan edited = *resolved;
     std::string reason;
     if (!applyVariant(edited, whatIf.variant, &reason)) {
         if (why) *why = QString::fromStdString(reason);
         return false;
     }
-    const int64_t mbs = whatIf.microBatchSize > 0 ? whatIf.microBatchSize : plan->microBatchSize;
-    const StepOptions o{mbs, plan->seqLen, plan->microBatches, cluster->node.devicesPerNode};
-    const StepProgram program = buildStepProgram(edited, o);
-    auto sim = std::make_shared<SimResult>(simulate(program, *cluster, edited.worldSize));
-    timeline = std::make_shared<const TimelineData>(timelineFromSimulation(edited, program, *sim));
-    simulation = std::move(sim);
+    run(edited, whatIf.microBatchSize > 0 ? whatIf.microBatchSize : plan->microBatchSize,
+        timeline, simulation);
     return true;
+}
+
+std::vector<CompareSource> Document::compareSources() const {
+    std::vector<CompareSource> out;
+    const QString plan = planPath.isEmpty() ? QString("plan") : QFileInfo(planPath).fileName();
+    if (timeline && timeline != baseTimeline)
+        out.push_back({"simulated: " + plan + " with the what-if edits", timeline, simulation});
+    if (baseTimeline)
+        out.push_back({"simulated: " + plan + " as written", baseTimeline, baseSimulation});
+    for (const auto& t : traces)
+        out.push_back({"trace: " + QFileInfo(t.path).fileName(), t.timeline, t.memory});
+    return out;
 }
 
 }  // namespace shardscope::gui

@@ -39,6 +39,21 @@ struct LoadedFile {
 // Sniffs the file (HF config / shardscope.model / shardscope.plan / shardscope.cluster).
 [[nodiscard]] LoadedFile loadFile(const QString& path);
 
+// A timeline the Compare view can show: a simulated step or an opened trace.
+struct CompareSource {
+    QString name;
+    std::shared_ptr<const TimelineData> timeline;
+    std::shared_ptr<const SimResult> memory;  // peaks (and the memory timeline), or null
+};
+
+struct OpenedTrace {
+    QString path;
+    std::shared_ptr<const Trace> trace;
+    std::shared_ptr<const TimelineData> timeline;
+    std::shared_ptr<const TraceSummary> summary;
+    std::shared_ptr<const SimResult> memory;
+};
+
 struct Document {
     std::shared_ptr<const ModelGraph> model;
     std::shared_ptr<const Plan> plan;
@@ -56,6 +71,12 @@ struct Document {
     std::shared_ptr<const TraceSummary> traceSummary;
     std::shared_ptr<const SimResult> traceMemory;
     bool showTrace = false;
+    std::vector<OpenedTrace> traces;  // every trace opened, in order (the fields above: the last)
+    // The plan as written, without the what-if edits (the same as timeline/simulation when
+    // there are none).
+    std::shared_ptr<const TimelineData> baseTimeline;
+    std::shared_ptr<const SimResult> baseSimulation;
+    [[nodiscard]] std::vector<CompareSource> compareSources() const;
 
     void apply(const LoadedFile& f);  // replaces the slot of f's kind and re-resolves
 

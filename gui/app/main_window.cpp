@@ -20,11 +20,13 @@
 #include <QSpinBox>
 #include <QSplitter>
 #include <QStatusBar>
+#include <QTabWidget>
 #include <QTableView>
 #include <QTreeView>
 #include <QVBoxLayout>
 #include <QtConcurrent/QtConcurrent>
 
+#include "gui/app/compare_view.h"
 #include "gui/models/module_tree_model.h"
 #include "gui/models/unit_table_model.h"
 #include "gui/timeline/memory_chart.h"
@@ -78,7 +80,8 @@ void MainWindow::selectRange(int64_t startNs, int64_t endNs) {
 }
 
 void MainWindow::showTab(const QString& name) {
-    (void)name;
+    for (int i = 0; i < m_tabs->count(); ++i)
+        if (m_tabs->tabText(i).toLower().startsWith(name.toLower())) m_tabs->setCurrentIndex(i);
 }
 
 MainWindow::MainWindow(QWidget* parent)
@@ -203,7 +206,11 @@ MainWindow::MainWindow(QWidget* parent)
     outer->addWidget(bottom);
     outer->setStretchFactor(0, 3);
     outer->setStretchFactor(1, 2);
-    setCentralWidget(outer);
+    m_compare = new CompareView;
+    m_tabs = new QTabWidget;
+    m_tabs->addTab(outer, "Plan && timeline");
+    m_tabs->addTab(m_compare, "Compare");
+    setCentralWidget(m_tabs);
 
     m_progress = new QProgressBar;
     m_progress->setMaximumWidth(200);
@@ -307,6 +314,7 @@ void MainWindow::refresh() {
     }
     if (!parts.isEmpty()) m_summary->setText(parts.join("<br>"));
     showSimulation();
+    m_compare->setSources(m_doc.compareSources());
     QStringList title{"ShardScope"};
     for (const QString& p : {m_doc.modelPath, m_doc.planPath})
         if (!p.isEmpty()) title << QFileInfo(p).fileName();
@@ -332,6 +340,7 @@ void MainWindow::whatIfChanged() {
     QString why;
     if (!m_doc.resimulate(&why) && !why.isEmpty()) statusBar()->showMessage("What if: " + why);
     showSimulation();
+    m_compare->setSources(m_doc.compareSources());
 }
 
 void MainWindow::showSimulation() {

@@ -15,10 +15,12 @@ class QMenu;
 class QPlainTextEdit;
 class QProgressBar;
 class QTableView;
+class QTabWidget;
 class QTreeView;
 
 namespace shardscope::gui {
 
+class CompareView;
 class ModuleTreeModel;
 class MemoryChart;
 class TimelineWidget;
@@ -37,6 +39,7 @@ public:
     [[nodiscard]] TimelineWidget* timeline() const { return m_timeline; }
     [[nodiscard]] MemoryChart* memoryChart() const { return m_memory; }
     [[nodiscard]] QPlainTextEdit* detailsPanel() const { return m_details; }
+    [[nodiscard]] CompareView* compareView() const { return m_compare; }
     // What a user does with the mouse, for screenshots and tests.
     void selectOp(int32_t op);
     void selectRange(int64_t startNs, int64_t endNs);
@@ -75,6 +78,8 @@ private:
     TimelineWidget* m_timeline;
     MemoryChart* m_memory;
     QPlainTextEdit* m_details;
+    QTabWidget* m_tabs;
+    CompareView* m_compare;
     QProgressBar* m_progress;
     QMenu* m_recent;
     int m_pending = 0;

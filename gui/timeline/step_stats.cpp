@@ -74,15 +74,40 @@ StepStats stepStats(const TimelineData& d) {
     const auto groups = groupsOf(d);
     if (groups.empty()) return s;
     const std::string& g = groups.front();
-    int64_t t0 = INT64_MAX, t1 = INT64_MIN;
-    for (const auto& row : d.rows)
-        if (row.group == g && !row.events.empty()) {
-            t0 = std::min(t0, row.events.front().start);
-            for (const auto& e : row.events)
-                t1 = std::max(t1, e.end);
-        }
-    if (t0 > t1) return s;
-    s.total = statsOf(clip(d, g, t0, t1), g, t0, t1);
+    std::vector<Interval> ranges;
+    for (const auto& st : d.steps)
+        if (st.group == g && st.end > st.start) ranges.push_back({st.start, st.end});
+    if (ranges.empty()) {
+        int64_t t0 = INT64_MAX, t1 = INT64_MIN;
+        for (const auto& row : d.rows)
+            if (row.group == g && !row.events.empty()) {
+                t0 = std::min(t0, row.events.front().start);
+                for (const auto& e : row.events)
+                    t1 = std::max(t1, e.end);
+            }
+        if (t0 > t1) return s;
+        ranges.push_back({std::min<int64_t>(0, t0), t1});  // a step starts at time 0
+    }
+    s.steps = static_cast<int32_t>(ranges.size());
+    const auto n = static_cast<int64_t>(ranges.size());
+    s.total.group = g;
+    s.total.startNs = ranges.front().first;
+    s.total.endNs = ranges.back().second;
+    int64_t span = 0;
+    for (const auto& [t0, t1] : ranges) {
+        const RangeStats r = statsOf(clip(d, g, t0, t1), g, t0, t1);
+        span += t1 - t0;
+        s.total.busyNs += r.busyNs;
+        s.total.computeNs += r.computeNs;
+        s.total.commNs += r.commNs;
+        s.total.exposedCommNs += r.exposedCommNs;
+        s.total.events += r.events;
+    }
+    s.stepNs = span / n;
+    s.total.busyNs /= n;
+    s.total.computeNs /= n;
+    s.total.commNs /= n;
+    s.total.exposedCommNs /= n;
     std::vector<Interval> compute;
     for (const auto& row : d.rows)
         if (row.group == g)
@@ -93,6 +118,10 @@ StepStats stepStats(const TimelineData& d) {
         if (row.group != g) continue;
         for (const auto& e : row.events) {
             if (!isComm(e.kind)) continue;
+            bool inStep = false;
+            for (const auto& [t0, t1] : ranges)
+                inStep = inStep || (e.start < t1 && e.end > t0);
+            if (!inStep) continue;
             const std::string unit =
                 e.unit >= 0 && static_cast<size_t>(e.unit) < d.units.size()
                     ? (d.units[static_cast<size_t>(e.unit)].empty()
@@ -104,6 +133,9 @@ StepStats stepStats(const TimelineData& d) {
             s.exposedCommByUnit[unit] += (e.end - e.start) - intersectionLength(one, computeU);
         }
     }
+    for (auto* m : {&s.commByUnit, &s.exposedCommByUnit})
+        for (auto& [_, v] : *m)
+            v /= n;
     return s;
 }
 

@@ -34,7 +34,11 @@ struct RangeStats {
                                                  int64_t endNs);
 
 struct StepStats {
-    RangeStats total;  // first event start to last end, the first rank's
+    // The first rank's: over its measured steps, averaged (steps counts them), else from
+    // the first event's start to the last one's end.
+    RangeStats total;
+    int32_t steps = 0;
+    int64_t stepNs = 0;  // mean step span
     // Per unit name: communication time no compute overlaps (first rank).
     std::map<std::string, int64_t> exposedCommByUnit;
     std::map<std::string, int64_t> commByUnit;

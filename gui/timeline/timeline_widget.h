@@ -21,6 +21,13 @@ struct TimelineData {
     std::vector<TimelineRow> rows;
     int64_t endNs = 0;
     std::vector<std::string> units;  // TimelineEvent::unit names ("" for the root)
+    // Training steps of a measured trace (ShardScope's step spans, or Kineto's
+    // ProfilerStep#N), per rank group; empty for a simulated step.
+    struct Step {
+        std::string group;
+        int64_t start = 0, end = 0;
+    };
+    std::vector<Step> steps;
     // The details panel's text for an event (by TimelineEvent::op): unit, phase, bytes,
     // duration, achieved bandwidth, what it waited on. Null: the label only.
     std::function<std::string(int32_t op)> describe;
