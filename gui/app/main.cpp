@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "gui/app/main_window.h"
+#include "gui/app/recommend_view.h"
 
 int main(int argc, char** argv) {
     QApplication app(argc, argv);
@@ -32,22 +33,19 @@ int main(int argc, char** argv) {
     QCommandLineOption tab("tab", "show this tab: plan, compare or recommend", "TAB");
     cli.addOption(selectOp);
     cli.addOption(selectRange);
+    QCommandLineOption search("search",
+                              "run the Recommend tab's plan search once loaded (the screenshot "
+                              "waits for it)");
     cli.addOption(tab);
+    cli.addOption(search);
     cli.process(app);
 
     shardscope::gui::MainWindow w;
     w.show();
     const QString png = cli.value(shot);
     const QString op = cli.value(selectOp), range = cli.value(selectRange), tabName = cli.value(tab);
-    w.openFiles(cli.positionalArguments(), [&w, png, op, range, tabName] {
-        if (!op.isEmpty()) w.selectOp(op.toInt());
-        if (!range.isEmpty()) {
-            const QStringList p = range.split(':');
-            if (p.size() == 2)
-                w.selectRange(static_cast<int64_t>(p[0].toDouble() * 1e6),
-                              static_cast<int64_t>(p[1].toDouble() * 1e6));
-        }
-        if (!tabName.isEmpty()) w.showTab(tabName);
+    const bool runSearch = cli.isSet(search);
+    auto shoot = [&w, png] {
         if (png.isEmpty()) return;
         // Let the layout settle for one event loop turn before grabbing.
         QTimer::singleShot(200, &w, [&w, png] {
@@ -56,6 +54,24 @@ int main(int argc, char** argv) {
                          qPrintable(png));
             QApplication::exit(ok ? 0 : 1);
         });
+    };
+    w.openFiles(cli.positionalArguments(), [&w, op, range, tabName, runSearch, shoot] {
+        if (!op.isEmpty()) w.selectOp(op.toInt());
+        if (!range.isEmpty()) {
+            const QStringList p = range.split(':');
+            if (p.size() == 2)
+                w.selectRange(static_cast<int64_t>(p[0].toDouble() * 1e6),
+                              static_cast<int64_t>(p[1].toDouble() * 1e6));
+        }
+        if (!tabName.isEmpty()) w.showTab(tabName);
+        if (runSearch) {
+            w.showTab("recommend");
+            QObject::connect(w.recommendView(), &shardscope::gui::RecommendView::finished, &w,
+                             shoot);
+            w.recommendView()->start();
+            return;
+        }
+        shoot();
     });
     if (!png.isEmpty() && cli.positionalArguments().isEmpty()) {
         QTimer::singleShot(200, &w, [&w, png] { QApplication::exit(w.grab().save(png) ? 0 : 1); });

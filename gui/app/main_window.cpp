@@ -27,6 +27,7 @@
 #include <QtConcurrent/QtConcurrent>
 
 #include "gui/app/compare_view.h"
+#include "gui/app/recommend_view.h"
 #include "gui/models/module_tree_model.h"
 #include "gui/models/unit_table_model.h"
 #include "gui/timeline/memory_chart.h"
@@ -210,6 +211,20 @@ MainWindow::MainWindow(QWidget* parent)
     m_tabs = new QTabWidget;
     m_tabs->addTab(outer, "Plan && timeline");
     m_tabs->addTab(m_compare, "Compare");
+    m_recommend = new RecommendView;
+    m_tabs->addTab(m_recommend, "Recommend");
+    connect(m_recommend, &RecommendView::loadPlanRequested, this,
+            [this](std::shared_ptr<const Plan> plan) {
+                LoadedFile f;
+                f.kind = LoadedFile::Kind::Plan;
+                f.path = "recommended plan";
+                f.plan = std::move(plan);
+                m_doc.apply(f);
+                refresh();
+                m_tabs->setCurrentIndex(0);
+                statusBar()->showMessage("Loaded the recommended plan: " +
+                                         QString::fromStdString(m_doc.plan->name));
+            });
     setCentralWidget(m_tabs);
 
     m_progress = new QProgressBar;
@@ -315,6 +330,7 @@ void MainWindow::refresh() {
     if (!parts.isEmpty()) m_summary->setText(parts.join("<br>"));
     showSimulation();
     m_compare->setSources(m_doc.compareSources());
+    m_recommend->setInputs(m_doc.model, m_doc.cluster, m_doc.plan ? m_doc.plan->seqLen : 0);
     QStringList title{"ShardScope"};
     for (const QString& p : {m_doc.modelPath, m_doc.planPath})
         if (!p.isEmpty()) title << QFileInfo(p).fileName();

@@ -21,6 +21,7 @@ class QTreeView;
 namespace shardscope::gui {
 
 class CompareView;
+class RecommendView;
 class ModuleTreeModel;
 class MemoryChart;
 class TimelineWidget;
@@ -40,6 +41,7 @@ public:
     [[nodiscard]] MemoryChart* memoryChart() const { return m_memory; }
     [[nodiscard]] QPlainTextEdit* detailsPanel() const { return m_details; }
     [[nodiscard]] CompareView* compareView() const { return m_compare; }
+    [[nodiscard]] RecommendView* recommendView() const { return m_recommend; }
     // What a user does with the mouse, for screenshots and tests.
     void selectOp(int32_t op);
     void selectRange(int64_t startNs, int64_t endNs);
@@ -80,6 +82,7 @@ private:
     QPlainTextEdit* m_details;
     QTabWidget* m_tabs;
     CompareView* m_compare;
+    RecommendView* m_recommend;
     QProgressBar* m_progress;
     QMenu* m_recent;
     int m_pending = 0;
