@@ -117,13 +117,18 @@ void CompareView::setSources(std::vector<CompareSource> sources) {
         for (const auto& s : m_sources)
             c->addItem(s.name);
     }
-    auto choose = [](QComboBox* c, const QString& name, int fallback) {
-        const QSignalBlocker block(c);
-        const int i = c->findText(name);
-        c->setCurrentIndex(i >= 0 ? i : std::min(fallback, c->count() - 1));
-    };
-    choose(m_a, a, 0);
-    choose(m_b, b, 1);
+    // A keeps what it showed; B too unless it showed the same as A or is gone: then the
+    // first other source (a new what-if step or trace is what the user wants to compare).
+    const QSignalBlocker blockA(m_a), blockB(m_b);
+    const int ia = m_a->findText(a);
+    m_a->setCurrentIndex(ia >= 0 ? ia : 0);
+    int ib = m_b->findText(b);
+    if (ib < 0 || ib == m_a->currentIndex()) {
+        ib = -1;
+        for (int i = 0; i < m_b->count() && ib < 0; ++i)
+            if (i != m_a->currentIndex()) ib = i;
+    }
+    m_b->setCurrentIndex(ib >= 0 ? ib : m_a->currentIndex());
     refresh();
 }
 
@@ -158,15 +163,13 @@ void CompareView::refresh() {
         {"communication", double(a.total.commNs), double(b.total.commNs), false},
         {"exposed communication", double(a.total.exposedCommNs), double(b.total.exposedCommNs),
          false},
-        {"overlap (% of communication)", a.total.overlapPercent(), b.total.overlapPercent(),
-         false},
+        {"overlap (% of communication)", a.total.overlapPercent(), b.total.overlapPercent(), false},
         {"peak allocated", sa->memory ? double(sa->memory->peakAllocated) : -1,
          sb->memory ? double(sb->memory->peakAllocated) : -1, true},
         // A CPU run's trace has no caching allocator, hence no reserved bytes.
         {"peak reserved",
          sa->memory && sa->memory->peakReserved > 0 ? double(sa->memory->peakReserved) : -1,
-         sb->memory && sb->memory->peakReserved > 0 ? double(sb->memory->peakReserved) : -1,
-         true},
+         sb->memory && sb->memory->peakReserved > 0 ? double(sb->memory->peakReserved) : -1, true},
     };
     for (const Row& r : rows) {
         const int i = m_table->rowCount();
@@ -183,11 +186,12 @@ void CompareView::refresh() {
         const bool both = r.a >= 0 && r.b >= 0;
         QString diff = "-";
         if (both)
-            diff = r.bytes     ? QString::fromStdString((r.b >= r.a ? "+" : "-") +
-                                                        formatBytes(static_cast<int64_t>(
-                                                            std::abs(r.b - r.a))))
-                   : percent ? QString::number(r.b - r.a, 'f', 1) + " pts"
-                             : signedMs(r.b - r.a) + " ms";
+            diff =
+                r.bytes
+                    ? QString::fromStdString((r.b >= r.a ? "+" : "-") +
+                                             formatBytes(static_cast<int64_t>(std::abs(r.b - r.a))))
+                : percent ? QString::number(r.b - r.a, 'f', 1) + " pts"
+                          : signedMs(r.b - r.a) + " ms";
         m_table->setItem(i, 3, cell(diff));
         m_table->setItem(i, 4, cell(both && !percent ? change(r.a, r.b) : QString("-")));
     }

@@ -104,8 +104,7 @@ TimelineData timelineFromTrace(const std::shared_ptr<const Trace>& trace) {
         }
         int32_t unit = -1;
         if (i < t.unit.size() && t.unit[i] >= 0) {
-            auto [it, added] =
-                unitIndex.emplace(t.unit[i], static_cast<int32_t>(d.units.size()));
+            auto [it, added] = unitIndex.emplace(t.unit[i], static_cast<int32_t>(d.units.size()));
             if (added) d.units.push_back(t.strings.at(t.unit[i]));
             unit = it->second;
         }
@@ -153,9 +152,9 @@ TimelineData timelineFromTrace(const std::shared_ptr<const Trace>& trace) {
         const auto c = collectiveOf->find(op);
         if (c != collectiveOf->end())
             s += "\n" + (c->second.bytes > 0
-                              ? describeCollective(c->second.name.c_str(), c->second.bytes,
-                                                   c->second.groupSize, t.dur[i])
-                              : c->second.name + " (message size not in the trace)");
+                             ? describeCollective(c->second.name.c_str(), c->second.bytes,
+                                                  c->second.groupSize, t.dur[i])
+                             : c->second.name + " (message size not in the trace)");
         return s;
     };
     return d;
@@ -285,8 +284,8 @@ bool Document::resimulate(QString* why) {
         sr = std::move(sim);
     };
     run(*resolved, plan->microBatchSize, baseTimeline, baseSimulation);
-    const bool edits = whatIf.microBatchSize > 0 || whatIf.variant.reshard.kind !=
-                                                        ReshardSetting::Kind::Default ||
+    const bool edits = whatIf.microBatchSize > 0 ||
+                       whatIf.variant.reshard.kind != ReshardSetting::Kind::Default ||
                        whatIf.variant.ac || whatIf.variant.forwardPrefetchDepth > 0 ||
                        whatIf.variant.backwardPrefetchDepth > 0 || whatIf.variant.paramDtype ||
                        whatIf.variant.reduceDtype || whatIf.variant.endsReshard;
@@ -301,8 +300,8 @@ bool Document::resimulate(QString* why) {
         if (why) *why = QString::fromStdString(reason);
         return false;
     }
-    run(edited, whatIf.microBatchSize > 0 ? whatIf.microBatchSize : plan->microBatchSize,
-        timeline, simulation);
+    run(edited, whatIf.microBatchSize > 0 ? whatIf.microBatchSize : plan->microBatchSize, timeline,
+        simulation);
     return true;
 }
 

@@ -43,7 +43,8 @@ int main(int argc, char** argv) {
     shardscope::gui::MainWindow w;
     w.show();
     const QString png = cli.value(shot);
-    const QString op = cli.value(selectOp), range = cli.value(selectRange), tabName = cli.value(tab);
+    const QString op = cli.value(selectOp), range = cli.value(selectRange),
+                  tabName = cli.value(tab);
     const bool runSearch = cli.isSet(search);
     auto shoot = [&w, png] {
         if (png.isEmpty()) return;

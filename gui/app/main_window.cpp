@@ -72,8 +72,7 @@ QString MainWindow::describeRange(int64_t t0, int64_t t1) const {
 
 void MainWindow::selectOp(int32_t op) {
     const auto& d = m_timeline->data();
-    m_details->setPlainText(d && d->describe ? QString::fromStdString(d->describe(op))
-                                             : QString());
+    m_details->setPlainText(d && d->describe ? QString::fromStdString(d->describe(op)) : QString());
 }
 
 void MainWindow::selectRange(int64_t startNs, int64_t endNs) {
@@ -198,9 +197,8 @@ MainWindow::MainWindow(QWidget* parent)
         m_details->setPlainText(d && d->describe ? QString::fromStdString(d->describe(op))
                                                  : QString("op %1").arg(op));
     });
-    connect(m_timeline, &TimelineWidget::rangeSelected, this, [this](int64_t t0, int64_t t1) {
-        m_details->setPlainText(describeRange(t0, t1));
-    });
+    connect(m_timeline, &TimelineWidget::rangeSelected, this,
+            [this](int64_t t0, int64_t t1) { m_details->setPlainText(describeRange(t0, t1)); });
     connect(m_timeline, &TimelineWidget::selectionCleared, m_details, &QPlainTextEdit::clear);
     auto* outer = new QSplitter(Qt::Vertical);
     outer->addWidget(split);

@@ -43,7 +43,8 @@ QTableWidgetItem* cell(const QString& text, bool right = true) {
 }
 
 QPointF pointOf(const Candidate& c) {
-    return {static_cast<double>(c.sim.stepNs) * 1e-6, static_cast<double>(c.sim.peakReserved) / kGiB};
+    return {static_cast<double>(c.sim.stepNs) * 1e-6,
+            static_cast<double>(c.sim.peakReserved) / kGiB};
 }
 
 }  // namespace
@@ -98,8 +99,8 @@ RecommendView::RecommendView(QWidget* parent) : QWidget(parent) {
     auto* budget = new QLineSeries;
     budget->setName("memory budget (device minus headroom)");
     budget->setPen(QPen(QColor(0xc0, 0x20, 0x20), 1, Qt::DashLine));
-    for (auto* s : std::initializer_list<QAbstractSeries*>{budget, m_pareto, m_others, m_baseline,
-                                                           m_chosen})
+    for (auto* s :
+         std::initializer_list<QAbstractSeries*>{budget, m_pareto, m_others, m_baseline, m_chosen})
         chart->addSeries(s);
     auto* x = new QValueAxis;
     x->setTitleText("step time (ms)");
@@ -150,9 +151,7 @@ RecommendView::RecommendView(QWidget* parent) : QWidget(parent) {
     connect(m_table, &QTableWidget::currentCellChanged, this, [this](int row, int, int, int) {
         if (row != m_selected) select(row);
     });
-    connect(m_table, &QTableWidget::cellDoubleClicked, this, [this](int, int) {
-        m_load->click();
-    });
+    connect(m_table, &QTableWidget::cellDoubleClicked, this, [this](int, int) { m_load->click(); });
 
     m_details = new QLabel;
     m_details->setWordWrap(true);
@@ -165,8 +164,8 @@ RecommendView::RecommendView(QWidget* parent) : QWidget(parent) {
         b->setEnabled(false);
     connect(m_load, &QPushButton::clicked, this, [this] {
         if (!m_result || m_selected < 0) return;
-        emit loadPlanRequested(std::make_shared<const Plan>(
-            m_result->pareto[static_cast<size_t>(m_selected)].plan));
+        emit loadPlanRequested(
+            std::make_shared<const Plan>(m_result->pareto[static_cast<size_t>(m_selected)].plan));
     });
     connect(m_export, &QPushButton::clicked, this, [this] {
         const auto fmt = parseExportFormat(m_format->currentText().toStdString());
@@ -251,7 +250,8 @@ void RecommendView::start() {
                 if (!self || !self->m_running) return;
                 self->m_progress->setRange(0, static_cast<int>(std::min<size_t>(total, INT32_MAX)));
                 self->m_progress->setValue(static_cast<int>(std::min(done, total)));
-                self->m_status->setText(QString("Searching: %1 of %2 plans...").arg(done).arg(total));
+                self->m_status->setText(
+                    QString("Searching: %1 of %2 plans...").arg(done).arg(total));
             },
             Qt::QueuedConnection);
     };
@@ -259,17 +259,18 @@ void RecommendView::start() {
     auto cluster = m_cluster;
     auto cancelFlag = m_cancel;  // kept alive with the search
     auto* watcher = new QFutureWatcher<std::shared_ptr<SearchResult>>(this);
-    connect(watcher, &QFutureWatcher<std::shared_ptr<SearchResult>>::finished, this, [this, watcher] {
-        m_result = watcher->result();
-        watcher->deleteLater();
-        m_running = false;
-        m_search->setEnabled(m_model && m_cluster);
-        m_stop->setEnabled(false);
-        m_progress->setRange(0, 1);
-        m_progress->setValue(1);
-        showResult();
-        emit finished();
-    });
+    connect(watcher, &QFutureWatcher<std::shared_ptr<SearchResult>>::finished, this,
+            [this, watcher] {
+                m_result = watcher->result();
+                watcher->deleteLater();
+                m_running = false;
+                m_search->setEnabled(m_model && m_cluster);
+                m_stop->setEnabled(false);
+                m_progress->setRange(0, 1);
+                m_progress->setValue(1);
+                showResult();
+                emit finished();
+            });
     watcher->setFuture(QtConcurrent::run([model, cluster, o, cancelFlag] {
         return std::make_shared<SearchResult>(searchPlans(*model, *cluster, o));
     }));
@@ -295,8 +296,9 @@ void RecommendView::showResult() {
                        .arg(r.simulated)
                        .arg(r.cancelled ? " (cancelled: the best so far)" : "");
     if (r.best)
-        head += QString("Fastest that fits: %1 ms per step, peak reserved %2 (the default plan: %3 "
-                        "ms%4).")
+        head += QString(
+                    "Fastest that fits: %1 ms per step, peak reserved %2 (the default plan: %3 "
+                    "ms%4).")
                     .arg(static_cast<double>(r.best->sim.stepNs) * 1e-6, 0, 'f', 1)
                     .arg(QString::fromStdString(formatBytes(r.best->sim.peakReserved)))
                     .arg(static_cast<double>(r.baseline.sim.stepNs) * 1e-6, 0, 'f', 1)
@@ -384,7 +386,9 @@ QString RecommendView::exportSelected(const QString& path, ExportFormat format) 
     if (!m_result || m_selected < 0) return "no plan selected";
     const Candidate& c = m_result->pareto[static_cast<size_t>(m_selected)];
     const ResolvedPlan r = resolvePlan(*m_model, c.plan, m_cluster.get(), "recommended");
-    if (r.hasErrors()) return "the plan does not resolve: " + QString::fromStdString(r.problems.front().toString());
+    if (r.hasErrors())
+        return "the plan does not resolve: " +
+               QString::fromStdString(r.problems.front().toString());
     const Status s = writeFileAtomically(path.toStdString(), exportPlan(r, format).dump(2) + "\n");
     return s ? QString() : QString::fromStdString(s.error());
 }

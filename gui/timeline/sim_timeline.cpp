@@ -116,17 +116,17 @@ TimelineData timelineFromSimulation(const ResolvedPlan& plan, const StepProgram&
         if (op < 0 || static_cast<size_t>(op) >= infos->size()) return {};
         const Info& in = (*infos)[static_cast<size_t>(op)];
         std::string s = in.label + "\nop " + std::to_string(op) + " · unit " + in.unit + " · " +
-                        in.phase + " · micro-batch " + std::to_string(in.microBatch) +
-                        "\nstream " + in.stream + "\nstart " + ms(in.start) + ", duration " +
+                        in.phase + " · micro-batch " + std::to_string(in.microBatch) + "\nstream " +
+                        in.stream + "\nstart " + ms(in.start) + ", duration " +
                         ms(in.end - in.start);
         if (in.commBytes > 0)
-            s += "\n" + describeCollective(in.kind.c_str(), in.commBytes, in.groupSize,
-                                           in.end - in.start);
+            s += "\n" +
+                 describeCollective(in.kind.c_str(), in.commBytes, in.groupSize, in.end - in.start);
         if (in.flops > 0) {
             char b[64];
-            std::snprintf(b, sizeof b, "\n%.3g FLOPs: %.1f TFLOP/s", in.flops,
-                          in.end > in.start ? in.flops / static_cast<double>(in.end - in.start) * 1e-3
-                                            : 0.0);
+            std::snprintf(
+                b, sizeof b, "\n%.3g FLOPs: %.1f TFLOP/s", in.flops,
+                in.end > in.start ? in.flops / static_cast<double>(in.end - in.start) * 1e-3 : 0.0);
             s += b;
         }
         for (const auto& [bytes, cat] : in.allocs)

@@ -122,12 +122,11 @@ StepStats stepStats(const TimelineData& d) {
             for (const auto& [t0, t1] : ranges)
                 inStep = inStep || (e.start < t1 && e.end > t0);
             if (!inStep) continue;
-            const std::string unit =
-                e.unit >= 0 && static_cast<size_t>(e.unit) < d.units.size()
-                    ? (d.units[static_cast<size_t>(e.unit)].empty()
-                           ? std::string("<root>")
-                           : d.units[static_cast<size_t>(e.unit)])
-                    : std::string("(unknown unit)");
+            const std::string unit = e.unit >= 0 && static_cast<size_t>(e.unit) < d.units.size()
+                                         ? (d.units[static_cast<size_t>(e.unit)].empty()
+                                                ? std::string("<root>")
+                                                : d.units[static_cast<size_t>(e.unit)])
+                                         : std::string("(unknown unit)");
             const std::vector<Interval> one{{e.start, e.end}};
             s.commByUnit[unit] += e.end - e.start;
             s.exposedCommByUnit[unit] += (e.end - e.start) - intersectionLength(one, computeU);

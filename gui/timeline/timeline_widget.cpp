@@ -96,16 +96,17 @@ std::string TimelineWidget::groupOfHeader(int visibleRow) const {
 }
 
 void TimelineWidget::fit() {
-    m_start = 0;
-    m_end = m_data && m_data->endNs > 0 ? m_data->endNs : 1;
-    update();
+    setViewport(0, m_data && m_data->endNs > 0 ? m_data->endNs : 1);
+    emit viewportChanged(m_start, m_end);  // even when unchanged: new data under it
 }
 
 void TimelineWidget::setViewport(int64_t startNs, int64_t endNs) {
+    endNs = std::max(endNs, startNs + 1);
     if (startNs == m_start && endNs == m_end) return;
     m_start = startNs;
-    m_end = std::max(endNs, startNs + 1);
+    m_end = endNs;
     update();
+    emit viewportChanged(m_start, m_end);
 }
 
 Viewport TimelineWidget::viewport() const {
@@ -117,7 +118,6 @@ Viewport TimelineWidget::viewport() const {
 }
 
 void TimelineWidget::paintEvent(QPaintEvent*) {
-    emit viewportChanged(m_start, m_end);
     QPainter p(this);
     p.fillRect(rect(), palette().base());
     if (!m_data) {
@@ -187,10 +187,10 @@ void TimelineWidget::paintEvent(QPaintEvent*) {
             p.setPen(QColor(0x30, 0x60, 0xc0));
             p.drawLine(QPointF(x0, top), QPointF(x0, height()));
             p.drawLine(QPointF(x1, top), QPointF(x1, height()));
-            p.drawText(QPointF(x0 + 3, top + 12),
-                       QString("%1 ms").arg(
-                           static_cast<double>(m_range->second - m_range->first) * 1e-6, 0, 'f',
-                           3));
+            p.drawText(
+                QPointF(x0 + 3, top + 12),
+                QString("%1 ms").arg(static_cast<double>(m_range->second - m_range->first) * 1e-6,
+                                     0, 'f', 3));
         }
     }
 }
@@ -200,17 +200,14 @@ void TimelineWidget::zoom(double factor, double atX) {
     const int64_t pivot = pixelToTime(atX - kLabelWidth, v);
     const double newSpan = std::max(1000.0, static_cast<double>(m_end - m_start) * factor);
     const double frac = static_cast<double>(pivot - m_start) / static_cast<double>(m_end - m_start);
-    m_start = pivot - static_cast<int64_t>(frac * newSpan);
-    m_end = m_start + static_cast<int64_t>(newSpan);
-    update();
+    const int64_t start = pivot - static_cast<int64_t>(frac * newSpan);
+    setViewport(start, start + static_cast<int64_t>(newSpan));
 }
 
 void TimelineWidget::pan(double px) {
     const Viewport v = viewport();
     const int64_t dt = pixelToTime(px, v) - v.startNs;
-    m_start += dt;
-    m_end += dt;
-    update();
+    setViewport(m_start + dt, m_end + dt);
 }
 
 void TimelineWidget::wheelEvent(QWheelEvent* e) {
@@ -294,7 +291,8 @@ void TimelineWidget::mouseReleaseEvent(QMouseEvent* e) {
 void TimelineWidget::mouseMoveEvent(QMouseEvent* e) {
     const double x = e->position().x();
     if (m_selectingRange) {
-        m_range = std::minmax(m_rangeAnchor, pixelToTime(std::max(0.0, x - kLabelWidth), viewport()));
+        m_range =
+            std::minmax(m_rangeAnchor, pixelToTime(std::max(0.0, x - kLabelWidth), viewport()));
         update();
         return;
     }

@@ -7,19 +7,27 @@
 #include <QApplication>
 #include <QComboBox>
 #include <QListWidget>
+#include <QPlainTextEdit>
+#include <QScatterSeries>
 #include <QSignalSpy>
 #include <QSpinBox>
+#include <QTableWidget>
 #include <QTest>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <set>
 
+#include "gui/app/compare_view.h"
 #include "gui/app/document.h"
 #include "gui/app/main_window.h"
+#include "gui/app/recommend_view.h"
 #include "gui/models/module_tree_model.h"
 #include "gui/models/unit_table_model.h"
+#include "gui/timeline/step_stats.h"
+#include "plans/core/strings.h"
 #include "tests/support/golden.h"
 
 using namespace shardscope;
@@ -259,6 +267,212 @@ TEST(GuiWindow, MemoryChartShowsTheSimulatedPeak) {
     EXPECT_EQ(w.memoryChart()->peakShown(), w.document().simulation->peakAllocated);
     EXPECT_GT(w.memoryChart()->peakShown(),
               int64_t{50} << 30);  // Llama-3-8B, 8192 tokens, no checkpointing
+}
+
+// Two ranks, each with a compute and an all-gather row: compute [0, 10) ms, all-gather
+// [5, 15) ms on rank 0; rank 1 shifted by 1 ms.
+std::shared_ptr<TimelineData> twoRanks() {
+    auto d = std::make_shared<TimelineData>();
+    const int64_t ms = 1'000'000;
+    d->units = {"", "layers.0"};
+    for (int r = 0; r < 2; ++r) {
+        const std::string g = "rank " + std::to_string(r);
+        const int64_t o = r * ms;
+        d->rows.push_back({"compute", {{o, o + 10 * ms, EventKind::Compute, 0, "fwd", 1}}, g});
+        d->rows.push_back(
+            {"all_gather", {{o + 5 * ms, o + 15 * ms, EventKind::AllGather, 1, "ag", 1}}, g});
+    }
+    d->endNs = 16 * ms;
+    return d;
+}
+
+TEST(StepStats, RangeFiguresAreUnionsPerRank) {
+    const auto d = twoRanks();
+    const int64_t ms = 1'000'000;
+    const auto all = rangeStats(*d, 0, 20 * ms);
+    ASSERT_EQ(all.size(), 2u);
+    EXPECT_EQ(all[0].group, "rank 0");
+    EXPECT_EQ(all[0].busyNs, 15 * ms);
+    EXPECT_EQ(all[0].computeNs, 10 * ms);
+    EXPECT_EQ(all[0].commNs, 10 * ms);
+    EXPECT_EQ(all[0].exposedCommNs, 5 * ms);
+    EXPECT_DOUBLE_EQ(all[0].overlapPercent(), 50.0);
+    // Clipped to [8, 12) ms: compute 2 ms, all-gather 4 ms of which 2 exposed.
+    const auto part = rangeStats(*d, 8 * ms, 12 * ms);
+    EXPECT_EQ(part[0].computeNs, 2 * ms);
+    EXPECT_EQ(part[0].commNs, 4 * ms);
+    EXPECT_EQ(part[0].exposedCommNs, 2 * ms);
+    EXPECT_EQ(part[1].computeNs, 3 * ms);  // rank 1: compute until 11 ms
+    const StepStats st = stepStats(*d);
+    EXPECT_EQ(st.stepNs, 15 * ms);
+    EXPECT_EQ(st.exposedCommByUnit.at("layers.0"), 5 * ms);
+    // With measured steps, figures are per step, averaged.
+    auto withSteps = std::make_shared<TimelineData>(*d);
+    withSteps->steps = {{"rank 0", 0, 8 * ms}, {"rank 0", 8 * ms, 16 * ms}};
+    const StepStats avg = stepStats(*withSteps);
+    EXPECT_EQ(avg.steps, 2);
+    EXPECT_EQ(avg.stepNs, 8 * ms);
+    EXPECT_EQ(avg.total.computeNs, 5 * ms);  // 8 + 2 over two steps
+}
+
+TEST(GuiTimeline, RankGroupsCollapseFromTheirHeaderRow) {
+    TimelineWidget t;
+    t.resize(900, 300);
+    t.show();
+    ASSERT_TRUE(QTest::qWaitForWindowExposed(&t));
+    t.setData(twoRanks());
+    ASSERT_EQ(t.visibleRows().size(), 6u);  // two headers, two rows each
+    EXPECT_EQ(t.visibleRows()[0], nullptr);
+    t.repaint();
+    const size_t drawn = t.lastDrawList().size();
+    QTest::mouseClick(&t, Qt::LeftButton, {}, QPoint(20, t.rowY(0) + 5));
+    EXPECT_TRUE(t.isCollapsed("rank 0"));
+    ASSERT_EQ(t.visibleRows().size(), 4u);
+    t.repaint();
+    EXPECT_EQ(t.lastDrawList().size(), drawn - 2);  // rank 0's two events are gone
+    QTest::mouseClick(&t, Qt::LeftButton, {}, QPoint(20, t.rowY(0) + 5));
+    EXPECT_FALSE(t.isCollapsed("rank 0"));
+    EXPECT_EQ(t.visibleRows().size(), 6u);
+}
+
+TEST(GuiWindow, ClickingAnOpShowsItsDetails) {
+    MainWindow w;
+    w.resize(1400, 900);
+    w.show();
+    ASSERT_TRUE(openAndWait(w, llamaOnH100("plans/llama-per-block.json")));
+    TimelineWidget* t = w.timeline();
+    t->setViewport(0, t->data()->endNs / 8);  // zoomed in: all-gathers a few pixels wide
+    t->repaint();
+    // The first wide all-gather drawn: click its middle as a user would.
+    const DrawRect* ag = nullptr;
+    for (const auto& d : t->lastDrawList())
+        if (d.kind == EventKind::AllGather && d.folded == 1 && d.x1 - d.x0 >= 4) {
+            ag = &d;
+            break;
+        }
+    ASSERT_NE(ag, nullptr);
+    const int32_t op = ag->op;
+    QSignalSpy spy(t, &TimelineWidget::eventSelected);
+    const QPoint at(TimelineWidget::kLabelWidth + static_cast<int>((ag->x0 + ag->x1) / 2),
+                    t->rowY(ag->row) + TimelineWidget::kRowHeight / 2);
+    QTest::mouseClick(t, Qt::LeftButton, {}, at);
+    ASSERT_EQ(spy.count(), 1);
+    EXPECT_EQ(t->selectedOp(), op);
+    const QString text = w.detailsPanel()->toPlainText();
+    EXPECT_TRUE(text.contains("all-gather")) << text.toStdString();
+    EXPECT_TRUE(text.contains("unit model.")) << text.toStdString();
+    EXPECT_TRUE(text.contains("GB/s bus")) << text.toStdString();
+    EXPECT_TRUE(text.contains("waited on")) << text.toStdString();
+    // Esc clears it.
+    QTest::keyClick(t, Qt::Key_Escape);
+    EXPECT_EQ(t->selectedOp(), -1);
+    EXPECT_TRUE(w.detailsPanel()->toPlainText().isEmpty());
+}
+
+TEST(GuiWindow, ShiftDragSelectsARangeAndShowsItsFigures) {
+    MainWindow w;
+    w.resize(1400, 900);
+    w.show();
+    ASSERT_TRUE(openAndWait(w, llamaOnH100("plans/llama-per-block.json")));
+    TimelineWidget* t = w.timeline();
+    t->repaint();
+    QSignalSpy spy(t, &TimelineWidget::rangeSelected);
+    const int y = t->rowY(0) + 5;
+    const int x0 = TimelineWidget::kLabelWidth + 100, x1 = TimelineWidget::kLabelWidth + 300;
+    QTest::mousePress(t, Qt::LeftButton, Qt::ShiftModifier, QPoint(x0, y));
+    QMouseEvent move(QEvent::MouseMove, QPointF(x1, y), t->mapToGlobal(QPointF(x1, y)),
+                     Qt::LeftButton, Qt::LeftButton, Qt::ShiftModifier);
+    QApplication::sendEvent(t, &move);
+    QTest::mouseRelease(t, Qt::LeftButton, Qt::ShiftModifier, QPoint(x1, y));
+    ASSERT_EQ(spy.count(), 1);
+    const auto range = t->selectedRange();
+    ASSERT_TRUE(range.has_value());
+    EXPECT_GT(range->second, range->first);
+    const auto stats = rangeStats(*t->data(), range->first, range->second);
+    ASSERT_EQ(stats.size(), 1u);
+    const QString text = w.detailsPanel()->toPlainText();
+    EXPECT_TRUE(
+        text.contains(QString("exposed communication: %1 ms")
+                          .arg(static_cast<double>(stats[0].exposedCommNs) * 1e-6, 0, 'f', 3)))
+        << text.toStdString();
+    EXPECT_TRUE(text.contains(QString("overlap: %1%").arg(stats[0].overlapPercent(), 0, 'f', 1)))
+        << text.toStdString();
+}
+
+TEST(GuiWindow, CompareShowsThePlanAgainstItsWhatIfEdits) {
+    MainWindow w;
+    w.resize(1400, 900);
+    w.show();
+    ASSERT_TRUE(openAndWait(w, llamaOnH100("plans/llama-per-block.json")));
+    w.reshardBox()->setCurrentIndex(2);  // reshard False: no backward all-gathers
+    CompareView* c = w.compareView();
+    ASSERT_EQ(c->sourceA()->count(), 2);
+    // A stays on what it showed (the plan as written); B takes the new what-if step.
+    EXPECT_TRUE(c->sourceA()->currentText().contains("as written"));
+    EXPECT_TRUE(c->sourceB()->currentText().contains("what-if"));
+    QTableWidget* table = c->table();
+    auto rowOf = [&](const QString& name) {
+        for (int r = 0; r < table->rowCount(); ++r)
+            if (table->item(r, 0)->text().startsWith(name)) return r;
+        return -1;
+    };
+    const int step = rowOf("step time");
+    ASSERT_GE(step, 0);
+    const auto& doc = w.document();
+    EXPECT_EQ(
+        table->item(step, 1)->text(),
+        QString("%1 ms").arg(static_cast<double>(doc.baseSimulation->stepNs) * 1e-6, 0, 'f', 3));
+    EXPECT_EQ(table->item(step, 2)->text(),
+              QString("%1 ms").arg(static_cast<double>(doc.simulation->stepNs) * 1e-6, 0, 'f', 3));
+    const int peak = rowOf("peak allocated");
+    ASSERT_GE(peak, 0);
+    EXPECT_EQ(table->item(peak, 2)->text().toStdString(),
+              formatBytes(doc.simulation->peakAllocated));
+    // Keeping parameters after forward costs memory: B (the what-if) needs more.
+    EXPECT_TRUE(table->item(peak, 3)->text().startsWith("+"))
+        << table->item(peak, 3)->text().toStdString();
+    EXPECT_GT(c->unitTable()->rowCount(), 1);
+    // Both timelines share one axis.
+    c->timelineA()->setViewport(1000, 5'000'000);
+    EXPECT_EQ(c->timelineB()->viewport().startNs, 1000);
+    EXPECT_EQ(c->timelineB()->viewport().endNs, 5'000'000);
+}
+
+TEST(GuiWindow, RecommendSearchesInTheBackgroundLoadsAndExports) {
+    MainWindow w;
+    w.resize(1400, 900);
+    w.show();
+    ASSERT_TRUE(
+        openAndWait(w, {sample("models/tiny-llama/config.json"),
+                        sample("plans/tiny-llama-2rank.json"), sample("clusters/cpu-2core.json")}));
+    RecommendView* r = w.recommendView();
+    QSignalSpy done(r, &RecommendView::finished);
+    r->start();
+    EXPECT_TRUE(r->running());
+    ASSERT_TRUE(done.wait(120000));
+    ASSERT_NE(r->result(), nullptr);
+    const auto& front = r->result()->pareto;
+    ASSERT_FALSE(front.empty());
+    EXPECT_EQ(r->table()->rowCount(), static_cast<int>(front.size()));
+    EXPECT_GE(r->selected(), 0);  // starts on the recommendation
+    // Each point of the front is on the scatter (fits or not).
+    int points = 0;
+    for (const auto& c : front)
+        points += c.fits ? 1 : 0;
+    EXPECT_EQ(r->paretoSeries()->count(), points);
+    const std::string dir = std::filesystem::temp_directory_path() / "shardscope_gui_export";
+    std::filesystem::create_directories(dir);
+    const QString out = QString::fromStdString(dir + "/plan.fsdp2.json");
+    ASSERT_TRUE(r->exportSelected(out, ExportFormat::Fsdp2).isEmpty());
+    std::ifstream in(out.toStdString());
+    const auto j = nlohmann::json::parse(in);
+    EXPECT_TRUE(j.contains("format"));
+    // Loading it puts it in the Plan tab and simulates it.
+    const Plan chosen = front[static_cast<size_t>(r->selected())].plan;
+    emit r->loadPlanRequested(std::make_shared<const Plan>(chosen));
+    ASSERT_TRUE(w.document().plan);
+    EXPECT_EQ(w.document().plan->name, chosen.name);
+    EXPECT_TRUE(w.document().simulation);
 }
 
 int main(int argc, char** argv) {
