@@ -2,6 +2,7 @@
 #include "gui/timeline/draw_list.h"
 
 #include <algorithm>
+#include <iterator>
 
 namespace shardscope::gui {
 
@@ -55,6 +56,20 @@ std::vector<DrawRect> buildDrawList(const std::vector<const TimelineRow*>& rows,
                 b.op = -1;
                 if (b.kind != it->kind) b.kind = EventKind::Other;
                 b.label.clear();
+                // Every later event that ends before the block's next minWidthPx folds into
+                // it too: skip them by binary search (ends are sorted), so a repaint costs
+                // about one step per pixel, not one per event (a million at full zoom-out).
+                // Their kinds are not looked at: the block keeps the kind of those that were.
+                const int64_t limit = pixelToTime(b.x1 + v.minWidthPx, v);
+                auto jt =
+                    std::lower_bound(std::next(it), ev.end(), limit,
+                                     [](const TimelineEvent& e, int64_t t) { return e.end < t; });
+                if (jt != std::next(it)) {
+                    b.folded += static_cast<int32_t>(jt - std::next(it));
+                    b.x1 = std::max(
+                        b.x1, std::min<double>(v.widthPx, timeToPixel(std::prev(jt)->end, v)));
+                    it = std::prev(jt);
+                }
                 continue;
             }
             DrawRect d{static_cast<int>(r), x0, std::max(x1, x0 + 1.0), it->kind, it->op, 1, {}};

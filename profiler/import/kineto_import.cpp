@@ -1,49 +1,119 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "profiler/import/kineto_import.h"
 
+#include "profiler/import/json_span.h"
+
 #include <zlib.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <istream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
-#include <streambuf>
 #include <unordered_set>
 
 namespace shardscope {
 
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;  // vector-backed objects: cheaper to build per event
 
-// std::streambuf over zlib's gzFile, which also reads uncompressed files transparently.
-class GzStreamBuf : public std::streambuf {
+// The file (gzip or plain) in 1 MiB chunks; the splitter below walks the buffer.
+class GzReader {
 public:
-    explicit GzStreamBuf(const std::string& path) : m_file(gzopen(path.c_str(), "rb")) {
-        if (m_file) gzbuffer(m_file, 1 << 20);
+    explicit GzReader(const std::string& path) : m_file(gzopen(path.c_str(), "rb")) {
+        if (m_file) {
+            gzbuffer(m_file, 1 << 20);
+            refill();
+        }
     }
-    ~GzStreamBuf() override {
+    ~GzReader() {
         if (m_file) gzclose(m_file);
     }
+    GzReader(const GzReader&) = delete;
+    GzReader& operator=(const GzReader&) = delete;
     [[nodiscard]] bool ok() const { return m_file != nullptr; }
-    int64_t bytesRead = 0;
+    // Whether a byte is left (reading the next chunk when this one is done).
+    bool more() { return m_pos < m_end || refill(); }
+    [[nodiscard]] char peek() const { return *m_pos; }
+    void next() { ++m_pos; }
+    void skipWs() {
+        while (more() && (*m_pos == ' ' || *m_pos == '\n' || *m_pos == '\r' || *m_pos == '\t'))
+            ++m_pos;
+    }
+    [[nodiscard]] int64_t offset() const { return m_consumed + (m_pos - m_buf.data()); }
 
-protected:
-    int_type underflow() override {
-        if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
-        const int n = gzread(m_file, m_buf, sizeof m_buf);
-        if (n <= 0) return traits_type::eof();
-        bytesRead += n;
-        setg(m_buf, m_buf, m_buf + n);
-        return traits_type::to_int_type(*gptr());
+    // Appends one JSON value's bytes (at the current position) to `out`: balanced braces
+    // and brackets outside strings, a string, or a scalar up to its delimiter. False when
+    // the file ends first.
+    bool capture(std::string& out) {
+        if (!more()) return false;
+        const char first = *m_pos;
+        if (first != '{' && first != '[' && first != '"') {
+            const char* run = m_pos;
+            while (true) {
+                if (m_pos == m_end) {
+                    out.append(run, m_pos);
+                    if (!refill()) return true;  // a scalar may end the file
+                    run = m_pos;
+                }
+                const char c = *m_pos;
+                if (c == ',' || c == '}' || c == ']' || c == ' ' || c == '\n' || c == '\r' ||
+                    c == '\t')
+                    break;
+                ++m_pos;
+            }
+            out.append(run, m_pos);
+            return true;
+        }
+        int depth = 0;
+        bool inString = false, escape = false;
+        const char* run = m_pos;
+        while (true) {
+            if (m_pos == m_end) {
+                out.append(run, m_pos);
+                if (!refill()) return false;
+                run = m_pos;
+            }
+            const char c = *m_pos++;
+            if (inString) {
+                if (escape)
+                    escape = false;
+                else if (c == '\\')
+                    escape = true;
+                else if (c == '"') {
+                    inString = false;
+                    if (depth == 0) break;  // a lone string
+                }
+                continue;
+            }
+            if (c == '"')
+                inString = true;
+            else if (c == '{' || c == '[')
+                ++depth;
+            else if ((c == '}' || c == ']') && --depth == 0)
+                break;
+        }
+        out.append(run, m_pos);
+        return true;
     }
 
 private:
+    bool refill() {
+        if (!m_file) return false;
+        m_consumed += m_end - m_buf.data();
+        const int n = gzread(m_file, m_buf.data(), static_cast<unsigned>(m_buf.size()));
+        m_pos = m_buf.data();
+        m_end = m_pos + std::max(0, n);
+        return n > 0;
+    }
     gzFile m_file;
-    char m_buf[1 << 16];
+    std::vector<char> m_buf = std::vector<char>(1 << 20);
+    const char* m_pos = m_buf.data();
+    const char* m_end = m_buf.data();
+    int64_t m_consumed = 0;
 };
 
 int64_t dtypeBytes(const std::string& d) {
@@ -83,15 +153,24 @@ public:
 
     void consume(const json& e) {
         if (!e.is_object()) return;
-        const std::string ph = e.value("ph", "");
-        const std::string cat =
-            e.contains("cat") && e["cat"].is_string() ? e["cat"].get<std::string>() : "";
-        const std::string name =
-            e.contains("name") && e["name"].is_string() ? e["name"].get<std::string>() : "";
-        if (!cat.empty())
-            ++t.eventsByCategory[cat];
-        else
+        // Each field looked up once, strings by reference: a trace has millions of events.
+        static const std::string none;
+        auto str = [&](const char* k) -> const std::string& {
+            const auto it = e.find(k);
+            return it != e.end() && it->is_string() ? it->get_ref<const std::string&>() : none;
+        };
+        const std::string& ph = str("ph");
+        const std::string& cat = str("cat");
+        const std::string& name = str("name");
+        if (cat.empty()) {
             ++t.eventsByCategory["(" + ph + ")"];
+        } else {
+            if (!lastCategoryCount || cat != lastCategory) {
+                lastCategory = cat;
+                lastCategoryCount = &t.eventsByCategory[cat];
+            }
+            ++*lastCategoryCount;
+        }
         if (ph == "M") {
             if (name == "thread_name" && e.contains("args"))
                 threadNames[key(e)] = e["args"].value("name", "");
@@ -255,6 +334,9 @@ private:
     std::unordered_map<int32_t, int64_t> pendingExternal;  // collective event -> External id
     std::unordered_map<int64_t, EventClass> classCache;    // (name id, category id) -> class
     int64_t legacyAllocated = 0;
+    std::string lastCategory;
+    int64_t* lastCategoryCount = nullptr;               // into t.eventsByCategory (node-stable)
+    std::unordered_map<int64_t, int32_t> numericLanes;  // (pid << 32 | tid) -> lane
 
     static std::string key(const json& e) {
         return std::to_string(number(e.value("pid", json(0)))) + "/" +
@@ -262,6 +344,23 @@ private:
     }
 
     int32_t lane(const json& e, bool gpu) {
+        // Integer pid and tid (nearly every event): a numeric key, no string built.
+        const auto pit = e.find("pid"), tit = e.find("tid");
+        const bool numeric = pit != e.end() && tit != e.end() && pit->is_number_integer() &&
+                             tit->is_number_integer();
+        int64_t nk = 0;
+        if (numeric) {
+            nk = static_cast<int64_t>(static_cast<uint64_t>(pit->get<int64_t>()) << 32 ^
+                                      static_cast<uint32_t>(tit->get<int64_t>()));
+            const auto it = numericLanes.find(nk);
+            if (it != numericLanes.end()) return it->second;
+        }
+        const int32_t id = laneByName(e, gpu);
+        if (numeric) numericLanes.emplace(nk, id);
+        return id;
+    }
+
+    int32_t laneByName(const json& e, bool gpu) {
         const std::string k = key(e);
         auto it = laneIndex.find(k);
         if (it != laneIndex.end()) return it->second;
@@ -344,102 +443,105 @@ private:
     }
 };
 
-// SAX handler: top-level keys are kept small; each element of "traceEvents" (or of a
-// top-level array) is built as its own JSON value and handed to the importer.
-class Sax : public json::json_sax_t {
+// Cuts the file into events without building it whole: the elements of "traceEvents" (or
+// of a top-level array) are captured one at a time, parsed by parseJsonSpan and handed to
+// the importer; other top-level values go to Importer::topLevel.
+class Splitter {
 public:
-    explicit Sax(Importer& imp) : imp(imp) {}
-    bool null() override { return put(json(nullptr)); }
-    bool boolean(bool v) override { return put(json(v)); }
-    bool number_integer(number_integer_t v) override { return put(json(v)); }
-    bool number_unsigned(number_unsigned_t v) override { return put(json(v)); }
-    bool number_float(number_float_t v, const string_t&) override { return put(json(v)); }
-    bool string(string_t& v) override { return put(json(v)); }
-    bool binary(binary_t&) override { return true; }
-    bool start_object(std::size_t) override { return open(json::object()); }
-    bool end_object() override { return close(); }
-    bool start_array(std::size_t) override { return open(json::array()); }
-    bool end_array() override { return close(); }
-    bool key(string_t& k) override {
-        if (depth == 1 && !topArray) topKey = k;
-        if (!stack.empty()) pendingKey = k;
-        return true;
-    }
-    bool parse_error(std::size_t pos, const std::string&,
-                     const nlohmann::detail::exception& ex) override {
-        error = "byte " + std::to_string(pos) + ": " + ex.what();
-        return false;
-    }
+    Splitter(GzReader& r, Importer& imp) : r(r), imp(imp) {}
     std::string error;
 
+    bool run() {
+        r.skipWs();
+        if (!r.more()) return fail("a JSON object or array");
+        if (r.peek() == '[') {
+            r.next();
+            return events();
+        }
+        if (r.peek() != '{') return fail("'{' or '['");
+        r.next();
+        r.skipWs();
+        if (r.more() && r.peek() == '}') return true;
+        std::string key;
+        while (true) {
+            r.skipWs();
+            if (!r.more() || r.peek() != '"') return fail("a key");
+            raw.clear();
+            if (!r.capture(raw) || !parse(raw)) return fail("a key");
+            key = value.is_string() ? value.get<std::string>() : std::string();
+            r.skipWs();
+            if (!r.more() || r.peek() != ':') return fail("':'");
+            r.next();
+            r.skipWs();
+            if (key == "traceEvents" && r.more() && r.peek() == '[') {
+                r.next();
+                if (!events()) return false;
+            } else {
+                raw.clear();
+                if (!r.capture(raw)) return fail("a value");
+                if (!parse(raw)) return false;
+                imp.topLevel(key, value);
+            }
+            r.skipWs();
+            if (!r.more()) return fail("',' or '}'");
+            const char c = r.peek();
+            r.next();
+            if (c == '}') return true;
+            if (c != ',') return fail("',' or '}'");
+        }
+    }
+
 private:
+    GzReader& r;
     Importer& imp;
-    int depth = 0;
-    bool topArray = false;
-    std::string topKey, pendingKey;
-    json current;
-    std::vector<json*> stack;  // path inside `current`
+    std::string raw;
+    json value;
 
-    // Events live at depth 2 under "traceEvents" (or at depth 1 in a top-level array).
-    bool eventLevel() const {
-        return (topArray && depth == 1) || (!topArray && depth == 2 && topKey == "traceEvents");
+    bool fail(const char* expected) {
+        if (error.empty()) error = "byte " + std::to_string(r.offset()) + ": expected " + expected;
+        return false;
     }
-    bool collecting() const { return !stack.empty(); }
-
-    bool open(json v) {
-        if (depth == 0 && v.is_array()) topArray = true;
-        if (collecting()) {
-            json* parent = stack.back();
-            json* child = parent->is_array() ? &parent->emplace_back(std::move(v))
-                                             : &((*parent)[pendingKey] = std::move(v));
-            stack.push_back(child);
-        } else if (eventLevel() || (!topArray && depth == 1 && topKey != "traceEvents")) {
-            current = std::move(v);
-            stack.push_back(&current);
-        }
-        ++depth;
-        return true;
+    bool parse(const std::string& text) {
+        std::string why;
+        if (parseJsonSpan(text, value, why)) return true;
+        error =
+            "byte " + std::to_string(r.offset() - static_cast<int64_t>(text.size())) + ": " + why;
+        return false;
     }
-    bool close() {
-        --depth;
-        if (!collecting()) return true;
-        stack.pop_back();
-        if (stack.empty()) {
-            if (eventLevel())
-                imp.consume(current);
-            else if (!topArray && depth == 1)
-                imp.topLevel(topKey, current);
-            current = json();
+    // After the array's '['.
+    bool events() {
+        r.skipWs();
+        if (r.more() && r.peek() == ']') {
+            r.next();
+            return true;
         }
-        return true;
-    }
-    bool put(json v) {
-        if (collecting()) {
-            json* parent = stack.back();
-            if (parent->is_array())
-                parent->push_back(std::move(v));
-            else
-                (*parent)[pendingKey] = std::move(v);
-        } else if (!topArray && depth == 1) {
-            imp.topLevel(topKey, v);
+        while (true) {
+            r.skipWs();
+            raw.clear();
+            if (!r.capture(raw)) return fail("an event");
+            if (!parse(raw)) return false;
+            imp.consume(value);
+            r.skipWs();
+            if (!r.more()) return fail("',' or ']'");
+            const char c = r.peek();
+            r.next();
+            if (c == ']') return true;
+            if (c != ',') return fail("',' or ']'");
         }
-        return true;
     }
 };
 
 }  // namespace
 
 Expected<Trace> importKinetoFile(const std::string& path, const KinetoImportOptions& o) {
-    GzStreamBuf buf(path);
-    if (!buf.ok()) return Error{path + ": cannot open file"};
-    std::istream in(&buf);
+    GzReader reader(path);
+    if (!reader.ok()) return Error{path + ": cannot open file"};
     Trace t;
     Importer imp(t, o);
-    Sax sax(imp);
-    const bool ok = json::sax_parse(in, &sax, json::input_format_t::json, false);
-    if (!ok)
+    Splitter split(reader, imp);
+    if (!split.run())
         return Error{path + ": not a valid Chrome/Kineto trace JSON: " +
-                     (sax.error.empty() ? "parse error" : sax.error)};
+                     (split.error.empty() ? "parse error" : split.error)};
     imp.finish();
     const bool legacy = t.eventsByCategory.count("Kernel") || t.eventsByCategory.count("Operator");
     t.dialect = legacy         ? "legacy 2021 categories"

@@ -1,0 +1,172 @@
+// SPDX-License-Identifier: Apache-2.0
+// shardscope-gui-bench [--events N] [--keep FILE]: the desktop app's speed, printed as
+// figures (never asserted in tests; these machines are shared and noisy).
+//  - writes a PyTorch-profiler-style trace of N GPU events (default 1,000,000: 4 ranks x 8
+//    streams, kernels and NCCL collectives) and opens it as the app does (streaming import,
+//    timeline rows, HTA summary, off the GUI thread): goal <= 2 s;
+//  - repaints the timeline at 1920 px from the whole trace down to a few microseconds, at
+//    several places: goal <= 16 ms a repaint, at most about one primitive per pixel column
+//    and row (the primitives are counted and printed).
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QElapsedTimer>
+#include <QPainter>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <vector>
+
+#include "gui/app/document.h"
+#include "gui/timeline/timeline_widget.h"
+#include "profiler/import/kineto_import.h"
+
+using namespace shardscope::gui;
+
+namespace {
+
+// Kineto's dialect with relative timestamps: per rank a process named "rank N" with 8 GPU
+// streams; on each stream back-to-back kernels of 2-200 us, one in eight an NCCL collective.
+int64_t writeTrace(const std::string& path, int64_t events) {
+    std::ofstream out(path);
+    std::mt19937_64 rng(42);
+    const int ranks = 4, streams = 8;
+    out << "{\"schemaVersion\": 1, \"baseTimeNanoseconds\": 1700000000000000000,\n"
+           "\"traceEvents\": [\n";
+    for (int r = 0; r < ranks; ++r)
+        out << "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": " << r + 1
+            << ", \"args\": {\"name\": \"rank " << r << "\"}},\n";
+    const char* kernels[] = {
+        "sm90_xmma_gemm_bf16bf16_bf16f32", "flash_fwd_kernel",
+        "vectorized_elementwise_kernel",   "reduce_kernel",
+        "ncclDevKernel_AllGather_RING_LL", "ncclDevKernel_ReduceScatter_RING_LL"};
+    std::vector<double> clock(static_cast<size_t>(ranks * streams), 0.0);
+    int64_t written = 0;
+    for (int64_t i = 0; i < events; ++i) {
+        const int lane = static_cast<int>(i % (ranks * streams));
+        const int rank = lane / streams, stream = lane % streams;
+        const bool comm = rng() % 8 == 0;
+        const char* name = comm ? kernels[4 + rng() % 2] : kernels[rng() % 4];
+        const double dur = 2.0 + static_cast<double>(rng() % 19800) / 100.0;  // us
+        double& t = clock[static_cast<size_t>(lane)];
+        t += static_cast<double>(rng() % 50) / 10.0;  // small gaps
+        char line[256];
+        const int n =
+            std::snprintf(line, sizeof line,
+                          "%s{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"%s\", "
+                          "\"pid\": %d, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f}",
+                          i == 0 ? "" : ",\n", name, rank + 1, 100 * (rank + 1) + stream, t, dur);
+        out.write(line, n);
+        t += dur;
+        ++written;
+    }
+    out << "\n]}\n";
+    return written;
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (qgetenv("QT_QPA_PLATFORM").isEmpty()) qputenv("QT_QPA_PLATFORM", "offscreen");
+    QApplication app(argc, argv);
+    QCommandLineParser cli;
+    cli.setApplicationDescription(
+        "Measures shardscope-gui: opening a trace of N events and repainting its timeline at "
+        "every zoom. Prints figures; asserts nothing.");
+    cli.addHelpOption();
+    QCommandLineOption eventsOpt("events", "events in the generated trace (default 1000000)", "N",
+                                 "1000000");
+    QCommandLineOption keepOpt("keep", "write the generated trace here and keep it", "FILE");
+    cli.addOption(eventsOpt);
+    cli.addOption(keepOpt);
+    cli.process(app);
+    bool ok = false;
+    const int64_t events = cli.value(eventsOpt).toLongLong(&ok);
+    if (!ok || events <= 0) {
+        std::fprintf(stderr, "error: --events: expected a positive integer, got \"%s\"\n",
+                     qPrintable(cli.value(eventsOpt)));
+        return 2;
+    }
+    const std::string path =
+        cli.isSet(keepOpt)
+            ? cli.value(keepOpt).toStdString()
+            : (std::filesystem::temp_directory_path() / "shardscope-gui-bench.json").string();
+    std::printf("shardscope-gui-bench: %lld events\n", static_cast<long long>(events));
+    writeTrace(path, events);
+    const auto bytes = std::filesystem::file_size(path);
+    std::printf("  generated %s (%.1f MB of JSON)\n", path.c_str(),
+                static_cast<double>(bytes) / 1e6);
+
+    QElapsedTimer timer;
+    timer.start();
+    const bool imported = static_cast<bool>(shardscope::importKinetoFile(path));
+    const double importS = static_cast<double>(timer.nsecsElapsed()) * 1e-9;
+    std::printf("  import alone (profiler/import, streaming): %.2f s, %.0f MB/s%s\n", importS,
+                static_cast<double>(bytes) / 1e6 / importS, imported ? "" : " (failed)");
+    timer.restart();
+    const LoadedFile f = loadFile(QString::fromStdString(path));
+    const double openS = static_cast<double>(timer.nsecsElapsed()) * 1e-9;
+    if (!f.error.isEmpty() || !f.traceTimeline) {
+        std::fprintf(stderr, "error: %s\n", qPrintable(f.error));
+        return 1;
+    }
+    size_t shown = 0;
+    for (const auto& r : f.traceTimeline->rows)
+        shown += r.events.size();
+    std::printf(
+        "  open (import, timeline rows, HTA summary): %.2f s, %.0f MB/s, %zu events on %zu rows  "
+        "(goal <= 2 s)\n",
+        openS, static_cast<double>(bytes) / 1e6 / openS, shown, f.traceTimeline->rows.size());
+
+    TimelineWidget w;
+    w.resize(1920 + TimelineWidget::kLabelWidth, 1080);
+    w.setData(f.traceTimeline);
+    w.show();
+    QApplication::processEvents();
+    const int64_t end = f.traceTimeline->endNs;
+    std::printf("\n  repaint at %d px (median of 15):\n  %14s %10s %10s %12s %16s\n",
+                w.viewport().widthPx, "visible span", "where", "ms", "primitives",
+                "per px per row");
+    double worst = 0, worstDensity = 0;
+    for (const double frac : {1.0, 1e-1, 1e-2, 1e-3, 1e-4, 1e-5}) {
+        for (const double where : {0.0, 0.5, 0.9}) {
+            const int64_t span =
+                std::max<int64_t>(1000, static_cast<int64_t>(frac * static_cast<double>(end)));
+            const auto start = static_cast<int64_t>(where * static_cast<double>(end - span));
+            w.setViewport(start, start + span);
+            std::vector<double> ms;
+            for (int i = 0; i < 15; ++i) {
+                QElapsedTimer t;
+                t.start();
+                w.repaint();
+                ms.push_back(static_cast<double>(t.nsecsElapsed()) * 1e-6);
+            }
+            const size_t prims = w.lastDrawList().size();
+            const double density =
+                static_cast<double>(prims) /
+                (static_cast<double>(w.viewport().widthPx) *
+                 static_cast<double>(std::max<size_t>(1, w.visibleRows().size())));
+            const double m = median(ms);
+            worst = std::max(worst, m);
+            worstDensity = std::max(worstDensity, density);
+            char spanText[32];
+            std::snprintf(spanText, sizeof spanText, "%.3f ms", static_cast<double>(span) * 1e-6);
+            std::printf("  %14s %9.0f%% %10.2f %12zu %16.3f\n", spanText, where * 100, m, prims,
+                        density);
+        }
+    }
+    std::printf(
+        "\n  slowest repaint %.2f ms (goal <= 16 ms); at most %.3f primitives per pixel column "
+        "and row (goal: about 1)\n",
+        worst, worstDensity);
+    if (!cli.isSet(keepOpt)) std::filesystem::remove(path);
+    return 0;
+}
