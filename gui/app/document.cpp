@@ -162,13 +162,17 @@ TimelineData timelineFromTrace(const std::shared_ptr<const Trace>& trace) {
 
 }  // namespace
 
-LoadedFile loadFile(const QString& path) {
+LoadedFile loadFile(const QString& path, const std::atomic<bool>* cancel,
+                    std::function<void(double)> progress) {
     LoadedFile f;
     f.path = path;
     const std::string p = path.toStdString();
     if (looksLikeTrace(p)) {
         f.kind = LoadedFile::Kind::Trace;
-        auto t = importKinetoFile(p);
+        KinetoImportOptions io;
+        io.cancel = cancel;
+        io.progress = std::move(progress);
+        auto t = importKinetoFile(p, io);
         if (t) {
             f.trace = std::make_shared<const Trace>(std::move(*t));
             // Built here, off the GUI thread like the import: a trace can hold millions of

@@ -5,6 +5,8 @@
 // and are tested without widgets; results are immutable snapshots.
 #include <QString>
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,8 +38,11 @@ struct LoadedFile {
     QString error;  // non-empty when loading failed; names the file and field
 };
 
-// Sniffs the file (HF config / shardscope.model / shardscope.plan / shardscope.cluster).
-[[nodiscard]] LoadedFile loadFile(const QString& path);
+// Sniffs the file (HF config / shardscope.model / shardscope.plan / shardscope.cluster /
+// trace). A trace import checks `cancel` and reports `progress` (0-1) every MiB; a
+// cancelled load returns the error "PATH: cancelled".
+[[nodiscard]] LoadedFile loadFile(const QString& path, const std::atomic<bool>* cancel = nullptr,
+                                  std::function<void(double)> progress = {});
 
 // A timeline the Compare view can show: a simulated step or an opened trace.
 struct CompareSource {

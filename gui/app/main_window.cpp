@@ -14,7 +14,9 @@
 #include <QMessageBox>
 #include <QMimeData>
 #include <QPlainTextEdit>
+#include <QPointer>
 #include <QProgressBar>
+#include <QPushButton>
 #include <QSettings>
 #include <QSortFilterProxyModel>
 #include <QSpinBox>
@@ -68,6 +70,11 @@ QString MainWindow::describeRange(int64_t t0, int64_t t1) const {
         s += QString("  %1 ops\n").arg(r.events);
     }
     return s;
+}
+
+void MainWindow::cancelLoading() {
+    if (m_loadCancel) m_loadCancel->store(true);
+    statusBar()->showMessage("Cancelling...");
 }
 
 void MainWindow::selectOp(int32_t op) {
@@ -229,6 +236,11 @@ MainWindow::MainWindow(QWidget* parent)
     m_progress->setMaximumWidth(200);
     m_progress->hide();
     statusBar()->addPermanentWidget(m_progress);
+    m_cancelLoad = new QPushButton("Cancel");
+    m_cancelLoad->setToolTip("Stop loading the files being opened");
+    m_cancelLoad->hide();
+    statusBar()->addPermanentWidget(m_cancelLoad);
+    connect(m_cancelLoad, &QPushButton::clicked, this, &MainWindow::cancelLoading);
 
     QMenu* file = menuBar()->addMenu("&File");
     file->addAction("&Open...", QKeySequence::Open, this, [this] {
@@ -249,12 +261,19 @@ void MainWindow::openFiles(const QStringList& paths, std::function<void()> done)
         if (done) done();
         return;
     }
+    if (m_pending == 0) m_loadCancel = std::make_shared<std::atomic<bool>>(false);
     m_pending += static_cast<int>(paths.size());
-    m_progress->setRange(0, 0);  // busy: parsing has no useful fraction for small files
+    m_progress->setRange(0, 1000);
+    m_progress->setValue(0);
     m_progress->show();
+    m_cancelLoad->show();
     statusBar()->showMessage(QString("Loading %1 file(s)...").arg(paths.size()));
     auto remaining = std::make_shared<int>(static_cast<int>(paths.size()));
     auto results = std::make_shared<std::vector<LoadedFile>>(paths.size());
+    // Each file's fraction read, shown as their mean; posted from the loading threads.
+    auto fractions = std::make_shared<std::vector<std::atomic<int>>>(paths.size());
+    auto cancel = m_loadCancel;
+    QPointer<MainWindow> self(this);
     for (int i = 0; i < paths.size(); ++i) {
         auto* watcher = new QFutureWatcher<LoadedFile>(this);
         connect(watcher, &QFutureWatcher<LoadedFile>::finished, this, [=, this] {
@@ -264,7 +283,12 @@ void MainWindow::openFiles(const QStringList& paths, std::function<void()> done)
             if (--*remaining > 0) return;
             // Apply in the order given so models resolve before plans regardless of timing.
             m_loadErrors.clear();
+            int cancelled = 0;
             for (const auto& f : *results) {
+                if (f.error.endsWith(": cancelled")) {
+                    ++cancelled;
+                    continue;
+                }
                 if (!f.error.isEmpty()) {
                     showError(f.error);
                     continue;
@@ -273,10 +297,30 @@ void MainWindow::openFiles(const QStringList& paths, std::function<void()> done)
                 rememberRecent(f.path);
             }
             refresh();
-            if (m_pending == 0) m_progress->hide();
+            if (m_pending == 0) {
+                m_progress->hide();
+                m_cancelLoad->hide();
+            }
+            if (cancelled > 0)
+                statusBar()->showMessage(
+                    QString("Loading cancelled (%1 file(s) not opened)").arg(cancelled));
             if (done) done();
         });
-        watcher->setFuture(QtConcurrent::run([p = paths[i]] { return loadFile(p); }));
+        auto progress = [self, fractions, i](double f) {
+            (*fractions)[static_cast<size_t>(i)] = static_cast<int>(1000 * f);
+            QMetaObject::invokeMethod(
+                self,
+                [self, fractions] {
+                    if (!self) return;
+                    int sum = 0;
+                    for (const auto& x : *fractions)
+                        sum += x.load();
+                    self->m_progress->setValue(sum / static_cast<int>(fractions->size()));
+                },
+                Qt::QueuedConnection);
+        };
+        watcher->setFuture(QtConcurrent::run(
+            [p = paths[i], cancel, progress] { return loadFile(p, cancel.get(), progress); }));
     }
 }
 

@@ -5,6 +5,10 @@
 // they load off the GUI thread.
 #include <QMainWindow>
 
+#include <atomic>
+#include <functional>
+#include <memory>
+
 #include "gui/app/document.h"
 
 class QComboBox;
@@ -14,6 +18,7 @@ class QListWidget;
 class QMenu;
 class QPlainTextEdit;
 class QProgressBar;
+class QPushButton;
 class QTableView;
 class QTabWidget;
 class QTreeView;
@@ -42,6 +47,9 @@ public:
     [[nodiscard]] QPlainTextEdit* detailsPanel() const { return m_details; }
     [[nodiscard]] CompareView* compareView() const { return m_compare; }
     [[nodiscard]] RecommendView* recommendView() const { return m_recommend; }
+    // Stops the loads in flight (the Cancel button beside the progress bar).
+    void cancelLoading();
+    [[nodiscard]] bool loading() const { return m_pending > 0; }
     // What a user does with the mouse, for screenshots and tests.
     void selectOp(int32_t op);
     void selectRange(int64_t startNs, int64_t endNs);
@@ -84,6 +92,8 @@ private:
     CompareView* m_compare;
     RecommendView* m_recommend;
     QProgressBar* m_progress;
+    QPushButton* m_cancelLoad;
+    std::shared_ptr<std::atomic<bool>> m_loadCancel;
     QMenu* m_recent;
     int m_pending = 0;
     QStringList m_loadErrors;  // shown above the plan's problems until the next successful load

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -23,7 +24,11 @@ using json = nlohmann::ordered_json;  // vector-backed objects: cheaper to build
 // The file (gzip or plain) in 1 MiB chunks; the splitter below walks the buffer.
 class GzReader {
 public:
-    explicit GzReader(const std::string& path) : m_file(gzopen(path.c_str(), "rb")) {
+    GzReader(const std::string& path, const KinetoImportOptions& o)
+        : m_file(gzopen(path.c_str(), "rb")), m_o(o) {
+        std::error_code ec;
+        m_fileBytes = static_cast<int64_t>(std::filesystem::file_size(path, ec));
+        if (ec) m_fileBytes = 0;
         if (m_file) {
             gzbuffer(m_file, 1 << 20);
             refill();
@@ -100,9 +105,19 @@ public:
         return true;
     }
 
+    [[nodiscard]] bool cancelled() const { return m_cancelled; }
+
 private:
     bool refill() {
-        if (!m_file) return false;
+        if (!m_file || m_cancelled) return false;
+        if (m_o.cancel && m_o.cancel->load()) {
+            m_cancelled = true;  // reads as the end of the file; the caller reports it
+            m_pos = m_end = m_buf.data();
+            return false;
+        }
+        if (m_o.progress && m_fileBytes > 0)
+            m_o.progress(std::min(
+                1.0, static_cast<double>(gzoffset(m_file)) / static_cast<double>(m_fileBytes)));
         m_consumed += m_end - m_buf.data();
         const int n = gzread(m_file, m_buf.data(), static_cast<unsigned>(m_buf.size()));
         m_pos = m_buf.data();
@@ -110,6 +125,9 @@ private:
         return n > 0;
     }
     gzFile m_file;
+    const KinetoImportOptions& m_o;
+    int64_t m_fileBytes = 0;
+    bool m_cancelled = false;
     std::vector<char> m_buf = std::vector<char>(1 << 20);
     const char* m_pos = m_buf.data();
     const char* m_end = m_buf.data();
@@ -534,12 +552,14 @@ private:
 }  // namespace
 
 Expected<Trace> importKinetoFile(const std::string& path, const KinetoImportOptions& o) {
-    GzReader reader(path);
+    GzReader reader(path, o);
     if (!reader.ok()) return Error{path + ": cannot open file"};
     Trace t;
     Importer imp(t, o);
     Splitter split(reader, imp);
-    if (!split.run())
+    const bool ok = split.run();
+    if (reader.cancelled()) return Error{path + ": cancelled"};
+    if (!ok)
         return Error{path + ": not a valid Chrome/Kineto trace JSON: " +
                      (split.error.empty() ? "parse error" : split.error)};
     imp.finish();

@@ -13,6 +13,8 @@
 //  - [memory] instant events become the device-memory counter;
 //  - python_function events are skipped (counted) unless asked for; flow ends without a
 //    start are tolerated (counted).
+#include <atomic>
+#include <functional>
 #include <string>
 
 #include "plans/core/expected.h"
@@ -22,6 +24,10 @@ namespace shardscope {
 
 struct KinetoImportOptions {
     bool keepPythonFunctions = false;
+    // Checked every MiB read: when set, the import stops with the error "cancelled".
+    const std::atomic<bool>* cancel = nullptr;
+    // Called every MiB read with the fraction of the file (compressed bytes for .gz) read.
+    std::function<void(double fraction)> progress;
 };
 
 [[nodiscard]] Expected<Trace> importKinetoFile(const std::string& path,

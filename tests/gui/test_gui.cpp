@@ -475,6 +475,35 @@ TEST(GuiWindow, RecommendSearchesInTheBackgroundLoadsAndExports) {
     EXPECT_TRUE(w.document().simulation);
 }
 
+TEST(GuiWindow, CancellingALoadOpensNothing) {
+    // A trace large enough that the import is still running when Cancel is pressed.
+    const std::string path = std::filesystem::temp_directory_path() / "shardscope_gui_cancel.json";
+    {
+        std::ofstream out(path);
+        out << R"({"traceEvents": [)";
+        for (int i = 0; i < 200000; ++i)
+            out << (i ? ",\n" : "")
+                << R"({"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": )"
+                << i * 10 << R"(, "dur": 5, "args": {"stream": 7, "correlation": )" << i << "}}";
+        out << "]}\n";
+    }
+    MainWindow w;
+    w.show();
+    auto done = std::make_shared<bool>(false);
+    w.openFiles({QString::fromStdString(path)}, [done] { *done = true; });
+    EXPECT_TRUE(w.loading());
+    w.cancelLoading();
+    ASSERT_TRUE(QTest::qWaitFor([&] { return *done; }, 30000));
+    EXPECT_FALSE(w.loading());
+    EXPECT_TRUE(w.document().traces.empty());
+    EXPECT_FALSE(w.document().trace);
+    EXPECT_TRUE(w.problemList()->findItems("cancelled", Qt::MatchContains).isEmpty());
+    // Opening it again, not cancelled, works.
+    ASSERT_TRUE(openAndWait(w, {QString::fromStdString(path)}, 60000));
+    EXPECT_EQ(w.document().traces.size(), 1u);
+    std::filesystem::remove(path);
+}
+
 int main(int argc, char** argv) {
     if (qgetenv("QT_QPA_PLATFORM").isEmpty()) qputenv("QT_QPA_PLATFORM", "offscreen");
     qputenv("SHARDSCOPE_GUI_NO_DIALOGS", "1");  // errors go to the problem list, not to dialogs

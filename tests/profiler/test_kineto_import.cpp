@@ -3,6 +3,8 @@
 // NCCL collectives with their sizes, memory peaks, overlap and breakdown figures.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 
@@ -122,4 +124,45 @@ TEST(KinetoImport, ShardScopeMultiRankTrace) {
     EXPECT_EQ(t->memory[1].allocated, 300);
     const TraceSummary s = summarize(*t);
     EXPECT_GT(s.commNs, 0);
+}
+
+namespace {
+// A plain trace of `events` kernels on one stream, several MiB for a few tens of thousands.
+std::string writeKernels(const std::string& name, int events) {
+    const std::string path = std::filesystem::temp_directory_path() / name;
+    std::ofstream out(path);
+    out << R"({"traceEvents": [)";
+    for (int i = 0; i < events; ++i)
+        out << (i ? ",\n" : "") << R"({"ph": "X", "cat": "kernel", "name": "gemm_kernel_)" << i % 7
+            << R"(", "pid": 0, "tid": 7, "ts": )" << i * 10
+            << R"(, "dur": 5, "args": {"stream": 7, "correlation": )" << i << "}}";
+    out << "]}\n";
+    return path;
+}
+}  // namespace
+
+TEST(KinetoImport, ReportsProgressAndStopsWhenCancelled) {
+    const std::string path = writeKernels("shardscope_progress.json", 60000);  // ~8 MiB
+    std::vector<double> seen;
+    KinetoImportOptions o;
+    o.progress = [&](double f) { seen.push_back(f); };
+    auto t = importKinetoFile(path, o);
+    ASSERT_TRUE(t) << t.error();
+    EXPECT_EQ(t->size(), 60000u);
+    ASSERT_GE(seen.size(), 5u);  // every MiB
+    EXPECT_TRUE(std::is_sorted(seen.begin(), seen.end()));
+    EXPECT_GT(seen.back(), 0.8);
+    EXPECT_LE(seen.back(), 1.0);
+    // Cancelled after the third MiB: an error naming the file, not a partial trace.
+    std::atomic<bool> cancel{false};
+    int calls = 0;
+    o.cancel = &cancel;
+    o.progress = [&](double) {
+        if (++calls == 3) cancel = true;
+    };
+    auto c = importKinetoFile(path, o);
+    ASSERT_FALSE(c);
+    EXPECT_EQ(c.error(), path + ": cancelled");
+    EXPECT_LE(calls, 4);
+    std::filesystem::remove(path);
 }
