@@ -309,6 +309,143 @@ bool Document::resimulate(QString* why) {
     return true;
 }
 
+void Document::replacePlan(Plan p) {
+    plan = std::make_shared<const Plan>(std::move(p));
+    planEdited = true;
+    resolved.reset();
+    if (model) {
+        resolved = std::make_shared<const ResolvedPlan>(
+            resolvePlan(*model, *plan, cluster.get(), planPath.toStdString()));
+    }
+    resimulate();
+}
+
+bool Document::tryPlan(Plan p, QString* why) {
+    if (model) {
+        const ResolvedPlan r = resolvePlan(*model, p, cluster.get(), planPath.toStdString());
+        if (r.errorCount() > (resolved ? resolved->errorCount() : 0)) {
+            // The edit's own mistake: the first error the plan did not have before.
+            for (const auto& pr : r.problems) {
+                if (pr.severity != Problem::Severity::Error) continue;
+                bool old = false;
+                if (resolved)
+                    for (const auto& q : resolved->problems)
+                        old = old || q.message == pr.message;
+                if (!old) {
+                    if (why) *why = QString::fromStdString(pr.message);
+                    break;
+                }
+            }
+            return false;
+        }
+    }
+    replacePlan(std::move(p));
+    return true;
+}
+
+namespace {
+// The plan's explicit unit naming exactly this module, if any.
+int explicitUnitOf(const Plan& p, const std::string& fqn) {
+    for (size_t i = 0; i < p.units.size(); ++i)
+        if (p.units[i].modules.size() == 1 && p.units[i].modules[0] == fqn)
+            return static_cast<int>(i);
+    return -1;
+}
+}  // namespace
+
+bool Document::setModuleIsUnit(ModuleId module, bool isUnit, QString* why) {
+    if (!model || !plan || !resolved) return false;
+    const std::string fqn = model->module(module).fqn;
+    Plan p = *plan;
+    const int spec = explicitUnitOf(p, fqn);
+    if (isUnit) {
+        if (spec >= 0) return true;
+        UnitSpec u;
+        u.name = fqn;
+        u.modules = {fqn};
+        p.units.push_back(std::move(u));
+    } else {
+        const ResolvedUnit* policyUnit = nullptr;
+        for (const auto& u : resolved->units)
+            if (u.fromPolicy && u.modules.size() == 1 && u.modules[0] == module) policyUnit = &u;
+        if (policyUnit) {
+            // The wrap policy made it a unit: the policy's other units become explicit ones
+            // and the policy goes, so that this module alone stops being a unit.
+            for (const auto& u : resolved->units)
+                if (u.fromPolicy && &u != policyUnit &&
+                    explicitUnitOf(p, model->module(u.modules[0]).fqn) < 0) {
+                    UnitSpec s;
+                    s.name = u.name;
+                    s.modules = {model->module(u.modules[0]).fqn};
+                    p.units.push_back(std::move(s));
+                }
+            p.wrap = WrapPolicySpec{};
+            p.wrap.kind = WrapPolicySpec::Kind::None;
+        }
+        const int again = explicitUnitOf(p, fqn);
+        if (again >= 0) p.units.erase(p.units.begin() + again);
+        if (!policyUnit && again < 0) {
+            if (why) *why = QString::fromStdString(fqn) + " is not a unit of its own";
+            return false;
+        }
+    }
+    return tryPlan(std::move(p), why);
+}
+
+bool Document::setWrapPolicy(const WrapPolicySpec& wrap, QString* why) {
+    if (!plan) return false;
+    Plan p = *plan;
+    p.wrap = wrap;
+    return tryPlan(std::move(p), why);
+}
+
+bool Document::setUnitReshard(size_t unit, const QString& value, QString* why) {
+    if (!plan || !resolved || unit >= resolved->units.size()) return false;
+    ReshardSetting setting;
+    const QString v = value.toLower();
+    bool isInt = false;
+    const int k = value.toInt(&isInt);
+    if (v == "true")
+        setting = ReshardSetting::ofBool(true);
+    else if (v == "false")
+        setting = ReshardSetting::ofBool(false);
+    else if (isInt && k >= 1)
+        setting = ReshardSetting::ofInt(k);
+    else {
+        if (why)
+            *why =
+                "reshard_after_forward: expected True, False or a group size (an integer "
+                "that divides the shard size), got \"" +
+                value + "\"";
+        return false;
+    }
+    const ResolvedUnit& ru = resolved->units[unit];
+    Plan p = *plan;
+    if (ru.isRoot) {
+        // The root's setting lives in the unit naming "" (the whole model).
+        int spec = explicitUnitOf(p, "");
+        if (spec < 0) {
+            UnitSpec s;
+            s.modules = {""};
+            p.units.push_back(std::move(s));
+            spec = static_cast<int>(p.units.size() - 1);
+        }
+        p.units[static_cast<size_t>(spec)].settings.reshardAfterForward = setting;
+    } else {
+        const std::string fqn = model->module(ru.modules[0]).fqn;
+        int spec = explicitUnitOf(p, fqn);
+        if (spec < 0) {  // a policy unit: an explicit unit of the same module overrides it
+            UnitSpec s;
+            s.name = ru.name;
+            s.modules = {fqn};
+            p.units.push_back(std::move(s));
+            spec = static_cast<int>(p.units.size() - 1);
+        }
+        p.units[static_cast<size_t>(spec)].settings.reshardAfterForward = setting;
+    }
+    return tryPlan(std::move(p), why);
+}
+
 std::vector<CompareSource> Document::compareSources() const {
     std::vector<CompareSource> out;
     const QString plan = planPath.isEmpty() ? QString("plan") : QFileInfo(planPath).fileName();

@@ -9,6 +9,7 @@
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
+#include <QLineEdit>
 #include <QListWidget>
 #include <QMenuBar>
 #include <QMessageBox>
@@ -35,7 +36,9 @@
 #include "gui/timeline/memory_chart.h"
 #include "gui/timeline/step_stats.h"
 #include "gui/timeline/timeline_widget.h"
+#include "plans/core/atomic_write.h"
 #include "plans/core/strings.h"
+#include "plans/plan/plan_json.h"
 
 namespace shardscope::gui {
 
@@ -70,6 +73,61 @@ QString MainWindow::describeRange(int64_t t0, int64_t t1) const {
         s += QString("  %1 ops\n").arg(r.events);
     }
     return s;
+}
+
+QString MainWindow::savePlan(const QString& path) {
+    if (!m_doc.plan) return "no plan is open";
+    const Status st =
+        writeFileAtomically(path.toStdString(), planToJson(*m_doc.plan).dump(2) + "\n");
+    if (!st) return QString::fromStdString(st.error());
+    m_doc.planPath = path;
+    m_doc.planEdited = false;
+    statusBar()->showMessage("Saved " + path);
+    return {};
+}
+
+void MainWindow::applyWrapPolicy() {
+    if (!m_doc.plan) return;
+    WrapPolicySpec w;
+    const QString arg = m_wrapArg->text().trimmed();
+    QString why;
+    switch (m_wrapKind->currentIndex()) {
+        case 0:
+            w.kind = WrapPolicySpec::Kind::None;
+            break;
+        case 1: {
+            bool ok = false;
+            const qlonglong n = arg.isEmpty() ? 100000000 : arg.toLongLong(&ok);
+            if (!arg.isEmpty() && (!ok || n < 1))
+                why = "min_num_params: expected a positive integer";
+            w.kind = WrapPolicySpec::Kind::Size;
+            w.minNumParams = n;
+            break;
+        }
+        case 2:
+            w.kind = WrapPolicySpec::Kind::ModuleClass;
+            for (const QString& c : arg.split(',', Qt::SkipEmptyParts))
+                w.classes.push_back(c.trimmed().toStdString());
+            if (w.classes.empty())
+                why = "by module class: name at least one class, e.g. LlamaDecoderLayer";
+            break;
+        case 3:
+            w.kind = WrapPolicySpec::Kind::NamePattern;
+            for (const QString& c : arg.split(',', Qt::SkipEmptyParts))
+                w.patterns.push_back(c.trimmed().toStdString());
+            if (w.patterns.empty())
+                why = "by name pattern: give a regular expression, e.g. layers\\.\\d+$";
+            break;
+    }
+    if (why.isEmpty() && !m_doc.setWrapPolicy(w, &why) && why.isEmpty())
+        why = "the policy cannot be applied";
+    if (!why.isEmpty()) {
+        m_wrapError->setText(why);
+        m_wrapError->show();
+        return;
+    }
+    m_wrapError->hide();
+    refresh();
 }
 
 void MainWindow::cancelLoading() {
@@ -133,8 +191,54 @@ MainWindow::MainWindow(QWidget* parent)
     rightSplit->setStretchFactor(1, 1);
     rl->addWidget(rightSplit);
 
+    // The plan editor: tick modules in the tree to make them units, or apply a wrap policy;
+    // edit a unit's Reshard cell in the table. Each edit resolves and simulates at once.
+    m_wrapKind = new QComboBox;
+    m_wrapKind->addItems(
+        {"no policy", "size-based (min_num_params)", "by module class", "by name pattern"});
+    m_wrapArg = new QLineEdit;
+    m_wrapArg->setPlaceholderText("100000000 | LlamaDecoderLayer, ... | regex");
+    auto* applyWrap = new QPushButton("Apply");
+    m_wrapError = new QLabel;
+    m_wrapError->setWordWrap(true);
+    m_wrapError->setStyleSheet("color: #c02020");
+    m_wrapError->hide();
+    auto* wrapRow = new QHBoxLayout;
+    wrapRow->addWidget(new QLabel("<b>Wrap</b>"));
+    wrapRow->addWidget(m_wrapKind);
+    wrapRow->addWidget(m_wrapArg, 1);
+    wrapRow->addWidget(applyWrap);
+    connect(applyWrap, &QPushButton::clicked, this, &MainWindow::applyWrapPolicy);
+    connect(m_wrapArg, &QLineEdit::returnPressed, this, &MainWindow::applyWrapPolicy);
+    connect(m_tree, &ModuleTreeModel::unitToggleRequested, this, [this](ModuleId m, bool makeUnit) {
+        QString why;
+        if (!m_doc.setModuleIsUnit(m, makeUnit, &why)) {
+            statusBar()->showMessage(why);
+            return;
+        }
+        refresh();
+    });
+    connect(m_units, &UnitTableModel::reshardEditRequested, this,
+            [this](int unit, const QString& value) {
+                QString why;
+                if (!m_doc.setUnitReshard(static_cast<size_t>(unit), value, &why)) {
+                    statusBar()->showMessage(why);
+                    m_wrapError->setText(why);
+                    m_wrapError->show();
+                    return;
+                }
+                m_wrapError->hide();
+                refresh();
+            });
+    auto* left = new QWidget;
+    auto* ll = new QVBoxLayout(left);
+    ll->setContentsMargins(0, 0, 0, 0);
+    ll->addLayout(wrapRow);
+    ll->addWidget(m_wrapError);
+    ll->addWidget(m_treeView, 1);
+
     auto* split = new QSplitter;
-    split->addWidget(m_treeView);
+    split->addWidget(left);
     split->addWidget(right);
     split->setStretchFactor(0, 1);
     split->setStretchFactor(1, 1);
@@ -248,6 +352,15 @@ MainWindow::MainWindow(QWidget* parent)
             this, "Open model, plan, cluster or PyTorch profiler trace", QString(),
             "JSON files (*.json *.json.gz);;All files (*)");
         if (!paths.isEmpty()) openFiles(paths);
+    });
+    file->addAction("&Save plan as...", QKeySequence::SaveAs, this, [this] {
+        if (!m_doc.plan) return;
+        const QString path = QFileDialog::getSaveFileName(this, "Save the plan", "plan.json",
+                                                          "ShardScope plan (*.json)");
+        if (!path.isEmpty()) {
+            const QString err = savePlan(path);
+            if (!err.isEmpty()) showError(err);
+        }
     });
     m_recent = file->addMenu("Open &Recent");
     rebuildRecentMenu();
@@ -376,6 +489,7 @@ void MainWindow::refresh() {
     QStringList title{"ShardScope"};
     for (const QString& p : {m_doc.modelPath, m_doc.planPath})
         if (!p.isEmpty()) title << QFileInfo(p).fileName();
+    if (m_doc.planEdited) title.last() += " (edited)";
     setWindowTitle(title.join(" - "));
     statusBar()->showMessage(m_doc.resolved
                                  ? QString("%1 error(s)").arg(m_doc.resolved->errorCount())

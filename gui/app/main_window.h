@@ -13,6 +13,7 @@
 
 class QComboBox;
 class QLabel;
+class QLineEdit;
 class QSpinBox;
 class QListWidget;
 class QMenu;
@@ -47,6 +48,13 @@ public:
     [[nodiscard]] QPlainTextEdit* detailsPanel() const { return m_details; }
     [[nodiscard]] CompareView* compareView() const { return m_compare; }
     [[nodiscard]] RecommendView* recommendView() const { return m_recommend; }
+    // The plan editor's wrap-policy row (tests drive it like a user would).
+    [[nodiscard]] QComboBox* wrapKindBox() const { return m_wrapKind; }
+    [[nodiscard]] QLineEdit* wrapArgEdit() const { return m_wrapArg; }
+    [[nodiscard]] QLabel* wrapErrorLabel() const { return m_wrapError; }
+    void applyWrapPolicy();
+    // Writes the (edited) plan as ShardScope plan JSON; an error message, or empty.
+    QString savePlan(const QString& path);
     // Stops the loads in flight (the Cancel button beside the progress bar).
     void cancelLoading();
     [[nodiscard]] bool loading() const { return m_pending > 0; }
@@ -81,6 +89,9 @@ private:
     QLabel* m_summary;
     QLabel* m_simSummary;
     QComboBox* m_reshard;
+    QComboBox* m_wrapKind;
+    QLineEdit* m_wrapArg;
+    QLabel* m_wrapError;
     QComboBox* m_ac;
     QSpinBox* m_fwdPrefetch;
     QSpinBox* m_bwdPrefetch;

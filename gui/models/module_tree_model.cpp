@@ -30,6 +30,9 @@ void ModuleTreeModel::setPlan(std::shared_ptr<const ResolvedPlan> plan) {
         for (size_t u = 0; u < m_plan->units.size(); ++u)
             for (ModuleId m : m_plan->units[u].modules)
                 unitRoot[m.index()] = static_cast<int32_t>(u);
+        m_unitRoot.assign(m_graph->moduleCount(), 0);
+        for (const auto& u : m_plan->units)
+            if (!u.modules.empty()) m_unitRoot[u.modules.front().index()] = 1;
         for (size_t m = 0; m < m_graph->moduleCount(); ++m)
             m_unitOfModule[m] = unitRoot[m] >= 0
                                     ? unitRoot[m]
@@ -75,6 +78,9 @@ QVariant ModuleTreeModel::data(const QModelIndex& index, int role) const {
     const ModuleId id(static_cast<int32_t>(index.internalId()));
     const auto& m = m_graph->module(id);
     if (role == ModuleIdRole) return id.value;
+    if (role == Qt::CheckStateRole && index.column() == Name && m_plan &&
+        m_unitRoot.size() == m_graph->moduleCount())
+        return m_unitRoot[id.index()] ? Qt::Checked : Qt::Unchecked;
     if (role == NumelRole) return qlonglong(m_graph->subtreeNumel(id));
     if (role == Qt::TextAlignmentRole && (index.column() == Params || index.column() == Size))
         return QVariant(Qt::AlignRight | Qt::AlignVCenter);
@@ -97,6 +103,23 @@ QVariant ModuleTreeModel::data(const QModelIndex& index, int role) const {
                 m_plan->units[static_cast<size_t>(m_unitOfModule[id.index()])].displayName());
     }
     return {};
+}
+
+Qt::ItemFlags ModuleTreeModel::flags(const QModelIndex& index) const {
+    if (!index.isValid()) return Qt::NoItemFlags;
+    Qt::ItemFlags f = Qt::ItemIsEnabled | Qt::ItemIsSelectable;
+    // The root is always a unit (fully_shard on the model itself).
+    if (index.column() == Name && m_plan && index.internalId() != 0) f |= Qt::ItemIsUserCheckable;
+    return f;
+}
+
+bool ModuleTreeModel::setData(const QModelIndex& index, const QVariant& value, int role) {
+    if (!index.isValid() || role != Qt::CheckStateRole || index.column() != Name || !m_plan ||
+        index.internalId() == 0)
+        return false;
+    emit unitToggleRequested(ModuleId(static_cast<int32_t>(index.internalId())),
+                             value.toInt() == Qt::Checked);
+    return false;  // the edited plan, once resolved, changes the model
 }
 
 QVariant ModuleTreeModel::headerData(int section, Qt::Orientation o, int role) const {

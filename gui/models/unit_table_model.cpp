@@ -72,4 +72,18 @@ QVariant UnitTableModel::headerData(int section, Qt::Orientation o, int role) co
     return section >= 0 && section < ColumnCount ? QString(names[section]) : QVariant();
 }
 
+Qt::ItemFlags UnitTableModel::flags(const QModelIndex& index) const {
+    if (!index.isValid()) return Qt::NoItemFlags;
+    Qt::ItemFlags f = Qt::ItemIsEnabled | Qt::ItemIsSelectable;
+    if (index.column() == Reshard) f |= Qt::ItemIsEditable;
+    return f;
+}
+
+bool UnitTableModel::setData(const QModelIndex& index, const QVariant& value, int role) {
+    if (!index.isValid() || role != Qt::EditRole || index.column() != Reshard || !m_plan)
+        return false;
+    emit reshardEditRequested(index.row(), value.toString().trimmed());
+    return false;  // the edited plan, once resolved, changes the model
+}
+
 }  // namespace shardscope::gui

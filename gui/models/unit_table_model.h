@@ -34,6 +34,13 @@ public:
     int columnCount(const QModelIndex& parent = {}) const override;
     QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
     QVariant headerData(int section, Qt::Orientation o, int role = Qt::DisplayRole) const override;
+    // Reshard is editable ("True", "False" or a group size): an edit asks for the plan
+    // change (reshardEditRequested).
+    Qt::ItemFlags flags(const QModelIndex& index) const override;
+    bool setData(const QModelIndex& index, const QVariant& value, int role = Qt::EditRole) override;
+
+signals:
+    void reshardEditRequested(int unit, QString value);
 
 private:
     std::shared_ptr<const ResolvedPlan> m_plan;

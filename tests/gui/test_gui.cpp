@@ -6,6 +6,8 @@
 #include <QAbstractItemModelTester>
 #include <QApplication>
 #include <QComboBox>
+#include <QLabel>
+#include <QLineEdit>
 #include <QListWidget>
 #include <QPlainTextEdit>
 #include <QScatterSeries>
@@ -28,6 +30,7 @@
 #include "gui/models/unit_table_model.h"
 #include "gui/timeline/step_stats.h"
 #include "plans/core/strings.h"
+#include "plans/plan/plan.h"
 #include "tests/support/golden.h"
 
 using namespace shardscope;
@@ -473,6 +476,89 @@ TEST(GuiWindow, RecommendSearchesInTheBackgroundLoadsAndExports) {
     ASSERT_TRUE(w.document().plan);
     EXPECT_EQ(w.document().plan->name, chosen.name);
     EXPECT_TRUE(w.document().simulation);
+}
+
+TEST(GuiPlanEditor, TickingModulesAndWrapPoliciesEditThePlan) {
+    MainWindow w;
+    w.show();
+    ASSERT_TRUE(openAndWait(w, llamaOnH100("plans/llama-per-block.json")));
+    const ModelGraph& g = *w.document().model;
+    const size_t units = w.document().resolved->units.size();
+    ModuleTreeModel* tree = w.treeModel();
+    // Tick an MLP: it becomes a unit of its own, and the step is simulated again.
+    const ModuleId norm = *g.findModule("model.layers.0.mlp");
+    const QModelIndex normIdx = tree->indexOf(norm);
+    EXPECT_EQ(tree->data(normIdx, Qt::CheckStateRole).toInt(), Qt::Unchecked);
+    EXPECT_TRUE(tree->flags(normIdx) & Qt::ItemIsUserCheckable);
+    tree->setData(normIdx, Qt::Checked, Qt::CheckStateRole);
+    ASSERT_TRUE(w.document().resolved);
+    EXPECT_EQ(w.document().resolved->units.size(), units + 1);
+    EXPECT_TRUE(w.document().resolved->findUnit("model.layers.0.mlp").has_value());
+    EXPECT_EQ(tree->data(tree->indexOf(norm), Qt::CheckStateRole).toInt(), Qt::Checked);
+    EXPECT_TRUE(w.document().simulation);
+    EXPECT_TRUE(w.document().planEdited);
+    EXPECT_TRUE(w.windowTitle().contains("(edited)"));
+    // model.norm shares the unit "norm+head": ticking it alone would put it in two units,
+    // which the plan refuses, and the edit with it.
+    const Plan beforeNorm = *w.document().plan;
+    tree->setData(tree->indexOf(*g.findModule("model.norm")), Qt::Unchecked, Qt::CheckStateRole);
+    EXPECT_EQ(*w.document().plan, beforeNorm);
+    // Untick a block the class policy wrapped: the policy's other units stay, explicitly.
+    const ModuleId l3 = *g.findModule("model.layers.3");
+    tree->setData(tree->indexOf(l3), Qt::Unchecked, Qt::CheckStateRole);
+    EXPECT_EQ(w.document().resolved->units.size(), units);
+    EXPECT_FALSE(w.document().resolved->findUnit("model.layers.3").has_value());
+    EXPECT_TRUE(w.document().resolved->findUnit("model.layers.4").has_value());
+    EXPECT_EQ(w.document().plan->wrap.kind, WrapPolicySpec::Kind::None);
+    EXPECT_FALSE(w.document().resolved->hasErrors());
+    // A class policy from the wrap row: one unit per MLP on top of the explicit ones.
+    w.wrapKindBox()->setCurrentIndex(2);
+    w.wrapArgEdit()->setText("LlamaMLP");
+    w.applyWrapPolicy();
+    EXPECT_FALSE(w.wrapErrorLabel()->isVisibleTo(&w));
+    EXPECT_TRUE(w.document().resolved->findUnit("model.layers.3.mlp").has_value());
+    // An invalid pattern is explained inline and changes nothing.
+    const Plan before = *w.document().plan;
+    w.wrapKindBox()->setCurrentIndex(3);
+    w.wrapArgEdit()->setText("layers.(");
+    w.applyWrapPolicy();
+    EXPECT_TRUE(w.wrapErrorLabel()->isVisibleTo(&w));
+    EXPECT_FALSE(w.wrapErrorLabel()->text().isEmpty());
+    EXPECT_EQ(*w.document().plan, before);
+    // Saved and read back: the same plan.
+    const std::string out = std::filesystem::temp_directory_path() / "shardscope_edited_plan.json";
+    ASSERT_TRUE(w.savePlan(QString::fromStdString(out)).isEmpty());
+    const LoadedFile back = loadFile(QString::fromStdString(out));
+    ASSERT_TRUE(back.error.isEmpty()) << back.error.toStdString();
+    EXPECT_EQ(back.plan->units, w.document().plan->units);
+}
+
+TEST(GuiPlanEditor, ReshardCellsEditOneUnit) {
+    MainWindow w;
+    w.show();
+    ASSERT_TRUE(openAndWait(w, llamaOnH100("plans/llama-per-block.json")));
+    UnitTableModel* units = w.unitModel();
+    const auto& r = *w.document().resolved;
+    size_t l5 = 0;
+    for (size_t i = 0; i < r.units.size(); ++i)
+        if (r.units[i].name == "model.layers.5") l5 = i;
+    ASSERT_GT(l5, 0u);
+    const QModelIndex cell = units->index(static_cast<int>(l5), UnitTableModel::Reshard);
+    EXPECT_TRUE(units->flags(cell) & Qt::ItemIsEditable);
+    const int64_t step = w.document().simulation->stepNs;
+    units->setData(cell, "False");
+    const auto& edited = *w.document().resolved;
+    EXPECT_EQ(edited.units[l5].reshard, Reshard::False);
+    EXPECT_EQ(edited.units[l5 + 1].reshard, Reshard::True);  // only that unit
+    EXPECT_NE(w.document().simulation->stepNs, step);
+    units->setData(units->index(static_cast<int>(l5), UnitTableModel::Reshard), "8");
+    EXPECT_EQ(w.document().resolved->units[l5].reshard, Reshard::Int);
+    EXPECT_EQ(w.document().resolved->units[l5].reshardK, 8);
+    // Not a setting: refused with the reason, plan unchanged.
+    const Plan before = *w.document().plan;
+    units->setData(units->index(static_cast<int>(l5), UnitTableModel::Reshard), "sometimes");
+    EXPECT_EQ(*w.document().plan, before);
+    EXPECT_TRUE(w.wrapErrorLabel()->text().contains("expected True, False or a group size"));
 }
 
 TEST(GuiWindow, CancellingALoadOpensNothing) {
