@@ -399,6 +399,84 @@ bool Document::setWrapPolicy(const WrapPolicySpec& wrap, QString* why) {
     return tryPlan(std::move(p), why);
 }
 
+// The plan's unit spec for a resolved unit, added (same modules, so it overrides a policy
+// unit or the root) when the plan has none.
+static UnitSpec& specFor(Plan& p, const ModelGraph& g, const ResolvedUnit& ru) {
+    const std::string fqn = ru.isRoot ? std::string() : g.module(ru.modules[0]).fqn;
+    int spec = explicitUnitOf(p, fqn);
+    if (spec < 0) {
+        UnitSpec s;
+        if (!ru.isRoot) s.name = ru.name;
+        s.modules = {fqn};
+        p.units.push_back(std::move(s));
+        spec = static_cast<int>(p.units.size() - 1);
+    }
+    return p.units[static_cast<size_t>(spec)];
+}
+
+bool Document::setUnitPrefetch(size_t unit, bool forward, const QString& value, QString* why) {
+    if (!plan || !resolved || !model || unit >= resolved->units.size()) return false;
+    Plan p = *plan;
+    UnitSpec& s = specFor(p, *model, resolved->units[unit]);
+    auto& list = forward ? s.forwardPrefetch : s.backwardPrefetch;
+    const QString v = value.trimmed();
+    if (v.isEmpty() || v.compare("implicit", Qt::CaseInsensitive) == 0) {
+        list.reset();
+    } else {
+        list = std::vector<std::string>{};
+        if (v.compare("none", Qt::CaseInsensitive) != 0)
+            for (const QString& n : v.split(',', Qt::SkipEmptyParts))
+                list->push_back(n.trimmed().toStdString());
+    }
+    return tryPlan(std::move(p), why);
+}
+
+bool Document::setPlanWide(const QString& mesh, const QString& paramDtype,
+                           const QString& reduceDtype, bool offload, QString* why) {
+    if (!plan) return false;
+    Plan p = *plan;
+    p.meshShape.clear();
+    for (const QString& d : mesh.split(',', Qt::SkipEmptyParts)) {
+        bool ok = false;
+        const qlonglong n = d.trimmed().toLongLong(&ok);
+        if (!ok || n < 1) {
+            if (why)
+                *why =
+                    "mesh: expected ranks per dimension, e.g. 64 or 8,8 (replicate, shard), "
+                    "got \"" +
+                    mesh + "\"";
+            return false;
+        }
+        p.meshShape.push_back(n);
+    }
+    auto dtype = [&](const QString& name, std::optional<DType>& out) {
+        if (name.isEmpty()) {
+            out.reset();
+            return true;
+        }
+        auto d = parseDType(name.toStdString());
+        if (!d) {
+            if (why)
+                *why = "mixed precision: unknown dtype \"" + name +
+                       "\" (float32, bfloat16, float16, ...)";
+            return false;
+        }
+        out = *d;
+        return true;
+    };
+    MixedPrecisionSpec mp = p.defaults.mixedPrecision.value_or(MixedPrecisionSpec{});
+    if (!dtype(paramDtype, mp.paramDtype) || !dtype(reduceDtype, mp.reduceDtype)) return false;
+    if (mp.paramDtype || mp.reduceDtype)
+        p.defaults.mixedPrecision = mp;
+    else
+        p.defaults.mixedPrecision.reset();
+    if (offload)
+        p.defaults.offload = OffloadSpec{true, true};
+    else
+        p.defaults.offload.reset();
+    return tryPlan(std::move(p), why);
+}
+
 bool Document::setUnitReshard(size_t unit, const QString& value, QString* why) {
     if (!plan || !resolved || unit >= resolved->units.size()) return false;
     ReshardSetting setting;
@@ -419,30 +497,8 @@ bool Document::setUnitReshard(size_t unit, const QString& value, QString* why) {
                 value + "\"";
         return false;
     }
-    const ResolvedUnit& ru = resolved->units[unit];
     Plan p = *plan;
-    if (ru.isRoot) {
-        // The root's setting lives in the unit naming "" (the whole model).
-        int spec = explicitUnitOf(p, "");
-        if (spec < 0) {
-            UnitSpec s;
-            s.modules = {""};
-            p.units.push_back(std::move(s));
-            spec = static_cast<int>(p.units.size() - 1);
-        }
-        p.units[static_cast<size_t>(spec)].settings.reshardAfterForward = setting;
-    } else {
-        const std::string fqn = model->module(ru.modules[0]).fqn;
-        int spec = explicitUnitOf(p, fqn);
-        if (spec < 0) {  // a policy unit: an explicit unit of the same module overrides it
-            UnitSpec s;
-            s.name = ru.name;
-            s.modules = {fqn};
-            p.units.push_back(std::move(s));
-            spec = static_cast<int>(p.units.size() - 1);
-        }
-        p.units[static_cast<size_t>(spec)].settings.reshardAfterForward = setting;
-    }
+    specFor(p, *model, resolved->units[unit]).settings.reshardAfterForward = setting;
     return tryPlan(std::move(p), why);
 }
 

@@ -100,6 +100,12 @@ struct Document {
     bool setModuleIsUnit(ModuleId module, bool isUnit, QString* why = nullptr);
     bool setWrapPolicy(const WrapPolicySpec& wrap, QString* why = nullptr);
     bool setUnitReshard(size_t unit, const QString& value, QString* why = nullptr);
+    // Unit names, comma-separated; "implicit" or empty goes back to implicit prefetching.
+    bool setUnitPrefetch(size_t unit, bool forward, const QString& value, QString* why = nullptr);
+    // Plan-wide: the device mesh ("64" or "8,8"), mixed precision (param and reduce dtype
+    // names, "" for none) and CPU offload.
+    bool setPlanWide(const QString& mesh, const QString& paramDtype, const QString& reduceDtype,
+                     bool offload, QString* why = nullptr);
     void replacePlan(Plan p);
     // replacePlan unless the edit adds an error (`why`: the first new one).
     bool tryPlan(Plan p, QString* why);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gui/app/main_window.h"
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QDragEnterEvent>
 #include <QFileDialog>
@@ -130,6 +131,24 @@ void MainWindow::applyWrapPolicy() {
     refresh();
 }
 
+void MainWindow::showEditError(const QString& why) {
+    statusBar()->showMessage(why);
+    m_wrapError->setText(why);
+    m_wrapError->show();
+}
+
+void MainWindow::applyPlanWide() {
+    QString why;
+    auto dtype = [](QComboBox* c) { return c->currentIndex() == 0 ? QString() : c->currentText(); };
+    if (!m_doc.setPlanWide(m_mesh->text().trimmed(), dtype(m_paramDtype), dtype(m_reduceDtype),
+                           m_offload->isChecked(), &why)) {
+        showEditError(why.isEmpty() ? QString("the settings cannot be applied") : why);
+        return;
+    }
+    m_wrapError->hide();
+    refresh();
+}
+
 void MainWindow::cancelLoading() {
     if (m_loadCancel) m_loadCancel->store(true);
     statusBar()->showMessage("Cancelling...");
@@ -222,18 +241,49 @@ MainWindow::MainWindow(QWidget* parent)
             [this](int unit, const QString& value) {
                 QString why;
                 if (!m_doc.setUnitReshard(static_cast<size_t>(unit), value, &why)) {
-                    statusBar()->showMessage(why);
-                    m_wrapError->setText(why);
-                    m_wrapError->show();
+                    showEditError(why);
                     return;
                 }
                 m_wrapError->hide();
                 refresh();
             });
+    connect(m_units, &UnitTableModel::prefetchEditRequested, this,
+            [this](int unit, bool forward, const QString& value) {
+                QString why;
+                if (!m_doc.setUnitPrefetch(static_cast<size_t>(unit), forward, value, &why)) {
+                    showEditError(why);
+                    return;
+                }
+                m_wrapError->hide();
+                refresh();
+            });
+    // Plan-wide settings: mesh, mixed precision, offload.
+    m_mesh = new QLineEdit;
+    m_mesh->setPlaceholderText("all ranks");
+    m_mesh->setToolTip("Device mesh: 64 (1D) or 8,8 (replicate, shard: HSDP)");
+    m_mesh->setMaximumWidth(90);
+    m_paramDtype = new QComboBox;
+    m_reduceDtype = new QComboBox;
+    for (QComboBox* c : {m_paramDtype, m_reduceDtype})
+        c->addItems({"-", "float32", "bfloat16", "float16"});
+    m_offload = new QCheckBox("CPU offload");
+    auto* applyPlanWide = new QPushButton("Apply");
+    auto* planRow = new QHBoxLayout;
+    planRow->addWidget(new QLabel("<b>Mesh</b>"));
+    planRow->addWidget(m_mesh);
+    planRow->addWidget(new QLabel("param"));
+    planRow->addWidget(m_paramDtype);
+    planRow->addWidget(new QLabel("reduce"));
+    planRow->addWidget(m_reduceDtype);
+    planRow->addWidget(m_offload);
+    planRow->addWidget(applyPlanWide);
+    planRow->addStretch(1);
+    connect(applyPlanWide, &QPushButton::clicked, this, &MainWindow::applyPlanWide);
     auto* left = new QWidget;
     auto* ll = new QVBoxLayout(left);
     ll->setContentsMargins(0, 0, 0, 0);
     ll->addLayout(wrapRow);
+    ll->addLayout(planRow);
     ll->addWidget(m_wrapError);
     ll->addWidget(m_treeView, 1);
 
@@ -483,6 +533,21 @@ void MainWindow::refresh() {
         parts << "<b>Plan</b> open; open a model to resolve it";
     }
     if (!parts.isEmpty()) m_summary->setText(parts.join("<br>"));
+    if (m_doc.plan) {  // the plan-wide row shows the plan's settings
+        QStringList mesh;
+        for (int64_t d : m_doc.plan->meshShape)
+            mesh << QString::number(d);
+        m_mesh->setText(mesh.join(","));
+        const auto& mp = m_doc.plan->defaults.mixedPrecision;
+        auto show = [](QComboBox* c, const std::optional<DType>& d) {
+            const int i = d ? c->findText(QString::fromStdString(std::string(dtypeName(*d)))) : 0;
+            c->setCurrentIndex(i >= 0 ? i : 0);
+        };
+        show(m_paramDtype, mp ? mp->paramDtype : std::nullopt);
+        show(m_reduceDtype, mp ? mp->reduceDtype : std::nullopt);
+        m_offload->setChecked(m_doc.plan->defaults.offload &&
+                              m_doc.plan->defaults.offload->enabled);
+    }
     showSimulation();
     m_compare->setSources(m_doc.compareSources());
     m_recommend->setInputs(m_doc.model, m_doc.cluster, m_doc.plan ? m_doc.plan->seqLen : 0);

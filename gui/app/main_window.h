@@ -11,6 +11,7 @@
 
 #include "gui/app/document.h"
 
+class QCheckBox;
 class QComboBox;
 class QLabel;
 class QLineEdit;
@@ -53,6 +54,11 @@ public:
     [[nodiscard]] QLineEdit* wrapArgEdit() const { return m_wrapArg; }
     [[nodiscard]] QLabel* wrapErrorLabel() const { return m_wrapError; }
     void applyWrapPolicy();
+    [[nodiscard]] QLineEdit* meshEdit() const { return m_mesh; }
+    [[nodiscard]] QComboBox* paramDtypeBox() const { return m_paramDtype; }
+    [[nodiscard]] QComboBox* reduceDtypeBox() const { return m_reduceDtype; }
+    [[nodiscard]] QCheckBox* offloadBox() const { return m_offload; }
+    void applyPlanWide();
     // Writes the (edited) plan as ShardScope plan JSON; an error message, or empty.
     QString savePlan(const QString& path);
     // Stops the loads in flight (the Cancel button beside the progress bar).
@@ -92,6 +98,10 @@ private:
     QComboBox* m_wrapKind;
     QLineEdit* m_wrapArg;
     QLabel* m_wrapError;
+    QLineEdit* m_mesh;
+    QComboBox *m_paramDtype, *m_reduceDtype;
+    QCheckBox* m_offload;
+    void showEditError(const QString& why);
     QComboBox* m_ac;
     QSpinBox* m_fwdPrefetch;
     QSpinBox* m_bwdPrefetch;

@@ -61,28 +61,51 @@ QVariant UnitTableModel::data(const QModelIndex& index, int role) const {
                        ? QString::fromStdString(std::string(dtypeName(u.allGatherDtype)) + " / " +
                                                 std::string(dtypeName(u.reduceDtype)))
                        : QString("-");
+        case ForwardPrefetch:
+        case BackwardPrefetch: {
+            const bool fwd = index.column() == ForwardPrefetch;
+            if (!(fwd ? u.explicitForwardPrefetch : u.explicitBackwardPrefetch))
+                return QString("implicit");
+            QStringList names;
+            for (UnitId t : fwd ? u.forwardPrefetch : u.backwardPrefetch)
+                names << QString::fromStdString(m_plan->units[t.index()].displayName());
+            return names.isEmpty() ? QString("none") : names.join(", ");
+        }
     }
     return {};
 }
 
 QVariant UnitTableModel::headerData(int section, Qt::Orientation o, int role) const {
     if (o != Qt::Horizontal || role != Qt::DisplayRole) return {};
-    static const char* names[] = {"Unit",      "Modules", "Parameters",    "Sharded / rank",
-                                  "Unsharded", "Reshard", "Checkpointing", "Param / reduce dtype"};
+    static const char* names[] = {"Unit",
+                                  "Modules",
+                                  "Parameters",
+                                  "Sharded / rank",
+                                  "Unsharded",
+                                  "Reshard",
+                                  "Checkpointing",
+                                  "Param / reduce dtype",
+                                  "Forward prefetch",
+                                  "Backward prefetch"};
     return section >= 0 && section < ColumnCount ? QString(names[section]) : QVariant();
 }
 
 Qt::ItemFlags UnitTableModel::flags(const QModelIndex& index) const {
     if (!index.isValid()) return Qt::NoItemFlags;
     Qt::ItemFlags f = Qt::ItemIsEnabled | Qt::ItemIsSelectable;
-    if (index.column() == Reshard) f |= Qt::ItemIsEditable;
+    if (index.column() == Reshard || index.column() == ForwardPrefetch ||
+        index.column() == BackwardPrefetch)
+        f |= Qt::ItemIsEditable;
     return f;
 }
 
 bool UnitTableModel::setData(const QModelIndex& index, const QVariant& value, int role) {
-    if (!index.isValid() || role != Qt::EditRole || index.column() != Reshard || !m_plan)
-        return false;
-    emit reshardEditRequested(index.row(), value.toString().trimmed());
+    if (!index.isValid() || role != Qt::EditRole || !m_plan) return false;
+    if (index.column() == Reshard)
+        emit reshardEditRequested(index.row(), value.toString().trimmed());
+    else if (index.column() == ForwardPrefetch || index.column() == BackwardPrefetch)
+        emit prefetchEditRequested(index.row(), index.column() == ForwardPrefetch,
+                                   value.toString().trimmed());
     return false;  // the edited plan, once resolved, changes the model
 }
 

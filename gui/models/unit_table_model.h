@@ -22,6 +22,8 @@ public:
         Reshard,
         Checkpointing,
         Precision,
+        ForwardPrefetch,
+        BackwardPrefetch,
         ColumnCount
     };
     enum Role { SortRole = Qt::UserRole + 1 };
@@ -34,13 +36,14 @@ public:
     int columnCount(const QModelIndex& parent = {}) const override;
     QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
     QVariant headerData(int section, Qt::Orientation o, int role = Qt::DisplayRole) const override;
-    // Reshard is editable ("True", "False" or a group size): an edit asks for the plan
-    // change (reshardEditRequested).
+    // Reshard ("True", "False" or a group size) and the prefetch lists (unit names,
+    // comma-separated; empty: implicit) are editable: an edit asks for the plan change.
     Qt::ItemFlags flags(const QModelIndex& index) const override;
     bool setData(const QModelIndex& index, const QVariant& value, int role = Qt::EditRole) override;
 
 signals:
     void reshardEditRequested(int unit, QString value);
+    void prefetchEditRequested(int unit, bool forward, QString value);
 
 private:
     std::shared_ptr<const ResolvedPlan> m_plan;

@@ -5,6 +5,7 @@
 
 #include <QAbstractItemModelTester>
 #include <QApplication>
+#include <QCheckBox>
 #include <QComboBox>
 #include <QLabel>
 #include <QLineEdit>
@@ -559,6 +560,59 @@ TEST(GuiPlanEditor, ReshardCellsEditOneUnit) {
     units->setData(units->index(static_cast<int>(l5), UnitTableModel::Reshard), "sometimes");
     EXPECT_EQ(*w.document().plan, before);
     EXPECT_TRUE(w.wrapErrorLabel()->text().contains("expected True, False or a group size"));
+}
+
+TEST(GuiPlanEditor, PrefetchListsMeshPrecisionAndOffload) {
+    MainWindow w;
+    w.show();
+    ASSERT_TRUE(openAndWait(w, llamaOnH100("plans/llama-per-block.json")));
+    UnitTableModel* units = w.unitModel();
+    const auto& r = *w.document().resolved;
+    size_t l2 = 0;
+    for (size_t i = 0; i < r.units.size(); ++i)
+        if (r.units[i].name == "model.layers.2") l2 = i;
+    ASSERT_GT(l2, 0u);
+    auto cell = [&](int col) { return units->index(static_cast<int>(l2), col); };
+    EXPECT_EQ(units->data(cell(UnitTableModel::ForwardPrefetch)).toString(), "implicit");
+    // An explicit forward prefetch list of two units, chosen by name.
+    units->setData(cell(UnitTableModel::ForwardPrefetch), "model.layers.3, model.layers.4");
+    const auto& u = w.document().resolved->units[l2];
+    EXPECT_TRUE(u.explicitForwardPrefetch);
+    ASSERT_EQ(u.forwardPrefetch.size(), 2u);
+    EXPECT_EQ(w.document().resolved->units[u.forwardPrefetch[0].index()].name, "model.layers.3");
+    EXPECT_EQ(units->data(cell(UnitTableModel::ForwardPrefetch)).toString(),
+              "model.layers.3, model.layers.4");
+    // An unknown unit is refused, with the resolver's reason.
+    const Plan before = *w.document().plan;
+    units->setData(cell(UnitTableModel::ForwardPrefetch), "model.layers.99");
+    EXPECT_EQ(*w.document().plan, before);
+    EXPECT_TRUE(w.wrapErrorLabel()->text().contains("model.layers.99"))
+        << w.wrapErrorLabel()->text().toStdString();
+    // Back to implicit.
+    units->setData(cell(UnitTableModel::ForwardPrefetch), "implicit");
+    EXPECT_FALSE(w.document().resolved->units[l2].explicitForwardPrefetch);
+
+    // Plan-wide: an 8 x 8 HSDP mesh, fp32 parameters, CPU offload.
+    EXPECT_EQ(w.paramDtypeBox()->currentText(), "bfloat16");  // the plan's, shown
+    w.meshEdit()->setText("8,8");
+    w.paramDtypeBox()->setCurrentText("float32");
+    w.offloadBox()->setChecked(true);
+    w.applyPlanWide();
+    const auto& hsdp = *w.document().resolved;
+    EXPECT_TRUE(hsdp.hsdp);
+    EXPECT_EQ(hsdp.shardSize, 8);
+    EXPECT_EQ(hsdp.units[1].allGatherDtype, DType::Float32);
+    EXPECT_TRUE(hsdp.units[1].offload.enabled);
+    EXPECT_TRUE(w.document().simulation);
+    // A mesh that does not match the cluster's 64 devices is refused inline.
+    const Plan good = *w.document().plan;
+    w.meshEdit()->setText("3,5");
+    w.applyPlanWide();
+    EXPECT_EQ(*w.document().plan, good);
+    EXPECT_TRUE(w.wrapErrorLabel()->isVisibleTo(&w));
+    w.meshEdit()->setText("eight");
+    w.applyPlanWide();
+    EXPECT_TRUE(w.wrapErrorLabel()->text().contains("mesh: expected"));
 }
 
 TEST(GuiWindow, CancellingALoadOpensNothing) {
