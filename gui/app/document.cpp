@@ -15,6 +15,7 @@
 #include <fstream>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace shardscope::gui {
 
@@ -75,8 +76,31 @@ TimelineData timelineFromTrace(const std::shared_ptr<const Trace>& trace) {
             }
             d.rows.push_back({name, {}, group});
         }
+    // Launches that start a flow: one host row per thread (shown with the flows only);
+    // launches on one thread do not overlap.
+    std::unordered_set<int32_t> launches;
+    for (const auto& [from, to] : t.flowEvents)
+        launches.insert(from);
+    std::vector<int32_t> hostRowOfLane(t.lanes.size(), -1);
     std::unordered_map<int32_t, int32_t> unitIndex;  // string id -> TimelineData::units
     for (size_t i = 0; i < t.size(); ++i) {
+        if (launches.count(static_cast<int32_t>(i))) {
+            const auto ln = static_cast<size_t>(t.lane[i]);
+            if (hostRowOfLane[ln] < 0 && rowOfLane[ln] < 0) {
+                hostRowOfLane[ln] = static_cast<int32_t>(d.rows.size());
+                const Lane& l = t.lanes[ln];
+                TimelineRow row;
+                row.name = "launches " + (l.name.empty() ? l.tid : l.name);
+                row.group = ranks.size() > 1 ? "rank " + std::to_string(l.rank) : std::string();
+                row.host = true;
+                d.rows.push_back(std::move(row));
+            }
+            const int32_t hr = hostRowOfLane[ln] >= 0 ? hostRowOfLane[ln] : rowOfLane[ln];
+            d.rows[static_cast<size_t>(hr)].events.push_back(
+                {t.start[i], t.start[i] + t.dur[i], EventKind::Other, static_cast<int32_t>(i),
+                 t.strings.at(t.name[i]), -1});
+            continue;
+        }
         const std::string& cat = t.strings.at(t.category[i]);
         if (cat == "step" || t.strings.at(t.name[i]).rfind("ProfilerStep#", 0) == 0) {
             const Lane& l = t.lanes[static_cast<size_t>(t.lane[i])];
@@ -131,6 +155,23 @@ TimelineData timelineFromTrace(const std::shared_ptr<const Trace>& trace) {
     });
     std::sort(d.steps.begin(), d.steps.end(),
               [](const auto& a, const auto& b) { return a.start < b.start; });
+    if (!t.flowEvents.empty()) {  // after the rows are in their final order
+        std::unordered_map<int32_t, std::pair<int32_t, int64_t>> where;  // event -> (row, start)
+        std::unordered_set<int32_t> ends;
+        for (const auto& [from, to] : t.flowEvents)
+            ends.insert(from), ends.insert(to);
+        for (size_t r = 0; r < d.rows.size(); ++r)
+            for (const auto& e : d.rows[r].events)
+                if (ends.count(e.op)) where[e.op] = {static_cast<int32_t>(r), e.start};
+        for (const auto& [from, to] : t.flowEvents) {
+            const auto a = where.find(from), b = where.find(to);
+            if (a == where.end() || b == where.end()) continue;
+            d.flows.push_back(
+                {a->second.first, a->second.second, b->second.first, b->second.second});
+        }
+        std::sort(d.flows.begin(), d.flows.end(),
+                  [](const auto& x, const auto& y) { return x.fromTime < y.fromTime; });
+    }
     d.describe = [trace, collectiveOf](int32_t op) -> std::string {
         const Trace& t = *trace;
         if (op < 0 || static_cast<size_t>(op) >= t.size()) return {};

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // shardscope-gui [FILES...] [--screenshot PNG]
 #include <QApplication>
+#include <QCheckBox>
 #include <QCommandLineParser>
 #include <QScreen>
 #include <QTimer>
@@ -9,6 +10,7 @@
 
 #include "gui/app/main_window.h"
 #include "gui/app/recommend_view.h"
+#include "gui/timeline/timeline_widget.h"
 
 int main(int argc, char** argv) {
     QApplication app(argc, argv);
@@ -36,6 +38,11 @@ int main(int argc, char** argv) {
     QCommandLineOption search("search",
                               "run the Recommend tab's plan search once loaded (the screenshot "
                               "waits for it)");
+    QCommandLineOption flows("flows", "show launch-to-kernel flows once loaded");
+    QCommandLineOption view("view", "zoom the timeline to this range once loaded, in ms: START:END",
+                            "START:END");
+    cli.addOption(flows);
+    cli.addOption(view);
     cli.addOption(tab);
     cli.addOption(search);
     cli.process(app);
@@ -46,6 +53,8 @@ int main(int argc, char** argv) {
     const QString op = cli.value(selectOp), range = cli.value(selectRange),
                   tabName = cli.value(tab);
     const bool runSearch = cli.isSet(search);
+    const bool showFlows = cli.isSet(flows);
+    const QString viewRange = cli.value(view);
     auto shoot = [&w, png] {
         if (png.isEmpty()) return;
         // Let the layout settle for one event loop turn before grabbing.
@@ -56,24 +65,32 @@ int main(int argc, char** argv) {
             QApplication::exit(ok ? 0 : 1);
         });
     };
-    w.openFiles(cli.positionalArguments(), [&w, op, range, tabName, runSearch, shoot] {
-        if (!op.isEmpty()) w.selectOp(op.toInt());
-        if (!range.isEmpty()) {
-            const QStringList p = range.split(':');
-            if (p.size() == 2)
-                w.selectRange(static_cast<int64_t>(p[0].toDouble() * 1e6),
-                              static_cast<int64_t>(p[1].toDouble() * 1e6));
-        }
-        if (!tabName.isEmpty()) w.showTab(tabName);
-        if (runSearch) {
-            w.showTab("recommend");
-            QObject::connect(w.recommendView(), &shardscope::gui::RecommendView::finished, &w,
-                             shoot);
-            w.recommendView()->start();
-            return;
-        }
-        shoot();
-    });
+    w.openFiles(cli.positionalArguments(),
+                [&w, op, range, tabName, runSearch, shoot, showFlows, viewRange] {
+                    if (showFlows) w.flowsBox()->setChecked(true);
+                    if (!viewRange.isEmpty()) {
+                        const QStringList p = viewRange.split(':');
+                        if (p.size() == 2)
+                            w.timeline()->setViewport(static_cast<int64_t>(p[0].toDouble() * 1e6),
+                                                      static_cast<int64_t>(p[1].toDouble() * 1e6));
+                    }
+                    if (!op.isEmpty()) w.selectOp(op.toInt());
+                    if (!range.isEmpty()) {
+                        const QStringList p = range.split(':');
+                        if (p.size() == 2)
+                            w.selectRange(static_cast<int64_t>(p[0].toDouble() * 1e6),
+                                          static_cast<int64_t>(p[1].toDouble() * 1e6));
+                    }
+                    if (!tabName.isEmpty()) w.showTab(tabName);
+                    if (runSearch) {
+                        w.showTab("recommend");
+                        QObject::connect(w.recommendView(),
+                                         &shardscope::gui::RecommendView::finished, &w, shoot);
+                        w.recommendView()->start();
+                        return;
+                    }
+                    shoot();
+                });
     if (!png.isEmpty() && cli.positionalArguments().isEmpty()) {
         QTimer::singleShot(200, &w, [&w, png] { QApplication::exit(w.grab().save(png) ? 0 : 1); });
     }

@@ -325,6 +325,12 @@ MainWindow::MainWindow(QWidget* parent)
     cl->addWidget(new QLabel("micro-batch"));
     cl->addWidget(m_microBatch);
     cl->addStretch(1);
+    m_flows = new QCheckBox("launch \u2192 kernel flows");
+    m_flows->setToolTip(
+        "Show the host threads' kernel launches and an arrow to each kernel "
+        "(PyTorch profiler traces)");
+    m_flows->setEnabled(false);
+    cl->addWidget(m_flows);
     for (QComboBox* b : {m_reshard, m_ac})
         connect(b, &QComboBox::currentIndexChanged, this, [this] { whatIfChanged(); });
     for (QSpinBox* b : {m_fwdPrefetch, m_bwdPrefetch, m_microBatch})
@@ -353,6 +359,7 @@ MainWindow::MainWindow(QWidget* parent)
     timelineSplit->setStretchFactor(1, 1);
     bl->addWidget(timelineSplit, 1);
     connect(m_timeline, &TimelineWidget::viewportChanged, m_memory, &MemoryChart::setRange);
+    connect(m_flows, &QCheckBox::toggled, m_timeline, &TimelineWidget::setShowFlows);
     connect(m_timeline, &TimelineWidget::eventSelected, this, [this](int32_t op) {
         const auto& d = m_timeline->data();
         m_details->setPlainText(d && d->describe ? QString::fromStdString(d->describe(op))
@@ -581,6 +588,12 @@ void MainWindow::whatIfChanged() {
 }
 
 void MainWindow::showSimulation() {
+    const bool flows =
+        m_doc.showTrace && m_doc.traceTimeline && !m_doc.traceTimeline->flows.empty();
+    m_flows->setEnabled(flows);
+    m_flows->setToolTip(flows ? QString("%1 launch-to-kernel flows in this trace")
+                                    .arg(m_doc.traceTimeline->flows.size())
+                              : QString("The trace shown has no launch-to-kernel flows"));
     if (m_doc.showTrace && m_doc.traceTimeline && m_doc.traceSummary) {
         m_timeline->setData(m_doc.traceTimeline);
         m_memory->setData(m_doc.traceMemory, 0);

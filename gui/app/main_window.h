@@ -73,6 +73,7 @@ public:
     // What-if controls (tests drive them like a user would).
     [[nodiscard]] QComboBox* reshardBox() const { return m_reshard; }
     [[nodiscard]] QSpinBox* forwardPrefetchBox() const { return m_fwdPrefetch; }
+    [[nodiscard]] QCheckBox* flowsBox() const { return m_flows; }
 
 protected:
     void dragEnterEvent(QDragEnterEvent* e) override;
@@ -101,6 +102,7 @@ private:
     QLineEdit* m_mesh;
     QComboBox *m_paramDtype, *m_reduceDtype;
     QCheckBox* m_offload;
+    QCheckBox* m_flows;
     void showEditError(const QString& why);
     QComboBox* m_ac;
     QSpinBox* m_fwdPrefetch;

@@ -26,6 +26,7 @@ struct TimelineRow {
     std::string name;                   // "compute", "all_gather", ...
     std::vector<TimelineEvent> events;  // sorted by start, non-overlapping within a stream
     std::string group;                  // "rank 1" when the data holds several ranks
+    bool host = false;  // a host thread's kernel launches: shown with the flows only
 };
 
 struct Viewport {

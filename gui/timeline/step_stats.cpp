@@ -21,7 +21,7 @@ struct Clipped {
 Clipped clip(const TimelineData& d, const std::string& group, int64_t t0, int64_t t1) {
     Clipped c;
     for (const auto& row : d.rows) {
-        if (row.group != group) continue;
+        if (row.group != group || row.host) continue;  // launches are not device work
         auto it = std::lower_bound(row.events.begin(), row.events.end(), t0,
                                    [](const TimelineEvent& e, int64_t t) { return e.end <= t; });
         for (; it != row.events.end() && it->start < t1; ++it) {

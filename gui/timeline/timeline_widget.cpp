@@ -69,15 +69,25 @@ void TimelineWidget::rebuildVisible() {
                 if (m_collapsed.count(g)) continue;
             }
             for (const auto& r : m_data->rows)
-                if (r.group == g) {
+                if (r.group == g && (!r.host || m_showFlows)) {
                     m_visible.push_back(&r);
                     m_headerGroup.emplace_back();
                 }
         }
     }
+    m_visibleIndex.assign(m_data ? m_data->rows.size() : 0, -1);
+    for (size_t v = 0; v < m_visible.size(); ++v)
+        if (m_visible[v])
+            m_visibleIndex[static_cast<size_t>(m_visible[v] - m_data->rows.data())] =
+                static_cast<int>(v);
     setMinimumHeight(kTop + 6 + std::max<int>(1, static_cast<int>(m_visible.size())) * kRowHeight);
     updateGeometry();
     update();
+}
+
+void TimelineWidget::setShowFlows(bool on) {
+    m_showFlows = on;
+    rebuildVisible();
 }
 
 void TimelineWidget::setCollapsed(const std::string& group, bool collapsed) {
@@ -176,6 +186,34 @@ void TimelineWidget::paintEvent(QPaintEvent*) {
             p.setPen(QPen(palette().text().color(), 2));
             p.drawRect(box.adjusted(-1, -1, 1, 1));
         }
+    }
+    m_lastFlowCount = 0;
+    if (m_showFlows && !m_data->flows.empty()) {
+        // Arrows from launch to kernel; one per pixel column of their start at most.
+        p.setRenderHint(QPainter::Antialiasing);
+        p.setPen(QPen(QColor(0x60, 0x60, 0x60, 170), 1));
+        p.setBrush(QColor(0x60, 0x60, 0x60, 170));
+        int lastX = -1;
+        for (const auto& f : m_data->flows) {
+            if (f.toTime < m_start || f.fromTime > m_end) continue;
+            const int a = m_visibleIndex[static_cast<size_t>(f.fromRow)];
+            const int b = m_visibleIndex[static_cast<size_t>(f.toRow)];
+            if (a < 0 || b < 0) continue;
+            const double x0 = kLabelWidth + timeToPixel(f.fromTime, v);
+            const double x1 = kLabelWidth + timeToPixel(f.toTime, v);
+            if (static_cast<int>(x0) == lastX) continue;
+            lastX = static_cast<int>(x0);
+            const QPointF from(x0, top + a * kRowHeight + kRowHeight / 2.0);
+            const QPointF to(x1, top + b * kRowHeight + kRowHeight / 2.0);
+            p.drawLine(from, to);
+            const QPointF d = to - from;
+            const double len = std::max(1.0, std::hypot(d.x(), d.y()));
+            const QPointF u(d.x() / len, d.y() / len), n(-u.y(), u.x());
+            const QPointF head[3] = {to, to - 6 * u + 3 * n, to - 6 * u - 3 * n};
+            p.drawPolygon(head, 3);
+            ++m_lastFlowCount;
+        }
+        p.setRenderHint(QPainter::Antialiasing, false);
     }
     if (m_range) {
         const double x0 = kLabelWidth + std::max(0.0, timeToPixel(m_range->first, v));

@@ -28,6 +28,15 @@ struct TimelineData {
         int64_t start = 0, end = 0;
     };
     std::vector<Step> steps;
+    // Launch-to-kernel flows: from a host row's launch to a device row's kernel (row
+    // indices into `rows`), sorted by fromTime.
+    struct Flow {
+        int32_t fromRow = 0;
+        int64_t fromTime = 0;
+        int32_t toRow = 0;
+        int64_t toTime = 0;
+    };
+    std::vector<Flow> flows;
     // The details panel's text for an event (by TimelineEvent::op): unit, phase, bytes,
     // duration, achieved bandwidth, what it waited on. Null: the label only.
     std::function<std::string(int32_t op)> describe;
@@ -60,6 +69,11 @@ public:
         return m_range;
     }
     void selectRange(int64_t startNs, int64_t endNs);
+    // Launch-to-kernel flows on request: the host rows with the launches, and an arrow per
+    // flow (at most one per pixel column); lastFlowCount() is how many the last paint drew.
+    void setShowFlows(bool on);
+    [[nodiscard]] bool showFlows() const { return m_showFlows; }
+    [[nodiscard]] size_t lastFlowCount() const { return m_lastFlowCount; }
     void clearSelection();
 
 signals:
@@ -97,6 +111,9 @@ private:
     std::optional<std::pair<int64_t, int64_t>> m_range;
     int32_t m_selectedOp = -1;
     const TimelineRow* m_selectedRow = nullptr;
+    bool m_showFlows = false;
+    size_t m_lastFlowCount = 0;
+    std::vector<int> m_visibleIndex;  // per data row: its visible row, or -1
 };
 
 }  // namespace shardscope::gui

@@ -210,11 +210,19 @@ public:
         }
         if (ph == "s") {
             ++t.flows;
-            if (e.contains("id")) flowStarts.push_back(e["id"].dump() + cat);
+            if (e.contains("id")) {
+                flowStarts.push_back(e["id"].dump() + cat);
+                flowPoints.push_back(
+                    {flowStarts.back(), laneKey(e), usToNs(e.value("ts", json(0))), true});
+            }
             return;
         }
         if (ph == "f") {
-            if (e.contains("id")) flowEnds.push_back(e["id"].dump() + cat);
+            if (e.contains("id")) {
+                flowEnds.push_back(e["id"].dump() + cat);
+                flowPoints.push_back(
+                    {flowEnds.back(), laneKey(e), usToNs(e.value("ts", json(0))), false});
+            }
             return;
         }
         if ((ph == "i" || ph == "I") && name == "[memory]") {
@@ -293,6 +301,7 @@ public:
             auto& first = ourMemory.begin()->second;
             t.memory.insert(t.memory.end(), first.begin(), first.end());
         }
+        resolveFlows();
         for (auto& s : t.start)
             s -= minTs;
         for (auto& m : t.memory)
@@ -348,6 +357,54 @@ private:
     std::unordered_map<int64_t, std::string> processNames;
     std::map<int64_t, std::vector<MemoryCounter>> ourMemory;  // pid -> "memory (bytes)"
     std::vector<std::string> flowStarts, flowEnds;
+    struct FlowPoint {
+        std::string id;
+        std::string lane;  // laneKey
+        int64_t ts = 0;
+        bool start = true;
+    };
+    std::vector<FlowPoint> flowPoints;
+    std::unordered_map<std::string, int32_t> laneOfKey;  // laneKey -> lane, for flows
+
+    static std::string laneKey(const json& e) {
+        return e.value("pid", json(0)).dump() + "/" + e.value("tid", json(0)).dump();
+    }
+
+    // Each flow's ends bound to events: the innermost event of the flow point's lane that
+    // encloses its time (Kineto's "bp": "e"; starts bind the same way, to the launch).
+    void resolveFlows() {
+        if (flowPoints.empty()) return;
+        std::vector<std::vector<int32_t>> byLane(t.lanes.size());
+        for (size_t i = 0; i < t.size(); ++i)
+            byLane[static_cast<size_t>(t.lane[i])].push_back(static_cast<int32_t>(i));
+        for (auto& v : byLane)
+            std::stable_sort(v.begin(), v.end(),
+                             [&](int32_t a, int32_t b) { return t.start[a] < t.start[b]; });
+        auto enclosing = [&](const FlowPoint& f) -> int32_t {
+            const auto it = laneOfKey.find(f.lane);
+            if (it == laneOfKey.end()) return -1;
+            const auto& v = byLane[static_cast<size_t>(it->second)];
+            auto up = std::upper_bound(v.begin(), v.end(), f.ts,
+                                       [&](int64_t ts, int32_t e) { return ts < t.start[e]; });
+            for (int k = 0; k < 32 && up != v.begin(); ++k) {
+                --up;
+                if (t.start[*up] + t.dur[*up] >= f.ts) return *up;
+            }
+            return -1;
+        };
+        std::unordered_map<std::string, int32_t> startEvent;
+        for (const auto& f : flowPoints)
+            if (f.start) {
+                const int32_t e = enclosing(f);
+                if (e >= 0) startEvent.emplace(f.id, e);
+            }
+        for (const auto& f : flowPoints)
+            if (!f.start) {
+                const auto s = startEvent.find(f.id);
+                const int32_t e = enclosing(f);
+                if (s != startEvent.end() && e >= 0) t.flowEvents.push_back({s->second, e});
+            }
+    }
     std::unordered_map<int64_t, json> paramComms;
     std::unordered_map<int32_t, int64_t> pendingExternal;  // collective event -> External id
     std::unordered_map<int64_t, EventClass> classCache;    // (name id, category id) -> class
@@ -390,6 +447,7 @@ private:
         t.lanes.push_back(l);
         const auto id = static_cast<int32_t>(t.lanes.size() - 1);
         laneIndex.emplace(k, id);
+        laneOfKey.emplace(laneKey(e), id);
         return id;
     }
 

@@ -63,6 +63,9 @@ struct Trace {
     // in args; -1 elsewhere (unit and phase are string ids).
     std::vector<int32_t> opId, unit, phase;
     std::vector<Collective> collectives;
+    // Launch-to-kernel flows (Kineto's "s"/"f" pairs), each as the events they bind to:
+    // the host event enclosing the start (cudaLaunchKernel) and the device event at the end.
+    std::vector<std::pair<int32_t, int32_t>> flowEvents;
     std::vector<MemoryCounter> memory;  // device memory, from [memory] events
     // Import statistics, reported rather than failing on odd input.
     int64_t skippedPythonFunctions = 0;

@@ -615,6 +615,39 @@ TEST(GuiPlanEditor, PrefetchListsMeshPrecisionAndOffload) {
     EXPECT_TRUE(w.wrapErrorLabel()->text().contains("mesh: expected"));
 }
 
+TEST(GuiWindow, LaunchToKernelFlowsOnRequest) {
+    const std::string path = std::filesystem::temp_directory_path() / "shardscope_gui_flows.json";
+    std::ofstream(path) << R"JSON({"traceEvents": [
+      {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 11, "ts": 100, "dur": 5},
+      {"ph": "s", "id": 1, "cat": "ac2g", "name": "ac2g", "pid": 10, "tid": 11, "ts": 100},
+      {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 11, "ts": 300, "dur": 5},
+      {"ph": "s", "id": 2, "cat": "ac2g", "name": "ac2g", "pid": 10, "tid": 11, "ts": 300},
+      {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 120, "dur": 150},
+      {"ph": "f", "id": 1, "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 120, "bp": "e"},
+      {"ph": "X", "cat": "kernel", "name": "relu", "pid": 0, "tid": 7, "ts": 320, "dur": 100},
+      {"ph": "f", "id": 2, "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 320, "bp": "e"}
+    ]})JSON";
+    MainWindow w;
+    w.resize(1200, 800);
+    w.show();
+    ASSERT_TRUE(openAndWait(w, {QString::fromStdString(path)}));
+    TimelineWidget* t = w.timeline();
+    EXPECT_EQ(t->visibleRows().size(), 1u);  // the stream; launches hidden until asked for
+    ASSERT_TRUE(w.flowsBox()->isEnabled());
+    w.flowsBox()->setChecked(true);
+    ASSERT_EQ(t->visibleRows().size(), 2u);
+    EXPECT_TRUE(t->visibleRows()[1]->host);
+    t->repaint();
+    EXPECT_EQ(t->lastFlowCount(), 2u);
+    // The launches are not device work: the range figures leave them out.
+    const auto st = rangeStats(*t->data(), 0, t->data()->endNs);
+    EXPECT_EQ(st[0].busyNs, 250'000);  // the two kernels
+    w.flowsBox()->setChecked(false);
+    t->repaint();
+    EXPECT_EQ(t->lastFlowCount(), 0u);
+    std::filesystem::remove(path);
+}
+
 TEST(GuiWindow, CancellingALoadOpensNothing) {
     // A trace large enough that the import is still running when Cancel is pressed.
     const std::string path = std::filesystem::temp_directory_path() / "shardscope_gui_cancel.json";

@@ -166,3 +166,48 @@ TEST(KinetoImport, ReportsProgressAndStopsWhenCancelled) {
     EXPECT_LE(calls, 4);
     std::filesystem::remove(path);
 }
+
+TEST(KinetoImport, LaunchToKernelFlowsBindToTheirEvents) {
+    // Two launches on a CPU thread, each flowing to its kernel on stream 7; an orphan end.
+    const std::string path = std::filesystem::temp_directory_path() / "shardscope_flows.json";
+    std::ofstream(path) << R"JSON({"traceEvents": [
+      {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 11, "ts": 100, "dur": 5},
+      {"ph": "s", "id": 1, "cat": "ac2g", "name": "ac2g", "pid": 10, "tid": 11, "ts": 100},
+      {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 11, "ts": 110, "dur": 5},
+      {"ph": "s", "id": 2, "cat": "ac2g", "name": "ac2g", "pid": 10, "tid": 11, "ts": 110},
+      {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 120, "dur": 30},
+      {"ph": "f", "id": 1, "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 120, "bp": "e"},
+      {"ph": "X", "cat": "kernel", "name": "relu", "pid": 0, "tid": 7, "ts": 150, "dur": 10},
+      {"ph": "f", "id": 2, "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 150, "bp": "e"},
+      {"ph": "f", "id": 9, "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 155, "bp": "e"}
+    ]})JSON";
+    auto t = importKinetoFile(path);
+    ASSERT_TRUE(t) << t.error();
+    EXPECT_EQ(t->orphanFlowEnds, 1);
+    ASSERT_EQ(t->flowEvents.size(), 2u);
+    auto name = [&](int32_t e) { return t->strings.at(t->name[static_cast<size_t>(e)]); };
+    EXPECT_EQ(name(t->flowEvents[0].first), "cudaLaunchKernel");
+    EXPECT_EQ(name(t->flowEvents[0].second), "gemm");
+    EXPECT_EQ(name(t->flowEvents[1].second), "relu");
+    EXPECT_EQ(t->start[static_cast<size_t>(t->flowEvents[1].first)], 10'000);  // ns from start
+    std::filesystem::remove(path);
+}
+
+TEST(KinetoImport, FlowsOfARealTraceGoFromHostToDevice) {
+    const std::string f = std::string(SHARDSCOPE_SOURCE_DIR) +
+                          "/../shared/data/traces/TraceLens/tests/traces/b200/eager_trace.json.gz";
+    if (!std::filesystem::exists(f))
+        GTEST_SKIP() << "needs ../shared/data/traces beside the checkout";
+    auto t = importKinetoFile(f);
+    ASSERT_TRUE(t) << t.error();
+    ASSERT_GT(t->flowEvents.size(), 100u);
+    for (const auto& [from, to] : t->flowEvents) {
+        EXPECT_EQ(t->lanes[static_cast<size_t>(t->lane[static_cast<size_t>(from)])].kind,
+                  LaneKind::HostThread);
+        EXPECT_EQ(t->lanes[static_cast<size_t>(t->lane[static_cast<size_t>(to)])].kind,
+                  LaneKind::DeviceStream);
+        EXPECT_LE(t->start[static_cast<size_t>(from)], t->start[static_cast<size_t>(to)]);
+    }
+    std::printf("%zu launch-to-kernel flows of %lld flow starts\n", t->flowEvents.size(),
+                static_cast<long long>(t->flows));
+}
