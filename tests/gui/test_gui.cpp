@@ -245,10 +245,13 @@ TEST(GuiWindow, OpensAPyTorchProfilerTraceOnTheTimeline) {
     ASSERT_TRUE(openAndWait(w, {QString::fromStdString(f)}, 30000));
     ASSERT_TRUE(w.document().trace);
     EXPECT_TRUE(w.document().showTrace);
-    std::vector<std::string> rows;
+    std::vector<std::string> rows, host;
     for (const auto& r : w.document().traceTimeline->rows)
-        rows.push_back(r.name);
+        (r.host ? host : rows).push_back(r.name);
     EXPECT_EQ(rows, (std::vector<std::string>{"stream 7", "stream 40"}));
+    // The launching threads, shown with the flows only.
+    EXPECT_EQ(host.size(), 2u);
+    EXPECT_EQ(w.timeline()->visibleRows().size(), 2u);
     // Collectives keep their kind: this trace has 15 all-reduces and 6 broadcasts, no
     // all-gather or reduce-scatter (what `shardscope trace summary` reports for it).
     std::map<EventKind, int> kinds;
