@@ -210,7 +210,13 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
         }
     };
     size_t phase = 0;
+    // The allocator sees allocations in issue order; an op issued later than another but
+    // started earlier on an idle stream (the CPU runs ahead) is placed no earlier than the
+    // samples before it, so the memory timeline never goes back in time.
+    int64_t lastSample = 0;
     auto sample = [&](int64_t t) {
+        t = std::max(t, lastSample);
+        lastSample = t;
         r.peakAllocatedByPhase[phase] = std::max(r.peakAllocatedByPhase[phase], allocated);
         if (allocated > r.peakAllocated) {
             r.peakAllocated = allocated;

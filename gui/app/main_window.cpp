@@ -155,6 +155,7 @@ void MainWindow::cancelLoading() {
 }
 
 void MainWindow::selectOp(int32_t op) {
+    m_timeline->selectOp(op);
     const auto& d = m_timeline->data();
     m_details->setPlainText(d && d->describe ? QString::fromStdString(d->describe(op)) : QString());
 }
@@ -554,6 +555,14 @@ void MainWindow::refresh() {
         show(m_reduceDtype, mp ? mp->reduceDtype : std::nullopt);
         m_offload->setChecked(m_doc.plan->defaults.offload &&
                               m_doc.plan->defaults.offload->enabled);
+        const WrapPolicySpec& w = m_doc.plan->wrap;
+        m_wrapKind->setCurrentIndex(
+            static_cast<int>(w.kind));  // None, Size, ModuleClass, NamePattern
+        QStringList items;
+        for (const auto& c : w.kind == WrapPolicySpec::Kind::ModuleClass ? w.classes : w.patterns)
+            items << QString::fromStdString(c);
+        m_wrapArg->setText(w.kind == WrapPolicySpec::Kind::Size ? QString::number(w.minNumParams)
+                                                                : items.join(", "));
     }
     showSimulation();
     m_compare->setSources(m_doc.compareSources());

@@ -272,6 +272,11 @@ void TimelineWidget::selectRange(int64_t startNs, int64_t endNs) {
     emit rangeSelected(startNs, endNs);
 }
 
+void TimelineWidget::selectOp(int32_t op) {
+    m_selectedOp = op;
+    update();
+}
+
 void TimelineWidget::clearSelection() {
     m_range.reset();
     m_selectedOp = -1;

@@ -69,6 +69,7 @@ public:
         return m_range;
     }
     void selectRange(int64_t startNs, int64_t endNs);
+    void selectOp(int32_t op);  // highlights it (eventSelected is for the user's clicks)
     // Launch-to-kernel flows on request: the host rows with the launches, and an arrow per
     // flow (at most one per pixel column); lastFlowCount() is how many the last paint drew.
     void setShowFlows(bool on);
