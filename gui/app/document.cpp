@@ -472,6 +472,64 @@ bool Document::setUnitPrefetch(size_t unit, bool forward, const QString& value, 
     return tryPlan(std::move(p), why);
 }
 
+bool Document::setUnitSetting(size_t unit, UnitSetting which, const QString& value, QString* why) {
+    if (!plan || !resolved || !model || unit >= resolved->units.size()) return false;
+    Plan p = *plan;
+    UnitSettings& st = specFor(p, *model, resolved->units[unit]).settings;
+    const QString v = value.trimmed().toLower();
+    switch (which) {
+        case UnitSetting::Checkpointing:
+            if (v == "none")
+                st.activationCheckpointing = AcMode::None;
+            else if (v == "selective")
+                st.activationCheckpointing = AcMode::Selective;
+            else if (v == "full")
+                st.activationCheckpointing = AcMode::Full;
+            else {
+                if (why)
+                    *why = "activation_checkpointing: expected none, selective or full, got \"" +
+                           value + "\"";
+                return false;
+            }
+            break;
+        case UnitSetting::Precision: {
+            if (v == "-" || v.isEmpty()) {
+                st.mixedPrecision = MixedPrecisionSpec{};
+                break;
+            }
+            const QStringList parts = v.split('/');
+            MixedPrecisionSpec mp;
+            for (int i = 0; i < parts.size() && i < 2; ++i) {
+                const QString name = parts[i].trimmed();
+                if (name.isEmpty() || name == "-") continue;
+                const auto d = parseDType(name.toStdString());
+                if (!d || parts.size() > 2) {
+                    if (why)
+                        *why =
+                            "mixed_precision: expected \"PARAM / REDUCE\" dtypes such as "
+                            "\"bfloat16 / float32\", or \"-\", got \"" +
+                            value + "\"";
+                    return false;
+                }
+                (i == 0 ? mp.paramDtype : mp.reduceDtype) = *d;
+            }
+            st.mixedPrecision = mp;
+            break;
+        }
+        case UnitSetting::Offload:
+            if (v == "yes" || v == "true" || v == "on")
+                st.offload = OffloadSpec{true, true};
+            else if (v == "no" || v == "false" || v == "off")
+                st.offload = OffloadSpec{false, true};
+            else {
+                if (why) *why = "offload: expected yes or no, got \"" + value + "\"";
+                return false;
+            }
+            break;
+    }
+    return tryPlan(std::move(p), why);
+}
+
 bool Document::setPlanWide(const QString& mesh, const QString& paramDtype,
                            const QString& reduceDtype, bool offload, QString* why) {
     if (!plan) return false;

@@ -30,6 +30,8 @@
 #include <QVBoxLayout>
 #include <QtConcurrent/QtConcurrent>
 
+#include <tuple>
+
 #include "gui/app/compare_view.h"
 #include "gui/app/recommend_view.h"
 #include "gui/models/module_tree_model.h"
@@ -120,15 +122,49 @@ void MainWindow::applyWrapPolicy() {
                 why = "by name pattern: give a regular expression, e.g. layers\\.\\d+$";
             break;
     }
-    if (why.isEmpty() && !m_doc.setWrapPolicy(w, &why) && why.isEmpty())
-        why = "the policy cannot be applied";
     if (!why.isEmpty()) {
-        m_wrapError->setText(why);
-        m_wrapError->show();
+        showEditError(why);
         return;
     }
-    m_wrapError->hide();
-    refresh();
+    editPlan([w](Document& d, QString* why) { return d.setWrapPolicy(w, why); });
+}
+
+void MainWindow::editPlan(std::function<bool(Document&, QString*)> edit) {
+    // On a copy of the document (its parts are immutable snapshots) off the GUI thread; the
+    // result replaces the document only if no later edit was made meanwhile.
+    const int generation = ++m_editGeneration;
+    ++m_editsRunning;
+    const auto base = m_doc.plan;
+    auto* watcher = new QFutureWatcher<std::tuple<bool, QString, Document>>(this);
+    connect(watcher, &QFutureWatcher<std::tuple<bool, QString, Document>>::finished, this,
+            [this, watcher, generation, base] {
+                auto [ok, why, doc] = watcher->result();
+                watcher->deleteLater();
+                --m_editsRunning;
+                // Superseded by a later edit, or the plan was replaced (a file opened).
+                if (generation != m_editGeneration || m_doc.plan != base) return;
+                if (!ok) {
+                    showEditError(why.isEmpty() ? QString("the edit cannot be made") : why);
+                    refresh();  // the models show the plan as it is (a refused tick unticks)
+                    return;
+                }
+                // Only what the edit changed: the plan and what follows from it (traces
+                // opened meanwhile stay).
+                m_doc.plan = doc.plan;
+                m_doc.planEdited = doc.planEdited;
+                m_doc.resolved = doc.resolved;
+                m_doc.timeline = doc.timeline;
+                m_doc.simulation = doc.simulation;
+                m_doc.baseTimeline = doc.baseTimeline;
+                m_doc.baseSimulation = doc.baseSimulation;
+                m_wrapError->hide();
+                refresh();
+            });
+    watcher->setFuture(QtConcurrent::run([doc = m_doc, edit]() mutable {
+        QString why;
+        const bool ok = edit(doc, &why);
+        return std::make_tuple(ok, why, std::move(doc));
+    }));
 }
 
 void MainWindow::showEditError(const QString& why) {
@@ -140,13 +176,11 @@ void MainWindow::showEditError(const QString& why) {
 void MainWindow::applyPlanWide() {
     QString why;
     auto dtype = [](QComboBox* c) { return c->currentIndex() == 0 ? QString() : c->currentText(); };
-    if (!m_doc.setPlanWide(m_mesh->text().trimmed(), dtype(m_paramDtype), dtype(m_reduceDtype),
-                           m_offload->isChecked(), &why)) {
-        showEditError(why.isEmpty() ? QString("the settings cannot be applied") : why);
-        return;
-    }
-    m_wrapError->hide();
-    refresh();
+    (void)why;
+    editPlan([mesh = m_mesh->text().trimmed(), p = dtype(m_paramDtype), r = dtype(m_reduceDtype),
+              off = m_offload->isChecked()](Document& d, QString* why) {
+        return d.setPlanWide(mesh, p, r, off, why);
+    });
 }
 
 void MainWindow::cancelLoading() {
@@ -231,32 +265,31 @@ MainWindow::MainWindow(QWidget* parent)
     connect(applyWrap, &QPushButton::clicked, this, &MainWindow::applyWrapPolicy);
     connect(m_wrapArg, &QLineEdit::returnPressed, this, &MainWindow::applyWrapPolicy);
     connect(m_tree, &ModuleTreeModel::unitToggleRequested, this, [this](ModuleId m, bool makeUnit) {
-        QString why;
-        if (!m_doc.setModuleIsUnit(m, makeUnit, &why)) {
-            statusBar()->showMessage(why);
-            return;
-        }
-        refresh();
+        editPlan([m, makeUnit](Document& d, QString* why) {
+            return d.setModuleIsUnit(m, makeUnit, why);
+        });
     });
     connect(m_units, &UnitTableModel::reshardEditRequested, this,
             [this](int unit, const QString& value) {
-                QString why;
-                if (!m_doc.setUnitReshard(static_cast<size_t>(unit), value, &why)) {
-                    showEditError(why);
-                    return;
-                }
-                m_wrapError->hide();
-                refresh();
+                editPlan([unit, value](Document& d, QString* why) {
+                    return d.setUnitReshard(static_cast<size_t>(unit), value, why);
+                });
             });
     connect(m_units, &UnitTableModel::prefetchEditRequested, this,
             [this](int unit, bool forward, const QString& value) {
-                QString why;
-                if (!m_doc.setUnitPrefetch(static_cast<size_t>(unit), forward, value, &why)) {
-                    showEditError(why);
-                    return;
-                }
-                m_wrapError->hide();
-                refresh();
+                editPlan([unit, forward, value](Document& d, QString* why) {
+                    return d.setUnitPrefetch(static_cast<size_t>(unit), forward, value, why);
+                });
+            });
+    connect(m_units, &UnitTableModel::settingEditRequested, this,
+            [this](int unit, int column, const QString& value) {
+                const auto which =
+                    column == UnitTableModel::Checkpointing ? Document::UnitSetting::Checkpointing
+                    : column == UnitTableModel::Precision   ? Document::UnitSetting::Precision
+                                                            : Document::UnitSetting::Offload;
+                editPlan([unit, which, value](Document& d, QString* why) {
+                    return d.setUnitSetting(static_cast<size_t>(unit), which, value, why);
+                });
             });
     // Plan-wide settings: mesh, mixed precision, offload.
     m_mesh = new QLineEdit;

@@ -59,6 +59,8 @@ public:
     [[nodiscard]] QComboBox* reduceDtypeBox() const { return m_reduceDtype; }
     [[nodiscard]] QCheckBox* offloadBox() const { return m_offload; }
     void applyPlanWide();
+    // Plan edits resolve and simulate in the background; true while one is running.
+    [[nodiscard]] bool editing() const { return m_editsRunning > 0; }
     // Writes the (edited) plan as ShardScope plan JSON; an error message, or empty.
     QString savePlan(const QString& path);
     // Stops the loads in flight (the Cancel button beside the progress bar).
@@ -104,6 +106,9 @@ private:
     QCheckBox* m_offload;
     QCheckBox* m_flows;
     void showEditError(const QString& why);
+    void editPlan(std::function<bool(Document&, QString*)> edit);
+    int m_editGeneration = 0;
+    int m_editsRunning = 0;
     QComboBox* m_ac;
     QSpinBox* m_fwdPrefetch;
     QSpinBox* m_bwdPrefetch;

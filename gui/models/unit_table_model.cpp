@@ -61,6 +61,8 @@ QVariant UnitTableModel::data(const QModelIndex& index, int role) const {
                        ? QString::fromStdString(std::string(dtypeName(u.allGatherDtype)) + " / " +
                                                 std::string(dtypeName(u.reduceDtype)))
                        : QString("-");
+        case Offload:
+            return QString(u.offload.enabled ? "yes" : "no");
         case ForwardPrefetch:
         case BackwardPrefetch: {
             const bool fwd = index.column() == ForwardPrefetch;
@@ -93,9 +95,7 @@ QVariant UnitTableModel::headerData(int section, Qt::Orientation o, int role) co
 Qt::ItemFlags UnitTableModel::flags(const QModelIndex& index) const {
     if (!index.isValid()) return Qt::NoItemFlags;
     Qt::ItemFlags f = Qt::ItemIsEnabled | Qt::ItemIsSelectable;
-    if (index.column() == Reshard || index.column() == ForwardPrefetch ||
-        index.column() == BackwardPrefetch)
-        f |= Qt::ItemIsEditable;
+    if (index.column() >= Reshard) f |= Qt::ItemIsEditable;
     return f;
 }
 
@@ -106,6 +106,8 @@ bool UnitTableModel::setData(const QModelIndex& index, const QVariant& value, in
     else if (index.column() == ForwardPrefetch || index.column() == BackwardPrefetch)
         emit prefetchEditRequested(index.row(), index.column() == ForwardPrefetch,
                                    value.toString().trimmed());
+    else
+        emit settingEditRequested(index.row(), index.column(), value.toString().trimmed());
     return false;  // the edited plan, once resolved, changes the model
 }
 

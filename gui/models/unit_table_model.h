@@ -24,6 +24,7 @@ public:
         Precision,
         ForwardPrefetch,
         BackwardPrefetch,
+        Offload,
         ColumnCount
     };
     enum Role { SortRole = Qt::UserRole + 1 };
@@ -44,6 +45,9 @@ public:
 signals:
     void reshardEditRequested(int unit, QString value);
     void prefetchEditRequested(int unit, bool forward, QString value);
+    // Checkpointing ("none", "selective", "full"), Precision ("bfloat16 / float32", "-")
+    // and Offload ("yes", "no") cells.
+    void settingEditRequested(int unit, int column, QString value);
 
 private:
     std::shared_ptr<const ResolvedPlan> m_plan;

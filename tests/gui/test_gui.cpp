@@ -68,6 +68,11 @@ bool openAndWait(MainWindow& w, const QStringList& files, int timeoutMs = 20000)
     return QTest::qWaitFor([&] { return *done; }, timeoutMs);
 }
 
+// Plan edits resolve and simulate in the background: waits until the window has the result.
+void settle(MainWindow& w) {
+    ASSERT_TRUE(QTest::qWaitFor([&] { return !w.editing(); }, 20000));
+}
+
 }  // namespace
 
 TEST(GuiModels, ModuleTreePassesTheModelTester) {
@@ -495,6 +500,7 @@ TEST(GuiPlanEditor, TickingModulesAndWrapPoliciesEditThePlan) {
     EXPECT_EQ(tree->data(normIdx, Qt::CheckStateRole).toInt(), Qt::Unchecked);
     EXPECT_TRUE(tree->flags(normIdx) & Qt::ItemIsUserCheckable);
     tree->setData(normIdx, Qt::Checked, Qt::CheckStateRole);
+    settle(w);
     ASSERT_TRUE(w.document().resolved);
     EXPECT_EQ(w.document().resolved->units.size(), units + 1);
     EXPECT_TRUE(w.document().resolved->findUnit("model.layers.0.mlp").has_value());
@@ -506,10 +512,12 @@ TEST(GuiPlanEditor, TickingModulesAndWrapPoliciesEditThePlan) {
     // which the plan refuses, and the edit with it.
     const Plan beforeNorm = *w.document().plan;
     tree->setData(tree->indexOf(*g.findModule("model.norm")), Qt::Unchecked, Qt::CheckStateRole);
+    settle(w);
     EXPECT_EQ(*w.document().plan, beforeNorm);
     // Untick a block the class policy wrapped: the policy's other units stay, explicitly.
     const ModuleId l3 = *g.findModule("model.layers.3");
     tree->setData(tree->indexOf(l3), Qt::Unchecked, Qt::CheckStateRole);
+    settle(w);
     EXPECT_EQ(w.document().resolved->units.size(), units);
     EXPECT_FALSE(w.document().resolved->findUnit("model.layers.3").has_value());
     EXPECT_TRUE(w.document().resolved->findUnit("model.layers.4").has_value());
@@ -519,6 +527,7 @@ TEST(GuiPlanEditor, TickingModulesAndWrapPoliciesEditThePlan) {
     w.wrapKindBox()->setCurrentIndex(2);
     w.wrapArgEdit()->setText("LlamaMLP");
     w.applyWrapPolicy();
+    settle(w);
     EXPECT_FALSE(w.wrapErrorLabel()->isVisibleTo(&w));
     EXPECT_TRUE(w.document().resolved->findUnit("model.layers.3.mlp").has_value());
     // An invalid pattern is explained inline and changes nothing.
@@ -526,6 +535,7 @@ TEST(GuiPlanEditor, TickingModulesAndWrapPoliciesEditThePlan) {
     w.wrapKindBox()->setCurrentIndex(3);
     w.wrapArgEdit()->setText("layers.(");
     w.applyWrapPolicy();
+    settle(w);
     EXPECT_TRUE(w.wrapErrorLabel()->isVisibleTo(&w));
     EXPECT_FALSE(w.wrapErrorLabel()->text().isEmpty());
     EXPECT_EQ(*w.document().plan, before);
@@ -551,16 +561,19 @@ TEST(GuiPlanEditor, ReshardCellsEditOneUnit) {
     EXPECT_TRUE(units->flags(cell) & Qt::ItemIsEditable);
     const int64_t step = w.document().simulation->stepNs;
     units->setData(cell, "False");
+    settle(w);
     const auto& edited = *w.document().resolved;
     EXPECT_EQ(edited.units[l5].reshard, Reshard::False);
     EXPECT_EQ(edited.units[l5 + 1].reshard, Reshard::True);  // only that unit
     EXPECT_NE(w.document().simulation->stepNs, step);
     units->setData(units->index(static_cast<int>(l5), UnitTableModel::Reshard), "8");
+    settle(w);
     EXPECT_EQ(w.document().resolved->units[l5].reshard, Reshard::Int);
     EXPECT_EQ(w.document().resolved->units[l5].reshardK, 8);
     // Not a setting: refused with the reason, plan unchanged.
     const Plan before = *w.document().plan;
     units->setData(units->index(static_cast<int>(l5), UnitTableModel::Reshard), "sometimes");
+    settle(w);
     EXPECT_EQ(*w.document().plan, before);
     EXPECT_TRUE(w.wrapErrorLabel()->text().contains("expected True, False or a group size"));
 }
@@ -579,6 +592,7 @@ TEST(GuiPlanEditor, PrefetchListsMeshPrecisionAndOffload) {
     EXPECT_EQ(units->data(cell(UnitTableModel::ForwardPrefetch)).toString(), "implicit");
     // An explicit forward prefetch list of two units, chosen by name.
     units->setData(cell(UnitTableModel::ForwardPrefetch), "model.layers.3, model.layers.4");
+    settle(w);
     const auto& u = w.document().resolved->units[l2];
     EXPECT_TRUE(u.explicitForwardPrefetch);
     ASSERT_EQ(u.forwardPrefetch.size(), 2u);
@@ -588,11 +602,13 @@ TEST(GuiPlanEditor, PrefetchListsMeshPrecisionAndOffload) {
     // An unknown unit is refused, with the resolver's reason.
     const Plan before = *w.document().plan;
     units->setData(cell(UnitTableModel::ForwardPrefetch), "model.layers.99");
+    settle(w);
     EXPECT_EQ(*w.document().plan, before);
     EXPECT_TRUE(w.wrapErrorLabel()->text().contains("model.layers.99"))
         << w.wrapErrorLabel()->text().toStdString();
     // Back to implicit.
     units->setData(cell(UnitTableModel::ForwardPrefetch), "implicit");
+    settle(w);
     EXPECT_FALSE(w.document().resolved->units[l2].explicitForwardPrefetch);
 
     // Plan-wide: an 8 x 8 HSDP mesh, fp32 parameters, CPU offload.
@@ -601,6 +617,7 @@ TEST(GuiPlanEditor, PrefetchListsMeshPrecisionAndOffload) {
     w.paramDtypeBox()->setCurrentText("float32");
     w.offloadBox()->setChecked(true);
     w.applyPlanWide();
+    settle(w);
     const auto& hsdp = *w.document().resolved;
     EXPECT_TRUE(hsdp.hsdp);
     EXPECT_EQ(hsdp.shardSize, 8);
@@ -611,10 +628,12 @@ TEST(GuiPlanEditor, PrefetchListsMeshPrecisionAndOffload) {
     const Plan good = *w.document().plan;
     w.meshEdit()->setText("3,5");
     w.applyPlanWide();
+    settle(w);
     EXPECT_EQ(*w.document().plan, good);
     EXPECT_TRUE(w.wrapErrorLabel()->isVisibleTo(&w));
     w.meshEdit()->setText("eight");
     w.applyPlanWide();
+    settle(w);
     EXPECT_TRUE(w.wrapErrorLabel()->text().contains("mesh: expected"));
 }
 
@@ -649,6 +668,40 @@ TEST(GuiWindow, LaunchToKernelFlowsOnRequest) {
     t->repaint();
     EXPECT_EQ(t->lastFlowCount(), 0u);
     std::filesystem::remove(path);
+}
+
+TEST(GuiPlanEditor, PerUnitCheckpointingPrecisionAndOffload) {
+    MainWindow w;
+    w.show();
+    ASSERT_TRUE(openAndWait(w, llamaOnH100("plans/llama-per-block.json")));
+    UnitTableModel* units = w.unitModel();
+    size_t l5 = 0;
+    for (size_t i = 0; i < w.document().resolved->units.size(); ++i)
+        if (w.document().resolved->units[i].name == "model.layers.5") l5 = i;
+    ASSERT_GT(l5, 0u);
+    auto edit = [&](int column, const char* value) {
+        units->setData(units->index(static_cast<int>(l5), column), value);
+        settle(w);
+    };
+    const int64_t step = w.document().simulation->stepNs;
+    edit(UnitTableModel::Checkpointing, "full");
+    EXPECT_EQ(w.document().resolved->units[l5].activationCheckpointing, AcMode::Full);
+    EXPECT_EQ(w.document().resolved->units[l5 + 1].activationCheckpointing, AcMode::None);
+    EXPECT_GT(w.document().simulation->stepNs, step);  // its forward runs twice
+    edit(UnitTableModel::Precision, "float32 / float32");
+    EXPECT_EQ(w.document().resolved->units[l5].allGatherDtype, DType::Float32);
+    EXPECT_EQ(w.document().resolved->units[l5 + 1].allGatherDtype, DType::BFloat16);
+    edit(UnitTableModel::Offload, "yes");
+    EXPECT_TRUE(w.document().resolved->units[l5].offload.enabled);
+    EXPECT_EQ(units->data(units->index(static_cast<int>(l5), UnitTableModel::Offload)).toString(),
+              "yes");
+    const Plan before = *w.document().plan;
+    edit(UnitTableModel::Precision, "bf17 / float32");
+    EXPECT_EQ(*w.document().plan, before);
+    EXPECT_TRUE(w.wrapErrorLabel()->text().contains("mixed_precision: expected"));
+    edit(UnitTableModel::Checkpointing, "sometimes");
+    EXPECT_TRUE(w.wrapErrorLabel()->text().contains("activation_checkpointing: expected"));
+    EXPECT_EQ(*w.document().plan, before);
 }
 
 TEST(GuiWindow, CancellingALoadOpensNothing) {
