@@ -90,6 +90,21 @@ int runTraceSummary(const Args& a) {
         for (const auto& [name, c] : s.collectives)
             std::cout << "  collective " << name << ": " << c.count << " calls, "
                       << formatBytes(c.bytes) << ", " << ms(c.durationNs) << "\n";
+        for (const auto& b : s.bandwidth) {
+            const std::string range =
+                b.maxBytes > 0 ? formatBytes(b.minBytes) + " - " + formatBytes(b.maxBytes)
+                               : ">= " + formatBytes(b.minBytes);
+            char line[200];
+            std::snprintf(line, sizeof line, "  bandwidth %s %s: %lld calls, %.1f GB/s algorithm",
+                          b.collective.c_str(), range.c_str(), static_cast<long long>(b.count),
+                          b.algGBps);
+            std::cout << line;
+            if (b.busGBps >= 0)
+                std::printf(", %.1f GB/s bus\n", b.busGBps);
+            else
+                std::printf(" (bus: group size not in the trace)\n");
+            std::fflush(stdout);
+        }
         if (s.peakAllocated > 0)
             std::cout << "  device memory peak: allocated " << formatBytes(s.peakAllocated)
                       << ", reserved " << formatBytes(s.peakReserved) << "\n";

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "profiler/analysis/summary.h"
 
+#include <cctype>
+
 #include <algorithm>
 
 #include "plans/core/intervals.h"
@@ -47,6 +49,51 @@ TraceSummary summarize(const Trace& t) {
         st.bytes += c.bytes;
         st.durationNs += t.dur[static_cast<size_t>(c.event)];
     }
+    {
+        // Size buckets of factor 16 from 64 KiB; per bucket the sums, then the ratios.
+        static const int64_t edges[] = {0, 64 << 10, 1 << 20, 16 << 20, 256 << 20};
+        std::map<std::pair<std::string, int>, TraceSummary::Bandwidth> buckets;
+        std::map<std::pair<std::string, int>, double> busBytes;  // S x factor, summed
+        std::map<std::pair<std::string, int>, bool> busKnown;
+        for (const auto& c : t.collectives) {
+            const int64_t dur = t.dur[static_cast<size_t>(c.event)];
+            if (c.fullBytes <= 0 || dur <= 0) continue;
+            int b = 0;
+            while (b + 1 < 5 && c.fullBytes >= edges[b + 1])
+                ++b;
+            const std::string name = c.name.empty() ? "unknown" : c.name;
+            auto& k = buckets[{name, b}];
+            k.collective = name;
+            k.minBytes = edges[b];
+            k.maxBytes = b + 1 < 5 ? edges[b + 1] : 0;
+            ++k.count;
+            k.bytes += c.fullBytes;
+            k.durationNs += dur;
+            std::string n;
+            for (const char ch : name)
+                if (ch != '_') n += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+            const bool ring = n.find("allgather") != std::string::npos ||
+                              n.find("reducescatter") != std::string::npos;
+            const bool ar = n.find("allreduce") != std::string::npos;
+            double factor = 1.0;
+            bool known = true;
+            if (ring || ar) {
+                if (c.groupSize > 0)
+                    factor =
+                        (ar ? 2.0 : 1.0) * (c.groupSize - 1) / static_cast<double>(c.groupSize);
+                else
+                    known = false;
+            }
+            busBytes[{name, b}] += factor * static_cast<double>(c.fullBytes);
+            auto kb = busKnown.emplace(std::make_pair(name, b), known).first;
+            kb->second = kb->second && known;
+        }
+        for (auto& [key, k] : buckets) {
+            k.algGBps = static_cast<double>(k.bytes) / static_cast<double>(k.durationNs);
+            k.busGBps = busKnown[key] ? busBytes[key] / static_cast<double>(k.durationNs) : -1;
+            s.bandwidth.push_back(k);
+        }
+    }
     for (const auto& m : t.memory) {
         s.peakAllocated = std::max(s.peakAllocated, m.allocated);
         s.peakReserved = std::max(s.peakReserved, m.reserved);
@@ -62,6 +109,17 @@ nlohmann::json summaryToJson(const TraceSummary& s) {
     nlohmann::json coll = nlohmann::json::object();
     for (const auto& [name, c] : s.collectives)
         coll[name] = {{"count", c.count}, {"bytes", c.bytes}, {"duration_ns", c.durationNs}};
+    nlohmann::json bw = nlohmann::json::array();
+    for (const auto& b : s.bandwidth)
+        bw.push_back(
+            {{"collective", b.collective},
+             {"min_bytes", b.minBytes},
+             {"max_bytes", b.maxBytes > 0 ? nlohmann::json(b.maxBytes) : nlohmann::json()},
+             {"count", b.count},
+             {"bytes", b.bytes},
+             {"duration_ns", b.durationNs},
+             {"algbw_gbps", b.algGBps},
+             {"busbw_gbps", b.busGBps >= 0 ? nlohmann::json(b.busGBps) : nlohmann::json()}});
     return {{"rank", s.rank},
             {"dialect", s.dialect},
             {"events", s.events},
@@ -75,6 +133,7 @@ nlohmann::json summaryToJson(const TraceSummary& s) {
             {"comm_ns", s.commNs},
             {"comp_comm_overlap_ratio", s.overlapRatio},
             {"collectives", coll},
+            {"bandwidth", bw},
             {"peak_allocated_bytes", s.peakAllocated},
             {"peak_reserved_bytes", s.peakReserved},
             {"skipped_python_functions", s.skippedPythonFunctions},

@@ -27,6 +27,16 @@ struct TraceSummary {
         int64_t count = 0, bytes = 0, durationNs = 0;
     };
     std::map<std::string, CollectiveStats> collectives;
+    // Achieved bandwidth by collective and message size (NCCL's size S), as nccl-tests
+    // defines it: algorithm bandwidth S / t; bus bandwidth S / t x (n-1)/n for all-gather
+    // and reduce-scatter, x 2(n-1)/n for all-reduce, x 1 otherwise (-1: group size unknown).
+    struct Bandwidth {
+        std::string collective;
+        int64_t minBytes = 0, maxBytes = 0;  // [min, max) of the size bucket; max 0: open
+        int64_t count = 0, bytes = 0, durationNs = 0;
+        double algGBps = 0, busGBps = -1;
+    };
+    std::vector<Bandwidth> bandwidth;
     int64_t peakAllocated = 0, peakReserved = 0;
     int64_t skippedPythonFunctions = 0, orphanFlowEnds = 0, flows = 0;
     std::map<std::string, int64_t> eventsByCategory;

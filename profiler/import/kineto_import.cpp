@@ -268,6 +268,7 @@ public:
                 c.event = idx;
                 c.name = kind;
                 c.bytes = args.contains("bytes") ? number(args["bytes"]) : 0;
+                c.fullBytes = c.bytes;  // ShardScope writes the full tensor's bytes
                 c.groupSize = args.contains("group_size")
                                   ? static_cast<int32_t>(number(args["group_size"]))
                                   : 0;
@@ -478,6 +479,9 @@ private:
                                ? dtypeBytes(args["dtype"].get<std::string>())
                                : 0;
         c.bytes = n * sz;
+        const int64_t in = args.contains("In msg nelems") ? number(args["In msg nelems"]) : 0;
+        const int64_t out = args.contains("Out msg nelems") ? number(args["Out msg nelems"]) : 0;
+        c.fullBytes = std::max(in, out) * sz;
         if (args.contains("Group size"))
             c.groupSize = static_cast<int32_t>(number(args["Group size"]));
     }

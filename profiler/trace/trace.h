@@ -43,6 +43,9 @@ struct Collective {
     int32_t event = -1;  // index into events
     std::string name;    // "allreduce", "_allgather_base", ...
     int64_t bytes = 0;   // message size in bytes (0 when the trace does not say)
+    // NCCL's size S for bandwidth: the larger of input and output (the gathered tensor of an
+    // all-gather, the full input of a reduce-scatter).
+    int64_t fullBytes = 0;
     int32_t groupSize = 0;
 };
 

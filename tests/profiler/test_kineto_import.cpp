@@ -211,3 +211,34 @@ TEST(KinetoImport, FlowsOfARealTraceGoFromHostToDevice) {
     std::printf("%zu launch-to-kernel flows of %lld flow starts\n", t->flowEvents.size(),
                 static_cast<long long>(t->flows));
 }
+
+TEST(TraceSummary, BandwidthByCollectiveAndSizeAsNcclTestsDefinesIt) {
+    Trace t;
+    for (int i = 0; i < 3; ++i) {
+        t.start.push_back(i * 2'000'000);
+        t.dur.push_back(1'000'000);  // 1 ms
+        t.lane.push_back(0);
+        t.name.push_back(0);
+        t.category.push_back(0);
+        t.cls.push_back(EventClass::Communication);
+    }
+    t.lanes.push_back({});
+    t.strings.intern("nccl");
+    // Two 8 MiB all-gathers over 8 ranks, one 512 MiB all-reduce of unknown group size.
+    t.collectives = {{0, "_allgather_base", 1 << 20, 8 << 20, 8},
+                     {1, "_allgather_base", 1 << 20, 8 << 20, 8},
+                     {2, "allreduce", 512 << 20, 512 << 20, 0}};
+    const TraceSummary s = summarize(t);
+    ASSERT_EQ(s.bandwidth.size(), 2u);
+    const auto& ag = s.bandwidth[0];
+    EXPECT_EQ(ag.collective, "_allgather_base");
+    EXPECT_EQ(ag.count, 2);
+    EXPECT_EQ(ag.minBytes, 1 << 20);
+    EXPECT_EQ(ag.maxBytes, 16 << 20);
+    EXPECT_NEAR(ag.algGBps, (8 << 20) / 1e6, 1e-9);  // bytes per ns = GB/s
+    EXPECT_NEAR(ag.busGBps, ag.algGBps * 7 / 8, 1e-9);
+    const auto& ar = s.bandwidth[1];
+    EXPECT_EQ(ar.minBytes, 256 << 20);
+    EXPECT_EQ(ar.maxBytes, 0);  // the open bucket
+    EXPECT_LT(ar.busGBps, 0);   // group size unknown
+}
