@@ -6,8 +6,14 @@
 //  - simulations per second over plan variants of that model (reshard, prefetch,
 //    checkpointing, micro-batch), each resolved, built and simulated;
 //  - how the cost grows from 8 to 8,192 GPUs and from 2 to 160 blocks.
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <thread>
 #include <tuple>
@@ -21,6 +27,8 @@
 #include "plans/core/json_reader.h"
 #include "plans/model/model_json.h"
 #include "plans/plan/resolve.h"
+#include "profiler/import/kineto_import.h"
+#include "profiler/import/synthetic_trace.h"
 
 namespace shardscope::cli {
 
@@ -294,6 +302,119 @@ int runBenchRecommend(const Args& a) {
     return kExitOk;
 }
 
+// Uncompressed bytes of a trace file (gzip or plain).
+int64_t uncompressedBytes(const std::string& path) {
+    gzFile f = gzopen(path.c_str(), "rb");
+    if (!f) return -1;
+    std::vector<char> buf(1 << 20);
+    int64_t total = 0;
+    for (int n; (n = gzread(f, buf.data(), static_cast<unsigned>(buf.size()))) > 0;)
+        total += n;
+    gzclose(f);
+    return total;
+}
+
+// Imports `path` in a child process, so its peak resident memory is the import's alone.
+bool measureImport(const std::string& path) {
+    const int64_t bytes = uncompressedBytes(path);
+    if (bytes < 0) {
+        std::cerr << "error: " << path << ": cannot open file\n";
+        return false;
+    }
+    int fds[2];
+    if (::pipe(fds) != 0) return false;
+    const pid_t child = ::fork();
+    if (child == 0) {
+        ::close(fds[0]);
+        // Resident memory before the import: the process itself (binary, libraries).
+        long baselineKiB = 0;
+        if (FILE* st = std::fopen("/proc/self/status", "r")) {
+            char l[256];
+            while (std::fgets(l, sizeof l, st))
+                if (std::sscanf(l, "VmRSS: %ld kB", &baselineKiB) == 1) break;
+            std::fclose(st);
+        }
+        const auto t0 = Clock::now();
+        auto t = importKinetoFile(path);
+        const double s = secondsSince(t0);
+        double inMemory = 0;
+        int64_t events = 0;
+        if (t) {
+            // The trace's data: its columns, collectives, lanes and interned strings.
+            events = static_cast<int64_t>(t->size());
+            inMemory = static_cast<double>(events) *
+                       (2 * sizeof(int64_t) + 6 * sizeof(int32_t) + sizeof(EventClass));
+            inMemory += static_cast<double>(t->collectives.size() * sizeof(Collective));
+            for (size_t i = 0; i < t->strings.size(); ++i)
+                inMemory += static_cast<double>(t->strings.at(static_cast<int32_t>(i)).size() +
+                                                sizeof(std::string));
+        }
+        char msg[128];
+        const int n = std::snprintf(msg, sizeof msg, "%d %.6f %lld %.0f %ld", t ? 1 : 0, s,
+                                    static_cast<long long>(events), inMemory, baselineKiB);
+        if (::write(fds[1], msg, static_cast<size_t>(n)) < 0) _exit(1);
+        _exit(0);
+    }
+    ::close(fds[1]);
+    char msg[128] = {};
+    const ssize_t got = ::read(fds[0], msg, sizeof msg - 1);
+    ::close(fds[0]);
+    int status = 0;
+    rusage ru{};
+    ::wait4(child, &status, 0, &ru);
+    int ok = 0;
+    double seconds = 0, inMemory = 0;
+    long long events = 0;
+    long baselineKiB = 0;
+    if (got <= 0 ||
+        std::sscanf(msg, "%d %lf %lld %lf %ld", &ok, &seconds, &events, &inMemory, &baselineKiB) !=
+            5 ||
+        !ok) {
+        std::cerr << "error: " << path
+                  << ": the import failed (shardscope trace summary says why)\n";
+        return false;
+    }
+    const double peak = static_cast<double>(ru.ru_maxrss) * 1024.0;  // KiB on Linux
+    const double base = static_cast<double>(baselineKiB) * 1024.0;
+    std::printf(
+        "  %s\n    %.1f MB of JSON, %lld events: %.2f s, %.0f MB/s (goal >= 100)\n"
+        "    peak resident %.0f MB, of which the import %.0f MB (the process before it: "
+        "%.0f MB) for a %.0f MB trace in memory: %.2fx (goal <= 2)\n",
+        path.c_str(), static_cast<double>(bytes) / 1e6, events, seconds,
+        static_cast<double>(bytes) / 1e6 / seconds, peak / 1e6, (peak - base) / 1e6, base / 1e6,
+        inMemory / 1e6, (peak - base) / inMemory);
+    return true;
+}
+
+int runBenchImport(const Args& a) {
+    auto mb = a.getInt("--size-mb", 1);
+    if (!mb) {
+        std::cerr << "error: " << mb.error() << "\n";
+        return kExitUsage;
+    }
+    const std::string keep = a.get("--keep");
+    const std::string path =
+        keep.empty()
+            ? (std::filesystem::temp_directory_path() / "shardscope-bench-import.json").string()
+            : keep;
+    std::printf("shardscope bench import: the streaming Kineto importer, one core\n\n");
+    SyntheticTraceOptions o;
+    o.bytes = *mb * 1'000'000;
+    try {
+        const auto t0 = Clock::now();
+        const int64_t n = writeSyntheticTrace(path, o);
+        std::printf("  generated a %d-rank trace of %lld events (%.1f s)\n", o.ranks,
+                    static_cast<long long>(n), secondsSince(t0));
+    } catch (const std::exception& e) {
+        std::cerr << "error: " << e.what() << "\n";
+        return kExitUsage;
+    }
+    bool ok = measureImport(path);
+    if (keep.empty()) std::filesystem::remove(path);
+    if (a.has("--file")) ok = measureImport(a.get("--file")) && ok;
+    return ok ? kExitOk : kExitUsage;
+}
+
 }  // namespace
 
 std::vector<Command> benchCommands() {
@@ -312,7 +433,18 @@ std::vector<Command> benchCommands() {
     r.summary = "Measure plan search: time to a recommendation on 64, 512 and 4,096 GPUs, plans/s.";
     r.description = "Prints figures; nothing is asserted.";
     r.options = s.options;
-    return {{s, runBenchSimulate}, {r, runBenchRecommend}};
+    CommandSpec im;
+    im.name = "bench import";
+    im.summary = "Measure trace import: MB/s and peak memory against the trace in memory.";
+    im.description =
+        "Generates a multi-rank PyTorch-profiler-style trace of --size-mb megabytes (kernels\n"
+        "and NCCL collectives), imports it in a child process and prints the speed and the\n"
+        "peak resident memory against the size of the imported trace. --file adds a trace of\n"
+        "yours (.json or .json.gz). Prints figures; nothing is asserted.";
+    im.options = {{"--size-mb", "N", "size of the generated trace in MB", "1000"},
+                  {"--keep", "FILE", "write the generated trace here and keep it", ""},
+                  {"--file", "FILE", "also measure this trace", ""}};
+    return {{s, runBenchSimulate}, {r, runBenchRecommend}, {im, runBenchImport}};
 }
 
 }  // namespace shardscope::cli

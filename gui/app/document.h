@@ -39,7 +39,7 @@ struct LoadedFile {
 };
 
 // Sniffs the file (HF config / shardscope.model / shardscope.plan / shardscope.cluster /
-// trace). A trace import checks `cancel` and reports `progress` (0-1) every MiB; a
+// trace). A trace import checks `cancel` and reports `progress` (0-1) every 256 KiB; a
 // cancelled load returns the error "PATH: cancelled".
 [[nodiscard]] LoadedFile loadFile(const QString& path, const std::atomic<bool>* cancel = nullptr,
                                   std::function<void(double)> progress = {});

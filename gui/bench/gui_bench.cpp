@@ -24,49 +24,11 @@
 #include "gui/timeline/timeline_widget.h"
 #include "plans/model/model_graph.h"
 #include "profiler/import/kineto_import.h"
+#include "profiler/import/synthetic_trace.h"
 
 using namespace shardscope::gui;
 
 namespace {
-
-// Kineto's dialect with relative timestamps: per rank a process named "rank N" with 8 GPU
-// streams; on each stream back-to-back kernels of 2-200 us, one in eight an NCCL collective.
-int64_t writeTrace(const std::string& path, int64_t events) {
-    std::ofstream out(path);
-    std::mt19937_64 rng(42);
-    const int ranks = 4, streams = 8;
-    out << "{\"schemaVersion\": 1, \"baseTimeNanoseconds\": 1700000000000000000,\n"
-           "\"traceEvents\": [\n";
-    for (int r = 0; r < ranks; ++r)
-        out << "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": " << r + 1
-            << ", \"args\": {\"name\": \"rank " << r << "\"}},\n";
-    const char* kernels[] = {
-        "sm90_xmma_gemm_bf16bf16_bf16f32", "flash_fwd_kernel",
-        "vectorized_elementwise_kernel",   "reduce_kernel",
-        "ncclDevKernel_AllGather_RING_LL", "ncclDevKernel_ReduceScatter_RING_LL"};
-    std::vector<double> clock(static_cast<size_t>(ranks * streams), 0.0);
-    int64_t written = 0;
-    for (int64_t i = 0; i < events; ++i) {
-        const int lane = static_cast<int>(i % (ranks * streams));
-        const int rank = lane / streams, stream = lane % streams;
-        const bool comm = rng() % 8 == 0;
-        const char* name = comm ? kernels[4 + rng() % 2] : kernels[rng() % 4];
-        const double dur = 2.0 + static_cast<double>(rng() % 19800) / 100.0;  // us
-        double& t = clock[static_cast<size_t>(lane)];
-        t += static_cast<double>(rng() % 50) / 10.0;  // small gaps
-        char line[256];
-        const int n =
-            std::snprintf(line, sizeof line,
-                          "%s{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"%s\", "
-                          "\"pid\": %d, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f}",
-                          i == 0 ? "" : ",\n", name, rank + 1, 100 * (rank + 1) + stream, t, dur);
-        out.write(line, n);
-        t += dur;
-        ++written;
-    }
-    out << "\n]}\n";
-    return written;
-}
 
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -101,7 +63,9 @@ int main(int argc, char** argv) {
             ? cli.value(keepOpt).toStdString()
             : (std::filesystem::temp_directory_path() / "shardscope-gui-bench.json").string();
     std::printf("shardscope-gui-bench: %lld events\n", static_cast<long long>(events));
-    writeTrace(path, events);
+    shardscope::SyntheticTraceOptions so;
+    so.events = events;
+    shardscope::writeSyntheticTrace(path, so);
     const auto bytes = std::filesystem::file_size(path);
     std::printf("  generated %s (%.1f MB of JSON)\n", path.c_str(),
                 static_cast<double>(bytes) / 1e6);

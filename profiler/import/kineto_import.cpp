@@ -21,7 +21,7 @@ namespace {
 
 using json = nlohmann::ordered_json;  // vector-backed objects: cheaper to build per event
 
-// The file (gzip or plain) in 1 MiB chunks; the splitter below walks the buffer.
+// The file (gzip or plain) in 256 KiB chunks; the splitter below walks the buffer.
 class GzReader {
 public:
     GzReader(const std::string& path, const KinetoImportOptions& o)
@@ -30,7 +30,7 @@ public:
         m_fileBytes = static_cast<int64_t>(std::filesystem::file_size(path, ec));
         if (ec) m_fileBytes = 0;
         if (m_file) {
-            gzbuffer(m_file, 1 << 20);
+            gzbuffer(m_file, 256 << 10);
             refill();
         }
     }
@@ -128,7 +128,7 @@ private:
     const KinetoImportOptions& m_o;
     int64_t m_fileBytes = 0;
     bool m_cancelled = false;
-    std::vector<char> m_buf = std::vector<char>(1 << 20);
+    std::vector<char> m_buf = std::vector<char>(256 << 10);
     const char* m_pos = m_buf.data();
     const char* m_end = m_buf.data();
     int64_t m_consumed = 0;

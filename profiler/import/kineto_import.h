@@ -24,9 +24,9 @@ namespace shardscope {
 
 struct KinetoImportOptions {
     bool keepPythonFunctions = false;
-    // Checked every MiB read: when set, the import stops with the error "cancelled".
+    // Checked every 256 KiB read: when set, the import stops with the error "cancelled".
     const std::atomic<bool>* cancel = nullptr;
-    // Called every MiB read with the fraction of the file (compressed bytes for .gz) read.
+    // Called every 256 KiB read with the fraction of the file (compressed bytes for .gz) read.
     std::function<void(double fraction)> progress;
 };
 

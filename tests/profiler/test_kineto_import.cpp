@@ -149,11 +149,11 @@ TEST(KinetoImport, ReportsProgressAndStopsWhenCancelled) {
     auto t = importKinetoFile(path, o);
     ASSERT_TRUE(t) << t.error();
     EXPECT_EQ(t->size(), 60000u);
-    ASSERT_GE(seen.size(), 5u);  // every MiB
+    ASSERT_GE(seen.size(), 20u);  // every 256 KiB
     EXPECT_TRUE(std::is_sorted(seen.begin(), seen.end()));
     EXPECT_GT(seen.back(), 0.8);
     EXPECT_LE(seen.back(), 1.0);
-    // Cancelled after the third MiB: an error naming the file, not a partial trace.
+    // Cancelled after the third chunk: an error naming the file, not a partial trace.
     std::atomic<bool> cancel{false};
     int calls = 0;
     o.cancel = &cancel;
