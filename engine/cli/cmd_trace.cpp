@@ -9,8 +9,10 @@
 
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
+#include "plans/core/atomic_write.h"
 #include "plans/core/strings.h"
 #include "profiler/analysis/summary.h"
+#include "profiler/export/chrome_export.h"
 #include "profiler/import/kineto_import.h"
 
 namespace shardscope::cli {
@@ -118,6 +120,29 @@ int runTraceSummary(const Args& a) {
     return kExitOk;
 }
 
+int runTraceExport(const Args& a) {
+    const auto files = a.positionals();
+    if (files.size() != 1) {
+        std::cerr << "error: give one trace file to export (see --help)\n";
+        return kExitUsage;
+    }
+    KinetoImportOptions o;
+    o.keepPythonFunctions = a.flag("--python-functions");
+    auto t = importKinetoFile(files[0], o);
+    if (failed(t)) return kExitUsage;
+    const std::string out = a.get("--output");
+    const Status st = writeFileAtomically(out, exportChromeTrace(*t).dump() + "\n");
+    if (!st) {
+        std::cerr << "error: " << st.error() << "\n";
+        return kExitUsage;
+    }
+    std::cout << "wrote " << out << " (" << withThousands(static_cast<int64_t>(t->size()))
+              << " events on " << t->lanes.size() << " lanes, " << t->collectives.size()
+              << " collectives, " << t->flowEvents.size()
+              << " flows; open in https://ui.perfetto.dev or shardscope-gui)\n";
+    return kExitOk;
+}
+
 }  // namespace
 
 std::vector<Command> traceCommands() {
@@ -137,7 +162,20 @@ std::vector<Command> traceCommands() {
                  {"--python-functions", "", "keep python_function events (skipped by default)"}};
     s.examples = {"shardscope trace summary traces/rank0.pt.trace.json.gz",
                   "shardscope trace summary --json profiler_output/"};
-    return {{s, runTraceSummary}};
+    CommandSpec x;
+    x.name = "trace export";
+    x.summary = "Write a trace as Chrome trace JSON that Perfetto UI loads as meant.";
+    x.description =
+        "Reads a PyTorch profiler (Kineto) trace or a ShardScope trace and writes what ShardScope\n"
+        "reads from it as Chrome trace JSON: one process per rank and pid (never pid 0), thread\n"
+        "ids unique across processes (Perfetto names threads by tid), lane names, ShardScope's\n"
+        "op ids, units and phases, collectives with their sizes, memory counters and\n"
+        "launch-to-kernel flows. Reading the export back gives the same trace.";
+    x.positionalsMetavar = "FILE";
+    x.options = {{"--output", "FILE", "where to write the JSON", "", true, "-o"},
+                 {"--python-functions", "", "keep python_function events (skipped by default)"}};
+    x.examples = {"shardscope trace export rank0.pt.trace.json.gz -o rank0.perfetto.json"};
+    return {{s, runTraceSummary}, {x, runTraceExport}};
 }
 
 }  // namespace shardscope::cli
