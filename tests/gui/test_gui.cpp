@@ -33,6 +33,7 @@
 #include "plans/core/strings.h"
 #include "plans/plan/plan.h"
 #include "tests/support/golden.h"
+#include "tests/support/sample_traces.h"
 
 using namespace shardscope;
 using namespace shardscope::gui;
@@ -638,17 +639,7 @@ TEST(GuiPlanEditor, PrefetchListsMeshPrecisionAndOffload) {
 }
 
 TEST(GuiWindow, LaunchToKernelFlowsOnRequest) {
-    const std::string path = std::filesystem::temp_directory_path() / "shardscope_gui_flows.json";
-    std::ofstream(path) << R"JSON({"traceEvents": [
-      {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 11, "ts": 100, "dur": 5},
-      {"ph": "s", "id": 1, "cat": "ac2g", "name": "ac2g", "pid": 10, "tid": 11, "ts": 100},
-      {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 11, "ts": 300, "dur": 5},
-      {"ph": "s", "id": 2, "cat": "ac2g", "name": "ac2g", "pid": 10, "tid": 11, "ts": 300},
-      {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 120, "dur": 150},
-      {"ph": "f", "id": 1, "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 120, "bp": "e"},
-      {"ph": "X", "cat": "kernel", "name": "relu", "pid": 0, "tid": 7, "ts": 320, "dur": 100},
-      {"ph": "f", "id": 2, "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 320, "bp": "e"}
-    ]})JSON";
+    const std::string path = shardscope::test::writeLaunchFlowTrace("shardscope_gui_flows.json");
     MainWindow w;
     w.resize(1200, 800);
     w.show();
@@ -706,16 +697,8 @@ TEST(GuiPlanEditor, PerUnitCheckpointingPrecisionAndOffload) {
 
 TEST(GuiWindow, CancellingALoadOpensNothing) {
     // A trace large enough that the import is still running when Cancel is pressed.
-    const std::string path = std::filesystem::temp_directory_path() / "shardscope_gui_cancel.json";
-    {
-        std::ofstream out(path);
-        out << R"({"traceEvents": [)";
-        for (int i = 0; i < 200000; ++i)
-            out << (i ? ",\n" : "")
-                << R"({"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": )"
-                << i * 10 << R"(, "dur": 5, "args": {"stream": 7, "correlation": )" << i << "}}";
-        out << "]}\n";
-    }
+    const std::string path =
+        shardscope::test::writeKernelTrace("shardscope_gui_cancel.json", 200000);
     MainWindow w;
     w.show();
     auto done = std::make_shared<bool>(false);

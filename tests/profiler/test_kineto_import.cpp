@@ -11,6 +11,7 @@
 #include "profiler/analysis/summary.h"
 #include "profiler/import/kineto_import.h"
 #include "tests/support/golden.h"
+#include "tests/support/sample_traces.h"
 
 using namespace shardscope;
 using shardscope::test::matchesGolden;
@@ -126,23 +127,9 @@ TEST(KinetoImport, ShardScopeMultiRankTrace) {
     EXPECT_GT(s.commNs, 0);
 }
 
-namespace {
-// A plain trace of `events` kernels on one stream, several MiB for a few tens of thousands.
-std::string writeKernels(const std::string& name, int events) {
-    const std::string path = std::filesystem::temp_directory_path() / name;
-    std::ofstream out(path);
-    out << R"({"traceEvents": [)";
-    for (int i = 0; i < events; ++i)
-        out << (i ? ",\n" : "") << R"({"ph": "X", "cat": "kernel", "name": "gemm_kernel_)" << i % 7
-            << R"(", "pid": 0, "tid": 7, "ts": )" << i * 10
-            << R"(, "dur": 5, "args": {"stream": 7, "correlation": )" << i << "}}";
-    out << "]}\n";
-    return path;
-}
-}  // namespace
-
 TEST(KinetoImport, ReportsProgressAndStopsWhenCancelled) {
-    const std::string path = writeKernels("shardscope_progress.json", 60000);  // ~8 MiB
+    const std::string path =
+        shardscope::test::writeKernelTrace("shardscope_progress.json", 60000);  // ~8 MiB
     std::vector<double> seen;
     KinetoImportOptions o;
     o.progress = [&](double f) { seen.push_back(f); };
@@ -168,19 +155,7 @@ TEST(KinetoImport, ReportsProgressAndStopsWhenCancelled) {
 }
 
 TEST(KinetoImport, LaunchToKernelFlowsBindToTheirEvents) {
-    // Two launches on a CPU thread, each flowing to its kernel on stream 7; an orphan end.
-    const std::string path = std::filesystem::temp_directory_path() / "shardscope_flows.json";
-    std::ofstream(path) << R"JSON({"traceEvents": [
-      {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 11, "ts": 100, "dur": 5},
-      {"ph": "s", "id": 1, "cat": "ac2g", "name": "ac2g", "pid": 10, "tid": 11, "ts": 100},
-      {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 11, "ts": 110, "dur": 5},
-      {"ph": "s", "id": 2, "cat": "ac2g", "name": "ac2g", "pid": 10, "tid": 11, "ts": 110},
-      {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 120, "dur": 30},
-      {"ph": "f", "id": 1, "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 120, "bp": "e"},
-      {"ph": "X", "cat": "kernel", "name": "relu", "pid": 0, "tid": 7, "ts": 150, "dur": 10},
-      {"ph": "f", "id": 2, "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 150, "bp": "e"},
-      {"ph": "f", "id": 9, "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 155, "bp": "e"}
-    ]})JSON";
+    const std::string path = shardscope::test::writeLaunchFlowTrace("shardscope_flows.json");
     auto t = importKinetoFile(path);
     ASSERT_TRUE(t) << t.error();
     EXPECT_EQ(t->orphanFlowEnds, 1);
@@ -189,7 +164,7 @@ TEST(KinetoImport, LaunchToKernelFlowsBindToTheirEvents) {
     EXPECT_EQ(name(t->flowEvents[0].first), "cudaLaunchKernel");
     EXPECT_EQ(name(t->flowEvents[0].second), "gemm");
     EXPECT_EQ(name(t->flowEvents[1].second), "relu");
-    EXPECT_EQ(t->start[static_cast<size_t>(t->flowEvents[1].first)], 10'000);  // ns from start
+    EXPECT_EQ(t->start[static_cast<size_t>(t->flowEvents[1].first)], 200'000);  // ns from start
     std::filesystem::remove(path);
 }
 
