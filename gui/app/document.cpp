@@ -172,7 +172,11 @@ TimelineData timelineFromTrace(const std::shared_ptr<const Trace>& trace) {
         std::sort(d.flows.begin(), d.flows.end(),
                   [](const auto& x, const auto& y) { return x.fromTime < y.fromTime; });
     }
-    d.describe = [trace, collectiveOf](int32_t op) -> std::string {
+    // What a kernel waited on, as far as a trace tells: the launch that queued it.
+    auto launchOf = std::make_shared<std::unordered_map<int32_t, int32_t>>();
+    for (const auto& [from, to] : t.flowEvents)
+        launchOf->emplace(to, from);
+    d.describe = [trace, collectiveOf, launchOf](int32_t op) -> std::string {
         const Trace& t = *trace;
         if (op < 0 || static_cast<size_t>(op) >= t.size()) return {};
         const auto i = static_cast<size_t>(op);
@@ -189,6 +193,16 @@ TimelineData timelineFromTrace(const std::shared_ptr<const Trace>& trace) {
                 s += " · unit " + (t.strings.at(t.unit[i]).empty() ? std::string("<root>")
                                                                    : t.strings.at(t.unit[i]));
             if (t.phase[i] >= 0) s += " · " + t.strings.at(t.phase[i]);
+        }
+        if (const auto l = launchOf->find(op); l != launchOf->end()) {
+            const auto li = static_cast<size_t>(l->second);
+            const Lane& ll = t.lanes[static_cast<size_t>(t.lane[li])];
+            char w[160];
+            std::snprintf(w, sizeof w, " at %.3f ms on %s (queued %.3f ms before it ran)",
+                          static_cast<double>(t.start[li]) * 1e-6,
+                          (ll.name.empty() ? ll.tid : ll.name).c_str(),
+                          static_cast<double>(t.start[i] - t.start[li]) * 1e-6);
+            s += "\nlaunched by " + t.strings.at(t.name[li]) + w;
         }
         const auto c = collectiveOf->find(op);
         if (c != collectiveOf->end())

@@ -652,6 +652,15 @@ TEST(GuiWindow, LaunchToKernelFlowsOnRequest) {
     EXPECT_TRUE(t->visibleRows()[1]->host);
     t->repaint();
     EXPECT_EQ(t->lastFlowCount(), 2u);
+    // A kernel's details name the launch it waited for.
+    int32_t relu = -1;
+    for (const auto& r : t->data()->rows)
+        for (const auto& e : r.events)
+            if (e.label == "relu") relu = e.op;
+    ASSERT_GE(relu, 0);
+    const std::string text = t->data()->describe(relu);
+    EXPECT_NE(text.find("launched by cudaLaunchKernel at 0.200 ms"), std::string::npos) << text;
+    EXPECT_NE(text.find("queued 0.020 ms"), std::string::npos) << text;
     // The launches are not device work: the range figures leave them out.
     const auto st = rangeStats(*t->data(), 0, t->data()->endNs);
     EXPECT_EQ(st[0].busyNs, 250'000);  // the two kernels
