@@ -13,15 +13,25 @@
 #include "gui/timeline/timeline_widget.h"
 
 int main(int argc, char** argv) {
+    // Without a display, --help, --version and --screenshot still work (offscreen); only
+    // showing the window needs one, and the app says so instead of Qt aborting.
+    const bool display = qEnvironmentVariableIsSet("DISPLAY") ||
+                         qEnvironmentVariableIsSet("WAYLAND_DISPLAY") ||
+                         qEnvironmentVariableIsSet("QT_QPA_PLATFORM");
+    if (!display) qputenv("QT_QPA_PLATFORM", "offscreen");
     QApplication app(argc, argv);
     QApplication::setApplicationName("shardscope-gui");
     QApplication::setApplicationVersion(SHARDSCOPE_VERSION);
     QCommandLineParser cli;
     cli.setApplicationDescription(
-        "ShardScope desktop app: open a model (Hugging Face config.json or ShardScope model JSON), "
-        "a plan "
-        "and a cluster to see the module tree, the plan's units with per-rank sizes, and its "
-        "problems.");
+        "ShardScope desktop app. Open models (Hugging Face config.json or ShardScope model JSON),\n"
+        "plans, clusters, ShardScope traces and PyTorch profiler traces. Tabs:\n"
+        "  Plan & timeline  the module tree and units (editable: tick modules, wrap policy,\n"
+        "                   per-unit settings), the simulated step or a trace per stream and\n"
+        "                   rank, memory beneath; click an op, shift-drag a range\n"
+        "  Compare          two steps or traces on one time axis, with their differences\n"
+        "  Recommend        the plan search's Pareto front; load or export a plan\n"
+        "Keys on the timeline: wheel or W/S zoom, drag or A/D pan, F fit, Esc clear.");
     cli.addHelpOption();
     cli.addVersionOption();
     cli.addPositionalArgument("files", "model, plan and cluster JSON files to open", "[FILES...]");
@@ -47,6 +57,13 @@ int main(int argc, char** argv) {
     cli.addOption(search);
     cli.process(app);
 
+    if (!display && cli.value(shot).isEmpty()) {
+        std::fprintf(stderr,
+                     "shardscope-gui: no display: neither DISPLAY nor WAYLAND_DISPLAY is set. Run "
+                     "it in a desktop session, under xvfb-run, or render the window to a file "
+                     "with --screenshot PNG.\n");
+        return 2;
+    }
     shardscope::gui::MainWindow w;
     w.show();
     const QString png = cli.value(shot);
