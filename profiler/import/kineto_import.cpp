@@ -211,17 +211,15 @@ public:
         if (ph == "s") {
             ++t.flows;
             if (e.contains("id")) {
-                flowStarts.push_back(e["id"].dump() + cat);
                 flowPoints.push_back(
-                    {flowStarts.back(), laneKey(e), usToNs(e.value("ts", json(0))), true});
+                    {flowId(e, cat), laneHash(e), usToNs(e.value("ts", json(0))), true});
             }
             return;
         }
         if (ph == "f") {
             if (e.contains("id")) {
-                flowEnds.push_back(e["id"].dump() + cat);
                 flowPoints.push_back(
-                    {flowEnds.back(), laneKey(e), usToNs(e.value("ts", json(0))), false});
+                    {flowId(e, cat), laneHash(e), usToNs(e.value("ts", json(0))), false});
             }
             return;
         }
@@ -307,9 +305,13 @@ public:
             s -= minTs;
         for (auto& m : t.memory)
             m.ts -= minTs;
-        std::unordered_set<std::string> starts(flowStarts.begin(), flowStarts.end());
-        for (const auto& f : flowEnds)
-            if (!starts.count(f)) ++t.orphanFlowEnds;
+        {
+            std::unordered_set<uint64_t> starts;
+            for (const auto& f : flowPoints)
+                if (f.start) starts.insert(f.id);
+            for (const auto& f : flowPoints)
+                if (!f.start && !starts.count(f.id)) ++t.orphanFlowEnds;
+        }
         for (auto& c : t.collectives) {
             if (c.bytes > 0) continue;
             // Fallback: the record_param_comms CPU op of the same External id.
@@ -357,18 +359,23 @@ private:
     std::unordered_map<std::string, std::string> threadNames;
     std::unordered_map<int64_t, std::string> processNames;
     std::map<int64_t, std::vector<MemoryCounter>> ourMemory;  // pid -> "memory (bytes)"
-    std::vector<std::string> flowStarts, flowEnds;
+    // Flows by hashes of their id (with category) and of their lane's pid/tid: a trace has
+    // tens of thousands, and strings per point cost more than the events they join.
     struct FlowPoint {
-        std::string id;
-        std::string lane;  // laneKey
+        uint64_t id = 0;
+        uint64_t lane = 0;  // laneHash
         int64_t ts = 0;
         bool start = true;
     };
     std::vector<FlowPoint> flowPoints;
-    std::unordered_map<std::string, int32_t> laneOfKey;  // laneKey -> lane, for flows
+    std::unordered_map<uint64_t, int32_t> laneOfKey;  // laneHash -> lane, for flows
 
-    static std::string laneKey(const json& e) {
-        return e.value("pid", json(0)).dump() + "/" + e.value("tid", json(0)).dump();
+    static uint64_t flowId(const json& e, const std::string& cat) {
+        return std::hash<std::string>{}(e["id"].dump() + "\x1f" + cat);
+    }
+    static uint64_t laneHash(const json& e) {
+        return std::hash<std::string>{}(e.value("pid", json(0)).dump() + "/" +
+                                        e.value("tid", json(0)).dump());
     }
 
     // Each flow's ends bound to events: the innermost event of the flow point's lane that
@@ -393,7 +400,7 @@ private:
             }
             return -1;
         };
-        std::unordered_map<std::string, int32_t> startEvent;
+        std::unordered_map<uint64_t, int32_t> startEvent;
         for (const auto& f : flowPoints)
             if (f.start) {
                 const int32_t e = enclosing(f);
@@ -448,7 +455,7 @@ private:
         t.lanes.push_back(l);
         const auto id = static_cast<int32_t>(t.lanes.size() - 1);
         laneIndex.emplace(k, id);
-        laneOfKey.emplace(laneKey(e), id);
+        laneOfKey.emplace(laneHash(e), id);
         return id;
     }
 
