@@ -96,16 +96,17 @@ int runTraceSummary(const Args& a) {
             const std::string range =
                 b.maxBytes > 0 ? formatBytes(b.minBytes) + " - " + formatBytes(b.maxBytes)
                                : ">= " + formatBytes(b.minBytes);
-            char line[200];
-            std::snprintf(line, sizeof line, "  bandwidth %s %s: %lld calls, %.1f GB/s algorithm",
-                          b.collective.c_str(), range.c_str(), static_cast<long long>(b.count),
-                          b.algGBps);
-            std::cout << line;
+            char line[256];
+            const int n = std::snprintf(
+                line, sizeof line, "  bandwidth %s %s: %lld calls, %.1f GB/s algorithm",
+                b.collective.c_str(), range.c_str(), static_cast<long long>(b.count), b.algGBps);
             if (b.busGBps >= 0)
-                std::printf(", %.1f GB/s bus\n", b.busGBps);
+                std::snprintf(line + n, sizeof line - static_cast<size_t>(n), ", %.1f GB/s bus",
+                              b.busGBps);
             else
-                std::printf(" (bus: group size not in the trace)\n");
-            std::fflush(stdout);
+                std::snprintf(line + n, sizeof line - static_cast<size_t>(n),
+                              " (bus: group size not in the trace)");
+            std::cout << line << "\n";
         }
         if (s.peakAllocated > 0)
             std::cout << "  device memory peak: allocated " << formatBytes(s.peakAllocated)

@@ -24,6 +24,7 @@ struct PlanVariant {
         0;  // explicit backward prefetch of the previous N units (0: implicit)
     std::optional<DType> paramDtype;  // mixed precision param_dtype for every unit
     std::optional<DType> reduceDtype;
+    friend bool operator==(const PlanVariant&, const PlanVariant&) = default;
 };
 
 // Applies `v` to `plan` (resolved with the same model). Returns false, leaving a message,

@@ -129,10 +129,19 @@ void CompareView::setSources(std::vector<CompareSource> sources) {
             if (i != m_a->currentIndex()) ib = i;
     }
     m_b->setCurrentIndex(ib >= 0 ? ib : m_a->currentIndex());
-    refresh();
+    if (isVisible())
+        refresh();
+    else
+        m_stale = true;
+}
+
+void CompareView::showEvent(QShowEvent* e) {
+    QWidget::showEvent(e);
+    if (m_stale) refresh();
 }
 
 void CompareView::refresh() {
+    m_stale = false;
     const int ia = m_a->currentIndex(), ib = m_b->currentIndex();
     const CompareSource* sa = ia >= 0 ? &m_sources[static_cast<size_t>(ia)] : nullptr;
     const CompareSource* sb = ib >= 0 ? &m_sources[static_cast<size_t>(ib)] : nullptr;

@@ -22,7 +22,8 @@ class CompareView : public QWidget {
     Q_OBJECT
 public:
     explicit CompareView(QWidget* parent = nullptr);
-    // Keeps the chosen sources by name when they are still there.
+    // Keeps the chosen sources by name when they are still there. The figures and timelines
+    // are rebuilt when the tab is shown (a what-if edit must not pay for a hidden tab).
     void setSources(std::vector<CompareSource> sources);
     [[nodiscard]] QComboBox* sourceA() const { return m_a; }
     [[nodiscard]] QComboBox* sourceB() const { return m_b; }
@@ -31,8 +32,12 @@ public:
     [[nodiscard]] TimelineWidget* timelineA() const { return m_timelineA; }
     [[nodiscard]] TimelineWidget* timelineB() const { return m_timelineB; }
 
+protected:
+    void showEvent(QShowEvent* e) override;
+
 private:
     void refresh();
+    bool m_stale = false;  // sources changed while the tab was hidden
 
     std::vector<CompareSource> m_sources;
     QComboBox *m_a, *m_b;

@@ -34,16 +34,19 @@ bool looksLikeTrace(const std::string& path) {
     return text.find("\"traceEvents\"") != std::string::npos;
 }
 
-// The colour a measured collective gets: its kind from the collective's name, whichever
-// form the trace used ("ncclDevKernel_ReduceScatter_...", "_reduce_scatter_base",
-// "allreduce"); broadcasts, point-to-point and all-to-all are "other" communication.
+// The colour a measured collective gets: broadcasts, point-to-point and all-to-all are
+// "other" communication.
 EventKind collectiveKind(const std::string& name) {
-    std::string n;
-    for (const char c : name)
-        if (c != '_') n += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (n.find("allgather") != std::string::npos) return EventKind::AllGather;
-    if (n.find("reducescatter") != std::string::npos) return EventKind::ReduceScatter;
-    if (n.find("allreduce") != std::string::npos) return EventKind::AllReduce;
+    switch (collectiveKindOf(name)) {
+        case CollectiveKind::AllGather:
+            return EventKind::AllGather;
+        case CollectiveKind::ReduceScatter:
+            return EventKind::ReduceScatter;
+        case CollectiveKind::AllReduce:
+            return EventKind::AllReduce;
+        case CollectiveKind::Other:
+            break;
+    }
     return EventKind::Other;
 }
 
@@ -300,22 +303,11 @@ void Document::apply(const LoadedFile& f) {
             cluster = f.cluster;
             clusterPath = f.path;
             break;
-        case LoadedFile::Kind::Trace: {
-            trace = f.trace;
-            tracePath = f.path;
-            traceTimeline = f.traceTimeline;
-            traceSummary = f.traceSummary;
-            traceMemory = f.traceMemory;
+        case LoadedFile::Kind::Trace:
+            std::erase_if(traces, [&](const OpenedTrace& o) { return o.path == f.path; });
+            traces.push_back({f.path, f.trace, f.traceTimeline, f.traceSummary, f.traceMemory});
             showTrace = true;
-            OpenedTrace t{f.path, f.trace, f.traceTimeline, f.traceSummary, f.traceMemory};
-            auto same = std::find_if(traces.begin(), traces.end(),
-                                     [&](const OpenedTrace& o) { return o.path == f.path; });
-            if (same != traces.end())
-                *same = std::move(t);
-            else
-                traces.push_back(std::move(t));
             return;
-        }
     }
     showTrace = false;
     resolved.reset();
@@ -343,11 +335,7 @@ bool Document::resimulate(QString* why) {
         sr = std::move(sim);
     };
     run(*resolved, plan->microBatchSize, baseTimeline, baseSimulation);
-    const bool edits = whatIf.microBatchSize > 0 ||
-                       whatIf.variant.reshard.kind != ReshardSetting::Kind::Default ||
-                       whatIf.variant.ac || whatIf.variant.forwardPrefetchDepth > 0 ||
-                       whatIf.variant.backwardPrefetchDepth > 0 || whatIf.variant.paramDtype ||
-                       whatIf.variant.reduceDtype || whatIf.variant.endsReshard;
+    const bool edits = whatIf.microBatchSize > 0 || !(whatIf.variant == PlanVariant{});
     if (!edits) {
         timeline = baseTimeline;
         simulation = baseSimulation;

@@ -68,15 +68,13 @@ struct Document {
     // The simulated step, when a cluster is open too and the plan has no errors.
     std::shared_ptr<const TimelineData> timeline;
     std::shared_ptr<const SimResult> simulation;
-    // An opened profiler trace; the timeline shows whichever of trace and simulation was
-    // opened last.
-    std::shared_ptr<const Trace> trace;
-    QString tracePath;
-    std::shared_ptr<const TimelineData> traceTimeline;
-    std::shared_ptr<const TraceSummary> traceSummary;
-    std::shared_ptr<const SimResult> traceMemory;
+    // Every trace opened, the last opened last (opening a path again moves it there). The
+    // timeline shows whichever of the last trace and the simulation was opened last.
+    std::vector<OpenedTrace> traces;
+    [[nodiscard]] const OpenedTrace* lastTrace() const {
+        return traces.empty() ? nullptr : &traces.back();
+    }
     bool showTrace = false;
-    std::vector<OpenedTrace> traces;  // every trace opened, in order (the fields above: the last)
     // The plan as written, without the what-if edits (the same as timeline/simulation when
     // there are none).
     std::shared_ptr<const TimelineData> baseTimeline;

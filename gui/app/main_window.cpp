@@ -174,9 +174,7 @@ void MainWindow::showEditError(const QString& why) {
 }
 
 void MainWindow::applyPlanWide() {
-    QString why;
     auto dtype = [](QComboBox* c) { return c->currentIndex() == 0 ? QString() : c->currentText(); };
-    (void)why;
     editPlan([mesh = m_mesh->text().trimmed(), p = dtype(m_paramDtype), r = dtype(m_reduceDtype),
               off = m_offload->isChecked()](Document& d, QString* why) {
         return d.setPlanWide(mesh, p, r, off, why);
@@ -189,9 +187,7 @@ void MainWindow::cancelLoading() {
 }
 
 void MainWindow::selectOp(int32_t op) {
-    m_timeline->selectOp(op);
-    const auto& d = m_timeline->data();
-    m_details->setPlainText(d && d->describe ? QString::fromStdString(d->describe(op)) : QString());
+    m_timeline->selectOp(op);  // its eventSelected fills the details panel
 }
 
 void MainWindow::selectRange(int64_t startNs, int64_t endNs) {
@@ -630,20 +626,20 @@ void MainWindow::whatIfChanged() {
 }
 
 void MainWindow::showSimulation() {
-    const bool flows =
-        m_doc.showTrace && m_doc.traceTimeline && !m_doc.traceTimeline->flows.empty();
+    const OpenedTrace* tr = m_doc.showTrace ? m_doc.lastTrace() : nullptr;
+    const bool flows = tr && tr->timeline && !tr->timeline->flows.empty();
     m_flows->setEnabled(flows);
-    m_flows->setToolTip(flows ? QString("%1 launch-to-kernel flows in this trace")
-                                    .arg(m_doc.traceTimeline->flows.size())
-                              : QString("The trace shown has no launch-to-kernel flows"));
-    if (m_doc.showTrace && m_doc.traceTimeline && m_doc.traceSummary) {
-        m_timeline->setData(m_doc.traceTimeline);
-        m_memory->setData(m_doc.traceMemory, 0);
-        const TraceSummary& s = *m_doc.traceSummary;
+    m_flows->setToolTip(
+        flows ? QString("%1 launch-to-kernel flows in this trace").arg(tr->timeline->flows.size())
+              : QString("The trace shown has no launch-to-kernel flows"));
+    if (tr && tr->timeline && tr->summary) {
+        m_timeline->setData(tr->timeline);
+        m_memory->setData(tr->memory, 0);
+        const TraceSummary& s = *tr->summary;
         m_simSummary->setText(QString("<b>Trace</b> %1 (rank %2, %3): GPU time %4 ms, compute %5 "
                                       "ms, idle %6 ms; communication %7 ms, "
                                       "%8% overlapped by compute (HTA's definitions)")
-                                  .arg(QFileInfo(m_doc.tracePath).fileName().toHtmlEscaped())
+                                  .arg(QFileInfo(tr->path).fileName().toHtmlEscaped())
                                   .arg(s.rank)
                                   .arg(QString::fromStdString(s.dialect))
                                   .arg(s.kernelTimeNs * 1e-6, 0, 'f', 1)

@@ -204,9 +204,9 @@ RecommendView::RecommendView(QWidget* parent) : QWidget(parent) {
 }
 
 RecommendView::~RecommendView() {
-    // The search holds references to the model and cluster copies it was given; stop it.
+    // Stop a running search and wait for it: its thread must not outlive the window.
     if (m_cancel) m_cancel->store(true);
-    QThreadPool::globalInstance()->waitForDone();
+    m_future.waitForFinished();
 }
 
 void RecommendView::setInputs(std::shared_ptr<const ModelGraph> model,
@@ -271,9 +271,10 @@ void RecommendView::start() {
                 showResult();
                 emit finished();
             });
-    watcher->setFuture(QtConcurrent::run([model, cluster, o, cancelFlag] {
+    m_future = QtConcurrent::run([model, cluster, o, cancelFlag] {
         return std::make_shared<SearchResult>(searchPlans(*model, *cluster, o));
-    }));
+    });
+    watcher->setFuture(m_future);
 }
 
 void RecommendView::cancel() {

@@ -5,6 +5,7 @@
 // as a scatter plot beside the table of those plans. Picking a point selects its plan;
 // "Load" opens it in the Plan tab (timeline, memory, what-if), "Export" writes it in any of
 // the four JSON formats.
+#include <QFuture>
 #include <QWidget>
 
 #include <atomic>
@@ -55,6 +56,7 @@ private:
     std::shared_ptr<const ClusterSpec> m_cluster;
     std::shared_ptr<SearchResult> m_result;
     std::shared_ptr<std::atomic<bool>> m_cancel;
+    QFuture<std::shared_ptr<SearchResult>> m_future;
     bool m_running = false;
     int m_selected = -1;
     QSpinBox *m_seq, *m_batch;

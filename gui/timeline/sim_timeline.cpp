@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "plans/core/strings.h"
+#include "profiler/analysis/summary.h"
 
 namespace shardscope::gui {
 
@@ -21,15 +22,12 @@ std::string ms(int64_t ns) {
 std::string describeCollective(const char* kind, int64_t bytes, int32_t groupSize, int64_t ns) {
     std::string s = std::string(kind) + " of " + formatBytes(bytes);
     if (groupSize > 1) s += " over " + std::to_string(groupSize) + " ranks";
-    if (ns > 0 && bytes > 0 && groupSize > 1) {
-        // NCCL's bus bandwidth: the bytes each link carries, (n-1)/n of the message for
-        // all-gather and reduce-scatter, twice that for all-reduce.
-        const double n = groupSize;
-        const double factor = (std::string(kind) == "all_reduce" ? 2.0 : 1.0) * (n - 1) / n;
+    const double factor = busBandwidthFactor(collectiveKindOf(kind), groupSize);
+    if (ns > 0 && bytes > 0 && groupSize > 1 && factor >= 0) {
+        const double alg = static_cast<double>(bytes) / static_cast<double>(ns);  // GB/s
         char b[96];
-        std::snprintf(b, sizeof b, "\nachieved: %.1f GB/s algorithm, %.1f GB/s bus",
-                      static_cast<double>(bytes) / static_cast<double>(ns),
-                      factor * static_cast<double>(bytes) / static_cast<double>(ns));
+        std::snprintf(b, sizeof b, "\nachieved: %.1f GB/s algorithm, %.1f GB/s bus", alg,
+                      factor * alg);
         s += b;
     }
     return s;

@@ -47,7 +47,6 @@ QSize TimelineWidget::sizeHint() const {
 void TimelineWidget::setData(std::shared_ptr<const TimelineData> data) {
     m_data = std::move(data);
     m_selectedOp = -1;
-    m_selectedRow = nullptr;
     m_range.reset();
     rebuildVisible();
     fit();
@@ -275,6 +274,7 @@ void TimelineWidget::selectRange(int64_t startNs, int64_t endNs) {
 void TimelineWidget::selectOp(int32_t op) {
     m_selectedOp = op;
     update();
+    emit eventSelected(op);
 }
 
 void TimelineWidget::clearSelection() {
@@ -319,9 +319,7 @@ void TimelineWidget::mouseReleaseEvent(QMouseEvent* e) {
     if (!click) return;
     const DrawRect* d = rectAt(x, e->position().y());
     if (d && d->folded == 1 && d->op >= 0) {
-        m_selectedOp = d->op;
-        update();
-        emit eventSelected(m_selectedOp);
+        selectOp(d->op);
     } else if (d && d->folded > 1) {
         // A folded block: zoom to it, so its ops can be told apart.
         const Viewport v = viewport();

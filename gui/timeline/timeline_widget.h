@@ -69,7 +69,7 @@ public:
         return m_range;
     }
     void selectRange(int64_t startNs, int64_t endNs);
-    void selectOp(int32_t op);  // highlights it (eventSelected is for the user's clicks)
+    void selectOp(int32_t op);  // highlights it and signals eventSelected, as a click does
     // Launch-to-kernel flows on request: the host rows with the launches, and an arrow per
     // flow (at most one per pixel column); lastFlowCount() is how many the last paint drew.
     void setShowFlows(bool on);
@@ -111,7 +111,6 @@ private:
     int64_t m_rangeAnchor = 0;
     std::optional<std::pair<int64_t, int64_t>> m_range;
     int32_t m_selectedOp = -1;
-    const TimelineRow* m_selectedRow = nullptr;
     bool m_showFlows = false;
     size_t m_lastFlowCount = 0;
     std::vector<int> m_visibleIndex;  // per data row: its visible row, or -1

@@ -52,46 +52,36 @@ TraceSummary summarize(const Trace& t) {
     {
         // Size buckets of factor 16 from 64 KiB; per bucket the sums, then the ratios.
         static const int64_t edges[] = {0, 64 << 10, 1 << 20, 16 << 20, 256 << 20};
-        std::map<std::pair<std::string, int>, TraceSummary::Bandwidth> buckets;
-        std::map<std::pair<std::string, int>, double> busBytes;  // S x factor, summed
-        std::map<std::pair<std::string, int>, bool> busKnown;
+        constexpr int kBuckets = 5;
+        struct Sums {
+            TraceSummary::Bandwidth bw;
+            double busBytes = 0;  // S x the bus factor, summed
+            bool busKnown = true;
+        };
+        std::map<std::pair<std::string, int>, Sums> buckets;
         for (const auto& c : t.collectives) {
             const int64_t dur = t.dur[static_cast<size_t>(c.event)];
             if (c.fullBytes <= 0 || dur <= 0) continue;
             int b = 0;
-            while (b + 1 < 5 && c.fullBytes >= edges[b + 1])
+            while (b + 1 < kBuckets && c.fullBytes >= edges[b + 1])
                 ++b;
             const std::string name = c.name.empty() ? "unknown" : c.name;
-            auto& k = buckets[{name, b}];
-            k.collective = name;
-            k.minBytes = edges[b];
-            k.maxBytes = b + 1 < 5 ? edges[b + 1] : 0;
-            ++k.count;
-            k.bytes += c.fullBytes;
-            k.durationNs += dur;
-            std::string n;
-            for (const char ch : name)
-                if (ch != '_') n += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-            const bool ring = n.find("allgather") != std::string::npos ||
-                              n.find("reducescatter") != std::string::npos;
-            const bool ar = n.find("allreduce") != std::string::npos;
-            double factor = 1.0;
-            bool known = true;
-            if (ring || ar) {
-                if (c.groupSize > 0)
-                    factor =
-                        (ar ? 2.0 : 1.0) * (c.groupSize - 1) / static_cast<double>(c.groupSize);
-                else
-                    known = false;
-            }
-            busBytes[{name, b}] += factor * static_cast<double>(c.fullBytes);
-            auto kb = busKnown.emplace(std::make_pair(name, b), known).first;
-            kb->second = kb->second && known;
+            Sums& k = buckets[{name, b}];
+            k.bw.collective = name;
+            k.bw.minBytes = edges[b];
+            k.bw.maxBytes = b + 1 < kBuckets ? edges[b + 1] : 0;
+            ++k.bw.count;
+            k.bw.bytes += c.fullBytes;
+            k.bw.durationNs += dur;
+            const double factor = busBandwidthFactor(collectiveKindOf(name), c.groupSize);
+            k.busKnown = k.busKnown && factor >= 0;
+            k.busBytes += factor * static_cast<double>(c.fullBytes);
         }
-        for (auto& [key, k] : buckets) {
-            k.algGBps = static_cast<double>(k.bytes) / static_cast<double>(k.durationNs);
-            k.busGBps = busKnown[key] ? busBytes[key] / static_cast<double>(k.durationNs) : -1;
-            s.bandwidth.push_back(k);
+        for (auto& [_, k] : buckets) {
+            const auto ns = static_cast<double>(k.bw.durationNs);
+            k.bw.algGBps = static_cast<double>(k.bw.bytes) / ns;
+            k.bw.busGBps = k.busKnown ? k.busBytes / ns : -1;
+            s.bandwidth.push_back(k.bw);
         }
     }
     for (const auto& m : t.memory) {
@@ -103,6 +93,23 @@ TraceSummary summarize(const Trace& t) {
     s.flows = t.flows;
     s.eventsByCategory.insert(t.eventsByCategory.begin(), t.eventsByCategory.end());
     return s;
+}
+
+CollectiveKind collectiveKindOf(std::string_view name) {
+    std::string n;
+    for (const char c : name)
+        if (c != '_') n += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (n.find("allgather") != std::string::npos) return CollectiveKind::AllGather;
+    if (n.find("reducescatter") != std::string::npos) return CollectiveKind::ReduceScatter;
+    if (n.find("allreduce") != std::string::npos) return CollectiveKind::AllReduce;
+    return CollectiveKind::Other;
+}
+
+double busBandwidthFactor(CollectiveKind k, int32_t groupSize) {
+    if (k == CollectiveKind::Other) return 1.0;
+    if (groupSize <= 0) return -1.0;
+    const double ring = static_cast<double>(groupSize - 1) / static_cast<double>(groupSize);
+    return k == CollectiveKind::AllReduce ? 2.0 * ring : ring;
 }
 
 nlohmann::json summaryToJson(const TraceSummary& s) {

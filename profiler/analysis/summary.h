@@ -10,6 +10,7 @@
 //  - NCCL collectives by name with message sizes; device-memory peaks.
 #include <map>
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "profiler/trace/trace.h"
 
@@ -43,6 +44,14 @@ struct TraceSummary {
 };
 
 [[nodiscard]] TraceSummary summarize(const Trace& t);
+
+// A collective's kind by its name, whichever form the trace used
+// ("ncclDevKernel_ReduceScatter_...", "_reduce_scatter_base", "allreduce", "all_gather").
+enum class CollectiveKind { AllGather, ReduceScatter, AllReduce, Other };
+[[nodiscard]] CollectiveKind collectiveKindOf(std::string_view name);
+// nccl-tests' bus bandwidth over algorithm bandwidth: (n-1)/n for all-gather and
+// reduce-scatter, 2(n-1)/n for all-reduce, 1 otherwise; -1 when n is needed and unknown.
+[[nodiscard]] double busBandwidthFactor(CollectiveKind k, int32_t groupSize);
 [[nodiscard]] nlohmann::json summaryToJson(const TraceSummary& s);
 
 }  // namespace shardscope

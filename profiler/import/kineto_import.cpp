@@ -212,14 +212,14 @@ public:
             ++t.flows;
             if (e.contains("id")) {
                 flowPoints.push_back(
-                    {flowId(e, cat), laneHash(e), usToNs(e.value("ts", json(0))), true});
+                    {flowId(e, cat), laneHash(key(e)), usToNs(e.value("ts", json(0))), true});
             }
             return;
         }
         if (ph == "f") {
             if (e.contains("id")) {
                 flowPoints.push_back(
-                    {flowId(e, cat), laneHash(e), usToNs(e.value("ts", json(0))), false});
+                    {flowId(e, cat), laneHash(key(e)), usToNs(e.value("ts", json(0))), false});
             }
             return;
         }
@@ -363,25 +363,26 @@ private:
     // tens of thousands, and strings per point cost more than the events they join.
     struct FlowPoint {
         uint64_t id = 0;
-        uint64_t lane = 0;  // laneHash
+        uint64_t lane = 0;  // laneHash of the lane's key
         int64_t ts = 0;
         bool start = true;
     };
     std::vector<FlowPoint> flowPoints;
-    std::unordered_map<uint64_t, int32_t> laneOfKey;  // laneHash -> lane, for flows
 
     static uint64_t flowId(const json& e, const std::string& cat) {
         return std::hash<std::string>{}(e["id"].dump() + "\x1f" + cat);
     }
-    static uint64_t laneHash(const json& e) {
-        return std::hash<std::string>{}(e.value("pid", json(0)).dump() + "/" +
-                                        e.value("tid", json(0)).dump());
+    static uint64_t laneHash(const std::string& laneKey) {
+        return std::hash<std::string>{}(laneKey);
     }
 
     // Each flow's ends bound to events: the innermost event of the flow point's lane that
     // encloses its time (Kineto's "bp": "e"; starts bind the same way, to the launch).
     void resolveFlows() {
         if (flowPoints.empty()) return;
+        std::unordered_map<uint64_t, int32_t> laneOfHash;
+        for (const auto& [k, id] : laneIndex)
+            laneOfHash.emplace(laneHash(k), id);
         std::vector<std::vector<int32_t>> byLane(t.lanes.size());
         for (size_t i = 0; i < t.size(); ++i)
             byLane[static_cast<size_t>(t.lane[i])].push_back(static_cast<int32_t>(i));
@@ -389,8 +390,8 @@ private:
             std::stable_sort(v.begin(), v.end(),
                              [&](int32_t a, int32_t b) { return t.start[a] < t.start[b]; });
         auto enclosing = [&](const FlowPoint& f) -> int32_t {
-            const auto it = laneOfKey.find(f.lane);
-            if (it == laneOfKey.end()) return -1;
+            const auto it = laneOfHash.find(f.lane);
+            if (it == laneOfHash.end()) return -1;
             const auto& v = byLane[static_cast<size_t>(it->second)];
             auto up = std::upper_bound(v.begin(), v.end(), f.ts,
                                        [&](int64_t ts, int32_t e) { return ts < t.start[e]; });
@@ -455,7 +456,6 @@ private:
         t.lanes.push_back(l);
         const auto id = static_cast<int32_t>(t.lanes.size() - 1);
         laneIndex.emplace(k, id);
-        laneOfKey.emplace(laneHash(e), id);
         return id;
     }
 

@@ -249,10 +249,10 @@ TEST(GuiWindow, OpensAPyTorchProfilerTraceOnTheTimeline) {
     w.resize(1200, 800);
     w.show();
     ASSERT_TRUE(openAndWait(w, {QString::fromStdString(f)}, 30000));
-    ASSERT_TRUE(w.document().trace);
+    ASSERT_TRUE(w.document().lastTrace());
     EXPECT_TRUE(w.document().showTrace);
     std::vector<std::string> rows, host;
-    for (const auto& r : w.document().traceTimeline->rows)
+    for (const auto& r : w.document().lastTrace()->timeline->rows)
         (r.host ? host : rows).push_back(r.name);
     EXPECT_EQ(rows, (std::vector<std::string>{"stream 7", "stream 40"}));
     // The launching threads, shown with the flows only.
@@ -261,7 +261,7 @@ TEST(GuiWindow, OpensAPyTorchProfilerTraceOnTheTimeline) {
     // Collectives keep their kind: this trace has 15 all-reduces and 6 broadcasts, no
     // all-gather or reduce-scatter (what `shardscope trace summary` reports for it).
     std::map<EventKind, int> kinds;
-    for (const auto& r : w.document().traceTimeline->rows)
+    for (const auto& r : w.document().lastTrace()->timeline->rows)
         for (const auto& e : r.events)
             ++kinds[e.kind];
     EXPECT_EQ(kinds[EventKind::AllReduce], 15);
@@ -418,6 +418,7 @@ TEST(GuiWindow, CompareShowsThePlanAgainstItsWhatIfEdits) {
     w.show();
     ASSERT_TRUE(openAndWait(w, llamaOnH100("plans/llama-per-block.json")));
     w.reshardBox()->setCurrentIndex(2);  // reshard False: no backward all-gathers
+    w.showTab("compare");
     CompareView* c = w.compareView();
     ASSERT_EQ(c->sourceA()->count(), 2);
     // A stays on what it showed (the plan as written); B takes the new what-if step.
@@ -717,7 +718,7 @@ TEST(GuiWindow, CancellingALoadOpensNothing) {
     ASSERT_TRUE(QTest::qWaitFor([&] { return *done; }, 30000));
     EXPECT_FALSE(w.loading());
     EXPECT_TRUE(w.document().traces.empty());
-    EXPECT_FALSE(w.document().trace);
+    EXPECT_FALSE(w.document().lastTrace());
     EXPECT_TRUE(w.problemList()->findItems("cancelled", Qt::MatchContains).isEmpty());
     // Opening it again, not cancelled, works.
     ASSERT_TRUE(openAndWait(w, {QString::fromStdString(path)}, 60000));
