@@ -24,7 +24,13 @@ if(CUDAToolkit_FOUND)
     HINTS "${_ss_wheel_nvidia}/cuda_cupti" "${_ss_wheel_nvidia}/cu13" ${_ss_cuda_roots}
     PATH_SUFFIXES lib lib64 extras/CUPTI/lib64 targets/x86_64-linux/lib
     NO_DEFAULT_PATH)
-  if(SHARDSCOPE_CUPTI_INCLUDE_DIR AND SHARDSCOPE_CUPTI_LIBRARY
+  # The CUDA runtime from the same place as CUPTI (for tests that drive a device without
+  # LibTorch): one directory for both keeps the runtime search path unambiguous.
+  find_library(SHARDSCOPE_CUDART_LIBRARY NAMES libcudart.so.13 cudart NAMES_PER_DIR
+    HINTS "${_ss_wheel_nvidia}/cuda_runtime" "${_ss_wheel_nvidia}/cu13" ${_ss_cuda_roots}
+    PATH_SUFFIXES lib lib64 targets/x86_64-linux/lib
+    NO_DEFAULT_PATH)
+  if(SHARDSCOPE_CUPTI_INCLUDE_DIR AND SHARDSCOPE_CUDART_LIBRARY AND SHARDSCOPE_CUPTI_LIBRARY
      AND SHARDSCOPE_NCCL_INCLUDE_DIR AND SHARDSCOPE_NCCL_LIBRARY)
     set(SHARDSCOPE_HAVE_CUDA ON)
     message(STATUS "ShardScope: CUDA ${CUDAToolkit_VERSION}; CUPTI ${SHARDSCOPE_CUPTI_LIBRARY}; "
