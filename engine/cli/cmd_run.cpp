@@ -28,6 +28,7 @@
 
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
+#include "engine/cli/run_trace.h"
 #include "engine/cli/trace_file.h"
 #include "engine/schedule/step_program.h"
 #include "engine/sim/simulator.h"
@@ -104,151 +105,6 @@ Breakdown breakdown(const nlohmann::json& rank) {
     return b;
 }
 
-nlohmann::json mergedTrace(const std::vector<nlohmann::json>& ranks, const std::string& plan,
-                           nlohmann::json run) {
-    int64_t t0 = INT64_MAX;
-    for (const auto& r : ranks)
-        t0 = std::min(t0, r["measured_start_ns"].get<int64_t>());
-    nlohmann::json ev = nlohmann::json::array();
-    for (const auto& r : ranks) {
-        const int rank = r["rank"].get<int>();
-        const int pid = tracePid(rank);
-        std::set<int> named;  // overflow lanes that have their name record
-        ev.push_back({{"ph", "M"},
-                      {"pid", pid},
-                      {"name", "process_name"},
-                      {"args", {{"name", "rank " + std::to_string(rank) + " (measured)"}}}});
-        for (int st = 0; st < static_cast<int>(Stream::Count); ++st) {
-            ev.push_back({{"ph", "M"},
-                          {"pid", pid},
-                          {"tid", traceTid(rank, st)},
-                          {"name", "thread_name"},
-                          {"args", {{"name", streamName(static_cast<Stream>(st))}}}});
-            ev.push_back({{"ph", "M"},
-                          {"pid", pid},
-                          {"tid", traceTid(rank, st)},
-                          {"name", "thread_sort_index"},
-                          {"args", {{"sort_index", st}}}});
-        }
-        const auto& units = r["units"];
-        // Measured ops of one stream can overlap partly: a Gloo collective's span runs from
-        // its issue to its completion, so the next one issued before the previous finished
-        // overlaps it. Perfetto draws only nested slices right on one thread, so such an op
-        // goes to an overflow lane of its stream ("reduce_scatter ·2"), its times unchanged.
-        const auto& ops = r["ops"];
-        std::vector<int> laneOf(ops.size(), 0);
-        {
-            std::vector<size_t> order(ops.size());
-            for (size_t i = 0; i < ops.size(); ++i)
-                order[i] = i;
-            std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-                return ops[a]["start_ns"].get<int64_t>() < ops[b]["start_ns"].get<int64_t>();
-            });
-            std::map<int, std::vector<int64_t>> busyUntil;  // stream -> end per overflow level
-            for (size_t i : order) {
-                int st = 0;
-                for (int k = 0; k < static_cast<int>(Stream::Count); ++k)
-                    if (ops[i]["stream"] == streamName(static_cast<Stream>(k))) st = k;
-                auto& levels = busyUntil[st];
-                const int64_t s = ops[i]["start_ns"].get<int64_t>();
-                const int64_t e = std::max(s, ops[i]["end_ns"].get<int64_t>());
-                size_t level = 0;
-                while (level < levels.size() && levels[level] > s && level + 1 < kMaxOverflowLanes)
-                    ++level;
-                if (level == levels.size()) levels.push_back(0);
-                levels[level] = e;
-                const int lane = st + kOverflowLaneStride * static_cast<int>(level);
-                laneOf[i] = lane;
-                if (level > 0 && !named.count(lane)) {
-                    named.insert(lane);
-                    ev.push_back({{"ph", "M"},
-                                  {"pid", pid},
-                                  {"tid", traceTid(rank, lane)},
-                                  {"name", "thread_name"},
-                                  {"args",
-                                   {{"name", std::string(streamName(static_cast<Stream>(st))) +
-                                                 " \u00b7" + std::to_string(level + 1)}}}});
-                    ev.push_back({{"ph", "M"},
-                                  {"pid", pid},
-                                  {"tid", traceTid(rank, lane)},
-                                  {"name", "thread_sort_index"},
-                                  {"args", {{"sort_index", lane}}}});
-                }
-            }
-        }
-        for (size_t i = 0; i < ops.size(); ++i) {
-            const auto& op = ops[i];
-            const int tid = laneOf[i];
-            const std::string kind = op["kind"];
-            const int unit = op["unit"];
-            std::string label = kind == "optimizer" ? "optimizer step"
-                                                    : units[unit].get<std::string>() + " " + kind;
-            std::replace(label.begin(), label.end(), '_', ' ');
-            const int64_t s = op["start_ns"].get<int64_t>(), e = op["end_ns"].get<int64_t>();
-            ev.push_back({{"ph", "X"},
-                          {"pid", pid},
-                          {"tid", traceTid(rank, tid)},
-                          {"name", label},
-                          {"cat", kind},
-                          {"ts", static_cast<double>(s - t0) / 1000.0},
-                          {"dur", static_cast<double>(std::max<int64_t>(0, e - s)) / 1000.0},
-                          {"args",
-                           {{"op_id", op["op_id"]},
-                            {"step", op["step"]},
-                            {"unit", units[unit].get<std::string>() == "<root>"
-                                         ? std::string()
-                                         : units[unit].get<std::string>()},
-                            {"phase", op["phase"]},
-                            {"kind", kind},
-                            {"micro_batch", op["micro_batch"]},
-                            {"bytes", op.value("bytes", int64_t{0})},
-                            {"group_size", static_cast<int64_t>(ranks.size())}}}});
-        }
-        // The measured steps on their own row: a step's span is what step_time_ns averages.
-        ev.push_back({{"ph", "M"},
-                      {"pid", pid},
-                      {"tid", traceTid(rank, kStepsLane)},
-                      {"name", "thread_name"},
-                      {"args", {{"name", "steps"}}}});
-        int64_t stepIndex = r["warmup_steps"].get<int64_t>();
-        for (const auto& sp : r.value("step_spans_ns", nlohmann::json::array())) {
-            const int64_t a = sp[0].get<int64_t>(), b = sp[1].get<int64_t>();
-            ev.push_back({{"ph", "X"},
-                          {"pid", pid},
-                          {"tid", traceTid(rank, kStepsLane)},
-                          {"name", "step " + std::to_string(stepIndex++)},
-                          {"cat", "step"},
-                          {"ts", static_cast<double>(a - t0) / 1000.0},
-                          {"dur", static_cast<double>(b - a) / 1000.0}});
-        }
-        // Every allocator sample (several at one instant keep the last), so the counter's
-        // maximum is the reported peak.
-        const auto& tl = r["memory_timeline"];
-        for (size_t k = 0; k < tl.size(); ++k) {
-            const int64_t t = tl[k][0].get<int64_t>();
-            if (k + 1 < tl.size() && tl[k + 1][0].get<int64_t>() == t) {
-                // A later sample at the same instant replaces this one unless this is higher.
-                if (tl[k + 1][1].get<int64_t>() >= tl[k][1].get<int64_t>()) continue;
-            }
-            const auto& m = tl[k];
-            ev.push_back({{"ph", "C"},
-                          {"pid", pid},
-                          {"tid", traceTid(rank, kCounterLane)},
-                          {"name", "memory (bytes)"},
-                          {"ts", static_cast<double>(t - t0) / 1000.0},
-                          {"args", {{"allocated", m[1]}}}});
-        }
-    }
-    return {{"traceEvents", ev},
-            {"displayTimeUnit", "ns"},
-            {"metadata",
-             {{"producer", "shardscope run"},
-              {"rank_pid_offset", kRankPidOffset},
-              {"plan", plan},
-              {"world_size", ranks.size()},
-              {"run", std::move(run)}}}};
-}
-
 int runRun(const Args& a) {
     auto g = loadModelArg(a);
     if (failed(g)) return kExitUsage;
@@ -287,6 +143,12 @@ int runRun(const Args& a) {
                   << " ranks but --nproc is " << nproc << "\n";
         return kExitUsage;
     }
+    const std::string device = a.has("--device") ? a.get("--device") : "cpu";
+    if (device != "cpu" && device != "cuda") {
+        std::cerr << "error: --device: expected cpu or cuda, got \"" << device << "\"\n";
+        return kExitUsage;
+    }
+    const bool cuda = device == "cuda";
     if (a.flag("--no-record") && (a.has("--trace") || a.has("--dump-params"))) {
         std::cerr << "error: --no-record records no ops: it cannot write --trace or "
                      "--dump-params\n";
@@ -333,13 +195,17 @@ int runRun(const Args& a) {
         "--timeout-s",     std::to_string(timeoutS),
         "--threads",       std::to_string(threads)};
     if (a.flag("--no-record")) common.push_back("--no-record");
+    common.push_back("--device");
+    common.push_back(device);
+    if (a.flag("--no-device-trace")) common.push_back("--no-device-trace");
     if (a.has("--dump-params")) {
         common.push_back("--dump-params");
         common.push_back(a.get("--dump-params"));
     }
     std::cerr << "shardscope run: " << nproc << " rank" << (nproc > 1 ? "s" : "")
-              << " on this machine (Gloo on CPU), " << threads << " thread"
-              << (threads > 1 ? "s" : "") << " each; logs in " << dir.string() << "\n";
+              << " on this machine (" << (cuda ? "NCCL, rank i on cuda:i" : "Gloo on CPU") << "), "
+              << threads << " thread" << (threads > 1 ? "s" : "") << " each; logs in "
+              << dir.string() << "\n";
 
     struct sigaction sa {};
     sa.sa_handler = onSignal;
@@ -477,7 +343,7 @@ int runRun(const Args& a) {
     }
     // Measured step time: the slowest rank's mean over the measured steps.
     double stepNs = 0;
-    int64_t peak = 0;
+    int64_t peak = 0, peakReserved = 0;
     bool orderOk = true;
     nlohmann::json perRank = nlohmann::json::array();
     for (const auto& rk : ranks) {
@@ -487,6 +353,12 @@ int runRun(const Args& a) {
         const double mean = sum / static_cast<double>(rk["step_time_ns"].size());
         stepNs = std::max(stepNs, mean);
         peak = std::max(peak, rk["peak_allocated_bytes"].get<int64_t>());
+        if (rk.contains("peak_reserved_bytes"))
+            peakReserved = std::max(peakReserved, rk["peak_reserved_bytes"].get<int64_t>());
+        if (rk.contains("device_trace_note"))
+            std::cerr << "rank " << rk["rank"]
+                      << ": no device trace: " << rk["device_trace_note"].get<std::string>()
+                      << "\n";
         if (rk.value("recorded", true))
             orderOk = orderOk && rk["op_order_matches_program"].get<bool>();
         const Breakdown b = breakdown(rk);
@@ -494,7 +366,7 @@ int runRun(const Args& a) {
             {{"rank", rk["rank"]},
              {"step_time_ns", mean},
              {"peak_allocated_bytes", rk["peak_allocated_bytes"]},
-             {"peak_reserved_bytes", nullptr},
+             {"peak_reserved_bytes", rk.value("peak_reserved_bytes", nlohmann::json())},
              {"last_step_peak_allocated_bytes", rk["last_step_peak_allocated_bytes"]},
              {"last_step_start_allocated_bytes", rk["last_step_start_allocated_bytes"]},
              {"step_times_ns", rk["step_time_ns"]},
@@ -505,25 +377,26 @@ int runRun(const Args& a) {
     const Breakdown b0 = breakdown(ranks[0]);
     const double tokens =
         static_cast<double>(plan->microBatchSize * plan->seqLen * plan->microBatches * nproc);
-    nlohmann::json out{{"plan", r.plan.name},
-                       {"device", "cpu"},
-                       {"model_kind", ranks[0].value("model_kind", "")},
-                       {"world_size", nproc},
-                       {"micro_batch_size", plan->microBatchSize},
-                       {"seq_len", plan->seqLen},
-                       {"micro_batches", plan->microBatches},
-                       {"steps", ranks[0]["step_time_ns"].size()},
-                       {"step_time_ns", static_cast<int64_t>(stepNs)},
-                       {"compute_ns", b0.computeNs},
-                       {"comm_ns", b0.commNs},
-                       {"exposed_comm_ns", b0.exposedNs},
-                       {"peak_allocated_bytes", peak},
-                       {"peak_reserved_bytes", nullptr},
-                       {"tokens_per_s", tokens / (stepNs * 1e-9)},
-                       {"losses", ranks[0]["losses"]},
-                       {"op_order_matches_program", orderOk},
-                       {"op_order", ranks[0]["op_order"]},
-                       {"ranks", perRank}};
+    nlohmann::json out{
+        {"plan", r.plan.name},
+        {"device", device},
+        {"model_kind", ranks[0].value("model_kind", "")},
+        {"world_size", nproc},
+        {"micro_batch_size", plan->microBatchSize},
+        {"seq_len", plan->seqLen},
+        {"micro_batches", plan->microBatches},
+        {"steps", ranks[0]["step_time_ns"].size()},
+        {"step_time_ns", static_cast<int64_t>(stepNs)},
+        {"compute_ns", b0.computeNs},
+        {"comm_ns", b0.commNs},
+        {"exposed_comm_ns", b0.exposedNs},
+        {"peak_allocated_bytes", peak},
+        {"peak_reserved_bytes", cuda ? nlohmann::json(peakReserved) : nlohmann::json()},
+        {"tokens_per_s", tokens / (stepNs * 1e-9)},
+        {"losses", ranks[0]["losses"]},
+        {"op_order_matches_program", orderOk},
+        {"op_order", ranks[0]["op_order"]},
+        {"ranks", perRank}};
     nlohmann::json predicted;
     if (cluster) {
         const ResolvedPlan rc = resolvePlan(*g, *plan, &*cluster, a.get("--plan"));
@@ -549,7 +422,7 @@ int runRun(const Args& a) {
                                  {"micro_batch_size", plan->microBatchSize},
                                  {"seq_len", plan->seqLen},
                                  {"micro_batches", plan->microBatches},
-                                 {"device", "cpu"}};
+                                 {"device", device}};
     if (a.has("--trace")) {
         if (Status st = writeFileAtomically(a.get("--trace"),
                                             mergedTrace(ranks, r.plan.name, runInfo).dump() + "\n");
@@ -572,8 +445,9 @@ int runRun(const Args& a) {
 
     std::cout << "Measured " << out["steps"] << " step" << (out["steps"] == 1 ? "" : "s")
               << " of plan " << (r.plan.name.empty() ? a.get("--plan") : r.plan.name) << " on "
-              << nproc << " CPU rank" << (nproc > 1 ? "s" : "") << " (Gloo), micro-batch "
-              << plan->microBatchSize << " x " << plan->seqLen
+              << nproc << (cuda ? " GPU rank" : " CPU rank") << (nproc > 1 ? "s" : "")
+              << (cuda ? " (NCCL)" : " (Gloo)") << ", micro-batch " << plan->microBatchSize << " x "
+              << plan->seqLen
               << (plan->microBatches > 1
                       ? " x " + std::to_string(plan->microBatches) + " micro-batches"
                       : "")
@@ -594,9 +468,12 @@ int runRun(const Args& a) {
         std::cout << b;
     }
     std::cout << "(warm-up included)\n  tokens/s     "
-              << static_cast<int64_t>(out["tokens_per_s"].get<double>())
-              << "\n  reserved     n/a on CPU (no caching allocator; allocated is what the CPU "
-                 "allocator handed out)\n  op order     "
+              << static_cast<int64_t>(out["tokens_per_s"].get<double>()) << "\n  reserved     "
+              << (cuda ? formatMiB(static_cast<double>(peakReserved)) +
+                             " peak (the CUDA caching allocator)"
+                       : std::string("n/a on CPU (no caching allocator; allocated is what the "
+                                     "CPU allocator handed out)"))
+              << "\n  op order     "
               << (a.flag("--no-record") ? std::string("not recorded (--no-record)")
                   : orderOk             ? "equals the step program's, every step and rank"
                             : "DIFFERS from the step program: " + out["op_order"].dump())
@@ -624,7 +501,9 @@ int runRun(const Args& a) {
 std::vector<Command> runCommands() {
     CommandSpec s;
     s.name = "run";
-    s.summary = "Run a plan for real on local CPU ranks (Gloo) and measure step time and memory.";
+    s.summary =
+        "Run a plan for real on local CPU ranks (Gloo) or GPUs (NCCL) and measure step time and "
+        "memory.";
     s.description =
         "Spawns N ranks of shardscope-engine on this machine with the torchrun environment\n"
         "(RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT); each builds the model from its Hugging\n"
@@ -644,6 +523,13 @@ std::vector<Command> runCommands() {
                          "measured (samples/clusters/cpu-2core.json for this machine)",
                          "", false, "-c"});
     s.options.push_back({"--nproc", "N", "local ranks (default: the plan's mesh, else 2)"});
+    s.options.push_back({"--device", "cpu|cuda",
+                         "cpu: Gloo on CPU ranks; cuda: rank i on cuda:i with NCCL, its GPU work "
+                         "recorded with CUPTI into --trace",
+                         "cpu"});
+    s.options.push_back({"--no-device-trace", "",
+                         "with --device cuda: do not record GPU work with CUPTI (when another "
+                         "profiler holds CUPTI)"});
     s.options.push_back({"--steps", "N", "measured steps", "3"});
     s.options.push_back({"--warmup", "N", "warm-up steps before measuring", "1"});
     s.options.push_back({"--batch", "B", "micro-batch size (overrides the plan)"});
@@ -669,7 +555,9 @@ std::vector<Command> runCommands() {
         "samples/plans/tiny-llama-2rank.json --seq 64",
         "shardscope run -m samples/models/tiny-llama/config.json -p "
         "samples/plans/tiny-llama-2rank.json -c samples/clusters/cpu-2core.json --trace "
-        "measured.json"};
+        "measured.json",
+        "shardscope run -m samples/models/tiny-llama/config.json -p "
+        "samples/plans/tiny-llama-2rank.json --device cuda --trace gpu.json"};
     return {{s, runRun}};
 }
 

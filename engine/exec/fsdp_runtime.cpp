@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "engine/exec/fsdp_runtime.h"
 
+#include "engine/exec/cuda_support.h"
+
 #include <ATen/native/Resize.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -30,14 +32,31 @@ int64_t nowNs() {
 // ---------------------------------------------------------------------------------------
 // Recorder
 
+namespace {
+thread_local size_t t_launchLabel = Recorder::kNone;
+}
+
 size_t Recorder::begin(OpKind kind, Phase phase, Stream stream, int32_t unit, int32_t mb) {
     if (!m_enabled) return kNone;
-    std::lock_guard lock(m_mutex);
-    RecordedOp op{kind, phase, stream, unit, mb, m_step, nowNs(), 0};
-    m_ops.push_back(op);
-    return m_ops.size() - 1;
+    size_t index = 0;
+    {
+        std::lock_guard lock(m_mutex);
+        RecordedOp op{kind, phase, stream, unit, mb, m_step, nowNs(), 0};
+        m_ops.push_back(op);
+        index = m_ops.size() - 1;
+    }
+    if (m_push) {
+        if (t_launchLabel != kNone) m_pop();
+        m_push(index);
+        t_launchLabel = index;
+    }
+    return index;
 }
 void Recorder::end(size_t index) {
+    if (m_push && index != kNone && t_launchLabel == index) {
+        m_pop();
+        t_launchLabel = kNone;
+    }
     endAt(index, nowNs());
 }
 void Recorder::setStart(size_t index, int64_t t) {
@@ -92,8 +111,17 @@ int64_t ceilDiv(int64_t a, int64_t b) {
 }
 
 void resizeStorage(const at::Tensor& t, size_t bytes) {
-    TORCH_CHECK(t.device().is_cpu(), "the engine's storage resize supports CPU tensors only");
-    at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(), bytes);
+    c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+    if (t.device().is_cpu()) {
+        at::native::resize_bytes_cpu(s, bytes);
+        return;
+    }
+    // On a GPU the storage only goes between empty and full size and the copy-out rewrites
+    // it whole, so a fresh block from the storage's own allocator (the caching allocator)
+    // replaces the old one, which goes back to the cache: untyped_storage().resize_().
+    if (s->nbytes() == bytes) return;
+    s->set_data_ptr_noswap(s->allocator()->allocate(bytes));
+    s->set_nbytes(bytes);
 }
 
 // Copies into a tensor autograd has saved without bumping its version counter: the
@@ -316,6 +344,9 @@ struct FsdpRuntime::Impl {
         : r(r), g(*r.model), groups(gr), rec(rec), o(o) {}
 
     int64_t shardN() const { return o.fsdp ? groups->shardSize : 1; }
+    // Tensors on the run's device, and on the host (CPU-offloaded shards).
+    at::TensorOptions on(at::ScalarType t) const { return at::TensorOptions(t).device(o.device); }
+    static at::TensorOptions host(at::ScalarType t) { return at::TensorOptions(t); }
 
     void init() {
         psOfParam.assign(g.paramCount(), -1);
@@ -376,11 +407,16 @@ struct FsdpRuntime::Impl {
                 auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed * 1000003ULL + i);
                 full = at::normal(0.0, 0.02, p.shape, gen, at::TensorOptions(at::kFloat));
             }
+            // Offloaded units keep their shards on the host; everything else is on the device
+            // (the values are generated on the CPU, so every device starts from the same).
+            const bool offloaded = o.fsdp && unit.offload.enabled;
+            const at::TensorOptions master = offloaded ? host(at::kFloat) : on(at::kFloat);
+            full = full.to(master.device());
             auto shardShape = p.shape;
             shardShape[0] = p.rows;
             if (o.fsdp && r.flatParams) {
                 fulls[i] = full;  // the unit's flat parameter is built below
-                p.unsharded = at::empty(p.shape, at::TensorOptions(us[u].agType));
+                p.unsharded = at::empty(p.shape, on(us[u].agType));
                 if (r.noShard) {
                     p.unsharded.copy_(full);  // NO_SHARD: always resident, trained in place
                 } else {
@@ -389,11 +425,11 @@ struct FsdpRuntime::Impl {
                 p.unsharded.requires_grad_(p.trainable);
                 if (p.trainable && r.noShard) masters.push_back(p.unsharded);
             } else if (o.fsdp) {
-                p.sharded = at::zeros(shardShape, at::kFloat);
+                p.sharded = at::zeros(shardShape, master);
                 const int64_t r0 = myShard * p.rows, r1 = std::min(p.d0, r0 + p.rows);
                 if (r1 > r0) p.sharded.narrow(0, 0, r1 - r0).copy_(full.narrow(0, r0, r1 - r0));
                 p.sharded.requires_grad_(p.trainable);
-                p.unsharded = at::empty(p.shape, at::TensorOptions(us[u].agType));
+                p.unsharded = at::empty(p.shape, on(us[u].agType));
                 resizeStorage(p.unsharded, 0);
                 p.unsharded.requires_grad_(p.trainable);
                 if (p.trainable) masters.push_back(p.sharded);
@@ -459,7 +495,8 @@ struct FsdpRuntime::Impl {
             s.unsharded = true;
             return;
         }
-        at::Tensor flat = at::zeros({n * s.flatShard}, at::kFloat);
+        at::Tensor flat = at::zeros({n * s.flatShard},
+                                    r.units[u].offload.enabled ? host(at::kFloat) : on(at::kFloat));
         for (size_t k = 0; k < s.params.size(); ++k) {
             const at::Tensor& f = fulls[ps[s.params[k]].id.index()];
             flat.narrow(0, s.offset[k], f.numel()).copy_(f.reshape({-1}));
@@ -491,13 +528,16 @@ struct FsdpRuntime::Impl {
         if (unit.offload.enabled && !s.fromPostForward) {
             const size_t h2d = rec->begin(OpKind::H2D, phase, Stream::H2D, u, mb);
             at::NoGradGuard ng;
-            if (s.flat) onDevice.push_back(s.flatSharded.detach().clone());
+            const auto toDevice = [&](const at::Tensor& t) {
+                return t.detach().to(o.device, /*non_blocking=*/false, /*copy=*/true);
+            };
+            if (s.flat) onDevice.push_back(toDevice(s.flatSharded));
             for (int32_t pi : s.flat ? std::vector<int32_t>{} : s.params)
-                onDevice.push_back(ps[pi].sharded.detach().clone());
+                onDevice.push_back(toDevice(ps[pi].sharded));
             rec->end(h2d);
         }
         const size_t ci = rec->begin(OpKind::CopyIn, phase, Stream::CopyIn, u, mb);
-        s.agOut = at::empty({n * in}, at::TensorOptions(s.agType));
+        s.agOut = at::empty({n * in}, on(s.agType));
         at::Tensor input = s.agOut.narrow(0, me * in, in);
         int64_t off = 0;
         {
@@ -576,7 +616,7 @@ struct FsdpRuntime::Impl {
                 PState& p = ps[pi];
                 auto shape = p.shape;
                 shape[0] = p.pfRows;
-                p.postForward = at::zeros(shape, at::TensorOptions(s.agType));
+                p.postForward = at::zeros(shape, on(s.agType));
                 const int64_t r0 = j * p.pfRows, r1 = std::min(p.d0, r0 + p.pfRows);
                 if (r1 > r0)
                     p.postForward.narrow(0, 0, r1 - r0)
@@ -687,7 +727,7 @@ struct FsdpRuntime::Impl {
         rec->setCurrent(r.units[u].displayName() + (r.noShard ? " all-reduce" : " reduce-scatter"));
         const size_t ci =
             rec->begin(OpKind::ReduceScatterCopyIn, Phase::Backward, Stream::Compute, u, mb);
-        at::Tensor input = at::zeros({n * in}, at::TensorOptions(s.reduceType));
+        at::Tensor input = at::zeros({n * in}, on(s.reduceType));
         int64_t off = 0;
         {
             at::NoGradGuard ng;
@@ -740,7 +780,7 @@ struct FsdpRuntime::Impl {
             }
             red.input = input;
         } else {
-            red.out = at::empty({in}, at::TensorOptions(s.reduceType));
+            red.out = at::empty({in}, on(s.reduceType));
             c10d::ReduceScatterOptions ro;
             ro.reduceOp = c10d::ReduceOp::SUM;
             red.work.works.push_back(pg._reduce_scatter_base(red.out, input, ro));
@@ -768,7 +808,7 @@ struct FsdpRuntime::Impl {
             red.work.wait();
             retire(red);
             const size_t d2h = rec->begin(OpKind::D2H, Phase::Backward, Stream::D2H, u, mb);
-            red.out = red.out.clone();
+            red.out = red.out.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
             rec->end(d2h);
         }
         reductions.push_back(std::move(red));
@@ -1018,8 +1058,8 @@ std::vector<at::Tensor> FsdpRuntime::fullParameters() {
         const auto& st = s.us[u];
         if (!s.o.fsdp || !st.flat || s.r.noShard || !st.flatSharded.defined()) continue;
         const int64_t n = s.groups->shardSize;
-        at::Tensor gathered = at::empty({n * st.flatShard}, at::kFloat);
-        at::Tensor local = st.flatSharded.detach().contiguous();
+        at::Tensor gathered = at::empty({n * st.flatShard}, s.on(at::kFloat));
+        at::Tensor local = st.flatSharded.detach().to(s.o.device).contiguous();
         s.groups->shard->_allgather_base(gathered, local)->wait();
         flatFull[u] = gathered;
     }
@@ -1042,14 +1082,18 @@ std::vector<at::Tensor> FsdpRuntime::fullParameters() {
             continue;
         }
         const int64_t n = s.groups->shardSize;
-        at::Tensor gathered = at::empty({n * p.sharded.numel()}, at::kFloat);
-        at::Tensor local = p.sharded.detach().reshape({-1}).contiguous();
+        at::Tensor gathered = at::empty({n * p.sharded.numel()}, s.on(at::kFloat));
+        at::Tensor local = p.sharded.detach().to(s.o.device).reshape({-1}).contiguous();
         s.groups->shard->_allgather_base(gathered, local)->wait();
         auto shape = p.shape;
         shape[0] = n * p.rows;
         out.push_back(gathered.view(shape).narrow(0, 0, p.d0).clone());
     }
     return out;
+}
+
+c10::Device FsdpRuntime::device() const {
+    return d->o.device;
 }
 
 int64_t FsdpRuntime::shardedBytes() const {
@@ -1103,7 +1147,7 @@ c10::intrusive_ptr<c10d::Backend> gloo(const c10::intrusive_ptr<c10d::Store>& st
 
 }  // namespace
 
-Groups makeGroups(const ResolvedPlan& plan, std::chrono::milliseconds timeout) {
+Groups makeGroups(const ResolvedPlan& plan, std::chrono::milliseconds timeout, c10::Device device) {
     Groups gr;
     gr.rank = envInt("RANK");
     gr.worldSize = envInt("WORLD_SIZE");
@@ -1131,21 +1175,26 @@ Groups makeGroups(const ResolvedPlan& plan, std::chrono::milliseconds timeout) {
     gr.shardRank = idx;
     gr.replicateRank = replica;
     const auto r32 = [](int64_t v) { return static_cast<int>(v); };
+    // The FSDP groups: NCCL on a GPU, Gloo on CPU. The world group stays on Gloo.
+    const auto fsdpGroup = [&](const std::string& prefix, int64_t rank, int64_t size) {
+        return device.is_cuda()
+                   ? makeNcclBackend(store, "nccl/" + prefix, r32(rank), r32(size), timeout)
+                   : gloo(store, prefix, r32(rank), r32(size), timeout);
+    };
     gr.world = gloo(store, "world/", r32(gr.rank), r32(gr.worldSize), timeout);
-    gr.shard =
-        gloo(store, "shard/" + std::to_string(replica) + "/", r32(idx), r32(gr.shardSize), timeout);
-    gr.replicate = gr.replicateSize > 1 ? gloo(store, "replicate/" + std::to_string(idx) + "/",
-                                               r32(replica), r32(gr.replicateSize), timeout)
+    gr.shard = fsdpGroup("shard/" + std::to_string(replica) + "/", idx, gr.shardSize);
+    gr.replicate = gr.replicateSize > 1 ? fsdpGroup("replicate/" + std::to_string(idx) + "/",
+                                                    replica, gr.replicateSize)
                                         : gr.shard;
     std::vector<int64_t> ks;
     for (const auto& u : plan.units)
         if (u.reshard == Reshard::Int && std::find(ks.begin(), ks.end(), u.reshardK) == ks.end())
             ks.push_back(u.reshardK);
     for (int64_t k : ks)
-        gr.postForward.push_back({k, gloo(store,
-                                          "pf" + std::to_string(k) + "/" + std::to_string(replica) +
-                                              "/" + std::to_string(idx / k) + "/",
-                                          r32(idx % k), r32(k), timeout)});
+        gr.postForward.push_back(
+            {k, fsdpGroup("pf" + std::to_string(k) + "/" + std::to_string(replica) + "/" +
+                              std::to_string(idx / k) + "/",
+                          idx % k, k)});
     return gr;
 }
 

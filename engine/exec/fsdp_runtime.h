@@ -57,12 +57,22 @@ public:
     void setCurrent(std::string what);
     // Called with each new "current" label (the worker's signal message and fault injection).
     void setHook(std::function<void(const std::string&)> hook) { m_hook = std::move(hook); }
+    // Labels the device work a thread launches with the op that thread began last (the
+    // CUPTI recorder's external correlation, by op index): `push` at begin, `pop` at that
+    // op's end() or at the thread's next begin. A collective's end comes from another
+    // thread, so its label lasts until the launching thread begins its next op.
+    void setLaunchLabels(void (*push)(uint64_t), void (*pop)()) {
+        m_push = push;
+        m_pop = pop;
+    }
 
 private:
     mutable std::mutex m_mutex;
     std::vector<RecordedOp> m_ops;
     std::string m_current;
     std::function<void(const std::string&)> m_hook;
+    void (*m_push)(uint64_t) = nullptr;
+    void (*m_pop)() = nullptr;
     int32_t m_step = 0;
     bool m_enabled = true;
 };
@@ -79,6 +89,9 @@ struct Groups {
 
 struct RuntimeOptions {
     bool fsdp = true;  // false: the unsharded reference (full parameters, no collectives)
+    // Where parameters, activations and collectives live: CPU (Gloo) or cuda:LOCAL_RANK
+    // (NCCL). CPU-offloaded shards and their optimizer stay on the host either way.
+    c10::Device device = c10::kCPU;
     uint64_t seed = 1234;
     double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weightDecay = 0.1;
 };
@@ -111,6 +124,7 @@ public:
     // Full parameters in graph order (all-gathered; on every rank), for equivalence checks.
     [[nodiscard]] std::vector<at::Tensor> fullParameters();
     [[nodiscard]] int64_t shardedBytes() const;
+    [[nodiscard]] c10::Device device() const;
 
     // Boundary callbacks from the autograd nodes (public for them, not for the model).
     void boundaryBackward(int64_t boundary);
@@ -124,9 +138,12 @@ private:
 };
 
 // The process groups for a plan's mesh from the torchrun environment (RANK, WORLD_SIZE,
-// MASTER_ADDR, MASTER_PORT), rendezvous through TCPStore, Gloo on CPU. Throws with a
-// message naming what is missing.
-Groups makeGroups(const ResolvedPlan& plan, std::chrono::milliseconds timeout);
+// MASTER_ADDR, MASTER_PORT), rendezvous through TCPStore: Gloo on CPU; on CUDA, NCCL for
+// the shard, replicate and post-forward groups (the world group, which only carries losses,
+// barriers and parameter dumps, stays on Gloo). Throws with a message naming what is
+// missing.
+Groups makeGroups(const ResolvedPlan& plan, std::chrono::milliseconds timeout,
+                  c10::Device device = c10::kCPU);
 Groups singleProcessGroups();
 
 }  // namespace shardscope::exec

@@ -171,9 +171,10 @@ at::Tensor LlamaModel::loss(const at::Tensor& tokens) {
     const int64_t s = tokens.size(1);
     {
         at::NoGradGuard ng;
-        const at::Tensor invFreq = 1.0 / at::pow(c.theta, at::arange(0, c.headDim, 2, at::kFloat) /
+        const auto f32 = at::TensorOptions(at::kFloat).device(rt.device());
+        const at::Tensor invFreq = 1.0 / at::pow(c.theta, at::arange(0, c.headDim, 2, f32) /
                                                               static_cast<double>(c.headDim));
-        const at::Tensor freqs = at::outer(at::arange(s, at::kFloat), invFreq);
+        const at::Tensor freqs = at::outer(at::arange(s, f32), invFreq);
         const at::Tensor emb = at::cat({freqs, freqs}, -1);
         cos = emb.cos();
         sin = emb.sin();

@@ -29,7 +29,9 @@ const char* kUsage =
     "                  {rank} in FILE becomes the rank)\n"
     "                  --dump-params FILE (rank 0 writes the full parameters after training)\n"
     "                  --dump-initial FILE (the same, before the first step)\n"
-    "                  --reference W (no FSDP: one process replays the data of W ranks)\n";
+    "                  --reference W (no FSDP: one process replays the data of W ranks)\n"
+    "                  --device cpu|cuda (cpu: Gloo; cuda: cuda:LOCAL_RANK with NCCL, and\n"
+    "                  the GPU work recorded with CUPTI unless --no-device-trace)\n";
 }
 
 int main(int argc, char** argv) {

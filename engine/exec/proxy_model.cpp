@@ -13,17 +13,21 @@ constexpr int64_t kBurnWidth = 128;
 
 // Spends `flops` FLOPs on [T, 128] x [128, 128] matmuls (rounded to whole ones).
 void spend(const at::Tensor& like, double flops) {
-    static const at::Tensor square = [] {
+    static const at::Tensor cpuSquare = [] {
         auto gen = at::make_generator<at::CPUGeneratorImpl>(20261121);
         return at::normal(0.0, 1.0 / std::sqrt(static_cast<double>(kBurnWidth)),
                           {kBurnWidth, kBurnWidth}, gen, at::TensorOptions(at::kFloat));
     }();
+    // One copy on the GPU when the run is there (a process uses one device).
+    static const at::Tensor deviceSquare =
+        like.device().is_cpu() ? cpuSquare : cpuSquare.to(like.device());
+    const at::Tensor& square = like.device().is_cpu() ? cpuSquare : deviceSquare;
     const int64_t t = std::max<int64_t>(1, like.size(0));
     const double per = 2.0 * static_cast<double>(t) * kBurnWidth * kBurnWidth;
     const auto n = static_cast<int64_t>(std::llround(flops / per));
     if (n <= 0) return;
     at::NoGradGuard ng;
-    at::Tensor y = at::ones({t, kBurnWidth}, at::kFloat);
+    at::Tensor y = at::ones({t, kBurnWidth}, like.options().dtype(at::kFloat));
     for (int64_t i = 0; i < n; ++i)
         y = at::matmul(y, square);
 }
@@ -55,7 +59,7 @@ at::Tensor ProxyModel::loss(const at::Tensor& tokens) {
     const at::Tensor x =
         (tokens.reshape({t, 1}).to(at::kFloat) + 1.0) /
         static_cast<double>(std::max<int64_t>(1, tokens.max().item<int64_t>() + 1)) *
-        at::linspace(0.5, 1.5, kWidth, at::kFloat).reshape({1, kWidth});
+        at::linspace(0.5, 1.5, kWidth, tokens.options().dtype(at::kFloat)).reshape({1, kWidth});
     const at::Tensor y = forward(g.root(), x);
     return y.pow(2).mean();
 }
@@ -91,7 +95,7 @@ at::Tensor ProxyModel::own(ModuleId m, const at::Tensor& x) {
     // gradient with respect to the coefficient reads it).
     const auto elems = static_cast<int64_t>(saved / 4.0);
     if (elems > 0 && coef.defined()) {
-        const at::Tensor buf = at::full({elems}, 1e-6, at::kFloat);
+        const at::Tensor buf = at::full({elems}, 1e-6, x.options().dtype(at::kFloat));
         out = out + (coef * buf).sum() * 0.0;
     }
     return out.to(x.scalar_type());

@@ -18,9 +18,11 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
+#include "engine/exec/cuda_support.h"
 #include "engine/exec/fsdp_runtime.h"
 #include "engine/exec/llama.h"
 #include "engine/exec/proxy_model.h"
@@ -28,6 +30,10 @@
 #include "plans/model/hf_config.h"
 #include "plans/model/model_json.h"
 #include "plans/plan/plan_json.h"
+#include "profiler/record/device_activity.h"
+#if defined(SHARDSCOPE_HAVE_CUPTI)
+#include "profiler/record/cupti_recorder.h"
+#endif
 
 namespace shardscope::exec {
 
@@ -174,7 +180,9 @@ struct Options {
     int64_t steps = 3, warmup = 1, batch = 0, seq = 0, microBatches = 0, timeoutS = 60, threads = 0,
             reference = 0;  // reference: world size of the unsharded run
     uint64_t seed = 1234;
-    bool record = true;  // --no-record: neither ops nor allocations are recorded
+    bool record = true;          // --no-record: neither ops nor allocations are recorded
+    std::string device = "cpu";  // cpu or cuda (cuda:LOCAL_RANK)
+    bool deviceTrace = true;     // --no-device-trace: no CUPTI recording on CUDA
 };
 
 int64_t toInt(const std::string& flag, const std::string& v, int64_t minimum) {
@@ -192,8 +200,12 @@ Options parse(const std::vector<std::string>& a) {
     Options o;
     for (size_t i = 0; i < a.size(); ++i) {
         const std::string& f = a[i];
-        if (f == "--no-record") {  // the one flag without a value
+        if (f == "--no-record") {  // the flags without a value
             o.record = false;
+            continue;
+        }
+        if (f == "--no-device-trace") {
+            o.deviceTrace = false;
             continue;
         }
         if (i + 1 >= a.size()) throw std::runtime_error(f + ": missing value");
@@ -226,7 +238,11 @@ Options parse(const std::vector<std::string>& a) {
             o.seed = static_cast<uint64_t>(toInt(f, v, 0));
         else if (f == "--reference")
             o.reference = toInt(f, v, 1);
-        else
+        else if (f == "--device") {
+            if (v != "cpu" && v != "cuda")
+                throw std::runtime_error("--device: expected cpu or cuda, got \"" + v + "\"");
+            o.device = v;
+        } else
             throw std::runtime_error("unknown option " + f);
     }
     if (o.model.empty() || o.plan.empty())
@@ -309,8 +325,17 @@ int runWorker(const std::vector<std::string>& argv) {
     const LlamaConfig cfg = asLlama ? llamaConfigFromHf(modelJson, o.model) : LlamaConfig{};
     const int64_t vocab = asLlama ? cfg.vocab : 1000;
 
+    // --device cuda: this rank's GPU is cuda:LOCAL_RANK, as torchrun assigns them.
+    c10::Device device = c10::kCPU;
+    const bool cuda = o.device == "cuda";
+    if (cuda) {
+        const char* lr = std::getenv("LOCAL_RANK");
+        const int local = lr ? std::atoi(lr) : 0;
+        useCudaDevice(local);
+        device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(local));
+    }
     const auto timeout = std::chrono::milliseconds(o.timeoutS * 1000);
-    Groups groups = o.reference ? singleProcessGroups() : makeGroups(r, timeout);
+    Groups groups = o.reference ? singleProcessGroups() : makeGroups(r, timeout, device);
     const int64_t world = o.reference ? o.reference : groups.worldSize;
     at::set_num_threads(static_cast<int>(o.threads ? o.threads : 1));
 
@@ -335,6 +360,7 @@ int runWorker(const std::vector<std::string>& argv) {
     RuntimeOptions ro;
     ro.fsdp = !o.reference;
     ro.seed = o.seed;
+    ro.device = device;
     FsdpRuntime rt(r, &groups, &rec, ro);
     std::unique_ptr<LlamaModel> llama;
     std::unique_ptr<ProxyModel> proxy;
@@ -349,7 +375,7 @@ int runWorker(const std::vector<std::string>& argv) {
         if (groups.rank != 0) return;
         nlohmann::json pj = nlohmann::json::object();
         for (size_t i = 0; i < full.size(); ++i) {
-            const at::Tensor t = full[i].reshape({-1}).to(at::kDouble).contiguous();
+            const at::Tensor t = full[i].reshape({-1}).to(at::kCPU).to(at::kDouble).contiguous();
             pj[graph->params()[i].name] =
                 std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
         }
@@ -371,41 +397,94 @@ int runWorker(const std::vector<std::string>& argv) {
     int64_t measuredStart = 0, lastStepStart = 0, lastStepT0 = 0;
     std::vector<std::pair<int64_t, int64_t>> stepSpans;  // measured steps: [t0, t1]
     std::vector<std::pair<int64_t, int64_t>> timeline;
+    // On CUDA: the caching allocator's figures, and the CUPTI trace of the measured steps.
+    int64_t cudaPeak = 0, cudaPeakReserved = 0, cudaLastPeak = 0;
+#if defined(SHARDSCOPE_HAVE_CUPTI)
+    std::unique_ptr<record::CuptiRecorder> cupti;
+#endif
+    std::optional<record::DeviceActivity> deviceActivityOps;
+    std::string deviceTraceNote;
     try {
         for (int64_t step = 0; step < total; ++step) {
             if (step == o.warmup) {
                 if (!o.reference) groups.world->barrier()->wait();
 
                 mem->resetPeak();
+                if (cuda) {
+                    synchronizeCuda();
+                    resetCudaPeaks();
+                }
+#if defined(SHARDSCOPE_HAVE_CUPTI)
+                if (cuda && o.record && o.deviceTrace) {
+                    cupti = std::make_unique<record::CuptiRecorder>(&nowNs);
+                    if (Status st = cupti->start(); st) {
+                        rec.setLaunchLabels(&record::CuptiRecorder::pushOp,
+                                            &record::CuptiRecorder::popOp);
+                    } else {
+                        deviceTraceNote = st.error();
+                        std::fprintf(stderr, "shardscope-engine rank %lld: no device trace: %s\n",
+                                     static_cast<long long>(groups.rank), st.error().c_str());
+                        cupti.reset();
+                    }
+                }
+#endif
                 measuredStart = nowNs();
                 mem->startTimeline();  // every measured step, for the trace's counter
             }
             if (step == total - 1) {
-                lastStepStart = mem->current();
+                lastStepStart = cuda ? cudaMemory().allocated : mem->current();
+                if (cuda) {
+                    cudaPeak = std::max(cudaPeak, cudaMemory().peakAllocated);
+                    cudaPeakReserved = std::max(cudaPeakReserved, cudaMemory().peakReserved);
+                    resetCudaPeaks();
+                }
                 lastStepT0 = nowNs();
             }
             rec.setStep(static_cast<int32_t>(step));
             const int64_t t0 = nowNs();
-            double lossSum = 0;
+            at::Tensor lossSum;
             const int64_t ranksHere = o.reference ? world : 1;
             for (int64_t rk = 0; rk < ranksHere; ++rk)
                 for (int64_t mb = 0; mb < m; ++mb) {
                     const int64_t dataRank = o.reference ? rk : groups.rank;
                     rt.beginMicroBatch(static_cast<int32_t>(mb),
                                        mb + 1 == m || plan->syncEveryMicroBatch);
-                    const at::Tensor tokens = data[step][dataRank][mb];
+                    const at::Tensor tokens = data[step][dataRank][mb].to(device);
                     const at::Tensor loss = llama ? llama->loss(tokens) : proxy->loss(tokens);
-                    lossSum += loss.item<double>();
+                    // Summed on the device: reading it each micro-batch would stall a GPU.
+                    const at::Tensor l64 = loss.detach().to(at::kDouble);
+                    lossSum = lossSum.defined() ? lossSum + l64 : l64;
                     rt.backward(loss / static_cast<double>(m * ranksHere));
                 }
             rt.optimizerStep();
+            if (cuda) synchronizeCuda();  // the step ends when the GPU has finished it
             const int64_t t1 = nowNs();
             if (step >= o.warmup) {
                 stepNs.push_back(t1 - t0);
                 stepSpans.push_back({t0, t1});
             }
-            if (step == total - 1) timeline = mem->stopTimeline();
-            at::Tensor l = at::full({1}, lossSum / static_cast<double>(m * ranksHere), at::kDouble);
+            if (step == total - 1) {
+                timeline = mem->stopTimeline();
+                if (cuda) {
+                    const CudaMemory cm = cudaMemory();
+                    cudaLastPeak = cm.peakAllocated;
+                    cudaPeak = std::max(cudaPeak, cm.peakAllocated);
+                    cudaPeakReserved = std::max(cudaPeakReserved, cm.peakReserved);
+                }
+#if defined(SHARDSCOPE_HAVE_CUPTI)
+                if (cupti) {
+                    auto activity = cupti->stop();
+                    rec.setLaunchLabels(nullptr, nullptr);
+                    if (activity) {
+                        deviceActivityOps = std::move(*activity);
+                    } else {
+                        deviceTraceNote = activity.error();
+                    }
+                    cupti.reset();
+                }
+#endif
+            }
+            at::Tensor l = (lossSum.cpu() / static_cast<double>(m * ranksHere)).reshape({1});
             if (!o.reference) {
                 std::vector<at::Tensor> t{l};
                 groups.world->allreduce(t)->wait();
@@ -454,7 +533,14 @@ int runWorker(const std::vector<std::string>& argv) {
     j["warmup_steps"] = o.warmup;
     j["losses"] = losses;
     j["step_time_ns"] = stepNs;
-    j["peak_allocated_bytes"] = mem->peak();
+    j["device"] = cuda ? "cuda:" + std::to_string(device.index()) : std::string("cpu");
+    // On CUDA the caching allocator's peaks (torch.cuda.max_memory_allocated/_reserved);
+    // on CPU the engine's allocator hook (no cache: reserved is what is allocated).
+    j["peak_allocated_bytes"] = cuda ? cudaPeak : mem->peak();
+    if (cuda) {
+        j["peak_reserved_bytes"] = cudaPeakReserved;
+        j["host_peak_allocated_bytes"] = mem->peak();
+    }
     j["sharded_param_bytes"] = rt.shardedBytes();
     j["measured_start_ns"] = measuredStart;
     j["recorded"] = o.record;
@@ -464,9 +550,11 @@ int runWorker(const std::vector<std::string>& argv) {
     for (const auto& u : r.units)
         j["units"].push_back(u.displayName());
     nlohmann::json jo = nlohmann::json::array();
+    std::vector<int64_t> emitted(ops.size(), -1);  // recorder index -> index in "ops"
     for (size_t i = 0; i < ops.size(); ++i) {
         const auto& op = ops[i];
         if (op.step < o.warmup) continue;
+        emitted[i] = static_cast<int64_t>(jo.size());
         jo.push_back({{"op_id", opIds[i]},
                       {"step", op.step},
                       {"kind", opKindName(op.kind)},
@@ -480,14 +568,25 @@ int runWorker(const std::vector<std::string>& argv) {
                                               : int64_t{0}}});
     }
     j["ops"] = std::move(jo);
+    // GPU work from CUPTI, each op's "fsdp_op" pointing into "ops" (the op that launched it).
+    if (deviceActivityOps) {
+        for (auto& dop : deviceActivityOps->ops)
+            if (dop.external >= 0)
+                dop.external = static_cast<size_t>(dop.external) < emitted.size()
+                                   ? emitted[static_cast<size_t>(dop.external)]
+                                   : record::kNoExternalId;
+        j["device_activity"] = record::toJson(*deviceActivityOps);
+    }
+    if (!deviceTraceNote.empty()) j["device_trace_note"] = deviceTraceNote;
     nlohmann::json tl = nlohmann::json::array();
     for (const auto& [t, b] : timeline)
         tl.push_back({t, b});
     j["memory_timeline"] = std::move(tl);
     // The last step's working memory: what it allocated above what it started with.
-    int64_t lastPeak = lastStepStart;
-    for (const auto& [t, b] : timeline)
-        if (t >= lastStepT0) lastPeak = std::max(lastPeak, b);
+    int64_t lastPeak = cuda ? cudaLastPeak : lastStepStart;
+    if (!cuda)
+        for (const auto& [t, b] : timeline)
+            if (t >= lastStepT0) lastPeak = std::max(lastPeak, b);
     nlohmann::json spans = nlohmann::json::array();
     for (const auto& [a, b] : stepSpans)
         spans.push_back({a, b});

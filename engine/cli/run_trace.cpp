@@ -1,0 +1,291 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "engine/cli/run_trace.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <set>
+
+#include "engine/cli/trace_file.h"
+#include "engine/schedule/step_program.h"
+#include "profiler/record/device_activity.h"
+
+namespace shardscope::cli {
+
+namespace {
+
+// A rank's CUPTI recording in the PyTorch profiler's (Kineto's) terms, so every reader of
+// those traces understands it: GPU ops on one lane per stream ("kernel", "gpu_memcpy",
+// "gpu_memset", "cuda_sync"), the runtime and driver calls on one lane per host thread
+// ("cuda_runtime", "cuda_driver"), launch-to-kernel flows by correlation id ("ac2g"), and
+// the FSDP op that launched each in args. Device memory (what cudaMalloc reserved while
+// recording) is a counter of its own.
+constexpr int kDeviceLaneBase = 200;   // + the stream's index on the rank
+constexpr int kHostApiLaneBase = 300;  // + the thread's index on the rank
+constexpr int kDeviceMemoryLane = 102;
+
+void appendDeviceActivity(nlohmann::json& ev, const nlohmann::json& r, int64_t t0) {
+    const int rank = r["rank"].get<int>();
+    const int pid = tracePid(rank);
+    const record::DeviceActivity a = record::deviceActivityFromJson(r["device_activity"]);
+    const auto& ops = r["ops"];
+    const auto& units = r["units"];
+    std::map<std::pair<bool, uint32_t>, int> lanes;  // (host side, stream or thread) -> lane
+    auto laneOf = [&](const record::DeviceOp& op) {
+        const bool hostSide = record::isHostSide(op.kind);
+        const auto key = std::make_pair(hostSide, op.stream);
+        if (auto it = lanes.find(key); it != lanes.end()) return it->second;
+        int count = 0;
+        for (const auto& [k, v] : lanes)
+            count += k.first == hostSide ? 1 : 0;
+        const int lane = (hostSide ? kHostApiLaneBase : kDeviceLaneBase) + std::min(count, 99);
+        lanes.emplace(key, lane);
+        const std::string name =
+            hostSide ? "CUDA API (thread " + std::to_string(op.stream) + ")"
+                     : "GPU " + std::to_string(op.device) + " stream " + std::to_string(op.stream);
+        ev.push_back({{"ph", "M"},
+                      {"pid", pid},
+                      {"tid", traceTid(rank, lane)},
+                      {"name", "thread_name"},
+                      {"args", {{"name", name}}}});
+        ev.push_back({{"ph", "M"},
+                      {"pid", pid},
+                      {"tid", traceTid(rank, lane)},
+                      {"name", "thread_sort_index"},
+                      {"args", {{"sort_index", lane}}}});
+        return lane;
+    };
+    const auto us = [t0](int64_t ns) { return static_cast<double>(ns - t0) / 1000.0; };
+    // Flow ids unique across ranks: the rank in the high bits, CUPTI's correlation below.
+    const auto flowId = [rank](uint32_t c) { return (static_cast<int64_t>(rank) << 32) | c; };
+    // A flow needs both ends: a host-side call and the GPU op it queued.
+    const auto queued = [](const record::DeviceOp& op) {
+        return op.kind == record::DeviceOpKind::Kernel || op.kind == record::DeviceOpKind::Memcpy ||
+               op.kind == record::DeviceOpKind::Memset;
+    };
+    std::set<uint32_t> launched, onDevice;
+    for (const auto& op : a.ops) {
+        if (record::isHostSide(op.kind)) launched.insert(op.correlation);
+        if (queued(op)) onDevice.insert(op.correlation);
+    }
+    for (const auto& op : a.ops) {
+        const bool hostSide = record::isHostSide(op.kind);
+        const char* cat = op.kind == record::DeviceOpKind::Kernel   ? "kernel"
+                          : op.kind == record::DeviceOpKind::Memcpy ? "gpu_memcpy"
+                          : op.kind == record::DeviceOpKind::Memset ? "gpu_memset"
+                          : op.kind == record::DeviceOpKind::Synchronization
+                              ? "cuda_sync"
+                              : record::deviceOpKindName(op.kind);
+        nlohmann::json args{{"device", op.device}, {"correlation", op.correlation}};
+        if (hostSide)
+            args["thread"] = op.stream;
+        else
+            args["stream"] = op.stream;
+        if (op.bytes > 0) args["bytes"] = op.bytes;
+        if (op.external >= 0 && static_cast<size_t>(op.external) < ops.size()) {
+            const auto& fop = ops[static_cast<size_t>(op.external)];
+            const std::string unit = units[fop["unit"].get<int>()].get<std::string>();
+            args["fsdp_op_id"] = fop["op_id"];
+            args["fsdp_unit"] = unit == "<root>" ? std::string() : unit;
+            args["fsdp_phase"] = fop["phase"];
+            args["fsdp_op"] = fop["kind"];
+        }
+        const int tid = traceTid(rank, laneOf(op));
+        ev.push_back({{"ph", "X"},
+                      {"pid", pid},
+                      {"tid", tid},
+                      {"name", a.nameOf(op)},
+                      {"cat", cat},
+                      {"ts", us(op.startNs)},
+                      {"dur", static_cast<double>(op.endNs - op.startNs) / 1000.0},
+                      {"args", std::move(args)}});
+        if (queued(op) && launched.count(op.correlation))
+            ev.push_back({{"ph", "f"},
+                          {"bp", "e"},
+                          {"pid", pid},
+                          {"tid", tid},
+                          {"name", "launch"},
+                          {"cat", "ac2g"},
+                          {"id", flowId(op.correlation)},
+                          {"ts", us(op.startNs)}});
+        else if (hostSide && onDevice.count(op.correlation))
+            ev.push_back({{"ph", "s"},
+                          {"pid", pid},
+                          {"tid", tid},
+                          {"name", "launch"},
+                          {"cat", "ac2g"},
+                          {"id", flowId(op.correlation)},
+                          {"ts", us(op.startNs)}});
+    }
+    // What was allocated while recording (a free of older memory does not count).
+    int64_t cur = 0;
+    std::map<std::pair<uint32_t, uint64_t>, int64_t> live;
+    for (const auto& m : a.memory) {
+        const auto key = std::make_pair(m.device, m.address);
+        if (m.bytes > 0) {
+            live[key] += m.bytes;
+            cur += m.bytes;
+        } else if (auto it = live.find(key); it != live.end()) {
+            cur -= it->second;
+            live.erase(it);
+        } else {
+            continue;
+        }
+        ev.push_back({{"ph", "C"},
+                      {"pid", pid},
+                      {"tid", traceTid(rank, kDeviceMemoryLane)},
+                      {"name", "device memory (cudaMalloc while recording, bytes)"},
+                      {"ts", us(m.ts)},
+                      {"args", {{"reserved", cur}}}});
+    }
+}
+
+}  // namespace
+
+nlohmann::json mergedTrace(const std::vector<nlohmann::json>& ranks, const std::string& plan,
+                           nlohmann::json run) {
+    int64_t t0 = INT64_MAX;
+    for (const auto& r : ranks)
+        t0 = std::min(t0, r["measured_start_ns"].get<int64_t>());
+    nlohmann::json ev = nlohmann::json::array();
+    for (const auto& r : ranks) {
+        const int rank = r["rank"].get<int>();
+        const int pid = tracePid(rank);
+        std::set<int> named;  // overflow lanes that have their name record
+        ev.push_back({{"ph", "M"},
+                      {"pid", pid},
+                      {"name", "process_name"},
+                      {"args", {{"name", "rank " + std::to_string(rank) + " (measured)"}}}});
+        for (int st = 0; st < static_cast<int>(Stream::Count); ++st) {
+            ev.push_back({{"ph", "M"},
+                          {"pid", pid},
+                          {"tid", traceTid(rank, st)},
+                          {"name", "thread_name"},
+                          {"args", {{"name", streamName(static_cast<Stream>(st))}}}});
+            ev.push_back({{"ph", "M"},
+                          {"pid", pid},
+                          {"tid", traceTid(rank, st)},
+                          {"name", "thread_sort_index"},
+                          {"args", {{"sort_index", st}}}});
+        }
+        const auto& units = r["units"];
+        // Measured ops of one stream can overlap partly: a Gloo collective's span runs from
+        // its issue to its completion, so the next one issued before the previous finished
+        // overlaps it. Perfetto draws only nested slices right on one thread, so such an op
+        // goes to an overflow lane of its stream ("reduce_scatter ·2"), its times unchanged.
+        const auto& ops = r["ops"];
+        std::vector<int> laneOf(ops.size(), 0);
+        {
+            std::vector<size_t> order(ops.size());
+            for (size_t i = 0; i < ops.size(); ++i)
+                order[i] = i;
+            std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+                return ops[a]["start_ns"].get<int64_t>() < ops[b]["start_ns"].get<int64_t>();
+            });
+            std::map<int, std::vector<int64_t>> busyUntil;  // stream -> end per overflow level
+            for (size_t i : order) {
+                int st = 0;
+                for (int k = 0; k < static_cast<int>(Stream::Count); ++k)
+                    if (ops[i]["stream"] == streamName(static_cast<Stream>(k))) st = k;
+                auto& levels = busyUntil[st];
+                const int64_t s = ops[i]["start_ns"].get<int64_t>();
+                const int64_t e = std::max(s, ops[i]["end_ns"].get<int64_t>());
+                size_t level = 0;
+                while (level < levels.size() && levels[level] > s && level + 1 < kMaxOverflowLanes)
+                    ++level;
+                if (level == levels.size()) levels.push_back(0);
+                levels[level] = e;
+                const int lane = st + kOverflowLaneStride * static_cast<int>(level);
+                laneOf[i] = lane;
+                if (level > 0 && !named.count(lane)) {
+                    named.insert(lane);
+                    ev.push_back({{"ph", "M"},
+                                  {"pid", pid},
+                                  {"tid", traceTid(rank, lane)},
+                                  {"name", "thread_name"},
+                                  {"args",
+                                   {{"name", std::string(streamName(static_cast<Stream>(st))) +
+                                                 " \u00b7" + std::to_string(level + 1)}}}});
+                    ev.push_back({{"ph", "M"},
+                                  {"pid", pid},
+                                  {"tid", traceTid(rank, lane)},
+                                  {"name", "thread_sort_index"},
+                                  {"args", {{"sort_index", lane}}}});
+                }
+            }
+        }
+        for (size_t i = 0; i < ops.size(); ++i) {
+            const auto& op = ops[i];
+            const int tid = laneOf[i];
+            const std::string kind = op["kind"];
+            const int unit = op["unit"];
+            std::string label = kind == "optimizer" ? "optimizer step"
+                                                    : units[unit].get<std::string>() + " " + kind;
+            std::replace(label.begin(), label.end(), '_', ' ');
+            const int64_t s = op["start_ns"].get<int64_t>(), e = op["end_ns"].get<int64_t>();
+            ev.push_back({{"ph", "X"},
+                          {"pid", pid},
+                          {"tid", traceTid(rank, tid)},
+                          {"name", label},
+                          {"cat", kind},
+                          {"ts", static_cast<double>(s - t0) / 1000.0},
+                          {"dur", static_cast<double>(std::max<int64_t>(0, e - s)) / 1000.0},
+                          {"args",
+                           {{"op_id", op["op_id"]},
+                            {"step", op["step"]},
+                            {"unit", units[unit].get<std::string>() == "<root>"
+                                         ? std::string()
+                                         : units[unit].get<std::string>()},
+                            {"phase", op["phase"]},
+                            {"kind", kind},
+                            {"micro_batch", op["micro_batch"]},
+                            {"bytes", op.value("bytes", int64_t{0})},
+                            {"group_size", static_cast<int64_t>(ranks.size())}}}});
+        }
+        // The measured steps on their own row: a step's span is what step_time_ns averages.
+        ev.push_back({{"ph", "M"},
+                      {"pid", pid},
+                      {"tid", traceTid(rank, kStepsLane)},
+                      {"name", "thread_name"},
+                      {"args", {{"name", "steps"}}}});
+        int64_t stepIndex = r["warmup_steps"].get<int64_t>();
+        for (const auto& sp : r.value("step_spans_ns", nlohmann::json::array())) {
+            const int64_t a = sp[0].get<int64_t>(), b = sp[1].get<int64_t>();
+            ev.push_back({{"ph", "X"},
+                          {"pid", pid},
+                          {"tid", traceTid(rank, kStepsLane)},
+                          {"name", "step " + std::to_string(stepIndex++)},
+                          {"cat", "step"},
+                          {"ts", static_cast<double>(a - t0) / 1000.0},
+                          {"dur", static_cast<double>(b - a) / 1000.0}});
+        }
+        // Every allocator sample (several at one instant keep the last), so the counter's
+        // maximum is the reported peak.
+        const auto& tl = r["memory_timeline"];
+        for (size_t k = 0; k < tl.size(); ++k) {
+            const int64_t t = tl[k][0].get<int64_t>();
+            if (k + 1 < tl.size() && tl[k + 1][0].get<int64_t>() == t) {
+                // A later sample at the same instant replaces this one unless this is higher.
+                if (tl[k + 1][1].get<int64_t>() >= tl[k][1].get<int64_t>()) continue;
+            }
+            const auto& m = tl[k];
+            ev.push_back({{"ph", "C"},
+                          {"pid", pid},
+                          {"tid", traceTid(rank, kCounterLane)},
+                          {"name", "memory (bytes)"},
+                          {"ts", static_cast<double>(t - t0) / 1000.0},
+                          {"args", {{"allocated", m[1]}}}});
+        }
+        if (r.contains("device_activity")) appendDeviceActivity(ev, r, t0);
+    }
+    return {{"traceEvents", ev},
+            {"displayTimeUnit", "ns"},
+            {"metadata",
+             {{"producer", "shardscope run"},
+              {"rank_pid_offset", kRankPidOffset},
+              {"plan", plan},
+              {"world_size", ranks.size()},
+              {"run", std::move(run)}}}};
+}
+
+}  // namespace shardscope::cli

@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: Apache-2.0
+// `shardscope run --trace` from ranks' results, including a CUDA rank's CUPTI recording:
+// the merged trace is read back by the PyTorch-profiler importer, which must see the GPU
+// streams, the NCCL kernel as a collective, and each launch bound to its kernel.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "engine/cli/run_trace.h"
+#include "profiler/import/kineto_import.h"
+#include "profiler/record/device_activity.h"
+
+namespace shardscope::cli {
+namespace {
+
+using record::DeviceActivity;
+using record::DeviceOp;
+using record::DeviceOpKind;
+
+DeviceOp dop(DeviceOpKind k, int32_t name, int64_t s, int64_t e, uint32_t stream, uint32_t corr,
+             int64_t external = record::kNoExternalId, int64_t bytes = 0) {
+    DeviceOp op;
+    op.kind = k;
+    op.name = name;
+    op.startNs = s;
+    op.endNs = e;
+    op.stream = stream;
+    op.correlation = corr;
+    op.external = external;
+    op.bytes = bytes;
+    return op;
+}
+
+nlohmann::json rankResult(int rank, bool withDevice) {
+    const int64_t t = 1'000'000'000;
+    nlohmann::json r;
+    r["rank"] = rank;
+    r["measured_start_ns"] = t;
+    r["warmup_steps"] = 1;
+    r["units"] = {"<root>", "model.layers.0"};
+    r["ops"] = nlohmann::json::array({{{"op_id", 0},
+                                       {"step", 1},
+                                       {"kind", "all_gather"},
+                                       {"phase", "forward"},
+                                       {"stream", "all_gather"},
+                                       {"unit", 1},
+                                       {"micro_batch", 0},
+                                       {"start_ns", t + 1000},
+                                       {"end_ns", t + 9000},
+                                       {"bytes", 4096}},
+                                      {{"op_id", 2},
+                                       {"step", 1},
+                                       {"kind", "forward"},
+                                       {"phase", "forward"},
+                                       {"stream", "compute"},
+                                       {"unit", 1},
+                                       {"micro_batch", 0},
+                                       {"start_ns", t + 10000},
+                                       {"end_ns", t + 20000},
+                                       {"bytes", 0}}});
+    r["step_spans_ns"] = nlohmann::json::array({{t, t + 30000}});
+    r["memory_timeline"] = nlohmann::json::array({{t, 100}, {t + 5000, 300}});
+    if (withDevice) {
+        DeviceActivity a;
+        a.names = {"cudaLaunchKernel", "ncclDevKernel_AllGather_RING_LL", "ampere_sgemm_128x64",
+                   "cudaStreamSynchronize", "Memcpy HtoD"};
+        a.ops = {dop(DeviceOpKind::RuntimeApi, 0, t + 1100, t + 1300, 4242, 5, 0),
+                 dop(DeviceOpKind::Kernel, 1, t + 2000, t + 8000, 13, 5, 0),
+                 dop(DeviceOpKind::RuntimeApi, 0, t + 10100, t + 10200, 4242, 6, 1),
+                 dop(DeviceOpKind::Kernel, 2, t + 10300, t + 19000, 7, 6, 1),
+                 dop(DeviceOpKind::RuntimeApi, 3, t + 19100, t + 19200, 4242, 9),
+                 dop(DeviceOpKind::Memcpy, 4, t + 21000, t + 22000, 7, 11, record::kNoExternalId,
+                     1 << 20)};
+        a.memory = {{t + 500, 1 << 20, 0xA000, 0}, {t + 600, -(1 << 10), 0xF000, 0}};
+        r["device_activity"] = record::toJson(a);
+    }
+    return r;
+}
+
+TEST(RunTrace, CudaRanksCarryTheirGpuWorkInKinetoTerms) {
+    const nlohmann::json trace =
+        mergedTrace({rankResult(0, true), rankResult(1, false)}, "p", {{"device", "cuda"}});
+    const auto path = std::filesystem::temp_directory_path() / "shardscope_run_trace_test.json";
+    std::ofstream(path) << trace.dump();
+    auto t = importKinetoFile(path.string());
+    std::filesystem::remove(path);
+    ASSERT_TRUE(t.ok()) << t.error();
+
+    int32_t nccl = -1, gemm = -1, launch0 = -1, launch1 = -1, memcpy = -1, sync = -1;
+    for (size_t i = 0; i < t->size(); ++i) {
+        const std::string& n = t->strings.at(t->name[i]);
+        const auto idx = static_cast<int32_t>(i);
+        if (n == "ncclDevKernel_AllGather_RING_LL") nccl = idx;
+        if (n == "ampere_sgemm_128x64") gemm = idx;
+        if (n == "Memcpy HtoD") memcpy = idx;
+        if (n == "cudaStreamSynchronize") sync = idx;
+        if (n == "cudaLaunchKernel") (launch0 < 0 ? launch0 : launch1) = idx;
+    }
+    ASSERT_GE(nccl, 0);
+    ASSERT_GE(gemm, 0);
+    ASSERT_GE(memcpy, 0);
+    ASSERT_GE(sync, 0);
+    ASSERT_GE(launch1, 0);
+    // GPU ops on device-stream lanes named by stream, one lane per stream; calls on a host lane.
+    const Lane& ncclLane = t->lanes[static_cast<size_t>(t->lane[static_cast<size_t>(nccl)])];
+    EXPECT_EQ(ncclLane.kind, LaneKind::DeviceStream);
+    EXPECT_EQ(ncclLane.name, "rank 0 \u00b7 GPU 0 stream 13");
+    EXPECT_EQ(ncclLane.rank, 0);
+    EXPECT_NE(t->lane[static_cast<size_t>(nccl)], t->lane[static_cast<size_t>(gemm)]);
+    EXPECT_EQ(t->lane[static_cast<size_t>(gemm)], t->lane[static_cast<size_t>(memcpy)]);
+    EXPECT_EQ(t->lanes[static_cast<size_t>(t->lane[static_cast<size_t>(launch0)])].kind,
+              LaneKind::HostThread);
+    // The NCCL kernel is communication and a collective; the GEMM is computation.
+    EXPECT_EQ(t->cls[static_cast<size_t>(nccl)], EventClass::Communication);
+    EXPECT_EQ(t->cls[static_cast<size_t>(gemm)], EventClass::Computation);
+    bool found = false;
+    for (const auto& c : t->collectives)
+        found = found || c.event == nccl;
+    EXPECT_TRUE(found);
+    // Each launch is bound to the kernel it queued; the synchronize call has no flow.
+    EXPECT_EQ(t->orphanFlowEnds, 0);
+    std::set<std::pair<int32_t, int32_t>> flows(t->flowEvents.begin(), t->flowEvents.end());
+    EXPECT_EQ(flows.size(), 2u);
+    EXPECT_TRUE(flows.count({launch0, nccl}));
+    EXPECT_TRUE(flows.count({launch1, gemm}));
+    // Times line up with the FSDP ops: the kernel lies inside its all-gather op.
+    EXPECT_EQ(t->start[static_cast<size_t>(nccl)] - t->start[static_cast<size_t>(launch0)], 900);
+
+    // The FSDP op that launched each GPU op rides in its args.
+    bool labelled = false;
+    for (const auto& e : trace["traceEvents"])
+        if (e.value("name", "") == "ncclDevKernel_AllGather_RING_LL") {
+            EXPECT_EQ(e["args"]["fsdp_unit"], "model.layers.0");
+            EXPECT_EQ(e["args"]["fsdp_op"], "all_gather");
+            EXPECT_EQ(e["args"]["fsdp_op_id"], 0);
+            EXPECT_EQ(e["args"]["stream"], 13);
+            labelled = true;
+        }
+    EXPECT_TRUE(labelled);
+    // Device memory: what was allocated while recording; the free of older memory is ignored.
+    int64_t lastReserved = -1;
+    for (const auto& e : trace["traceEvents"])
+        if (e.value("ph", "") == "C" && e.value("name", "").rfind("device memory", 0) == 0)
+            lastReserved = e["args"]["reserved"].get<int64_t>();
+    EXPECT_EQ(lastReserved, 1 << 20);
+}
+
+TEST(RunTrace, ABrokenDeviceActivityNamesTheField) {
+    nlohmann::json r = rankResult(0, true);
+    r["device_activity"]["ops"][1][0] = "warp";
+    try {
+        (void)mergedTrace({r}, "p", {});
+        FAIL() << "accepted a broken device_activity";
+    } catch (const std::runtime_error& e) {
+        EXPECT_NE(std::string(e.what()).find("device_activity/ops/1"), std::string::npos)
+            << e.what();
+    }
+}
+
+}  // namespace
+}  // namespace shardscope::cli
