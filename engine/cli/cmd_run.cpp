@@ -35,6 +35,7 @@
 #include "plans/core/atomic_write.h"
 #include "plans/core/intervals.h"
 #include "plans/plan/resolve.h"
+#include "profiler/record/device_activity.h"
 
 namespace shardscope::cli {
 
@@ -72,37 +73,6 @@ std::string tail(const fs::path& p, size_t lines) {
     for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i)
         out += "    " + all[i] + "\n";
     return out;
-}
-
-int64_t unionLength(std::vector<Interval> v) {
-    return totalLength(mergeIntervals(std::move(v)));
-}
-
-// Measured step breakdown of one rank's last step: compute busy time, communication time
-// (union of collective intervals) and the part of it no compute overlapped.
-struct Breakdown {
-    int64_t computeNs = 0, commNs = 0, exposedNs = 0;
-};
-Breakdown breakdown(const nlohmann::json& rank) {
-    const int64_t last =
-        rank["warmup_steps"].get<int64_t>() + static_cast<int64_t>(rank["step_time_ns"].size()) - 1;
-    std::vector<Interval> comp, comm;
-    for (const auto& op : rank["ops"]) {
-        if (op["step"].get<int64_t>() != last) continue;
-        const auto k = opKindFromName(op["kind"].get<std::string>());
-        const Interval iv{op["start_ns"].get<int64_t>(), op["end_ns"].get<int64_t>()};
-        if (k && isCollective(*k))
-            comm.push_back(iv);
-        else if (k && isComputeOp(*k))
-            comp.push_back(iv);
-    }
-    Breakdown b;
-    b.computeNs = unionLength(comp);
-    b.commNs = unionLength(comm);
-    std::vector<Interval> both = comp;
-    both.insert(both.end(), comm.begin(), comm.end());
-    b.exposedNs = unionLength(both) - b.computeNs;
-    return b;
 }
 
 int runRun(const Args& a) {
@@ -361,7 +331,7 @@ int runRun(const Args& a) {
                       << "\n";
         if (rk.value("recorded", true))
             orderOk = orderOk && rk["op_order_matches_program"].get<bool>();
-        const Breakdown b = breakdown(rk);
+        const Breakdown b = measuredBreakdown(rk);
         perRank.push_back(
             {{"rank", rk["rank"]},
              {"step_time_ns", mean},
@@ -374,7 +344,7 @@ int runRun(const Args& a) {
              {"comm_ns", b.commNs},
              {"exposed_comm_ns", b.exposedNs}});
     }
-    const Breakdown b0 = breakdown(ranks[0]);
+    const Breakdown b0 = measuredBreakdown(ranks[0]);
     const double tokens =
         static_cast<double>(plan->microBatchSize * plan->seqLen * plan->microBatches * nproc);
     nlohmann::json out{

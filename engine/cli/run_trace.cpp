@@ -2,15 +2,71 @@
 #include "engine/cli/run_trace.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <map>
 #include <set>
 
 #include "engine/cli/trace_file.h"
 #include "engine/schedule/step_program.h"
+#include "plans/core/intervals.h"
 #include "profiler/record/device_activity.h"
 
 namespace shardscope::cli {
+
+namespace {
+
+int64_t unionLength(std::vector<Interval> v) {
+    return totalLength(mergeIntervals(std::move(v)));
+}
+
+Breakdown fromIntervals(std::vector<Interval> comp, std::vector<Interval> comm) {
+    Breakdown b;
+    b.computeNs = unionLength(comp);
+    b.commNs = unionLength(comm);
+    comp.insert(comp.end(), comm.begin(), comm.end());
+    b.exposedNs = unionLength(std::move(comp)) - b.computeNs;
+    return b;
+}
+
+// A CUDA rank with a CUPTI recording: from the GPU's own times in the last step, NCCL
+// kernels as communication and every other kernel as compute (host-side op spans on a GPU
+// are launch times, not execution).
+Breakdown deviceBreakdown(const nlohmann::json& rank) {
+    const auto a = record::deviceActivityFromJson(rank["device_activity"]);
+    const auto& spans = rank["step_spans_ns"];
+    const int64_t t0 = spans.back()[0].get<int64_t>(), t1 = spans.back()[1].get<int64_t>();
+    std::vector<Interval> comp, comm;
+    for (const auto& op : a.ops) {
+        if (op.kind != record::DeviceOpKind::Kernel || op.startNs < t0 || op.startNs > t1) continue;
+        std::string name = a.nameOf(op).substr(0, 4);
+        std::transform(name.begin(), name.end(), name.begin(),
+                       [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+        (name == "nccl" ? comm : comp).push_back({op.startNs, op.endNs});
+    }
+    return fromIntervals(std::move(comp), std::move(comm));
+}
+
+}  // namespace
+
+Breakdown measuredBreakdown(const nlohmann::json& rank) {
+    if (rank.contains("device_activity") && rank.contains("step_spans_ns") &&
+        !rank["step_spans_ns"].empty())
+        return deviceBreakdown(rank);
+    const int64_t last =
+        rank["warmup_steps"].get<int64_t>() + static_cast<int64_t>(rank["step_time_ns"].size()) - 1;
+    std::vector<Interval> comp, comm;
+    for (const auto& op : rank["ops"]) {
+        if (op["step"].get<int64_t>() != last) continue;
+        const auto k = opKindFromName(op["kind"].get<std::string>());
+        const Interval iv{op["start_ns"].get<int64_t>(), op["end_ns"].get<int64_t>()};
+        if (k && isCollective(*k))
+            comm.push_back(iv);
+        else if (k && isComputeOp(*k))
+            comp.push_back(iv);
+    }
+    return fromIntervals(std::move(comp), std::move(comm));
+}
 
 namespace {
 

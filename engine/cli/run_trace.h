@@ -6,10 +6,19 @@
 // CUPTI recorded (device_activity) in the PyTorch profiler's terms.
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 namespace shardscope::cli {
+
+// Measured step breakdown of one rank's last step: compute busy time, communication time
+// (union of collective intervals) and the part of it no compute overlapped. From the FSDP
+// op spans on CPU; from the GPU's kernels when the rank has a CUPTI recording.
+struct Breakdown {
+    int64_t computeNs = 0, commNs = 0, exposedNs = 0;
+};
+[[nodiscard]] Breakdown measuredBreakdown(const nlohmann::json& rank);
 
 [[nodiscard]] nlohmann::json mergedTrace(const std::vector<nlohmann::json>& ranks,
                                          const std::string& plan, nlohmann::json run);

@@ -146,6 +146,27 @@ TEST(RunTrace, CudaRanksCarryTheirGpuWorkInKinetoTerms) {
     EXPECT_EQ(lastReserved, 1 << 20);
 }
 
+TEST(RunTrace, ACudaRanksBreakdownComesFromItsKernels) {
+    nlohmann::json r = rankResult(0, true);
+    r["step_time_ns"] = {30000};
+    // Host op spans say compute 10 us, communication 8 us, none of it hidden. The GPU says
+    // the all-gather kernel ran 2..8 us and the GEMM 10.3..19 us: nothing overlapped either,
+    // but the figures are the kernels'. Then the kernel is moved to overlap the GEMM.
+    Breakdown b = measuredBreakdown(r);
+    EXPECT_EQ(b.commNs, 6000);
+    EXPECT_EQ(b.computeNs, 8700);
+    EXPECT_EQ(b.exposedNs, 6000);
+    r["device_activity"]["ops"][1][3] = 1'000'000'000 + 12000;  // NCCL kernel ends at 12 us
+    b = measuredBreakdown(r);
+    EXPECT_EQ(b.commNs, 10000);
+    EXPECT_EQ(b.exposedNs, 17000 - 8700);
+    r.erase("device_activity");  // a CPU rank: from the FSDP ops' spans
+    b = measuredBreakdown(r);
+    EXPECT_EQ(b.commNs, 8000);
+    EXPECT_EQ(b.computeNs, 10000);
+    EXPECT_EQ(b.exposedNs, 8000);
+}
+
 TEST(RunTrace, ABrokenDeviceActivityNamesTheField) {
     nlohmann::json r = rankResult(0, true);
     r["device_activity"]["ops"][1][0] = "warp";
