@@ -211,14 +211,19 @@ struct FsdpRuntime::Impl {
         int32_t unit;
         Collective work;
         at::Tensor out;    // this rank's reduced shard, flat, reduce dtype
-        at::Tensor input;  // in-place reduces: the whole input until the result is copied out
+        at::Tensor input;  // the whole input until the reduction is done
         int64_t chunk = 0, me = 0;
+        bool inPlace = false;  // Gloo: N in-place reduces, the result copied out of the input
     };
     // Copies an in-place reduce-scatter's chunk out and frees its input (after it completed).
+    // Also frees the input's memory: the works may keep their tensors for a while after
+    // completing (a Gloo work until its worker thread lets go of it, an NCCL work until it
+    // is destroyed), and FSDP2 frees the reduce-scatter input when the reduction is done.
     static void retire(Reduction& red) {
         if (!red.input.defined()) return;
         red.work.wait();
-        red.out = red.input.narrow(0, red.me * red.chunk, red.chunk).clone();
+        if (red.inPlace) red.out = red.input.narrow(0, red.me * red.chunk, red.chunk).clone();
+        resizeStorage(red.input, 0);
         red.input.reset();
     }
     void retireCompleted() {
@@ -598,6 +603,9 @@ struct FsdpRuntime::Impl {
             if (s.fromPostForward) p.postForward.reset();
         }
         s.agWork = Collective();
+        // The gathered buffer is dead once copied out; its memory goes now, even if a work
+        // still holds the tensor (a Gloo work until its worker thread lets go of it).
+        resizeStorage(s.agOut, 0);
         s.agOut.reset();
         s.unsharded = true;
         s.postForwardCopy = false;
@@ -778,13 +786,14 @@ struct FsdpRuntime::Impl {
                 ro.reduceOp = c10d::ReduceOp::SUM;
                 red.work.works.push_back(pg.reduce(t, ro));
             }
-            red.input = input;
+            red.inPlace = true;
         } else {
             red.out = at::empty({in}, on(s.reduceType));
             c10d::ReduceScatterOptions ro;
             ro.reduceOp = c10d::ReduceOp::SUM;
             red.work.works.push_back(pg._reduce_scatter_base(red.out, input, ro));
         }
+        red.input = input;
         input = at::Tensor();
         if (groups->replicateSize > 1) {
             // HSDP: the replicas all-reduce the reduced shard; it needs the reduce-scatter's
@@ -997,9 +1006,15 @@ void FsdpRuntime::optimizerStep() {
         s.rec->begin(OpKind::OptimizerStep, Phase::Optimizer, Stream::Compute, 0, s.mb);
     if (s.o.fsdp) {
         const double divide = static_cast<double>(s.groups->shardSize * s.groups->replicateSize);
+        // As FSDP2: the reduced shard is divided in place and the sharded gradients are
+        // views of it (a copy only where the reduce dtype is not fp32).
+        const auto asFloat = [](const at::Tensor& t) {
+            return t.scalar_type() == at::kFloat ? t : t.to(at::kFloat);
+        };
         for (auto& red : s.reductions) {
             red.work.wait();
             Impl::retire(red);
+            red.out.div_(divide);
             auto& us = s.us[red.unit];
             if (s.r.noShard) {
                 for (size_t q = 0; q < us.params.size(); ++q) {
@@ -1007,14 +1022,13 @@ void FsdpRuntime::optimizerStep() {
                     if (p.trainable)
                         p.unsharded.mutable_grad() =
                             red.out.narrow(0, us.offset[q], p.unsharded.numel())
-                                .div(divide)
                                 .view(p.unsharded.sizes());
                 }
                 continue;
             }
             if (us.flat) {
                 if (us.flatSharded.defined())
-                    us.flatSharded.mutable_grad() = red.out.to(at::kFloat).div(divide);
+                    us.flatSharded.mutable_grad() = asFloat(red.out);
                 continue;
             }
             int64_t off = 0;
@@ -1022,10 +1036,8 @@ void FsdpRuntime::optimizerStep() {
                 auto& p = s.ps[pi];
                 const int64_t len = p.rows * p.row;
                 if (p.trainable)
-                    p.sharded.mutable_grad() = red.out.narrow(0, off, len)
-                                                   .to(at::kFloat)
-                                                   .div(divide)
-                                                   .view(p.sharded.sizes());
+                    p.sharded.mutable_grad() =
+                        asFloat(red.out.narrow(0, off, len)).view(p.sharded.sizes());
                 off += len;
             }
         }

@@ -137,16 +137,11 @@ at::Tensor LlamaModel::attention(const Layer& l, const at::Tensor& h) {
         const at::Tensor cs = cos.to(q.scalar_type()), sn = sin.to(q.scalar_type());
         q = q * cs + rotateHalf(q) * sn;
         k = k * cs + rotateHalf(k) * sn;
-        if (c.kvHeads != c.heads) {  // repeat_kv: each key/value head serves heads/kv queries
-            const int64_t rep = c.heads / c.kvHeads;
-            k = k.unsqueeze(2)
-                    .expand({b, c.kvHeads, rep, s, c.headDim})
-                    .reshape({b, c.heads, s, c.headDim});
-            v = v.unsqueeze(2)
-                    .expand({b, c.kvHeads, rep, s, c.headDim})
-                    .reshape({b, c.heads, s, c.headDim});
-        }
-        at::Tensor o = at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, true);
+        // Grouped-query attention inside SDPA (enable_gqa), as transformers calls it without
+        // a padding mask: each key/value head serves heads/kv_heads queries, and autograd
+        // saves k and v at their own width instead of repeated copies.
+        at::Tensor o = at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, true,
+                                                        std::nullopt, c.kvHeads != c.heads);
         o = o.transpose(1, 2).reshape({b, s, c.heads * c.headDim});
         return linear(l.o, l.oW, ParamId(), o);
     });

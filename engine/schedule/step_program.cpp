@@ -40,6 +40,7 @@ struct Segment {
     double fwdFlops = 0, bwdFlops = 0, fwdMem = 0, bwdMem = 0, saved = 0;
     double recomputeFlops = 0, recomputeSaved = 0;  // activation checkpointing
     int32_t kernels = 0;                            // modules with matmul work
+    int64_t gradBytes = 0;  // unsharded gradients its backward produces first
 };
 
 struct Group {
@@ -79,7 +80,11 @@ private:
     std::vector<char> unsharded;           // unsharded parameters are resident
     std::vector<BufferId> unshardedBuf;    // their buffer
     std::vector<BufferId> postForwardBuf;  // int reshard copy
-    std::vector<BufferId> gradBuf;    // unsharded gradients (kept across no-sync micro-batches)
+    // Unsharded gradients per compute segment, allocated at the segment's first backward
+    // (as autograd creates each parameter's .grad) and kept across no-sync micro-batches
+    // until the unit's reduce-scatter frees them all.
+    std::vector<BufferId> gradSegBuf;
+    std::vector<std::vector<int32_t>> unitSegs;  // each unit's segments
     std::vector<OpId> lastFree;       // FSDP1 limiter: op that freed the unit's parameters
     std::vector<OpId> inflightFrees;  // FSDP1 limiter queue
     OpId prevReduce;
@@ -128,7 +133,6 @@ private:
         agBuf.assign(n, BufferId());
         unshardedBuf.assign(n, BufferId());
         postForwardBuf.assign(n, BufferId());
-        gradBuf.assign(n, BufferId());
         lastFree.assign(n, OpId());
     }
 
@@ -158,6 +162,7 @@ private:
             sg.fwdMem += c.fwdMemBytes.at(b, s) * scale;
             sg.bwdMem += c.bwdMemBytes.at(b, s) * scale;
             sg.kernels += run.kernels;
+            sg.gradBytes += run.gradNumel * dtypeSize(unit.allGatherDtype);
             switch (unit.activationCheckpointing) {
                 case AcMode::Full:
                     sg.recomputeFlops += fwd;
@@ -187,6 +192,23 @@ private:
             }
         for (const auto& sg : segs)
             p.modelFlopsPerRank += (sg.fwdFlops + sg.bwdFlops) * o.microBatches;
+        // Gradients no segment accounts for (padding, modules without cost) come with the
+        // unit's first backward segment.
+        std::vector<int64_t> counted(r.units.size(), 0);
+        for (const auto& sg : segs)
+            counted[sg.unit] += sg.gradBytes;
+        std::vector<char> seen(r.units.size(), 0);
+        for (size_t i = segs.size(); i-- > 0;) {
+            Segment& sg = segs[i];
+            if (seen[sg.unit]) continue;
+            seen[sg.unit] = 1;
+            sg.gradBytes +=
+                std::max<int64_t>(0, r.units[sg.unit].unshardedBytes - counted[sg.unit]);
+        }
+        gradSegBuf.assign(segs.size(), BufferId());
+        unitSegs.assign(r.units.size(), {});
+        for (size_t i = 0; i < segs.size(); ++i)
+            unitSegs[segs[i].unit].push_back(static_cast<int32_t>(i));
     }
 
     void persistent() {
@@ -363,8 +385,12 @@ private:
     void reduceUnit(int32_t u, int32_t mb, bool sync) {
         const auto& unit = r.units[u];
         if (!sync) return;  // gradients stay unsharded (requires_gradient_sync(False))
-        const BufferId grads = gradBuf[u];
-        gradBuf[u] = BufferId();
+        SmallVector<BufferId, 4> grads;
+        for (int32_t i : unitSegs[u])
+            if (gradSegBuf[i].valid()) {
+                grads.push_back(gradSegBuf[i]);
+                gradSegBuf[i] = BufferId();
+            }
         Op ci{OpKind::ReduceScatterCopyIn, Phase::Backward, Stream::Compute, UnitId(u), mb};
         const int64_t agElems =
             unit.unshardedBytes / std::max<int64_t>(1, dtypeSize(unit.allGatherDtype));
@@ -375,7 +401,8 @@ private:
         const BufferId in =
             buffer(rsIn, MemCategory::ReduceScatterBuffer, Stream::Compute, unit.reduceDtype);
         ci.allocs.push_back(in);
-        if (grads.valid()) ci.frees.push_back(grads);
+        for (BufferId gb : grads)
+            ci.frees.push_back(gb);
         const OpId ciId = add(std::move(ci));
         Op rs{r.noShard ? OpKind::AllReduce : OpKind::ReduceScatter, Phase::Backward,
               Stream::ReduceScatter, UnitId(u), mb};
@@ -462,10 +489,10 @@ private:
                 savedTemp.push_back(tmp);
             }
             Op c = computeOp(OpKind::Backward, Phase::Backward, sg, mb, sg.bwdFlops, sg.bwdMem);
-            if (!gradBuf[u].valid()) {
-                gradBuf[u] = buffer(r.units[u].unshardedBytes, MemCategory::Gradients,
-                                    Stream::Compute, r.units[u].allGatherDtype);
-                c.allocs.push_back(gradBuf[u]);
+            if (!gradSegBuf[i].valid() && sg.gradBytes > 0) {
+                gradSegBuf[i] = buffer(sg.gradBytes, MemCategory::Gradients, Stream::Compute,
+                                       r.units[u].allGatherDtype);
+                c.allocs.push_back(gradSegBuf[i]);
             }
             c.frees.push_back(savedBuf[i]);
             for (BufferId t : savedTemp)

@@ -62,7 +62,9 @@ struct CostBuilder {
         c.outputBytes.perToken += width * e;
     }
     // Causal attention through SDPA with a flash/efficient kernel: no s×s matrix is kept;
-    // saved are q, k, v (k and v after GQA repeat_kv), the output and the fp32 logsumexp.
+    // saved are q, k and v (grouped-query attention inside SDPA, enable_gqa, as
+    // transformers calls it without a padding mask: k and v at their own width), the
+    // output and the fp32 logsumexp.
     void sdpa(ModuleId m, double heads, double headDim, double savedQkvWidth) {
         auto& c = g.cost(m);
         c.fwdFlops.perTokenSeq += 4 * heads * headDim;
@@ -176,16 +178,18 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
         linear(attn, "q_proj", h, dq, c.qkvBias, true);
         linear(attn, "k_proj", h, dkv, c.qkvBias, false);
         linear(attn, "v_proj", h, dkv, c.qkvBias, false);
-        linear(attn, "o_proj", dq, h, c.oBias, true);
-        // RoPE: q·cos + rotate_half(q)·sin saves q and rotate_half(q) (likewise k); cos
-        // and sin are shared across layers and counted once at rotary_emb.
+        // o_proj's input is SDPA's output transposed back: autograd saves one storage for
+        // both, counted at SDPA.
+        linear(attn, "o_proj", dq, h, c.oBias, false);
+        // RoPE: q·cos + rotate_half(q)·sin saves only cos and sin (they need no gradient,
+        // so q and rotate_half(q) are not kept); cos and sin are shared across layers and
+        // counted once at rotary_emb. The rotated q and k are saved by SDPA.
         auto& ac = g.cost(attn);
-        ac.savedBytes.perToken += 2.0 * (dq + dkv) * cb.e;
         ac.fwdMemBytes.perToken += (6.0 * (dq + dkv) + 4.0 * dq) * cb.e;
         ac.bwdMemBytes.perToken += (6.0 * (dq + dkv) + 4.0 * dq) * cb.e;
         ac.outputBytes.perToken += H * cb.e;
         cb.sdpa(attn, static_cast<double>(c.heads), static_cast<double>(c.headDim),
-                3.0 * static_cast<double>(dq));
+                static_cast<double>(dq + 2 * dkv));
         if (c.experts > 0) {
             ModuleId moe = g.addModule(layer, "block_sparse_moe", "MixtralSparseMoeBlock");
             // Router: Linear(h → E), softmax and top-k in fp32.

@@ -619,6 +619,7 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r) 
         unitOf[m] = unitRoot[m] >= 0 ? unitRoot[m] : unitOf[g.modules()[m].parent.index()];
     if (n > 0 && unitRoot[0] >= 0) unitOf[0] = unitRoot[0];
     std::vector<ModuleRun> runs;
+    std::vector<int32_t> runOf(n, -1);
     std::vector<std::pair<int32_t, size_t>> stack{{0, 0}};
     while (n > 0 && !stack.empty()) {
         auto& [m, child] = stack.back();
@@ -635,6 +636,7 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r) 
         if (c.fwdFlops.isZero() && c.savedBytes.isZero() && c.fwdMemBytes.isZero()) continue;
         if (runs.empty() || runs.back().unit != u) runs.push_back(ModuleRun{u, {}, {}, {}, 0});
         ModuleRun& run = runs.back();
+        runOf[static_cast<size_t>(m)] = static_cast<int32_t>(runs.size() - 1);
         run.cost += c;
         if (!c.fwdFlops.isZero()) ++run.kernels;
         if (mod.cls.find("Attention") != std::string::npos) {
@@ -642,6 +644,18 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r) 
             run.attnSavedBytes += c.savedBytes;
         }
     }
+    // Each trainable parameter's gradient appears at the backward of its last forward use.
+    std::vector<int32_t> lastRun(g.paramCount(), -1);
+    for (size_t m = 0; m < n; ++m) {
+        if (runOf[m] < 0) continue;
+        for (ParamId p : g.modules()[m].params)
+            if (r.unitOfParam[p.index()].valid() &&
+                r.unitOfParam[p.index()].value == runs[static_cast<size_t>(runOf[m])].unit)
+                lastRun[p.index()] = std::max(lastRun[p.index()], runOf[m]);
+    }
+    for (size_t p = 0; p < lastRun.size(); ++p)
+        if (lastRun[p] >= 0 && g.params()[p].requiresGrad)
+            runs[static_cast<size_t>(lastRun[p])].gradNumel += g.params()[p].numel;
     return runs;
 }
 

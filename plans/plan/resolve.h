@@ -77,6 +77,9 @@ struct ModuleRun {
     ScaledCost attnFwdFlops;  // of those whose class names attention (selective checkpointing)
     ScaledCost attnSavedBytes;
     int32_t kernels = 0;  // modules with forward FLOPs
+    // Trainable parameter elements of the run's unit whose gradient backward produces first
+    // here: those whose last forward use is in this run (a tied weight at its last user).
+    int64_t gradNumel = 0;
 };
 
 struct ResolvedPlan {

@@ -1,0 +1,80 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Peer test: the activation formulas for Hugging Face configs against what autograd saves.
+
+transformers' LlamaForCausalLM (the tiny sample config, fp32, SDPA attention, no padding
+mask) runs one forward with labels under torch.autograd.graph.saved_tensors_hooks; every
+storage autograd saves is counted once, parameters excluded. `shardscope model show --json`
+gives the formulas' saved bytes for the same batch and sequence. They must agree within 1%,
+for the whole model and for one decoder layer; and a GQA config (4 KV heads for 8 query
+heads) is covered by the sample itself.
+"""
+import json
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import peer  # noqa: E402
+
+torch = peer.require("torch")
+transformers = peer.require("transformers")
+
+SOURCE = os.environ.get("SHARDSCOPE_SOURCE", os.path.join(os.path.dirname(__file__), "..", ".."))
+CONFIG = os.path.join(SOURCE, "samples", "models", "tiny-llama", "config.json")
+BATCH, SEQ = 2, 128
+
+
+def measured_saved_bytes(model, ids, labels, layer=None):
+    """Bytes of the storages autograd saves during one forward (each storage once)."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen = {}
+    per_layer = {}
+    current = [None]
+
+    def pack(t):
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in params and ptr not in seen:
+            seen[ptr] = t.untyped_storage().nbytes()
+            per_layer[ptr] = current[0]
+        return t
+
+    hooks = []
+    if layer is not None:
+        hooks.append(layer.register_forward_pre_hook(lambda *a: current.__setitem__(0, "layer")))
+        hooks.append(layer.register_forward_hook(lambda *a: current.__setitem__(0, None)))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = model(input_ids=ids, labels=labels)
+    for h in hooks:
+        h.remove()
+    del out
+    total = sum(seen.values())
+    in_layer = sum(b for p, b in seen.items() if per_layer[p] == "layer")
+    return total, in_layer
+
+
+class SavedActivationsPeer(unittest.TestCase):
+    def test_formulas_match_autograd(self):
+        with open(CONFIG) as f:
+            cfg = json.load(f)
+        config = transformers.LlamaConfig(**{k: v for k, v in cfg.items() if not k.startswith("_")})
+        config._attn_implementation = "sdpa"
+        torch.manual_seed(0)
+        model = transformers.LlamaForCausalLM(config).float().train()
+        ids = torch.randint(0, cfg["vocab_size"], (BATCH, SEQ))
+        total, layer1 = measured_saved_bytes(model, ids, ids, layer=model.model.layers[1])
+
+        show = peer.shardscope("model", "show", "--model", CONFIG, "--batch", str(BATCH), "--seq", str(SEQ),
+                               "--json")
+        mods = {m["name"]: m for m in show["modules"]}
+        ours_total = mods[""]["saved_activation_bytes"]
+        ours_layer = mods["model.layers.1"]["saved_activation_bytes"]
+        print("saved activations, %d x %d tokens: formulas %d B, autograd %d B (%+.2f%%); one decoder layer: "
+              "formulas %d B, autograd %d B (%+.2f%%)"
+              % (BATCH, SEQ, ours_total, total, 100.0 * (ours_total - total) / total, ours_layer, layer1,
+                 100.0 * (ours_layer - layer1) / layer1))
+        self.assertLess(abs(ours_total - total), 0.01 * total)
+        self.assertLess(abs(ours_layer - layer1), 0.01 * layer1)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
