@@ -87,7 +87,7 @@ int runBenchSimulate(const Args& a) {
     };
     auto oneStep = [&](const ModelGraph& g, const ClusterSpec& c, const Plan& p,
                        const ResolvedPlan& r) {
-        const StepProgram prog = buildStepProgram(r, stepOptionsFor(p, c.node.devicesPerNode));
+        const StepProgram prog = buildStepProgram(r, stepOptionsFor(p, c));
         SimOptions so;
         so.keepTimeline = false;
         const SimResult s = simulate(prog, c, r.worldSize, so);
@@ -101,19 +101,16 @@ int runBenchSimulate(const Args& a) {
     const ClusterSpec c1024 = clusterOf(1024);
     const Plan p = perBlock(1024);
     const ResolvedPlan r = resolvePlan(g80, p, &c1024, "bench");
-    const StepProgram prog = buildStepProgram(r, stepOptionsFor(p, c1024.node.devicesPerNode));
+    const StepProgram prog = buildStepProgram(r, stepOptionsFor(p, c1024));
     const double tSim = timeIt([&] { oneStep(g80, c1024, p, r); }, budget);
     std::printf("Llama-3-70B shape (80 blocks, %zu ops per step) on 1,024 GPUs (128 nodes x 8):\n",
                 prog.ops.size());
     std::printf(
         "  one step, program build + simulation + memory model: %8.1f us   (goal <= 1000 us)\n",
         tSim * 1e6);
-    const double tBuild = timeIt(
-        [&] {
-            g_sink = g_sink +
-                     buildStepProgram(r, stepOptionsFor(p, c1024.node.devicesPerNode)).ops.size();
-        },
-        budget);
+    const double tBuild =
+        timeIt([&] { g_sink = g_sink + buildStepProgram(r, stepOptionsFor(p, c1024)).ops.size(); },
+               budget);
     SimOptions quiet;
     quiet.keepTimeline = false;
     const double tSimOnly =
@@ -203,8 +200,7 @@ int runBenchSimulate(const Args& a) {
     for (int64_t layers : {2, 10, 20, 40, 80, 160}) {
         const ModelGraph g = model(layers);
         const ResolvedPlan rl = resolvePlan(g, p, &c1024, "bench");
-        const size_t ops =
-            buildStepProgram(rl, stepOptionsFor(p, c1024.node.devicesPerNode)).ops.size();
+        const size_t ops = buildStepProgram(rl, stepOptionsFor(p, c1024)).ops.size();
         std::printf("  %8lld %8zu %10.1f\n", static_cast<long long>(layers), ops,
                     1e6 * timeIt([&] { oneStep(g, c1024, p, rl); }, budget / 3));
     }

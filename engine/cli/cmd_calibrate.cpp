@@ -62,8 +62,7 @@ int runCalibrate(const Args& a) {
         std::cerr << "error: the plan has errors\n";
         return kExitFailed;
     }
-    const StepProgram prog =
-        buildStepProgram(r, stepOptionsFor(*plan, cluster->node.devicesPerNode));
+    const StepProgram prog = buildStepProgram(r, stepOptionsFor(*plan, *cluster));
     auto fit = calibrate(prog, *cluster, ops, a.get("--trace"));
     if (failed(fit)) return kExitFailed;
     fit->cluster.sources.erase("/sim");  // the estimates it described are replaced

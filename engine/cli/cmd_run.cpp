@@ -370,8 +370,7 @@ int runRun(const Args& a) {
     nlohmann::json predicted;
     if (cluster) {
         const ResolvedPlan rc = resolvePlan(*g, *plan, &*cluster, a.get("--plan"));
-        const StepProgram prog =
-            buildStepProgram(rc, stepOptionsFor(*plan, cluster->node.devicesPerNode));
+        const StepProgram prog = buildStepProgram(rc, stepOptionsFor(*plan, *cluster));
         const SimResult s = simulate(prog, *cluster, nproc);
         predicted = {{"cluster", cluster->name},
                      {"step_time_ns", s.stepNs},

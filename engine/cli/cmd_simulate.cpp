@@ -157,7 +157,7 @@ int runSimulate(const Args& a) {
         std::cerr << "error: the plan has errors; fix them (see `shardscope plan validate`)\n";
         return kExitFailed;
     }
-    const StepOptions so = stepOptionsFor(*plan, cluster->node.devicesPerNode);
+    const StepOptions so = stepOptionsFor(*plan, *cluster);
     const StepProgram prog = buildStepProgram(r, so);
     SimOptions opts;
     opts.expandableSegments = a.flag("--expandable-segments");

@@ -41,6 +41,9 @@ struct Segment {
     double recomputeFlops = 0, recomputeSaved = 0;  // activation checkpointing
     int32_t kernels = 0;                            // modules with matmul work
     int64_t gradBytes = 0;  // unsharded gradients its backward produces first
+    // Backward's working memory beyond the gradients: the gradient of the largest module
+    // output and the gradient of that module's input, alive together.
+    double bwdTransient = 0;
 };
 
 struct Group {
@@ -163,6 +166,7 @@ private:
             sg.bwdMem += c.bwdMemBytes.at(b, s) * scale;
             sg.kernels += run.kernels;
             sg.gradBytes += run.gradNumel * dtypeSize(unit.allGatherDtype);
+            sg.bwdTransient = std::max(sg.bwdTransient, 2.0 * run.peakOutputBytes.at(b, s) * scale);
             switch (unit.activationCheckpointing) {
                 case AcMode::Full:
                     sg.recomputeFlops += fwd;
@@ -181,14 +185,19 @@ private:
                     break;
             }
         }
-        // Full checkpointing keeps the unit's input: one hidden state per token.
+        // Full checkpointing keeps the unit's input: one hidden state per token. Its
+        // recompute also makes the unit's output again, which the checkpoint's backward
+        // holds until it is done.
         for (auto& sg : segs)
             if (r.units[sg.unit].activationCheckpointing == AcMode::Full &&
                 !r.units[sg.unit].isRoot) {
                 const ModuleId first = r.units[sg.unit].modules[0];
-                sg.saved += g.module(first).cost.outputBytes.at(b, s) *
-                            static_cast<double>(dtypeSize(r.units[sg.unit].allGatherDtype)) /
-                            static_cast<double>(dtypeSize(g.activationDtype));
+                const double hidden =
+                    g.module(first).cost.outputBytes.at(b, s) *
+                    static_cast<double>(dtypeSize(r.units[sg.unit].allGatherDtype)) /
+                    static_cast<double>(dtypeSize(g.activationDtype));
+                sg.saved += hidden;
+                sg.recomputeSaved += hidden;
             }
         for (const auto& sg : segs)
             p.modelFlopsPerRank += (sg.fwdFlops + sg.bwdFlops) * o.microBatches;
@@ -214,7 +223,9 @@ private:
     void persistent() {
         int64_t sharded = 0, optim = 0;
         for (const auto& u : r.units) {
-            if (u.offload.enabled) continue;  // sharded state lives on the host
+            // Sharded state of an offloaded unit lives on the host, which is not the device
+            // memory the peak counts unless the device is the host.
+            if (u.offload.enabled && !o.hostIsDevice) continue;
             sharded += u.shardedBytes;
             optim += 2 * u.shardedBytes;  // AdamW exp_avg and exp_avg_sq in the parameter dtype
         }
@@ -489,10 +500,21 @@ private:
                 savedTemp.push_back(tmp);
             }
             Op c = computeOp(OpKind::Backward, Phase::Backward, sg, mb, sg.bwdFlops, sg.bwdMem);
+            int64_t newGrads = 0;
             if (!gradSegBuf[i].valid() && sg.gradBytes > 0) {
                 gradSegBuf[i] = buffer(sg.gradBytes, MemCategory::Gradients, Stream::Compute,
                                        r.units[u].allGatherDtype);
                 c.allocs.push_back(gradSegBuf[i]);
+                newGrads = sg.gradBytes;
+            }
+            // The activation gradients' working memory, for the op's duration. Gradients
+            // allocated by the same backward mostly appear after it has shrunk, so only the
+            // part above them counts (all of it in a later micro-batch, which allocates none).
+            if (const auto tmp = static_cast<int64_t>(sg.bwdTransient) - newGrads; tmp > 0) {
+                const BufferId t = buffer(tmp, MemCategory::Temporaries, Stream::Compute,
+                                          r.units[u].allGatherDtype);
+                c.allocs.push_back(t);
+                c.frees.push_back(t);
             }
             c.frees.push_back(savedBuf[i]);
             for (BufferId t : savedTemp)
@@ -552,7 +574,13 @@ private:
 }  // namespace
 
 StepOptions stepOptionsFor(const Plan& plan, int64_t devicesPerNode) {
-    return {plan.microBatchSize, plan.seqLen, plan.microBatches, devicesPerNode};
+    return {plan.microBatchSize, plan.seqLen, plan.microBatches, devicesPerNode, false};
+}
+
+StepOptions stepOptionsFor(const Plan& plan, const ClusterSpec& cluster) {
+    StepOptions o = stepOptionsFor(plan, cluster.node.devicesPerNode);
+    o.hostIsDevice = cluster.device.kind == "cpu";
+    return o;
 }
 
 StepProgram buildStepProgram(const ResolvedPlan& plan, const StepOptions& options) {

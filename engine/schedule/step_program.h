@@ -123,6 +123,9 @@ struct StepOptions {
     int64_t seqLen = 2048;
     int64_t microBatches = 1;
     int64_t devicesPerNode = 8;
+    // The "device" is the host (a CPU cluster): CPU-offloaded state lives in the memory the
+    // peak counts, so it is counted.
+    bool hostIsDevice = false;
 };
 
 struct StepProgram {
@@ -139,6 +142,8 @@ struct StepProgram {
 // The plan's training section (micro-batch, sequence length, micro-batches) on nodes of
 // `devicesPerNode` devices.
 [[nodiscard]] StepOptions stepOptionsFor(const Plan& plan, int64_t devicesPerNode);
+// The plan's batch shape on this cluster (devices per node; a CPU device is the host).
+[[nodiscard]] StepOptions stepOptionsFor(const Plan& plan, const ClusterSpec& cluster);
 
 // "model.layers.3 all-gather": made on demand for traces and dumps, not stored per op.
 [[nodiscard]] std::string opLabel(const ResolvedPlan& plan, const Op& op);

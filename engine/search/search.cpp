@@ -446,7 +446,7 @@ private:
         cand.plan = p;
         cand.summary = summary;
         const ResolvedPlan r = resolvePlan(g, p, &c, "recommended");
-        const StepOptions st = stepOptionsFor(p, c.node.devicesPerNode);
+        const StepOptions st = stepOptionsFor(p, c);
         cand.sim = simulate(buildStepProgram(r, st), c, r.worldSize);
         cand.fits = cand.sim.peakReserved <= budget;
         return cand;

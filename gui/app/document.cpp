@@ -328,7 +328,8 @@ bool Document::resimulate(QString* why) {
     // Simulating one step takes well under a millisecond: done here, not in a thread.
     auto run = [&](const ResolvedPlan& r, int64_t mbs, std::shared_ptr<const TimelineData>& tl,
                    std::shared_ptr<const SimResult>& sr) {
-        const StepOptions o{mbs, plan->seqLen, plan->microBatches, cluster->node.devicesPerNode};
+        StepOptions o = stepOptionsFor(*plan, *cluster);
+        o.microBatchSize = mbs;
         const StepProgram program = buildStepProgram(r, o);
         auto sim = std::make_shared<SimResult>(simulate(program, *cluster, r.worldSize));
         tl = std::make_shared<const TimelineData>(timelineFromSimulation(r, program, *sim));

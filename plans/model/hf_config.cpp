@@ -79,12 +79,14 @@ struct CostBuilder {
         c.outputBytes.perToken += h * e;
     }
     // Causal-LM loss in the *ForCausalLM forward: logits upcast to fp32, log_softmax
-    // (saves its fp32 output) and nll_loss (saves the int64 targets).
+    // (saves its fp32 output) and nll_loss (saves the int64 targets). Its largest output is
+    // the fp32 log-probabilities (backward holds their gradient and the logits').
     void causalLmLoss(ModuleId m, double vocab) {
         auto& c = g.cost(m);
         c.fwdMemBytes.perToken += vocab * (e + 4) + vocab * 8;
         c.bwdMemBytes.perToken += vocab * 16;
         c.savedBytes.perToken += 4 * vocab + 8;
+        c.outputBytes.perToken += 4 * vocab;
     }
 };
 

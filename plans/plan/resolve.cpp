@@ -634,10 +634,15 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r) 
         stack.pop_back();
         const ModuleCost& c = mod.cost;
         if (c.fwdFlops.isZero() && c.savedBytes.isZero() && c.fwdMemBytes.isZero()) continue;
-        if (runs.empty() || runs.back().unit != u) runs.push_back(ModuleRun{u, {}, {}, {}, 0});
+        if (runs.empty() || runs.back().unit != u)
+            runs.push_back(ModuleRun{u, {}, {}, {}, 0, 0, {}});
         ModuleRun& run = runs.back();
         runOf[static_cast<size_t>(m)] = static_cast<int32_t>(runs.size() - 1);
         run.cost += c;
+        run.peakOutputBytes.perToken =
+            std::max(run.peakOutputBytes.perToken, c.outputBytes.perToken);
+        run.peakOutputBytes.perTokenSeq =
+            std::max(run.peakOutputBytes.perTokenSeq, c.outputBytes.perTokenSeq);
         if (!c.fwdFlops.isZero()) ++run.kernels;
         if (mod.cls.find("Attention") != std::string::npos) {
             run.attnFwdFlops += c.fwdFlops;

@@ -80,6 +80,9 @@ struct ModuleRun {
     // Trainable parameter elements of the run's unit whose gradient backward produces first
     // here: those whose last forward use is in this run (a tied weight at its last user).
     int64_t gradNumel = 0;
+    // The largest module output of the run (each term's maximum): its gradient and the
+    // gradient of its input are backward's working memory.
+    ScaledCost peakOutputBytes;
 };
 
 struct ResolvedPlan {

@@ -231,10 +231,15 @@ TEST(Memory, PeaksWithinPyTorchsFsdp2MemoryTestBounds) {
         const int64_t block = static_cast<int64_t>(kBlockBytes);
         const int64_t sharded = kLayers * block / 4;
         const auto& pk = r.sim.peakAllocatedByPhase;
+        // PyTorch's test feeds 4 tokens so activations are negligible and allows 16 MB
+        // for them; here 1000 tokens make each block's output 4 MiB, and backward holds the
+        // gradients of a block's output and input (2 outputs) besides the parameters.
+        const int64_t activationGrads = 2 * static_cast<int64_t>(4 * kH * 1000);
         if (reshard) {
             EXPECT_LE(pk[0], 3 * block + 3 * sharded)
                 << "forward: 3 blocks + sharded params + Adam states";
-            EXPECT_LE(pk[1], 3 * block + 4 * sharded) << "backward: + sharded grads";
+            EXPECT_LE(pk[1], 3 * block + 4 * sharded + activationGrads)
+                << "backward: + sharded grads";
         } else {
             EXPECT_LE(pk[0], kLayers * block + block + 3 * sharded);
         }
