@@ -180,7 +180,10 @@ void printPlan(const ResolvedPlan& r, const Loaded& l, bool fold, std::ostream& 
     out << "\n";
     if (l.cluster) out << "  cluster     " << l.cluster->name << "\n";
     out << "  parameters  "
-        << (r.flatParams ? "one FlatParameter per unit" : "sharded on dim 0 per parameter")
+        << (r.flatParams                       ? "one FlatParameter per unit"
+            : r.plan.api == PlanApi::Lightning ? "each flattened and padded to a multiple of the "
+                                                 "shard size (fairscale without flatten_parameters)"
+                                               : "sharded on dim 0 per parameter")
         << "\n  units       " << r.units.size() << " (wrap policy "
         << wrapPolicyName(r.plan.wrap.kind) << ")\n";
     out << "  per rank    sharded parameters " << formatBytes(r.totalShardedBytes())

@@ -181,13 +181,15 @@ struct FsdpRuntime::Impl {
 
     struct PState {
         ParamId id;
-        int64_t d0 = 1, row = 1;  // dim 0 and elements per row
-        int64_t rows = 1;         // rows per rank in the shard group (ceil(d0/N))
-        int64_t pfRows = 0;       // rows per rank of the int-reshard copy
-        std::vector<int64_t> shape;
-        at::Tensor sharded;      // fp32 master shard [rows, ...], zero-padded
-        at::Tensor unsharded;    // the leaf the model computes with [shape], param dtype
-        at::Tensor postForward;  // int reshard: this rank's rows of the k-rank group
+        int64_t d0 = 1, row = 1;         // dim 0 and elements per row
+        int64_t rows = 1;                // rows per rank in the shard group (ceil(d0/N))
+        int64_t pfRows = 0;              // rows per rank of the int-reshard copy
+        std::vector<int64_t> shape;      // the sharding's view: [numel] when flat1d
+        std::vector<int64_t> trueShape;  // the parameter's own shape
+        bool flat1d = false;             // fairscale without flattening: sharded as a flat vector
+        at::Tensor sharded;              // fp32 master shard [rows, ...], zero-padded
+        at::Tensor unsharded;            // the leaf the model computes with [shape], param dtype
+        at::Tensor postForward;          // int reshard: this rank's rows of the k-rank group
         bool trainable = true;
     };
     struct UState {
@@ -377,8 +379,6 @@ struct FsdpRuntime::Impl {
             us[u].agType = scalarType(unit.allGatherDtype);
             us[u].reduceType = scalarType(unit.reduceDtype);
         }
-        if (r.flatParams && r.plan.api == PlanApi::Lightning && !r.plan.lightning.flattenParameters)
-            throw std::runtime_error("the engine does not run fairscale without flattening yet");
         if (r.noShard)
             for (const auto& unit : r.units)
                 if (unit.mixedPrecision.paramDtype)
@@ -393,7 +393,11 @@ struct FsdpRuntime::Impl {
             const ParamInfo& info = g.params()[i];
             PState p;
             p.id = ParamId(static_cast<int32_t>(i));
-            p.shape = info.shape.empty() ? std::vector<int64_t>{1} : info.shape;
+            p.trueShape = info.shape.empty() ? std::vector<int64_t>{1} : info.shape;
+            // fairscale without flattening shards each parameter as a flat vector, padded
+            // to a multiple of N; FSDP2 shards dim 0.
+            p.flat1d = o.fsdp && !r.flatParams && r.plan.api == PlanApi::Lightning;
+            p.shape = p.flat1d ? std::vector<int64_t>{info.numel} : p.trueShape;
             p.d0 = p.shape[0];
             p.row = 1;
             for (size_t k = 1; k < p.shape.size(); ++k)
@@ -406,11 +410,11 @@ struct FsdpRuntime::Impl {
             // Deterministic initial values, independent of the sharding: N(0, 0.02) for
             // matrices and embeddings, ones for norm weights and other vectors.
             at::Tensor full;
-            if (p.shape.size() == 1) {
-                full = at::ones(p.shape, at::kFloat);
+            if (p.trueShape.size() == 1) {
+                full = at::ones(p.trueShape, at::kFloat);
             } else {
                 auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed * 1000003ULL + i);
-                full = at::normal(0.0, 0.02, p.shape, gen, at::TensorOptions(at::kFloat));
+                full = at::normal(0.0, 0.02, p.trueShape, gen, at::TensorOptions(at::kFloat));
             }
             // Offloaded units keep their shards on the host; everything else is on the device
             // (the values are generated on the CPU, so every device starts from the same).
@@ -421,7 +425,7 @@ struct FsdpRuntime::Impl {
             shardShape[0] = p.rows;
             if (o.fsdp && r.flatParams) {
                 fulls[i] = full;  // the unit's flat parameter is built below
-                p.unsharded = at::empty(p.shape, on(us[u].agType));
+                p.unsharded = at::empty(p.trueShape, on(us[u].agType));
                 if (r.noShard) {
                     p.unsharded.copy_(full);  // NO_SHARD: always resident, trained in place
                 } else {
@@ -432,9 +436,10 @@ struct FsdpRuntime::Impl {
             } else if (o.fsdp) {
                 p.sharded = at::zeros(shardShape, master);
                 const int64_t r0 = myShard * p.rows, r1 = std::min(p.d0, r0 + p.rows);
-                if (r1 > r0) p.sharded.narrow(0, 0, r1 - r0).copy_(full.narrow(0, r0, r1 - r0));
+                const at::Tensor byRows = full.reshape(p.shape);
+                if (r1 > r0) p.sharded.narrow(0, 0, r1 - r0).copy_(byRows.narrow(0, r0, r1 - r0));
                 p.sharded.requires_grad_(p.trainable);
-                p.unsharded = at::empty(p.shape, on(us[u].agType));
+                p.unsharded = at::empty(p.trueShape, on(us[u].agType));
                 resizeStorage(p.unsharded, 0);
                 p.unsharded.requires_grad_(p.trainable);
                 if (p.trainable) masters.push_back(p.sharded);
@@ -448,6 +453,18 @@ struct FsdpRuntime::Impl {
         for (size_t u = 0; u < r.units.size(); ++u)
             for (ParamId pid : r.units[u].params)
                 us[u].params.push_back(psOfParam[pid.index()]);
+        // The shards as laid out here are the sizes the plan resolved (dim-0 rows for FSDP2,
+        // padded flat vectors for fairscale without flattening).
+        if (o.fsdp && !r.flatParams)
+            for (size_t u = 0; u < r.units.size(); ++u) {
+                int64_t numel = 0;
+                for (int32_t pi : us[u].params)
+                    numel += ps[pi].rows * ps[pi].row;
+                if (numel != r.units[u].shardedNumel)
+                    throw std::logic_error("shard of " + r.units[u].displayName() + " is " +
+                                           std::to_string(numel) + " elements, the plan says " +
+                                           std::to_string(r.units[u].shardedNumel));
+            }
         if (o.fsdp && r.flatParams)
             for (size_t u = 0; u < r.units.size(); ++u)
                 buildFlat(static_cast<int32_t>(u), fulls, masters);
@@ -597,7 +614,8 @@ struct FsdpRuntime::Impl {
                 at::Tensor chunk = s.agOut.narrow(0, src * s.agIn + off, (r1 - r0) * p.row);
                 auto shape = p.shape;
                 shape[0] = r1 - r0;
-                copyPreservingVersion(p.unsharded, r0, chunk.view(shape));
+                copyPreservingVersion(p.flat1d ? p.unsharded.detach().view({-1}) : p.unsharded, r0,
+                                      chunk.view(shape));
             }
             off += rows * p.row;
             if (s.fromPostForward) p.postForward.reset();
@@ -750,6 +768,7 @@ struct FsdpRuntime::Impl {
             for (int32_t pi : s.flat ? std::vector<int32_t>{} : s.params) {
                 PState& p = ps[pi];
                 at::Tensor grad = p.unsharded.grad();
+                if (grad.defined() && p.flat1d) grad = grad.reshape({-1});
                 if (grad.defined()) {
                     for (int64_t dst = 0; dst < n; ++dst) {
                         const int64_t r0 = dst * p.rows, r1 = std::min(p.d0, r0 + p.rows);
@@ -1027,8 +1046,7 @@ void FsdpRuntime::optimizerStep() {
                 continue;
             }
             if (us.flat) {
-                if (us.flatSharded.defined())
-                    us.flatSharded.mutable_grad() = asFloat(red.out);
+                if (us.flatSharded.defined()) us.flatSharded.mutable_grad() = asFloat(red.out);
                 continue;
             }
             int64_t off = 0;
@@ -1099,7 +1117,7 @@ std::vector<at::Tensor> FsdpRuntime::fullParameters() {
         s.groups->shard->_allgather_base(gathered, local)->wait();
         auto shape = p.shape;
         shape[0] = n * p.rows;
-        out.push_back(gathered.view(shape).narrow(0, 0, p.d0).clone());
+        out.push_back(gathered.view(shape).narrow(0, 0, p.d0).reshape(p.trueShape).clone());
     }
     return out;
 }

@@ -13,8 +13,8 @@
    micro-batches; full and selective activation checkpointing; CPU offload (all units, one
    unit, FSDP1); and the FSDP1 flavour (flat parameters with and
    without use_orig_params alignment, BACKWARD_PRE / BACKWARD_POST / NONE, forward_prefetch,
-   SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD). Each run's recorded op order must equal the step
-   program's.
+   SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD); and the Lightning fairscale strategy with and
+   without flatten_parameters. Each run's recorded op order must equal the step program's.
 """
 import json
 import math
@@ -55,12 +55,12 @@ SEED = 1234
 TOL = 1e-5
 
 
-def plan(mesh, defaults=None, units=None, micro_batches=1, fsdp1=None):
+def plan(mesh, defaults=None, units=None, micro_batches=1, fsdp1=None, lightning=None):
     p = {
         "format": "shardscope.plan",
         "version": 1,
         "name": "equivalence",
-        "api": "fsdp2" if fsdp1 is None else "fsdp1",
+        "api": "fsdp2" if fsdp1 is None and lightning is None else "fsdp1" if lightning is None else "lightning",
         "mesh": {"shape": mesh},
         "wrap": {"policy": "module_class", "classes": ["LlamaDecoderLayer"]},
         "defaults": defaults or {},
@@ -72,6 +72,8 @@ def plan(mesh, defaults=None, units=None, micro_batches=1, fsdp1=None):
         p["units"] = units
     if fsdp1 is not None:
         p["fsdp1"] = fsdp1
+    if lightning is not None:
+        p["lightning"] = lightning
     if micro_batches > 1:
         p["gradient_accumulation"] = {"micro_batches": micro_batches}
     return p
@@ -102,6 +104,8 @@ MATRIX = {
     "fsdp1_world2_shard_grad_op": plan([2], fsdp1={"sharding_strategy": "SHARD_GRAD_OP"}),
     "fsdp1_world2_no_shard": plan([2], fsdp1={"sharding_strategy": "NO_SHARD"}),
     "fsdp1_hybrid_2x2": plan([2, 2], fsdp1={"sharding_strategy": "HYBRID_SHARD"}),
+    "lightning_fairscale_world2_flat": plan([2], lightning={"flatten_parameters": True}),
+    "lightning_fairscale_world2_unflattened": plan([2], lightning={"flatten_parameters": False}),
     "world2_selective_checkpointing": plan([2], {"activation_checkpointing": "selective"}),
     "world2_cpu_offload": plan([2], {"offload": {"pin_memory": True}}),
     "world2_cpu_offload_one_unit": plan([2], units=[{"modules": ["model.layers.1"], "offload": {"pin_memory": True}}]),
@@ -216,6 +220,42 @@ class EngineEquivalence(unittest.TestCase):
         print("proxy (GPT-2 graph) world 2: worst relative error loss %.2e, parameters %.2e" % (worst_loss, worst_param))
         self.assertLess(worst_loss, TOL)
         self.assertLess(worst_param, TOL)
+
+    def test_fairscale_unflattened_pads_each_flat_parameter(self):
+        """fairscale without flatten_parameters shards each parameter as a flat vector padded
+        to a multiple of N, not by rows: with 42 MLP rows on 4 ranks the row split (11 rows,
+        352 elements each) and the flat split (336 elements) differ, and both runs must
+        still equal the unsharded model."""
+        cfg = dict(CONFIG, intermediate_size=42, vocab_size=98)
+        model = os.path.join(self.dir, "odd.json")
+        with open(model, "w") as f:
+            json.dump(cfg, f)
+        results = {}
+        for flat in (False, True):
+            p = plan([4], lightning={"flatten_parameters": flat})
+            path = self.write_plan("odd_%s" % flat, p)
+            params_path = os.path.join(self.dir, "odd_%s_params.json" % flat)
+            r = subprocess.run([BIN, "run", "-m", model, "-p", path, "--steps", str(STEPS), "--warmup", "0",
+                                "--json", "--dump-params", params_path], capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stderr + r.stdout)
+            out = json.loads(r.stdout)
+            self.assertTrue(out["op_order_matches_program"], out["op_order"])
+            with open(params_path) as f:
+                results[flat] = (out["losses"], json.load(f))
+        ref_plan = self.write_plan("odd_ref", plan([4]))
+        ref_out, ref_params = os.path.join(self.dir, "odd_ref.json"), os.path.join(self.dir, "odd_ref_params.json")
+        subprocess.run([ENGINE, "worker", "--model", model, "--plan", ref_plan, "--reference", "4", "--steps",
+                        str(STEPS), "--warmup", "0", "--out", ref_out, "--dump-params", ref_params], check=True,
+                       capture_output=True)
+        with open(ref_out) as f, open(ref_params) as g:
+            ref_losses, ref = json.load(f)["losses"], json.load(g)
+        for flat, (losses, params) in results.items():
+            worst_loss = max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses))
+            worst_param = max(rel(params[k], ref[k]) for k in ref)
+            print("fairscale flatten_parameters=%s world 4 (odd sizes): worst relative error loss %.2e, parameters %.2e"
+                  % (flat, worst_loss, worst_param))
+            self.assertLess(worst_loss, TOL)
+            self.assertLess(worst_param, TOL)
 
     def test_matrix(self):
         for name, p in MATRIX.items():
