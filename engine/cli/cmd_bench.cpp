@@ -336,14 +336,10 @@ bool measureImport(const std::string& path) {
         double inMemory = 0;
         int64_t events = 0;
         if (t) {
-            // The trace's data: its columns, collectives, lanes and interned strings.
+            // Everything the trace holds: columns, collectives, flows, lanes, memory
+            // counters and interned strings with their index, at their capacity.
             events = static_cast<int64_t>(t->size());
-            inMemory = static_cast<double>(events) *
-                       (2 * sizeof(int64_t) + 6 * sizeof(int32_t) + sizeof(EventClass));
-            inMemory += static_cast<double>(t->collectives.size() * sizeof(Collective));
-            for (size_t i = 0; i < t->strings.size(); ++i)
-                inMemory += static_cast<double>(t->strings.at(static_cast<int32_t>(i)).size() +
-                                                sizeof(std::string));
+            inMemory = static_cast<double>(t->memoryBytes());
         }
         char msg[128];
         const int n = std::snprintf(msg, sizeof msg, "%d %.6f %lld %.0f %ld", t ? 1 : 0, s,

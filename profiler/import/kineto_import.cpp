@@ -30,7 +30,7 @@ public:
         m_fileBytes = static_cast<int64_t>(std::filesystem::file_size(path, ec));
         if (ec) m_fileBytes = 0;
         if (m_file) {
-            gzbuffer(m_file, 256 << 10);
+            gzbuffer(m_file, 64 << 10);
             refill();
         }
     }
@@ -211,15 +211,15 @@ public:
         if (ph == "s") {
             ++t.flows;
             if (e.contains("id")) {
-                flowPoints.push_back(
-                    {flowId(e, cat), laneHash(key(e)), usToNs(e.value("ts", json(0))), true});
+                flowPoints.push_back({flowId(e, cat), laneHash(key(e)) | FlowPoint::kStart,
+                                      usToNs(e.value("ts", json(0)))});
             }
             return;
         }
         if (ph == "f") {
             if (e.contains("id")) {
-                flowPoints.push_back(
-                    {flowId(e, cat), laneHash(key(e)), usToNs(e.value("ts", json(0))), false});
+                flowPoints.push_back({flowId(e, cat), laneHash(key(e)) & ~FlowPoint::kStart,
+                                      usToNs(e.value("ts", json(0)))});
             }
             return;
         }
@@ -298,20 +298,16 @@ public:
         if (minTs == INT64_MAX) minTs = 0;
         if (!ourMemory.empty()) {
             auto& first = ourMemory.begin()->second;
-            t.memory.insert(t.memory.end(), first.begin(), first.end());
+            if (t.memory.empty())
+                t.memory = std::move(first);
+            else
+                t.memory.insert(t.memory.end(), first.begin(), first.end());
         }
         resolveFlows();
         for (auto& s : t.start)
             s -= minTs;
         for (auto& m : t.memory)
             m.ts -= minTs;
-        {
-            std::unordered_set<uint64_t> starts;
-            for (const auto& f : flowPoints)
-                if (f.start) starts.insert(f.id);
-            for (const auto& f : flowPoints)
-                if (!f.start && !starts.count(f.id)) ++t.orphanFlowEnds;
-        }
         for (auto& c : t.collectives) {
             if (c.bytes > 0) continue;
             // Fallback: the record_param_comms CPU op of the same External id.
@@ -361,11 +357,14 @@ private:
     std::map<int64_t, std::vector<MemoryCounter>> ourMemory;  // pid -> "memory (bytes)"
     // Flows by hashes of their id (with category) and of their lane's pid/tid: a trace has
     // tens of thousands, and strings per point cost more than the events they join.
+    // 24 bytes a point: the start flag rides in the top bit of the lane's hash.
     struct FlowPoint {
+        static constexpr uint64_t kStart = uint64_t{1} << 63;
         uint64_t id = 0;
-        uint64_t lane = 0;  // laneHash of the lane's key
+        uint64_t laneAndStart = 0;  // laneHash of the lane's key, kStart on a flow's start
         int64_t ts = 0;
-        bool start = true;
+        [[nodiscard]] bool start() const { return (laneAndStart & kStart) != 0; }
+        [[nodiscard]] uint64_t lane() const { return laneAndStart & ~kStart; }
     };
     std::vector<FlowPoint> flowPoints;
 
@@ -373,46 +372,72 @@ private:
         return std::hash<std::string>{}(e["id"].dump() + "\x1f" + cat);
     }
     static uint64_t laneHash(const std::string& laneKey) {
-        return std::hash<std::string>{}(laneKey);
+        return std::hash<std::string>{}(laneKey) & ~FlowPoint::kStart;
     }
 
     // Each flow's ends bound to events: the innermost event of the flow point's lane that
-    // encloses its time (Kineto's "bp": "e"; starts bind the same way, to the launch).
+    // encloses its time (Kineto's "bp": "e"; starts bind the same way, to the launch). Ends
+    // whose id has no start are counted as orphans. Memory stays near the trace's own: one
+    // index of the events by (lane, start), and the points sorted by id instead of a map.
     void resolveFlows() {
         if (flowPoints.empty()) return;
         std::unordered_map<uint64_t, int32_t> laneOfHash;
         for (const auto& [k, id] : laneIndex)
             laneOfHash.emplace(laneHash(k), id);
-        std::vector<std::vector<int32_t>> byLane(t.lanes.size());
+        std::vector<int32_t> byLane(t.size());
         for (size_t i = 0; i < t.size(); ++i)
-            byLane[static_cast<size_t>(t.lane[i])].push_back(static_cast<int32_t>(i));
-        for (auto& v : byLane)
-            std::stable_sort(v.begin(), v.end(),
-                             [&](int32_t a, int32_t b) { return t.start[a] < t.start[b]; });
+            byLane[i] = static_cast<int32_t>(i);
+        std::stable_sort(byLane.begin(), byLane.end(), [&](int32_t a, int32_t b) {
+            return t.lane[a] != t.lane[b] ? t.lane[a] < t.lane[b] : t.start[a] < t.start[b];
+        });
+        std::vector<size_t> laneBegin(t.lanes.size() + 1, 0);
+        for (size_t i = 0; i < t.size(); ++i)
+            ++laneBegin[static_cast<size_t>(t.lane[i]) + 1];
+        for (size_t l = 0; l < t.lanes.size(); ++l)
+            laneBegin[l + 1] += laneBegin[l];
         auto enclosing = [&](const FlowPoint& f) -> int32_t {
-            const auto it = laneOfHash.find(f.lane);
+            const auto it = laneOfHash.find(f.lane());
             if (it == laneOfHash.end()) return -1;
-            const auto& v = byLane[static_cast<size_t>(it->second)];
-            auto up = std::upper_bound(v.begin(), v.end(), f.ts,
+            const auto l = static_cast<size_t>(it->second);
+            const auto first = byLane.begin() + static_cast<std::ptrdiff_t>(laneBegin[l]);
+            const auto last = byLane.begin() + static_cast<std::ptrdiff_t>(laneBegin[l + 1]);
+            auto up = std::upper_bound(first, last, f.ts,
                                        [&](int64_t ts, int32_t e) { return ts < t.start[e]; });
-            for (int k = 0; k < 32 && up != v.begin(); ++k) {
+            for (int k = 0; k < 32 && up != first; ++k) {
                 --up;
                 if (t.start[*up] + t.dur[*up] >= f.ts) return *up;
             }
             return -1;
         };
-        std::unordered_map<uint64_t, int32_t> startEvent;
-        for (const auto& f : flowPoints)
-            if (f.start) {
-                const int32_t e = enclosing(f);
-                if (e >= 0) startEvent.emplace(f.id, e);
+        // By id, starts first, each kind in file order.
+        std::stable_sort(flowPoints.begin(), flowPoints.end(),
+                         [](const FlowPoint& x, const FlowPoint& y) {
+                             return x.id != y.id ? x.id < y.id : x.start() > y.start();
+                         });
+        for (size_t i = 0; i < flowPoints.size();) {
+            const uint64_t id = flowPoints[i].id;
+            size_t j = i;
+            bool hasStart = false;
+            int32_t from = -1;
+            for (; j < flowPoints.size() && flowPoints[j].id == id && flowPoints[j].start(); ++j) {
+                hasStart = true;
+                if (from < 0) from = enclosing(flowPoints[j]);
             }
-        for (const auto& f : flowPoints)
-            if (!f.start) {
-                const auto s = startEvent.find(f.id);
-                const int32_t e = enclosing(f);
-                if (s != startEvent.end() && e >= 0) t.flowEvents.push_back({s->second, e});
+            for (; j < flowPoints.size() && flowPoints[j].id == id; ++j) {
+                if (!hasStart) {
+                    ++t.orphanFlowEnds;
+                    continue;
+                }
+                const int32_t to = enclosing(flowPoints[j]);
+                if (from >= 0 && to >= 0) t.flowEvents.push_back({from, to});
             }
+            i = j;
+        }
+        // A canonical order, independent of the ids: by the bound end, then the start.
+        std::sort(t.flowEvents.begin(), t.flowEvents.end(), [](const auto& x, const auto& y) {
+            return x.second != y.second ? x.second < y.second : x.first < y.first;
+        });
+        flowPoints = {};
     }
     std::unordered_map<int64_t, json> paramComms;
     std::unordered_map<int32_t, int64_t> pendingExternal;  // collective event -> External id

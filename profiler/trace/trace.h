@@ -19,10 +19,17 @@ public:
         return m_strings[static_cast<size_t>(id)];
     }
     [[nodiscard]] size_t size() const { return m_strings.size(); }
+    // Heap bytes held: the strings and the index (its nodes and buckets).
+    [[nodiscard]] size_t memoryBytes() const;
 
 private:
+    // Looked up by string_view without building a std::string per event.
+    struct Hash {
+        using is_transparent = void;
+        size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+    };
     std::vector<std::string> m_strings;
-    std::unordered_map<std::string, int32_t> m_index;
+    std::unordered_map<std::string, int32_t, Hash, std::equal_to<>> m_index;
 };
 
 // HTA's kernel classes (hta/common/types.py): communication, memory, computation.
@@ -80,6 +87,9 @@ struct Trace {
     std::unordered_map<std::string, int64_t> eventsByCategory;
 
     [[nodiscard]] size_t size() const { return start.size(); }
+    // Heap bytes the trace holds (every container at its capacity): what "the trace in
+    // memory" means when the importer's peak is compared with it.
+    [[nodiscard]] size_t memoryBytes() const;
 };
 
 }  // namespace shardscope

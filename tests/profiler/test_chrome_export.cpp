@@ -34,7 +34,9 @@ void expectSame(const Trace& a, const Trace& b, const std::string& what) {
         ASSERT_EQ(a.strings.at(a.name[i]), b.strings.at(b.name[i])) << what << " event " << i;
         ASSERT_EQ(a.strings.at(a.category[i]), b.strings.at(b.category[i])) << what << " " << i;
         ASSERT_EQ(a.unit[i] < 0, b.unit[i] < 0) << what << " " << i;
-        if (a.unit[i] >= 0) ASSERT_EQ(a.strings.at(a.unit[i]), b.strings.at(b.unit[i])) << what;
+        if (a.unit[i] >= 0) {
+            ASSERT_EQ(a.strings.at(a.unit[i]), b.strings.at(b.unit[i])) << what;
+        }
         ASSERT_EQ(a.phase[i] < 0, b.phase[i] < 0) << what << " " << i;
     }
     ASSERT_EQ(a.lanes.size(), b.lanes.size()) << what;
