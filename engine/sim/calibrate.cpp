@@ -158,7 +158,7 @@ Expected<CalibrationFit> calibrate(const StepProgram& p, const ClusterSpec& base
     }
 
     // 4. Collectives: k·latency + x/bandwidth by least squares (x = factor · bytes) over
-    //    the median of each message size. A measured collective also waits for the other
+    //    the mean of each message size. A measured collective also waits for the other
     //    ranks to reach it; the simulator's ranks are alike, so that typical skew is part of
     //    the fitted cost.
     std::map<std::pair<double, double>, std::vector<double>> bySize;  // (k, x) -> durations
@@ -173,8 +173,13 @@ Expected<CalibrationFit> calibrate(const StepProgram& p, const ClusterSpec& base
     }
     double sKK = 0, sKX = 0, sXX = 0, sKD = 0, sXD = 0;
     for (auto& [kx, v] : bySize) {
-        std::sort(v.begin(), v.end());
-        const double d = median(v);
+        // The mean: the simulator's collectives of one size all take one time, and the time
+        // this machine spends on them includes the slowed ones (CPU contention with compute
+        // on a CPU run, congestion on a GPU one); the median would drop exactly those.
+        double d = 0;
+        for (double x : v)
+            d += x;
+        d /= static_cast<double>(v.size());
         const auto [k, x] = kx;
         sKK += k * k;
         sKX += k * x;
