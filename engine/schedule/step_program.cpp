@@ -44,6 +44,10 @@ struct Segment {
     // Backward's working memory beyond the gradients: the gradient of the largest module
     // output and the gradient of that module's input, alive together.
     double bwdTransient = 0;
+    // Selective checkpointing: what backward handles before it reaches the (recomputed)
+    // attention — the saved activations and gradients of the modules after it in forward.
+    double savedLate = 0;
+    int64_t gradLateBytes = 0;
 };
 
 struct Group {
@@ -87,6 +91,7 @@ private:
     // (as autograd creates each parameter's .grad) and kept across no-sync micro-batches
     // until the unit's reduce-scatter frees them all.
     std::vector<BufferId> gradSegBuf;
+    std::vector<BufferId> gradLateBuf;  // selective checkpointing: made before the recompute
     std::vector<std::vector<int32_t>> unitSegs;  // each unit's segments
     std::vector<OpId> lastFree;       // FSDP1 limiter: op that freed the unit's parameters
     std::vector<OpId> inflightFrees;  // FSDP1 limiter queue
@@ -178,6 +183,14 @@ private:
                     sg.recomputeFlops += attnFwd;
                     sg.recomputeSaved += attnSaved;
                     sg.saved += saved - attnSaved;
+                    const int64_t grads = run.gradNumel * dtypeSize(unit.allGatherDtype);
+                    if (run.hasAttn) {  // only what follows the last attention comes first
+                        sg.savedLate = run.savedAfterAttn.at(b, s) * scale;
+                        sg.gradLateBytes = run.gradNumelAfterAttn * dtypeSize(unit.allGatherDtype);
+                    } else {
+                        sg.savedLate += saved;
+                        sg.gradLateBytes += grads;
+                    }
                     break;
                 }
                 case AcMode::None:
@@ -215,6 +228,7 @@ private:
                 std::max<int64_t>(0, r.units[sg.unit].unshardedBytes - counted[sg.unit]);
         }
         gradSegBuf.assign(segs.size(), BufferId());
+        gradLateBuf.assign(segs.size(), BufferId());
         unitSegs.assign(r.units.size(), {});
         for (size_t i = 0; i < segs.size(); ++i)
             unitSegs[segs[i].unit].push_back(static_cast<int32_t>(i));
@@ -339,12 +353,15 @@ private:
     }
 
     std::vector<BufferId> savedBuf;  // per segment, this micro-batch
+    // Selective checkpointing: the part backward frees before the recompute (savedLate).
+    std::vector<BufferId> savedLateBuf;
 
     void forward(int32_t mb) {
         agStreamWait = OpId();
         stashedCopyOut = OpId();
         stashedAg = BufferId();
         savedBuf.assign(segs.size(), BufferId());
+        savedLateBuf.assign(segs.size(), BufferId());
         std::vector<int32_t> lastSeg(r.units.size(), -1);
         for (size_t i = 0; i < segs.size(); ++i)
             lastSeg[segs[i].unit] = static_cast<int32_t>(i);
@@ -362,9 +379,18 @@ private:
                 prefetchForward(sg.unit, mb);
             }
             Op c = computeOp(OpKind::Forward, Phase::Forward, sg, mb, sg.fwdFlops, sg.fwdMem);
-            savedBuf[i] = buffer(static_cast<int64_t>(sg.saved), MemCategory::Activations,
-                                 Stream::Compute, r.units[sg.unit].allGatherDtype);
+            const bool late = sg.recomputeFlops > 0 && sg.savedLate > 0;
+            savedBuf[i] =
+                buffer(static_cast<int64_t>(sg.saved - (late ? sg.savedLate : 0.0)),
+                       MemCategory::Activations, Stream::Compute, r.units[sg.unit].allGatherDtype);
             c.allocs.push_back(savedBuf[i]);
+            savedLateBuf[i] = BufferId();
+            if (late) {
+                savedLateBuf[i] =
+                    buffer(static_cast<int64_t>(sg.savedLate), MemCategory::Activations,
+                           Stream::Compute, r.units[sg.unit].allGatherDtype);
+                c.allocs.push_back(savedLateBuf[i]);
+            }
             lastCompute = add(std::move(c));
             if (lastSeg[sg.unit] == static_cast<int32_t>(i) && sg.unit != 0) {
                 const auto& u = r.units[sg.unit];
@@ -398,10 +424,11 @@ private:
         if (!sync) return;  // gradients stay unsharded (requires_gradient_sync(False))
         SmallVector<BufferId, 4> grads;
         for (int32_t i : unitSegs[u])
-            if (gradSegBuf[i].valid()) {
-                grads.push_back(gradSegBuf[i]);
-                gradSegBuf[i] = BufferId();
-            }
+            for (BufferId* gb : {&gradSegBuf[i], &gradLateBuf[i]})
+                if (gb->valid()) {
+                    grads.push_back(*gb);
+                    *gb = BufferId();
+                }
         Op ci{OpKind::ReduceScatterCopyIn, Phase::Backward, Stream::Compute, UnitId(u), mb};
         const int64_t agElems =
             unit.unshardedBytes / std::max<int64_t>(1, dtypeSize(unit.allGatherDtype));
@@ -490,23 +517,36 @@ private:
                     unshard(order[posInOrder[u] - 1], Phase::Backward, mb);
                 }
             }
+            int64_t lateGrads = 0;
             if (sg.recomputeFlops > 0) {
                 Op rc = computeOp(OpKind::Recompute, Phase::Backward, sg, mb, sg.recomputeFlops, 0);
                 const BufferId tmp =
                     buffer(static_cast<int64_t>(sg.recomputeSaved), MemCategory::Activations,
                            Stream::Compute, r.units[sg.unit].allGatherDtype);
                 rc.allocs.push_back(tmp);
+                // Selective: PyTorch reaches the checkpointed attention in the middle of the
+                // layer's backward; what comes after it in forward has made its gradients
+                // and freed its activations by then.
+                if (!gradLateBuf[i].valid() && sg.gradLateBytes > 0) {
+                    gradLateBuf[i] = buffer(sg.gradLateBytes, MemCategory::Gradients,
+                                            Stream::Compute, r.units[sg.unit].allGatherDtype);
+                    rc.allocs.push_back(gradLateBuf[i]);
+                    lateGrads = sg.gradLateBytes;
+                }
+                if (savedLateBuf[i].valid()) rc.frees.push_back(savedLateBuf[i]);
                 add(std::move(rc));
                 savedTemp.push_back(tmp);
             }
             Op c = computeOp(OpKind::Backward, Phase::Backward, sg, mb, sg.bwdFlops, sg.bwdMem);
             int64_t newGrads = 0;
-            if (!gradSegBuf[i].valid() && sg.gradBytes > 0) {
-                gradSegBuf[i] = buffer(sg.gradBytes, MemCategory::Gradients, Stream::Compute,
+            const int64_t restGrads = sg.gradBytes - (sg.recomputeFlops > 0 ? sg.gradLateBytes : 0);
+            if (!gradSegBuf[i].valid() && restGrads > 0) {
+                gradSegBuf[i] = buffer(restGrads, MemCategory::Gradients, Stream::Compute,
                                        r.units[u].allGatherDtype);
                 c.allocs.push_back(gradSegBuf[i]);
-                newGrads = sg.gradBytes;
+                newGrads = restGrads;
             }
+            newGrads += lateGrads;
             // The activation gradients' working memory, for the op's duration. Gradients
             // allocated by the same backward mostly appear after it has shrunk, so only the
             // part above them counts (all of it in a later micro-batch, which allocates none).

@@ -620,6 +620,8 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r) 
     if (n > 0 && unitRoot[0] >= 0) unitOf[0] = unitRoot[0];
     std::vector<ModuleRun> runs;
     std::vector<int32_t> runOf(n, -1);
+    std::vector<char> afterAttn(n, 0);          // after its run's last attention module
+    std::vector<std::vector<int32_t>> runMods;  // each run's modules, in post-order
     std::vector<std::pair<int32_t, size_t>> stack{{0, 0}};
     while (n > 0 && !stack.empty()) {
         auto& [m, child] = stack.back();
@@ -634,8 +636,10 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r) 
         stack.pop_back();
         const ModuleCost& c = mod.cost;
         if (c.fwdFlops.isZero() && c.savedBytes.isZero() && c.fwdMemBytes.isZero()) continue;
-        if (runs.empty() || runs.back().unit != u)
-            runs.push_back(ModuleRun{u, {}, {}, {}, 0, 0, {}});
+        if (runs.empty() || runs.back().unit != u) {
+            runs.push_back(ModuleRun{u, {}, {}, {}, 0, 0, {}, {}, 0, false});
+            runMods.emplace_back();
+        }
         ModuleRun& run = runs.back();
         runOf[static_cast<size_t>(m)] = static_cast<int32_t>(runs.size() - 1);
         run.cost += c;
@@ -647,20 +651,35 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r) 
         if (mod.cls.find("Attention") != std::string::npos) {
             run.attnFwdFlops += c.fwdFlops;
             run.attnSavedBytes += c.savedBytes;
+            // Everything so far (its projections included) comes before this attention.
+            run.hasAttn = true;
+            run.savedAfterAttn = {};
+            for (int32_t x : runMods.back())
+                afterAttn[static_cast<size_t>(x)] = 0;
+        } else if (run.hasAttn) {
+            run.savedAfterAttn += c.savedBytes;
+            afterAttn[static_cast<size_t>(m)] = 1;
         }
+        runMods.back().push_back(m);
     }
     // Each trainable parameter's gradient appears at the backward of its last forward use.
-    std::vector<int32_t> lastRun(g.paramCount(), -1);
-    for (size_t m = 0; m < n; ++m) {
-        if (runOf[m] < 0) continue;
-        for (ParamId p : g.modules()[m].params)
-            if (r.unitOfParam[p.index()].valid() &&
-                r.unitOfParam[p.index()].value == runs[static_cast<size_t>(runOf[m])].unit)
-                lastRun[p.index()] = std::max(lastRun[p.index()], runOf[m]);
-    }
+    // Within a run, the last use is the module latest in post-order.
+    std::vector<int32_t> lastRun(g.paramCount(), -1), lastMod(g.paramCount(), -1);
+    for (size_t ri = 0; ri < runMods.size(); ++ri)
+        for (int32_t m : runMods[ri])
+            for (ParamId p : g.modules()[static_cast<size_t>(m)].params)
+                if (r.unitOfParam[p.index()].valid() &&
+                    r.unitOfParam[p.index()].value == runs[ri].unit) {
+                    lastRun[p.index()] = static_cast<int32_t>(ri);
+                    lastMod[p.index()] = m;
+                }
     for (size_t p = 0; p < lastRun.size(); ++p)
-        if (lastRun[p] >= 0 && g.params()[p].requiresGrad)
-            runs[static_cast<size_t>(lastRun[p])].gradNumel += g.params()[p].numel;
+        if (lastRun[p] >= 0 && g.params()[p].requiresGrad) {
+            ModuleRun& run = runs[static_cast<size_t>(lastRun[p])];
+            run.gradNumel += g.params()[p].numel;
+            if (afterAttn[static_cast<size_t>(lastMod[p])])
+                run.gradNumelAfterAttn += g.params()[p].numel;
+        }
     return runs;
 }
 

@@ -83,6 +83,12 @@ struct ModuleRun {
     // The largest module output of the run (each term's maximum): its gradient and the
     // gradient of its input are backward's working memory.
     ScaledCost peakOutputBytes;
+    // What comes after the run's last attention module in forward (a decoder layer's
+    // post-attention norm and MLP): backward handles it before it reaches the attention, so
+    // under selective checkpointing these are freed and produced before the recompute.
+    ScaledCost savedAfterAttn;
+    int64_t gradNumelAfterAttn = 0;
+    bool hasAttn = false;
 };
 
 struct ResolvedPlan {
