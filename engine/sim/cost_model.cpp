@@ -53,8 +53,11 @@ int64_t opDurationNs(const ClusterSpec& c, const Op& op) {
             t = op.memBytes / hbm;
             break;
         case OpKind::OptimizerStep:
-            t = op.stream == Stream::Host ? op.memBytes / c.sim.hostOptimizerBytesPerS
-                                          : op.memBytes / hbm;
+            // On a CPU cluster the host is the device: the offloaded shards' step runs on
+            // the same cores and memory as any other, so it costs what the device's does.
+            t = op.stream == Stream::Host && c.device.kind != "cpu"
+                    ? op.memBytes / c.sim.hostOptimizerBytesPerS
+                    : op.memBytes / hbm;
             break;
         case OpKind::H2D:
         case OpKind::D2H:
