@@ -124,7 +124,11 @@ def main():
             ax.step([(t - t0) / 1e6 for t, _ in pts], [b / 2**20 for _, b in pts], where="post",
                     color=colours[i % len(colours)], label=name, linewidth=1.2)
     top.set_title("measured: CPU allocator, rank 0, %d steps" % rows[0]["measured_steps"])
-    bottom.set_title("simulated: one step on %s" % rows[0]["cluster"])
+    # The cluster's name can be long (a calibrated profile says what it was fitted to):
+    # wrapped, so the title stays inside the figure.
+    import textwrap
+    bottom.set_title("\n".join(textwrap.wrap("simulated: one step on %s" % rows[0]["cluster"], 100)),
+                     fontsize=10)
     for ax in (top, bottom):
         ax.set_xlabel("ms")
         ax.set_ylabel("allocated (MiB)")
