@@ -155,23 +155,15 @@ void appendDeviceActivity(nlohmann::json& ev, const nlohmann::json& r, int64_t t
                       {"ts", us(op.startNs)},
                       {"dur", static_cast<double>(op.endNs - op.startNs) / 1000.0},
                       {"args", std::move(args)}});
-        if (queued(op) && launched.count(op.correlation))
-            ev.push_back({{"ph", "f"},
-                          {"bp", "e"},
-                          {"pid", pid},
-                          {"tid", tid},
-                          {"name", "launch"},
-                          {"cat", "ac2g"},
-                          {"id", flowId(op.correlation)},
-                          {"ts", us(op.startNs)}});
-        else if (hostSide && onDevice.count(op.correlation))
-            ev.push_back({{"ph", "s"},
-                          {"pid", pid},
-                          {"tid", tid},
-                          {"name", "launch"},
-                          {"cat", "ac2g"},
-                          {"id", flowId(op.correlation)},
-                          {"ts", us(op.startNs)}});
+        const bool end = queued(op) && launched.count(op.correlation);
+        if (end || (hostSide && onDevice.count(op.correlation))) {
+            nlohmann::json f{
+                {"ph", end ? "f" : "s"}, {"pid", pid},    {"tid", tid},
+                {"name", "launch"},      {"cat", "ac2g"}, {"id", flowId(op.correlation)},
+                {"ts", us(op.startNs)}};
+            if (end) f["bp"] = "e";  // bound to the enclosing slice, as Kineto writes it
+            ev.push_back(std::move(f));
+        }
     }
     // What was allocated while recording (a free of older memory does not count).
     int64_t cur = 0;

@@ -15,7 +15,6 @@ import math
 import os
 import subprocess
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -32,37 +31,8 @@ import test_engine_equivalence as eq  # noqa: E402
 DEVICES = torch.cuda.device_count()
 
 
-class EngineCuda(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory()
-        cls.dir = cls.tmp.name
-        cls.model = os.path.join(cls.dir, "config.json")
-        with open(cls.model, "w") as f:
-            json.dump(eq.CONFIG, f)
-        cls.refs = {}
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
-
-    def write_plan(self, name, p):
-        path = os.path.join(self.dir, name + ".json")
-        with open(path, "w") as f:
-            json.dump(p, f)
-        return path
-
-    def reference(self, world, micro_batches):
-        key = (world, micro_batches)
-        if key not in self.refs:
-            path = self.write_plan("ref%d_%d" % key, eq.plan([world], micro_batches=micro_batches))
-            out, params = os.path.join(self.dir, "ref.json"), os.path.join(self.dir, "ref_params.json")
-            subprocess.run([ENGINE, "worker", "--model", self.model, "--plan", path, "--reference", str(world),
-                            "--device", "cuda", "--steps", str(eq.STEPS), "--warmup", "0", "--out", out,
-                            "--dump-params", params], check=True, capture_output=True, text=True)
-            with open(out) as f, open(params) as g:
-                self.refs[key] = (json.load(f)["losses"], json.load(g))
-        return self.refs[key]
+class EngineCuda(eq.EngineRuns):
+    DEVICE = "cuda"
 
     def test_matrix_on_gpus(self):
         ran = 0

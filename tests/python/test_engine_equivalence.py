@@ -122,7 +122,12 @@ def rel(a, b):
     return (a - b).norm().item() / max(b.norm().item(), 1e-30)
 
 
-class EngineEquivalence(unittest.TestCase):
+class EngineRuns(unittest.TestCase):
+    """A temporary folder with the model config, plans written there, and the unsharded
+    reference runs (one process replaying every rank's data), cached by world and
+    micro-batches. DEVICE: the engine's --device for the references."""
+    DEVICE = "cpu"
+
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
@@ -150,7 +155,8 @@ class EngineEquivalence(unittest.TestCase):
         out = os.path.join(self.dir, "ref.json")
         params = os.path.join(self.dir, "ref_params.json")
         cmd = [ENGINE, "worker", "--model", self.model, "--plan", path, "--reference", str(world),
-               "--steps", str(STEPS), "--warmup", "0", "--out", out, "--dump-params", params]
+               "--device", self.DEVICE, "--steps", str(STEPS), "--warmup", "0", "--out", out,
+               "--dump-params", params]
         if initial:
             cmd += ["--dump-initial", initial]
         subprocess.run(cmd, check=True, capture_output=True, text=True)
@@ -158,6 +164,9 @@ class EngineEquivalence(unittest.TestCase):
             res = (json.load(f)["losses"], json.load(g))
         self.refs[key] = res
         return res
+
+
+class EngineEquivalence(EngineRuns):
 
     def test_reference_is_transformers(self):
         initial = os.path.join(self.dir, "initial.json")
