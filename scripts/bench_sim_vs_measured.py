@@ -11,7 +11,12 @@ Printed: step-time and peak-allocated errors before and after calibration (predi
 relative to measured; the first plan is the one the profile was fitted to, the others are
 held out). Goals: peak allocated within 2%, step time within 10% after calibration.
 
-  python scripts/bench_sim_vs_measured.py [--steps N] [--seq S] [--out DIR]
+This machine is shared and the same plan's step time moves by 10-20% from one run to the
+next, so with --repeat N each plan runs N times, the rounds interleaved (plan 1..9, then
+again), and each plan's run with the median step time is the one compared (and, for the
+first plan, calibrated on).
+
+  python scripts/bench_sim_vs_measured.py [--steps N] [--seq S] [--repeat N] [--out DIR]
 """
 import argparse
 import copy
@@ -68,6 +73,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs per plan, interleaved; the median-step-time run is compared")
     ap.add_argument("--out", help="keep the plans, traces and calibrated profile here")
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "engine", "shardscope"))
     a = ap.parse_args()
@@ -76,16 +83,27 @@ def main():
     ps = plans()
     print("tiny Llama, 2 CPU ranks (Gloo), micro-batch 2 x %d, %d measured steps; outputs in %s\n"
           % (a.seq, a.steps, out))
-    rows = []
+    paths, runs = [], [[] for _ in ps]  # runs[i]: (step time ns, trace) per repeat
     for i, (name, p) in enumerate(ps):
-        path = os.path.join(out, "plan%d.json" % i)
-        with open(path, "w") as f:
+        paths.append(os.path.join(out, "plan%d.json" % i))
+        with open(paths[i], "w") as f:
             json.dump(p, f)
-        measured = os.path.join(out, "plan%d.measured.json" % i)
-        print("[%d/%d] running %s ..." % (i + 1, len(ps), name), flush=True)
-        shardscope(a.bin, "run", "-m", MODEL, "-p", path, "--seq", str(a.seq), "--steps", str(a.steps),
-                   "--trace", measured, "--json")
-        rows.append([name, path, measured])
+    for rep in range(max(1, a.repeat)):
+        for i, (name, p) in enumerate(ps):
+            measured = os.path.join(out, "plan%d.run%d.measured.json" % (i, rep))
+            print("[round %d/%d, %d/%d] running %s ..." % (rep + 1, max(1, a.repeat), i + 1, len(ps), name),
+                  flush=True)
+            res = json.loads(shardscope(a.bin, "run", "-m", MODEL, "-p", paths[i], "--seq", str(a.seq),
+                                        "--steps", str(a.steps), "--trace", measured, "--json"))
+            runs[i].append((res["step_time_ns"], measured))
+    rows = []
+    for i, (name, _) in enumerate(ps):
+        ordered = sorted(runs[i])
+        median = ordered[(len(ordered) - 1) // 2]
+        if len(ordered) > 1:
+            print("  %-26s step times %s ms; compared: %.2f ms"
+                  % (name, ", ".join("%.2f" % (t * 1e-6) for t, _ in runs[i]), median[0] * 1e-6))
+        rows.append([name, paths[i], median[1]])
     calibrated = os.path.join(out, "cpu-2core.calibrated.json")
     shardscope(a.bin, "calibrate", "--trace", rows[0][2], "--cluster", CLUSTER, "--output", calibrated)
     print()

@@ -224,7 +224,7 @@ struct FsdpRuntime::Impl {
     static void retire(Reduction& red) {
         if (!red.input.defined()) return;
         red.work.wait();
-        if (red.inPlace) red.out = red.input.narrow(0, red.me * red.chunk, red.chunk).clone();
+        if (red.inPlace) red.out.copy_(red.input.narrow(0, red.me * red.chunk, red.chunk));
         resizeStorage(red.input, 0);
         red.input.reset();
     }
@@ -723,7 +723,6 @@ struct FsdpRuntime::Impl {
     void preBackward(int32_t u) {
         rec->setCurrent(r.units[u].displayName() + " pre-backward");
         us[u].backwardBegun = true;
-        retireCompleted();
         unshard(u, Phase::Backward);
         waitForUnshard(u, Phase::Backward);
         const auto& unit = r.units[u];
@@ -806,6 +805,9 @@ struct FsdpRuntime::Impl {
                 red.work.works.push_back(pg.reduce(t, ro));
             }
             red.inPlace = true;
+            // The reduced shard's buffer exists from the issue on, as the output of NCCL's
+            // reduce-scatter does: retiring copies into it, so no allocation happens then.
+            red.out = at::empty({in}, on(s.reduceType));
         } else {
             red.out = at::empty({in}, on(s.reduceType));
             c10d::ReduceScatterOptions ro;
@@ -1009,6 +1011,8 @@ void FsdpRuntime::backward(const at::Tensor& loss) {
     // unit order (FSDPState._root_post_backward_final_callback over all states).
     for (size_t u = 0; u < s.us.size(); ++u)
         s.postBackward(static_cast<int32_t>(u));
+    // FSDP2's finalize_backward lets go of the reduce-scatter inputs that are done.
+    s.retireCompleted();
 }
 
 void FsdpRuntime::optimizerStep() {

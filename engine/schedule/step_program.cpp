@@ -96,6 +96,7 @@ private:
     std::vector<OpId> lastFree;       // FSDP1 limiter: op that freed the unit's parameters
     std::vector<OpId> inflightFrees;  // FSDP1 limiter queue
     OpId prevReduce;
+    BufferId prevRsIn;  // the last reduce-scatter's input, freed at the next copy-in
     OpId agStreamWait, stashedCopyOut;  // forward: the all-gather streams' copy-out dependency
     BufferId stashedAg;                 // forward: previous unit's all-gather buffer
     std::vector<OpId> pendingAg;        // all-gather issued, copy-out not yet
@@ -441,6 +442,9 @@ private:
         ci.allocs.push_back(in);
         for (BufferId gb : grads)
             ci.frees.push_back(gb);
+        // FSDP2 drops the previous reduce-scatter's input at this post-backward, once that
+        // reduce-scatter is done (this copy-in waits for it): not the moment it completes.
+        if (prevRsIn.valid()) ci.frees.push_back(prevRsIn);
         const OpId ciId = add(std::move(ci));
         Op rs{r.noShard ? OpKind::AllReduce : OpKind::ReduceScatter, Phase::Backward,
               Stream::ReduceScatter, UnitId(u), mb};
@@ -455,7 +459,7 @@ private:
             buffer(unit.shardedBytes, MemCategory::Gradients, Stream::ReduceScatter,
                    unit.params.empty() ? DType::Float32 : g.param(unit.params[0]).dtype);
         rs.allocs.push_back(sharded);
-        rs.frees.push_back(in);
+        prevRsIn = in;
         prevReduce = add(std::move(rs));
         reduceOps.push_back(prevReduce);
         shardedGrads.push_back(sharded);
@@ -579,6 +583,10 @@ private:
         }
         for (int32_t u : deferred)
             reduceUnit(u, mb, sync);
+        // The root's final callback waits for the last reduce-scatter and drops its input
+        // (FSDP2's finalize_backward): it goes when that reduce-scatter ends.
+        if (prevRsIn.valid() && prevReduce.valid()) op(prevReduce).frees.push_back(prevRsIn);
+        prevRsIn = BufferId();
     }
     std::vector<BufferId> savedTemp;
 
