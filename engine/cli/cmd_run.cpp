@@ -338,6 +338,8 @@ int runRun(const Args& a) {
              {"peak_allocated_bytes", rk["peak_allocated_bytes"]},
              {"peak_reserved_bytes", rk.value("peak_reserved_bytes", nlohmann::json())},
              {"last_step_peak_allocated_bytes", rk["last_step_peak_allocated_bytes"]},
+             {"allocations_per_step", rk.value("allocations_per_step", 0.0)},
+             {"recorded_ops_per_step", rk.value("recorded_ops_per_step", 0.0)},
              {"last_step_start_allocated_bytes", rk["last_step_start_allocated_bytes"]},
              {"step_times_ns", rk["step_time_ns"]},
              {"compute_ns", b.computeNs},

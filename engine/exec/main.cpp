@@ -20,6 +20,9 @@ const char* kUsage =
     "usage: shardscope-engine runtime-info\n"
     "         prints what LibTorch offers this process (versions, CUDA devices, a real Gloo\n"
     "         all-reduce) as JSON; `shardscope doctor` runs it.\n"
+    "       shardscope-engine recorder-cost\n"
+    "         times what the CPU recorder adds per allocation and per op (JSON);\n"
+    "         scripts/bench_recorder_overhead.py uses it\n"
     "       shardscope-engine worker --model CONFIG --plan PLAN [options]\n"
     "         one rank of a real FSDP run; `shardscope run` starts these. Under torchrun:\n"
     "           torchrun --nproc-per-node 2 --no-python shardscope-engine worker \\\n"
@@ -40,6 +43,8 @@ int main(int argc, char** argv) {
         std::fwrite(out.data(), 1, out.size(), stdout);
         return 0;
     }
+    if (argc >= 2 && std::strcmp(argv[1], "recorder-cost") == 0)
+        return shardscope::exec::runRecorderCost();
     if (argc >= 2 && std::strcmp(argv[1], "worker") == 0) {
         try {
             return shardscope::exec::runWorker(std::vector<std::string>(argv + 2, argv + argc));

@@ -60,6 +60,7 @@ public:
         h->bytes = static_cast<int64_t>(n);
         h->ctx = inner.release_context();  // freed by release() through the header
         void* data = base + kHeader;
+        m_allocations.fetch_add(1, std::memory_order_relaxed);
         add(static_cast<int64_t>(n));
         return {data, data, &CountingAllocator::release, c10::Device(c10::kCPU)};
     }
@@ -70,6 +71,7 @@ public:
     void resetPeak() { m_peak = m_cur.load(); }
     int64_t peak() const { return m_peak; }
     int64_t current() const { return m_cur; }
+    int64_t allocations() const { return m_allocations.load(); }
     void startTimeline() {
         std::lock_guard lock(m_mutex);
         m_timeline.clear();
@@ -123,6 +125,7 @@ private:
     c10::Allocator* m_inner;
     std::atomic<int64_t> m_cur{0}, m_peak{0}, m_lastSample{0}, m_windowPeak{0}, m_windowPeakAt{0};
     std::atomic<bool> m_recording{false};
+    std::atomic<int64_t> m_allocations{0};
     std::mutex m_mutex;
     std::vector<std::pair<int64_t, int64_t>> m_timeline;
 };
@@ -404,6 +407,7 @@ int runWorker(const std::vector<std::string>& argv) {
 #endif
     std::optional<record::DeviceActivity> deviceActivityOps;
     std::string deviceTraceNote;
+    int64_t allocationsAtStart = 0;
     try {
         for (int64_t step = 0; step < total; ++step) {
             if (step == o.warmup) {
@@ -429,6 +433,7 @@ int runWorker(const std::vector<std::string>& argv) {
                 }
 #endif
                 measuredStart = nowNs();
+                allocationsAtStart = mem->allocations();
                 mem->startTimeline();  // every measured step, for the trace's counter
             }
             if (step == total - 1) {
@@ -537,6 +542,11 @@ int runWorker(const std::vector<std::string>& argv) {
     // On CUDA the caching allocator's peaks (torch.cuda.max_memory_allocated/_reserved);
     // on CPU the engine's allocator hook (no cache: reserved is what is allocated).
     j["peak_allocated_bytes"] = cuda ? cudaPeak : mem->peak();
+    // What the CPU recorder handled per measured step (scripts/bench_recorder_overhead.py
+    // multiplies these by `shardscope-engine recorder-cost`).
+    const double measuredSteps = static_cast<double>(std::max<int64_t>(1, o.steps));
+    j["allocations_per_step"] =
+        static_cast<double>(mem->allocations() - allocationsAtStart) / measuredSteps;
     if (cuda) {
         j["peak_reserved_bytes"] = cudaPeakReserved;
         j["host_peak_allocated_bytes"] = mem->peak();
@@ -567,6 +577,7 @@ int runWorker(const std::vector<std::string>& argv) {
                       {"bytes", opIds[i] >= 0 ? prog.ops[static_cast<size_t>(opIds[i])].commBytes
                                               : int64_t{0}}});
     }
+    j["recorded_ops_per_step"] = static_cast<double>(jo.size()) / measuredSteps;
     j["ops"] = std::move(jo);
     // GPU work from CUPTI, each op's "fsdp_op" pointing into "ops" (the op that launched it).
     if (deviceActivityOps) {
@@ -605,6 +616,40 @@ int runWorker(const std::vector<std::string>& argv) {
     } else if (Status st = writeFileAtomically(outPath, text); !st) {
         throw std::runtime_error(st.error());
     }
+    return 0;
+}
+
+int runRecorderCost() {
+    // Sizes cycled through: small tensors, activations, gathered parameters.
+    const size_t sizes[] = {256, 4096, 65536, 1 << 20};
+    constexpr int kPairs = 400000;
+    c10::Allocator* plain = c10::GetDefaultCPUAllocator();
+    auto timeAllocs = [&](c10::Allocator* a) {
+        const int64_t t0 = nowNs();
+        for (int i = 0; i < kPairs; ++i) {
+            c10::DataPtr p = a->allocate(sizes[i % 4]);
+            static_cast<char*>(p.get())[0] = 1;  // touch it, as a tensor would
+        }
+        return static_cast<double>(nowNs() - t0) / kPairs;
+    };
+    CountingAllocator counting(plain);
+    counting.startTimeline();  // as during measured steps: samples and the peak
+    timeAllocs(plain);         // warm the allocator's caches for both
+    const double plainNs = timeAllocs(plain);
+    const double hookedNs = timeAllocs(&counting);
+    (void)counting.stopTimeline();
+    Recorder rec;
+    constexpr int kOps = 200000;
+    const int64_t t0 = nowNs();
+    for (int i = 0; i < kOps; ++i)
+        rec.end(rec.begin(OpKind::Forward, Phase::Forward, Stream::Compute, 0, 0));
+    const double opNs = static_cast<double>(nowNs() - t0) / kOps;
+    nlohmann::json j{{"allocation_plain_ns", plainNs},
+                     {"allocation_recorded_ns", hookedNs},
+                     {"allocation_overhead_ns", std::max(0.0, hookedNs - plainNs)},
+                     {"op_ns", opNs}};
+    const std::string text = j.dump(2) + "\n";
+    std::fwrite(text.data(), 1, text.size(), stdout);
     return 0;
 }
 

@@ -9,4 +9,9 @@ namespace shardscope::exec {
 // one rank. Throws std::runtime_error with a message for the user on any failure.
 int runWorker(const std::vector<std::string>& argv);
 
+// `shardscope-engine recorder-cost`: what the CPU recorder adds per allocation and per op,
+// timed directly (allocate + free through the counting allocator against the allocator
+// it wraps, with the memory timeline on; Recorder begin + end), printed as JSON.
+int runRecorderCost();
+
 }  // namespace shardscope::exec
