@@ -199,17 +199,24 @@ nlohmann::json mergedTrace(const std::vector<nlohmann::json>& ranks, const std::
     for (const auto& r : ranks) {
         const int rank = r["rank"].get<int>();
         const int pid = tracePid(rank);
+        // On a GPU the FSDP ops' spans are their launches on the host; the kernels are the
+        // device work (its own lanes, from the CUPTI recording).
+        const bool hostOps = r.contains("device_activity");
         std::set<int> named;  // overflow lanes that have their name record
         ev.push_back({{"ph", "M"},
                       {"pid", pid},
                       {"name", "process_name"},
                       {"args", {{"name", "rank " + std::to_string(rank) + " (measured)"}}}});
         for (int st = 0; st < static_cast<int>(Stream::Count); ++st) {
-            ev.push_back({{"ph", "M"},
-                          {"pid", pid},
-                          {"tid", traceTid(rank, st)},
-                          {"name", "thread_name"},
-                          {"args", {{"name", streamName(static_cast<Stream>(st))}}}});
+            ev.push_back(
+                {{"ph", "M"},
+                 {"pid", pid},
+                 {"tid", traceTid(rank, st)},
+                 {"name", "thread_name"},
+                 {"args",
+                  {{"name",
+                    hostOps ? std::string(streamName(static_cast<Stream>(st))) + " (host launches)"
+                            : std::string(streamName(static_cast<Stream>(st)))}}}});
             ev.push_back({{"ph", "M"},
                           {"pid", pid},
                           {"tid", traceTid(rank, st)},
@@ -289,6 +296,7 @@ nlohmann::json mergedTrace(const std::vector<nlohmann::json>& ranks, const std::
                             {"micro_batch", op["micro_batch"]},
                             {"bytes", op.value("bytes", int64_t{0})},
                             {"group_size", static_cast<int64_t>(ranks.size())}}}});
+            if (hostOps) ev.back()["args"]["launched_on_host"] = true;
         }
         // The measured steps on their own row: a step's span is what step_time_ns averages.
         ev.push_back({{"ph", "M"},

@@ -240,8 +240,14 @@ public:
         // A ShardScope op (its step-program kind rides in args): one row per stream and rank.
         const bool ours =
             args.contains("op_id") && args.contains("kind") && args["kind"].is_string();
-        const bool gpu = ours || cat == "kernel" || cat == "gpu_memcpy" || cat == "gpu_memset" ||
-                         cat == "Kernel" || cat == "Memcpy" || cat == "Memset";
+        // A CUDA run's FSDP ops are the host's launches (its kernels are the device work):
+        // host rows, out of the device analyses.
+        const bool onHost = ours && args.contains("launched_on_host") &&
+                            args["launched_on_host"].is_boolean() &&
+                            args["launched_on_host"].get<bool>();
+        const bool gpu = (ours && !onHost) || cat == "kernel" || cat == "gpu_memcpy" ||
+                         cat == "gpu_memset" || cat == "Kernel" || cat == "Memcpy" ||
+                         cat == "Memset";
         const int64_t ts = usToNs(e.value("ts", json(0)));
         const int64_t dur = std::max<int64_t>(0, usToNs(e.value("dur", json(0))));
         minTs = std::min(minTs, ts);
@@ -253,7 +259,7 @@ public:
         t.name.push_back(t.strings.intern(name));
         t.category.push_back(t.strings.intern(cat));
         EventClass cls = EventClass::Cpu;
-        if (ours) {
+        if (ours && !onHost) {
             const std::string kind = args["kind"].get<std::string>();
             cls = kind == "all_gather" || kind == "reduce_scatter" || kind == "all_reduce"
                       ? EventClass::Communication
@@ -282,13 +288,20 @@ public:
                       : classCache.emplace(key, classify(name, cat)).first->second;
         }
         t.cls.push_back(cls);
-        t.opId.push_back(ours && args["op_id"].is_number_integer() ? args["op_id"].get<int32_t>()
-                                                                   : -1);
-        t.unit.push_back(ours && args.contains("unit") && args["unit"].is_string()
-                             ? t.strings.intern(args["unit"].get<std::string>())
+        // A GPU op of a `shardscope run --device cuda` trace names the FSDP op that launched
+        // it (fsdp_op_id, fsdp_unit, fsdp_phase): it joins the op's unit and phase.
+        const char* idKey = ours ? "op_id" : "fsdp_op_id";
+        const char* unitKey = ours ? "unit" : "fsdp_unit";
+        const char* phaseKey = ours ? "phase" : "fsdp_phase";
+        const bool labelled = ours || (gpu && args.contains("fsdp_op_id"));
+        t.opId.push_back(labelled && args.contains(idKey) && args[idKey].is_number_integer()
+                             ? args[idKey].get<int32_t>()
                              : -1);
-        t.phase.push_back(ours && args.contains("phase") && args["phase"].is_string()
-                              ? t.strings.intern(args["phase"].get<std::string>())
+        t.unit.push_back(labelled && args.contains(unitKey) && args[unitKey].is_string()
+                             ? t.strings.intern(args[unitKey].get<std::string>())
+                             : -1);
+        t.phase.push_back(labelled && args.contains(phaseKey) && args[phaseKey].is_string()
+                              ? t.strings.intern(args[phaseKey].get<std::string>())
                               : -1);
         if (!ours && gpu && cls == EventClass::Communication && isNcclKernel(name))
             collective(idx, name, args);

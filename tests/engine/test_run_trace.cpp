@@ -124,6 +124,23 @@ TEST(RunTrace, CudaRanksCarryTheirGpuWorkInKinetoTerms) {
     EXPECT_EQ(flows.size(), 2u);
     EXPECT_TRUE(flows.count({launch0, nccl}));
     EXPECT_TRUE(flows.count({launch1, gemm}));
+    // The FSDP ops of the CUDA rank are host launches: host lanes, not device work; the CPU
+    // rank's ops stay device-stream rows (they are the work there).
+    int fsdpOps = 0;
+    for (size_t i = 0; i < t->size(); ++i) {
+        const Lane& l = t->lanes[static_cast<size_t>(t->lane[i])];
+        if (t->strings.at(t->name[i]) != "model.layers.0 all gather") continue;
+        ++fsdpOps;
+        EXPECT_EQ(l.kind, l.rank == 0 ? LaneKind::HostThread : LaneKind::DeviceStream) << l.name;
+        EXPECT_EQ(t->cls[i], l.rank == 0 ? EventClass::Cpu : EventClass::Communication);
+    }
+    EXPECT_EQ(fsdpOps, 2);  // one per rank
+    // The importer joins each labelled GPU op to its FSDP op's unit and phase.
+    EXPECT_EQ(t->strings.at(t->unit[static_cast<size_t>(nccl)]), "model.layers.0");
+    EXPECT_EQ(t->strings.at(t->phase[static_cast<size_t>(nccl)]), "forward");
+    EXPECT_EQ(t->opId[static_cast<size_t>(nccl)], 0);
+    EXPECT_EQ(t->opId[static_cast<size_t>(gemm)], 2);
+    EXPECT_EQ(t->unit[static_cast<size_t>(memcpy)], -1);  // launched under no FSDP op
     // Times line up with the FSDP ops: the kernel lies inside its all-gather op.
     EXPECT_EQ(t->start[static_cast<size_t>(nccl)] - t->start[static_cast<size_t>(launch0)], 900);
 
