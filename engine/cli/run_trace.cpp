@@ -142,6 +142,7 @@ void appendDeviceActivity(nlohmann::json& ev, const nlohmann::json& r, int64_t t
             const auto& fop = ops[static_cast<size_t>(op.external)];
             const std::string unit = units[fop["unit"].get<int>()].get<std::string>();
             args["fsdp_op_id"] = fop["op_id"];
+            args["fsdp_step"] = fop["step"];
             args["fsdp_unit"] = unit == "<root>" ? std::string() : unit;
             args["fsdp_phase"] = fop["phase"];
             args["fsdp_op"] = fop["kind"];

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <tuple>
+#include <vector>
 
 namespace shardscope::cli {
 
@@ -24,6 +26,10 @@ Expected<TraceFile> readTraceFile(const std::string& path) {
     }
     std::map<int32_t, std::pair<double, int>> spans;  // rank -> (sum, count) of step spans
     int64_t lastEnd = 0;
+    // A CUDA run (`shardscope run --device cuda`): its FSDP ops' spans are host launches, and
+    // the GPU time of each is the span of the kernels, copies and memsets it launched.
+    std::map<std::tuple<int32_t, int32_t, int32_t>, std::pair<int64_t, int64_t>> gpuSpan;
+    std::vector<size_t> launchedOnHost;  // indices into t.ops
     for (const auto& e : j["traceEvents"]) {
         if (!e.is_object()) continue;
         const std::string ph = e.value("ph", "");
@@ -41,6 +47,23 @@ Expected<TraceFile> readTraceFile(const std::string& path) {
         }
         if (!e.contains("args") || !e["args"].is_object()) continue;
         const auto& a = e["args"];
+        if (a.contains("fsdp_op_id")) {
+            // Device work only: the launching calls (cuda_runtime, cuda_driver) and
+            // synchronisation carry the label too but are not the op's GPU time.
+            const std::string cat = e.value("cat", "");
+            if ((cat != "kernel" && cat != "gpu_memcpy" && cat != "gpu_memset") ||
+                !a["fsdp_op_id"].is_number_integer() || !a.contains("fsdp_step") ||
+                !a["fsdp_step"].is_number_integer())
+                continue;
+            const auto key = std::make_tuple(rank, a["fsdp_step"].get<int32_t>(),
+                                             a["fsdp_op_id"].get<int32_t>());
+            auto [it, fresh] = gpuSpan.try_emplace(key, t0, t1);
+            if (!fresh) {
+                it->second.first = std::min(it->second.first, t0);
+                it->second.second = std::max(it->second.second, t1);
+            }
+            continue;
+        }
         if (!a.contains("op_id") || !a["op_id"].is_number_integer()) continue;
         TraceOp op;
         op.opId = a["op_id"].get<int32_t>();
@@ -53,9 +76,17 @@ Expected<TraceFile> readTraceFile(const std::string& path) {
         op.label = e.value("name", "");
         op.unit = a.value("unit", "");
         op.phase = a.value("phase", "");
+        if (a.value("launched_on_host", false)) launchedOnHost.push_back(t.ops.size());
         t.ops.push_back(std::move(op));
         t.ranks = std::max(t.ranks, rank + 1);
         lastEnd = std::max(lastEnd, t1);
+    }
+    for (size_t i : launchedOnHost) {
+        TraceOp& op = t.ops[i];
+        if (auto it = gpuSpan.find({op.rank, op.step, op.opId}); it != gpuSpan.end()) {
+            op.startNs = it->second.first;
+            op.endNs = it->second.second;
+        }
     }
     if (t.ops.empty())
         return Error{path +

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "engine/cli/run_trace.h"
+#include "engine/cli/trace_file.h"
 #include "profiler/import/kineto_import.h"
 #include "profiler/record/device_activity.h"
 
@@ -182,6 +183,22 @@ TEST(RunTrace, ACudaRanksBreakdownComesFromItsKernels) {
     EXPECT_EQ(b.commNs, 8000);
     EXPECT_EQ(b.computeNs, 10000);
     EXPECT_EQ(b.exposedNs, 8000);
+}
+
+TEST(RunTrace, DiffAndCalibrateSeeTheGpuTimeOfACudaRanksOps) {
+    const nlohmann::json trace = mergedTrace({rankResult(0, true)}, "p", {{"device", "cuda"}});
+    const auto path = std::filesystem::temp_directory_path() / "shardscope_run_trace_gpu.json";
+    std::ofstream(path) << trace.dump();
+    auto t = readTraceFile(path.string());
+    std::filesystem::remove(path);
+    ASSERT_TRUE(t.ok()) << t.error();
+    ASSERT_EQ(t->ops.size(), 2u);
+    // The all-gather's host span was 1..9 us; its NCCL kernel ran 2..8 us. The forward's
+    // host span was 10..20 us; its GEMM ran 10.3..19 us.
+    const int64_t base = t->ops[0].startNs - 2000;  // the trace's time origin
+    EXPECT_EQ(t->ops[0].endNs - t->ops[0].startNs, 6000);
+    EXPECT_EQ(t->ops[1].startNs - base, 10300);
+    EXPECT_EQ(t->ops[1].endNs - t->ops[1].startNs, 8700);
 }
 
 TEST(RunTrace, ABrokenDeviceActivityNamesTheField) {
