@@ -316,6 +316,7 @@ int runRun(const Args& a) {
     int64_t peak = 0, peakReserved = 0;
     bool orderOk = true;
     nlohmann::json perRank = nlohmann::json::array();
+    Breakdown b0;  // rank 0's, for the summary
     for (const auto& rk : ranks) {
         double sum = 0;
         for (const auto& t : rk["step_time_ns"])
@@ -332,6 +333,7 @@ int runRun(const Args& a) {
         if (rk.value("recorded", true))
             orderOk = orderOk && rk["op_order_matches_program"].get<bool>();
         const Breakdown b = measuredBreakdown(rk);
+        if (perRank.empty()) b0 = b;
         perRank.push_back(
             {{"rank", rk["rank"]},
              {"step_time_ns", mean},
@@ -346,7 +348,6 @@ int runRun(const Args& a) {
              {"comm_ns", b.commNs},
              {"exposed_comm_ns", b.exposedNs}});
     }
-    const Breakdown b0 = measuredBreakdown(ranks[0]);
     const double tokens =
         static_cast<double>(plan->microBatchSize * plan->seqLen * plan->microBatches * nproc);
     nlohmann::json out{

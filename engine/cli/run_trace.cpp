@@ -2,7 +2,6 @@
 #include "engine/cli/run_trace.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -10,6 +9,7 @@
 #include "engine/cli/trace_file.h"
 #include "engine/schedule/step_program.h"
 #include "plans/core/intervals.h"
+#include "profiler/import/kineto_import.h"
 #include "profiler/record/device_activity.h"
 
 namespace shardscope::cli {
@@ -29,20 +29,27 @@ Breakdown fromIntervals(std::vector<Interval> comp, std::vector<Interval> comm) 
     return b;
 }
 
-// A CUDA rank with a CUPTI recording: from the GPU's own times in the last step, NCCL
-// kernels as communication and every other kernel as compute (host-side op spans on a GPU
-// are launch times, not execution).
+// A CUDA rank with a CUPTI recording: from the GPU's own times in the last step, kernels
+// classified as the trace importer classifies them (HTA's rules: NCCL and the like are
+// communication; the rest of the kernels compute). Host-side op spans on a GPU are launch
+// times, not execution.
 Breakdown deviceBreakdown(const nlohmann::json& rank) {
     const auto a = record::deviceActivityFromJson(rank["device_activity"]);
     const auto& spans = rank["step_spans_ns"];
     const int64_t t0 = spans.back()[0].get<int64_t>(), t1 = spans.back()[1].get<int64_t>();
+    std::vector<EventClass> classOf;  // by name index
+    classOf.reserve(a.names.size());
+    for (const auto& name : a.names)
+        classOf.push_back(
+            classifyDeviceEvent(name, record::kinetoCategory(record::DeviceOpKind::Kernel)));
     std::vector<Interval> comp, comm;
     for (const auto& op : a.ops) {
         if (op.kind != record::DeviceOpKind::Kernel || op.startNs < t0 || op.startNs > t1) continue;
-        std::string name = a.nameOf(op).substr(0, 4);
-        std::transform(name.begin(), name.end(), name.begin(),
-                       [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-        (name == "nccl" ? comm : comp).push_back({op.startNs, op.endNs});
+        const EventClass c = classOf[static_cast<size_t>(op.name)];
+        if (c == EventClass::Communication)
+            comm.push_back({op.startNs, op.endNs});
+        else if (c == EventClass::Computation)
+            comp.push_back({op.startNs, op.endNs});
     }
     return fromIntervals(std::move(comp), std::move(comm));
 }
@@ -87,14 +94,13 @@ void appendDeviceActivity(nlohmann::json& ev, const nlohmann::json& r, int64_t t
     const auto& ops = r["ops"];
     const auto& units = r["units"];
     std::map<std::pair<bool, uint32_t>, int> lanes;  // (host side, stream or thread) -> lane
+    int deviceLanes = 0, hostLanes = 0;
     auto laneOf = [&](const record::DeviceOp& op) {
         const bool hostSide = record::isHostSide(op.kind);
         const auto key = std::make_pair(hostSide, op.stream);
         if (auto it = lanes.find(key); it != lanes.end()) return it->second;
-        int count = 0;
-        for (const auto& [k, v] : lanes)
-            count += k.first == hostSide ? 1 : 0;
-        const int lane = (hostSide ? kHostApiLaneBase : kDeviceLaneBase) + std::min(count, 99);
+        int& count = hostSide ? hostLanes : deviceLanes;
+        const int lane = (hostSide ? kHostApiLaneBase : kDeviceLaneBase) + std::min(count++, 99);
         lanes.emplace(key, lane);
         const std::string name =
             hostSide ? "CUDA API (thread " + std::to_string(op.stream) + ")"
@@ -114,24 +120,15 @@ void appendDeviceActivity(nlohmann::json& ev, const nlohmann::json& r, int64_t t
     const auto us = [t0](int64_t ns) { return static_cast<double>(ns - t0) / 1000.0; };
     // Flow ids unique across ranks: the rank in the high bits, CUPTI's correlation below.
     const auto flowId = [rank](uint32_t c) { return (static_cast<int64_t>(rank) << 32) | c; };
-    // A flow needs both ends: a host-side call and the GPU op it queued.
-    const auto queued = [](const record::DeviceOp& op) {
-        return op.kind == record::DeviceOpKind::Kernel || op.kind == record::DeviceOpKind::Memcpy ||
-               op.kind == record::DeviceOpKind::Memset;
-    };
+    // A flow needs both ends: a host-side call and the device work it queued.
     std::set<uint32_t> launched, onDevice;
     for (const auto& op : a.ops) {
         if (record::isHostSide(op.kind)) launched.insert(op.correlation);
-        if (queued(op)) onDevice.insert(op.correlation);
+        if (record::isDeviceWork(op.kind)) onDevice.insert(op.correlation);
     }
     for (const auto& op : a.ops) {
         const bool hostSide = record::isHostSide(op.kind);
-        const char* cat = op.kind == record::DeviceOpKind::Kernel   ? "kernel"
-                          : op.kind == record::DeviceOpKind::Memcpy ? "gpu_memcpy"
-                          : op.kind == record::DeviceOpKind::Memset ? "gpu_memset"
-                          : op.kind == record::DeviceOpKind::Synchronization
-                              ? "cuda_sync"
-                              : record::deviceOpKindName(op.kind);
+        const char* cat = record::kinetoCategory(op.kind);
         nlohmann::json args{{"device", op.device}, {"correlation", op.correlation}};
         if (hostSide)
             args["thread"] = op.stream;
@@ -156,7 +153,7 @@ void appendDeviceActivity(nlohmann::json& ev, const nlohmann::json& r, int64_t t
                       {"ts", us(op.startNs)},
                       {"dur", static_cast<double>(op.endNs - op.startNs) / 1000.0},
                       {"args", std::move(args)}});
-        const bool end = queued(op) && launched.count(op.correlation);
+        const bool end = record::isDeviceWork(op.kind) && launched.count(op.correlation);
         if (end || (hostSide && onDevice.count(op.correlation))) {
             nlohmann::json f{
                 {"ph", end ? "f" : "s"}, {"pid", pid},    {"tid", tid},
@@ -167,26 +164,13 @@ void appendDeviceActivity(nlohmann::json& ev, const nlohmann::json& r, int64_t t
         }
     }
     // What was allocated while recording (a free of older memory does not count).
-    int64_t cur = 0;
-    std::map<std::pair<uint32_t, uint64_t>, int64_t> live;
-    for (const auto& m : a.memory) {
-        const auto key = std::make_pair(m.device, m.address);
-        if (m.bytes > 0) {
-            live[key] += m.bytes;
-            cur += m.bytes;
-        } else if (auto it = live.find(key); it != live.end()) {
-            cur -= it->second;
-            live.erase(it);
-        } else {
-            continue;
-        }
+    for (const auto& [ts, bytes] : record::deviceMemoryTimeline(a.memory))
         ev.push_back({{"ph", "C"},
                       {"pid", pid},
                       {"tid", traceTid(rank, kDeviceMemoryLane)},
                       {"name", "device memory (cudaMalloc while recording, bytes)"},
-                      {"ts", us(m.ts)},
-                      {"args", {{"reserved", cur}}}});
-    }
+                      {"ts", us(ts)},
+                      {"args", {{"reserved", bytes}}}});
 }
 
 }  // namespace

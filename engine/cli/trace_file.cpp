@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "engine/cli/trace_file.h"
 
+#include "profiler/record/device_activity.h"
+
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -50,8 +52,7 @@ Expected<TraceFile> readTraceFile(const std::string& path) {
         if (a.contains("fsdp_op_id")) {
             // Device work only: the launching calls (cuda_runtime, cuda_driver) and
             // synchronisation carry the label too but are not the op's GPU time.
-            const std::string cat = e.value("cat", "");
-            if ((cat != "kernel" && cat != "gpu_memcpy" && cat != "gpu_memset") ||
+            if (!record::isDeviceWorkCategory(e.value("cat", "")) ||
                 !a["fsdp_op_id"].is_number_integer() || !a.contains("fsdp_step") ||
                 !a["fsdp_step"].is_number_integer())
                 continue;

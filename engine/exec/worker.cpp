@@ -437,10 +437,12 @@ int runWorker(const std::vector<std::string>& argv) {
                 mem->startTimeline();  // every measured step, for the trace's counter
             }
             if (step == total - 1) {
-                lastStepStart = cuda ? cudaMemory().allocated : mem->current();
-                if (cuda) {
-                    cudaPeak = std::max(cudaPeak, cudaMemory().peakAllocated);
-                    cudaPeakReserved = std::max(cudaPeakReserved, cudaMemory().peakReserved);
+                lastStepStart = mem->current();
+                if (cuda) {  // the peaks so far, then the last step's own
+                    const CudaMemory cm = cudaMemory();
+                    lastStepStart = cm.allocated;
+                    cudaPeak = std::max(cudaPeak, cm.peakAllocated);
+                    cudaPeakReserved = std::max(cudaPeakReserved, cm.peakReserved);
                     resetCudaPeaks();
                 }
                 lastStepT0 = nowNs();

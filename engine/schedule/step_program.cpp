@@ -627,7 +627,7 @@ StepOptions stepOptionsFor(const Plan& plan, int64_t devicesPerNode) {
 
 StepOptions stepOptionsFor(const Plan& plan, const ClusterSpec& cluster) {
     StepOptions o = stepOptionsFor(plan, cluster.node.devicesPerNode);
-    o.hostIsDevice = cluster.device.kind == "cpu";
+    o.hostIsDevice = cluster.device.isHost();
     return o;
 }
 

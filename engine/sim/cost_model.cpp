@@ -55,7 +55,7 @@ int64_t opDurationNs(const ClusterSpec& c, const Op& op) {
         case OpKind::OptimizerStep:
             // On a CPU cluster the host is the device: the offloaded shards' step runs on
             // the same cores and memory as any other, so it costs what the device's does.
-            t = op.stream == Stream::Host && c.device.kind != "cpu"
+            t = op.stream == Stream::Host && !c.device.isHost()
                     ? op.memBytes / c.sim.hostOptimizerBytesPerS
                     : op.memBytes / hbm;
             break;

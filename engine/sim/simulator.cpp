@@ -39,7 +39,7 @@ void schedule(const StepProgram& p, const ClusterSpec& c, const std::vector<int6
     // On a CPU device the "streams" other than the collectives' are the CPU thread itself:
     // it cannot run ahead of its own compute and copies (the engine's Gloo path runs them
     // synchronously; only the collectives run on Gloo's threads).
-    const bool cpuDevice = c.device.kind == "cpu";
+    const bool cpuDevice = c.device.isHost();
     for (size_t i = 0; i < n; ++i) {
         const Op& op = p.ops[i];
         int64_t ready = 0;

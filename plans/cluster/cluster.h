@@ -23,6 +23,8 @@ inline constexpr int kClusterVersion = 1;
 struct DeviceSpec {
     std::string name;
     std::string kind = "gpu";  // "gpu" or "cpu"
+    // A CPU "device" is the host: its memory is the host's, and host work runs on it.
+    [[nodiscard]] bool isHost() const { return kind == "cpu"; }
     int64_t memoryBytes = 0;
     std::map<DType, double> peakFlops;            // dense FLOP/s by dtype
     double hbmBandwidth = 0;                      // bytes/s

@@ -285,7 +285,7 @@ public:
             auto it = classCache.find(key);
             cls = it != classCache.end()
                       ? it->second
-                      : classCache.emplace(key, classify(name, cat)).first->second;
+                      : classCache.emplace(key, classifyDeviceEvent(name, cat)).first->second;
         }
         t.cls.push_back(cls);
         // A GPU op of a `shardscope run --device cuda` trace names the FSDP op that launched
@@ -497,21 +497,6 @@ private:
         return id;
     }
 
-    // HTA's classification (hta/common/types.py, hta/utils/utils.py), by kernel name.
-    static EventClass classify(const std::string& name, const std::string& cat) {
-        static const std::regex comm("^nccl.*|^hip.*|^hccl.*|.*ncclKernel.*");
-        static const std::regex mem("^(hip)?Memcpy.*|^(hip)?Memset.*|^dma.*");
-        static const std::regex nonCompute(
-            "^nccl.*|.*Memcpy.*|.*Memset.*|.*dma.*|^.*Sync.*|^Stream Wait "
-            "Event.*|.*cuda.*LaunchKernel.*|^hip.*");
-        if (std::regex_match(name, comm)) return EventClass::Communication;
-        if (std::regex_match(name, mem) || cat == "gpu_memcpy" || cat == "gpu_memset" ||
-            cat == "Memcpy" || cat == "Memset")
-            return EventClass::Memory;
-        if (!std::regex_match(name, nonCompute)) return EventClass::Computation;
-        return EventClass::Other;
-    }
-
     static bool isNcclKernel(const std::string& name) { return name.rfind("nccl", 0) == 0; }
 
     static void fill(Collective& c, const json& args) {
@@ -657,6 +642,20 @@ private:
 };
 
 }  // namespace
+
+EventClass classifyDeviceEvent(const std::string& name, const std::string& cat) {
+    static const std::regex comm("^nccl.*|^hip.*|^hccl.*|.*ncclKernel.*");
+    static const std::regex mem("^(hip)?Memcpy.*|^(hip)?Memset.*|^dma.*");
+    static const std::regex nonCompute(
+        "^nccl.*|.*Memcpy.*|.*Memset.*|.*dma.*|^.*Sync.*|^Stream Wait "
+        "Event.*|.*cuda.*LaunchKernel.*|^hip.*");
+    if (std::regex_match(name, comm)) return EventClass::Communication;
+    if (std::regex_match(name, mem) || cat == "gpu_memcpy" || cat == "gpu_memset" ||
+        cat == "Memcpy" || cat == "Memset")
+        return EventClass::Memory;
+    if (!std::regex_match(name, nonCompute)) return EventClass::Computation;
+    return EventClass::Other;
+}
 
 Expected<Trace> importKinetoFile(const std::string& path, const KinetoImportOptions& o) {
     GzReader reader(path, o);

@@ -30,6 +30,10 @@ struct KinetoImportOptions {
     std::function<void(double fraction)> progress;
 };
 
+// HTA's classification of a device event (hta/common/types.py, hta/utils/utils.py), by
+// kernel name and category: communication (NCCL, RCCL, HCCL), memory, computation, other.
+[[nodiscard]] EventClass classifyDeviceEvent(const std::string& name, const std::string& category);
+
 [[nodiscard]] Expected<Trace> importKinetoFile(const std::string& path,
                                                const KinetoImportOptions& o = {});
 

@@ -2,7 +2,6 @@
 #include "profiler/record/cupti_converter.h"
 
 #include <algorithm>
-#include <unordered_map>
 
 namespace shardscope::record {
 
@@ -157,21 +156,8 @@ DeviceActivity CuptiConverter::finish(const ClockFit& fit) {
     std::stable_sort(
         out.memory.begin(), out.memory.end(),
         [](const DeviceMemoryEvent& a, const DeviceMemoryEvent& b) { return a.ts < b.ts; });
-    // Peak of what was allocated while recording; a free of an address allocated before
-    // (not seen here) does not lower it.
-    std::unordered_map<uint64_t, int64_t> live;
-    int64_t cur = 0;
-    for (const auto& m : out.memory) {
-        const uint64_t key = m.address ^ (uint64_t{m.device} << 56);
-        if (m.bytes > 0) {
-            live[key] += m.bytes;
-            cur += m.bytes;
-            out.peakDeviceBytes = std::max(out.peakDeviceBytes, cur);
-        } else if (auto it = live.find(key); it != live.end()) {
-            cur -= it->second;
-            live.erase(it);
-        }
-    }
+    for (const auto& [ts, bytes] : deviceMemoryTimeline(out.memory))
+        out.peakDeviceBytes = std::max(out.peakDeviceBytes, bytes);
     return out;
 }
 

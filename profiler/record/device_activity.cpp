@@ -4,30 +4,73 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <iterator>
+#include <map>
 #include <stdexcept>
 
 namespace shardscope::record {
 
+namespace {
+
+// Each kind's name in the rank result and its Kineto category, in enum order.
+struct KindNames {
+    const char* name;
+    const char* category;
+};
+constexpr KindNames kKinds[] = {
+    {"kernel", "kernel"},
+    {"memcpy", "gpu_memcpy"},
+    {"memset", "gpu_memset"},
+    {"synchronization", "cuda_sync"},
+    {"cuda_runtime", "cuda_runtime"},
+    {"cuda_driver", "cuda_driver"},
+};
+
+const KindNames& namesOf(DeviceOpKind k) {
+    return kKinds[static_cast<size_t>(k)];
+}
+
+}  // namespace
+
 const char* deviceOpKindName(DeviceOpKind k) {
-    switch (k) {
-        case DeviceOpKind::Kernel:
-            return "kernel";
-        case DeviceOpKind::Memcpy:
-            return "memcpy";
-        case DeviceOpKind::Memset:
-            return "memset";
-        case DeviceOpKind::Synchronization:
-            return "synchronization";
-        case DeviceOpKind::RuntimeApi:
-            return "cuda_runtime";
-        case DeviceOpKind::DriverApi:
-            return "cuda_driver";
-    }
-    return "kernel";
+    return namesOf(k).name;
 }
 
 bool isHostSide(DeviceOpKind k) {
     return k == DeviceOpKind::RuntimeApi || k == DeviceOpKind::DriverApi;
+}
+
+bool isDeviceWork(DeviceOpKind k) {
+    return k == DeviceOpKind::Kernel || k == DeviceOpKind::Memcpy || k == DeviceOpKind::Memset;
+}
+
+const char* kinetoCategory(DeviceOpKind k) {
+    return namesOf(k).category;
+}
+
+bool isDeviceWorkCategory(std::string_view category) {
+    return category == "kernel" || category == "gpu_memcpy" || category == "gpu_memset";
+}
+
+std::vector<std::pair<int64_t, int64_t>> deviceMemoryTimeline(
+    const std::vector<DeviceMemoryEvent>& events) {
+    std::vector<std::pair<int64_t, int64_t>> out;
+    std::map<std::pair<uint32_t, uint64_t>, int64_t> live;  // (device, address) -> bytes
+    int64_t cur = 0;
+    for (const auto& m : events) {
+        const auto key = std::make_pair(m.device, m.address);
+        if (m.bytes > 0) {
+            live[key] += m.bytes;
+            cur += m.bytes;
+        } else if (auto it = live.find(key); it != live.end()) {
+            cur -= it->second;
+            live.erase(it);
+        } else {
+            continue;
+        }
+        out.emplace_back(m.ts, cur);
+    }
+    return out;
 }
 
 int64_t ClockFit::toCpu(uint64_t deviceNs) const {
@@ -66,10 +109,8 @@ nlohmann::json toJson(const DeviceActivity& a) {
 namespace {
 
 DeviceOpKind kindFromName(const std::string& s, const std::string& where) {
-    for (auto k :
-         {DeviceOpKind::Kernel, DeviceOpKind::Memcpy, DeviceOpKind::Memset,
-          DeviceOpKind::Synchronization, DeviceOpKind::RuntimeApi, DeviceOpKind::DriverApi})
-        if (s == deviceOpKindName(k)) return k;
+    for (size_t i = 0; i < std::size(kKinds); ++i)
+        if (s == kKinds[i].name) return static_cast<DeviceOpKind>(i);
     throw std::runtime_error(where + ": unknown device op kind \"" + s + "\"");
 }
 

@@ -13,6 +13,8 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace shardscope::record {
@@ -27,6 +29,14 @@ enum class DeviceOpKind : uint8_t {
 };
 [[nodiscard]] const char* deviceOpKindName(DeviceOpKind k);
 [[nodiscard]] bool isHostSide(DeviceOpKind k);
+// Work a launch queued on the device: kernels, copies and memsets (what a flow ends on and
+// what an FSDP op's GPU time spans).
+[[nodiscard]] bool isDeviceWork(DeviceOpKind k);
+// The PyTorch profiler's (Kineto's) category for the kind: "kernel", "gpu_memcpy",
+// "gpu_memset", "cuda_sync", "cuda_runtime", "cuda_driver".
+[[nodiscard]] const char* kinetoCategory(DeviceOpKind k);
+// Whether a Kineto category is device work (kernel, gpu_memcpy, gpu_memset).
+[[nodiscard]] bool isDeviceWorkCategory(std::string_view category);
 
 inline constexpr int64_t kNoExternalId = -1;
 
@@ -71,6 +81,11 @@ struct DeviceActivity {
         return names[static_cast<size_t>(op.name)];
     }
 };
+
+// Device memory allocated while recording, after each allocation or free: (time, bytes).
+// A free of memory allocated before recording started (an address not seen) is left out.
+[[nodiscard]] std::vector<std::pair<int64_t, int64_t>> deviceMemoryTimeline(
+    const std::vector<DeviceMemoryEvent>& events);
 
 // The rank result's "device_activity" object and back; fromJson names the field it
 // rejects in its exception message.
