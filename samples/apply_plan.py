@@ -64,8 +64,11 @@ def _submodule(model, name):
     return model.get_submodule(name) if name else model
 
 
-def apply_plan(model, export, device_type=None):
-    """Shards `model` as the export says; returns the model (fully_shard works in place)."""
+def apply_plan(model, export, device_type=None, mesh=None):
+    """Shards `model` as the export says; returns the model (fully_shard works in place).
+
+    `mesh`: a DeviceMesh of the export's shape to use instead of making one (a training
+    script that already has its mesh, or one made outside FakeTensorMode)."""
     if isinstance(export, str):
         with open(export) as f:
             export = json.load(f)
@@ -73,8 +76,11 @@ def apply_plan(model, export, device_type=None):
         raise ValueError(f"expected a shardscope.export.fsdp2 file, got format {export.get('format')!r}")
     if device_type is None:
         device_type = "cuda" if torch.cuda.is_available() else "cpu"
-    mesh = init_device_mesh(device_type, tuple(export["mesh"]["shape"]),
-                            mesh_dim_names=tuple(export["mesh"]["dim_names"]))
+    shape = tuple(export["mesh"]["shape"])
+    if mesh is None:
+        mesh = init_device_mesh(device_type, shape, mesh_dim_names=tuple(export["mesh"]["dim_names"]))
+    elif tuple(mesh.shape) != shape:
+        raise ValueError(f"the mesh given has shape {tuple(mesh.shape)}; the export needs {shape}")
     for name, mode in export.get("activation_checkpointing", {}).items():
         _checkpoint(_submodule(model, name), mode)
     ignored = {model.get_parameter(n) for n in export.get("ignored_params", [])}

@@ -160,19 +160,22 @@ private:
             const ModuleCost& c = run.cost;
             const int32_t u = run.unit;
             const auto& unit = r.units[u];
+            // Activations follow the unit's compute dtype; fp32 statistics and upcasts and
+            // int64 ids keep theirs (ScaledCost::fixedPerToken), so the model's
+            // activation dtype cancels out of the result.
             const double scale = static_cast<double>(dtypeSize(unit.allGatherDtype)) /
                                  static_cast<double>(dtypeSize(g.activationDtype));
-            const double fwd = c.fwdFlops.at(b, s), saved = c.savedBytes.at(b, s) * scale;
+            const double fwd = c.fwdFlops.at(b, s), saved = c.savedBytes.at(b, s, scale);
             if (fwd == 0 && saved == 0 && c.fwdMemBytes.isZero()) continue;
             if (segs.empty() || segs.back().unit != u) segs.push_back(Segment{u});
             Segment& sg = segs.back();
             sg.fwdFlops += fwd;
             sg.bwdFlops += c.bwdFlops.at(b, s);
-            sg.fwdMem += c.fwdMemBytes.at(b, s) * scale;
-            sg.bwdMem += c.bwdMemBytes.at(b, s) * scale;
+            sg.fwdMem += c.fwdMemBytes.at(b, s, scale);
+            sg.bwdMem += c.bwdMemBytes.at(b, s, scale);
             sg.kernels += run.kernels;
             sg.gradBytes += run.gradNumel * dtypeSize(unit.allGatherDtype);
-            sg.bwdTransient = std::max(sg.bwdTransient, 2.0 * run.peakOutputBytes.at(b, s) * scale);
+            sg.bwdTransient = std::max(sg.bwdTransient, 2.0 * run.peakOutputBytes.at(b, s, scale));
             switch (unit.activationCheckpointing) {
                 case AcMode::Full:
                     sg.recomputeFlops += fwd;
@@ -180,13 +183,13 @@ private:
                     break;
                 case AcMode::Selective: {
                     const double attnFwd = run.attnFwdFlops.at(b, s);
-                    const double attnSaved = run.attnSavedBytes.at(b, s) * scale;
+                    const double attnSaved = run.attnSavedBytes.at(b, s, scale);
                     sg.recomputeFlops += attnFwd;
                     sg.recomputeSaved += attnSaved;
                     sg.saved += saved - attnSaved;
                     const int64_t grads = run.gradNumel * dtypeSize(unit.allGatherDtype);
                     if (run.hasAttn) {  // only what follows the last attention comes first
-                        sg.savedLate = run.savedAfterAttn.at(b, s) * scale;
+                        sg.savedLate = run.savedAfterAttn.at(b, s, scale);
                         sg.gradLateBytes = run.gradNumelAfterAttn * dtypeSize(unit.allGatherDtype);
                     } else {
                         sg.savedLate += saved;
@@ -206,10 +209,10 @@ private:
             if (r.units[sg.unit].activationCheckpointing == AcMode::Full &&
                 !r.units[sg.unit].isRoot) {
                 const ModuleId first = r.units[sg.unit].modules[0];
-                const double hidden =
-                    g.module(first).cost.outputBytes.at(b, s) *
+                const double hidden = g.module(first).cost.outputBytes.at(
+                    b, s,
                     static_cast<double>(dtypeSize(r.units[sg.unit].allGatherDtype)) /
-                    static_cast<double>(dtypeSize(g.activationDtype));
+                        static_cast<double>(dtypeSize(g.activationDtype)));
                 sg.saved += hidden;
                 sg.recomputeSaved += hidden;
             }
@@ -517,7 +520,11 @@ private:
                 if (r.units[u].explicitBackwardPrefetch) {
                     for (UnitId t : r.units[u].backwardPrefetch)
                         unshard(t.value, Phase::Backward, mb);
-                } else if (pre && posInOrder[u] > 0) {
+                } else if (pre && posInOrder[u] > 0 && !r.units[u].params.empty()) {
+                    // Implicit prefetch is the parameter group's (FSDPParamGroup.pre_backward;
+                    // FSDP1 prefetches from a handle): a unit without parameters, such as a
+                    // root whose modules all have units of their own, prefetches nothing, so
+                    // the loss's backward runs with no parameters gathered.
                     unshard(order[posInOrder[u] - 1], Phase::Backward, mb);
                 }
             }

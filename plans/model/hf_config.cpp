@@ -8,6 +8,9 @@ namespace shardscope {
 namespace {
 
 // Per-token cost formulas. T = b·s tokens, e = bytes per activation element.
+// Dtype rule (ScaledCost): bytes written with e follow the unit's compute dtype (the
+// MixedPrecisionPolicy's param_dtype, else the parameters' dtype); fp32 statistics and
+// upcasts and int64 indices go to fixedPerToken and stay what PyTorch keeps them as.
 // FLOPs are counted as torch.utils.flop_counter counts them: matmuls (2·m·n·k, backward
 // twice forward) and flash scaled_dot_product_attention (forward 4·b·H·s²·d, backward
 // 10·b·H·s²·d, i.e. 2.5x, no causal discount), so the exporter's measured FLOPs and these
@@ -28,12 +31,14 @@ struct CostBuilder {
         c.outputBytes.perToken += out * e;
     }
     // LlamaRMSNorm: upcasts to fp32, x·rsqrt(mean(x²)+eps), casts back, multiplies by the
-    // weight. Saved: fp32 input (4h), rstd (4), normalized input in e (h·e).
+    // weight. Saved: fp32 input (4h, whatever the compute dtype), rstd (4), normalized
+    // input in e (h·e).
     void rmsNorm(ModuleId m, double h) {
         auto& c = g.cost(m);
         c.fwdMemBytes.perToken += h * (2 * e + 16);
         c.bwdMemBytes.perToken += 2 * h * (2 * e + 16);
-        c.savedBytes.perToken += 4 * h + 4 + h * e;
+        c.savedBytes.perToken += h * e;
+        c.savedBytes.fixedPerToken += 4 * h + 4;
         c.outputBytes.perToken += h * e;
     }
     // nn.LayerNorm: native_layer_norm saves input, mean and rstd (fp32).
@@ -41,7 +46,8 @@ struct CostBuilder {
         auto& c = g.cost(m);
         c.fwdMemBytes.perToken += 2 * h * e;
         c.bwdMemBytes.perToken += 4 * h * e;
-        c.savedBytes.perToken += h * e + 8;
+        c.savedBytes.perToken += h * e;
+        c.savedBytes.fixedPerToken += 8;  // fp32 mean and rstd
         c.outputBytes.perToken += h * e;
     }
     // nn.Embedding: a gather; saves the int64 indices.
@@ -49,7 +55,7 @@ struct CostBuilder {
         auto& c = g.cost(m);
         c.fwdMemBytes.perToken += 2 * h * e;
         c.bwdMemBytes.perToken += 2 * h * e;
-        c.savedBytes.perToken += 8;
+        c.savedBytes.fixedPerToken += 8;
         c.outputBytes.perToken += h * e;
     }
     // nn.Dropout in training: saves a bool mask per element.
@@ -58,7 +64,7 @@ struct CostBuilder {
         auto& c = g.cost(m);
         c.fwdMemBytes.perToken += width * (2 * e + 1);
         c.bwdMemBytes.perToken += width * (2 * e + 1);
-        c.savedBytes.perToken += width;
+        c.savedBytes.fixedPerToken += width;
         c.outputBytes.perToken += width * e;
     }
     // Causal attention through SDPA with a flash/efficient kernel: no s×s matrix is kept;
@@ -69,7 +75,8 @@ struct CostBuilder {
         auto& c = g.cost(m);
         c.fwdFlops.perTokenSeq += 4 * heads * headDim;
         c.bwdFlops.perTokenSeq += 10 * heads * headDim;
-        c.savedBytes.perToken += savedQkvWidth * e + heads * headDim * e + 4 * heads;
+        c.savedBytes.perToken += savedQkvWidth * e + heads * headDim * e;
+        c.savedBytes.fixedPerToken += 4 * heads;
     }
     // Residual adds: read two, write one.
     void residualAdds(ModuleId m, double h, int count) {
@@ -78,15 +85,17 @@ struct CostBuilder {
         c.bwdMemBytes.perToken += 2 * h * e * count;
         c.outputBytes.perToken += h * e;
     }
-    // Causal-LM loss in the *ForCausalLM forward: logits upcast to fp32, log_softmax
-    // (saves its fp32 output) and nll_loss (saves the int64 targets). Its largest output is
-    // the fp32 log-probabilities (backward holds their gradient and the logits').
+    // Causal-LM loss of transformers' ForCausalLMLoss (labels=): logits upcast to fp32
+    // (whatever the compute dtype), log_softmax (saves its fp32 output) and nll_loss (saves
+    // the int64 targets and the same log-probabilities). Its largest output is the fp32
+    // log-probabilities: backward holds their gradient and the fp32 logits' gradient at once
+    // (FSDPMemTracker: two fp32 b·s·vocab temporaries at the start of backward).
     void causalLmLoss(ModuleId m, double vocab) {
         auto& c = g.cost(m);
         c.fwdMemBytes.perToken += vocab * (e + 4) + vocab * 8;
         c.bwdMemBytes.perToken += vocab * 16;
-        c.savedBytes.perToken += 4 * vocab + 8;
-        c.outputBytes.perToken += 4 * vocab;
+        c.savedBytes.fixedPerToken += 4 * vocab + 8;
+        c.outputBytes.fixedPerToken += 4 * vocab;
     }
 };
 
@@ -146,7 +155,10 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
             auto& cc = g.cost(x);
             for (ScaledCost* sc : {&cc.fwdFlops, &cc.bwdFlops, &cc.fwdMemBytes, &cc.bwdMemBytes,
                                    &cc.savedBytes, &cc.outputBytes})
+            {
                 sc->perToken *= tokenShare;
+                sc->fixedPerToken *= tokenShare;
+            }
         };
         ModuleId gm, um, dm;
         // transformers registers gate, up, down (Llama) or w1, w2, w3 (Mixtral) in this order.
@@ -197,7 +209,8 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
             // Router: Linear(h → E), softmax and top-k in fp32.
             linear(moe, "gate", h, c.experts, false, true);
             auto& mc = g.cost(moe);
-            mc.savedBytes.perToken += 4.0 * static_cast<double>(c.experts + c.topK) + 8.0 * c.topK;
+            mc.savedBytes.fixedPerToken +=
+                4.0 * static_cast<double>(c.experts + c.topK) + 8.0 * c.topK;
             mc.fwdMemBytes.perToken += 2.0 * H * cb.e * static_cast<double>(c.topK);
             mc.bwdMemBytes.perToken += 2.0 * H * cb.e * static_cast<double>(c.topK);
             mc.outputBytes.perToken += H * cb.e;
@@ -343,10 +356,11 @@ Expected<ModelGraph> loadGpt2(const JsonReader& r, const HfLoadOptions& o) {
         ModuleId mlp = g.addModule(blk, "mlp", "GPT2MLP");
         conv1d(mlp, "c_fc", h, inner, true);
         conv1d(mlp, "c_proj", inner, h, true);
-        // NewGELUActivation (tanh approximation, unfused): saves its input, the tanh output
-        // and one intermediate, each inner-wide.
+        // NewGELUActivation (tanh approximation, unfused: 0.5·x·(1 + tanh(c·(x + a·x³))))
+        // saves four inner-wide tensors: pow's input x, tanh's result, and both operands of
+        // the last mul (0.5·x and 1 + tanh), as autograd lists them (FakeTensorMode, 4.57).
         ModuleId act = g.addModule(mlp, "act", "NewGELUActivation");
-        g.cost(act).savedBytes.perToken += 3.0 * static_cast<double>(inner) * cb.e;
+        g.cost(act).savedBytes.perToken += 4.0 * static_cast<double>(inner) * cb.e;
         g.cost(act).fwdMemBytes.perToken += 10.0 * static_cast<double>(inner) * cb.e;
         g.cost(act).bwdMemBytes.perToken += 12.0 * static_cast<double>(inner) * cb.e;
         g.cost(act).outputBytes.perToken += static_cast<double>(inner) * cb.e;

@@ -28,21 +28,34 @@ using Shape = std::vector<int64_t>;
 [[nodiscard]] std::string shapeToString(const Shape& shape);
 
 // A cost that scales with the work of one micro-batch:
-//   value(b, s) = perToken·(b·s) + perTokenSeq·(b·s)·s
+//   value(b, s) = (perToken + fixedPerToken)·(b·s) + perTokenSeq·(b·s)·s
 // The second term carries attention's quadratic dependence on sequence length.
+//
+// Bytes of activations come in two kinds. perToken and perTokenSeq are counted at the
+// model's activation dtype and follow the dtype the unit computes in (a bf16
+// MixedPrecisionPolicy halves fp32 figures). fixedPerToken is bytes whose dtype PyTorch
+// keeps whatever the compute dtype: RMSNorm's fp32 upcast input and rstd, SDPA's fp32
+// logsumexp, the loss's fp32 log-probabilities, int64 token ids. at(b, s, scale) applies
+// a dtype ratio to the first kind only. FLOP costs never use fixedPerToken.
 struct ScaledCost {
     double perToken = 0;
     double perTokenSeq = 0;
-    [[nodiscard]] double at(int64_t batch, int64_t seq) const {
+    double fixedPerToken = 0;
+    [[nodiscard]] double at(int64_t batch, int64_t seq) const { return at(batch, seq, 1.0); }
+    [[nodiscard]] double at(int64_t batch, int64_t seq, double dtypeScale) const {
         const double t = static_cast<double>(batch) * static_cast<double>(seq);
-        return perToken * t + perTokenSeq * t * static_cast<double>(seq);
+        return (perToken * dtypeScale + fixedPerToken) * t +
+               perTokenSeq * dtypeScale * t * static_cast<double>(seq);
     }
     ScaledCost& operator+=(const ScaledCost& o) {
         perToken += o.perToken;
         perTokenSeq += o.perTokenSeq;
+        fixedPerToken += o.fixedPerToken;
         return *this;
     }
-    [[nodiscard]] bool isZero() const { return perToken == 0 && perTokenSeq == 0; }
+    [[nodiscard]] bool isZero() const {
+        return perToken == 0 && perTokenSeq == 0 && fixedPerToken == 0;
+    }
 };
 
 // Costs of the operators a module runs itself, not counting its children.

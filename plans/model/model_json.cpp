@@ -27,14 +27,19 @@ Shape readShape(const JsonReader& r) {
 }
 
 ScaledCost readScaled(const JsonReader& r) {
-    if (r.size() != 2)
-        r.failExpected("[per_token, per_token_seq], an array of two non-negative numbers");
-    ScaledCost c{r[0].asNumber(), r[1].asNumber()};
-    if (c.perToken < 0 || c.perTokenSeq < 0) r.fail("costs must be non-negative");
+    if (r.size() != 2 && r.size() != 3)
+        r.failExpected(
+            "[per_token, per_token_seq] or [per_token, per_token_seq, fixed_per_token], an "
+            "array of two or three non-negative numbers");
+    ScaledCost c{r[0].asNumber(), r[1].asNumber(), r.size() == 3 ? r[2].asNumber() : 0.0};
+    if (c.perToken < 0 || c.perTokenSeq < 0 || c.fixedPerToken < 0)
+        r.fail("costs must be non-negative");
     return c;
 }
 
 nlohmann::json scaledJson(const ScaledCost& c) {
+    if (c.fixedPerToken != 0)
+        return nlohmann::json::array({c.perToken, c.perTokenSeq, c.fixedPerToken});
     return nlohmann::json::array({c.perToken, c.perTokenSeq});
 }
 

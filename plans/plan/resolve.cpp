@@ -643,10 +643,19 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r) 
         ModuleRun& run = runs.back();
         runOf[static_cast<size_t>(m)] = static_cast<int32_t>(runs.size() - 1);
         run.cost += c;
-        run.peakOutputBytes.perToken =
-            std::max(run.peakOutputBytes.perToken, c.outputBytes.perToken);
-        run.peakOutputBytes.perTokenSeq =
-            std::max(run.peakOutputBytes.perTokenSeq, c.outputBytes.perTokenSeq);
+        // The largest per-token output is one module's, its dtype-following and fixed bytes
+        // together (lm_head's logits and the loss's fp32 log-probabilities are two outputs,
+        // not one); on a tie, the one with more fixed bytes is larger under mixed precision.
+        {
+            ScaledCost& pk = run.peakOutputBytes;
+            const ScaledCost& o = c.outputBytes;
+            const double a = o.perToken + o.fixedPerToken, b = pk.perToken + pk.fixedPerToken;
+            if (a > b || (a == b && o.fixedPerToken > pk.fixedPerToken)) {
+                pk.perToken = o.perToken;
+                pk.fixedPerToken = o.fixedPerToken;
+            }
+            pk.perTokenSeq = std::max(pk.perTokenSeq, o.perTokenSeq);
+        }
         if (!c.fwdFlops.isZero()) ++run.kernels;
         if (mod.cls.find("Attention") != std::string::npos) {
             run.attnFwdFlops += c.fwdFlops;

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Memory fidelity table: ShardScope's simulated peak allocated against PyTorch's own
+accounting (FSDPMemTracker under FakeTensorMode, scripts/memory_oracle.py) for full-size
+models, per case of a matrix of models, world sizes, batch shapes, checkpointing modes,
+reshard_after_forward and precision.
+
+    python scripts/bench_memory.py                 # the whole matrix (about 10 minutes)
+    python scripts/bench_memory.py --quick         # one case per model and mode
+    python scripts/bench_memory.py --filter mixtral --json out.json
+
+Each row: FSDPMemTracker's peak, ours, and the error (goal within 3%, bar 5%). A row that
+fails to run prints its error and the table goes on. Exit status 1 when any case is past
+the bar, so the table can gate a change.
+"""
+import argparse
+import itertools
+import json
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+import memory_oracle  # noqa: E402
+
+ROOT = memory_oracle.ROOT
+GIB = 1024.0**3
+GOAL, BAR = 0.03, 0.05
+
+# model folder under samples/models -> (decoder block class, embedding module, final norm
+# and head modules): one unit per block, the embedding a unit, the norm and head one unit,
+# as torchtitan wraps.
+MODELS = {
+    "llama3.1-8b": ("LlamaDecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
+    "qwen2-7b": ("Qwen2DecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
+    "mixtral-8x7b": ("MixtralDecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
+    # Tied embeddings: the root keeps wte/lm_head. Run with dropout off (nanoGPT's
+    # pre-training setting): on the CPU the oracle's dropout is unfused and saves a bf16 mask
+    # where CUDA's fused kernel saves a bool one, and attention dropout sends SDPA to the
+    # math kernel, which keeps the s x s probabilities that CUDA's flash kernel does not.
+    "gpt2-xl": ("GPT2Block", None, None),
+    "llama3-70b": ("LlamaDecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
+}
+AC = {"none": "none", "full": "full", "every2": {"mode": "full", "every": 2}, "selective_op": "selective_op"}
+
+
+def plan_for(model, ac, reshard, precision, batch, seq, world):
+    block, embed, head = MODELS[model]
+    plan = {"format": "shardscope.plan", "version": 1, "name": f"{model} {ac} reshard={reshard} {precision}",
+            "api": "fsdp2", "mesh": {"shape": [world]}, "wrap": {"policy": "module_class", "classes": [block]},
+            "defaults": {"reshard_after_forward": reshard}, "units": [],
+            "training": {"micro_batch_size": batch, "seq_len": seq}}
+    if precision == "bf16":
+        plan["defaults"]["mixed_precision"] = {"param_dtype": "bfloat16", "reduce_dtype": "float32"}
+    if embed:
+        plan["units"].append({"modules": embed})
+    if head:
+        plan["units"].append({"name": "norm+head", "modules": head})
+    if ac != "none":
+        # On every unit but the root (plan defaults never checkpoint the root, as torchtitan).
+        plan["defaults"]["activation_checkpointing"] = AC[ac]
+    return plan
+
+
+def model_config(model, tmp):
+    """The sample config; GPT-2's with its dropout probabilities set to 0 (see MODELS)."""
+    path = os.path.join(ROOT, "samples", "models", model, "config.json")
+    if not model.startswith("gpt2"):
+        return path
+    with open(path) as f:
+        cfg = json.load(f)
+    for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop"):
+        cfg[k] = 0.0
+    out = os.path.join(tmp, model, "config.json")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(cfg, f)
+    return out
+
+
+def max_seq(model):
+    with open(os.path.join(ROOT, "samples", "models", model, "config.json")) as f:
+        cfg = json.load(f)
+    return cfg.get("n_positions") or cfg.get("max_position_embeddings") or 1 << 20
+
+
+def matrix(quick):
+    cases = []
+    if quick:
+        for m in MODELS:
+            for ac in AC:
+                cases.append((m, 8, 2 if m != "llama3-70b" else 1, 8192, ac, True, "bf16"))
+        cases.append(("llama3.1-8b", 64, 1, 2048, "none", False, "fp32"))
+        return cases
+    for m, world, (batch, seq), ac, reshard, precision in itertools.product(
+            MODELS, (8, 64), ((1, 2048), (2, 8192)), AC, (True, False), ("bf16", "fp32")):
+        if precision == "fp32" and (seq == 8192 or ac not in ("none", "full")):
+            continue  # fp32 at seq 8192 is not a configuration anyone trains
+        if not reshard and ac not in ("none", "full"):
+            continue
+        cases.append((m, world, batch, seq, ac, reshard, precision))
+    return cases
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="one case per model and checkpointing mode")
+    ap.add_argument("--filter", default="", help="only cases whose description contains this text")
+    ap.add_argument("--json", help="also write the rows to this file")
+    a = ap.parse_args()
+    # A sequence longer than a model's positions (GPT-2: 1024) runs at the model's limit.
+    cases = [(m, w, b, min(s, max_seq(m)), *rest) for m, w, b, s, *rest in matrix(a.quick)]
+    cases = sorted(set(c for c in cases if a.filter in " ".join(map(str, c))), key=cases.index)
+    tmp = tempfile.mkdtemp(prefix="shardscope-bench-memory-")
+    rows, worst, t0 = [], 0.0, time.time()
+    print(f"{'model':<13}{'world':>6}{'batch x seq':>13}  {'AC':<13}{'reshard':<8}{'prec':<5}"
+          f"{'FSDPMemTracker':>16}{'ShardScope':>12}{'error':>9}")
+    for i, (m, world, batch, seq, ac, reshard, prec) in enumerate(cases):
+        path = os.path.join(tmp, f"plan{i}.json")
+        with open(path, "w") as f:
+            json.dump(plan_for(m, ac, reshard, prec, batch, seq, world), f)
+        model = model_config(m, tmp)
+        head = f"{m:<13}{world:>6}{f'{batch} x {seq}':>13}  {ac:<13}{str(reshard):<8}{prec:<5}"
+        try:
+            r = memory_oracle.compare(model, path)
+        except BaseException as e:  # noqa: BLE001 - a failing case is reported, the table goes on
+            print(f"{head}  failed: {str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}",
+                  flush=True)
+            rows.append({"case": head.split(), "error": None})
+            worst = float("inf")
+            continue
+        err = r["error"]
+        worst = max(worst, abs(err))
+        flag = "" if abs(err) <= GOAL else ("  (past goal)" if abs(err) <= BAR else "  PAST BAR")
+        print(f"{head}{r['fsdp_mem_tracker']['Total'] / GIB:>12.2f} GiB{r['shardscope']['peak_allocated_bytes'] / GIB:>8.2f} GiB"
+              f"{100 * err:>+8.2f}%{flag}", flush=True)
+        rows.append({"model": m, "world": world, "batch": batch, "seq": seq, "ac": ac, "reshard": reshard,
+                     "precision": prec, "fsdp_mem_tracker": r["fsdp_mem_tracker"], "shardscope": r["shardscope"],
+                     "error": err})
+    print(f"\n{len(cases)} cases in {time.time() - t0:.0f} s; worst |error| {100 * worst:.2f}% "
+          f"(goal {100 * GOAL:.0f}%, bar {100 * BAR:.0f}%)")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    sys.exit(0 if worst <= BAR else 1)
+
+
+if __name__ == "__main__":
+    main()

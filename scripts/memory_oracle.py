@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""PyTorch's own memory accounting for a full-size model and plan, next to ShardScope's.
+
+    python scripts/memory_oracle.py --model samples/models/llama3.1-8b/config.json \\
+        --plan samples/plans/llama-per-block.json [--world 8] [--batch 2 --seq 8192] [--json]
+
+What it runs: the real Hugging Face model built from its config.json under FakeTensorMode
+(nothing is allocated: an 8B or 70B model at seq 8192 costs seconds and no memory), sharded
+with the real `fully_shard` exactly as `shardscope plan export --format fsdp2` says, applied
+by samples/apply_plan.py (the same code a user's training script runs), on a fake process
+group of the plan's world size (FakeStore). Two training steps run (forward with the Hugging
+Face `labels=` loss, backward, AdamW step, zero_grad) under PyTorch's FSDPMemTracker; the
+second step's peak is reported (it has optimizer state, like a steady-state step), with the
+tracker's categories, next to `shardscope simulate --json` on the same model and plan.
+
+The tracker runs on the CPU device: PyTorch picks the CPU flash-attention kernel for SDPA,
+which saves what the CUDA flash kernel saves (output and fp32 logsumexp). It counts tensor
+bytes (no allocator rounding), which is also what the simulator's peak allocated counts
+after its own 512-byte rounding.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+GIB = 1024.0**3
+
+# FSDPMemTracker's categories -> the simulator's (memory_at_peak keys).
+CATEGORIES = [
+    ("Sharded Param", "sharded_params"),
+    ("Unsharded Param", "unsharded_params"),
+    ("All Gather", "all_gather_buffers"),
+    ("Buffer", None),
+    ("Sharded Grad", None),
+    ("Unsharded Grad", "gradients"),
+    ("Reduce Scatter", "reduce_scatter_buffers"),
+    ("Activation", "activations"),
+    ("Temp", "temporaries"),
+    ("OptState", "optimizer_state"),
+    ("Inputs", None),
+]
+
+
+def shardscope_bin():
+    return os.environ.get("SHARDSCOPE_BIN") or os.path.join(ROOT, "build", "engine", "shardscope")
+
+
+def run_shardscope(*args):
+    r = subprocess.run([shardscope_bin(), *args], capture_output=True, text=True, cwd=ROOT)
+    if r.returncode != 0:
+        raise SystemExit(f"shardscope {' '.join(args)} exited {r.returncode}:\n{r.stderr}{r.stdout}")
+    return r.stdout
+
+
+def plan_with_shape(plan_path, batch, seq, world, tmp):
+    """The plan file with the batch shape and world overridden (a copy; the input is kept)."""
+    with open(plan_path) as f:
+        plan = json.load(f)
+    training = plan.setdefault("training", {})
+    if batch:
+        training["micro_batch_size"] = batch
+    if seq:
+        training["seq_len"] = seq
+    if world and not plan.get("mesh"):
+        plan["mesh"] = {"shape": [world]}
+    out = os.path.join(tmp, "plan.json")
+    with open(out, "w") as f:
+        json.dump(plan, f)
+    return out, plan
+
+
+def gpu_cluster(world, tmp):
+    """samples/clusters/h100-sxm-8x8.json resized to `world` GPUs (8 a node); the simulator
+    reports its peak whether or not it fits."""
+    with open(os.path.join(ROOT, "samples", "clusters", "h100-sxm-8x8.json")) as f:
+        c = json.load(f)
+    c.pop("sources", None)
+    c["nodes"] = max(1, world // 8)
+    c["node"]["devices_per_node"] = min(8, world)
+    c["name"] = f"{world} x H100 (memory oracle)"
+    path = os.path.join(tmp, "cluster.json")
+    with open(path, "w") as f:
+        json.dump(c, f)
+    return path
+
+
+def ours(model, plan, cluster, extra):
+    return json.loads(run_shardscope("simulate", "--model", model, "--plan", plan, "--cluster", cluster, "--json", *extra))
+
+
+def oracle(model_path, plan_path, world, batch, seq, steps=2):
+    """FSDPMemTracker's peak snapshot (bytes per category) for rank 0 of `world`."""
+    import torch
+    import torch.distributed as dist
+    import transformers
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    sys.path.insert(0, os.path.join(ROOT, "samples"))
+    from apply_plan import apply_plan
+
+    export = json.loads(run_shardscope("plan", "export", "--model", model_path, "--plan", plan_path,
+                                       "--format", "fsdp2"))
+    cfg = transformers.AutoConfig.from_pretrained(model_path)
+    cfg.use_cache = False  # training (and required with checkpointing)
+    # SDPA as transformers picks it by default on a GPU; eager attention would save the s x s
+    # probabilities, which no FSDP user at seq 8192 runs.
+    cfg._attn_implementation = "sdpa"
+    # transformers 4.5x, training without a KV cache, reads "packed sequences" from the
+    # position ids and then builds a (b, 1, s, s) mask, which also turns GQA inside SDPA into
+    # repeated keys and values; with a mask the CPU picks another SDPA kernel than CUDA would.
+    # The oracle runs causal SDPA without a mask, as torchtitan and Hugging Face with a cache
+    # do, and as ShardScope models attention.
+    import transformers.masking_utils as masking_utils
+    masking_utils.find_packed_sequence_indices = lambda position_ids: None
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+    try:
+        # The mesh is made outside fake mode (it reads its rank layout back as a tensor).
+        from torch.distributed.device_mesh import init_device_mesh
+        mesh = init_device_mesh("cpu", tuple(export["mesh"]["shape"]),
+                                mesh_dim_names=tuple(export["mesh"]["dim_names"]))
+        with FakeTensorMode():
+            torch.manual_seed(0)
+            net = transformers.AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
+            net.train()
+            apply_plan(net, export, device_type="cpu", mesh=mesh)
+            optim = torch.optim.AdamW(net.parameters(), lr=1e-4, foreach=False)
+            tokens = torch.randint(0, cfg.vocab_size, (batch, seq))
+            tracker = FSDPMemTracker(net, optim)
+            tracker.track_inputs((tokens,))
+            # Entering the tracker resets its peak to what is live then: step 0 makes the
+            # optimizer state, the last step's peak is the steady state's.
+            for _ in range(steps):
+                with tracker:
+                    # The logits go before backward, as the Hugging Face Trainer
+                    # (compute_loss returns the loss alone) and torchtitan (del pred) do.
+                    loss = net(input_ids=tokens, labels=tokens).loss
+                    loss.backward()
+                    del loss
+                    optim.step()
+                    optim.zero_grad()
+                tracker.reset_mod_stats()  # the tracker follows one iteration at a time
+            snap = tracker.get_tracker_snapshot("peak")
+    finally:
+        dist.destroy_process_group()
+    dev = next(iter(snap.values()))
+    return {str(k.value if hasattr(k, "value") else k): int(v) for k, v in dev.items()}
+
+
+def compare(model, plan, world=None, batch=None, seq=None, extra=()):
+    tmp = tempfile.mkdtemp(prefix="shardscope-oracle-")
+    plan2, p = plan_with_shape(plan, batch, seq, world, tmp)
+    shape = (p.get("mesh") or {}).get("shape") or [world or 8]
+    w = 1
+    for d in shape:
+        w *= d
+    b = p["training"].get("micro_batch_size", 1)
+    s = p["training"].get("seq_len", 2048)
+    sim = ours(model, plan2, gpu_cluster(w, tmp), list(extra))
+    t0 = time.time()
+    theirs = oracle(model, plan2, w, b, s)
+    return {"model": model, "plan": plan, "world": w, "batch": b, "seq": s,
+            "shardscope": {"peak_allocated_bytes": sim["peak_allocated_bytes"], "at_peak": sim["memory_at_peak"]},
+            "fsdp_mem_tracker": theirs, "oracle_seconds": round(time.time() - t0, 1),
+            "error": (sim["peak_allocated_bytes"] - theirs["Total"]) / theirs["Total"]}
+
+
+def print_table(r):
+    print(f"{os.path.basename(os.path.dirname(r['model']))} | {os.path.basename(r['plan'])} | world {r['world']}, "
+          f"micro-batch {r['batch']} x {r['seq']} (oracle {r['oracle_seconds']} s)")
+    print(f"  {'category':<18}{'FSDPMemTracker':>16}{'ShardScope':>14}")
+    at = r["shardscope"]["at_peak"]
+    for theirs_key, ours_key in CATEGORIES:
+        t = r["fsdp_mem_tracker"].get(theirs_key, 0)
+        o = at.get(ours_key, 0) if ours_key else None
+        if not t and not o:
+            continue
+        print(f"  {theirs_key:<18}{t / GIB:>12.2f} GiB{'' if o is None else f'{o / GIB:>10.2f} GiB'}")
+    rest = sum(v for k, v in at.items() if k not in {c[1] for c in CATEGORIES if c[1]})
+    if rest:
+        print(f"  {'(other, ours)':<18}{'':>16}{rest / GIB:>10.2f} GiB")
+    print(f"  {'peak (Total)':<18}{r['fsdp_mem_tracker']['Total'] / GIB:>12.2f} GiB"
+          f"{r['shardscope']['peak_allocated_bytes'] / GIB:>10.2f} GiB   error {100 * r['error']:+.2f}%")
+    print("  (each column: the categories at that tool's own peak)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True, help="a Hugging Face config.json")
+    ap.add_argument("--plan", required=True, help="a ShardScope FSDP2 plan")
+    ap.add_argument("--world", type=int, help="fake ranks when the plan has no mesh [8]")
+    ap.add_argument("--batch", type=int, help="micro-batch size (overrides the plan's)")
+    ap.add_argument("--seq", type=int, help="sequence length (overrides the plan's)")
+    ap.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    a = ap.parse_args()
+    r = compare(a.model, a.plan, a.world or 8, a.batch, a.seq)
+    if a.json:
+        print(json.dumps(r, indent=2))
+    else:
+        print_table(r)
+
+
+if __name__ == "__main__":
+    main()
