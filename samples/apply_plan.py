@@ -15,8 +15,10 @@ The export comes from `shardscope plan export --format fsdp2` or `shardscope rec
 --format fsdp2`. It lists the fully_shard calls in application order (children before the
 root) with their kwargs, the mesh ([shard] or [replicate, shard] for HSDP), explicit
 prefetch lists and per-module activation checkpointing (applied before sharding, as
-torchtitan does: "full" recomputes the module, "selective" saves matmul outputs and
-recomputes the rest; Hugging Face models must then run with use_cache=False, as their own
+torchtitan does: "full" recomputes the module, "selective_op" is torchtitan's op-level
+selective checkpointing (keeps mm and SDPA outputs, every second mm recomputed),
+{"mode": "selective_op", "save": [...]} keeps the listed ops' outputs, "attention" recomputes
+only attention's core; Hugging Face models must then run with use_cache=False, as their own
 gradient checkpointing requires, or the KV cache grows during recomputation). Run under torchrun (or any launcher that initialises the default
 process group); `device_type` defaults to "cuda" when available, else "cpu".
 """
@@ -35,27 +37,82 @@ def _dtype(name):
     return getattr(torch, name.split(".")[-1])
 
 
-def _checkpoint(module, mode):
-    """Wraps module.forward in non-reentrant activation checkpointing."""
-    from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
-    if mode == "none":
-        return
-    forward = module.forward
-    if mode == "selective":
-        save = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default}
+# Ops a selective_op save list may name, as torch ops (those this PyTorch has).
+def _save_ops(names):
+    aten = torch.ops.aten
+    table = {
+        "mm": ["mm.default"],
+        "addmm": ["addmm.default"],
+        "bmm": ["bmm.default"],
+        # Every SDPA backend: CUDA flash, memory-efficient and cuDNN, and the CPU's flash.
+        "sdpa": ["_scaled_dot_product_flash_attention.default", "_scaled_dot_product_efficient_attention.default",
+                 "_scaled_dot_product_cudnn_attention.default", "_scaled_dot_product_flash_attention_for_cpu.default"],
+        "max": ["max.default"],
+    }
+    ops = set()
+    for name in names:
+        if name == "reduce_scatter":
+            ops.add(torch.ops._c10d_functional.reduce_scatter_tensor.default)
+            continue
+        for path in table[name]:
+            packet, overload = path.split(".")
+            if hasattr(aten, packet):
+                ops.add(getattr(getattr(aten, packet), overload))
+    return ops
+
+
+# torchtitan's default op-level selective checkpointing (distributed/activation_checkpoint.py):
+# keep the outputs of mm, SDPA, reduce_scatter and max; recompute every second mm and the rest.
+TORCHTITAN_SAVE = ["mm", "sdpa", "reduce_scatter", "max"]
+
+
+def _policy(mode):
+    """The selective checkpointing policy of a mode (None for full checkpointing)."""
+    from torch.utils.checkpoint import CheckpointPolicy
+    if isinstance(mode, dict):
+        keep, alternate = _save_ops(mode["save"]), False
+    elif mode == "selective_op":
+        keep, alternate = _save_ops(TORCHTITAN_SAVE), True
+    elif mode == "attention":  # recompute attention's core only
+        sdpa = _save_ops(["sdpa"])
+        return lambda: (lambda ctx, op, *a, **k: (CheckpointPolicy.PREFER_RECOMPUTE if op in sdpa
+                                                  else CheckpointPolicy.MUST_SAVE))
+    else:
+        return None
+    mm = torch.ops.aten.mm.default
+
+    def make():
+        count = {}  # per checkpointed call, shared by its forward and its recompute (torchtitan's meta)
 
         def policy(ctx, op, *args, **kwargs):
-            return CheckpointPolicy.MUST_SAVE if op in save else CheckpointPolicy.PREFER_RECOMPUTE
+            if op == mm and alternate:
+                key = "recompute" if ctx.is_recompute else "forward"
+                count[key] = count.get(key, 0) + 1
+                if count[key] % 2 == 0:
+                    return CheckpointPolicy.PREFER_RECOMPUTE
+            return CheckpointPolicy.MUST_SAVE if op in keep else CheckpointPolicy.PREFER_RECOMPUTE
+        return policy
 
-        context_fn = functools.partial(create_selective_checkpoint_contexts, policy)
-    else:
-        context_fn = None
+    return make
+
+
+def _checkpoint(module, mode):
+    """Wraps module.forward in non-reentrant activation checkpointing: "full", "selective_op"
+    (torchtitan's preset), {"mode": "selective_op", "save": [...]} or "attention"."""
+    from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
+    if mode == "none":
+        return
+    if isinstance(mode, dict) and mode.get("mode") == "full":
+        mode = "full"
+    forward = module.forward
+    make = _policy(mode)
 
     @functools.wraps(forward)
     def checkpointed(*args, **kwargs):
-        if context_fn is None:
+        if make is None:
             return checkpoint(forward, *args, use_reentrant=False, **kwargs)
-        return checkpoint(forward, *args, use_reentrant=False, context_fn=context_fn, **kwargs)
+        return checkpoint(forward, *args, use_reentrant=False,
+                          context_fn=functools.partial(create_selective_checkpoint_contexts, make()), **kwargs)
 
     module.forward = checkpointed
 

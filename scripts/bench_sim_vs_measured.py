@@ -54,11 +54,11 @@ def plans():
                                        {"modules": [layers[3]], "backward_prefetch": layers[1:3][::-1]}])),
         ("2 micro-batches", v(gradient_accumulation={"micro_batches": 2})),
         ("full checkpointing", v(units=[{"modules": [m], "activation_checkpointing": "full"} for m in layers])),
-        ("selective checkpointing", v(units=[{"modules": [m], "activation_checkpointing": "selective"}
+        ("selective checkpointing", v(units=[{"modules": [m], "activation_checkpointing": "attention"}
                                              for m in layers])),
         ("CPU offload", v(defaults={"offload": {"pin_memory": True}})),
         ("mixed", v(defaults={"reshard_after_forward": False}, gradient_accumulation={"micro_batches": 2},
-                    units=[{"modules": [m], "activation_checkpointing": "selective"} for m in layers[:2]])),
+                    units=[{"modules": [m], "activation_checkpointing": "attention"} for m in layers[:2]])),
     ]
 
 

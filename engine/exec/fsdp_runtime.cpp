@@ -365,6 +365,12 @@ struct FsdpRuntime::Impl {
             const auto& unit = r.units[u];
             for (ModuleId m : unit.modules)
                 unitAt[m.index()] = static_cast<int32_t>(u);
+            if (unit.activationCheckpointing == AcMode::SelectiveOp)
+                throw std::runtime_error(
+                    "unit " + unit.displayName() +
+                    ": activation_checkpointing \"selective_op\" (op-level selective "
+                    "checkpointing) is simulated and exported but the engine does not run it "
+                    "yet; use \"full\", \"attention\" or \"none\" with shardscope run");
             if (unit.activationCheckpointing == AcMode::Full)
                 for (size_t v = 0; v < r.units.size(); ++v)
                     for (ModuleId m : unit.modules)
@@ -871,7 +877,7 @@ at::Tensor FsdpRuntime::callModule(ModuleId m, const at::Tensor& input,
     const int32_t u = s.unitAt[m.index()];
     // Selective checkpointing: the attention modules of a unit are recomputed in backward.
     if (s.o.fsdp && u < 0 && !s.recomputing && !s.unitStack.empty() && at::GradMode::is_enabled() &&
-        s.r.units[s.unitStack.back()].activationCheckpointing == AcMode::Selective &&
+        s.r.units[s.unitStack.back()].activationCheckpointing == AcMode::Attention &&
         s.g.module(m).cls.find("Attention") != std::string::npos)
         return checkpoint(input, body, s.unitStack.back());
     if (!s.o.fsdp || u < 0 || s.recomputing) return body(input);

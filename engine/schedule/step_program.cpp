@@ -181,7 +181,28 @@ private:
                     sg.recomputeFlops += fwd;
                     sg.recomputeSaved += saved;
                     break;
-                case AcMode::Selective: {
+                case AcMode::SelectiveOp: {
+                    // torch.utils.checkpoint with a selective policy: forward keeps the kept
+                    // ops' outputs (and, below, the unit's input); backward recomputes the
+                    // unit and holds all it saves while its backward runs, as full does.
+                    const auto& save = unit.acSave;
+                    auto has = [&](const char* op) {
+                        return std::find(save.begin(), save.end(), op) != save.end();
+                    };
+                    double kept = 0;
+                    if (save.empty()) {
+                        kept = run.sacPresetSaved.at(b, s, scale);
+                    } else {
+                        if (has("mm")) kept += run.mmSaved.at(b, s, scale);
+                        if (has("addmm")) kept += run.addmmSaved.at(b, s, scale);
+                        if (has("sdpa")) kept += run.sdpaSaved.at(b, s, scale);
+                    }
+                    sg.saved += kept;
+                    sg.recomputeFlops += fwd;
+                    sg.recomputeSaved += saved;
+                    break;
+                }
+                case AcMode::Attention: {
                     const double attnFwd = run.attnFwdFlops.at(b, s);
                     const double attnSaved = run.attnSavedBytes.at(b, s, scale);
                     sg.recomputeFlops += attnFwd;
@@ -206,7 +227,8 @@ private:
         // recompute also makes the unit's output again, which the checkpoint's backward
         // holds until it is done.
         for (auto& sg : segs)
-            if (r.units[sg.unit].activationCheckpointing == AcMode::Full &&
+            if ((r.units[sg.unit].activationCheckpointing == AcMode::Full ||
+                 r.units[sg.unit].activationCheckpointing == AcMode::SelectiveOp) &&
                 !r.units[sg.unit].isRoot) {
                 const ModuleId first = r.units[sg.unit].modules[0];
                 const double hidden = g.module(first).cost.outputBytes.at(

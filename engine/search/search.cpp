@@ -118,7 +118,7 @@ public:
                 for (int fwd = 0; fwd <= maxDepth; ++fwd)
                     for (int bwd = 0; bwd <= maxDepth; ++bwd)
                         for (DType reduce : {DType::Float32, DType::BFloat16})
-                            for (AcMode ac : {AcMode::None, AcMode::Selective, AcMode::Full}) {
+                            for (AcMode ac : {AcMode::None, AcMode::SelectiveOp, AcMode::Full}) {
                                 PlanVariant v;
                                 v.reshard = rs == 0 ? ReshardSetting::ofBool(true)
                                             : rs == 1

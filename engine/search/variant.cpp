@@ -32,7 +32,10 @@ bool applyVariant(ResolvedPlan& r, const PlanVariant& v, std::string* why) {
             u.reduceDtype = mp.reduceDtype.value_or(ag);
         }
         if (u.isRoot) continue;  // the root keeps its own (None: False) setting
-        if (v.ac) u.activationCheckpointing = *v.ac;
+        if (v.ac) {
+            u.activationCheckpointing = *v.ac;
+            u.acSave.clear();  // selective_op: torchtitan's preset
+        }
         const bool isEnd = v.endsReshard && std::find(v.endUnits.begin(), v.endUnits.end(),
                                                       static_cast<int32_t>(i)) != v.endUnits.end();
         const ReshardSetting& rs = isEnd ? *v.endsReshard : v.reshard;

@@ -484,13 +484,16 @@ bool Document::setUnitSetting(size_t unit, UnitSetting which, const QString& val
         case UnitSetting::Checkpointing:
             if (v == "none")
                 st.activationCheckpointing = AcMode::None;
-            else if (v == "selective")
-                st.activationCheckpointing = AcMode::Selective;
+            else if (v == "attention")
+                st.activationCheckpointing = AcMode::Attention;
+            else if (v == "selective_op")
+                st.activationCheckpointing = AcMode::SelectiveOp;
             else if (v == "full")
                 st.activationCheckpointing = AcMode::Full;
             else {
                 if (why)
-                    *why = "activation_checkpointing: expected none, selective or full, got \"" +
+                    *why = "activation_checkpointing: expected none, full, selective_op or "
+                           "attention, got \"" +
                            value + "\"";
                 return false;
             }

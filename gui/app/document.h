@@ -100,7 +100,7 @@ struct Document {
     bool setUnitReshard(size_t unit, const QString& value, QString* why = nullptr);
     // Unit names, comma-separated; "implicit" or empty goes back to implicit prefetching.
     bool setUnitPrefetch(size_t unit, bool forward, const QString& value, QString* why = nullptr);
-    // One unit's checkpointing ("none", "selective", "full"), mixed precision
+    // One unit's checkpointing ("none", "full", "selective_op", "attention"), mixed precision
     // ("bfloat16 / float32": param / reduce dtype; "-": none) or CPU offload ("yes", "no").
     enum class UnitSetting { Checkpointing, Precision, Offload };
     bool setUnitSetting(size_t unit, UnitSetting which, const QString& value,

@@ -334,7 +334,7 @@ MainWindow::MainWindow(QWidget* parent)
     m_reshard = new QComboBox;
     m_reshard->addItems({"as planned", "True", "False", "node size (int)"});
     m_ac = new QComboBox;
-    m_ac->addItems({"as planned", "none", "selective", "full"});
+    m_ac->addItems({"as planned", "none", "attention", "full", "selective_op"});  // AcMode order
     auto spin = [](int lo, int hi, const QString& special) {
         auto* sb = new QSpinBox;
         sb->setRange(lo, hi);

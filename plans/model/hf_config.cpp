@@ -23,8 +23,14 @@ struct CostBuilder {
     // nn.Linear / Conv1D, in→out. Backward computes grad-input and grad-weight (2× forward).
     // `savesInput` is false when a sibling already saved the same input tensor (q/k/v
     // projections share the norm output; saved tensors are attributed to the first saver).
-    void linear(ModuleId m, double in, double out, bool savesInput) {
+    void linear(ModuleId m, double in, double out, bool savesInput, bool addmm = false) {
         auto& c = g.cost(m);
+        if (addmm) {
+            c.addmmOutputBytes.perToken += out * e;
+        } else {
+            c.mmOutputBytes.perToken += out * e;
+            c.mmCount += 1;
+        }
         c.fwdFlops.perToken += 2 * in * out;
         c.bwdFlops.perToken += 4 * in * out;
         if (savesInput) c.savedBytes.perToken += in * e;
@@ -77,6 +83,8 @@ struct CostBuilder {
         c.bwdFlops.perTokenSeq += 10 * heads * headDim;
         c.savedBytes.perToken += savedQkvWidth * e + heads * headDim * e;
         c.savedBytes.fixedPerToken += 4 * heads;
+        c.sdpaOutputBytes.perToken += heads * headDim * e;
+        c.sdpaOutputBytes.fixedPerToken += 4 * heads;
     }
     // Residual adds: read two, write one.
     void residualAdds(ModuleId m, double h, int count) {
@@ -154,7 +162,7 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
         auto scaled = [&](ModuleId x) {
             auto& cc = g.cost(x);
             for (ScaledCost* sc : {&cc.fwdFlops, &cc.bwdFlops, &cc.fwdMemBytes, &cc.bwdMemBytes,
-                                   &cc.savedBytes, &cc.outputBytes})
+                                   &cc.savedBytes, &cc.outputBytes, &cc.mmOutputBytes})
             {
                 sc->perToken *= tokenShare;
                 sc->fixedPerToken *= tokenShare;
@@ -321,7 +329,7 @@ Expected<ModelGraph> loadGpt2(const JsonReader& r, const HfLoadOptions& o) {
         ModuleId m = g.addModule(parent, name, "Conv1D");
         g.addParam(m, "weight", {in, out}, pd);
         g.addParam(m, "bias", {out}, pd);
-        cb.linear(m, static_cast<double>(in), static_cast<double>(out), saves);
+        cb.linear(m, static_cast<double>(in), static_cast<double>(out), saves, /*addmm=*/true);
         return m;
     };
     auto layerNorm = [&](ModuleId parent, const char* name) {

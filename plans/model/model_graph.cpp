@@ -33,6 +33,10 @@ ModuleCost& ModuleCost::operator+=(const ModuleCost& o) {
     bwdMemBytes += o.bwdMemBytes;
     savedBytes += o.savedBytes;
     outputBytes += o.outputBytes;
+    mmOutputBytes += o.mmOutputBytes;
+    addmmOutputBytes += o.addmmOutputBytes;
+    sdpaOutputBytes += o.sdpaOutputBytes;
+    mmCount += o.mmCount;
     return *this;
 }
 

@@ -69,6 +69,13 @@ struct ModuleCost {
     ScaledCost bwdMemBytes;
     ScaledCost savedBytes;   // tensors saved for backward, attributed to the first saver
     ScaledCost outputBytes;  // the module's forward output
+    // Outputs of the ops op-level selective checkpointing can keep (AcMode::SelectiveOp):
+    // aten.mm (nn.Linear on 3-D input), aten.addmm (GPT-2's Conv1D), SDPA's output and
+    // logsumexp. mmCount: mm calls, for torchtitan's "every second mm is recomputed".
+    ScaledCost mmOutputBytes;
+    ScaledCost addmmOutputBytes;
+    ScaledCost sdpaOutputBytes;
+    int32_t mmCount = 0;
     ModuleCost& operator+=(const ModuleCost& o);
 };
 

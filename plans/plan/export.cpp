@@ -88,9 +88,15 @@ nlohmann::json exportFsdp2(const ResolvedPlan& r) {
         };
         if (u.explicitForwardPrefetch) fwd[first(u)] = names(u.forwardPrefetch);
         if (u.explicitBackwardPrefetch) bwd[first(u)] = names(u.backwardPrefetch);
+        // Per module, resolved ("every k" already chosen): "full", "selective_op" (torchtitan's
+        // preset), {"mode": "selective_op", "save": [...]} or "attention".
         if (u.activationCheckpointing != AcMode::None)
-            for (ModuleId m : u.modules)
-                ac[r.model->module(m).fqn] = acModeName(u.activationCheckpointing);
+            for (ModuleId m : u.modules) {
+                nlohmann::json mode = acModeName(u.activationCheckpointing);
+                if (u.activationCheckpointing == AcMode::SelectiveOp && !u.acSave.empty())
+                    mode = nlohmann::json{{"mode", "selective_op"}, {"save", u.acSave}};
+                ac[r.model->module(m).fqn] = mode;
+            }
     }
     j["forward_prefetch"] = fwd;
     j["backward_prefetch"] = bwd;

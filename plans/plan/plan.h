@@ -31,8 +31,32 @@ struct ReshardSetting {
     friend bool operator==(const ReshardSetting&, const ReshardSetting&) = default;
 };
 
-enum class AcMode { None, Selective, Full };
+// Activation checkpointing of a unit's module (never the root's, unless its unit says so):
+//  - None;
+//  - Full: torch.utils.checkpoint around the module (non-reentrant): keeps its input,
+//    recomputes its forward in backward;
+//  - SelectiveOp: torchtitan's op-level selective checkpointing (torchtitan
+//    distributed/activation_checkpoint.py, _apply_op_sac): the outputs of the ops in a save
+//    list are kept, everything else is recomputed. The preset (empty `save`) is torchtitan's
+//    default: mm, SDPA (flash, efficient, cuDNN), reduce_scatter and max, with every second
+//    mm in a block recomputed;
+//  - Attention: only attention's core is recomputed (what ShardScope called "selective"
+//    before; plans that say "selective" get it, with a warning).
+enum class AcMode { None, Attention, Full, SelectiveOp };
 [[nodiscard]] const char* acModeName(AcMode m);
+// Ops a selective_op save list may name (plan spelling).
+[[nodiscard]] const std::vector<std::string>& acSaveOps();
+
+struct AcSpec {
+    AcMode mode = AcMode::None;
+    int64_t every = 1;              // Full: checkpoint every k-th unit given this spec
+    std::vector<std::string> save;  // SelectiveOp: ops kept; empty: torchtitan's preset
+    bool legacySelective = false;   // written "selective"
+    AcSpec() = default;
+    AcSpec(AcMode m) : mode(m) {}  // NOLINT: a bare mode is the common spelling
+    [[nodiscard]] std::string toString() const;  // "full", "full every 2", "selective_op [mm]"
+    friend bool operator==(const AcSpec&, const AcSpec&) = default;
+};
 
 struct MixedPrecisionSpec {
     std::optional<DType> paramDtype;
@@ -64,7 +88,7 @@ struct WrapPolicySpec {
 struct UnitSettings {
     std::optional<ReshardSetting> reshardAfterForward;
     std::optional<bool> reshardAfterBackward;
-    std::optional<AcMode> activationCheckpointing;
+    std::optional<AcSpec> activationCheckpointing;
     std::optional<MixedPrecisionSpec> mixedPrecision;
     std::optional<OffloadSpec> offload;
     friend bool operator==(const UnitSettings&, const UnitSettings&) = default;

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "plans/plan/plan_json.h"
 
+#include <algorithm>
+
 #include "plans/core/json_reader.h"
 #include "plans/core/strings.h"
 
@@ -22,12 +24,31 @@ const char* acModeName(AcMode m) {
     switch (m) {
         case AcMode::None:
             return "none";
-        case AcMode::Selective:
-            return "selective";
+        case AcMode::Attention:
+            return "attention";
         case AcMode::Full:
             return "full";
+        case AcMode::SelectiveOp:
+            return "selective_op";
     }
     return "?";
+}
+
+const std::vector<std::string>& acSaveOps() {
+    static const std::vector<std::string> ops{"mm", "addmm", "bmm", "sdpa", "reduce_scatter", "max"};
+    return ops;
+}
+
+std::string AcSpec::toString() const {
+    std::string s = acModeName(mode);
+    if (mode == AcMode::Full && every > 1) s += " every " + std::to_string(every);
+    if (mode == AcMode::SelectiveOp && !save.empty()) {
+        s += " [";
+        for (size_t i = 0; i < save.size(); ++i)
+            s += (i ? "," : "") + save[i];
+        s += "]";
+    }
+    return s;
 }
 
 const char* wrapPolicyName(WrapPolicySpec::Kind k) {
@@ -135,9 +156,55 @@ nlohmann::json offloadJson(const OffloadSpec& o) {
     return o.enabled ? nlohmann::json{{"pin_memory", o.pinMemory}} : nlohmann::json(nullptr);
 }
 
-AcMode readAc(const JsonReader& r) {
-    const std::string s = pick(r, {"none", "selective", "full"});
-    return s == "full" ? AcMode::Full : s == "selective" ? AcMode::Selective : AcMode::None;
+// "none" | "full" | "selective_op" | "attention" | {"mode": "full", "every": k} |
+// {"mode": "selective_op", "save": [op, ...]}; "selective" (ShardScope's earlier word for
+// "attention") is read as "attention" and the resolver warns.
+AcSpec readAc(const JsonReader& r) {
+    auto modeOf = [](const std::string& s) {
+        return s == "full"           ? AcMode::Full
+               : s == "selective_op" ? AcMode::SelectiveOp
+               : s == "none"         ? AcMode::None
+                                     : AcMode::Attention;
+    };
+    if (!r.json().is_object()) {
+        const std::string s = pick(r, {"none", "full", "selective_op", "attention", "selective"});
+        AcSpec a(modeOf(s));
+        a.legacySelective = s == "selective";
+        return a;
+    }
+    r.allowOnly({"mode", "every", "save"});
+    AcSpec a(modeOf(pick(r.at("mode"), {"none", "full", "selective_op", "attention"})));
+    if (r.has("every")) {
+        if (a.mode != AcMode::Full)
+            r.at("every").fail("\"every\" applies to mode \"full\" (checkpoint every k-th unit)");
+        a.every = r.at("every").asIntAtLeast(1);
+    }
+    if (r.has("save")) {
+        if (a.mode != AcMode::SelectiveOp)
+            r.at("save").fail("\"save\" applies to mode \"selective_op\"");
+        const JsonReader list = r.at("save");
+        a.save = list.asStringList();
+        if (a.save.empty()) list.fail("a save list needs at least one op (omit it for torchtitan's preset)");
+        for (size_t i = 0; i < a.save.size(); ++i) {
+            const auto& ops = acSaveOps();
+            if (std::find(ops.begin(), ops.end(), a.save[i]) == ops.end()) {
+                std::string known;
+                for (const auto& o : ops)
+                    known += (known.empty() ? "" : ", ") + o;
+                list[i].fail("unknown op \"" + a.save[i] + "\" (known: " + known + ")");
+            }
+        }
+    }
+    return a;
+}
+
+nlohmann::json acJson(const AcSpec& a) {
+    if (a.legacySelective) return "selective";
+    if (a.every == 1 && a.save.empty()) return acModeName(a.mode);
+    nlohmann::json j{{"mode", acModeName(a.mode)}};
+    if (a.every != 1) j["every"] = a.every;
+    if (!a.save.empty()) j["save"] = a.save;
+    return j;
 }
 
 void readSettings(const JsonReader& r, UnitSettings& s) {
@@ -155,7 +222,7 @@ void writeSettings(const UnitSettings& s, nlohmann::json& j) {
     if (s.reshardAfterForward) j["reshard_after_forward"] = reshardJson(*s.reshardAfterForward);
     if (s.reshardAfterBackward) j["reshard_after_backward"] = *s.reshardAfterBackward;
     if (s.activationCheckpointing)
-        j["activation_checkpointing"] = acModeName(*s.activationCheckpointing);
+        j["activation_checkpointing"] = acJson(*s.activationCheckpointing);
     if (s.mixedPrecision) j["mixed_precision"] = mpJson(*s.mixedPrecision);
     if (s.offload) j["offload"] = offloadJson(*s.offload);
 }

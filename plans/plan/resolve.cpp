@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "plans/plan/resolve.h"
 
+#include <set>
+
+#include <map>
+
 #include <algorithm>
 #include <unordered_map>
 
@@ -68,6 +72,8 @@ struct Resolver {
     void error(const std::string& where, const std::string& msg) {
         r.problems.push_back({Problem::Severity::Error, where, msg});
     }
+    std::map<std::string, int64_t> acEveryCount;  // units seen per "every k" spec
+    std::set<std::string> warnedLegacyAc;
     void warning(const std::string& where, const std::string& msg) {
         r.problems.push_back({Problem::Severity::Warning, where, msg});
     }
@@ -366,8 +372,27 @@ struct Resolver {
             };
             u.reshardDeclared = pick(&UnitSettings::reshardAfterForward).value_or(ReshardSetting{});
             u.reshardAfterBackward = pick(&UnitSettings::reshardAfterBackward).value_or(true);
-            u.activationCheckpointing =
-                pick(&UnitSettings::activationCheckpointing).value_or(AcMode::None);
+            // Plan defaults checkpoint every unit but the root (torchtitan never checkpoints
+            // the whole model around its blocks); the root's own unit entry may ask for it.
+            const bool ownAc = s && s->settings.activationCheckpointing;
+            const AcSpec ac = ownAc || !u.isRoot
+                                  ? pick(&UnitSettings::activationCheckpointing).value_or(AcSpec{})
+                                  : AcSpec{};
+            u.activationCheckpointing = ac.mode;
+            u.acSave = ac.save;
+            if (ac.every > 1) {
+                // {"mode": "full", "every": k}: the k-th, 2k-th, ... unit given this spec, in
+                // forward order (torchtitan's ac_freq counts blocks from 1 the same way).
+                const int64_t n = ++acEveryCount[ownAc ? where : std::string("/defaults")];
+                if (n % ac.every != 0) u.activationCheckpointing = AcMode::None;
+            }
+            if (ac.legacySelective && warnedLegacyAc.insert(ownAc ? where : "/defaults").second)
+                warning(ownAc ? where + "/activation_checkpointing"
+                              : at("/defaults/activation_checkpointing"),
+                        "\"selective\" is read as \"attention\" (recompute attention's core "
+                        "only, ShardScope's earlier meaning); write \"attention\" to keep it, or "
+                        "\"selective_op\" for torchtitan's op-level selective checkpointing "
+                        "(keeps matmul and attention outputs, recomputes the rest)");
             u.offload = pick(&UnitSettings::offload).value_or(OffloadSpec{});
             MixedPrecisionSpec mp =
                 pick(&UnitSettings::mixedPrecision).value_or(MixedPrecisionSpec{});
@@ -594,7 +619,7 @@ struct Resolver {
 
 ResolvedPlan resolvePlan(const ModelGraph& model, const Plan& plan, const ClusterSpec* cluster,
                          const std::string& planFile) {
-    Resolver rs{model, plan, cluster, {}, {}, {}};
+    Resolver rs{model, plan, cluster, {}, {}, {}, {}, {}};
     rs.r.plan = plan;
     rs.r.model = &model;
     rs.r.planFile = planFile;
@@ -620,6 +645,7 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r) 
     if (n > 0 && unitRoot[0] >= 0) unitOf[0] = unitRoot[0];
     std::vector<ModuleRun> runs;
     std::vector<int32_t> runOf(n, -1);
+    std::vector<int64_t> mmSeen(r.units.size(), 0);  // mm calls so far in each unit's forward
     std::vector<char> afterAttn(n, 0);          // after its run's last attention module
     std::vector<std::vector<int32_t>> runMods;  // each run's modules, in post-order
     std::vector<std::pair<int32_t, size_t>> stack{{0, 0}};
@@ -637,7 +663,7 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r) 
         const ModuleCost& c = mod.cost;
         if (c.fwdFlops.isZero() && c.savedBytes.isZero() && c.fwdMemBytes.isZero()) continue;
         if (runs.empty() || runs.back().unit != u) {
-            runs.push_back(ModuleRun{u, {}, {}, {}, 0, 0, {}, {}, 0, false});
+            runs.push_back(ModuleRun{u, {}, {}, {}, 0, 0, {}, {}, 0, false, {}, {}, {}, {}});
             runMods.emplace_back();
         }
         ModuleRun& run = runs.back();
@@ -657,6 +683,23 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r) 
             pk.perTokenSeq = std::max(pk.perTokenSeq, o.perTokenSeq);
         }
         if (!c.fwdFlops.isZero()) ++run.kernels;
+        run.mmSaved += c.mmOutputBytes;
+        run.addmmSaved += c.addmmOutputBytes;
+        run.sdpaSaved += c.sdpaOutputBytes;
+        run.sacPresetSaved += c.sdpaOutputBytes;
+        // torchtitan counts mm calls per checkpointed forward and recomputes the even ones;
+        // a module's mm calls are split evenly between kept and recomputed after its first.
+        if (c.mmCount > 0) {
+            int64_t& n = mmSeen[static_cast<size_t>(u)];
+            const int64_t keep = (n % 2 == 0 ? (c.mmCount + 1) / 2 : c.mmCount / 2);
+            ScaledCost kept = c.mmOutputBytes;
+            const double share = static_cast<double>(keep) / static_cast<double>(c.mmCount);
+            kept.perToken *= share;
+            kept.perTokenSeq *= share;
+            kept.fixedPerToken *= share;
+            run.sacPresetSaved += kept;
+            n += c.mmCount;
+        }
         if (mod.cls.find("Attention") != std::string::npos) {
             run.attnFwdFlops += c.fwdFlops;
             run.attnSavedBytes += c.savedBytes;

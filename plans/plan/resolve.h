@@ -56,6 +56,7 @@ struct ResolvedUnit {
     int64_t reshardK = 0;  // group size of the post-forward copy when reshard == Int
     bool reshardAfterBackward = true;
     AcMode activationCheckpointing = AcMode::None;
+    std::vector<std::string> acSave;  // SelectiveOp: the save list; empty: torchtitan's preset
     MixedPrecisionSpec mixedPrecision;  // after PyTorch's normalisation
     DType allGatherDtype = DType::Float32;
     DType reduceDtype = DType::Float32;
@@ -89,6 +90,10 @@ struct ModuleRun {
     ScaledCost savedAfterAttn;
     int64_t gradNumelAfterAttn = 0;
     bool hasAttn = false;
+    // Op-level selective checkpointing (AcMode::SelectiveOp): the outputs torchtitan's preset
+    // keeps (SDPA's, and each odd-numbered mm of the unit's forward), and per op kind.
+    ScaledCost sacPresetSaved;
+    ScaledCost mmSaved, addmmSaved, sdpaSaved;
 };
 
 struct ResolvedPlan {

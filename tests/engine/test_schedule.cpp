@@ -420,7 +420,7 @@ TEST(StepProgram, ModuleRunsGiveTheSameProgramAsWalkingTheModules) {
         g.cost(b).fwdMemBytes.perToken = kH;  // the residual adds, after the children
     }
     Plan p = blockPlan(2);
-    p.defaults.activationCheckpointing = AcMode::Selective;
+    p.defaults.activationCheckpointing = AcMode::Attention;
     ResolvedPlan r = resolvePlan(g, p, nullptr);
     ASSERT_FALSE(r.moduleRuns.empty());
     const StepProgram cached = buildStepProgram(r, stepOptionsFor(p, 8));

@@ -274,7 +274,7 @@ TEST(Export, Fsdp2ListsCallsChildrenFirstWithEffectiveKwargs) {
     EXPECT_EQ(j["fully_shard"][0]["kwargs"]["mp_policy"]["param_dtype"], "torch.bfloat16");
     EXPECT_EQ(j["forward_prefetch"]["model.layers.0"],
               nlohmann::json({"model.layers.1", "model.layers.2"}));
-    EXPECT_EQ(j["activation_checkpointing"]["model.layers.7"], "selective");
+    EXPECT_EQ(j["activation_checkpointing"]["model.layers.7"], "selective_op");
     const auto f1 = exportPlan(r, ExportFormat::Fsdp1);
     EXPECT_EQ(f1["kwargs"]["auto_wrap_policy"]["type"], "ModuleWrapPolicy");
     EXPECT_EQ(f1["kwargs"]["sharding_strategy"], "HYBRID_SHARD");

@@ -106,7 +106,7 @@ MATRIX = {
     "fsdp1_hybrid_2x2": plan([2, 2], fsdp1={"sharding_strategy": "HYBRID_SHARD"}),
     "lightning_fairscale_world2_flat": plan([2], lightning={"flatten_parameters": True}),
     "lightning_fairscale_world2_unflattened": plan([2], lightning={"flatten_parameters": False}),
-    "world2_selective_checkpointing": plan([2], {"activation_checkpointing": "selective"}),
+    "world2_selective_checkpointing": plan([2], {"activation_checkpointing": "attention"}),
     "world2_cpu_offload": plan([2], {"offload": {"pin_memory": True}}),
     "world2_cpu_offload_one_unit": plan([2], units=[{"modules": ["model.layers.1"], "offload": {"pin_memory": True}}]),
     "fsdp1_world2_cpu_offload": plan([2], {"offload": {"pin_memory": True}}, fsdp1={}),
