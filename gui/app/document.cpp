@@ -492,9 +492,10 @@ bool Document::setUnitSetting(size_t unit, UnitSetting which, const QString& val
                 st.activationCheckpointing = AcMode::Full;
             else {
                 if (why)
-                    *why = "activation_checkpointing: expected none, full, selective_op or "
-                           "attention, got \"" +
-                           value + "\"";
+                    *why =
+                        "activation_checkpointing: expected none, full, selective_op or "
+                        "attention, got \"" +
+                        value + "\"";
                 return false;
             }
             break;

@@ -45,8 +45,8 @@ public:
 signals:
     void reshardEditRequested(int unit, QString value);
     void prefetchEditRequested(int unit, bool forward, QString value);
-    // Checkpointing ("none", "full", "selective_op", "attention"), Precision ("bfloat16 / float32", "-")
-    // and Offload ("yes", "no") cells.
+    // Checkpointing ("none", "full", "selective_op", "attention"), Precision ("bfloat16 / float32",
+    // "-") and Offload ("yes", "no") cells.
     void settingEditRequested(int unit, int column, QString value);
 
 private:

@@ -162,8 +162,7 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
         auto scaled = [&](ModuleId x) {
             auto& cc = g.cost(x);
             for (ScaledCost* sc : {&cc.fwdFlops, &cc.bwdFlops, &cc.fwdMemBytes, &cc.bwdMemBytes,
-                                   &cc.savedBytes, &cc.outputBytes, &cc.mmOutputBytes})
-            {
+                                   &cc.savedBytes, &cc.outputBytes, &cc.mmOutputBytes}) {
                 sc->perToken *= tokenShare;
                 sc->fixedPerToken *= tokenShare;
             }

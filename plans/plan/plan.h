@@ -53,7 +53,7 @@ struct AcSpec {
     std::vector<std::string> save;  // SelectiveOp: ops kept; empty: torchtitan's preset
     bool legacySelective = false;   // written "selective"
     AcSpec() = default;
-    AcSpec(AcMode m) : mode(m) {}  // NOLINT: a bare mode is the common spelling
+    AcSpec(AcMode m) : mode(m) {}                // NOLINT: a bare mode is the common spelling
     [[nodiscard]] std::string toString() const;  // "full", "full every 2", "selective_op [mm]"
     friend bool operator==(const AcSpec&, const AcSpec&) = default;
 };

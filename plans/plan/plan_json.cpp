@@ -35,7 +35,8 @@ const char* acModeName(AcMode m) {
 }
 
 const std::vector<std::string>& acSaveOps() {
-    static const std::vector<std::string> ops{"mm", "addmm", "bmm", "sdpa", "reduce_scatter", "max"};
+    static const std::vector<std::string> ops{"mm",   "addmm",          "bmm",
+                                              "sdpa", "reduce_scatter", "max"};
     return ops;
 }
 
@@ -184,7 +185,8 @@ AcSpec readAc(const JsonReader& r) {
             r.at("save").fail("\"save\" applies to mode \"selective_op\"");
         const JsonReader list = r.at("save");
         a.save = list.asStringList();
-        if (a.save.empty()) list.fail("a save list needs at least one op (omit it for torchtitan's preset)");
+        if (a.save.empty())
+            list.fail("a save list needs at least one op (omit it for torchtitan's preset)");
         for (size_t i = 0; i < a.save.size(); ++i) {
             const auto& ops = acSaveOps();
             if (std::find(ops.begin(), ops.end(), a.save[i]) == ops.end()) {

@@ -646,8 +646,8 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r) 
     std::vector<ModuleRun> runs;
     std::vector<int32_t> runOf(n, -1);
     std::vector<int64_t> mmSeen(r.units.size(), 0);  // mm calls so far in each unit's forward
-    std::vector<char> afterAttn(n, 0);          // after its run's last attention module
-    std::vector<std::vector<int32_t>> runMods;  // each run's modules, in post-order
+    std::vector<char> afterAttn(n, 0);               // after its run's last attention module
+    std::vector<std::vector<int32_t>> runMods;       // each run's modules, in post-order
     std::vector<std::pair<int32_t, size_t>> stack{{0, 0}};
     while (n > 0 && !stack.empty()) {
         auto& [m, child] = stack.back();

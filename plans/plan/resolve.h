@@ -56,7 +56,7 @@ struct ResolvedUnit {
     int64_t reshardK = 0;  // group size of the post-forward copy when reshard == Int
     bool reshardAfterBackward = true;
     AcMode activationCheckpointing = AcMode::None;
-    std::vector<std::string> acSave;  // SelectiveOp: the save list; empty: torchtitan's preset
+    std::vector<std::string> acSave;    // SelectiveOp: the save list; empty: torchtitan's preset
     MixedPrecisionSpec mixedPrecision;  // after PyTorch's normalisation
     DType allGatherDtype = DType::Float32;
     DType reduceDtype = DType::Float32;

@@ -120,3 +120,50 @@ TEST(ClusterJson, ErrorsNameTheField) {
     EXPECT_EQ(clusterFromJson(*j, "c.json").error(),
               "c.json:/node: missing required field \"devices_per_node\"");
 }
+
+// Activation checkpointing as users write it (issue 15): the spellings that load, and every
+// bad spec refused naming the field.
+TEST(PlanJson, ActivationCheckpointingSpellings) {
+    const std::string h = kHead;
+    auto acOf = [&](const std::string& spec) {
+        auto j =
+            nlohmann::json::parse(h + R"("defaults": {"activation_checkpointing": )" + spec + "}}");
+        auto p = planFromJson(j, "plan.json");
+        EXPECT_TRUE(p.ok()) << (p.ok() ? "" : p.error());
+        // Written back as read.
+        const auto again = planFromJson(planToJson(*p), "again.json");
+        EXPECT_TRUE(again.ok() && *again == *p);
+        return p->defaults.activationCheckpointing->toString();
+    };
+    EXPECT_EQ(acOf(R"("none")"), "none");
+    EXPECT_EQ(acOf(R"("full")"), "full");
+    EXPECT_EQ(acOf(R"("selective_op")"), "selective_op");
+    EXPECT_EQ(acOf(R"("attention")"), "attention");
+    EXPECT_EQ(acOf(R"("selective")"), "attention");  // the earlier word, with a resolver warning
+    EXPECT_EQ(acOf(R"({"mode": "full", "every": 2})"), "full every 2");
+    EXPECT_EQ(acOf(R"({"mode": "selective_op", "save": ["mm", "sdpa"]})"),
+              "selective_op [mm,sdpa]");
+
+    const std::string d = h + R"("defaults": {"activation_checkpointing": )";
+    EXPECT_EQ(planError(d + R"({"mode": "selective_op", "save": ["mm", "softmax"]}}})"),
+              "plan.json:/defaults/activation_checkpointing/save/1: unknown op \"softmax\" (known: "
+              "mm, addmm, bmm, sdpa, reduce_scatter, max)");
+    EXPECT_EQ(
+        planError(d + R"({"mode": "full", "every": 0}}})"),
+        "plan.json:/defaults/activation_checkpointing/every: expected an integer >= 1, got 0");
+    EXPECT_EQ(
+        planError(d + R"({"mode": "selective_op", "every": 2}}})"),
+        "plan.json:/defaults/activation_checkpointing/every: \"every\" applies to mode \"full\" "
+        "(checkpoint every k-th unit)");
+    EXPECT_EQ(planError(d + R"({"mode": "full", "save": ["mm"]}}})"),
+              "plan.json:/defaults/activation_checkpointing/save: \"save\" applies to mode "
+              "\"selective_op\"");
+    EXPECT_EQ(
+        planError(d + R"({"mode": "selective_op", "save": []}}})"),
+        "plan.json:/defaults/activation_checkpointing/save: a save list needs at least one op "
+        "(omit it for torchtitan's preset)");
+    EXPECT_EQ(
+        planError(d + R"({"mode": "full", "evrey": 2}}})"),
+        "plan.json:/defaults/activation_checkpointing/evrey: unknown field \"evrey\" (did you "
+        "mean \"every\"?)");
+}

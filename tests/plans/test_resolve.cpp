@@ -279,3 +279,41 @@ TEST(Export, Fsdp2ListsCallsChildrenFirstWithEffectiveKwargs) {
     EXPECT_EQ(f1["kwargs"]["auto_wrap_policy"]["type"], "ModuleWrapPolicy");
     EXPECT_EQ(f1["kwargs"]["sharding_strategy"], "HYBRID_SHARD");
 }
+
+TEST(Checkpointing, DefaultsSkipTheRootEveryKCountsUnitsAndSelectiveWarns) {
+    const ModelGraph g = llama8b();
+    Plan p = blockPlan({8});
+    p.wrap.classes = {"LlamaDecoderLayer"};
+    p.defaults.activationCheckpointing = AcSpec(AcMode::Full);
+    p.defaults.activationCheckpointing->every = 2;
+    ResolvedPlan r = resolvePlan(g, p, nullptr, "plan.json");
+    ASSERT_FALSE(r.hasErrors());
+    // torchtitan's ac_freq: blocks counted from 1, the k-th, 2k-th, ... checkpointed.
+    std::vector<std::string> checkpointed;
+    for (const auto& u : r.units)
+        if (u.activationCheckpointing == AcMode::Full) checkpointed.push_back(u.name);
+    ASSERT_EQ(checkpointed.size(), 16u);
+    EXPECT_EQ(checkpointed[0], "model.layers.1");
+    EXPECT_EQ(checkpointed[15], "model.layers.31");
+    EXPECT_EQ(r.units[0].activationCheckpointing, AcMode::None);  // the root never by default
+
+    p.defaults.activationCheckpointing = AcSpec(AcMode::SelectiveOp);
+    p.units.push_back(UnitSpec{"", {""}, {}, {}, {}, ""});
+    p.units.back().settings.activationCheckpointing = AcSpec(AcMode::Full);  // asked for the root
+    r = resolvePlan(g, p, nullptr, "plan.json");
+    EXPECT_EQ(r.units[0].activationCheckpointing, AcMode::Full);
+    EXPECT_EQ(r.units[1].activationCheckpointing, AcMode::SelectiveOp);
+
+    Plan legacy = blockPlan({8});
+    legacy.wrap.classes = {"LlamaDecoderLayer"};
+    legacy.defaults.activationCheckpointing = AcSpec(AcMode::Attention);
+    legacy.defaults.activationCheckpointing->legacySelective = true;
+    r = resolvePlan(g, legacy, nullptr, "plan.json");
+    const auto ms = messages(r);
+    ASSERT_EQ(ms.size(), 1u);
+    EXPECT_NE(
+        ms[0].find("plan.json:/defaults/activation_checkpointing: warning: \"selective\" is read "
+                   "as \"attention\""),
+        std::string::npos)
+        << ms[0];
+}
