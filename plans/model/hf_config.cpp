@@ -143,7 +143,10 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
         ModuleId m = g.addModule(parent, name, "Linear");
         g.addParam(m, "weight", {out, in}, pd);
         if (bias) g.addParam(m, "bias", {out}, pd);
-        cb.linear(m, static_cast<double>(in), static_cast<double>(out), savesInput);
+        // With a bias, nn.Linear on 3-D input runs aten.addmm (at::linear folds the batch
+        // into one addmm), without one aten.mm: what op-level checkpointing sees.
+        cb.linear(m, static_cast<double>(in), static_cast<double>(out), savesInput,
+                  /*addmm=*/bias);
         return m;
     };
     auto rmsNorm = [&](ModuleId parent, const char* name) {
