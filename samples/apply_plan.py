@@ -38,26 +38,28 @@ def _dtype(name):
 
 
 # Ops a selective_op save list may name, as torch ops (those this PyTorch has).
+_SAVE_OPS = {
+    "mm": ["aten.mm.default"],
+    "addmm": ["aten.addmm.default"],
+    "bmm": ["aten.bmm.default"],
+    # Every SDPA backend: CUDA flash, memory-efficient and cuDNN, and the CPU's flash.
+    "sdpa": ["aten._scaled_dot_product_flash_attention.default",
+             "aten._scaled_dot_product_efficient_attention.default",
+             "aten._scaled_dot_product_cudnn_attention.default",
+             "aten._scaled_dot_product_flash_attention_for_cpu.default"],
+    "reduce_scatter": ["_c10d_functional.reduce_scatter_tensor.default"],
+    "max": ["aten.max.default"],
+}
+
+
 def _save_ops(names):
-    aten = torch.ops.aten
-    table = {
-        "mm": ["mm.default"],
-        "addmm": ["addmm.default"],
-        "bmm": ["bmm.default"],
-        # Every SDPA backend: CUDA flash, memory-efficient and cuDNN, and the CPU's flash.
-        "sdpa": ["_scaled_dot_product_flash_attention.default", "_scaled_dot_product_efficient_attention.default",
-                 "_scaled_dot_product_cudnn_attention.default", "_scaled_dot_product_flash_attention_for_cpu.default"],
-        "max": ["max.default"],
-    }
     ops = set()
     for name in names:
-        if name == "reduce_scatter":
-            ops.add(torch.ops._c10d_functional.reduce_scatter_tensor.default)
-            continue
-        for path in table[name]:
-            packet, overload = path.split(".")
-            if hasattr(aten, packet):
-                ops.add(getattr(getattr(aten, packet), overload))
+        for path in _SAVE_OPS[name]:
+            namespace, packet, overload = path.split(".")
+            ns = getattr(torch.ops, namespace)
+            if hasattr(ns, packet):
+                ops.add(getattr(getattr(ns, packet), overload))
     return ops
 
 

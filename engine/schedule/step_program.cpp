@@ -145,6 +145,14 @@ private:
         lastFree.assign(n, OpId());
     }
 
+    // The ratio that takes the model's activation bytes to the unit's compute dtype:
+    // activations follow it, fp32 statistics and upcasts and int64 ids keep theirs
+    // (ScaledCost::fixedPerToken), so the model's activation dtype cancels out.
+    double activationScale(const ResolvedUnit& unit) const {
+        return static_cast<double>(dtypeSize(unit.allGatherDtype)) /
+               static_cast<double>(dtypeSize(g.activationDtype));
+    }
+
     // Compute segments: the plan's module runs (post-order, one unit each) at this
     // micro-batch; consecutive runs of one unit merged.
     void buildSegments() {
@@ -160,11 +168,7 @@ private:
             const ModuleCost& c = run.cost;
             const int32_t u = run.unit;
             const auto& unit = r.units[u];
-            // Activations follow the unit's compute dtype; fp32 statistics and upcasts and
-            // int64 ids keep theirs (ScaledCost::fixedPerToken), so the model's
-            // activation dtype cancels out of the result.
-            const double scale = static_cast<double>(dtypeSize(unit.allGatherDtype)) /
-                                 static_cast<double>(dtypeSize(g.activationDtype));
+            const double scale = activationScale(unit);
             const double fwd = c.fwdFlops.at(b, s), saved = c.savedBytes.at(b, s, scale);
             if (fwd == 0 && saved == 0 && c.fwdMemBytes.isZero()) continue;
             if (segs.empty() || segs.back().unit != u) segs.push_back(Segment{u});
@@ -226,18 +230,17 @@ private:
         // Full checkpointing keeps the unit's input: one hidden state per token. Its
         // recompute also makes the unit's output again, which the checkpoint's backward
         // holds until it is done.
-        for (auto& sg : segs)
-            if ((r.units[sg.unit].activationCheckpointing == AcMode::Full ||
-                 r.units[sg.unit].activationCheckpointing == AcMode::SelectiveOp) &&
-                !r.units[sg.unit].isRoot) {
-                const ModuleId first = r.units[sg.unit].modules[0];
-                const double hidden = g.module(first).cost.outputBytes.at(
-                    b, s,
-                    static_cast<double>(dtypeSize(r.units[sg.unit].allGatherDtype)) /
-                        static_cast<double>(dtypeSize(g.activationDtype)));
+        for (auto& sg : segs) {
+            const auto& unit = r.units[sg.unit];
+            if ((unit.activationCheckpointing == AcMode::Full ||
+                 unit.activationCheckpointing == AcMode::SelectiveOp) &&
+                !unit.isRoot) {
+                const double hidden =
+                    g.module(unit.modules[0]).cost.outputBytes.at(b, s, activationScale(unit));
                 sg.saved += hidden;
                 sg.recomputeSaved += hidden;
             }
+        }
         for (const auto& sg : segs)
             p.modelFlopsPerRank += (sg.fwdFlops + sg.bwdFlops) * o.microBatches;
         // Gradients no segment accounts for (padding, modules without cost) come with the

@@ -44,8 +44,6 @@ struct ReshardSetting {
 //    before; plans that say "selective" get it, with a warning).
 enum class AcMode { None, Attention, Full, SelectiveOp };
 [[nodiscard]] const char* acModeName(AcMode m);
-// Ops a selective_op save list may name (plan spelling).
-[[nodiscard]] const std::vector<std::string>& acSaveOps();
 
 struct AcSpec {
     AcMode mode = AcMode::None;

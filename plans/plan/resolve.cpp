@@ -663,7 +663,7 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r) 
         const ModuleCost& c = mod.cost;
         if (c.fwdFlops.isZero() && c.savedBytes.isZero() && c.fwdMemBytes.isZero()) continue;
         if (runs.empty() || runs.back().unit != u) {
-            runs.push_back(ModuleRun{u, {}, {}, {}, 0, 0, {}, {}, 0, false, {}, {}, {}, {}});
+            runs.emplace_back().unit = u;
             runMods.emplace_back();
         }
         ModuleRun& run = runs.back();

@@ -146,8 +146,12 @@ TEST(PlanJson, ActivationCheckpointingSpellings) {
 
     const std::string d = h + R"("defaults": {"activation_checkpointing": )";
     EXPECT_EQ(planError(d + R"({"mode": "selective_op", "save": ["mm", "softmax"]}}})"),
-              "plan.json:/defaults/activation_checkpointing/save/1: unknown op \"softmax\" (known: "
-              "mm, addmm, bmm, sdpa, reduce_scatter, max)");
+              "plan.json:/defaults/activation_checkpointing/save/1: expected one of \"mm\", "
+              "\"addmm\", \"bmm\", \"sdpa\", \"reduce_scatter\", \"max\", got \"softmax\"");
+    EXPECT_EQ(planError(d + R"({"mode": "selective_op", "save": ["mmm"]}}})"),
+              "plan.json:/defaults/activation_checkpointing/save/0: expected one of \"mm\", "
+              "\"addmm\", \"bmm\", \"sdpa\", \"reduce_scatter\", \"max\", got \"mmm\" (did you "
+              "mean \"mm\"?)");
     EXPECT_EQ(
         planError(d + R"({"mode": "full", "every": 0}}})"),
         "plan.json:/defaults/activation_checkpointing/every: expected an integer >= 1, got 0");
