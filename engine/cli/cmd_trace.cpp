@@ -12,6 +12,7 @@
 #include "plans/core/atomic_write.h"
 #include "plans/core/strings.h"
 #include "profiler/analysis/summary.h"
+#include "profiler/analysis/trace_loader.h"
 #include "profiler/export/chrome_export.h"
 #include "profiler/import/kineto_import.h"
 
@@ -25,97 +26,104 @@ std::string ms(int64_t ns) {
     return b;
 }
 
-// Files, and the *.json / *.json.gz files of folders (one per rank), sorted.
-std::vector<std::string> expand(const std::vector<std::string>& args) {
-    namespace fs = std::filesystem;
-    std::vector<std::string> out;
-    for (const auto& a : args) {
-        std::error_code ec;
-        if (fs::is_directory(a, ec)) {
-            std::vector<std::string> files;
-            for (const auto& e : fs::directory_iterator(a, ec)) {
-                const std::string p = e.path().string();
-                if (endsWith(p, ".json") || endsWith(p, ".json.gz")) files.push_back(p);
-            }
-            std::sort(files.begin(), files.end());
-            out.insert(out.end(), files.begin(), files.end());
-        } else {
-            out.push_back(a);
-        }
-    }
-    return out;
-}
-
 int runTraceSummary(const Args& a) {
-    const auto files = expand(a.positionals());
-    if (files.empty()) {
+    if (a.positionals().empty()) {
         std::cerr << "error: give one or more trace files or folders (see --help)\n";
         return kExitUsage;
     }
     KinetoImportOptions o;
     o.keepPythonFunctions = a.flag("--python-functions");
     nlohmann::json all = nlohmann::json::array();
-    for (const auto& f : files) {
-        const auto t0 = std::chrono::steady_clock::now();
-        auto t = importKinetoFile(f, o);
-        if (failed(t)) return kExitUsage;
-        const double secs =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        const TraceSummary s = summarize(*t);
-        if (a.flag("--json")) {
-            nlohmann::json j = summaryToJson(s);
-            j["file"] = f;
-            all.push_back(j);
-            continue;
-        }
-        std::cout << f << "\n  rank " << s.rank << ", " << s.dialect << "; "
-                  << withThousands(static_cast<int64_t>(s.events)) << " events on " << s.deviceLanes
-                  << " device streams and " << s.hostLanes << " host threads (read in "
-                  << static_cast<int>(secs * 1000) << " ms)\n";
-        if (s.kernelTimeNs > 0) {
-            char line[256];
-            std::snprintf(
-                line, sizeof line,
-                "  GPU time %s: compute %s (%.1f%%), non-compute %s, idle %s (%.1f%%)\n",
-                ms(s.kernelTimeNs).c_str(), ms(s.computeNs).c_str(),
-                100.0 * static_cast<double>(s.computeNs) / static_cast<double>(s.kernelTimeNs),
-                ms(s.nonComputeNs).c_str(), ms(s.idleNs).c_str(),
-                100.0 * static_cast<double>(s.idleNs) / static_cast<double>(s.kernelTimeNs));
-            std::cout << line;
-            std::snprintf(line, sizeof line,
-                          "  communication %s, %.1f%% of it overlapped by compute\n",
-                          ms(s.commNs).c_str(), 100.0 * s.overlapRatio);
-            std::cout << line;
-        } else {
-            std::cout << "  no GPU events (a CPU-only trace)\n";
-        }
-        for (const auto& [name, c] : s.collectives)
-            std::cout << "  collective " << name << ": " << c.count << " calls, "
-                      << formatBytes(c.bytes) << ", " << ms(c.durationNs) << "\n";
-        for (const auto& b : s.bandwidth) {
-            const std::string range =
-                b.maxBytes > 0 ? formatBytes(b.minBytes) + " - " + formatBytes(b.maxBytes)
-                               : ">= " + formatBytes(b.minBytes);
-            char line[256];
-            const int n = std::snprintf(
-                line, sizeof line, "  bandwidth %s %s: %lld calls, %.1f GB/s algorithm",
-                b.collective.c_str(), range.c_str(), static_cast<long long>(b.count), b.algGBps);
-            if (b.busGBps >= 0)
-                std::snprintf(line + n, sizeof line - static_cast<size_t>(n), ", %.1f GB/s bus",
-                              b.busGBps);
-            else
-                std::snprintf(line + n, sizeof line - static_cast<size_t>(n),
-                              " (bus: group size not in the trace)");
-            std::cout << line << "\n";
-        }
-        if (s.peakAllocated > 0)
-            std::cout << "  device memory peak: allocated " << formatBytes(s.peakAllocated)
-                      << ", reserved " << formatBytes(s.peakReserved) << "\n";
-        if (s.skippedPythonFunctions > 0)
-            std::cout << "  skipped " << s.skippedPythonFunctions
-                      << " python_function events (--python-functions keeps them)\n";
-        if (s.orphanFlowEnds > 0)
-            std::cout << "  " << s.orphanFlowEnds << " flow ends without a start (tolerated)\n";
+    std::vector<std::string> skipped;
+    auto t0 = std::chrono::steady_clock::now();
+    const Status st = forEachTrace(
+        a.positionals(), o,
+        [&](const std::string& f, Trace&& tr) -> Status {
+            const Trace* t = &tr;
+            const double secs =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            const TraceSummary s = summarize(*t);
+            if (a.flag("--json")) {
+                nlohmann::json j = summaryToJson(s);
+                j["file"] = f;
+                all.push_back(j);
+                t0 = std::chrono::steady_clock::now();
+                return {};
+            }
+            std::cout << f << "\n  rank " << s.rank << ", " << s.dialect << "; "
+                      << withThousands(static_cast<int64_t>(s.events)) << " events on "
+                      << s.deviceLanes << " device streams and " << s.hostLanes
+                      << " host threads (read in " << static_cast<int>(secs * 1000) << " ms)\n";
+            if (s.kernelTimeNs > 0) {
+                char line[256];
+                std::snprintf(
+                    line, sizeof line,
+                    "  GPU time %s: compute %s (%.1f%%), non-compute %s, idle %s (%.1f%%)\n",
+                    ms(s.kernelTimeNs).c_str(), ms(s.computeNs).c_str(),
+                    100.0 * static_cast<double>(s.computeNs) / static_cast<double>(s.kernelTimeNs),
+                    ms(s.nonComputeNs).c_str(), ms(s.idleNs).c_str(),
+                    100.0 * static_cast<double>(s.idleNs) / static_cast<double>(s.kernelTimeNs));
+                std::cout << line;
+                std::snprintf(line, sizeof line,
+                              "  communication %s, %.1f%% of it overlapped by compute\n",
+                              ms(s.commNs).c_str(), 100.0 * s.overlapRatio);
+                std::cout << line;
+            } else if (s.hostCommNs > 0) {
+                char line[256];
+                std::snprintf(line, sizeof line,
+                              "  CPU run: communication %s on Gloo threads, %s of it exposed (the "
+                              "issuing thread ran no op), %.1f%% overlapped\n",
+                              ms(s.hostCommNs).c_str(), ms(s.hostExposedNs).c_str(),
+                              100.0 * static_cast<double>(s.hostCommNs - s.hostExposedNs) /
+                                  static_cast<double>(s.hostCommNs));
+                std::cout << line;
+            } else {
+                std::cout << "  no GPU events and no collectives (a CPU-only trace)\n";
+            }
+            for (const auto& [name, c] : s.collectives)
+                std::cout << "  collective " << name << ": " << c.count << " calls, "
+                          << formatBytes(c.bytes) << ", " << ms(c.durationNs) << "\n";
+            for (const auto& b : s.bandwidth) {
+                const std::string range =
+                    b.maxBytes > 0 ? formatBytes(b.minBytes) + " - " + formatBytes(b.maxBytes)
+                                   : ">= " + formatBytes(b.minBytes);
+                char line[256];
+                const int n = std::snprintf(line, sizeof line,
+                                            "  bandwidth %s %s: %lld calls, %.1f GB/s algorithm",
+                                            b.collective.c_str(), range.c_str(),
+                                            static_cast<long long>(b.count), b.algGBps);
+                if (b.busGBps >= 0)
+                    std::snprintf(line + n, sizeof line - static_cast<size_t>(n), ", %.1f GB/s bus",
+                                  b.busGBps);
+                else
+                    std::snprintf(line + n, sizeof line - static_cast<size_t>(n),
+                                  " (bus: group size not in the trace)");
+                std::cout << line << "\n";
+            }
+            if (s.peakAllocated > 0)
+                std::cout << "  device memory peak: allocated " << formatBytes(s.peakAllocated)
+                          << ", reserved " << formatBytes(s.peakReserved) << "\n";
+            if (s.skippedPythonFunctions > 0)
+                std::cout << "  skipped " << s.skippedPythonFunctions
+                          << " python_function events (--python-functions keeps them)\n";
+            if (s.hostPeakAllocated > 0)
+                std::cout << "  host memory peak: allocated " << formatBytes(s.hostPeakAllocated)
+                          << " (CPU allocator)\n";
+            if (s.orphanFlowEnds > 0)
+                std::cout << "  " << s.orphanFlowEnds << " flow ends without a start (tolerated)\n";
+            if (tr.skippedBadFields > 0)
+                std::cout << "  skipped " << tr.skippedBadFields
+                          << " events with a field of an unexpected type\n";
+            t0 = std::chrono::steady_clock::now();
+            return {};
+        },
+        &skipped);
+    std::cout.flush();
+    for (const auto& sk : skipped)
+        std::cerr << "note: skipped " << sk << "\n";
+    if (!st) {
+        std::cerr << "error: " << st.error() << "\n";
+        return kExitUsage;
     }
     if (a.flag("--json")) return emitJson(all, "").ok() ? kExitOk : kExitUsage;
     return kExitOk;
@@ -129,8 +137,15 @@ int runTraceExport(const Args& a) {
     }
     KinetoImportOptions o;
     o.keepPythonFunctions = a.flag("--python-functions");
-    auto t = importKinetoFile(files[0], o);
-    if (failed(t)) return kExitUsage;
+    Expected<Trace> t = Error{""};
+    const Status loaded = forEachTrace(files, o, [&](const std::string&, Trace&& tr) -> Status {
+        t = std::move(tr);
+        return {};
+    });
+    if (!loaded) {
+        std::cerr << "error: " << loaded.error() << "\n";
+        return kExitUsage;
+    }
     const std::string out = a.get("--output");
     const Status st = writeFileAtomically(out, exportChromeTrace(*t).dump() + "\n");
     if (!st) {

@@ -11,8 +11,10 @@
 
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
+#include "engine/cli/fsdp_trace_cli.h"
 #include "engine/cli/trace_file.h"
 #include "plans/core/intervals.h"
+#include "profiler/analysis/trace_loader.h"
 
 namespace shardscope::cli {
 
@@ -231,16 +233,22 @@ namespace {
 // `trace overlap`: per FSDP unit and phase, how much communication compute hid.
 int runTraceOverlap(const Args& a) {
     const auto& pos = a.positionals();
-    if (pos.size() != 1) {
-        std::cerr << "error: trace overlap takes one ShardScope trace\n";
+    if (pos.empty()) {
+        std::cerr << "error: give a trace (a ShardScope trace, or PyTorch profiler traces: files "
+                     "or a folder of them)\n";
         return kExitUsage;
+    }
+    {
+        // A PyTorch profiler trace (or a folder of them): per FSDP unit from FSDP's labels.
+        auto files = expandTraceArgs(pos);
+        if (failed(files)) return kExitUsage;
+        if (files->size() > 1 || files->front().fromFolder) return runPyTorchTraceOverlap(a);
+        auto t = importKinetoFile(files->front().path);
+        if (failed(t)) return kExitUsage;
+        if (!isShardScopeTrace(*t)) return runPyTorchTraceOverlap(a);
     }
     auto trace = readTraceFile(pos[0]);
-    if (!trace) {
-        std::cerr << "error: " << trace.error()
-                  << " (for PyTorch profiler traces, `trace summary` gives HTA's overlap)\n";
-        return kExitUsage;
-    }
+    if (failed(trace)) return kExitUsage;
     std::map<std::pair<int32_t, int32_t>, std::vector<const TraceOp*>> byRankStep;
     for (const TraceOp& op : trace->ops)
         byRankStep[{op.rank, op.step}].push_back(&op);

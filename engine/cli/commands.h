@@ -24,5 +24,6 @@ std::vector<Command> runCommands();
 std::vector<Command> calibrateCommands();
 std::vector<Command> traceDiffCommands();
 std::vector<Command> traceOverlapCommands();
+std::vector<Command> fsdpTraceCommands();
 
 }  // namespace shardscope::cli

@@ -16,7 +16,7 @@ namespace {
 
 std::vector<Command> allCommands() {
     std::vector<Command> all;
-    for (auto* group : {&modelCommands, &planCommands, &simulateCommands, &recommendCommands,
+    for (auto* group : {&modelCommands, &planCommands, &fsdpTraceCommands, &simulateCommands, &recommendCommands,
                         &runCommands, &calibrateCommands, &traceCommands, &traceDiffCommands,
                         &traceOverlapCommands, &benchCommands, &doctorCommands})
         for (auto& c : group())

@@ -4,8 +4,10 @@
 #include <cctype>
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "plans/core/intervals.h"
+#include "profiler/analysis/fsdp_trace.h"
 
 namespace shardscope {
 
@@ -23,7 +25,9 @@ TraceSummary summarize(const Trace& t) {
     for (size_t i = 0; i < t.size(); ++i) {
         // GPU activity only (kernels, memcpy, memset): host ranges and GPU user annotations
         // projected onto a stream are not device work.
-        if (t.cls[i] == EventClass::Cpu) continue;
+        if (t.cls[i] == EventClass::Cpu ||
+            t.lanes[static_cast<size_t>(t.lane[i])].kind != LaneKind::DeviceStream)
+            continue;
         const Interval iv{t.start[i], t.start[i] + t.dur[i]};
         first = std::min(first, iv.first);
         last = std::max(last, iv.second);
@@ -43,6 +47,29 @@ TraceSummary summarize(const Trace& t) {
                                             static_cast<double>(s.commNs)
                                       : 0;
     }
+    if (s.kernelTimeNs == 0) {
+        // A CPU run: collectives on Gloo's threads, compute on the thread that issued them
+        // (the host thread with the most ops). Exposed: communication while it was idle.
+        std::vector<Interval> comm;
+        std::unordered_map<int32_t, int64_t> ops;
+        for (size_t i = 0; i < t.size(); ++i) {
+            if (t.cls[i] == EventClass::Communication)
+                comm.emplace_back(t.start[i], t.start[i] + t.dur[i]);
+            else if (t.cls[i] == EventClass::Cpu)
+                ++ops[t.lane[i]];
+        }
+        if (!comm.empty() && !ops.empty()) {
+            const int32_t main =
+                std::max_element(ops.begin(), ops.end(), [](const auto& x, const auto& y) {
+                    return x.second < y.second;
+                })->first;
+            const auto commU = mergeIntervals(std::move(comm));
+            s.hostCommNs = totalLength(commU);
+            s.hostExposedNs = s.hostCommNs - intersectionLength(commU, hostBusy(t, main));
+        }
+    }
+    for (const auto& m : t.hostMemory)
+        s.hostPeakAllocated = std::max(s.hostPeakAllocated, m.allocated);
     for (const auto& c : t.collectives) {
         auto& st = s.collectives[c.name.empty() ? "unknown" : c.name];
         ++st.count;
@@ -139,6 +166,9 @@ nlohmann::json summaryToJson(const TraceSummary& s) {
               {"idle_ns", s.idleNs}}},
             {"comm_ns", s.commNs},
             {"comp_comm_overlap_ratio", s.overlapRatio},
+            {"host_comm_ns", s.hostCommNs},
+            {"host_exposed_comm_ns", s.hostExposedNs},
+            {"host_peak_allocated_bytes", s.hostPeakAllocated},
             {"collectives", coll},
             {"bandwidth", bw},
             {"peak_allocated_bytes", s.peakAllocated},

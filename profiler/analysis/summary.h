@@ -38,6 +38,9 @@ struct TraceSummary {
         double algGBps = 0, busGBps = -1;
     };
     std::vector<Bandwidth> bandwidth;
+    // CPU runs (no device events): Gloo collectives' union and the part of it during which
+    // the issuing thread ran no op; the CPU allocator's peak ([memory], Device Type 0).
+    int64_t hostCommNs = 0, hostExposedNs = 0, hostPeakAllocated = 0;
     int64_t peakAllocated = 0, peakReserved = 0;
     int64_t skippedPythonFunctions = 0, orphanFlowEnds = 0, flows = 0;
     std::map<std::string, int64_t> eventsByCategory;

@@ -17,6 +17,24 @@ double us(int64_t ns) {
 
 }  // namespace
 
+namespace {
+// Kineto's distributedInfo as the importer reads it back: rank, world size, process groups.
+nlohmann::json distributedInfo(const Trace& t) {
+    nlohmann::json d = {{"rank", t.rank}};
+    if (t.worldSize > 0) d["world_size"] = t.worldSize;
+    if (!t.processGroups.empty()) {
+        nlohmann::json pgs = nlohmann::json::array();
+        for (const auto& g : t.processGroups)
+            pgs.push_back({{"pg_name", g.name},
+                           {"pg_desc", g.desc},
+                           {"pg_size", g.size},
+                           {"ranks", g.ranks}});
+        d["pg_config"] = std::move(pgs);
+    }
+    return d;
+}
+}  // namespace
+
 json exportChromeTrace(const Trace& t) {
     json ev = json::array();
     // Processes: one per (rank, original pid); lanes keep their names as thread names. A
@@ -70,7 +88,16 @@ json exportChromeTrace(const Trace& t) {
             if (t.unit[i] >= 0) args["unit"] = t.strings.at(t.unit[i]);
             if (t.phase[i] >= 0) args["phase"] = t.strings.at(t.phase[i]);
         }
-        if (const auto c = collectiveOf.find(static_cast<int32_t>(i)); c != collectiveOf.end()) {
+        // record_shapes' inputs (c10d ops, Gloo collectives, the embedding): a Gloo
+        // collective is rebuilt from its name and these.
+        const auto in = t.opInputs.find(static_cast<int32_t>(i));
+        if (in != t.opInputs.end()) {
+            args["Input Dims"] = in->second.dims;
+            args["Input type"] = in->second.types;
+        }
+        const bool gloo = t.strings.at(t.name[i]).rfind("gloo:", 0) == 0;
+        if (const auto c = collectiveOf.find(static_cast<int32_t>(i));
+            c != collectiveOf.end() && !gloo) {
             const Collective& col = *c->second;
             if (ours) {
                 args["bytes"] = col.bytes;
@@ -99,6 +126,18 @@ json exportChromeTrace(const Trace& t) {
                        {{"Device Type", 1},
                         {"Total Allocated", m.allocated},
                         {"Total Reserved", m.reserved}}}});
+    for (const auto& m : t.hostMemory)
+        ev.push_back({{"ph", "i"},
+                      {"s", "t"},
+                      {"name", "[memory]"},
+                      {"cat", "cpu_instant_event"},
+                      {"pid", 1},
+                      {"tid", 999},
+                      {"ts", us(m.ts)},
+                      {"args",
+                       {{"Device Type", 0},
+                        {"Total Allocated", m.allocated},
+                        {"Total Reserved", m.reserved}}}});
     for (size_t f = 0; f < t.flowEvents.size(); ++f) {
         const auto [from, to] = t.flowEvents[f];
         const auto lf = static_cast<size_t>(t.lane[static_cast<size_t>(from)]);
@@ -121,7 +160,7 @@ json exportChromeTrace(const Trace& t) {
     }
     return {{"traceEvents", std::move(ev)},
             {"displayTimeUnit", "ns"},
-            {"distributedInfo", {{"rank", t.rank}}},
+            {"distributedInfo", distributedInfo(t)},
             {"metadata", {{"producer", "shardscope trace export"}, {"dialect", t.dialect}}}};
 }
 

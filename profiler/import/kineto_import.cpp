@@ -134,12 +134,16 @@ private:
     int64_t m_consumed = 0;
 };
 
-int64_t dtypeBytes(const std::string& d) {
+int64_t dtypeBytes(std::string_view d) {
+    if (d.rfind("c10::", 0) == 0) d.remove_prefix(5);  // record_shapes' "c10::BFloat16"
     static const std::pair<const char*, int64_t> table[] = {
         {"Float", 4}, {"float", 4}, {"Half", 2}, {"BFloat16", 2}, {"Double", 8}, {"Int", 4},
         {"Long", 8},  {"Byte", 1},  {"Char", 1}, {"Bool", 1},     {"Short", 2},  {"Float8", 1}};
     for (const auto& [name, size] : table)
         if (d.rfind(name, 0) == 0) return size;
+    if (d == "double") return 8;
+    if (d == "long int" || d == "long") return 8;
+    if (d == "int") return 4;
     return 0;
 }
 
@@ -177,6 +181,17 @@ public:
             const auto it = e.find(k);
             return it != e.end() && it->is_string() ? it->get_ref<const std::string&>() : none;
         };
+        // A field of an unexpected type drops the event, counted (Trace::skippedBadFields).
+        auto wrongType = [&](const char* k, bool (json::*ok)() const noexcept) {
+            const auto it = e.find(k);
+            return it != e.end() && !((*it).*ok)();
+        };
+        if (wrongType("ph", &json::is_string) || wrongType("name", &json::is_string) ||
+            wrongType("cat", &json::is_string) || wrongType("ts", &json::is_number) ||
+            wrongType("dur", &json::is_number)) {
+            ++t.skippedBadFields;
+            return;
+        }
         const std::string& ph = str("ph");
         const std::string& cat = str("cat");
         const std::string& name = str("name");
@@ -248,6 +263,10 @@ public:
         const bool gpu = (ours && !onHost) || cat == "kernel" || cat == "gpu_memcpy" ||
                          cat == "gpu_memset" || cat == "Kernel" || cat == "Memcpy" ||
                          cat == "Memset";
+        // Gloo's collectives (CPU runs): user_annotation ranges on Gloo's worker threads,
+        // named "gloo:all_gather", sized by their input (record_shapes).
+        const bool gloo = !gpu && name.rfind("gloo:", 0) == 0;
+        const bool keepInputs = gloo || name.rfind("c10d::", 0) == 0 || name == "aten::embedding";
         const int64_t ts = usToNs(e.value("ts", json(0)));
         const int64_t dur = std::max<int64_t>(0, usToNs(e.value("dur", json(0))));
         minTs = std::min(minTs, ts);
@@ -278,6 +297,8 @@ public:
                                   : 0;
                 t.collectives.push_back(std::move(c));
             }
+        } else if (gloo) {
+            cls = EventClass::Communication;
         } else if (gpu) {
             // Kernel names repeat by the thousand: classify each (name, category) once.
             const int64_t key = (static_cast<int64_t>(t.name.back()) << 32) |
@@ -305,6 +326,59 @@ public:
                               : -1);
         if (!ours && gpu && cls == EventClass::Communication && isNcclKernel(name))
             collective(idx, name, args);
+        if (keepInputs && args.contains("Input Dims")) {
+            OpInputs in = inputsOf(args);
+            if (gloo) {
+                Collective c;
+                c.event = idx;
+                c.name = name.substr(5);
+                if (!in.dims.empty()) {
+                    c.elements = 1;
+                    for (int64_t d : in.dims[0])
+                        c.elements *= std::max<int64_t>(0, d);
+                }
+                if (!in.types.empty()) c.dtype = in.types[0];
+                c.bytes = c.elements * dtypeBytes(c.dtype);
+                c.fullBytes = c.bytes;  // the group (and so the gathered size) is unknown
+                t.collectives.push_back(std::move(c));
+            }
+            t.opInputs.emplace(idx, std::move(in));
+        }
+    }
+
+    // record_shapes' "Input Dims" (a list per input: a shape, or for a tensor list the
+    // shapes of its tensors, given here as one 1-D shape of their total elements) and
+    // "Input type".
+    static OpInputs inputsOf(const json& args) {
+        OpInputs in;
+        const json& dims = args["Input Dims"];
+        if (dims.is_array()) {
+            for (const auto& d : dims) {
+                std::vector<int64_t> shape;
+                if (d.is_array()) {
+                    bool nested = false;
+                    int64_t total = 0;
+                    for (const auto& x : d) {
+                        if (x.is_array()) {
+                            nested = true;
+                            int64_t n = 1;
+                            for (const auto& y : x)
+                                n *= y.is_number_integer() ? std::max<int64_t>(0, y.get<int64_t>())
+                                                           : 0;
+                            total += n;
+                        } else if (x.is_number_integer()) {
+                            shape.push_back(x.get<int64_t>());
+                        }
+                    }
+                    if (nested) shape = {total};
+                }
+                in.dims.push_back(std::move(shape));
+            }
+        }
+        if (args.contains("Input type") && args["Input type"].is_array())
+            for (const auto& ty : args["Input type"])
+                in.types.push_back(ty.is_string() ? ty.get<std::string>() : std::string());
+        return in;
     }
 
     void finish() {
@@ -320,6 +394,8 @@ public:
         for (auto& s : t.start)
             s -= minTs;
         for (auto& m : t.memory)
+            m.ts -= minTs;
+        for (auto& m : t.hostMemory)
             m.ts -= minTs;
         for (auto& c : t.collectives) {
             if (c.bytes > 0) continue;
@@ -353,7 +429,23 @@ public:
 
     void topLevel(const std::string& key, const json& v) {
         if (key == "baseTimeNanoseconds") baseTime = true;
-        if (key == "distributedInfo" && v.is_object()) t.rank = v.value("rank", 0);
+        if (key != "distributedInfo" || !v.is_object()) return;
+        if (v.contains("rank")) t.rank = number(v["rank"]);
+        if (v.contains("world_size")) t.worldSize = number(v["world_size"]);
+        if (!v.contains("pg_config") || !v["pg_config"].is_array()) return;
+        for (const auto& g : v["pg_config"]) {
+            if (!g.is_object()) continue;
+            Trace::ProcessGroup pg;
+            if (g.contains("pg_name") && g["pg_name"].is_string())
+                pg.name = g["pg_name"].get<std::string>();
+            if (g.contains("pg_desc") && g["pg_desc"].is_string())
+                pg.desc = g["pg_desc"].get<std::string>();
+            if (g.contains("pg_size")) pg.size = number(g["pg_size"]);
+            if (g.contains("ranks") && g["ranks"].is_array())
+                for (const auto& r : g["ranks"])
+                    pg.ranks.push_back(number(r));
+            t.processGroups.push_back(std::move(pg));
+        }
     }
 
     bool baseTime = false;
@@ -505,6 +597,8 @@ private:
         const int64_t n = args.contains("In msg nelems")    ? number(args["In msg nelems"])
                           : args.contains("Out msg nelems") ? number(args["Out msg nelems"])
                                                             : 0;
+        if (args.contains("dtype") && args["dtype"].is_string())
+            c.dtype = args["dtype"].get<std::string>();
         const int64_t sz = args.contains("dtype") && args["dtype"].is_string()
                                ? dtypeBytes(args["dtype"].get<std::string>())
                                : 0;
@@ -538,6 +632,14 @@ private:
         const json& args = e.contains("args") && e["args"].is_object() ? e["args"] : empty;
         // Device Type 1 is CUDA (0 is CPU); legacy files carry only Bytes.
         const int64_t device = args.contains("Device Type") ? number(args["Device Type"]) : 1;
+        if (device == 0) {  // the CPU allocator
+            MemoryCounter m;
+            m.ts = usToNs(e.value("ts", json(0)));
+            m.allocated = args.contains("Total Allocated") ? number(args["Total Allocated"]) : 0;
+            m.reserved = args.contains("Total Reserved") ? number(args["Total Reserved"]) : 0;
+            t.hostMemory.push_back(m);
+            return;
+        }
         if (device != 1) return;
         MemoryCounter m;
         m.ts = usToNs(e.value("ts", json(0)));
@@ -560,12 +662,14 @@ class Splitter {
 public:
     Splitter(GzReader& r, Importer& imp) : r(r), imp(imp) {}
     std::string error;
+    bool sawEvents = false;  // a traceEvents array (or a top-level array of events)
 
     bool run() {
         r.skipWs();
         if (!r.more()) return fail("a JSON object or array");
         if (r.peek() == '[') {
             r.next();
+            sawEvents = true;
             return events();
         }
         if (r.peek() != '{') return fail("'{' or '['");
@@ -583,8 +687,14 @@ public:
             if (!r.more() || r.peek() != ':') return fail("':'");
             r.next();
             r.skipWs();
-            if (key == "traceEvents" && r.more() && r.peek() == '[') {
+            if (key == "traceEvents") {
+                if (!r.more() || r.peek() != '[') {
+                    error = "byte " + std::to_string(r.offset()) +
+                            ": traceEvents: expected an array of events";
+                    return false;
+                }
                 r.next();
+                sawEvents = true;
                 if (!events()) return false;
             } else {
                 raw.clear();
@@ -668,6 +778,10 @@ Expected<Trace> importKinetoFile(const std::string& path, const KinetoImportOpti
     if (!ok)
         return Error{path + ": not a valid Chrome/Kineto trace JSON: " +
                      (split.error.empty() ? "parse error" : split.error)};
+    if (!split.sawEvents)
+        return Error{path +
+                     ": not a Chrome/Kineto trace: no traceEvents array (a PyTorch "
+                     "profiler trace is an object with \"traceEvents\": [...])"};
     imp.finish();
     const bool legacy = t.eventsByCategory.count("Kernel") || t.eventsByCategory.count("Operator");
     t.dialect = legacy         ? "legacy 2021 categories"

@@ -53,8 +53,16 @@ size_t Trace::memoryBytes() const {
          vectorBytes(phase);
     b += vectorBytes(collectives);
     for (const auto& c : collectives)
-        b += stringBytes(c.name) - sizeof(std::string);
-    b += vectorBytes(flowEvents) + vectorBytes(memory);
+        b += stringBytes(c.name) + stringBytes(c.dtype) - 2 * sizeof(std::string);
+    b += mapBytes(opInputs);
+    for (const auto& [_, in] : opInputs) {
+        b += vectorBytes(in.dims) + vectorBytes(in.types);
+        for (const auto& d : in.dims)
+            b += vectorBytes(d);
+        for (const auto& ty : in.types)
+            b += stringBytes(ty) - sizeof(std::string);
+    }
+    b += vectorBytes(flowEvents) + vectorBytes(memory) + vectorBytes(hostMemory);
     b += mapBytes(eventsByCategory);
     for (const auto& [key, _] : eventsByCategory)
         b += stringBytes(key) - sizeof(std::string);

@@ -54,6 +54,15 @@ struct Collective {
     // all-gather, the full input of a reduce-scatter).
     int64_t fullBytes = 0;
     int32_t groupSize = 0;
+    int64_t elements = 0;  // elements of the message (Gloo: of its input)
+    std::string dtype;     // as the trace spells it ("float", "c10::BFloat16", "Float")
+};
+
+// Input shapes and types of the host ops FSDP analysis reads (record_shapes): collectives'
+// issuing ops (c10d::*), Gloo's collectives, and the token embedding (batch and sequence).
+struct OpInputs {
+    std::vector<std::vector<int64_t>> dims;
+    std::vector<std::string> types;
 };
 
 struct MemoryCounter {
@@ -76,12 +85,28 @@ struct Trace {
     // Launch-to-kernel flows (Kineto's "s"/"f" pairs), each as the events they bind to:
     // the host event enclosing the start (cudaLaunchKernel) and the device event at the end.
     std::vector<std::pair<int32_t, int32_t>> flowEvents;
-    std::vector<MemoryCounter> memory;  // device memory, from [memory] events
+    std::unordered_map<int32_t, OpInputs> opInputs;  // event -> its inputs (see OpInputs)
+    std::vector<MemoryCounter> memory;               // device memory, from [memory] events
+    // Host memory (the CPU allocator's [memory] events, Device Type 0): what a CPU run's
+    // memory timeline shows. `allocated` is the profiler's Total Allocated.
+    std::vector<MemoryCounter> hostMemory;
     // Import statistics, reported rather than failing on odd input.
     int64_t skippedPythonFunctions = 0;
     int64_t orphanFlowEnds = 0;
     int64_t flows = 0;
+    // Events dropped because a field had an unexpected type (a string ts, an object name):
+    // counted and reported, never fatal.
+    int64_t skippedBadFields = 0;
     int64_t rank = 0;
+    // Kineto's distributedInfo: the job's world size and process groups (0 / empty when the
+    // trace does not say).
+    int64_t worldSize = 0;
+    struct ProcessGroup {
+        std::string name, desc;
+        int64_t size = 0;
+        std::vector<int64_t> ranks;
+    };
+    std::vector<ProcessGroup> processGroups;
     std::string
         dialect;  // "modern (relative ts, baseTimeNanoseconds)", "absolute us", "legacy 2021"
     std::unordered_map<std::string, int64_t> eventsByCategory;

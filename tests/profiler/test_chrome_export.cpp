@@ -52,6 +52,7 @@ void expectSame(const Trace& a, const Trace& b, const std::string& what) {
         EXPECT_EQ(a.collectives[c].bytes, b.collectives[c].bytes) << what;
         EXPECT_EQ(a.collectives[c].fullBytes, b.collectives[c].fullBytes) << what;
         EXPECT_EQ(a.collectives[c].groupSize, b.collectives[c].groupSize) << what;
+        EXPECT_EQ(a.collectives[c].elements, b.collectives[c].elements) << what;
     }
     ASSERT_EQ(a.memory.size(), b.memory.size()) << what;
     for (size_t m = 0; m < a.memory.size(); ++m) {
@@ -59,8 +60,19 @@ void expectSame(const Trace& a, const Trace& b, const std::string& what) {
         EXPECT_EQ(a.memory[m].allocated, b.memory[m].allocated) << what;
         EXPECT_EQ(a.memory[m].reserved, b.memory[m].reserved) << what;
     }
+    ASSERT_EQ(a.hostMemory.size(), b.hostMemory.size()) << what;
+    for (size_t m = 0; m < a.hostMemory.size(); ++m)
+        EXPECT_EQ(a.hostMemory[m].allocated, b.hostMemory[m].allocated) << what;
+    ASSERT_EQ(a.opInputs.size(), b.opInputs.size()) << what;
+    for (const auto& [e, in] : a.opInputs) {
+        ASSERT_TRUE(b.opInputs.count(e)) << what << " event " << e;
+        EXPECT_EQ(in.dims, b.opInputs.at(e).dims) << what << " event " << e;
+        EXPECT_EQ(in.types, b.opInputs.at(e).types) << what << " event " << e;
+    }
     EXPECT_EQ(a.flowEvents, b.flowEvents) << what;
     EXPECT_EQ(a.rank, b.rank) << what;
+    EXPECT_EQ(a.worldSize, b.worldSize) << what;
+    EXPECT_EQ(a.processGroups.size(), b.processGroups.size()) << what;
 }
 
 }  // namespace

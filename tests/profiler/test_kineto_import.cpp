@@ -200,9 +200,9 @@ TEST(TraceSummary, BandwidthByCollectiveAndSizeAsNcclTestsDefinesIt) {
     t.lanes.push_back({});
     t.strings.intern("nccl");
     // Two 8 MiB all-gathers over 8 ranks, one 512 MiB all-reduce of unknown group size.
-    t.collectives = {{0, "_allgather_base", 1 << 20, 8 << 20, 8},
-                     {1, "_allgather_base", 1 << 20, 8 << 20, 8},
-                     {2, "allreduce", 512 << 20, 512 << 20, 0}};
+    t.collectives = {{0, "_allgather_base", 1 << 20, 8 << 20, 8, 0, ""},
+                     {1, "_allgather_base", 1 << 20, 8 << 20, 8, 0, ""},
+                     {2, "allreduce", 512 << 20, 512 << 20, 0, 0, ""}};
     const TraceSummary s = summarize(t);
     ASSERT_EQ(s.bandwidth.size(), 2u);
     const auto& ag = s.bandwidth[0];

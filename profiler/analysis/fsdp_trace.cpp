@@ -1,0 +1,864 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "profiler/analysis/fsdp_trace.h"
+
+#include "plans/plan/resolve.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <set>
+#include <string_view>
+#include <tuple>
+#include <unordered_map>
+
+namespace shardscope {
+
+namespace {
+
+bool startsWith(std::string_view s, std::string_view p) {
+    return s.substr(0, p.size()) == p;
+}
+
+// An FSDP2 label: "FSDP::op (fqn)", "FSDP::op" (the root), "FSDP::x_prefetch for fqn".
+struct Fsdp2Label {
+    std::string_view op;
+    std::string fqn;
+};
+std::optional<Fsdp2Label> fsdp2Label(std::string_view name) {
+    if (!startsWith(name, "FSDP::")) return std::nullopt;
+    for (std::string_view p : {"FSDP::forward_prefetch for ", "FSDP::backward_prefetch for "})
+        if (startsWith(name, p))
+            return Fsdp2Label{p.substr(0, p.size() - 5), std::string(name.substr(p.size()))};
+    const size_t open = name.find(" (");
+    if (open != std::string_view::npos && name.back() == ')')
+        return Fsdp2Label{name.substr(0, open),
+                          std::string(name.substr(open + 2, name.size() - open - 3))};
+    return Fsdp2Label{name, std::string()};
+}
+
+CollectiveKind issueKind(std::string_view name) {
+    if (!startsWith(name, "c10d::")) return CollectiveKind::Other;
+    if (name.find("barrier") != std::string_view::npos) return CollectiveKind::Other;
+    return collectiveKindOf(name.substr(6));
+}
+
+int64_t product(const std::vector<int64_t>& d) {
+    int64_t n = 1;
+    for (int64_t x : d)
+        n *= std::max<int64_t>(0, x);
+    return d.empty() ? 0 : n;
+}
+
+std::vector<std::string> splitModules(const std::string& fqn) {
+    std::vector<std::string> out;
+    size_t from = 0;
+    while (true) {
+        const size_t comma = fqn.find(", ", from);
+        out.push_back(
+            fqn.substr(from, comma == std::string::npos ? std::string::npos : comma - from));
+        if (comma == std::string::npos) break;
+        from = comma + 2;
+    }
+    return out;
+}
+
+std::optional<DType> dtypeOf(std::string_view s) {
+    if (startsWith(s, "c10::")) s.remove_prefix(5);
+    if (s == "float" || s == "Float") return DType::Float32;
+    if (s == "BFloat16") return DType::BFloat16;
+    if (s == "Half") return DType::Float16;
+    if (s == "double" || s == "Double") return DType::Float64;
+    return std::nullopt;
+}
+
+}  // namespace
+
+std::vector<Interval> hostBusy(const Trace& t, int32_t lane) {
+    // The thread is busy while its innermost open range is an op that computes: an op's
+    // time less its children's. An op that only encloses FSDP's hook (autograd's
+    // evaluate_function around FSDP::pre_backward) is not busy while the hook waits.
+    std::vector<int32_t> ev;
+    for (size_t i = 0; i < t.size(); ++i)
+        if (t.lane[i] == lane) ev.push_back(static_cast<int32_t>(i));
+    std::sort(ev.begin(), ev.end(), [&](int32_t x, int32_t y) {
+        return t.start[x] != t.start[y] ? t.start[x] < t.start[y] : t.dur[x] > t.dur[y];
+    });
+    auto computes = [&](int32_t e) {
+        if (t.cls[e] != EventClass::Cpu) return false;
+        const std::string& cat = t.strings.at(t.category[e]);
+        if (cat != "cpu_op" && cat != "Operator") return false;
+        const std::string& n = t.strings.at(t.name[e]);
+        return !startsWith(n, "c10d::") && n != "record_param_comms";
+    };
+    struct Frame {
+        int64_t end, cursor;
+        bool busy;
+    };
+    std::vector<Frame> stack;
+    std::vector<Interval> v;
+    auto close = [&]() {
+        const Frame f = stack.back();
+        stack.pop_back();
+        if (f.busy && f.end > f.cursor) v.emplace_back(f.cursor, f.end);
+        if (!stack.empty()) stack.back().cursor = std::max(stack.back().cursor, f.end);
+    };
+    for (int32_t e : ev) {
+        const int64_t s = t.start[e];
+        while (!stack.empty() && stack.back().end <= s)
+            close();
+        int64_t end = s + t.dur[e];
+        if (!stack.empty()) {
+            Frame& p = stack.back();
+            if (p.busy && s > p.cursor) v.emplace_back(p.cursor, s);
+            p.cursor = std::max(p.cursor, s);
+            end = std::min(end, p.end);  // a child never outlives its parent
+        }
+        stack.push_back({end, s, computes(e)});
+    }
+    while (!stack.empty())
+        close();
+    return mergeIntervals(std::move(v));
+}
+
+FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
+    FsdpTraceAnalysis a;
+    a.worldSize = t.worldSize;
+    // The main thread: the host lane with the most FSDP labels.
+    std::unordered_map<int32_t, int64_t> labels;
+    int64_t fsdp2 = 0, fsdp1 = 0;
+    for (size_t i = 0; i < t.size(); ++i) {
+        if (t.lanes[static_cast<size_t>(t.lane[i])].kind != LaneKind::HostThread) continue;
+        const std::string& n = t.strings.at(t.name[i]);
+        if (startsWith(n, "FSDP::")) {
+            ++labels[t.lane[i]];
+            ++fsdp2;
+        } else if (startsWith(n, "FullyShardedDataParallel.")) {
+            ++labels[t.lane[i]];
+            ++fsdp1;
+        }
+    }
+    if (labels.empty()) {
+        a.notes.push_back(
+            "no FSDP record_function labels (FSDP::* or FullyShardedDataParallel.*) in the "
+            "trace: not an FSDP run, or profiled without CPU activity");
+        return a;
+    }
+    a.api = fsdp2 >= fsdp1 ? "fsdp2" : "fsdp1";
+    a.mainLane = std::max_element(labels.begin(), labels.end(), [](const auto& x, const auto& y) {
+                     return x.second < y.second;
+                 })->first;
+
+    std::vector<int32_t> order;
+    for (size_t i = 0; i < t.size(); ++i)
+        if (t.lane[i] == a.mainLane) order.push_back(static_cast<int32_t>(i));
+    std::sort(order.begin(), order.end(), [&](int32_t x, int32_t y) {
+        return t.start[x] != t.start[y] ? t.start[x] < t.start[y] : t.dur[x] > t.dur[y];
+    });
+
+    // Steps: ProfilerStep#N ranges on the main thread.
+    std::vector<Interval> steps;
+    int64_t mainEnd = 0;
+    for (int32_t e : order) {
+        mainEnd = std::max(mainEnd, t.start[e] + t.dur[e]);
+        if (startsWith(t.strings.at(t.name[e]), "ProfilerStep#"))
+            steps.emplace_back(t.start[e], t.start[e] + t.dur[e]);
+    }
+    const bool haveSteps = !steps.empty();
+    if (!haveSteps) {
+        int64_t first = INT64_MAX;
+        for (int32_t e : order)
+            first = std::min(first, t.start[e]);
+        steps.emplace_back(first == INT64_MAX ? 0 : first, mainEnd);
+        a.notes.push_back("no ProfilerStep ranges: the whole trace is taken as one step");
+    }
+    a.steps = static_cast<int32_t>(steps.size());
+    for (const auto& s : steps)
+        a.stepNs += static_cast<double>(s.second - s.first);
+    a.stepNs /= static_cast<double>(steps.size());
+    auto stepOf = [&](int64_t ts) -> int32_t {
+        auto it = std::upper_bound(steps.begin(), steps.end(), Interval{ts, INT64_MAX});
+        if (it == steps.begin()) return -1;
+        --it;
+        return ts < it->second ? static_cast<int32_t>(it - steps.begin()) : -1;
+    };
+
+    std::unordered_map<std::string, int32_t> unitIndex;
+    auto unitOf = [&](const std::string& fqn) {
+        auto [it, fresh] = unitIndex.try_emplace(fqn, static_cast<int32_t>(a.units.size()));
+        if (fresh) {
+            FsdpUnit u;
+            u.name = fqn;
+            u.modules = splitModules(fqn);
+            a.units.push_back(std::move(u));
+        }
+        return it->second;
+    };
+    auto addTarget = [](std::vector<std::string>& v, const std::string& x) {
+        if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(x);
+    };
+
+    // FSDP1: units numbered by the order of _pre_forward within a forward.
+    int32_t fsdp1Forward = 0;
+    std::vector<int32_t> microOfStep(steps.size(), 0);
+    int32_t fwdCounter = 0, bwdCounter = 0, postFwdCounter = 0;
+    int32_t lastPreForward = -1, lastPreBackward = -1;  // the latest pre hook's unit
+    bool inBackward = false;  // since the micro-batch's first backward hook
+    struct Open {
+        int32_t event;
+        int64_t end;
+    };
+    std::vector<Open> stack;
+    std::unordered_map<int32_t, int32_t> fsdp1UnitOf;  // FSDP1 forward / hook range -> unit
+    int32_t fsdp1Hook = 0;                             // pre-backward hooks this micro-batch
+    for (int32_t e : order) {
+        const int64_t s = t.start[e];
+        while (!stack.empty() && stack.back().end <= s)
+            stack.pop_back();
+        const std::string& name = t.strings.at(t.name[e]);
+        const int32_t step = stepOf(s);
+        const int64_t end = s + t.dur[e];
+        if (step >= 0 && a.api == "fsdp2") {
+            if (name == "FSDP::root_pre_forward") {
+                ++microOfStep[static_cast<size_t>(step)];
+                inBackward = false;
+                lastPreForward = lastPreBackward = -1;
+            }
+            if (startsWith(name, "FSDP::post_backward")) inBackward = true;
+            if (const auto l = fsdp2Label(name)) {
+                if (l->op == "FSDP::pre_forward") {
+                    lastPreForward = unitOf(l->fqn);
+                    FsdpUnit& u = a.units[static_cast<size_t>(lastPreForward)];
+                    if (u.forwardPos < 0) u.forwardPos = fwdCounter++;
+                } else if (l->op == "FSDP::post_forward") {
+                    FsdpUnit& u = a.units[static_cast<size_t>(unitOf(l->fqn))];
+                    if (u.postForwardPos < 0) u.postForwardPos = postFwdCounter++;
+                } else if (l->op == "FSDP::pre_backward") {
+                    lastPreBackward = unitOf(l->fqn);
+                    inBackward = true;
+                    FsdpUnit& u = a.units[static_cast<size_t>(lastPreBackward)];
+                    if (u.backwardPos < 0) u.backwardPos = bwdCounter++;
+                } else if (l->op == "FSDP::forward_prefetch" ||
+                           l->op == "FSDP::backward_prefetch") {
+                    // Implicit backward prefetch runs inside the issuer's pre_backward;
+                    // explicit lists run right after its pre_forward / pre_backward.
+                    const bool fwd = l->op == "FSDP::forward_prefetch";
+                    const int32_t target = unitOf(l->fqn);
+                    const int32_t by = fwd ? lastPreForward : lastPreBackward;
+                    if (by >= 0) {
+                        FsdpUnit& issuer = a.units[static_cast<size_t>(by)];
+                        addTarget(fwd ? issuer.forwardPrefetch : issuer.backwardPrefetch,
+                                  a.units[static_cast<size_t>(target)].name);
+                    }
+                }
+            }
+        }
+        // FSDP1: every FSDP instance's forward is a FullyShardedDataParallel.forward range;
+        // the outermost is the root (a micro-batch), nested ones are the units in order.
+        if (step >= 0 && a.api == "fsdp1" && name == "FullyShardedDataParallel.forward") {
+            const bool nested = std::any_of(stack.begin(), stack.end(), [&](const Open& op) {
+                return t.strings.at(t.name[op.event]) == "FullyShardedDataParallel.forward";
+            });
+            if (!nested) {
+                ++microOfStep[static_cast<size_t>(step)];
+                fsdp1Forward = 0;
+                inBackward = false;
+            }
+            const int32_t u = unitOf("unit " + std::to_string(nested ? ++fsdp1Forward : 0));
+            fsdp1UnitOf[e] = u;
+            if (a.units[static_cast<size_t>(u)].forwardPos < 0)
+                a.units[static_cast<size_t>(u)].forwardPos = fwdCounter++;
+        }
+        if (a.api == "fsdp1" && (name == "FullyShardedDataParallel._pre_backward_hook" ||
+                                 name == "FullyShardedDataParallel._post_backward_hook")) {
+            if (!inBackward) fsdp1Hook = 0;
+            inBackward = true;
+        }
+        // FSDP1's pre-backward hooks fire as gradients reach each unit's outputs: the
+        // root's first, then the units in reverse forward order.
+        if (step >= 0 && a.api == "fsdp1" &&
+            name == "FullyShardedDataParallel._pre_backward_hook") {
+            const int32_t j = fsdp1Hook++;
+            const int32_t k = j == 0 ? 0 : fsdp1Forward + 1 - j;
+            if (k >= 0) {
+                const int32_t u = unitOf("unit " + std::to_string(k));
+                fsdp1UnitOf[e] = u;
+                if (a.units[static_cast<size_t>(u)].backwardPos < 0)
+                    a.units[static_cast<size_t>(u)].backwardPos = bwdCounter++;
+            }
+        }
+
+        const CollectiveKind kind = issueKind(name);
+        if (step >= 0 && kind != CollectiveKind::Other) {
+            FsdpCollectiveUse c;
+            c.kind = kind;
+            c.issueEvent = e;
+            c.step = step;
+            c.microBatch = std::max(0, microOfStep[static_cast<size_t>(step)] - 1);
+            c.startNs = s;
+            c.endNs = end;
+            if (auto it = t.opInputs.find(e); it != t.opInputs.end()) {
+                const auto& in = it->second;
+                // c10d::_allgather_base_(output, input), _reduce_scatter_base_(output, input),
+                // allreduce_(tensors): sizes from the shapes; the group from their ratio.
+                if (!in.dims.empty()) c.outputElements = product(in.dims[0]);
+                c.inputElements = in.dims.size() > 1 ? product(in.dims[1]) : c.outputElements;
+                if (kind == CollectiveKind::AllReduce) c.inputElements = c.outputElements;
+                if (!in.types.empty()) c.dtype = in.types.size() > 1 ? in.types[1] : in.types[0];
+                if (kind == CollectiveKind::AllGather && c.inputElements > 0)
+                    c.groupSize = static_cast<int32_t>(c.outputElements / c.inputElements);
+                if (kind == CollectiveKind::ReduceScatter && c.outputElements > 0)
+                    c.groupSize = static_cast<int32_t>(c.inputElements / c.outputElements);
+            }
+            c.backward = inBackward;
+            if (a.api == "fsdp2") c.issuer = inBackward ? lastPreBackward : lastPreForward;
+            // Context from the enclosing ranges.
+            for (auto it = stack.rbegin(); it != stack.rend(); ++it) {
+                const std::string& h = t.strings.at(t.name[it->event]);
+                if (a.api == "fsdp2") {
+                    const auto l = fsdp2Label(h);
+                    if (!l) continue;
+                    if (c.unit < 0 &&
+                        ((kind == CollectiveKind::AllGather && l->op == "FSDP::all_gather") ||
+                         (kind != CollectiveKind::AllGather &&
+                          l->op == "FSDP::post_backward_reduce")))
+                        c.unit = unitOf(l->fqn);
+                    if (l->op == "FSDP::forward_prefetch" || l->op == "FSDP::backward_prefetch")
+                        c.prefetch = true;
+                } else {
+                    if (startsWith(h, "FullyShardedDataParallel.") &&
+                        h.find("prefetch") != std::string::npos)
+                        c.prefetch = true;
+                    if (kind == CollectiveKind::AllGather) {
+                        if (h == "FullyShardedDataParallel._pre_backward_prefetch")
+                            a.fsdp1BackwardPrefetch = "BACKWARD_PRE";
+                        else if (h == "FullyShardedDataParallel._post_backward_prefetch")
+                            a.fsdp1BackwardPrefetch = "BACKWARD_POST";
+                        else if (h == "FullyShardedDataParallel._pre_forward_prefetch")
+                            a.fsdp1ForwardPrefetch = true;
+                    }
+                }
+            }
+            if (a.api == "fsdp1") {
+                const bool inFsdp = std::any_of(stack.begin(), stack.end(), [&](const Open& op) {
+                    return startsWith(t.strings.at(t.name[op.event]), "FullyShardedDataParallel.");
+                });
+                int32_t open = -1;  // the innermost FSDP forward's unit
+                for (auto it = stack.rbegin(); it != stack.rend() && open < 0; ++it)
+                    if (auto f = fsdp1UnitOf.find(it->event); f != fsdp1UnitOf.end())
+                        open = f->second;
+                if (inFsdp && !c.backward && kind == CollectiveKind::AllGather && open >= 0) {
+                    // The open forward's unit, or when prefetched the next one in order.
+                    c.issuer = open;
+                    c.unit = c.prefetch ? unitOf("unit " + std::to_string(fsdp1Forward + 1)) : open;
+                } else if (inFsdp) {
+                    c.unit = -2;  // backward: matched by order and size below
+                    c.issuer = open;
+                }
+            }
+            a.collectives.push_back(std::move(c));
+        }
+        stack.push_back({e, end});
+    }
+    for (int32_t m : microOfStep)
+        a.microBatches = std::max(a.microBatches, m);
+
+    // FSDP1 backward: all-gathers and reduce-scatters run in reverse forward order; each
+    // goes to the next unit (in that order, per micro-batch) with the same shard size.
+    if (a.api == "fsdp1") {
+        for (auto& c : a.collectives) {
+            if (c.kind == CollectiveKind::AllGather && !c.backward && c.unit >= 0) {
+                FsdpUnit& u = a.units[static_cast<size_t>(c.unit)];
+                if (u.shardElements == 0) u.shardElements = c.inputElements;
+            }
+        }
+        std::vector<int32_t> reverse;
+        for (size_t i = 0; i < a.units.size(); ++i)
+            reverse.push_back(static_cast<int32_t>(i));
+        std::sort(reverse.begin(), reverse.end(), [&](int32_t x, int32_t y) {
+            return a.units[x].forwardPos > a.units[y].forwardPos;
+        });
+        std::map<std::tuple<int32_t, int32_t, int>, size_t> next;  // (step, micro, kind) -> pos
+        for (auto& c : a.collectives) {
+            if (c.unit != -2) continue;
+            const int64_t shard =
+                c.kind == CollectiveKind::AllGather ? c.inputElements : c.outputElements;
+            size_t& pos = next[{c.step, c.microBatch, static_cast<int>(c.kind)}];
+            c.unit = -1;
+            for (size_t k = pos; k < reverse.size(); ++k)
+                if (a.units[static_cast<size_t>(reverse[k])].shardElements == shard) {
+                    c.unit = reverse[k];
+                    pos = k + 1;
+                    break;
+                }
+        }
+    }
+
+    // Where each collective ran.
+    std::vector<int32_t> comm;  // communication events (device kernels or Gloo ranges)
+    for (size_t i = 0; i < t.size(); ++i)
+        if (t.cls[i] == EventClass::Communication) comm.push_back(static_cast<int32_t>(i));
+    a.gpu = std::any_of(comm.begin(), comm.end(), [&](int32_t e) {
+        return t.lanes[static_cast<size_t>(t.lane[e])].kind == LaneKind::DeviceStream;
+    });
+    std::unordered_map<int32_t, const Collective*> collOfEvent;
+    for (const auto& c : t.collectives)
+        collOfEvent[c.event] = &c;
+    if (a.gpu) {
+        // Launch flows: host launch -> device kernel; a collective's kernel is the
+        // communication kernel launched from inside its issuing op.
+        std::vector<std::pair<int32_t, int32_t>> flows;
+        for (const auto& [from, to] : t.flowEvents)
+            if (t.cls[static_cast<size_t>(to)] == EventClass::Communication &&
+                t.lane[static_cast<size_t>(from)] == a.mainLane)
+                flows.emplace_back(from, to);
+        std::sort(flows.begin(), flows.end(), [&](const auto& x, const auto& y) {
+            return t.start[x.first] < t.start[y.first];
+        });
+        for (auto& c : a.collectives) {
+            auto it =
+                std::lower_bound(flows.begin(), flows.end(), c.startNs,
+                                 [&](const auto& f, int64_t ts) { return t.start[f.first] < ts; });
+            for (; it != flows.end() && t.start[it->first] < c.endNs; ++it) {
+                c.commEvent = it->second;
+                break;
+            }
+        }
+    } else {
+        std::sort(comm.begin(), comm.end(),
+                  [&](int32_t x, int32_t y) { return t.start[x] < t.start[y]; });
+        std::vector<bool> used(comm.size(), false);
+        size_t firstFree = 0;
+        for (auto& c : a.collectives) {
+            while (firstFree < comm.size() && used[firstFree])
+                ++firstFree;
+            for (size_t k = firstFree; k < comm.size() && k < firstFree + 64; ++k) {
+                if (used[k]) continue;
+                const int32_t e = comm[k];
+                if (t.start[e] + 1000 < c.startNs) continue;  // began before it was issued
+                const auto cit = collOfEvent.find(e);
+                if (cit == collOfEvent.end()) continue;
+                const Collective& g = *cit->second;
+                const CollectiveKind gk = collectiveKindOf(g.name);
+                // Gloo runs a reduce-scatter as an all-reduce of the full input.
+                const bool kindOk = gk == c.kind || (c.kind == CollectiveKind::ReduceScatter &&
+                                                     gk == CollectiveKind::AllReduce);
+                const bool sizeOk = g.elements == 0 || c.inputElements == 0 ||
+                                    g.elements == c.inputElements || g.elements == c.outputElements;
+                if (!kindOk || !sizeOk) continue;
+                used[k] = true;
+                c.commEvent = e;
+                // c10d::allgather_ takes tensor lists: the dtype is the Gloo call's.
+                if (c.dtype.empty() || c.dtype == "TensorList") c.dtype = g.dtype;
+                if (c.inputElements == 0) c.inputElements = g.elements;
+                break;
+            }
+        }
+    }
+
+    // Exposed time: the collective's interval less the busy union.
+    std::vector<Interval> busy;
+    if (a.gpu) {
+        std::vector<Interval> v;
+        for (size_t i = 0; i < t.size(); ++i)
+            if (t.cls[i] == EventClass::Computation)
+                v.emplace_back(t.start[i], t.start[i] + t.dur[i]);
+        busy = mergeIntervals(std::move(v));
+    } else {
+        busy = hostBusy(t, a.mainLane);
+    }
+    std::vector<Interval> allComm;
+    for (auto& c : a.collectives) {
+        if (c.commEvent < 0) {
+            ++a.unmatched;
+            continue;
+        }
+        c.startNs = t.start[c.commEvent];
+        c.endNs = c.startNs + t.dur[c.commEvent];
+        const std::vector<Interval> one{{c.startNs, c.endNs}};
+        c.exposedNs = (c.endNs - c.startNs) - intersectionLength(one, busy);
+        if (c.unit >= 0) allComm.emplace_back(c.startNs, c.endNs);
+    }
+    const auto commU = mergeIntervals(allComm);
+    a.commNs = totalLength(commU) / a.steps;
+    a.exposedNs = (totalLength(commU) - intersectionLength(commU, busy)) / a.steps;
+    if (a.unmatched > 0)
+        a.notes.push_back(std::to_string(a.unmatched) +
+                          " collectives were issued but where they ran was not found in the "
+                          "trace (their time is not counted)");
+
+    // Per unit.
+    for (auto& c : a.collectives) {
+        if (c.unit < 0) continue;
+        FsdpUnit& u = a.units[static_cast<size_t>(c.unit)];
+        FsdpPhaseStats& p = c.backward ? u.backward : u.forward;
+        const int64_t dur = c.commEvent >= 0 ? c.endNs - c.startNs : 0;
+        if (c.kind == CollectiveKind::AllGather) {
+            ++p.allGathers;
+            p.allGatherNs += dur;
+            p.allGatherExposedNs += c.exposedNs;
+            if (c.issuer >= 0) {
+                const FsdpUnit& by = a.units[static_cast<size_t>(c.issuer)];
+                c.prefetchDistance =
+                    c.backward ? u.backwardPos - by.backwardPos : u.forwardPos - by.forwardPos;
+                if (!p.sawAllGather) p.minDistance = p.maxDistance = c.prefetchDistance;
+                p.minDistance = std::min(p.minDistance, c.prefetchDistance);
+                p.maxDistance = std::max(p.maxDistance, c.prefetchDistance);
+            }
+            p.sawAllGather = true;
+            if (c.backward) {
+                if (u.backwardGroup == 0) u.backwardGroup = c.groupSize;
+            } else {
+                if (u.forwardGroup == 0) u.forwardGroup = c.groupSize;
+                if (u.shardElements == 0) u.shardElements = c.inputElements;
+                if (u.allGatherDtype.empty()) u.allGatherDtype = c.dtype;
+            }
+        } else if (c.kind == CollectiveKind::ReduceScatter) {
+            ++p.reduceScatters;
+            p.reduceScatterNs += dur;
+            p.reduceScatterExposedNs += c.exposedNs;
+            if (u.reduceDtype.empty()) u.reduceDtype = c.dtype;
+        } else if (c.kind == CollectiveKind::AllReduce) {
+            ++p.allReduces;
+            p.allReduceNs += dur;
+            p.allReduceExposedNs += c.exposedNs;
+        }
+    }
+    for (auto& u : a.units)
+        for (FsdpPhaseStats* p : {&u.forward, &u.backward}) {
+            for (int64_t* x : {&p->allGathers, &p->allGatherNs, &p->allGatherExposedNs,
+                               &p->reduceScatters, &p->reduceScatterNs, &p->reduceScatterExposedNs,
+                               &p->allReduces, &p->allReduceNs, &p->allReduceExposedNs})
+                *x /= a.steps;
+        }
+    std::stable_sort(a.units.begin(), a.units.end(), [](const FsdpUnit& x, const FsdpUnit& y) {
+        const int32_t px = x.forwardPos < 0 ? INT32_MAX : x.forwardPos;
+        const int32_t py = y.forwardPos < 0 ? INT32_MAX : y.forwardPos;
+        return px < py;
+    });
+    // Unit indices in collectives follow the sort.
+    std::unordered_map<std::string, int32_t> sorted;
+    for (size_t i = 0; i < a.units.size(); ++i)
+        sorted[a.units[i].name] = static_cast<int32_t>(i);
+    std::vector<std::string> before(unitIndex.size());
+    for (const auto& [n, i] : unitIndex)
+        before[static_cast<size_t>(i)] = n;
+    for (auto& c : a.collectives) {
+        if (c.unit >= 0) c.unit = sorted[before[static_cast<size_t>(c.unit)]];
+        if (c.issuer >= 0) c.issuer = sorted[before[static_cast<size_t>(c.issuer)]];
+    }
+
+    // Batch and sequence from the token embedding's indices.
+    for (int32_t e : order) {
+        if (t.strings.at(t.name[e]) != "aten::embedding" || stepOf(t.start[e]) < 0) continue;
+        const auto it = t.opInputs.find(e);
+        if (it == t.opInputs.end() || it->second.dims.size() < 2) continue;
+        const auto& idx = it->second.dims[1];
+        if (idx.size() == 2) {
+            a.microBatchSize = idx[0];
+            a.seqLen = idx[1];
+        } else if (idx.size() == 1) {
+            a.microBatchSize = 1;
+            a.seqLen = idx[0];
+        }
+        break;
+    }
+    return a;
+}
+
+namespace {
+
+nlohmann::json phaseJson(const FsdpPhaseStats& p) {
+    nlohmann::json j = {{"all_gathers", p.allGathers},
+                        {"all_gather_ns", p.allGatherNs},
+                        {"all_gather_exposed_ns", p.allGatherExposedNs},
+                        {"reduce_scatters", p.reduceScatters},
+                        {"reduce_scatter_ns", p.reduceScatterNs},
+                        {"reduce_scatter_exposed_ns", p.reduceScatterExposedNs},
+                        {"all_reduces", p.allReduces},
+                        {"all_reduce_ns", p.allReduceNs},
+                        {"all_reduce_exposed_ns", p.allReduceExposedNs}};
+    if (p.sawAllGather) j["prefetch_distance"] = {{"min", p.minDistance}, {"max", p.maxDistance}};
+    return j;
+}
+
+const char* kindName(CollectiveKind k) {
+    switch (k) {
+        case CollectiveKind::AllGather:
+            return "all_gather";
+        case CollectiveKind::ReduceScatter:
+            return "reduce_scatter";
+        case CollectiveKind::AllReduce:
+            return "all_reduce";
+        case CollectiveKind::Other:
+            break;
+    }
+    return "other";
+}
+
+}  // namespace
+
+nlohmann::json fsdpAnalysisToJson(const FsdpTraceAnalysis& a) {
+    nlohmann::json units = nlohmann::json::array();
+    for (const auto& u : a.units)
+        units.push_back({{"unit", u.name},
+                         {"modules", u.modules},
+                         {"forward", phaseJson(u.forward)},
+                         {"backward", phaseJson(u.backward)},
+                         {"forward_prefetch", u.forwardPrefetch},
+                         {"backward_prefetch", u.backwardPrefetch},
+                         {"shard_elements", u.shardElements},
+                         {"all_gather_dtype", u.allGatherDtype},
+                         {"reduce_dtype", u.reduceDtype}});
+    nlohmann::json colls = nlohmann::json::array();
+    for (const auto& c : a.collectives)
+        colls.push_back({{"kind", kindName(c.kind)},
+                         {"unit", c.unit >= 0 ? nlohmann::json(a.units[c.unit].name) : nullptr},
+                         {"phase", c.backward ? "backward" : "forward"},
+                         {"step", c.step},
+                         {"micro_batch", c.microBatch},
+                         {"prefetch", c.prefetch},
+                         {"prefetch_distance", c.prefetchDistance},
+                         {"start_ns", c.startNs},
+                         {"end_ns", c.endNs},
+                         {"exposed_ns", c.exposedNs},
+                         {"input_elements", c.inputElements},
+                         {"output_elements", c.outputElements},
+                         {"dtype", c.dtype},
+                         {"found", c.commEvent >= 0}});
+    return {{"api", a.api},
+            {"gpu", a.gpu},
+            {"steps", a.steps},
+            {"micro_batches", a.microBatches},
+            {"step_ns", a.stepNs},
+            {"comm_ns", a.commNs},
+            {"exposed_ns", a.exposedNs},
+            {"unmatched_collectives", a.unmatched},
+            {"micro_batch_size", a.microBatchSize},
+            {"seq_len", a.seqLen},
+            {"world_size", a.worldSize},
+            {"units", units},
+            {"collectives", colls},
+            {"notes", a.notes}};
+}
+
+namespace {
+
+// FSDP1: the module class whose units have the trace's shard sizes, unit for unit.
+void recoverFsdp1Units(const FsdpTraceAnalysis& a, const ModelGraph* model, RecoveredPlan& r) {
+    Plan& p = r.plan;
+    p.wrap.kind = WrapPolicySpec::Kind::None;
+    std::vector<int64_t> shards;  // forward order, the root first
+    for (const auto& u : a.units)
+        shards.push_back(u.shardElements);
+    if (!model) {
+        r.error =
+            "FSDP1 does not name its units in the trace; give --model to find the wrap "
+            "policy whose units have the sizes the trace's all-gathers show";
+        return;
+    }
+    std::vector<std::string> classes;
+    for (const auto& m : model->modules())
+        if (!m.fqn.empty() && std::find(classes.begin(), classes.end(), m.cls) == classes.end())
+            classes.push_back(m.cls);
+    for (const auto& cls : classes) {
+        Plan candidate = p;
+        candidate.wrap.kind = WrapPolicySpec::Kind::ModuleClass;
+        candidate.wrap.classes = {cls};
+        const ResolvedPlan rp = resolvePlan(*model, candidate, nullptr, "recovered plan");
+        if (rp.hasErrors() || rp.units.size() != shards.size()) continue;
+        bool same = true;
+        for (size_t i = 0; i < shards.size() && same; ++i)
+            same = shards[i] == 0 || rp.units[i].shardedNumel == shards[i];
+        if (!same) continue;
+        p.wrap = candidate.wrap;
+        r.inferred.push_back("wrap: module_class [" + cls + "] (its " +
+                             std::to_string(shards.size()) +
+                             " FSDP1 units have the trace's all-gather sizes, unit for unit)");
+        return;
+    }
+    r.error = "no module class of the model gives FSDP1 units with the sizes the trace shows (" +
+              std::to_string(shards.size()) + " units); is it the model that ran?";
+}
+
+}  // namespace
+
+RecoveredPlan recoverPlan(const FsdpTraceAnalysis& a, const std::string& source,
+                          const ModelGraph* model) {
+    RecoveredPlan r;
+    Plan& p = r.plan;
+    p.name = "recovered from " + source;
+    p.api = a.api == "fsdp1" ? PlanApi::Fsdp1 : PlanApi::Fsdp2;
+    r.inferred.push_back("api: " + a.api + " (its record_function labels)");
+
+    // Mesh: the all-gathers' group is the shard dimension; an all-reduce after the
+    // reduce-scatter is HSDP's replicate dimension.
+    int32_t shard = 0;
+    bool replicate = false;
+    for (const auto& u : a.units) {
+        if (shard == 0 && u.forwardGroup > 0) shard = u.forwardGroup;
+        replicate = replicate || u.backward.allReduces > 0;
+    }
+    const int64_t world = a.worldSize > 0 ? a.worldSize : shard;
+    if (shard > 0 && replicate && world % shard == 0 && world / shard > 1) {
+        p.meshShape = {world / shard, shard};
+        p.meshDimNames = {"replicate", "shard"};
+        r.inferred.push_back("mesh: [" + std::to_string(world / shard) + ", " +
+                             std::to_string(shard) + "] (HSDP: all-gathers over " +
+                             std::to_string(shard) + " ranks, gradients all-reduced across the " +
+                             std::to_string(world) + "-rank job)");
+    } else if (shard > 0) {
+        p.meshShape = {shard};
+        r.inferred.push_back("mesh: [" + std::to_string(shard) +
+                             "] (the all-gathers' output / input sizes)");
+    } else if (world > 0) {
+        p.meshShape = {world};
+        r.defaulted.push_back("mesh: the trace's world size " + std::to_string(world) +
+                              " (no all-gather shapes: profile with record_shapes=True)");
+    } else {
+        r.defaulted.push_back(
+            "mesh: unknown (no shapes, no distributedInfo); given by the "
+            "cluster when simulated");
+    }
+
+    if (a.api == "fsdp1") {
+        recoverFsdp1Units(a, model, r);
+        bool fullShard = false;
+        for (const auto& u : a.units)
+            fullShard = fullShard || u.backward.allGathers > 0;
+        p.fsdp1.shardingStrategy = replicate ? (fullShard ? "HYBRID_SHARD" : "_HYBRID_SHARD_ZERO2")
+                                   : fullShard ? "FULL_SHARD"
+                                               : "SHARD_GRAD_OP";
+        r.inferred.push_back("fsdp1.sharding_strategy: " + p.fsdp1.shardingStrategy +
+                             " (all-gathers in backward: " + (fullShard ? "yes" : "no") +
+                             "; gradients all-reduced after the reduce-scatter: " +
+                             (replicate ? "yes" : "no") + ")");
+        p.fsdp1.backwardPrefetch =
+            a.fsdp1BackwardPrefetch.empty() ? "NONE" : a.fsdp1BackwardPrefetch;
+        p.fsdp1.forwardPrefetch = a.fsdp1ForwardPrefetch;
+        r.inferred.push_back("fsdp1.backward_prefetch: " + p.fsdp1.backwardPrefetch +
+                             ", forward_prefetch: " + (p.fsdp1.forwardPrefetch ? "true" : "false") +
+                             " (the prefetch ranges the all-gathers ran under)");
+        r.defaulted.push_back("fsdp1.limit_all_gathers, use_orig_params: defaults");
+    }
+    // Units in forward order (the root, always a unit, implicitly).
+    if (a.api == "fsdp2") p.wrap.kind = WrapPolicySpec::Kind::None;
+    int trueCount = 0, falseCount = 0;
+    auto reshardOf = [&](const FsdpUnit& u) -> ReshardSetting {
+        if (u.backward.allGathers == 0) return ReshardSetting::ofBool(false);
+        if (u.backwardGroup > 0 && u.forwardGroup > 0 && u.backwardGroup < u.forwardGroup)
+            return ReshardSetting::ofInt(u.backwardGroup);
+        return ReshardSetting::ofBool(true);
+    };
+    for (const auto& u : a.units)
+        (reshardOf(u) == ReshardSetting::ofBool(false) ? falseCount : trueCount)++;
+    const ReshardSetting majority = ReshardSetting::ofBool(trueCount >= falseCount);
+    p.defaults.reshardAfterForward = majority;
+    // FSDP2's implicit backward prefetch: the unit before, in post-forward order. A unit
+    // with an explicit list prefetches only that list (FSDPState._pre_backward:
+    // default_prefetch = not _states_to_backward_prefetch), so a unit's list is explicit
+    // exactly when what it prefetched differs from the implicit target.
+    auto implicitTargets = [&](const FsdpUnit& u) {
+        std::vector<std::string> implicit;
+        if (u.postForwardPos > 0)
+            for (const auto& v : a.units)
+                if (v.postForwardPos == u.postForwardPos - 1) implicit.push_back(v.name);
+        return implicit;
+    };
+    bool explicitBackward = false;
+    // A plan names a unit by its first module; FSDP labels a unit of several "a, b".
+    auto planName = [&](const std::string& label) { return splitModules(label).front(); };
+    auto planNames = [&](const std::vector<std::string>& labels) {
+        std::vector<std::string> out;
+        for (const auto& l : labels)
+            out.push_back(planName(l));
+        return out;
+    };
+    for (const auto& u : a.units) {
+        if (a.api != "fsdp2") break;  // FSDP1's units come from its wrap policy
+        UnitSpec s;
+        s.modules = u.modules;
+        const ReshardSetting rs = reshardOf(u);
+        if (!(rs == majority)) s.settings.reshardAfterForward = rs;
+        if (!u.forwardPrefetch.empty()) s.forwardPrefetch = planNames(u.forwardPrefetch);
+        if (!u.backwardPrefetch.empty() && u.backwardPrefetch != implicitTargets(u)) {
+            s.backwardPrefetch = planNames(u.backwardPrefetch);
+            explicitBackward = true;
+        }
+        if (u.name.empty() && !s.settings.reshardAfterForward && !s.forwardPrefetch &&
+            !s.backwardPrefetch)
+            continue;
+        p.units.push_back(std::move(s));
+    }
+    if (a.api == "fsdp2") {
+        r.inferred.push_back("units: " + std::to_string(a.units.size()) +
+                             " in forward order (FSDP::pre_forward labels)");
+        r.inferred.push_back(
+            "reshard_after_forward: per unit, from whether it all-gathers again in backward "
+            "(and over how many ranks)");
+    } else {
+        p.defaults.reshardAfterForward.reset();  // FSDP1: the sharding strategy says it
+    }
+    if (a.api == "fsdp2") {
+        bool anyForward = false;
+        for (const auto& u : a.units)
+            anyForward = anyForward || !u.forwardPrefetch.empty();
+        r.inferred.push_back(
+            std::string("forward_prefetch: ") +
+            (anyForward ? "explicit lists (FSDP::forward_prefetch for ... ranges)" : "none seen"));
+        r.inferred.push_back(std::string("backward_prefetch: ") +
+                             (explicitBackward ? "explicit lists (targets differ from FSDP2's "
+                                                 "implicit previous-unit prefetch)"
+                                               : "FSDP2's implicit previous-unit prefetch"));
+    }
+
+    // Mixed precision from the collectives' dtypes (the masters are taken to be fp32).
+    std::string ag, rs;
+    for (const auto& u : a.units) {
+        if (ag.empty()) ag = u.allGatherDtype;
+        if (rs.empty()) rs = u.reduceDtype;
+    }
+    const auto agT = dtypeOf(ag), rsT = dtypeOf(rs);
+    if (agT && *agT != DType::Float32) {
+        MixedPrecisionSpec mp;
+        mp.paramDtype = agT;
+        if (rsT && *rsT != *agT) mp.reduceDtype = rsT;
+        p.defaults.mixedPrecision = mp;
+        r.inferred.push_back("mixed_precision: param_dtype " + ag + (rsT ? ", reduce " + rs : "") +
+                             " (the collectives' dtypes)");
+    } else {
+        r.inferred.push_back("mixed_precision: none (all-gathers in " +
+                             (ag.empty() ? std::string("an unknown dtype") : ag) + ")");
+    }
+
+    p.microBatches = a.microBatches;
+    r.inferred.push_back("gradient_accumulation.micro_batches: " + std::to_string(a.microBatches) +
+                         " (forwards per ProfilerStep)");
+    if (a.microBatches > 1) {
+        int64_t rsPerStep = 0;
+        for (const auto& u : a.units)
+            rsPerStep = std::max(rsPerStep, u.backward.reduceScatters);
+        p.syncEveryMicroBatch = rsPerStep >= a.microBatches;
+        r.inferred.push_back(std::string("gradient_accumulation.sync_every_micro_batch: ") +
+                             (p.syncEveryMicroBatch ? "true" : "false") + " (" +
+                             std::to_string(rsPerStep) + " reduce-scatters per unit and step)");
+    }
+    if (a.microBatchSize > 0) {
+        p.microBatchSize = a.microBatchSize;
+        p.seqLen = a.seqLen;
+        r.inferred.push_back("training: micro_batch_size " + std::to_string(a.microBatchSize) +
+                             ", seq_len " + std::to_string(a.seqLen) +
+                             " (aten::embedding's input shape)");
+    } else {
+        r.defaulted.push_back(
+            "training: micro_batch_size and seq_len (no aten::embedding "
+            "shapes: profile with record_shapes=True)");
+    }
+    r.defaulted.push_back(
+        "activation_checkpointing: none (a trace does not show it reliably; "
+        "set it if the job checkpoints)");
+    r.defaulted.push_back("offload, reshard_after_backward, gradient_divide_factor: defaults");
+    return r;
+}
+
+}  // namespace shardscope

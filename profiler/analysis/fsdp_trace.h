@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// FSDP's structure read from a PyTorch profiler trace of a real FSDP job: the units, which
+// collective belongs to which unit and phase, when it ran, how much of it nothing hid, and
+// which hook issued it (the prefetch distance actually seen).
+//
+// FSDP2 (torch.distributed.fsdp._fully_shard) labels its work with record_function ranges
+// named per unit: "FSDP::pre_forward (model.layers.2)", "FSDP::all_gather (...)",
+// "FSDP::post_backward_reduce (...)", "FSDP::forward_prefetch for X" and
+// "FSDP::backward_prefetch for X" inside the issuing unit's pre_forward / pre_backward,
+// "FSDP::root_pre_forward" once per forward. A unit without a suffix is the root (fqn "");
+// a unit of several modules is named "a, b". FSDP1 (FullyShardedDataParallel._pre_forward,
+// ._pre_backward_hook, ._post_backward_hook, ...) names no unit: its units are numbered in
+// forward order and matched in backward by order and size.
+//
+// A collective is issued on the main thread by a c10d op (c10d::_allgather_base_,
+// c10d::_reduce_scatter_base_, c10d::allreduce_, ...) and runs elsewhere: on a GPU trace as
+// the NCCL kernel its launch flows to; on a CPU trace as the "gloo:*" range on a Gloo
+// worker thread (matched in issue order, by kind and element count). Exposed time is the
+// part of that interval no compute covered: compute kernels on a GPU trace, the main
+// thread's ops (other than the collectives' own) on a CPU trace.
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "plans/core/intervals.h"
+#include "plans/model/model_graph.h"
+#include "plans/plan/plan.h"
+#include "profiler/analysis/summary.h"
+#include "profiler/trace/trace.h"
+
+namespace shardscope {
+
+struct FsdpCollectiveUse {
+    CollectiveKind kind = CollectiveKind::Other;
+    int32_t issueEvent = -1;  // the host op that issued it (c10d::...)
+    int32_t commEvent = -1;   // where it ran (NCCL kernel, gloo:* range); -1: not found
+    int32_t unit = -1;        // index into FsdpTraceAnalysis::units; -1: not FSDP's
+    int32_t issuer = -1;      // the unit whose pre_forward / pre_backward issued it
+    int32_t step = 0, microBatch = 0;
+    bool backward = false;
+    bool prefetch = false;         // issued under a *_prefetch range
+    int32_t prefetchDistance = 0;  // units ahead of the issuer, in the phase's order
+    int64_t startNs = 0, endNs = 0, exposedNs = 0;
+    int64_t inputElements = 0, outputElements = 0;
+    std::string dtype;
+    int32_t groupSize = 0;  // from the issuing op's shapes (all-gather, reduce-scatter)
+};
+
+struct FsdpPhaseStats {
+    int64_t allGathers = 0, allGatherNs = 0, allGatherExposedNs = 0;
+    int64_t reduceScatters = 0, reduceScatterNs = 0, reduceScatterExposedNs = 0;
+    int64_t allReduces = 0, allReduceNs = 0, allReduceExposedNs = 0;
+    int32_t minDistance = 0, maxDistance = 0;  // prefetch distance of the all-gathers
+    bool sawAllGather = false;
+};
+
+struct FsdpUnit {
+    std::string name;                  // as FSDP labels it: "model.layers.0", "" (root)
+    std::vector<std::string> modules;  // "a, b" split; {""} for the root
+    FsdpPhaseStats forward, backward;  // per step (totals over the steps / steps)
+    std::vector<std::string> forwardPrefetch, backwardPrefetch;  // targets seen, in order
+    int64_t shardElements = 0;                                   // the forward all-gather's input
+    int32_t forwardGroup = 0, backwardGroup = 0;
+    std::string allGatherDtype, reduceDtype;
+    int32_t forwardPos = -1, backwardPos = -1, postForwardPos = -1;
+    [[nodiscard]] std::string displayName() const { return name.empty() ? "<root>" : name; }
+};
+
+struct FsdpTraceAnalysis {
+    std::string api;              // "fsdp2", "fsdp1", or "" when the trace has no FSDP labels
+    bool gpu = false;             // collectives ran as device kernels
+    std::vector<FsdpUnit> units;  // forward order
+    std::vector<FsdpCollectiveUse> collectives;
+    int32_t steps = 0;         // ProfilerStep ranges analysed (1 when the trace has none)
+    int32_t microBatches = 1;  // forwards per step (root_pre_forward)
+    double stepNs = 0;         // mean ProfilerStep duration (the traced span without steps)
+    int64_t commNs = 0, exposedNs = 0;  // per step: union of FSDP collectives, its exposed part
+    int64_t unmatched = 0;              // issued collectives with no execution found
+    int64_t microBatchSize = 0, seqLen = 0;  // from the first aten::embedding (0: unknown)
+    int64_t worldSize = 0;
+    int32_t mainLane = -1;
+    // FSDP1: backward prefetch as its labels show it ("BACKWARD_PRE": all-gathers issued
+    // under _pre_backward_prefetch, "BACKWARD_POST": under _post_backward_prefetch, "NONE").
+    std::string fsdp1BackwardPrefetch;
+    bool fsdp1ForwardPrefetch = false;
+    std::vector<std::string> notes;
+};
+
+[[nodiscard]] FsdpTraceAnalysis analyzeFsdp(const Trace& t);
+[[nodiscard]] nlohmann::json fsdpAnalysisToJson(const FsdpTraceAnalysis& a);
+
+// The busy union of a host thread: its ops (cpu_op / Operator) other than collectives'
+// issuing calls (c10d::*, record_param_comms), which wait rather than compute.
+[[nodiscard]] std::vector<Interval> hostBusy(const Trace& t, int32_t lane);
+
+// The plan that ran, as far as the trace shows it. `evidence` gets "field: how it was
+// inferred" lines; `defaulted` gets "field: why it was left at its default" lines.
+struct RecoveredPlan {
+    Plan plan;
+    std::vector<std::string> inferred, defaulted;
+    std::string error;  // set when the plan could not be recovered as it ran
+};
+// FSDP1 names no unit in its labels: with `model`, the wrap policy is the module class
+// whose FSDP1 units (resolved as FullyShardedDataParallel wraps them) have the shard sizes
+// the trace's all-gathers show, unit for unit in forward order; without one, or when no
+// class matches, `error` says so and the plan lists no units.
+[[nodiscard]] RecoveredPlan recoverPlan(const FsdpTraceAnalysis& a, const std::string& source,
+                                        const ModelGraph* model = nullptr);
+
+}  // namespace shardscope

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Record real PyTorch FSDP profiler traces on local CPU ranks (Gloo), one file per rank.
+
+    record_fsdp_trace.py --model samples/models/tiny-llama/config.json \\
+        --plan samples/plans/tiny-llama-2rank.json --out /tmp/traces
+
+FSDP2: the plan is exported with `shardscope plan export --format fsdp2` and applied with
+samples/apply_plan.py, exactly as a user's training script would. FSDP1 (`--fsdp1`):
+FullyShardedDataParallel with ModuleWrapPolicy on the plan's wrap classes and the plan's
+sharding strategy. The model is the Hugging Face model built from the config (random
+weights, fp32 masters), trained with AdamW on random tokens under torch.profiler
+(record_shapes, profile_memory): one warm-up step, then `--steps` profiled steps, each a
+ProfilerStep#N range, the last one complete. Writes DIR/rank<R>.pt.trace.json and
+DIR/record.json (what ran: the plan, the export, the world size).
+
+The traces are what tests feed to `shardscope trace overlap / plan recover / trace diff`:
+real FSDP labels (FSDP::all_gather (model.layers.2), FullyShardedDataParallel._pre_forward
+...), c10d and Gloo collectives, and CPU memory events, from the PyTorch in our venv.
+"""
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "samples"))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def build_model(config_path, torch):
+    import transformers
+    with open(config_path) as f:
+        cfg = json.load(f)
+    config = transformers.AutoConfig.for_model(**{k: v for k, v in cfg.items() if k not in ("architectures", "_name_or_path")})
+    config.use_cache = False
+    torch.manual_seed(1234)
+    return transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").float(), config
+
+
+def fsdp1_wrap(model, plan, world, torch):
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+    classes = set()
+    for name in plan["wrap"]["classes"]:
+        cls = next((type(m) for m in model.modules() if type(m).__name__ == name), None)
+        if cls is None:
+            raise SystemExit(f"error: {plan['_path']}: wrap.classes names {name!r}, which the model does not have")
+        classes.add(cls)
+    reshard = plan.get("defaults", {}).get("reshard_after_forward", True)
+    strategy = ShardingStrategy.FULL_SHARD if reshard else ShardingStrategy.SHARD_GRAD_OP
+    return FSDP(model, auto_wrap_policy=ModuleWrapPolicy(classes), sharding_strategy=strategy,
+                device_id=torch.device("cpu"), use_orig_params=True)
+
+
+def rank_main(rank, world, port, args, export, plan):
+    import torch
+    import torch.distributed as dist
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    model, config = build_model(args.model, torch)
+    if args.fsdp1:
+        model = fsdp1_wrap(model, plan, world, torch)
+    else:
+        from apply_plan import apply_plan
+        model = apply_plan(model, export, device_type="cpu")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    training = plan.get("training", {})
+    accumulation = plan.get("gradient_accumulation", {})
+    micro = int(accumulation.get("micro_batches", 1))
+    sync_every = bool(accumulation.get("sync_every_micro_batch", False))
+    batch = int(training.get("micro_batch_size", 1))
+    seq = int(training.get("seq_len", 64))
+    gen = torch.Generator().manual_seed(100 + rank)
+
+    def step():
+        for mb in range(micro):
+            last = mb == micro - 1
+            if not args.fsdp1 and micro > 1:
+                model.set_requires_gradient_sync(last or sync_every)
+            tokens = torch.randint(0, config.vocab_size, (batch, seq), generator=gen)
+            if args.fsdp1 and micro > 1 and not (last or sync_every):
+                with model.no_sync():
+                    model(input_ids=tokens, labels=tokens).loss.backward()
+            else:
+                model(input_ids=tokens, labels=tokens).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    sched = schedule(wait=0, warmup=1, active=args.steps, repeat=1)
+    path = os.path.join(args.out, f"rank{rank}.pt.trace.json")
+    with profile(activities=[ProfilerActivity.CPU], schedule=sched, record_shapes=True,
+                 profile_memory=True, on_trace_ready=lambda p: p.export_chrome_trace(path)) as prof:
+        for _ in range(1 + args.steps):
+            step()
+            prof.step()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True, help="Hugging Face config.json")
+    ap.add_argument("--plan", required=True, help="ShardScope plan JSON (FSDP2 plans are exported and applied)")
+    ap.add_argument("--out", required=True, help="folder for rank<R>.pt.trace.json and record.json")
+    ap.add_argument("--steps", type=int, default=2, help="profiled steps after one warm-up step [2]")
+    ap.add_argument("--fsdp1", action="store_true", help="wrap with FSDP1 (ModuleWrapPolicy) instead of FSDP2")
+    ap.add_argument("--shardscope", default=os.path.join(ROOT, "build", "engine", "shardscope"),
+                    help="the shardscope binary used to export the plan")
+    args = ap.parse_args()
+    with open(args.plan) as f:
+        plan = json.load(f)
+    plan["_path"] = args.plan
+    world = 1
+    for n in plan["mesh"]["shape"]:
+        world *= int(n)
+    os.makedirs(args.out, exist_ok=True)
+    export = None
+    if not args.fsdp1:
+        r = subprocess.run([args.shardscope, "plan", "export", "-m", args.model, "-p", args.plan, "-f", "fsdp2"],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemExit(f"error: shardscope plan export failed:\n{r.stderr}")
+        export = json.loads(r.stdout)
+    import torch.multiprocessing as mp
+    mp.start_processes(rank_main, args=(world, free_port(), args, export, plan), nprocs=world,
+                       join=True, start_method="spawn")
+    plan.pop("_path")
+    record = {"format": "shardscope.recorded_fsdp_trace", "api": "fsdp1" if args.fsdp1 else "fsdp2",
+              "world": world, "steps": args.steps, "plan": plan, "export": export,
+              "files": [f"rank{r}.pt.trace.json" for r in range(world)]}
+    with open(os.path.join(args.out, "record.json"), "w") as f:
+        json.dump(record, f, indent=1)
+    print(f"wrote {world} traces to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
