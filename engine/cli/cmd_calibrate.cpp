@@ -6,64 +6,99 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
-#include "engine/cli/trace_file.h"
+#include "engine/cli/fsdp_trace_cli.h"
 #include "engine/schedule/step_program.h"
 #include "engine/sim/calibrate.h"
 #include "engine/sim/simulator.h"
 #include "plans/core/atomic_write.h"
 #include "plans/plan/resolve.h"
+#include "profiler/analysis/step_trace.h"
 
 namespace shardscope::cli {
 
 namespace {
 
 int runCalibrate(const Args& a) {
-    auto measured = readTraceFile(a.get("--trace"));
-    if (failed(measured)) return kExitUsage;
+    const std::string tracePath = a.get("--trace");
+    auto pytorch = namesPyTorchTraces({tracePath});
+    if (failed(pytorch)) return kExitUsage;
     std::vector<MeasuredOp> ops;
+    std::optional<PyTorchRun> torchRun;
+    std::optional<TraceFile> measured;
+    std::optional<ModelGraph> model;
+    std::optional<Plan> plan;
+    std::optional<ClusterSpec> cluster;
+    std::optional<ResolvedPlan> resolved;
+    std::string planPath;
+    if (*pytorch) {
+        // A user's own PyTorch FSDP job: its traces joined to the program of the plan that
+        // ran (given, or recovered from the traces).
+        auto run = loadPyTorchRun(a, {tracePath});
+        if (failed(run)) return kExitUsage;
+        torchRun = std::move(*run);
+        measured = torchRun->join->file;
+        cluster = *torchRun->cluster;
+        resolved = *torchRun->resolved;
+        planPath = torchRun->planSource;
+        if (!a.flag("--json"))
+            std::cout << "joined " << torchRun->join->joined << " FSDP ops of "
+                      << torchRun->traces.size() << " PyTorch rank trace"
+                      << (torchRun->traces.size() > 1 ? "s" : "") << " to the program of the plan "
+                      << planPath << "\n";
+    } else {
+        auto m = readTraceFile(tracePath);
+        if (failed(m)) return kExitUsage;
+        measured = std::move(*m);
+        const auto& run = measured->run;
+        auto fromRun = [&](const char* key) -> std::string {
+            return run.is_object() && run.contains(key) && run[key].is_string()
+                       ? run[key].get<std::string>()
+                       : std::string();
+        };
+        const std::string modelPath = a.has("--model") ? a.get("--model") : fromRun("model");
+        planPath = a.has("--plan") ? a.get("--plan") : fromRun("plan_file");
+        if (modelPath.empty() || planPath.empty()) {
+            std::cerr << "error: " << tracePath
+                      << ":/metadata/run: no model and plan recorded (not written by `shardscope "
+                         "run --trace`?); give --model and --plan\n";
+            return kExitUsage;
+        }
+        HfLoadOptions ho;
+        if (auto d = parseDType(fromRun("param_dtype")); d) ho.paramDtype = *d;
+        if (auto d = parseDType(fromRun("activation_dtype")); d) ho.activationDtype = *d;
+        auto g = loadModelFile(modelPath, ho);
+        if (failed(g)) return kExitUsage;
+        model = std::move(*g);
+        auto p = loadPlanFile(planPath);
+        if (failed(p)) return kExitUsage;
+        plan = std::move(*p);
+        auto c = loadClusterFile(a.get("--cluster"));
+        if (failed(c)) return kExitUsage;
+        cluster = std::move(*c);
+        if (run.is_object()) {
+            plan->microBatchSize = run.value("micro_batch_size", plan->microBatchSize);
+            plan->seqLen = run.value("seq_len", plan->seqLen);
+            plan->microBatches = run.value("micro_batches", plan->microBatches);
+            if (plan->meshShape.empty()) plan->meshShape = {run.value("world_size", int64_t{2})};
+        }
+        resolved = resolvePlan(*model, *plan, &*cluster, planPath);
+        if (resolved->hasErrors()) {
+            for (const auto& pr : resolved->problems)
+                std::cerr << pr.toString() << "\n";
+            std::cerr << "error: the plan has errors\n";
+            return kExitFailed;
+        }
+    }
     for (const TraceOp& op : measured->ops)
         ops.push_back({op.opId, op.rank, op.step, op.startNs, op.endNs});
-    const auto& run = measured->run;
-    auto fromRun = [&](const char* key) -> std::string {
-        return run.is_object() && run.contains(key) && run[key].is_string()
-                   ? run[key].get<std::string>()
-                   : std::string();
-    };
-    const std::string modelPath = a.has("--model") ? a.get("--model") : fromRun("model");
-    const std::string planPath = a.has("--plan") ? a.get("--plan") : fromRun("plan_file");
-    if (modelPath.empty() || planPath.empty()) {
-        std::cerr << "error: " << a.get("--trace")
-                  << ":/metadata/run: no model and plan recorded (not written by `shardscope "
-                     "run --trace`?); give --model and --plan\n";
-        return kExitUsage;
-    }
-    HfLoadOptions ho;
-    if (auto d = parseDType(fromRun("param_dtype")); d) ho.paramDtype = *d;
-    if (auto d = parseDType(fromRun("activation_dtype")); d) ho.activationDtype = *d;
-    auto g = loadModelFile(modelPath, ho);
-    if (failed(g)) return kExitUsage;
-    auto plan = loadPlanFile(planPath);
-    if (failed(plan)) return kExitUsage;
-    auto cluster = loadClusterFile(a.get("--cluster"));
-    if (failed(cluster)) return kExitUsage;
-    if (run.is_object()) {
-        plan->microBatchSize = run.value("micro_batch_size", plan->microBatchSize);
-        plan->seqLen = run.value("seq_len", plan->seqLen);
-        plan->microBatches = run.value("micro_batches", plan->microBatches);
-        if (plan->meshShape.empty()) plan->meshShape = {run.value("world_size", int64_t{2})};
-    }
-    const ResolvedPlan r = resolvePlan(*g, *plan, &*cluster, planPath);
-    if (r.hasErrors()) {
-        for (const auto& pr : r.problems)
-            std::cerr << pr.toString() << "\n";
-        std::cerr << "error: the plan has errors\n";
-        return kExitFailed;
-    }
-    const StepProgram prog = buildStepProgram(r, stepOptionsFor(*plan, *cluster));
-    auto fit = calibrate(prog, *cluster, ops, a.get("--trace"));
+    const ResolvedPlan& r = *resolved;
+    const StepProgram prog =
+        torchRun ? *torchRun->program : buildStepProgram(r, stepOptionsFor(*plan, *cluster));
+    auto fit = calibrate(prog, *cluster, ops, tracePath);
     if (failed(fit)) return kExitFailed;
     fit->cluster.sources.erase("/sim");  // the estimates it described are replaced
     fit->cluster.name = cluster->name + ", calibrated on " +
@@ -161,13 +196,28 @@ std::vector<Command> calibrateCommands() {
         "optimizer), the slowdown of overlapped compute, collective latency and bus bandwidth\n"
         "(least squares), and the CPU's cost to issue an op. Writes the cluster with the\n"
         "fitted values (each named in \"sources\") and prints the simulated step time and\n"
-        "peak allocated memory against the measured ones, before and after.";
+        "peak allocated memory against the measured ones, before and after.\n\n"
+        "PyTorch profiler traces of a user's FSDP2 job work the same way: the plan that ran\n"
+        "(--plan, or recovered from the traces as `plan recover` does) gives the program, and\n"
+        "the traces' collectives, copies, per-unit compute and optimizer step join its ops by\n"
+        "unit, phase, kind, micro-batch and order (`trace diff` shows that join).";
     s.options = {
-        {"--trace", "FILE", "measured trace from `shardscope run --trace`", "", true, "-t"},
+        {"--trace", "FILE|DIR",
+         "measured trace from `shardscope run --trace`, or PyTorch profiler traces of an FSDP2 "
+         "job (a file per rank or their folder; with --model)",
+         "", true, "-t"},
         {"--cluster", "FILE", "cluster JSON to start from", "", true, "-c"},
         {"--output", "FILE", "where to write the calibrated cluster JSON", "", true, "-o"},
-        {"--model", "FILE", "model (default: the one the trace records)"},
-        {"--plan", "FILE", "plan (default: the one the trace records)"},
+        {"--model", "FILE",
+         "model (default: the one the trace records; required for PyTorch traces)", "", false,
+         "-m"},
+        {"--param-dtype", "DTYPE", "PyTorch traces: parameter dtype for Hugging Face configs",
+         "float32"},
+        {"--activation-dtype", "DTYPE", "PyTorch traces: activation dtype for Hugging Face configs",
+         "float32"},
+        {"--plan", "FILE",
+         "plan (default: the one the trace records, or recovered from PyTorch traces)", "", false,
+         "-p"},
         {"--json", "", "print a machine summary"}};
     s.examples = {
         "shardscope run -m samples/models/tiny-llama/config.json -p "

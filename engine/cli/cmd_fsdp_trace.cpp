@@ -11,9 +11,11 @@
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
 #include "engine/cli/fsdp_trace_cli.h"
+#include "engine/sim/simulator.h"
 #include "plans/core/atomic_write.h"
 #include "plans/core/strings.h"
 #include "plans/plan/resolve.h"
+#include "profiler/analysis/fsdp_join.h"
 #include "profiler/analysis/fsdp_trace.h"
 #include "profiler/analysis/trace_loader.h"
 
@@ -200,6 +202,97 @@ int runPyTorchTraceOverlap(const Args& a) {
     for (const auto& note : first.notes)
         std::cout << "note: " << note << "\n";
     return kExitOk;
+}
+
+Expected<bool> namesPyTorchTraces(const std::vector<std::string>& traceArgs) {
+    auto files = expandTraceArgs(traceArgs);
+    if (!files) return Error{files.error()};
+    if (files->size() > 1 || files->front().fromFolder) return true;
+    auto t = importKinetoFile(files->front().path);
+    if (!t) return Error{t.error()};
+    return !isShardScopeTrace(*t);
+}
+
+Expected<PyTorchRun> loadPyTorchRun(const Args& a, const std::vector<std::string>& traceArgs) {
+    PyTorchRun run;
+    std::vector<std::string> skipped;
+    const Status st = forEachTrace(
+        traceArgs, {},
+        [&](const std::string& path, Trace&& t) -> Status {
+            if (isShardScopeTrace(t))
+                return Error{path +
+                             ": a ShardScope trace among PyTorch traces; give them separately"};
+            run.paths.push_back(path);
+            run.traces.push_back(std::move(t));
+            return {};
+        },
+        &skipped);
+    for (const auto& s : skipped)
+        std::cerr << "note: skipped " << s << "\n";
+    if (!st) return Error{st.error()};
+    if (!a.has("--model"))
+        return Error{
+            "--model: give the model the job trained (a Hugging Face config.json or a "
+            "ShardScope model JSON): PyTorch traces do not carry it"};
+    auto model = loadModelArg(a);
+    if (!model) return Error{model.error()};
+    run.model = std::move(*model);
+    auto cluster = loadClusterArg(a);
+    if (!cluster) return Error{cluster.error()};
+    if (!*cluster)
+        return Error{
+            "--cluster: give the cluster to simulate on (samples/clusters/cpu-2core.json "
+            "for a CPU run)"};
+    run.cluster = std::move(**cluster);
+    const FsdpTraceAnalysis first = analyzeFsdp(run.traces.front());
+    if (first.api.empty())
+        return Error{run.paths.front() +
+                     ": no FSDP labels (FSDP::* or FullyShardedDataParallel.*)"};
+    if (a.has("--plan")) {
+        auto p = loadPlanFile(a.get("--plan"));
+        if (!p) return Error{p.error()};
+        run.plan = std::move(*p);
+        run.planSource = a.get("--plan");
+    } else {
+        RecoveredPlan rec = recoverPlan(first, run.paths.front(), &*run.model);
+        if (!rec.error.empty()) return Error{run.paths.front() + ": " + rec.error};
+        run.plan = std::move(rec.plan);
+        run.planSource = "recovered from " + run.paths.front();
+    }
+    run.resolved = resolvePlan(*run.model, run.plan, &*run.cluster, run.planSource);
+    if (run.resolved->hasErrors()) {
+        std::string msg = "the plan (" + run.planSource + ") has errors:";
+        for (const auto& p : run.resolved->problems)
+            msg += "\n  " + p.toString();
+        return Error{msg};
+    }
+    run.program = buildStepProgram(*run.resolved, stepOptionsFor(run.plan, *run.cluster));
+    std::vector<std::pair<std::string, const Trace*>> ranks;
+    for (size_t i = 0; i < run.traces.size(); ++i)
+        ranks.emplace_back(run.paths[i], &run.traces[i]);
+    auto join = joinFsdpTraces(ranks, *run.resolved, *run.program);
+    if (!join) return Error{join.error()};
+    run.join = std::move(*join);
+    return run;
+}
+
+int runPyTorchTraceDiff(const Args& a) {
+    std::vector<std::string> traces = a.positionals();
+    auto run = loadPyTorchRun(a, traces);
+    if (failed(run)) return kExitUsage;
+    const SimResult sim = simulate(*run->program, *run->cluster, run->resolved->worldSize);
+    const TraceFile b =
+        simulatedStepTrace(*run->resolved, *run->program, sim,
+                           "simulation of " + run->planSource + " on " + run->cluster->name);
+    if (!a.flag("--json")) {
+        std::cout << "joined " << run->join->joined << " FSDP ops of " << run->traces.size()
+                  << " rank trace" << (run->traces.size() > 1 ? "s" : "")
+                  << " to the step program (" << run->join->traceOnly
+                  << " trace ops without a program op)\n";
+        for (const auto& n : run->join->notes)
+            std::cout << "note: " << n << "\n";
+    }
+    return printTraceDiff(a, diffSideOf(run->join->file), diffSideOf(b));
 }
 
 namespace {

@@ -28,8 +28,8 @@
 
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
-#include "engine/cli/run_trace.h"
-#include "engine/cli/trace_file.h"
+#include "profiler/analysis/run_trace.h"
+#include "profiler/analysis/step_trace.h"
 #include "engine/schedule/step_program.h"
 #include "engine/sim/simulator.h"
 #include "plans/core/atomic_write.h"

@@ -6,7 +6,7 @@
 
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
-#include "engine/cli/trace_file.h"
+#include "profiler/analysis/step_trace.h"
 #include "engine/schedule/step_program.h"
 #include "engine/sim/simulator.h"
 #include "plans/core/atomic_write.h"

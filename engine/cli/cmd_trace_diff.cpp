@@ -12,34 +12,14 @@
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
 #include "engine/cli/fsdp_trace_cli.h"
-#include "engine/cli/trace_file.h"
 #include "plans/core/intervals.h"
+#include "profiler/analysis/step_trace.h"
+#include "profiler/analysis/trace_diff.h"
 #include "profiler/analysis/trace_loader.h"
 
 namespace shardscope::cli {
 
 namespace {
-
-struct OpTimes {
-    std::string label, kind;
-    double sumNs = 0;
-    int count = 0;
-    [[nodiscard]] double mean() const { return count ? sumNs / count : 0; }
-};
-
-struct Side {
-    std::string path, producer;
-    bool measured = false;
-    int ranks = 0, steps = 0;
-    double stepNs = 0;  // measured: the slowest rank's mean step span; simulated: last end
-    double peakAllocated = 0;
-    double exposedCommNs = 0;        // per step (rank 0)
-    std::map<int64_t, OpTimes> ops;  // op id -> mean duration over ranks and steps
-};
-
-int64_t unionLength(std::vector<Interval> v) {
-    return totalLength(mergeIntervals(std::move(v)));
-}
 
 bool isComm(const TraceOp& op) {
     return op.kind && isCollective(*op.kind);
@@ -48,82 +28,43 @@ bool isCompute(const TraceOp& op) {
     return op.kind && isComputeOp(*op.kind);
 }
 
-Expected<Side> readSide(const std::string& path) {
-    auto t = readTraceFile(path);
-    if (!t) return Error{t.error()};
-    Side s;
-    s.path = path;
-    s.producer = t->producer;
-    s.measured = t->measured();
-    s.ranks = t->ranks;
-    s.stepNs = t->stepNs;
-    s.peakAllocated = t->peakAllocated;
-    // rank 0's (compute, communication) intervals per step, for its exposed communication
-    std::map<int32_t, std::pair<std::vector<Interval>, std::vector<Interval>>> rank0;
-    for (const TraceOp& op : t->ops) {
-        auto& o = s.ops[op.opId];
-        o.label = op.label;
-        o.kind = op.kind ? opKindName(*op.kind) : "";
-        o.sumNs += static_cast<double>(op.endNs - op.startNs);
-        ++o.count;
-        if (op.rank != 0) continue;
-        auto& ps = rank0[op.step];
-        if (isComm(op)) ps.second.push_back({op.startNs, op.endNs});
-        if (isCompute(op)) ps.first.push_back({op.startNs, op.endNs});
-    }
-    double exposed = 0;
-    for (auto& [_, v] : rank0) {
-        std::vector<Interval> both = v.first;
-        both.insert(both.end(), v.second.begin(), v.second.end());
-        exposed += static_cast<double>(unionLength(both) - unionLength(v.first));
-    }
-    s.steps = static_cast<int>(rank0.size());
-    s.exposedCommNs = rank0.empty() ? 0 : exposed / static_cast<double>(rank0.size());
-    return s;
-}
-
 int runTraceDiff(const Args& a) {
     const auto& pos = a.positionals();
-    if (pos.size() != 2) {
-        std::cerr << "error: trace diff takes two trace files (A, the reference, then B)\n";
+    if (pos.empty()) {
+        std::cerr << "error: give two ShardScope traces (A, the reference, then B), or PyTorch "
+                     "profiler traces with --model and --cluster (see --help)\n";
         return kExitUsage;
     }
-    auto A = readSide(pos[0]);
-    if (failed(A)) return kExitUsage;
-    auto B = readSide(pos[1]);
-    if (failed(B)) return kExitUsage;
-    // Join by op id; by kind totals per step.
-    struct Row {
-        int64_t id;
-        std::string label, kind;
-        double a, b;
-    };
-    std::vector<Row> rows;
-    std::map<std::string, std::pair<double, double>> byKind;
-    double absErr = 0, totalA = 0;
-    size_t onlyA = 0, onlyB = 0;
-    for (const auto& [id, oa] : A->ops) {
-        auto it = B->ops.find(id);
-        if (it == B->ops.end()) {
-            ++onlyA;
-            continue;
-        }
-        rows.push_back({id, oa.label, oa.kind, oa.mean(), it->second.mean()});
-        byKind[oa.kind].first += oa.mean();
-        byKind[oa.kind].second += it->second.mean();
-        absErr += std::abs(it->second.mean() - oa.mean());
-        totalA += oa.mean();
+    if (a.has("--model") || a.has("--cluster") || pos.size() != 2) {
+        auto pytorch = namesPyTorchTraces(pos);
+        if (failed(pytorch)) return kExitUsage;
+        if (*pytorch) return runPyTorchTraceDiff(a);
+        std::cerr << "error: --model and --cluster are for PyTorch traces; two ShardScope traces "
+                     "join by op id on their own\n";
+        return kExitUsage;
     }
-    for (const auto& [id, _] : B->ops)
-        if (!A->ops.count(id)) ++onlyB;
+    auto ta = readTraceFile(pos[0]);
+    if (failed(ta)) return kExitUsage;
+    auto tb = readTraceFile(pos[1]);
+    if (failed(tb)) return kExitUsage;
+    return printTraceDiff(a, diffSideOf(*ta), diffSideOf(*tb));
+}
+
+}  // namespace
+
+int printTraceDiff(const Args& a, const DiffSide& sideA, const DiffSide& sideB) {
+    const DiffSide* A = &sideA;
+    const DiffSide* B = &sideB;
+    const TraceDiff diff = diffSides(sideA, sideB);
+    const auto& rows = diff.rows;
+    const auto& byKind = diff.byKind;
+    const size_t onlyA = diff.onlyA, onlyB = diff.onlyB;
     if (rows.empty()) {
         std::cerr << "error: no op id is in both traces: are they of the same plan, model and "
                      "micro-batch?\n";
         return kExitFailed;
     }
-    std::sort(rows.begin(), rows.end(),
-              [](const Row& x, const Row& y) { return std::abs(x.b - x.a) > std::abs(y.b - y.a); });
-    const double totalError = totalA > 0 ? absErr / totalA : 0;
+    const double totalError = diff.totalError;
     if (a.flag("--json")) {
         nlohmann::json ops = nlohmann::json::array();
         for (const auto& r : rows)
@@ -136,7 +77,7 @@ int runTraceDiff(const Args& a) {
         nlohmann::json kinds = nlohmann::json::object();
         for (const auto& [k, v] : byKind)
             kinds[k] = {{"a_ns", v.first}, {"b_ns", v.second}};
-        auto side = [](const Side& s) {
+        auto side = [](const DiffSide& s) {
             return nlohmann::json{{"path", s.path},
                                   {"producer", s.producer},
                                   {"step_time_ns", s.stepNs},
@@ -159,7 +100,7 @@ int runTraceDiff(const Args& a) {
                    ? kExitOk
                    : kExitUsage;
     }
-    auto describe = [](const Side& s) {
+    auto describe = [](const DiffSide& s) {
         return s.path + " (" +
                (s.measured ? "measured, " + std::to_string(s.ranks) + " ranks, " +
                                  std::to_string(s.steps) + " steps"
@@ -202,8 +143,6 @@ int runTraceDiff(const Args& a) {
     return kExitOk;
 }
 
-}  // namespace
-
 std::vector<Command> traceDiffCommands() {
     CommandSpec s;
     s.name = "trace diff";
@@ -217,10 +156,27 @@ std::vector<Command> traceDiffCommands() {
         "plan and micro-batch. Measured durations are means over ranks and measured steps;\n"
         "step time is the slowest rank's mean step for a measured trace and the last op's end\n"
         "for a simulated one; exposed communication is collective time no compute overlapped.";
-    s.positionalsMetavar = "A B";
-    s.options = {{"--top", "N", "how many of the largest per-op differences to list", "10"},
-                 {"--json", "", "print every joined op and the totals as JSON"}};
-    s.examples = {"shardscope trace diff measured.json simulated.json"};
+    s.description +=
+        "\n\nPyTorch profiler traces of an FSDP2 job (a file per rank, or their folder) are\n"
+        "A when --model and --cluster are given: the plan that ran (--plan, or recovered\n"
+        "from the traces as `plan recover` does) is simulated on the cluster (B), and the\n"
+        "trace's collectives, copies, per-unit forward and backward compute and optimizer\n"
+        "step join the program's ops by unit, phase, kind, micro-batch and order.";
+    s.positionalsMetavar = "A [B]";
+    s.options = {
+        {"--top", "N", "how many of the largest per-op differences to list", "10"},
+        {"--json", "", "print every joined op and the totals as JSON"},
+        {"--model", "FILE", "PyTorch traces: the model the job trained", "", false, "-m"},
+        {"--param-dtype", "DTYPE", "PyTorch traces: parameter dtype for Hugging Face configs",
+         "float32"},
+        {"--activation-dtype", "DTYPE", "PyTorch traces: activation dtype for Hugging Face configs",
+         "float32"},
+        {"--plan", "FILE", "PyTorch traces: the plan that ran (default: recovered)", "", false,
+         "-p"},
+        {"--cluster", "FILE", "PyTorch traces: the cluster to simulate on", "", false, "-c"}};
+    s.examples = {
+        "shardscope trace diff measured.json simulated.json",
+        "shardscope trace diff traces/ -m config.json -c samples/clusters/cpu-2core.json"};
     return {{s, runTraceDiff}};
 }
 

@@ -20,23 +20,6 @@ bool startsWith(std::string_view s, std::string_view p) {
     return s.substr(0, p.size()) == p;
 }
 
-// An FSDP2 label: "FSDP::op (fqn)", "FSDP::op" (the root), "FSDP::x_prefetch for fqn".
-struct Fsdp2Label {
-    std::string_view op;
-    std::string fqn;
-};
-std::optional<Fsdp2Label> fsdp2Label(std::string_view name) {
-    if (!startsWith(name, "FSDP::")) return std::nullopt;
-    for (std::string_view p : {"FSDP::forward_prefetch for ", "FSDP::backward_prefetch for "})
-        if (startsWith(name, p))
-            return Fsdp2Label{p.substr(0, p.size() - 5), std::string(name.substr(p.size()))};
-    const size_t open = name.find(" (");
-    if (open != std::string_view::npos && name.back() == ')')
-        return Fsdp2Label{name.substr(0, open),
-                          std::string(name.substr(open + 2, name.size() - open - 3))};
-    return Fsdp2Label{name, std::string()};
-}
-
 CollectiveKind issueKind(std::string_view name) {
     if (!startsWith(name, "c10d::")) return CollectiveKind::Other;
     if (name.find("barrier") != std::string_view::npos) return CollectiveKind::Other;
@@ -50,7 +33,30 @@ int64_t product(const std::vector<int64_t>& d) {
     return d.empty() ? 0 : n;
 }
 
-std::vector<std::string> splitModules(const std::string& fqn) {
+std::optional<DType> dtypeOf(std::string_view s) {
+    if (startsWith(s, "c10::")) s.remove_prefix(5);
+    if (s == "float" || s == "Float") return DType::Float32;
+    if (s == "BFloat16") return DType::BFloat16;
+    if (s == "Half") return DType::Float16;
+    if (s == "double" || s == "Double") return DType::Float64;
+    return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<Fsdp2Label> parseFsdp2Label(std::string_view name) {
+    if (!startsWith(name, "FSDP::")) return std::nullopt;
+    for (std::string_view p : {"FSDP::forward_prefetch for ", "FSDP::backward_prefetch for "})
+        if (startsWith(name, p))
+            return Fsdp2Label{p.substr(0, p.size() - 5), std::string(name.substr(p.size()))};
+    const size_t open = name.find(" (");
+    if (open != std::string_view::npos && name.back() == ')')
+        return Fsdp2Label{name.substr(0, open),
+                          std::string(name.substr(open + 2, name.size() - open - 3))};
+    return Fsdp2Label{name, std::string()};
+}
+
+std::vector<std::string> splitUnitModules(const std::string& fqn) {
     std::vector<std::string> out;
     size_t from = 0;
     while (true) {
@@ -62,17 +68,6 @@ std::vector<std::string> splitModules(const std::string& fqn) {
     }
     return out;
 }
-
-std::optional<DType> dtypeOf(std::string_view s) {
-    if (startsWith(s, "c10::")) s.remove_prefix(5);
-    if (s == "float" || s == "Float") return DType::Float32;
-    if (s == "BFloat16") return DType::BFloat16;
-    if (s == "Half") return DType::Float16;
-    if (s == "double" || s == "Double") return DType::Float64;
-    return std::nullopt;
-}
-
-}  // namespace
 
 std::vector<Interval> hostBusy(const Trace& t, int32_t lane) {
     // The thread is busy while its innermost open range is an op that computes: an op's
@@ -121,6 +116,32 @@ std::vector<Interval> hostBusy(const Trace& t, int32_t lane) {
     return mergeIntervals(std::move(v));
 }
 
+MainThreadWalk mainThreadWalk(const Trace& t, int32_t lane) {
+    MainThreadWalk w;
+    for (size_t i = 0; i < t.size(); ++i)
+        if (t.lane[i] == lane) w.order.push_back(static_cast<int32_t>(i));
+    std::sort(w.order.begin(), w.order.end(), [&](int32_t x, int32_t y) {
+        return t.start[x] != t.start[y] ? t.start[x] < t.start[y] : t.dur[x] > t.dur[y];
+    });
+    int64_t first = INT64_MAX, last = 0;
+    for (int32_t e : w.order) {
+        first = std::min(first, t.start[e]);
+        last = std::max(last, t.start[e] + t.dur[e]);
+        if (startsWith(t.strings.at(t.name[e]), "ProfilerStep#"))
+            w.steps.emplace_back(t.start[e], t.start[e] + t.dur[e]);
+    }
+    w.haveSteps = !w.steps.empty();
+    if (!w.haveSteps) w.steps.emplace_back(first == INT64_MAX ? 0 : first, last);
+    return w;
+}
+
+int32_t MainThreadWalk::stepOf(int64_t ts) const {
+    auto it = std::upper_bound(steps.begin(), steps.end(), Interval{ts, INT64_MAX});
+    if (it == steps.begin()) return -1;
+    --it;
+    return ts < it->second ? static_cast<int32_t>(it - steps.begin()) : -1;
+}
+
 FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
     FsdpTraceAnalysis a;
     a.worldSize = t.worldSize;
@@ -149,39 +170,16 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
                      return x.second < y.second;
                  })->first;
 
-    std::vector<int32_t> order;
-    for (size_t i = 0; i < t.size(); ++i)
-        if (t.lane[i] == a.mainLane) order.push_back(static_cast<int32_t>(i));
-    std::sort(order.begin(), order.end(), [&](int32_t x, int32_t y) {
-        return t.start[x] != t.start[y] ? t.start[x] < t.start[y] : t.dur[x] > t.dur[y];
-    });
-
-    // Steps: ProfilerStep#N ranges on the main thread.
-    std::vector<Interval> steps;
-    int64_t mainEnd = 0;
-    for (int32_t e : order) {
-        mainEnd = std::max(mainEnd, t.start[e] + t.dur[e]);
-        if (startsWith(t.strings.at(t.name[e]), "ProfilerStep#"))
-            steps.emplace_back(t.start[e], t.start[e] + t.dur[e]);
-    }
-    const bool haveSteps = !steps.empty();
-    if (!haveSteps) {
-        int64_t first = INT64_MAX;
-        for (int32_t e : order)
-            first = std::min(first, t.start[e]);
-        steps.emplace_back(first == INT64_MAX ? 0 : first, mainEnd);
+    const MainThreadWalk walk = mainThreadWalk(t, a.mainLane);
+    const std::vector<int32_t>& order = walk.order;
+    const std::vector<Interval>& steps = walk.steps;
+    if (!walk.haveSteps)
         a.notes.push_back("no ProfilerStep ranges: the whole trace is taken as one step");
-    }
     a.steps = static_cast<int32_t>(steps.size());
     for (const auto& s : steps)
         a.stepNs += static_cast<double>(s.second - s.first);
     a.stepNs /= static_cast<double>(steps.size());
-    auto stepOf = [&](int64_t ts) -> int32_t {
-        auto it = std::upper_bound(steps.begin(), steps.end(), Interval{ts, INT64_MAX});
-        if (it == steps.begin()) return -1;
-        --it;
-        return ts < it->second ? static_cast<int32_t>(it - steps.begin()) : -1;
-    };
+    auto stepOf = [&](int64_t ts) { return walk.stepOf(ts); };
 
     std::unordered_map<std::string, int32_t> unitIndex;
     auto unitOf = [&](const std::string& fqn) {
@@ -189,7 +187,7 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
         if (fresh) {
             FsdpUnit u;
             u.name = fqn;
-            u.modules = splitModules(fqn);
+            u.modules = splitUnitModules(fqn);
             a.units.push_back(std::move(u));
         }
         return it->second;
@@ -225,7 +223,7 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
                 lastPreForward = lastPreBackward = -1;
             }
             if (startsWith(name, "FSDP::post_backward")) inBackward = true;
-            if (const auto l = fsdp2Label(name)) {
+            if (const auto l = parseFsdp2Label(name)) {
                 if (l->op == "FSDP::pre_forward") {
                     lastPreForward = unitOf(l->fqn);
                     FsdpUnit& u = a.units[static_cast<size_t>(lastPreForward)];
@@ -316,7 +314,7 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
             for (auto it = stack.rbegin(); it != stack.rend(); ++it) {
                 const std::string& h = t.strings.at(t.name[it->event]);
                 if (a.api == "fsdp2") {
-                    const auto l = fsdp2Label(h);
+                    const auto l = parseFsdp2Label(h);
                     if (!l) continue;
                     if (c.unit < 0 &&
                         ((kind == CollectiveKind::AllGather && l->op == "FSDP::all_gather") ||
@@ -767,7 +765,7 @@ RecoveredPlan recoverPlan(const FsdpTraceAnalysis& a, const std::string& source,
     };
     bool explicitBackward = false;
     // A plan names a unit by its first module; FSDP labels a unit of several "a, b".
-    auto planName = [&](const std::string& label) { return splitModules(label).front(); };
+    auto planName = [&](const std::string& label) { return splitUnitModules(label).front(); };
     auto planNames = [&](const std::vector<std::string>& labels) {
         std::vector<std::string> out;
         for (const auto& l : labels)

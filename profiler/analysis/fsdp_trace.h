@@ -21,7 +21,9 @@
 // thread's ops (other than the collectives' own) on a CPU trace.
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -90,6 +92,25 @@ struct FsdpTraceAnalysis {
 };
 
 [[nodiscard]] FsdpTraceAnalysis analyzeFsdp(const Trace& t);
+
+// An FSDP2 label: "FSDP::op (fqn)", "FSDP::op" (the root, fqn ""), "FSDP::x_prefetch for fqn".
+struct Fsdp2Label {
+    std::string_view op;  // "FSDP::pre_forward"
+    std::string fqn;      // "model.layers.2", "a, b" for a unit of several modules
+};
+[[nodiscard]] std::optional<Fsdp2Label> parseFsdp2Label(std::string_view name);
+// The modules of a unit as FSDP labels it ("a, b" -> {a, b}; "" -> {""}).
+[[nodiscard]] std::vector<std::string> splitUnitModules(const std::string& fqn);
+
+// The main thread's events in time order (a parent before its children) and its
+// ProfilerStep ranges; without any, the whole thread is one step.
+struct MainThreadWalk {
+    std::vector<int32_t> order;
+    std::vector<Interval> steps;
+    bool haveSteps = false;
+    [[nodiscard]] int32_t stepOf(int64_t ts) const;  // -1 outside every step
+};
+[[nodiscard]] MainThreadWalk mainThreadWalk(const Trace& t, int32_t lane);
 [[nodiscard]] nlohmann::json fsdpAnalysisToJson(const FsdpTraceAnalysis& a);
 
 // The busy union of a host thread: its ops (cpu_op / Operator) other than collectives'

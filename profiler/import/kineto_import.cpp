@@ -220,6 +220,7 @@ public:
             m.ts = usToNs(e.value("ts", json(0)));
             m.allocated = number(e["args"].value("allocated", json(0)));
             m.reserved = number(e["args"].value("reserved", json(0)));
+            t.counterPeakAllocated = std::max(t.counterPeakAllocated, m.allocated);
             ourMemory[number(e.value("pid", json(0)))].push_back(m);
             return;
         }
@@ -324,6 +325,9 @@ public:
         t.phase.push_back(labelled && args.contains(phaseKey) && args[phaseKey].is_string()
                               ? t.strings.intern(args[phaseKey].get<std::string>())
                               : -1);
+        const char* stepKey = ours ? "step" : "fsdp_step";
+        if (labelled && args.contains(stepKey) && args[stepKey].is_number_integer())
+            t.opStep.emplace(idx, args[stepKey].get<int32_t>());
         if (!ours && gpu && cls == EventClass::Communication && isNcclKernel(name))
             collective(idx, name, args);
         if (keepInputs && args.contains("Input Dims")) {
@@ -391,6 +395,7 @@ public:
                 t.memory.insert(t.memory.end(), first.begin(), first.end());
         }
         resolveFlows();
+        t.timeOriginNs = minTs;
         for (auto& s : t.start)
             s -= minTs;
         for (auto& m : t.memory)
@@ -429,6 +434,7 @@ public:
 
     void topLevel(const std::string& key, const json& v) {
         if (key == "baseTimeNanoseconds") baseTime = true;
+        if (key == "metadata") t.metadata = v.dump();
         if (key != "distributedInfo" || !v.is_object()) return;
         if (v.contains("rank")) t.rank = number(v["rank"]);
         if (v.contains("world_size")) t.worldSize = number(v["world_size"]);
@@ -768,6 +774,12 @@ EventClass classifyDeviceEvent(const std::string& name, const std::string& cat) 
 }
 
 Expected<Trace> importKinetoFile(const std::string& path, const KinetoImportOptions& o) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec))
+        return Error{path +
+                     ": a folder, where one trace file is expected (`trace summary`, "
+                     "`trace overlap`, `plan recover`, `trace diff` and `calibrate` take "
+                     "a folder of per-rank traces)"};
     GzReader reader(path, o);
     if (!reader.ok()) return Error{path + ": cannot open file"};
     Trace t;

@@ -54,7 +54,7 @@ size_t Trace::memoryBytes() const {
     b += vectorBytes(collectives);
     for (const auto& c : collectives)
         b += stringBytes(c.name) + stringBytes(c.dtype) - 2 * sizeof(std::string);
-    b += mapBytes(opInputs);
+    b += mapBytes(opInputs) + mapBytes(opStep) + stringBytes(metadata) - sizeof(std::string);
     for (const auto& [_, in] : opInputs) {
         b += vectorBytes(in.dims) + vectorBytes(in.types);
         for (const auto& d : in.dims)

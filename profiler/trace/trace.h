@@ -86,7 +86,16 @@ struct Trace {
     // the host event enclosing the start (cudaLaunchKernel) and the device event at the end.
     std::vector<std::pair<int32_t, int32_t>> flowEvents;
     std::unordered_map<int32_t, OpInputs> opInputs;  // event -> its inputs (see OpInputs)
-    std::vector<MemoryCounter> memory;               // device memory, from [memory] events
+    // ShardScope's own traces: the measured step of each op (args.step, or fsdp_step on the
+    // GPU work of a CUDA run), the top-level "metadata" object as JSON text, and the largest
+    // "memory (bytes)" counter of any rank.
+    std::unordered_map<int32_t, int32_t> opStep;
+    std::string metadata;
+    int64_t counterPeakAllocated = 0;
+    // What the importer subtracted from every time (ns in the file's clock): a simulated
+    // step's time counts from the file's 0.
+    int64_t timeOriginNs = 0;
+    std::vector<MemoryCounter> memory;  // device memory, from [memory] events
     // Host memory (the CPU allocator's [memory] events, Device Type 0): what a CPU run's
     // memory timeline shows. `allocated` is the profiler's Total Allocated.
     std::vector<MemoryCounter> hostMemory;

@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "engine/cli/run_trace.h"
-#include "engine/cli/trace_file.h"
+#include "profiler/analysis/run_trace.h"
+#include "profiler/analysis/step_trace.h"
 #include "profiler/import/kineto_import.h"
 #include "profiler/record/device_activity.h"
 

@@ -152,6 +152,42 @@ class FsdpTraces(unittest.TestCase):
                     self.assertEqual(dist["model.layers.2"], {"min": 2, "max": 2})
                     self.assertEqual(dist["model.layers.3"], {"min": 0, "max": 0})
 
+    def test_diff_joins_every_program_op_to_the_trace(self):
+        cluster = peer.sample("clusters", "cpu-2core.json")
+        for name, p in CASES.items():
+            if p["mesh"]["shape"] != [2]:
+                continue  # the sample CPU cluster has 2 ranks
+            with self.subTest(case=name):
+                j = peer.shardscope("trace", "diff", os.path.join(self.dirs[name], "traces"), "-m", MODEL,
+                                    "-c", cluster, "--json")
+                self.assertGreater(j["joined_ops"], 0)
+                self.assertEqual(j["only_in_a"], 0)  # every trace item found its program op
+                if p["api"] == "fsdp1":
+                    # FSDP1 names no unit: its collectives join, compute does not
+                    self.assertTrue(all(o["kind"] in ("all_gather", "reduce_scatter") for o in j["ops"]))
+                elif name == "grouped":
+                    # the program splits the (norm, lm_head) unit around the root's code between
+                    # them; FSDP's labels bracket the unit once
+                    self.assertLessEqual(j["only_in_b"], 4)
+                else:
+                    self.assertEqual(j["only_in_b"], 0)
+                for o in j["ops"]:
+                    self.assertGreater(o["a_ns"], 0, o["label"])
+                self.assertGreater(j["a"]["step_time_ns"], 0)
+
+    def test_calibrate_from_pytorch_traces_moves_the_prediction_towards_the_run(self):
+        out = os.path.join(self.tmp.name, "calibrated.json")
+        j = peer.shardscope("calibrate", "-t", os.path.join(self.dirs["per_block"], "traces"), "-m", MODEL,
+                            "-c", peer.sample("clusters", "cpu-2core.json"), "-o", out, "--json")
+        self.assertGreater(j["fitted"]["collective_ops"], 0)
+        self.assertGreater(j["fitted"]["compute_ops"], 0)
+        self.assertLess(abs(j["after"]["step_time_error"]), abs(j["before"]["step_time_error"]))
+        with open(out) as f:
+            cal = json.load(f)
+        self.assertIn(os.path.join(self.dirs["per_block"], "traces"), json.dumps(cal["sources"]))
+        peer.shardscope("simulate", "-m", MODEL, "-p", os.path.join(self.dirs["per_block"], "plan.json"), "-c", out,
+                        "--json")
+
     def test_summary_counts_gloo_collectives_as_communication(self):
         j = peer.shardscope("trace", "summary", os.path.join(self.dirs["per_block"], "traces"), "--json")
         self.assertEqual(len(j), 2)  # record.json beside the traces is skipped

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace shardscope::cli {
+namespace shardscope {
 
 // Measured step breakdown of one rank's last step: compute busy time, communication time
 // (union of collective intervals) and the part of it no compute overlapped. From the FSDP
@@ -23,4 +23,4 @@ struct Breakdown {
 [[nodiscard]] nlohmann::json mergedTrace(const std::vector<nlohmann::json>& ranks,
                                          const std::string& plan, nlohmann::json run);
 
-}  // namespace shardscope::cli
+}  // namespace shardscope

@@ -1,18 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "engine/cli/run_trace.h"
+#include "profiler/analysis/run_trace.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <map>
 #include <set>
 
-#include "engine/cli/trace_file.h"
 #include "engine/schedule/step_program.h"
 #include "plans/core/intervals.h"
+#include "profiler/analysis/step_trace.h"
 #include "profiler/import/kineto_import.h"
 #include "profiler/record/device_activity.h"
 
-namespace shardscope::cli {
+namespace shardscope {
 
 namespace {
 
@@ -329,4 +329,4 @@ nlohmann::json mergedTrace(const std::vector<nlohmann::json>& ranks, const std::
               {"run", std::move(run)}}}};
 }
 
-}  // namespace shardscope::cli
+}  // namespace shardscope

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// Reads the Chrome traces ShardScope writes (`simulate --trace`, `run --trace`): the ops that
+// The Chrome traces ShardScope writes (`simulate --trace`, `run --trace`), read through the
+// one trace importer (kineto_import.h) and viewed as the step program's ops: the ops that
 // carry a step-program op id, the measured steps, the memory counter and the run metadata.
 // `calibrate`, `trace diff` and `trace overlap` share it.
 #include <nlohmann/json.hpp>
@@ -11,8 +12,9 @@
 
 #include "engine/schedule/step_program.h"
 #include "plans/core/expected.h"
+#include "profiler/trace/trace.h"
 
-namespace shardscope::cli {
+namespace shardscope {
 
 // Process and thread ids in the Chrome traces ShardScope writes. Perfetto treats pid 0 as
 // the kernel's idle process and tid 0 as its thread (perfetto#394: "start from pid = 1"),
@@ -49,15 +51,19 @@ struct TraceFile {
     // spans): the last op's end.
     double stepNs = 0;
     double peakAllocated = 0;  // the largest "memory (bytes)" counter of any rank
-    [[nodiscard]] bool measured() const { return producer == "shardscope run"; }
+    [[nodiscard]] bool measured() const {
+        return producer == "shardscope run" || producer == "pytorch profiler";
+    }
 };
 
 // Errors name the file (cannot open, not a Chrome trace, no op with an op id).
 [[nodiscard]] Expected<TraceFile> readTraceFile(const std::string& path);
+// The same view of a trace already imported.
+[[nodiscard]] Expected<TraceFile> stepTraceOf(const Trace& t, const std::string& path);
 
 [[nodiscard]] inline bool isComputeOp(OpKind k) {
     return k == OpKind::Forward || k == OpKind::Backward || k == OpKind::Recompute ||
            k == OpKind::OptimizerStep;
 }
 
-}  // namespace shardscope::cli
+}  // namespace shardscope

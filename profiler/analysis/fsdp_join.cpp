@@ -1,0 +1,288 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "profiler/analysis/fsdp_join.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+#include <unordered_map>
+
+#include "profiler/analysis/fsdp_trace.h"
+
+namespace shardscope {
+
+namespace {
+
+bool startsWith(std::string_view s, std::string_view p) {
+    return s.substr(0, p.size()) == p;
+}
+
+struct Item {
+    OpKind kind;
+    Phase phase;
+    int32_t unit = -1;  // into the plan
+    int32_t step = 0, microBatch = 0;
+    int64_t start = 0, end = 0;
+};
+
+// A unit's region less its children's spans: the part before the first child and the part
+// after the last (what runs between two children is FSDP's and Python's, not the unit's
+// modules), or the whole region without children.
+void selfSegments(const Interval& region, const std::vector<Interval>& childSpans,
+                  std::vector<Interval>& out) {
+    int64_t firstChild = INT64_MAX, lastChild = INT64_MIN;
+    for (const auto& c : childSpans)
+        if (c.first >= region.first && c.second <= region.second) {
+            firstChild = std::min(firstChild, c.first);
+            lastChild = std::max(lastChild, c.second);
+        }
+    if (firstChild == INT64_MAX) {
+        if (region.second > region.first) out.push_back(region);
+        return;
+    }
+    if (firstChild > region.first) out.emplace_back(region.first, firstChild);
+    if (region.second > lastChild) out.emplace_back(lastChild, region.second);
+}
+
+// One rank's FSDP2 work as items.
+std::vector<Item> itemsOf(const Trace& t, const FsdpTraceAnalysis& a, const ResolvedPlan& plan,
+                          std::vector<std::string>& notes) {
+    std::vector<Item> items;
+    std::unordered_map<std::string, int32_t> unitOfName;
+    auto planUnit = [&](const std::string& label) -> int32_t {
+        auto [it, fresh] = unitOfName.try_emplace(label, -1);
+        if (fresh) {
+            if (a.api == "fsdp1") {
+                // "unit k": the k-th unit in forward order, as the plan resolves FSDP1 units.
+                const int64_t k = std::strtol(label.c_str() + 5, nullptr, 10);
+                if (k >= 0 && k < static_cast<int64_t>(plan.units.size()))
+                    it->second = static_cast<int32_t>(k);
+            } else if (auto u = plan.findUnit(splitUnitModules(label).front())) {
+                it->second = static_cast<int32_t>(u->index());
+            }
+            if (it->second < 0)
+                notes.push_back("the trace's unit \"" + label + "\" is not a unit of the plan");
+        }
+        return it->second;
+    };
+    for (const auto& c : a.collectives) {
+        if (c.unit < 0 || c.commEvent < 0) continue;
+        const OpKind k = c.kind == CollectiveKind::AllGather       ? OpKind::AllGather
+                         : c.kind == CollectiveKind::ReduceScatter ? OpKind::ReduceScatter
+                                                                   : OpKind::AllReduce;
+        items.push_back({k, c.backward ? Phase::Backward : Phase::Forward,
+                         planUnit(a.units[static_cast<size_t>(c.unit)].name), c.step, c.microBatch,
+                         c.startNs, c.endNs});
+    }
+    if (a.api != "fsdp2") {
+        notes.push_back("FSDP1 labels name no unit: only collectives are joined");
+        return items;
+    }
+    const MainThreadWalk walk = mainThreadWalk(t, a.mainLane);
+    // Per (step, micro-batch): each unit's forward and backward label times.
+    struct UnitTimes {
+        Interval preForward{-1, -1}, postForward{-1, -1}, preBackward{-1, -1};
+        int64_t accumulateStart = -1, backwardEnd = -1;
+    };
+    std::map<std::tuple<int32_t, int32_t, std::string>, UnitTimes> times;
+    struct Open {
+        int32_t event;
+        int64_t end;
+    };
+    std::vector<Open> stack;
+    std::vector<int32_t> micro(walk.steps.size(), -1);
+    bool inBackward = false;
+    for (int32_t e : walk.order) {
+        const int64_t s = t.start[e], end = s + t.dur[e];
+        while (!stack.empty() && stack.back().end <= s)
+            stack.pop_back();
+        const int32_t step = walk.stepOf(s);
+        const std::string& name = t.strings.at(t.name[e]);
+        if (step >= 0) {
+            int32_t& m = micro[static_cast<size_t>(step)];
+            if (name == "FSDP::root_pre_forward") {
+                ++m;
+                inBackward = false;
+            }
+            const int32_t mb = std::max(0, m);
+            const Phase phase = inBackward ? Phase::Backward : Phase::Forward;
+            auto enclosing = [&](std::string_view op) -> std::optional<std::string> {
+                for (auto it = stack.rbegin(); it != stack.rend(); ++it) {
+                    const auto l = parseFsdp2Label(t.strings.at(t.name[it->event]));
+                    if (l && l->op == op) return l->fqn;
+                }
+                return std::nullopt;
+            };
+            // The root's post-backward callback runs every group's post_backward again
+            // (no-ops for those that ran): only the root's own count there.
+            const bool inRootCallback =
+                std::any_of(stack.begin(), stack.end(), [&](const Open& op) {
+                    return t.strings.at(t.name[op.event]) == "FSDP::root_post_backward_callback";
+                });
+            if (const auto l = parseFsdp2Label(name);
+                l &&
+                !(inRootCallback && !l->fqn.empty() && startsWith(l->op, "FSDP::post_backward"))) {
+                UnitTimes& u = times[{step, mb, l->fqn}];
+                if (l->op == "FSDP::pre_forward") u.preForward = {s, end};
+                if (l->op == "FSDP::post_forward") u.postForward = {s, end};
+                if (l->op == "FSDP::pre_backward") {
+                    u.preBackward = {s, end};
+                    inBackward = true;
+                }
+                if (l->op == "FSDP::post_backward_accumulate") {
+                    if (u.accumulateStart < 0) u.accumulateStart = s;
+                    inBackward = true;
+                }
+                if (startsWith(l->op, "FSDP::post_backward"))
+                    u.backwardEnd = std::max(u.backwardEnd, end);
+                if (l->op == "FSDP::all_gather_copy_out")
+                    items.push_back({OpKind::CopyOut, phase, planUnit(l->fqn), step, mb, s, end});
+            } else if (name == "fsdp::all_gather_copy_in") {
+                if (auto fqn = enclosing("FSDP::all_gather"))
+                    items.push_back({OpKind::CopyIn, phase, planUnit(*fqn), step, mb, s, end});
+            } else if (name == "fsdp::chunk_cat") {
+                if (auto fqn = enclosing("FSDP::post_backward_reduce"))
+                    items.push_back({OpKind::ReduceScatterCopyIn, Phase::Backward, planUnit(*fqn),
+                                     step, mb, s, end});
+            } else if (startsWith(name, "Optimizer.step#")) {
+                items.push_back({OpKind::OptimizerStep, Phase::Optimizer, 0, step, 0, s, end});
+            }
+        }
+        stack.push_back({e, end});
+    }
+    // Compute segments per (step, micro-batch).
+    std::map<std::pair<int32_t, int32_t>, std::vector<std::pair<std::string, UnitTimes>>> bySlot;
+    for (const auto& [key, u] : times)
+        bySlot[{std::get<0>(key), std::get<1>(key)}].emplace_back(std::get<2>(key), u);
+    for (const auto& [slot, units] : bySlot) {
+        std::vector<Interval> forwardSpans, backwardSpans;
+        for (const auto& [_, u] : units) {
+            if (u.preForward.first >= 0 && u.postForward.first >= 0)
+                forwardSpans.emplace_back(u.preForward.first, u.postForward.second);
+            if (u.preBackward.first >= 0 && u.backwardEnd >= 0)
+                backwardSpans.emplace_back(u.preBackward.first, u.backwardEnd);
+        }
+        for (const auto& [fqn, u] : units) {
+            const int32_t unit = planUnit(fqn);
+            std::vector<Interval> segs;
+            if (u.preForward.first >= 0 && u.postForward.first >= 0) {
+                std::vector<Interval> children;
+                for (const auto& c : forwardSpans)
+                    if (c != Interval{u.preForward.first, u.postForward.second})
+                        children.push_back(c);
+                selfSegments({u.preForward.second, u.postForward.first}, children, segs);
+                for (const auto& g : segs)
+                    items.push_back({OpKind::Forward, Phase::Forward, unit, slot.first, slot.second,
+                                     g.first, g.second});
+            }
+            segs.clear();
+            if (u.preBackward.first >= 0 && u.accumulateStart >= 0) {
+                std::vector<Interval> children;
+                for (const auto& c : backwardSpans)
+                    if (c != Interval{u.preBackward.first, u.backwardEnd}) children.push_back(c);
+                selfSegments({u.preBackward.second, u.accumulateStart}, children, segs);
+                for (const auto& g : segs)
+                    items.push_back({OpKind::Backward, Phase::Backward, unit, slot.first,
+                                     slot.second, g.first, g.second});
+            }
+        }
+    }
+    return items;
+}
+
+}  // namespace
+
+Expected<FsdpJoin> joinFsdpTraces(const std::vector<std::pair<std::string, const Trace*>>& ranks,
+                                  const ResolvedPlan& plan, const StepProgram& program) {
+    FsdpJoin j;
+    j.file.producer = "pytorch profiler";
+    j.file.path = ranks.empty() ? std::string() : ranks.front().first;
+    // The program's ops by (unit, kind, phase, micro-batch), in issue order.
+    std::map<std::tuple<int32_t, OpKind, Phase, int32_t>, std::vector<int32_t>> slots;
+    for (size_t i = 0; i < program.ops.size(); ++i) {
+        const Op& op = program.ops[i];
+        // The optimizer runs once a step, whatever micro-batch the program files it under.
+        const int32_t micro = op.phase == Phase::Optimizer ? 0 : op.microBatch;
+        slots[{static_cast<int32_t>(op.unit.index()), op.kind, op.phase, micro}].push_back(
+            static_cast<int32_t>(i));
+    }
+    double stepMax = 0;
+    std::vector<std::string> notes;
+    for (size_t r = 0; r < ranks.size(); ++r) {
+        const Trace& t = *ranks[r].second;
+        const FsdpTraceAnalysis a = analyzeFsdp(t);
+        if (a.api.empty())
+            return Error{ranks[r].first +
+                         ": no FSDP labels (FSDP::* or FullyShardedDataParallel.*)"};
+        stepMax = std::max(stepMax, a.stepNs);
+        int64_t peak = 0;
+        for (const auto& m : a.gpu ? t.memory : t.hostMemory)
+            peak = std::max(peak, m.allocated);
+        j.file.peakAllocated = std::max(j.file.peakAllocated, static_cast<double>(peak));
+        std::vector<Item> items = itemsOf(t, a, plan, notes);
+        std::sort(items.begin(), items.end(),
+                  [](const Item& x, const Item& y) { return x.start < y.start; });
+        std::map<std::tuple<int32_t, int32_t, OpKind, Phase, int32_t>, size_t> next;
+        const auto rank = static_cast<int32_t>(r);
+        for (const Item& it : items) {
+            if (it.unit < 0) {
+                ++j.traceOnly;
+                continue;
+            }
+            const auto slot = slots.find({it.unit, it.kind, it.phase, it.microBatch});
+            size_t& k = next[{it.step, it.unit, it.kind, it.phase, it.microBatch}];
+            if (slot == slots.end() || k >= slot->second.size()) {
+                ++j.traceOnly;
+                continue;
+            }
+            const int32_t id = slot->second[k++];
+            const Op& op = program.ops[static_cast<size_t>(id)];
+            TraceOp m;
+            m.opId = id;
+            m.rank = rank;
+            m.step = it.step;
+            m.startNs = it.start;
+            m.endNs = it.end;
+            m.kind = op.kind;
+            m.label = opLabel(plan, op);
+            m.unit = plan.units[op.unit.index()].name;
+            m.phase = phaseName(op.phase);
+            j.file.ops.push_back(std::move(m));
+            ++j.joined;
+        }
+    }
+    j.file.ranks = static_cast<int>(ranks.size());
+    j.file.stepNs = stepMax;
+    std::sort(notes.begin(), notes.end());
+    notes.erase(std::unique(notes.begin(), notes.end()), notes.end());
+    j.notes = std::move(notes);
+    if (j.joined == 0)
+        return Error{j.file.path +
+                     ": no FSDP op of the trace joins an op of the plan's step program: is it "
+                     "the plan that ran? (`shardscope plan recover` reads it from the trace)"};
+    return j;
+}
+
+TraceFile simulatedStepTrace(const ResolvedPlan& plan, const StepProgram& program,
+                             const SimResult& sim, const std::string& what) {
+    TraceFile f;
+    f.path = what;
+    f.producer = "shardscope simulate";
+    f.ranks = 1;
+    f.stepNs = static_cast<double>(sim.stepNs);
+    f.peakAllocated = static_cast<double>(sim.peakAllocated);
+    for (size_t i = 0; i < program.ops.size(); ++i) {
+        const Op& op = program.ops[i];
+        TraceOp m;
+        m.opId = static_cast<int32_t>(i);
+        m.startNs = sim.start[i];
+        m.endNs = sim.end[i];
+        m.kind = op.kind;
+        m.label = opLabel(plan, op);
+        m.unit = plan.units[op.unit.index()].name;
+        m.phase = phaseName(op.phase);
+        f.ops.push_back(std::move(m));
+    }
+    return f;
+}
+
+}  // namespace shardscope

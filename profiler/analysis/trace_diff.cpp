@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "profiler/analysis/trace_diff.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "plans/core/intervals.h"
+
+namespace shardscope {
+
+namespace {
+int64_t unionLength(std::vector<Interval> v) {
+    return totalLength(mergeIntervals(std::move(v)));
+}
+}  // namespace
+
+DiffSide diffSideOf(const TraceFile& t) {
+    DiffSide s;
+    s.path = t.path;
+    s.producer = t.producer;
+    s.measured = t.measured();
+    s.ranks = t.ranks;
+    s.stepNs = t.stepNs;
+    s.peakAllocated = t.peakAllocated;
+    // rank 0's (compute, communication) intervals per step, for its exposed communication
+    std::map<int32_t, std::pair<std::vector<Interval>, std::vector<Interval>>> rank0;
+    for (const TraceOp& op : t.ops) {
+        auto& o = s.ops[op.opId];
+        o.label = op.label;
+        o.kind = op.kind ? opKindName(*op.kind) : "";
+        o.sumNs += static_cast<double>(op.endNs - op.startNs);
+        ++o.count;
+        if (op.rank != 0) continue;
+        auto& ps = rank0[op.step];
+        if (op.kind && isCollective(*op.kind)) ps.second.push_back({op.startNs, op.endNs});
+        if (op.kind && isComputeOp(*op.kind)) ps.first.push_back({op.startNs, op.endNs});
+    }
+    double exposed = 0;
+    for (auto& [_, v] : rank0) {
+        std::vector<Interval> both = v.first;
+        both.insert(both.end(), v.second.begin(), v.second.end());
+        exposed += static_cast<double>(unionLength(both) - unionLength(v.first));
+    }
+    s.steps = static_cast<int>(rank0.size());
+    s.exposedCommNs = rank0.empty() ? 0 : exposed / static_cast<double>(rank0.size());
+    return s;
+}
+
+TraceDiff diffSides(const DiffSide& A, const DiffSide& B) {
+    TraceDiff d;
+    double absErr = 0, totalA = 0;
+    for (const auto& [id, oa] : A.ops) {
+        auto it = B.ops.find(id);
+        if (it == B.ops.end()) {
+            ++d.onlyA;
+            continue;
+        }
+        d.rows.push_back({id, oa.label, oa.kind, oa.mean(), it->second.mean()});
+        d.byKind[oa.kind].first += oa.mean();
+        d.byKind[oa.kind].second += it->second.mean();
+        absErr += std::abs(it->second.mean() - oa.mean());
+        totalA += oa.mean();
+    }
+    for (const auto& [id, _] : B.ops)
+        if (!A.ops.count(id)) ++d.onlyB;
+    std::sort(d.rows.begin(), d.rows.end(), [](const TraceDiff::Row& x, const TraceDiff::Row& y) {
+        return std::abs(x.b - x.a) > std::abs(y.b - y.a);
+    });
+    d.totalError = totalA > 0 ? absErr / totalA : 0;
+    return d;
+}
+
+}  // namespace shardscope

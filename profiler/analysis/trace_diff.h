@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Two traces of one step program joined by op id (`shardscope trace diff`): per side the
+// step time, peak memory, exposed communication and each op's mean duration; joined, the
+// per-op and per-kind differences and the total per-op error. A side is a ShardScope trace
+// (simulated or measured by `shardscope run`) or PyTorch profiler traces joined to the
+// program by fsdp_join.h.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "profiler/analysis/step_trace.h"
+
+namespace shardscope {
+
+struct DiffOp {
+    std::string label, kind;
+    double sumNs = 0;
+    int count = 0;
+    [[nodiscard]] double mean() const { return count ? sumNs / count : 0; }
+};
+
+struct DiffSide {
+    std::string path, producer;
+    bool measured = false;
+    int ranks = 0, steps = 0;
+    double stepNs = 0;  // measured: the slowest rank's mean step span; simulated: last end
+    double peakAllocated = 0;
+    double exposedCommNs = 0;       // per step (rank 0)
+    std::map<int64_t, DiffOp> ops;  // op id -> mean duration over ranks and steps
+};
+[[nodiscard]] DiffSide diffSideOf(const TraceFile& t);
+
+struct TraceDiff {
+    struct Row {
+        int64_t id = 0;
+        std::string label, kind;
+        double a = 0, b = 0;
+    };
+    std::vector<Row> rows;                                    // largest |b - a| first
+    std::map<std::string, std::pair<double, double>> byKind;  // sums of means, A and B
+    double totalError = 0;  // sum |B - A| / sum A over the joined ops
+    size_t onlyA = 0, onlyB = 0;
+};
+[[nodiscard]] TraceDiff diffSides(const DiffSide& a, const DiffSide& b);
+
+}  // namespace shardscope
