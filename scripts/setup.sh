@@ -59,7 +59,8 @@ step "checking the Python environment"
 python="${SHARDSCOPE_PYTHON_BIN:-$(command -v python3)}"
 pyver="$("$python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
 req="$root/scripts/requirements.txt"
-reqhash="$(sha256sum "$req" | cut -c1-12)"
+reqnodeps="$root/scripts/requirements-nodeps.txt"
+reqhash="$(cat "$req" "$reqnodeps" | sha256sum | cut -c1-12)"
 venv="$cache/venv-py$pyver"
 stamp="$venv/.shardscope-requirements-$reqhash"
 if [ ! -f "$stamp" ]; then
@@ -67,6 +68,7 @@ if [ ! -f "$stamp" ]; then
     [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
     "$venv/bin/python" -m pip install -q --upgrade pip
     "$venv/bin/python" -m pip install -q --progress-bar on -r "$req"
+    "$venv/bin/python" -m pip install -q --no-deps -r "$reqnodeps"
     rm -f "$venv"/.shardscope-requirements-*
     touch "$stamp"
 else

@@ -8,42 +8,130 @@
 
 #include "plans/core/intervals.h"
 #include "profiler/analysis/fsdp_trace.h"
+#include "profiler/import/kineto_import.h"
 
 namespace shardscope {
 
 namespace {}  // namespace
 
-TraceSummary summarize(const Trace& t) {
+namespace {
+
+// HTA's merge_kernel_intervals and its sums: intervals sorted by start; a new group starts
+// when a start is after every earlier end; a group spans its first start to its largest end
+// (which a rounded-away kernel can leave before its start). Returns the groups in order.
+std::vector<Interval> htaMerge(std::vector<Interval> v) {
+    std::stable_sort(v.begin(), v.end(),
+                     [](const Interval& a, const Interval& b) { return a.first < b.first; });
+    std::vector<Interval> groups;
+    int64_t cummax = INT64_MIN;
+    for (const auto& iv : v) {
+        if (groups.empty() || iv.first > cummax)
+            groups.push_back(iv);
+        else
+            groups.back().second = std::max(groups.back().second, iv.second);
+        cummax = std::max(cummax, iv.second);
+    }
+    return groups;
+}
+
+int64_t htaLength(const std::vector<Interval>& groups) {
+    int64_t n = 0;
+    for (const auto& g : groups)
+        n += g.second - g.first;
+    return n;
+}
+
+// HTA's rounding of a float-microsecond time: start up, end down (in the file's clock).
+int64_t ceilUs(int64_t ns) {
+    const int64_t q = ns / 1000, r = ns % 1000;
+    return (r > 0 ? q + 1 : q) * 1000;
+}
+int64_t floorUs(int64_t ns) {
+    const int64_t q = ns / 1000, r = ns % 1000;
+    return (r < 0 ? q - 1 : q) * 1000;
+}
+
+}  // namespace
+
+TraceSummary summarize(const Trace& t, const SummaryOptions& o) {
     TraceSummary s;
     s.rank = t.rank;
     s.dialect = t.dialect;
     s.events = t.size();
     for (const auto& l : t.lanes)
         (l.kind == LaneKind::DeviceStream ? s.deviceLanes : s.hostLanes)++;
-    std::vector<Interval> all, compute, comm;
-    int64_t first = INT64_MAX, last = INT64_MIN;
-    for (size_t i = 0; i < t.size(); ++i) {
-        // GPU activity only (kernels, memcpy, memset): host ranges and GPU user annotations
-        // projected onto a stream are not device work.
-        if (t.cls[i] == EventClass::Cpu ||
-            t.lanes[static_cast<size_t>(t.lane[i])].kind != LaneKind::DeviceStream)
-            continue;
-        const Interval iv{t.start[i], t.start[i] + t.dur[i]};
-        first = std::min(first, iv.first);
-        last = std::max(last, iv.second);
-        all.push_back(iv);
-        if (t.cls[i] == EventClass::Computation) compute.push_back(iv);
-        if (t.cls[i] == EventClass::Communication) comm.push_back(iv);
+    auto isDevice = [&](size_t i) {
+        return t.lanes[static_cast<size_t>(t.lane[i])].kind == LaneKind::DeviceStream;
+    };
+    // Times as HTA sees them: rounded in the file's clock, then back to the trace's.
+    auto startOf = [&](size_t i) {
+        return o.roundToMicroseconds ? ceilUs(t.start[i] + t.timeOriginNs) - t.timeOriginNs
+                                     : t.start[i];
+    };
+    auto endOf = [&](size_t i) {
+        return o.roundToMicroseconds
+                   ? floorUs(t.start[i] + t.dur[i] + t.timeOriginNs) - t.timeOriginNs
+                   : t.start[i] + t.dur[i];
+    };
+    // HTA's filter of the last ProfilerStep and of GPU events no kept host event launched.
+    std::vector<bool> keep(t.size(), true);
+    {
+        std::unordered_map<int32_t, bool> stepNames;
+        int64_t lastStepStart = INT64_MIN;
+        for (size_t i = 0; i < t.size(); ++i) {
+            if (isDevice(i)) continue;
+            const std::string& n = t.strings.at(t.name[i]);
+            if (n.rfind("ProfilerStep", 0) != 0) continue;
+            stepNames[t.name[i]] = true;
+            lastStepStart = std::max(lastStepStart, startOf(i));
+        }
+        s.profilerSteps = static_cast<int64_t>(stepNames.size());
+        if (stepNames.size() >= 2 && (o.dropLastStep || o.dropUnlinkedKernels)) {
+            s.droppedLastStep = o.dropLastStep;
+            std::vector<bool> launched(t.size(), false);
+            for (const auto& [from, to] : t.flowEvents)
+                if (!o.dropLastStep || startOf(static_cast<size_t>(from)) < lastStepStart)
+                    launched[static_cast<size_t>(to)] = true;
+            for (size_t i = 0; i < t.size(); ++i) {
+                if (!isDevice(i)) {
+                    if (o.dropLastStep && startOf(i) >= lastStepStart) keep[i] = false;
+                    continue;
+                }
+                if (o.dropUnlinkedKernels ? !launched[i]
+                                          : (o.dropLastStep && startOf(i) >= lastStepStart)) {
+                    keep[i] = false;
+                    ++s.droppedDeviceEvents;
+                }
+            }
+        }
     }
+    std::vector<Interval> all, compute, comm;
+    auto add = [&](size_t i, EventClass cls) {
+        const Interval iv{startOf(i), endOf(i)};
+        all.push_back(iv);
+        if (cls == EventClass::Computation) compute.push_back(iv);
+        if (cls == EventClass::Communication) comm.push_back(iv);
+    };
+    for (size_t i = 0; i < t.size(); ++i) {
+        // GPU activity only (kernels, memcpy, memset, stream syncs): host ranges and GPU user
+        // annotations projected onto a stream are not device work.
+        if (t.cls[i] == EventClass::Cpu || !isDevice(i) || !keep[i]) continue;
+        add(i, t.cls[i]);
+    }
+    if (o.hostOpsWithStream)
+        for (const int32_t e : t.hostOpsWithStream)
+            if (keep[static_cast<size_t>(e)])
+                add(static_cast<size_t>(e),
+                    classifyDeviceEvent(t.strings.at(t.name[static_cast<size_t>(e)]), "kernel"));
     if (!all.empty()) {
-        s.kernelTimeNs = last - first;
-        const auto allU = mergeIntervals(all), compU = mergeIntervals(compute),
-                   commU = mergeIntervals(comm);
-        s.idleNs = s.kernelTimeNs - totalLength(allU);
-        s.computeNs = totalLength(compU);
+        const auto allG = htaMerge(all), compG = htaMerge(compute), commG = htaMerge(comm);
+        s.kernelTimeNs = allG.back().second - allG.front().first;
+        s.idleNs = s.kernelTimeNs - htaLength(allG);
+        s.computeNs = htaLength(compG);
         s.nonComputeNs = s.kernelTimeNs - s.computeNs - s.idleNs;
-        s.commNs = totalLength(commU);
-        s.overlapRatio = s.commNs > 0 ? static_cast<double>(intersectionLength(commU, compU)) /
+        s.commNs = htaLength(commG);
+        s.overlapRatio = s.commNs > 0 ? static_cast<double>(intersectionLength(
+                                            mergeIntervals(commG), mergeIntervals(compG))) /
                                             static_cast<double>(s.commNs)
                                       : 0;
     }
@@ -71,6 +159,7 @@ TraceSummary summarize(const Trace& t) {
     for (const auto& m : t.hostMemory)
         s.hostPeakAllocated = std::max(s.hostPeakAllocated, m.allocated);
     for (const auto& c : t.collectives) {
+        if (!keep[static_cast<size_t>(c.event)]) continue;
         auto& st = s.collectives[c.name.empty() ? "unknown" : c.name];
         ++st.count;
         st.bytes += c.bytes;
@@ -87,6 +176,7 @@ TraceSummary summarize(const Trace& t) {
         };
         std::map<std::pair<std::string, int>, Sums> buckets;
         for (const auto& c : t.collectives) {
+            if (!keep[static_cast<size_t>(c.event)]) continue;
             const int64_t dur = t.dur[static_cast<size_t>(c.event)];
             if (c.fullBytes <= 0 || dur <= 0) continue;
             int b = 0;
@@ -157,6 +247,9 @@ nlohmann::json summaryToJson(const TraceSummary& s) {
     return {{"rank", s.rank},
             {"dialect", s.dialect},
             {"events", s.events},
+            {"profiler_steps", s.profilerSteps},
+            {"dropped_last_step", s.droppedLastStep},
+            {"dropped_device_events", s.droppedDeviceEvents},
             {"device_lanes", s.deviceLanes},
             {"host_lanes", s.hostLanes},
             {"temporal_breakdown",

@@ -20,6 +20,10 @@ struct TraceSummary {
     int64_t rank = 0;
     std::string dialect;
     size_t events = 0;
+    // HTA's filter: ProfilerSteps seen, whether the last was left out, GPU events dropped.
+    int64_t profilerSteps = 0;
+    bool droppedLastStep = false;
+    int64_t droppedDeviceEvents = 0;
     size_t deviceLanes = 0, hostLanes = 0;
     int64_t kernelTimeNs = 0, computeNs = 0, nonComputeNs = 0, idleNs = 0;
     int64_t commNs = 0;  // |union of communication kernels|
@@ -46,7 +50,27 @@ struct TraceSummary {
     std::map<std::string, int64_t> eventsByCategory;
 };
 
-[[nodiscard]] TraceSummary summarize(const Trace& t);
+// HolisticTraceAnalysis' defaults (hta/common/trace.py, trace_parser.py), each of which can
+// be turned off:
+//  - the last ProfilerStep is left out (include_last_profiler_step=False): host events from
+//    its start on are dropped, and GPU events whose launch was dropped or is not in the
+//    trace (HTA joins them by correlation; here by the launch flow) go with them. HTA does
+//    this only when the trace has at least two ProfilerStep ranges;
+//  - fractional-microsecond times are rounded as HTA rounds them (start up, end down, in
+//    the file's microseconds), which can leave a short kernel a zero or negative length,
+//    merged as HTA merges (merge_kernel_intervals);
+//  - cuda_sync events on a stream count as GPU events (the importer keeps them on their
+//    stream; classified "other");
+//  - a host op that carries a "stream" argument (Triton's launcher cpu_op) counts as GPU
+//    time, classified by its name, as HTA's stream != -1 test counts it.
+struct SummaryOptions {
+    bool dropLastStep = true;
+    bool dropUnlinkedKernels = true;
+    bool roundToMicroseconds = true;
+    bool hostOpsWithStream = true;
+};
+
+[[nodiscard]] TraceSummary summarize(const Trace& t, const SummaryOptions& o = {});
 
 // A collective's kind by its name, whichever form the trace used
 // ("ncclDevKernel_ReduceScatter_...", "_reduce_scatter_base", "allreduce", "all_gather").

@@ -261,9 +261,14 @@ public:
         const bool onHost = ours && args.contains("launched_on_host") &&
                             args["launched_on_host"].is_boolean() &&
                             args["launched_on_host"].get<bool>();
+        // A stream synchronisation (cuda_sync with a stream and a correlation) is GPU time,
+        // as HTA counts it; a device-wide one (stream -1) is not on a stream.
+        const bool streamSync = cat == "cuda_sync" && args.contains("stream") &&
+                                args.contains("correlation") && number(args["stream"]) >= 0 &&
+                                number(args["correlation"]) >= 0;
         const bool gpu = (ours && !onHost) || cat == "kernel" || cat == "gpu_memcpy" ||
                          cat == "gpu_memset" || cat == "Kernel" || cat == "Memcpy" ||
-                         cat == "Memset";
+                         cat == "Memset" || streamSync;
         // Gloo's collectives (CPU runs): user_annotation ranges on Gloo's worker threads,
         // named "gloo:all_gather", sized by their input (record_shapes).
         const bool gloo = !gpu && name.rfind("gloo:", 0) == 0;
@@ -330,6 +335,9 @@ public:
             t.opStep.emplace(idx, args[stepKey].get<int32_t>());
         if (!ours && gpu && cls == EventClass::Communication && isNcclKernel(name))
             collective(idx, name, args);
+        if (!gpu && (cat == "cpu_op" || cat == "Operator") && args.contains("stream") &&
+            number(args["stream"]) >= 0)
+            t.hostOpsWithStream.push_back(idx);
         if (keepInputs && args.contains("Input Dims")) {
             OpInputs in = inputsOf(args);
             if (gloo) {

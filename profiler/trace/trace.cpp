@@ -62,7 +62,8 @@ size_t Trace::memoryBytes() const {
         for (const auto& ty : in.types)
             b += stringBytes(ty) - sizeof(std::string);
     }
-    b += vectorBytes(flowEvents) + vectorBytes(memory) + vectorBytes(hostMemory);
+    b += vectorBytes(flowEvents) + vectorBytes(memory) + vectorBytes(hostMemory) +
+         vectorBytes(hostOpsWithStream);
     b += mapBytes(eventsByCategory);
     for (const auto& [key, _] : eventsByCategory)
         b += stringBytes(key) - sizeof(std::string);

@@ -95,6 +95,9 @@ struct Trace {
     // What the importer subtracted from every time (ns in the file's clock): a simulated
     // step's time counts from the file's 0.
     int64_t timeOriginNs = 0;
+    // Host ops that carry a "stream" argument >= 0 (Triton's launcher cpu_op): HTA counts them
+    // as GPU time on that stream, and so does its summary here by default.
+    std::vector<int32_t> hostOpsWithStream;
     std::vector<MemoryCounter> memory;  // device memory, from [memory] events
     // Host memory (the CPU allocator's [memory] events, Device Type 0): what a CPU run's
     // memory timeline shows. `allocated` is the profiler's Total Allocated.
