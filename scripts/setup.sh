@@ -35,7 +35,7 @@ step() { printf '\n==> [%ss] %s\n' "$(($(date +%s) - t0))" "$*"; }
 
 # --- 1. Debian packages --------------------------------------------------------------------
 packages=(build-essential cmake ninja-build ccache pkg-config git python3 python3-venv python3-pip
-    nlohmann-json3-dev libgtest-dev libgmock-dev zlib1g-dev libgloo-dev
+    nlohmann-json3-dev libsimdjson-dev libgtest-dev libgmock-dev zlib1g-dev libgloo-dev
     qt6-base-dev qt6-charts-dev libqt6opengl6-dev xvfb xauth)
 if [ "${SHARDSCOPE_NO_APT:-0}" != 1 ]; then
     step "checking Debian packages"

@@ -369,7 +369,7 @@ bool measureImport(const std::string& path) {
     const double peak = static_cast<double>(ru.ru_maxrss) * 1024.0;  // KiB on Linux
     const double base = static_cast<double>(baselineKiB) * 1024.0;
     std::printf(
-        "  %s\n    %.1f MB of JSON, %lld events: %.2f s, %.0f MB/s (goal >= 100)\n"
+        "  %s\n    %.1f MB of JSON, %lld events: %.2f s, %.0f MB/s (goal >= 400)\n"
         "    peak resident %.0f MB, of which the import %.0f MB (the process before it: "
         "%.0f MB) for a %.0f MB trace in memory: %.2fx (goal <= 2)\n",
         path.c_str(), static_cast<double>(bytes) / 1e6, events, seconds,

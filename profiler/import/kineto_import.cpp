@@ -3,11 +3,18 @@
 
 #include "profiler/import/json_span.h"
 
+#include <simdjson.h>
 #include <zlib.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include <algorithm>
+#include <array>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iterator>
 #include <map>
@@ -21,6 +28,39 @@ namespace {
 
 using json = nlohmann::ordered_json;  // vector-backed objects: cheaper to build per event
 
+// Bytes that leave the splitter's state unchanged: inside a string all but '"' and '\\',
+// outside all but '"' and the brackets.
+constexpr auto kPlainInString = [] {
+    std::array<bool, 256> t{};
+    for (int c = 0; c < 256; ++c)
+        t[static_cast<size_t>(c)] = c != '"' && c != '\\';
+    return t;
+}();
+constexpr auto kPlainOutside = [] {
+    std::array<bool, 256> t{};
+    for (int c = 0; c < 256; ++c)
+        t[static_cast<size_t>(c)] = c != '"' && c != '{' && c != '}' && c != '[' && c != ']';
+    return t;
+}();
+
+// The first '"' or '\\' in [p, e): 16 bytes at a time where SSE2 is there (every x86-64;
+// kernel names run to hundreds of bytes), then byte by byte. Outside strings the runs are a
+// few bytes, where the table loop is faster.
+inline const char* skipInString(const char* p, const char* e) {
+#if defined(__SSE2__)
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\');
+    while (e - p >= 16) {
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+        const int m =
+            _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)));
+        if (m != 0) return p + __builtin_ctz(static_cast<unsigned>(m));
+        p += 16;
+    }
+#endif
+    while (p < e && kPlainInString[static_cast<uint8_t>(*p)])
+        ++p;
+    return p;
+}
 // The file (gzip or plain) in 256 KiB chunks; the splitter below walks the buffer.
 class GzReader {
 public:
@@ -53,6 +93,30 @@ public:
     // Appends one JSON value's bytes (at the current position) to `out`: balanced braces
     // and brackets outside strings, a string, or a scalar up to its delimiter. False when
     // the file ends first.
+    // Like capture, for an event: `view` is its bytes in place when they lie in one chunk
+    // (readable padding follows them), else a copy in `spill` (with padding capacity).
+    bool captureEvent(std::string& spill, std::string_view& view, size_t& padded) {
+        if (!more()) return false;
+        const char* begin = m_pos;
+        const int64_t refills = m_refills;
+        spill.clear();
+        m_inPlace = true;
+        m_captureRefills = refills;
+        const bool ok = capture(spill);
+        m_inPlace = false;
+        if (!ok) return false;
+        if (m_refills == refills && spill.empty()) {
+            view = std::string_view(begin, static_cast<size_t>(m_pos - begin));
+            padded = static_cast<size_t>(m_buf.data() + m_buf.size() - begin);
+            return true;
+        }
+        if (spill.capacity() < spill.size() + simdjson::SIMDJSON_PADDING)
+            spill.reserve(spill.size() + simdjson::SIMDJSON_PADDING);
+        view = spill;
+        padded = spill.capacity();
+        return true;
+    }
+
     bool capture(std::string& out) {
         if (!more()) return false;
         const char first = *m_pos;
@@ -73,35 +137,55 @@ public:
             out.append(run, m_pos);
             return true;
         }
+        // Tight inner loops over the chunk: runs of bytes that cannot change the state are
+        // skipped by table lookup, and the chunk's end is checked once per run.
         int depth = 0;
         bool inString = false, escape = false;
         const char* run = m_pos;
         while (true) {
-            if (m_pos == m_end) {
-                out.append(run, m_pos);
-                if (!refill()) return false;
-                run = m_pos;
-            }
-            const char c = *m_pos++;
-            if (inString) {
-                if (escape)
-                    escape = false;
-                else if (c == '\\')
-                    escape = true;
-                else if (c == '"') {
+            const char* p = m_pos;
+            const char* const e = m_end;
+            bool done = false;
+            while (p < e) {
+                if (inString) {
+                    if (escape) {
+                        escape = false;
+                        ++p;
+                        continue;
+                    }
+                    p = skipInString(p, e);
+                    if (p == e) break;
+                    if (*p++ == '\\') {
+                        escape = true;
+                        continue;
+                    }
                     inString = false;
-                    if (depth == 0) break;  // a lone string
+                    if (depth == 0) {  // a lone string
+                        done = true;
+                        break;
+                    }
+                    continue;
                 }
-                continue;
+                while (p < e && kPlainOutside[static_cast<uint8_t>(*p)])
+                    ++p;
+                if (p == e) break;
+                const char c = *p++;
+                if (c == '"') {
+                    inString = true;
+                } else if (c == '{' || c == '[') {
+                    ++depth;
+                } else if (--depth == 0) {  // '}' or ']'
+                    done = true;
+                    break;
+                }
             }
-            if (c == '"')
-                inString = true;
-            else if (c == '{' || c == '[')
-                ++depth;
-            else if ((c == '}' || c == ']') && --depth == 0)
-                break;
+            m_pos = p;
+            if (done) break;
+            out.append(run, m_pos);
+            if (!refill()) return false;
+            run = m_pos;
         }
-        out.append(run, m_pos);
+        if (!m_inPlace || m_refills != m_captureRefills) out.append(run, m_pos);
         return true;
     }
 
@@ -118,8 +202,9 @@ private:
         if (m_o.progress && m_fileBytes > 0)
             m_o.progress(std::min(
                 1.0, static_cast<double>(gzoffset(m_file)) / static_cast<double>(m_fileBytes)));
+        ++m_refills;
         m_consumed += m_end - m_buf.data();
-        const int n = gzread(m_file, m_buf.data(), static_cast<unsigned>(m_buf.size()));
+        const int n = gzread(m_file, m_buf.data(), static_cast<unsigned>(kChunk));
         m_pos = m_buf.data();
         m_end = m_pos + std::max(0, n);
         return n > 0;
@@ -128,10 +213,15 @@ private:
     const KinetoImportOptions& m_o;
     int64_t m_fileBytes = 0;
     bool m_cancelled = false;
-    std::vector<char> m_buf = std::vector<char>(256 << 10);
+    // A chunk and simdjson's padding after it: an event inside the chunk is parsed in place.
+    static constexpr size_t kChunk = 256 << 10;
+    std::vector<char> m_buf = std::vector<char>(kChunk + simdjson::SIMDJSON_PADDING);
     const char* m_pos = m_buf.data();
     const char* m_end = m_buf.data();
     int64_t m_consumed = 0;
+    int64_t m_refills = 0;
+    bool m_inPlace = false;        // capture leaves a one-chunk value in place
+    int64_t m_captureRefills = 0;  // m_refills when that capture began
 };
 
 int64_t dtypeBytes(std::string_view d) {
@@ -159,100 +249,363 @@ int64_t number(const json& j) {
     return 0;
 }
 
-// Microseconds (integer or fractional) to nanoseconds.
-int64_t usToNs(const json& j) {
-    if (j.is_number_float()) return static_cast<int64_t>(std::llround(j.get<double>() * 1000.0));
-    return number(j) * 1000;
-}
-
-std::string tidString(const json& j) {
-    return j.is_string() ? j.get<std::string>() : j.dump();
-}
-
 class Importer {
 public:
     Importer(Trace& t, const KinetoImportOptions& o) : t(t), o(o) {}
 
-    void consume(const json& e) {
-        if (!e.is_object()) return;
-        // Each field looked up once, strings by reference: a trace has millions of events.
-        static const std::string none;
-        auto str = [&](const char* k) -> const std::string& {
-            const auto it = e.find(k);
-            return it != e.end() && it->is_string() ? it->get_ref<const std::string&>() : none;
-        };
-        // A field of an unexpected type drops the event, counted (Trace::skippedBadFields).
-        auto wrongType = [&](const char* k, bool (json::*ok)() const noexcept) {
-            const auto it = e.find(k);
-            return it != e.end() && !((*it).*ok)();
-        };
-        if (wrongType("ph", &json::is_string) || wrongType("name", &json::is_string) ||
-            wrongType("cat", &json::is_string) || wrongType("ts", &json::is_number) ||
-            wrongType("dur", &json::is_number)) {
-            ++t.skippedBadFields;
-            return;
-        }
-        const std::string& ph = str("ph");
-        const std::string& cat = str("cat");
-        const std::string& name = str("name");
-        if (cat.empty()) {
-            ++t.eventsByCategory["(" + ph + ")"];
-        } else {
-            if (!lastCategoryCount || cat != lastCategory) {
-                lastCategory = cat;
-                lastCategoryCount = &t.eventsByCategory[cat];
+    // One event's top-level fields, read by simdjson On-Demand straight from its bytes;
+    // "args" stays raw JSON, parsed (parseJsonSpan) only for the events that need it.
+    struct Fields {
+        std::string_view ph, cat, name;
+        bool hasPid = false, pidInt = false, pidString = false;
+        bool hasTid = false, tidInt = false, tidString = false;
+        int64_t pid = 0, tid = 0;
+        std::string_view pidText, tidText;  // a string's content, or a number's raw JSON
+        double pidDouble = 0;
+        bool hasTs = false, hasDur = false;
+        int64_t tsNs = 0, durNs = 0;
+        bool hasId = false;
+        std::string_view id;  // raw JSON
+        bool hasArgs = false;
+        std::string_view args;  // raw JSON
+        size_t argsPadded = 0;  // bytes readable from args.data() (simdjson's padding)
+
+        [[nodiscard]] int64_t pidNumber() const {
+            if (pidInt) return pid;
+            if (pidString) {
+                int64_t v = 0;
+                const auto r = std::from_chars(pidText.data(), pidText.data() + pidText.size(), v);
+                return r.ec == std::errc() ? v : 0;
             }
-            ++*lastCategoryCount;
+            return hasPid ? static_cast<int64_t>(std::llround(pidDouble)) : 0;
+        }
+        [[nodiscard]] std::string tidStr() const {
+            if (tidInt) return std::to_string(tid);
+            return hasTid ? std::string(tidText) : std::string("0");
+        }
+        [[nodiscard]] std::string key() const {
+            return std::to_string(pidNumber()) + "/" + tidStr();
+        }
+    };
+
+    // Microseconds (integer or fractional) to nanoseconds; false when not a number.
+    static bool readUs(simdjson::ondemand::value v, int64_t& ns) {
+        simdjson::ondemand::number_type nt;
+        if (v.get_number_type().get(nt)) return false;
+        if (nt == simdjson::ondemand::number_type::floating_point_number) {
+            double d = 0;
+            if (v.get_double().get(d) || !std::isfinite(d) || std::abs(d) > 9.2e12) return false;
+            ns = static_cast<int64_t>(std::llround(d * 1000.0));
+            return true;
+        }
+        int64_t i = 0;
+        if (v.get_int64().get(i) || i > INT64_MAX / 1000 || i < INT64_MIN / 1000) return false;
+        ns = i * 1000;
+        return true;
+    }
+    // pid / tid: an integer, a string, or (rarely) another number.
+    static bool readId(simdjson::ondemand::value v, bool& isInt, bool& isString, int64_t& i,
+                       std::string_view& text, double* asDouble) {
+        simdjson::ondemand::json_type jt;
+        if (v.type().get(jt)) return false;
+        if (jt == simdjson::ondemand::json_type::string) {
+            isString = true;
+            return !v.get_string().get(text);
+        }
+        if (jt != simdjson::ondemand::json_type::number) return false;
+        simdjson::ondemand::number_type nt;
+        if (v.get_number_type().get(nt)) return false;
+        if (nt == simdjson::ondemand::number_type::signed_integer) {
+            isInt = true;
+            return !v.get_int64().get(i);
+        }
+        text = v.raw_json_token();
+        while (!text.empty() && (text.back() == ' ' || text.back() == '\n' || text.back() == '\r' ||
+                                 text.back() == '\t'))
+            text.remove_suffix(1);
+        double d = 0;
+        if (v.get_double().get(d)) return false;
+        if (asDouble) *asDouble = d;
+        return true;
+    }
+
+    enum class Key : uint8_t { Ph, Cat, Name, Pid, Tid, Ts, Dur, Id, Args, Other };
+    static Key keyOf(std::string_view k) {
+        switch (k.size()) {
+            case 2:
+                if (k[0] == 'p' && k[1] == 'h') return Key::Ph;
+                if (k[0] == 't' && k[1] == 's') return Key::Ts;
+                if (k[0] == 'i' && k[1] == 'd') return Key::Id;
+                return Key::Other;
+            case 3:
+                if (k[0] == 'c' && k[1] == 'a' && k[2] == 't') return Key::Cat;
+                if (k[0] == 'p' && k[1] == 'i' && k[2] == 'd') return Key::Pid;
+                if (k[0] == 't' && k[1] == 'i' && k[2] == 'd') return Key::Tid;
+                if (k[0] == 'd' && k[1] == 'u' && k[2] == 'r') return Key::Dur;
+                return Key::Other;
+            case 4:
+                if (k == "name") return Key::Name;
+                if (k == "args") return Key::Args;
+                return Key::Other;
+            default:
+                return Key::Other;
+        }
+    }
+
+    // Parses one event: its bytes, readable for `padded` bytes (SIMDJSON_PADDING past them).
+    // False on a JSON syntax error (`error` says what); a field of an unexpected type drops
+    // the event, counted.
+    bool consumeRaw(std::string_view raw, size_t padded, std::string& error) {
+        simdjson::ondemand::document doc;
+        if (auto err = parser.iterate(raw.data(), raw.size(), padded).get(doc)) {
+            error = simdjson::error_message(err);
+            return false;
+        }
+        simdjson::ondemand::json_type jt;
+        if (auto err = doc.type().get(jt)) {
+            error = simdjson::error_message(err);
+            return false;
+        }
+        if (jt != simdjson::ondemand::json_type::object) {
+            ++t.skippedBadFields;  // an event that is not an object
+            return true;
+        }
+        simdjson::ondemand::object obj;
+        if (auto err = doc.get_object().get(obj)) {
+            error = simdjson::error_message(err);
+            return false;
+        }
+        Fields f;
+        bool bad = false;
+        for (auto field : obj) {
+            std::string_view k;
+            if (auto err = field.unescaped_key().get(k)) {
+                error = simdjson::error_message(err);
+                return false;
+            }
+            simdjson::ondemand::value v;
+            if (auto err = field.value().get(v)) {
+                error = simdjson::error_message(err);
+                return false;
+            }
+            // Keys by length and first letter: no string comparison for the common ones.
+            const Key key = keyOf(k);
+            if (key == Key::Other) continue;  // skipped unread
+            if (key == Key::Ph || key == Key::Cat || key == Key::Name) {
+                std::string_view sv;
+                if (v.get_string().get(sv)) {
+                    bad = true;
+                    continue;
+                }
+                (key == Key::Ph ? f.ph : key == Key::Cat ? f.cat : f.name) = sv;
+            } else if (key == Key::Ts || key == Key::Dur) {
+                int64_t ns = 0;
+                if (!readUs(v, ns)) {
+                    bad = true;
+                    continue;
+                }
+                if (key == Key::Ts) {
+                    f.hasTs = true;
+                    f.tsNs = ns;
+                } else {
+                    f.hasDur = true;
+                    f.durNs = ns;
+                }
+            } else if (key == Key::Pid) {
+                f.hasPid = readId(v, f.pidInt, f.pidString, f.pid, f.pidText, &f.pidDouble);
+                bad = bad || !f.hasPid;
+            } else if (key == Key::Tid) {
+                f.hasTid = readId(v, f.tidInt, f.tidString, f.tid, f.tidText, nullptr);
+                bad = bad || !f.hasTid;
+            } else if (key == Key::Id) {
+                simdjson::ondemand::json_type it;
+                if (v.type().get(it)) {
+                    error = "a bad id";
+                    return false;
+                }
+                if (it == simdjson::ondemand::json_type::object ||
+                    it == simdjson::ondemand::json_type::array) {
+                    bad = true;  // flow ids are numbers or strings
+                    continue;
+                }
+                f.id = v.raw_json_token();
+                while (!f.id.empty() && (f.id.back() == ' ' || f.id.back() == '\n' ||
+                                         f.id.back() == '\r' || f.id.back() == '\t'))
+                    f.id.remove_suffix(1);
+                f.hasId = true;
+            } else if (key == Key::Args) {
+                simdjson::ondemand::object ao;
+                if (v.get_object().get(ao)) continue;  // args that are not an object: none
+                if (auto err = ao.raw_json().get(f.args)) {
+                    error = simdjson::error_message(err);
+                    return false;
+                }
+                f.hasArgs = true;
+                f.argsPadded = padded - static_cast<size_t>(f.args.data() - raw.data());
+            }
+        }
+        if (bad) {
+            ++t.skippedBadFields;
+            return true;
+        }
+        consume(f);
+        return true;
+    }
+
+    // The event's args as JSON (an empty object when absent or not an object).
+    const json& argsOf(const Fields& f) {
+        argsJson = json::object();
+        if (!f.hasArgs) return argsJson;
+        std::string why;
+        if (!parseJsonSpan(f.args, argsJson, why) || !argsJson.is_object())
+            argsJson = json::object();
+        return argsJson;
+    }
+    static bool argsMention(const Fields& f, std::string_view quotedKey) {
+        // memmem: string_view::find would compare at every '"' of the args.
+        return f.hasArgs && ::memmem(f.args.data(), f.args.size(), quotedKey.data(),
+                                     quotedKey.size()) != nullptr;
+    }
+    // Kineto's own categories: a ShardScope op (args.op_id) never has one of them.
+    static bool kinetoCategory(std::string_view cat) {
+        static constexpr std::string_view known[] = {"kernel",          "cpu_op",
+                                                     "cuda_runtime",    "cuda_driver",
+                                                     "gpu_memcpy",      "gpu_memset",
+                                                     "user_annotation", "gpu_user_annotation",
+                                                     "python_function", "cpu_instant_event",
+                                                     "overhead",        "Operator",
+                                                     "Runtime",         "Kernel",
+                                                     "Memcpy",          "Memset",
+                                                     "cuda_sync",       "ac2g",
+                                                     "fwdbwd"};
+        for (const auto k : known)
+            if (cat == k) return true;
+        return false;
+    }
+
+    // What the importer needs to know of a category or a name, worked out once per string.
+    struct CatInfo {
+        bool hostOp = false, device = false, kineto = false, pythonFunction = false,
+             cudaSync = false;
+    };
+    struct NameInfo {
+        bool gloo = false, keepInputs = false, recordParamComms = false, nccl = false;
+    };
+    std::vector<int8_t> catKnown, nameKnown;  // by string id: info computed
+    std::vector<CatInfo> catInfo;
+    std::vector<NameInfo> nameInfo;
+    std::vector<int64_t> countByCat;  // events per category string id
+    int64_t uncategorised[4] = {};    // events without a category, by ph: X, M, i, other
+    std::unordered_map<std::string, int64_t> uncategorisedOther;
+
+    const CatInfo& catInfoOf(int32_t id, std::string_view cat) {
+        const auto i = static_cast<size_t>(id);
+        if (i >= catKnown.size()) {
+            catKnown.resize(i + 1, 0);
+            catInfo.resize(i + 1);
+        }
+        if (!catKnown[i]) {
+            catKnown[i] = 1;
+            CatInfo& c = catInfo[i];
+            c.hostOp = cat == "cpu_op" || cat == "Operator";
+            c.device = cat == "kernel" || cat == "gpu_memcpy" || cat == "gpu_memset" ||
+                       cat == "Kernel" || cat == "Memcpy" || cat == "Memset";
+            c.kineto = kinetoCategory(cat);
+            c.pythonFunction = cat == "python_function";
+            c.cudaSync = cat == "cuda_sync";
+        }
+        return catInfo[i];
+    }
+    const NameInfo& nameInfoOf(int32_t id, std::string_view name) {
+        const auto i = static_cast<size_t>(id);
+        if (i >= nameKnown.size()) {
+            nameKnown.resize(i + 1, 0);
+            nameInfo.resize(i + 1);
+        }
+        if (!nameKnown[i]) {
+            nameKnown[i] = 1;
+            NameInfo& n = nameInfo[i];
+            n.gloo = name.substr(0, 5) == "gloo:";
+            n.keepInputs = n.gloo || name.substr(0, 6) == "c10d::" || name == "aten::embedding";
+            n.recordParamComms = name == "record_param_comms";
+            n.nccl = name.substr(0, 4) == "nccl";
+        }
+        return nameInfo[i];
+    }
+
+    void consume(const Fields& f) {
+        const std::string_view ph = f.ph, cat = f.cat, name = f.name;
+        const bool complete = ph.size() == 1 && ph[0] == 'X';
+        int32_t catId = -1;
+        if (cat.empty()) {
+            if (complete)
+                ++uncategorised[0];
+            else
+                ++uncategorisedOther["(" + std::string(ph) + ")"];
+        } else {
+            catId = t.strings.intern(cat);
+            if (static_cast<size_t>(catId) >= countByCat.size())
+                countByCat.resize(static_cast<size_t>(catId) + 1, 0);
+            ++countByCat[static_cast<size_t>(catId)];
         }
         if (ph == "M") {
-            if (name == "thread_name" && e.contains("args"))
-                threadNames[key(e)] = e["args"].value("name", "");
-            if (name == "process_name" && e.contains("args") && e["args"].contains("name") &&
-                e["args"]["name"].is_string())
-                processNames[number(e.value("pid", json(0)))] =
-                    e["args"]["name"].get<std::string>();
+            const json& a = argsOf(f);
+            if (name == "thread_name" && f.hasArgs)
+                threadNames[f.key()] = a.contains("name") && a["name"].is_string()
+                                           ? a["name"].get<std::string>()
+                                           : std::string();
+            if (name == "process_name" && a.contains("name") && a["name"].is_string())
+                processNames[f.pidNumber()] = a["name"].get<std::string>();
             return;
         }
         // ShardScope's own traces (`simulate --trace`, `run --trace`): the memory counter of
         // the first rank (the lowest pid; kept per pid until the end).
-        if (ph == "C" && name == "memory (bytes)" && e.contains("args") && e["args"].is_object()) {
+        if (ph == "C" && name == "memory (bytes)" && f.hasArgs) {
+            const json& a = argsOf(f);
             MemoryCounter m;
-            m.ts = usToNs(e.value("ts", json(0)));
-            m.allocated = number(e["args"].value("allocated", json(0)));
-            m.reserved = number(e["args"].value("reserved", json(0)));
+            m.ts = f.tsNs;
+            m.allocated = a.contains("allocated") ? number(a["allocated"]) : 0;
+            m.reserved = a.contains("reserved") ? number(a["reserved"]) : 0;
             t.counterPeakAllocated = std::max(t.counterPeakAllocated, m.allocated);
-            ourMemory[number(e.value("pid", json(0)))].push_back(m);
+            ourMemory[f.pidNumber()].push_back(m);
             return;
         }
-        if (ph == "s") {
-            ++t.flows;
-            if (e.contains("id")) {
-                flowPoints.push_back({flowId(e, cat), laneHash(key(e)) | FlowPoint::kStart,
-                                      usToNs(e.value("ts", json(0)))});
-            }
-            return;
-        }
-        if (ph == "f") {
-            if (e.contains("id")) {
-                flowPoints.push_back({flowId(e, cat), laneHash(key(e)) & ~FlowPoint::kStart,
-                                      usToNs(e.value("ts", json(0)))});
+        if (ph == "s" || ph == "f") {
+            if (ph == "s") ++t.flows;
+            if (f.hasId) {
+                const uint64_t lh = laneHash(f.key());
+                flowPoints.push_back({flowId(f.id, cat),
+                                      ph == "s" ? lh | FlowPoint::kStart : lh & ~FlowPoint::kStart,
+                                      f.tsNs});
             }
             return;
         }
         if ((ph == "i" || ph == "I") && name == "[memory]") {
-            memory(e);
+            memory(f, argsOf(f));
             return;
         }
-        if (ph != "X") return;
-        if (cat == "python_function" && !o.keepPythonFunctions) {
+        if (!complete) return;
+        static const CatInfo noCategory{};
+        const CatInfo& ci = catId >= 0 ? catInfoOf(catId, cat) : noCategory;
+        if (ci.pythonFunction && !o.keepPythonFunctions) {
             ++t.skippedPythonFunctions;
             return;
         }
-        const json& args = e.contains("args") && e["args"].is_object() ? e["args"] : empty;
-        if (cat == "cpu_op" || cat == "Operator") {
-            if (name == "record_param_comms" && args.contains("External id"))
-                paramComms[number(args["External id"])] = args;
-        }
+        const int32_t nameId = t.strings.intern(name);
+        const NameInfo ni = nameInfoOf(nameId, name);
+        const bool hostOpCat = ci.hostOp;
+        const bool glooName = ni.gloo;
+        const bool keepInputs = ni.keepInputs;
+        const bool deviceCat = ci.device;
+        // Only some events need their args parsed: most kernels and ops do not.
+        const bool needArgs =
+            f.hasArgs && (ci.cudaSync || (hostOpCat && ni.recordParamComms) || keepInputs ||
+                          (!ci.kineto && argsMention(f, "\"op_id\"")) ||
+                          (deviceCat && argsMention(f, "\"fsdp_op_id\"")) ||
+                          (hostOpCat && argsMention(f, "\"stream\"")));
+        const json& args = needArgs ? argsOf(f) : empty;
+        if (hostOpCat && ni.recordParamComms && args.contains("External id"))
+            paramComms[number(args["External id"])] = args;
         // A ShardScope op (its step-program kind rides in args): one row per stream and rank.
         const bool ours =
             args.contains("op_id") && args.contains("kind") && args["kind"].is_string();
@@ -263,26 +616,23 @@ public:
                             args["launched_on_host"].get<bool>();
         // A stream synchronisation (cuda_sync with a stream and a correlation) is GPU time,
         // as HTA counts it; a device-wide one (stream -1) is not on a stream.
-        const bool streamSync = cat == "cuda_sync" && args.contains("stream") &&
+        const bool streamSync = ci.cudaSync && args.contains("stream") &&
                                 args.contains("correlation") && number(args["stream"]) >= 0 &&
                                 number(args["correlation"]) >= 0;
-        const bool gpu = (ours && !onHost) || cat == "kernel" || cat == "gpu_memcpy" ||
-                         cat == "gpu_memset" || cat == "Kernel" || cat == "Memcpy" ||
-                         cat == "Memset" || streamSync;
+        const bool gpu = (ours && !onHost) || deviceCat || streamSync;
         // Gloo's collectives (CPU runs): user_annotation ranges on Gloo's worker threads,
         // named "gloo:all_gather", sized by their input (record_shapes).
-        const bool gloo = !gpu && name.rfind("gloo:", 0) == 0;
-        const bool keepInputs = gloo || name.rfind("c10d::", 0) == 0 || name == "aten::embedding";
-        const int64_t ts = usToNs(e.value("ts", json(0)));
-        const int64_t dur = std::max<int64_t>(0, usToNs(e.value("dur", json(0))));
+        const bool gloo = !gpu && glooName;
+        const int64_t ts = f.tsNs;
+        const int64_t dur = std::max<int64_t>(0, f.durNs);
         minTs = std::min(minTs, ts);
-        const int32_t laneId = lane(e, gpu);
+        const int32_t laneId = lane(f, gpu);
         const auto idx = static_cast<int32_t>(t.start.size());
         t.start.push_back(ts);
         t.dur.push_back(dur);
         t.lane.push_back(laneId);
-        t.name.push_back(t.strings.intern(name));
-        t.category.push_back(t.strings.intern(cat));
+        t.name.push_back(nameId);
+        t.category.push_back(catId >= 0 ? catId : t.strings.intern(""));
         EventClass cls = EventClass::Cpu;
         if (ours && !onHost) {
             const std::string kind = args["kind"].get<std::string>();
@@ -312,7 +662,9 @@ public:
             auto it = classCache.find(key);
             cls = it != classCache.end()
                       ? it->second
-                      : classCache.emplace(key, classifyDeviceEvent(name, cat)).first->second;
+                      : classCache
+                            .emplace(key, classifyDeviceEvent(std::string(name), std::string(cat)))
+                            .first->second;
         }
         t.cls.push_back(cls);
         // A GPU op of a `shardscope run --device cuda` trace names the FSDP op that launched
@@ -322,7 +674,8 @@ public:
         const char* phaseKey = ours ? "phase" : "fsdp_phase";
         const bool labelled = ours || (gpu && args.contains("fsdp_op_id"));
         t.opId.push_back(labelled && args.contains(idKey) && args[idKey].is_number_integer()
-                             ? args[idKey].get<int32_t>()
+                             ? static_cast<int32_t>(
+                                   std::clamp<int64_t>(args[idKey].get<int64_t>(), -1, INT32_MAX))
                              : -1);
         t.unit.push_back(labelled && args.contains(unitKey) && args[unitKey].is_string()
                              ? t.strings.intern(args[unitKey].get<std::string>())
@@ -332,18 +685,24 @@ public:
                               : -1);
         const char* stepKey = ours ? "step" : "fsdp_step";
         if (labelled && args.contains(stepKey) && args[stepKey].is_number_integer())
-            t.opStep.emplace(idx, args[stepKey].get<int32_t>());
-        if (!ours && gpu && cls == EventClass::Communication && isNcclKernel(name))
-            collective(idx, name, args);
-        if (!gpu && (cat == "cpu_op" || cat == "Operator") && args.contains("stream") &&
-            number(args["stream"]) >= 0)
+            t.opStep.emplace(idx, static_cast<int32_t>(std::clamp<int64_t>(
+                                      args[stepKey].get<int64_t>(), INT32_MIN, INT32_MAX)));
+        if (!ours && gpu && cls == EventClass::Communication && ni.nccl) {
+            NcclArgs na;
+            if (needArgs)
+                na = ncclArgsOf(args);
+            else if (f.hasArgs && !ncclArgsOf(f.args, f.argsPadded, na))
+                na = ncclArgsOf(argsOf(f));  // simdjson refused the bytes: the slow reader
+            collective(idx, name, na);
+        }
+        if (!gpu && hostOpCat && args.contains("stream") && number(args["stream"]) >= 0)
             t.hostOpsWithStream.push_back(idx);
         if (keepInputs && args.contains("Input Dims")) {
             OpInputs in = inputsOf(args);
             if (gloo) {
                 Collective c;
                 c.event = idx;
-                c.name = name.substr(5);
+                c.name = std::string(name.substr(5));
                 if (!in.dims.empty()) {
                     c.elements = 1;
                     for (int64_t d : in.dims[0])
@@ -394,6 +753,12 @@ public:
     }
 
     void finish() {
+        for (size_t i = 0; i < countByCat.size(); ++i)
+            if (countByCat[i] > 0)
+                t.eventsByCategory[t.strings.at(static_cast<int32_t>(i))] += countByCat[i];
+        if (uncategorised[0] > 0) t.eventsByCategory["(X)"] += uncategorised[0];
+        for (const auto& [k, n] : uncategorisedOther)
+            t.eventsByCategory[k] += n;
         if (minTs == INT64_MAX) minTs = 0;
         if (!ourMemory.empty()) {
             auto& first = ourMemory.begin()->second;
@@ -417,7 +782,7 @@ public:
             if (it == pendingExternal.end()) continue;
             auto pc = paramComms.find(it->second);
             if (pc == paramComms.end()) continue;
-            fill(c, pc->second);
+            fill(c, ncclArgsOf(pc->second));
         }
         // Several ranks in one file (`shardscope run --trace`): "rank 1 · compute".
         std::unordered_set<int64_t> pids;
@@ -487,8 +852,11 @@ private:
     };
     std::vector<FlowPoint> flowPoints;
 
-    static uint64_t flowId(const json& e, const std::string& cat) {
-        return std::hash<std::string>{}(e["id"].dump() + "\x1f" + cat);
+    static uint64_t flowId(std::string_view id, std::string_view cat) {
+        std::string k;
+        k.reserve(id.size() + 1 + cat.size());
+        k.append(id).append("\x1f").append(cat);
+        return std::hash<std::string>{}(k);
     }
     static uint64_t laneHash(const std::string& laneKey) {
         return std::hash<std::string>{}(laneKey) & ~FlowPoint::kStart;
@@ -558,97 +926,163 @@ private:
         });
         flowPoints = {};
     }
+    simdjson::ondemand::parser parser;
+    simdjson::ondemand::parser argsParser;  // an event's args, while its fields stay valid
+    json argsJson;                          // argsOf's result, reused
     std::unordered_map<int64_t, json> paramComms;
     std::unordered_map<int32_t, int64_t> pendingExternal;  // collective event -> External id
     std::unordered_map<int64_t, EventClass> classCache;    // (name id, category id) -> class
     int64_t legacyAllocated = 0;
-    std::string lastCategory;
-    int64_t* lastCategoryCount = nullptr;               // into t.eventsByCategory (node-stable)
     std::unordered_map<int64_t, int32_t> numericLanes;  // (pid << 32 | tid) -> lane
 
-    static std::string key(const json& e) {
-        return std::to_string(number(e.value("pid", json(0)))) + "/" +
-               tidString(e.value("tid", json(0)));
-    }
-
-    int32_t lane(const json& e, bool gpu) {
+    int32_t lane(const Fields& f, bool gpu) {
         // Integer pid and tid (nearly every event): a numeric key, no string built.
-        const auto pit = e.find("pid"), tit = e.find("tid");
-        const bool numeric = pit != e.end() && tit != e.end() && pit->is_number_integer() &&
-                             tit->is_number_integer();
+        const bool numeric = f.pidInt && f.tidInt;
         int64_t nk = 0;
         if (numeric) {
-            nk = static_cast<int64_t>(static_cast<uint64_t>(pit->get<int64_t>()) << 32 ^
-                                      static_cast<uint32_t>(tit->get<int64_t>()));
+            nk = static_cast<int64_t>(static_cast<uint64_t>(f.pid) << 32 ^
+                                      static_cast<uint32_t>(f.tid));
             const auto it = numericLanes.find(nk);
             if (it != numericLanes.end()) return it->second;
         }
-        const int32_t id = laneByName(e, gpu);
+        const int32_t id = laneByName(f, gpu);
         if (numeric) numericLanes.emplace(nk, id);
         return id;
     }
 
-    int32_t laneByName(const json& e, bool gpu) {
-        const std::string k = key(e);
+    int32_t laneByName(const Fields& f, bool gpu) {
+        const std::string k = f.key();
         auto it = laneIndex.find(k);
         if (it != laneIndex.end()) return it->second;
         Lane l;
         l.rank = static_cast<int32_t>(t.rank);
         l.kind = gpu ? LaneKind::DeviceStream : LaneKind::HostThread;
-        l.pid = number(e.value("pid", json(0)));
-        l.tid = tidString(e.value("tid", json(0)));
+        l.pid = f.pidNumber();
+        l.tid = f.tidStr();
         t.lanes.push_back(l);
         const auto id = static_cast<int32_t>(t.lanes.size() - 1);
         laneIndex.emplace(k, id);
         return id;
     }
 
-    static bool isNcclKernel(const std::string& name) { return name.rfind("nccl", 0) == 0; }
+    static bool isNcclKernel(std::string_view name) { return name.substr(0, 4) == "nccl"; }
 
-    static void fill(Collective& c, const json& args) {
-        if (args.contains("Collective name") && args["Collective name"].is_string())
-            c.name = args["Collective name"].get<std::string>();
-        const int64_t n = args.contains("In msg nelems")    ? number(args["In msg nelems"])
-                          : args.contains("Out msg nelems") ? number(args["Out msg nelems"])
-                                                            : 0;
-        if (args.contains("dtype") && args["dtype"].is_string())
-            c.dtype = args["dtype"].get<std::string>();
-        const int64_t sz = args.contains("dtype") && args["dtype"].is_string()
-                               ? dtypeBytes(args["dtype"].get<std::string>())
-                               : 0;
-        c.bytes = n * sz;
-        const int64_t in = args.contains("In msg nelems") ? number(args["In msg nelems"]) : 0;
-        const int64_t out = args.contains("Out msg nelems") ? number(args["Out msg nelems"]) : 0;
-        c.fullBytes = std::max(in, out) * sz;
-        if (args.contains("Group size"))
-            c.groupSize = static_cast<int32_t>(number(args["Group size"]));
+    // The args of an NCCL kernel (or its record_param_comms op) that size a collective.
+    struct NcclArgs {
+        std::string name, dtype;
+        bool hasName = false, hasDtype = false, hasIn = false, hasOut = false, hasGroup = false,
+             hasExternal = false;
+        int64_t in = 0, out = 0, group = 0, external = 0;
+    };
+    static NcclArgs ncclArgsOf(const json& args) {
+        NcclArgs a;
+        if (args.contains("Collective name") && args["Collective name"].is_string()) {
+            a.hasName = true;
+            a.name = args["Collective name"].get<std::string>();
+        }
+        if (args.contains("dtype") && args["dtype"].is_string()) {
+            a.hasDtype = true;
+            a.dtype = args["dtype"].get<std::string>();
+        }
+        if ((a.hasIn = args.contains("In msg nelems"))) a.in = number(args["In msg nelems"]);
+        if ((a.hasOut = args.contains("Out msg nelems"))) a.out = number(args["Out msg nelems"]);
+        if ((a.hasGroup = args.contains("Group size"))) a.group = number(args["Group size"]);
+        if ((a.hasExternal = args.contains("External id")))
+            a.external = number(args["External id"]);
+        return a;
+    }
+    // The same from the args' bytes with simdjson (NCCL kernels are many in a big job's trace).
+    static int64_t numberOf(simdjson::ondemand::value v) {
+        simdjson::ondemand::json_type jt;
+        if (v.type().get(jt)) return 0;
+        if (jt == simdjson::ondemand::json_type::string) {
+            std::string_view sv;
+            int64_t x = 0;
+            if (v.get_string().get(sv)) return 0;
+            const auto r = std::from_chars(sv.data(), sv.data() + sv.size(), x);
+            return r.ec == std::errc() ? x : 0;
+        }
+        if (jt != simdjson::ondemand::json_type::number) return 0;
+        simdjson::ondemand::number_type nt;
+        if (v.get_number_type().get(nt)) return 0;
+        if (nt == simdjson::ondemand::number_type::signed_integer) {
+            int64_t x = 0;
+            return v.get_int64().get(x) ? 0 : x;
+        }
+        double d = 0;
+        if (v.get_double().get(d) || !std::isfinite(d) || std::abs(d) > 9e18) return 0;
+        return static_cast<int64_t>(std::llround(d));
+    }
+    bool ncclArgsOf(std::string_view raw, size_t padded, NcclArgs& a) {
+        simdjson::ondemand::document doc;
+        simdjson::ondemand::object obj;
+        if (argsParser.iterate(raw.data(), raw.size(), padded).get(doc) ||
+            doc.get_object().get(obj))
+            return false;
+        for (auto field : obj) {
+            std::string_view k;
+            simdjson::ondemand::value v;
+            if (field.unescaped_key().get(k) || field.value().get(v)) return false;
+            if (k == "Collective name" || k == "dtype") {
+                std::string_view sv;
+                if (v.get_string().get(sv)) continue;
+                if (k == "dtype") {
+                    a.hasDtype = true;
+                    a.dtype = std::string(sv);
+                } else {
+                    a.hasName = true;
+                    a.name = std::string(sv);
+                }
+            } else if (k == "In msg nelems") {
+                a.hasIn = true;
+                a.in = numberOf(v);
+            } else if (k == "Out msg nelems") {
+                a.hasOut = true;
+                a.out = numberOf(v);
+            } else if (k == "Group size") {
+                a.hasGroup = true;
+                a.group = numberOf(v);
+            } else if (k == "External id") {
+                a.hasExternal = true;
+                a.external = numberOf(v);
+            }
+        }
+        return true;
     }
 
-    void collective(int32_t idx, const std::string& name, const json& args) {
+    static void fill(Collective& c, const NcclArgs& a) {
+        if (a.hasName) c.name = a.name;
+        const int64_t n = a.hasIn ? a.in : a.hasOut ? a.out : 0;
+        if (a.hasDtype) c.dtype = a.dtype;
+        const int64_t sz = a.hasDtype ? dtypeBytes(a.dtype) : 0;
+        c.bytes = n * sz;
+        c.fullBytes = std::max(a.hasIn ? a.in : 0, a.hasOut ? a.out : 0) * sz;
+        if (a.hasGroup) c.groupSize = static_cast<int32_t>(a.group);
+    }
+
+    void collective(int32_t idx, std::string_view name, const NcclArgs& a) {
         Collective c;
         c.event = idx;
         // ncclKernel_AllReduce_RING_LL_Sum_float(...) / ncclDevKernel_AllGather_RING_LL(...)
         const size_t us = name.find('_');
-        if (us != std::string::npos) {
+        if (us != std::string_view::npos) {
             const size_t end = name.find('_', us + 1);
-            c.name =
-                name.substr(us + 1, end == std::string::npos ? std::string::npos : end - us - 1);
+            c.name = std::string(name.substr(
+                us + 1, end == std::string_view::npos ? std::string_view::npos : end - us - 1));
             if (const size_t paren = c.name.find('('); paren != std::string::npos)
                 c.name.resize(paren);
         }
-        fill(c, args);
-        if (c.bytes == 0 && args.contains("External id"))
-            pendingExternal[idx] = number(args["External id"]);
+        fill(c, a);
+        if (c.bytes == 0 && a.hasExternal) pendingExternal[idx] = a.external;
         t.collectives.push_back(std::move(c));
     }
 
-    void memory(const json& e) {
-        const json& args = e.contains("args") && e["args"].is_object() ? e["args"] : empty;
+    void memory(const Fields& f, const json& args) {
         // Device Type 1 is CUDA (0 is CPU); legacy files carry only Bytes.
         const int64_t device = args.contains("Device Type") ? number(args["Device Type"]) : 1;
         if (device == 0) {  // the CPU allocator
             MemoryCounter m;
-            m.ts = usToNs(e.value("ts", json(0)));
+            m.ts = f.tsNs;
             m.allocated = args.contains("Total Allocated") ? number(args["Total Allocated"]) : 0;
             m.reserved = args.contains("Total Reserved") ? number(args["Total Reserved"]) : 0;
             t.hostMemory.push_back(m);
@@ -656,7 +1090,7 @@ private:
         }
         if (device != 1) return;
         MemoryCounter m;
-        m.ts = usToNs(e.value("ts", json(0)));
+        m.ts = f.tsNs;
         if (args.contains("Total Allocated")) {
             m.allocated = number(args["Total Allocated"]);
             m.reserved = args.contains("Total Reserved") ? number(args["Total Reserved"]) : 0;
@@ -751,10 +1185,15 @@ private:
         }
         while (true) {
             r.skipWs();
-            raw.clear();
-            if (!r.capture(raw)) return fail("an event");
-            if (!parse(raw)) return false;
-            imp.consume(value);
+            std::string_view event;
+            size_t padded = 0;
+            if (!r.captureEvent(raw, event, padded)) return fail("an event");
+            const auto size = static_cast<int64_t>(event.size());
+            std::string why;
+            if (!imp.consumeRaw(event, padded, why)) {
+                error = "byte " + std::to_string(r.offset() - size) + ": " + why;
+                return false;
+            }
             r.skipWs();
             if (!r.more()) return fail("',' or ']'");
             const char c = r.peek();
