@@ -158,7 +158,9 @@ int runTraceExport(const Args& a) {
         return kExitUsage;
     }
     const std::string out = a.get("--output");
-    const Status st = writeFileAtomically(out, exportChromeTrace(*t).dump() + "\n");
+    const Status st = writeFileAtomically(
+        out, exportChromeTrace(*t).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+                 "\n");
     if (!st) {
         std::cerr << "error: " << st.error() << "\n";
         return kExitUsage;

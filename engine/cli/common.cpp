@@ -43,7 +43,9 @@ Expected<std::optional<ClusterSpec>> loadClusterArg(const Args& a) {
 }
 
 Status emitJson(const nlohmann::json& j, const std::string& path) {
-    const std::string text = j.dump(2) + "\n";
+    // Names come from users' traces and models: invalid UTF-8 is replaced (U+FFFD), never
+    // an exception.
+    const std::string text = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     if (path.empty() || path == "-") {
         std::fwrite(text.data(), 1, text.size(), stdout);
         std::fflush(stdout);

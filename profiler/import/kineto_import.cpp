@@ -19,7 +19,6 @@
 #include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <unordered_set>
 
 namespace shardscope {
@@ -65,7 +64,7 @@ inline const char* skipInString(const char* p, const char* e) {
 class GzReader {
 public:
     GzReader(const std::string& path, const KinetoImportOptions& o)
-        : m_file(gzopen(path.c_str(), "rb")), m_o(o) {
+        : m_file(gzopen(path.c_str(), "rb")), m_o(o), m_path(path) {
         std::error_code ec;
         m_fileBytes = static_cast<int64_t>(std::filesystem::file_size(path, ec));
         if (ec) m_fileBytes = 0;
@@ -190,6 +189,18 @@ public:
     }
 
     [[nodiscard]] bool cancelled() const { return m_cancelled; }
+    // Reads to the end after the JSON value: only whitespace may follow, and a gzip must
+    // end cleanly (its trailer checked). False when something else follows.
+    bool drain() {
+        while (more()) {
+            const char c = peek();
+            if (c != ' ' && c != '\n' && c != '\r' && c != '\t') return false;
+            next();
+        }
+        return true;
+    }
+    // Why reading stopped early ("gzip: unexpected end of file"); empty at a clean end.
+    [[nodiscard]] const std::string& ioError() const { return m_ioError; }
 
 private:
     bool refill() {
@@ -207,10 +218,21 @@ private:
         const int n = gzread(m_file, m_buf.data(), static_cast<unsigned>(kChunk));
         m_pos = m_buf.data();
         m_end = m_pos + std::max(0, n);
+        if (n <= 0 && m_ioError.empty()) {
+            // A truncated or corrupt gzip (no trailer, a bad CRC) is not a clean end.
+            int err = Z_OK;
+            const char* msg = gzerror(m_file, &err);
+            if (err != Z_OK && err != Z_STREAM_END) {
+                std::string why = msg ? msg : "unknown error";
+                if (why.rfind(m_path + ": ", 0) == 0) why.erase(0, m_path.size() + 2);
+                m_ioError = (gzdirect(m_file) ? "read error: " : "gzip: ") + why;
+            }
+        }
         return n > 0;
     }
     gzFile m_file;
     const KinetoImportOptions& m_o;
+    std::string m_path;
     int64_t m_fileBytes = 0;
     bool m_cancelled = false;
     // A chunk and simdjson's padding after it: an event inside the chunk is parsed in place.
@@ -220,6 +242,7 @@ private:
     const char* m_end = m_buf.data();
     int64_t m_consumed = 0;
     int64_t m_refills = 0;
+    std::string m_ioError;
     bool m_inPlace = false;        // capture leaves a one-chunk value in place
     int64_t m_captureRefills = 0;  // m_refills when that capture began
 };
@@ -807,7 +830,7 @@ public:
 
     void topLevel(const std::string& key, const json& v) {
         if (key == "baseTimeNanoseconds") baseTime = true;
-        if (key == "metadata") t.metadata = v.dump();
+        if (key == "metadata") t.metadata = v.dump(-1, ' ', false, json::error_handler_t::replace);
         if (key != "distributedInfo" || !v.is_object()) return;
         if (v.contains("rank")) t.rank = number(v["rank"]);
         if (v.contains("world_size")) t.worldSize = number(v["world_size"]);
@@ -1207,17 +1230,27 @@ private:
 }  // namespace
 
 EventClass classifyDeviceEvent(const std::string& name, const std::string& cat) {
-    static const std::regex comm("^nccl.*|^hip.*|^hccl.*|.*ncclKernel.*");
-    static const std::regex mem("^(hip)?Memcpy.*|^(hip)?Memset.*|^dma.*");
-    static const std::regex nonCompute(
-        "^nccl.*|.*Memcpy.*|.*Memset.*|.*dma.*|^.*Sync.*|^Stream Wait "
-        "Event.*|.*cuda.*LaunchKernel.*|^hip.*");
-    if (std::regex_match(name, comm)) return EventClass::Communication;
-    if (std::regex_match(name, mem) || cat == "gpu_memcpy" || cat == "gpu_memset" ||
-        cat == "Memcpy" || cat == "Memset")
+    // HTA's patterns (hta/utils/utils.py), matched without std::regex, whose `.*` recursed
+    // once per character and overflowed the stack on kernel names of ~30,000 characters:
+    //   communication ^nccl.*|^hip.*|^hccl.*|.*ncclKernel.*
+    //   memory        ^(hip)?Memcpy.*|^(hip)?Memset.*|^dma.*
+    //   non-compute   ^nccl.*|.*Memcpy.*|.*Memset.*|.*dma.*|^.*Sync.*|^Stream Wait Event.*|
+    //                 .*cuda.*LaunchKernel.*|^hip.*
+    const std::string_view n = name;
+    auto starts = [&](std::string_view p) { return n.substr(0, p.size()) == p; };
+    auto has = [&](std::string_view p) { return n.find(p) != std::string_view::npos; };
+    if (starts("nccl") || starts("hip") || starts("hccl") || has("ncclKernel"))
+        return EventClass::Communication;
+    if (starts("Memcpy") || starts("hipMemcpy") || starts("Memset") || starts("hipMemset") ||
+        starts("dma") || cat == "gpu_memcpy" || cat == "gpu_memset" || cat == "Memcpy" ||
+        cat == "Memset")
         return EventClass::Memory;
-    if (!std::regex_match(name, nonCompute)) return EventClass::Computation;
-    return EventClass::Other;
+    const size_t cuda = n.find("cuda");
+    const bool nonCompute = has("Memcpy") || has("Memset") || has("dma") || has("Sync") ||
+                            starts("Stream Wait Event") ||
+                            (cuda != std::string_view::npos &&
+                             n.find("LaunchKernel", cuda + 4) != std::string_view::npos);
+    return nonCompute ? EventClass::Other : EventClass::Computation;
 }
 
 Expected<Trace> importKinetoFile(const std::string& path, const KinetoImportOptions& o) {
@@ -1233,14 +1266,24 @@ Expected<Trace> importKinetoFile(const std::string& path, const KinetoImportOpti
     Importer imp(t, o);
     Splitter split(reader, imp);
     const bool ok = split.run();
+    const bool trailing = ok && !reader.drain();
     if (reader.cancelled()) return Error{path + ": cancelled"};
+    if (!reader.ioError().empty())
+        return Error{path + ": " + reader.ioError() + " (a truncated or damaged file)"};
     if (!ok)
         return Error{path + ": not a valid Chrome/Kineto trace JSON: " +
                      (split.error.empty() ? "parse error" : split.error)};
+    if (trailing)
+        return Error{path + ": byte " + std::to_string(reader.offset()) +
+                     ": more data after the trace's JSON (two traces in one file?)"};
     if (!split.sawEvents)
         return Error{path +
                      ": not a Chrome/Kineto trace: no traceEvents array (a PyTorch "
                      "profiler trace is an object with \"traceEvents\": [...])"};
+    if (t.size() == 0 && t.skippedBadFields > 0 && t.eventsByCategory.empty())
+        return Error{path + ": no usable event: all " + std::to_string(t.skippedBadFields) +
+                     " were not objects or had fields of the wrong type (\"ph\", \"cat\", "
+                     "\"name\" strings; \"ts\", \"dur\" numbers)"};
     imp.finish();
     const bool legacy = t.eventsByCategory.count("Kernel") || t.eventsByCategory.count("Operator");
     t.dialect = legacy         ? "legacy 2021 categories"
