@@ -13,6 +13,7 @@
 #include "engine/cli/common.h"
 #include "engine/cli/fsdp_trace_cli.h"
 #include "plans/core/intervals.h"
+#include "profiler/analysis/step_overlap.h"
 #include "profiler/analysis/step_trace.h"
 #include "profiler/analysis/trace_diff.h"
 #include "profiler/analysis/trace_loader.h"
@@ -20,13 +21,6 @@
 namespace shardscope::cli {
 
 namespace {
-
-bool isComm(const TraceOp& op) {
-    return op.kind && isCollective(*op.kind);
-}
-bool isCompute(const TraceOp& op) {
-    return op.kind && isComputeOp(*op.kind);
-}
 
 int runTraceDiff(const Args& a) {
     const auto& pos = a.positionals();
@@ -205,51 +199,23 @@ int runTraceOverlap(const Args& a) {
     }
     auto trace = readTraceFile(pos[0]);
     if (failed(trace)) return kExitUsage;
-    std::map<std::pair<int32_t, int32_t>, std::vector<const TraceOp*>> byRankStep;
-    for (const TraceOp& op : trace->ops)
-        byRankStep[{op.rank, op.step}].push_back(&op);
-    // Per (unit, phase, kind): communication time and the part no compute on the same rank
-    // overlapped, averaged over ranks and steps.
-    struct Acc {
-        double commNs = 0, exposedNs = 0;
-        int64_t count = 0;
-    };
-    std::map<std::tuple<std::string, std::string, std::string>, Acc> acc;
-    for (const auto& [key, evs] : byRankStep) {
-        std::vector<Interval> compute;
-        for (const TraceOp* e : evs)
-            if (isCompute(*e)) compute.push_back({e->startNs, e->endNs});
-        const auto computeU = mergeIntervals(std::move(compute));
-        for (const TraceOp* e : evs) {
-            if (!isComm(*e)) continue;
-            const std::vector<Interval> one{{e->startNs, e->endNs}};
-            const int64_t hidden = intersectionLength(one, computeU);
-            auto& x = acc[{e->unit.empty() ? "<root>" : e->unit, e->phase, opKindName(*e->kind)}];
-            x.commNs += static_cast<double>(e->endNs - e->startNs);
-            x.exposedNs += static_cast<double>(e->endNs - e->startNs - hidden);
-            ++x.count;
-        }
-    }
-    const double samples = static_cast<double>(byRankStep.size());
-    std::vector<std::pair<std::tuple<std::string, std::string, std::string>, Acc>> rows(acc.begin(),
-                                                                                        acc.end());
-    std::sort(rows.begin(), rows.end(),
-              [](const auto& x, const auto& y) { return x.second.exposedNs > y.second.exposedNs; });
+    const StepOverlap ov = stepOverlap(*trace);
+    const double samples = static_cast<double>(ov.rankSteps);
     double comm = 0, exposed = 0;
-    for (const auto& [_, v] : rows) {
-        comm += v.commNs;
-        exposed += v.exposedNs;
+    for (const auto& r : ov.rows) {
+        comm += r.commNs;
+        exposed += r.exposedNs;
     }
     if (a.flag("--json")) {
         nlohmann::json out = nlohmann::json::array();
-        for (const auto& [k, v] : rows)
-            out.push_back({{"unit", std::get<0>(k)},
-                           {"phase", std::get<1>(k)},
-                           {"kind", std::get<2>(k)},
-                           {"comm_ns_per_step", v.commNs / samples},
-                           {"exposed_ns_per_step", v.exposedNs / samples}});
+        for (const auto& r : ov.rows)
+            out.push_back({{"unit", r.unit},
+                           {"phase", r.phase},
+                           {"kind", r.kind},
+                           {"comm_ns_per_step", r.commNs / samples},
+                           {"exposed_ns_per_step", r.exposedNs / samples}});
         return emitJson({{"trace", pos[0]},
-                         {"rank_steps", byRankStep.size()},
+                         {"rank_steps", ov.rankSteps},
                          {"comm_ns_per_step", comm / samples},
                          {"exposed_ns_per_step", exposed / samples},
                          {"collectives", out}},
@@ -258,18 +224,18 @@ int runTraceOverlap(const Args& a) {
                    ? kExitOk
                    : kExitUsage;
     }
-    std::cout << pos[0] << ": " << byRankStep.size() << " rank-steps; per step, communication "
+    std::cout << pos[0] << ": " << ov.rankSteps << " rank-steps; per step, communication "
               << formatMs(comm / samples) << ", of it " << formatMs(exposed / samples)
               << " exposed ("
               << (comm > 0 ? static_cast<int>(std::lround(100.0 * (comm - exposed) / comm)) : 0)
               << "% hidden under compute)\n\n";
     Table t({"UNIT", "PHASE", "COLLECTIVE", "TIME/STEP", "EXPOSED/STEP", "HIDDEN"},
             {false, false, false, true, true, true});
-    for (const auto& [k, v] : rows)
-        t.row({std::get<0>(k), std::get<1>(k), std::get<2>(k), formatMs(v.commNs / samples),
-               formatMs(v.exposedNs / samples),
-               v.commNs > 0 ? std::to_string(static_cast<int>(
-                                  std::lround(100.0 * (v.commNs - v.exposedNs) / v.commNs))) +
+    for (const auto& r : ov.rows)
+        t.row({r.unit, r.phase, r.kind, formatMs(r.commNs / samples),
+               formatMs(r.exposedNs / samples),
+               r.commNs > 0 ? std::to_string(static_cast<int>(
+                                  std::lround(100.0 * (r.commNs - r.exposedNs) / r.commNs))) +
                                   "%"
                             : "-"});
     t.print(std::cout);

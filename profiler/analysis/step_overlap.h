@@ -1,0 +1,27 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// `trace overlap` on a ShardScope trace (measured or simulated): per FSDP unit, phase and
+// collective kind, the collectives' time and the part no compute on the same rank
+// overlapped (exposed), summed over ranks and steps, largest exposure first. Collectives
+// that run at the same time each count their own exposed time.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "profiler/analysis/step_trace.h"
+
+namespace shardscope {
+
+struct StepOverlap {
+    struct Row {
+        std::string unit, phase, kind;     // unit "<root>" for the root
+        double commNs = 0, exposedNs = 0;  // summed over rank-steps
+        int64_t count = 0;
+    };
+    std::vector<Row> rows;
+    int64_t rankSteps = 0;  // divide a row's sums by this for "per step"
+};
+
+[[nodiscard]] StepOverlap stepOverlap(const TraceFile& t);
+
+}  // namespace shardscope
