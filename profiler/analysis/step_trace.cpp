@@ -27,7 +27,9 @@ Expected<TraceFile> stepTraceOf(const Trace& t, const std::string& path) {
     }
     // A rank is its process: pid - metadata.rank_pid_offset (kept in int32 range).
     auto rankOf = [&](size_t e) {
-        const int64_t r = t.lanes[static_cast<size_t>(t.lane[e])].pid - pidOffset;
+        int64_t r = 0;
+        if (__builtin_sub_overflow(t.lanes[static_cast<size_t>(t.lane[e])].pid, pidOffset, &r))
+            r = -1;
         return static_cast<int32_t>(std::clamp<int64_t>(r, 0, 1 << 20));
     };
     std::map<int32_t, std::pair<double, int>> spans;  // rank -> (sum, count) of step spans
