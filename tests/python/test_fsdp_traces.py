@@ -188,6 +188,17 @@ class FsdpTraces(unittest.TestCase):
         peer.shardscope("simulate", "-m", MODEL, "-p", os.path.join(self.dirs["per_block"], "plan.json"), "-c", out,
                         "--json")
 
+    def test_export_keeps_what_the_fsdp_analysis_reads(self):
+        # `trace export` writes what ShardScope read (FSDP labels, c10d shapes, Gloo
+        # collectives): the per-unit analysis of the export equals that of the original.
+        d = os.path.join(self.dirs["explicit_prefetch"], "traces")
+        out = os.path.join(self.tmp.name, "rank0.exported.json")
+        peer.shardscope("trace", "export", os.path.join(d, "rank0.pt.trace.json"), "-o", out)
+        a = peer.shardscope("trace", "overlap", os.path.join(d, "rank0.pt.trace.json"), "--json")
+        b = peer.shardscope("trace", "overlap", out, "--json")
+        self.assertEqual(a["units"], b["units"])
+        self.assertEqual(a["micro_batches"], b["micro_batches"])
+
     def test_summary_counts_gloo_collectives_as_communication(self):
         j = peer.shardscope("trace", "summary", os.path.join(self.dirs["per_block"], "traces"), "--json")
         self.assertEqual(len(j), 2)  # record.json beside the traces is skipped
