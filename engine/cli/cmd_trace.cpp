@@ -11,6 +11,7 @@
 #include "engine/cli/common.h"
 #include "plans/core/atomic_write.h"
 #include "plans/core/strings.h"
+#include "profiler/analysis/allocator_replay.h"
 #include "profiler/analysis/summary.h"
 #include "profiler/analysis/trace_loader.h"
 #include "profiler/export/chrome_export.h"
@@ -172,6 +173,85 @@ int runTraceExport(const Args& a) {
     return kExitOk;
 }
 
+int runTraceMemory(const Args& a) {
+    if (a.positionals().empty()) {
+        std::cerr << "error: give one or more GPU profiler traces (profile_memory=True)\n";
+        return kExitUsage;
+    }
+    nlohmann::json all = nlohmann::json::array();
+    std::vector<std::string> skipped;
+    const bool expandable = a.flag("--expandable-segments");
+    const Status st = forEachTrace(
+        a.positionals(), {},
+        [&](const std::string& f, Trace&& t) -> Status {
+            const AllocatorReplay r = replayAllocator(t, expandable);
+            if (a.flag("--json")) {
+                all.push_back({{"file", f},
+                               {"rank", t.rank},
+                               {"events", r.events},
+                               {"allocations", r.allocations},
+                               {"frees", r.frees},
+                               {"frees_of_earlier_blocks", r.freesOfEarlierBlocks},
+                               {"start_allocated_bytes", r.startAllocated},
+                               {"start_reserved_bytes", r.startReserved},
+                               {"trace_allocated_peak_bytes", r.traceAllocatedPeak},
+                               {"trace_reserved_peak_bytes", r.traceReservedPeak},
+                               {"model_allocated_peak_bytes", r.modelAllocatedPeak},
+                               {"model_reserved_peak_bytes", r.modelReservedPeak},
+                               {"allocated_mismatches", r.allocatedMismatches},
+                               {"largest_allocated_gap_bytes", r.largestAllocatedGap},
+                               {"largest_reserved_gap_bytes", r.largestReservedGap},
+                               {"trace_reserved_changed", r.reservedChanged},
+                               {"peak_reserved_error", r.peakReservedError()}});
+                return {};
+            }
+            std::cout << f << " (rank " << t.rank << ")\n";
+            if (r.events == 0) {
+                std::cout << "  no CUDA [memory] events with Addr and Bytes (profile with "
+                             "profile_memory=True on a GPU)\n";
+                return {};
+            }
+            std::cout << "  " << withThousands(r.events)
+                      << " allocator events: " << withThousands(r.allocations) << " allocations, "
+                      << withThousands(r.frees) << " frees (" << r.freesOfEarlierBlocks
+                      << " of blocks allocated before the trace began)\n";
+            std::cout << "  trace: allocated " << formatBytes(r.startAllocated)
+                      << " at the start, peak " << formatBytes(r.traceAllocatedPeak)
+                      << "; reserved " << formatBytes(r.startReserved) << " at the start, peak "
+                      << formatBytes(r.traceReservedPeak)
+                      << (r.reservedChanged ? "" : " (it never moved during the trace)") << "\n";
+            char line[200];
+            std::snprintf(line, sizeof line, "%+.1f%%", 100.0 * r.peakReservedError());
+            std::cout << "  model: allocated peak " << formatBytes(r.modelAllocatedPeak)
+                      << (r.allocatedMismatches == 0
+                              ? " (equal to the trace's at every event)"
+                              : " (differs from the trace's at " +
+                                    withThousands(r.allocatedMismatches) + " events, by " +
+                                    formatBytes(r.largestAllocatedGap) +
+                                    " at most: blocks it left unsplit)")
+                      << "; reserved peak " << formatBytes(r.modelReservedPeak) << " (" << line
+                      << " against the trace), largest gap " << formatBytes(r.largestReservedGap)
+                      << "\n";
+            if (r.startReserved > r.startAllocated)
+                std::cout << "  note: the trace began with "
+                          << formatBytes(r.startReserved - r.startAllocated)
+                          << " cached but not allocated, from before profiling; the model "
+                             "starts without it, so a trace that starts mid-run bounds the "
+                             "model from below only\n";
+            return {};
+        },
+        &skipped);
+    std::cout.flush();
+    for (const auto& sk : skipped)
+        std::cerr << "note: skipped " << sk << "\n";
+    if (!st) {
+        std::cerr << "error: " << st.error() << "\n";
+        return kExitUsage;
+    }
+    if (a.flag("--json")) return emitJson(all, "").ok() ? kExitOk : kExitUsage;
+    return kExitOk;
+}
+
 }  // namespace
 
 std::vector<Command> traceCommands() {
@@ -216,7 +296,22 @@ std::vector<Command> traceCommands() {
     x.options = {{"--output", "FILE", "where to write the JSON", "", true, "-o"},
                  {"--python-functions", "", "keep python_function events (skipped by default)"}};
     x.examples = {"shardscope trace export rank0.pt.trace.json.gz -o rank0.perfetto.json"};
-    return {{s, runTraceSummary}, {x, runTraceExport}};
+    CommandSpec m;
+    m.name = "trace memory";
+    m.summary = "Replay a GPU trace's allocator events through the caching-allocator model.";
+    m.description =
+        "Reads the CUDA [memory] events of PyTorch profiler traces (profile_memory=True: Addr,\n"
+        "Bytes, Total Allocated, Total Reserved), replays each allocation and free through\n"
+        "ShardScope's model of PyTorch's caching allocator (the one `simulate` uses for\n"
+        "reserved memory) and prints its allocated and reserved peaks against the trace's.\n"
+        "Blocks allocated before profiling began are seeded (those the trace frees at their\n"
+        "sizes); memory the allocator had cached before then is unknown and reported.";
+    m.positionalsMetavar = "FILE|DIR...";
+    m.options = {
+        {"--expandable-segments", "", "model PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"},
+        {"--json", "", "print JSON, one object per file"}};
+    m.examples = {"shardscope trace memory rank0.pt.trace.json.gz"};
+    return {{s, runTraceSummary}, {x, runTraceExport}, {m, runTraceMemory}};
 }
 
 }  // namespace shardscope::cli

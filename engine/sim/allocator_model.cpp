@@ -37,8 +37,8 @@ void AllocatorModel::removeFree(int32_t b) {
 int64_t AllocatorModel::allocate(int64_t bytes, int stream) {
     if (bytes <= 0) return -1;
     const int64_t size = roundSize(bytes);
-    m_allocated += size;
     if (m_expandable) {
+        m_allocated += size;
         int64_t& used = m_streamUsed[stream % kMaxStreams];
         int64_t& high = m_streamHigh[stream % kMaxStreams];
         used += size;
@@ -94,6 +94,9 @@ int64_t AllocatorModel::allocate(int64_t bytes, int stream) {
         freeBlocks.erase(it);
     }
     m_blocks[b].free = false;
+    // Allocated counts the block handed out, remainder included when it was not split off
+    // (PyTorch's stats add block->size), as free() subtracts it.
+    m_allocated += m_blocks[b].size;
     return b;
 }
 

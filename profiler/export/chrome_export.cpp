@@ -125,7 +125,9 @@ json exportChromeTrace(const Trace& t) {
                       {"args",
                        {{"Device Type", 1},
                         {"Total Allocated", m.allocated},
-                        {"Total Reserved", m.reserved}}}});
+                        {"Total Reserved", m.reserved},
+                        {"Bytes", m.bytes},
+                        {"Addr", m.addr}}}});
     for (const auto& m : t.hostMemory)
         ev.push_back({{"ph", "i"},
                       {"s", "t"},

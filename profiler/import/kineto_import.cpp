@@ -1114,6 +1114,8 @@ private:
         if (device != 1) return;
         MemoryCounter m;
         m.ts = f.tsNs;
+        m.bytes = args.contains("Bytes") ? number(args["Bytes"]) : 0;
+        m.addr = args.contains("Addr") ? number(args["Addr"]) : 0;
         if (args.contains("Total Allocated")) {
             m.allocated = number(args["Total Allocated"]);
             m.reserved = args.contains("Total Reserved") ? number(args["Total Reserved"]) : 0;

@@ -69,6 +69,9 @@ struct MemoryCounter {
     int64_t ts = 0;
     int64_t allocated = 0;
     int64_t reserved = 0;
+    // The [memory] event's own allocation (Bytes > 0) or free (< 0) at Addr; 0 for counters.
+    int64_t bytes = 0;
+    int64_t addr = 0;
 };
 
 struct Trace {
