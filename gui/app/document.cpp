@@ -50,7 +50,8 @@ EventKind collectiveKind(const std::string& name) {
     return EventKind::Other;
 }
 
-TimelineData timelineFromTrace(const std::shared_ptr<const Trace>& trace) {
+TimelineData timelineFromTrace(const std::shared_ptr<const Trace>& trace,
+                               const FsdpTraceAnalysis* fsdp) {
     const Trace& t = *trace;
     TimelineData d;
     std::unordered_map<int32_t, EventKind> commKind;  // event -> kind, for collectives
@@ -139,6 +140,40 @@ TimelineData timelineFromTrace(const std::shared_ptr<const Trace>& trace) {
                                                            static_cast<int32_t>(i),
                                                            t.strings.at(t.name[i]), unit});
         d.endNs = std::max(d.endNs, t.start[i] + t.dur[i]);
+    }
+    // FSDP's units, from its own labels (a PyTorch FSDP2/FSDP1 run): a row of all-gathers and
+    // one of reduce-scatters and all-reduces, each labelled with its unit, phase and exposed
+    // time, as `shardscope trace overlap` prints them.
+    if (fsdp && !fsdp->api.empty()) {
+        const std::string group =
+            ranks.size() > 1 ? "rank " + std::to_string(t.rank) : std::string();
+        TimelineRow ag{"FSDP all-gathers", {}, group}, rs{"FSDP reduce-scatters", {}, group};
+        std::unordered_map<std::string, int32_t> unitByName;
+        for (size_t u = 0; u < d.units.size(); ++u)
+            unitByName.emplace(d.units[u], static_cast<int32_t>(u));
+        for (const auto& c : fsdp->collectives) {
+            if (c.unit < 0 || c.commEvent < 0) continue;
+            const FsdpUnit& u = fsdp->units[static_cast<size_t>(c.unit)];
+            auto [it, added] = unitByName.emplace(u.name, static_cast<int32_t>(d.units.size()));
+            if (added) d.units.push_back(u.name);
+            const bool gather = c.kind == CollectiveKind::AllGather;
+            const char* what = gather                                    ? "all-gather"
+                               : c.kind == CollectiveKind::ReduceScatter ? "reduce-scatter"
+                                                                         : "all-reduce";
+            char b[96];
+            std::snprintf(b, sizeof b, " (%s%s, %.2f ms exposed)",
+                          c.backward ? "backward" : "forward", c.prefetch ? ", prefetched" : "",
+                          static_cast<double>(c.exposedNs) * 1e-6);
+            (gather ? ag : rs)
+                .events.push_back({c.startNs, c.endNs,
+                                   gather ? EventKind::AllGather
+                                   : c.kind == CollectiveKind::ReduceScatter
+                                       ? EventKind::ReduceScatter
+                                       : EventKind::AllReduce,
+                                   c.commEvent, u.displayName() + " " + what + b, it->second});
+        }
+        for (TimelineRow* r : {&ag, &rs})
+            if (!r->events.empty()) d.rows.push_back(std::move(*r));
     }
     sortEventsByStart(d.rows);
     // ShardScope's own lanes in stream order (compute first), each stream's overflow lanes
@@ -235,11 +270,16 @@ LoadedFile loadFile(const QString& path, const std::atomic<bool>* cancel,
             f.trace = std::make_shared<const Trace>(std::move(*t));
             // Built here, off the GUI thread like the import: a trace can hold millions of
             // events, and the window shows the summary on every refresh.
-            f.traceTimeline = std::make_shared<const TimelineData>(timelineFromTrace(f.trace));
+            auto fsdp = std::make_shared<FsdpTraceAnalysis>(analyzeFsdp(*f.trace));
+            if (!fsdp->api.empty()) f.traceFsdp = fsdp;
+            f.traceTimeline =
+                std::make_shared<const TimelineData>(timelineFromTrace(f.trace, fsdp.get()));
             f.traceSummary = std::make_shared<const TraceSummary>(summarize(*f.trace));
-            if (!f.trace->memory.empty()) {
+            // The device's memory, or on a CPU run the CPU allocator's.
+            const auto& counters = f.trace->memory.empty() ? f.trace->hostMemory : f.trace->memory;
+            if (!counters.empty()) {
                 auto m = std::make_shared<SimResult>();
-                for (const auto& c : f.trace->memory) {
+                for (const auto& c : counters) {
                     m->timeline.push_back({c.ts, c.allocated, c.reserved, {}});
                     m->peakAllocated = std::max(m->peakAllocated, c.allocated);
                     m->peakReserved = std::max(m->peakReserved, c.reserved);
@@ -305,7 +345,8 @@ void Document::apply(const LoadedFile& f) {
             break;
         case LoadedFile::Kind::Trace:
             std::erase_if(traces, [&](const OpenedTrace& o) { return o.path == f.path; });
-            traces.push_back({f.path, f.trace, f.traceTimeline, f.traceSummary, f.traceMemory});
+            traces.push_back(
+                {f.path, f.trace, f.traceTimeline, f.traceSummary, f.traceMemory, f.traceFsdp});
             showTrace = true;
             return;
     }

@@ -18,6 +18,7 @@
 #include "plans/model/model_graph.h"
 #include "plans/plan/plan.h"
 #include "plans/plan/resolve.h"
+#include "profiler/analysis/fsdp_trace.h"
 #include "profiler/analysis/summary.h"
 #include "profiler/trace/trace.h"
 
@@ -35,6 +36,8 @@ struct LoadedFile {
     std::shared_ptr<const TraceSummary> traceSummary;
     // Its memory counters as a memory timeline (allocated and reserved only), or null.
     std::shared_ptr<const SimResult> traceMemory;
+    // FSDP's structure from the trace's own labels (PyTorch FSDP2/FSDP1 runs), or null.
+    std::shared_ptr<const FsdpTraceAnalysis> traceFsdp;
     QString error;  // non-empty when loading failed; names the file and field
 };
 
@@ -57,6 +60,7 @@ struct OpenedTrace {
     std::shared_ptr<const TimelineData> timeline;
     std::shared_ptr<const TraceSummary> summary;
     std::shared_ptr<const SimResult> memory;
+    std::shared_ptr<const FsdpTraceAnalysis> fsdp;  // null when the trace has no FSDP labels
 };
 
 struct Document {

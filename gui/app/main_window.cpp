@@ -636,17 +636,42 @@ void MainWindow::showSimulation() {
         m_timeline->setData(tr->timeline);
         m_memory->setData(tr->memory, 0);
         const TraceSummary& s = *tr->summary;
-        m_simSummary->setText(QString("<b>Trace</b> %1 (rank %2, %3): GPU time %4 ms, compute %5 "
-                                      "ms, idle %6 ms; communication %7 ms, "
-                                      "%8% overlapped by compute (HTA's definitions)")
-                                  .arg(QFileInfo(tr->path).fileName().toHtmlEscaped())
-                                  .arg(s.rank)
-                                  .arg(QString::fromStdString(s.dialect))
-                                  .arg(s.kernelTimeNs * 1e-6, 0, 'f', 1)
-                                  .arg(s.computeNs * 1e-6, 0, 'f', 1)
-                                  .arg(s.idleNs * 1e-6, 0, 'f', 1)
-                                  .arg(s.commNs * 1e-6, 0, 'f', 1)
-                                  .arg(100.0 * s.overlapRatio, 0, 'f', 1));
+        QString text;
+        if (s.kernelTimeNs > 0 || s.hostCommNs == 0)
+            text = QString(
+                       "<b>Trace</b> %1 (rank %2, %3): GPU time %4 ms, compute %5 "
+                       "ms, idle %6 ms; communication %7 ms, "
+                       "%8% overlapped by compute (HTA's definitions)")
+                       .arg(QFileInfo(tr->path).fileName().toHtmlEscaped())
+                       .arg(s.rank)
+                       .arg(QString::fromStdString(s.dialect))
+                       .arg(s.kernelTimeNs * 1e-6, 0, 'f', 1)
+                       .arg(s.computeNs * 1e-6, 0, 'f', 1)
+                       .arg(s.idleNs * 1e-6, 0, 'f', 1)
+                       .arg(s.commNs * 1e-6, 0, 'f', 1)
+                       .arg(100.0 * s.overlapRatio, 0, 'f', 1);
+        else  // a CPU run: Gloo's collectives, exposed while the issuing thread ran no op
+            text = QString(
+                       "<b>Trace</b> %1 (rank %2, CPU run): communication %3 ms on Gloo "
+                       "threads, %4 ms of it exposed")
+                       .arg(QFileInfo(tr->path).fileName().toHtmlEscaped())
+                       .arg(s.rank)
+                       .arg(s.hostCommNs * 1e-6, 0, 'f', 1)
+                       .arg(s.hostExposedNs * 1e-6, 0, 'f', 1);
+        if (const auto& f = tr->fsdp)
+            text += QString(
+                        "<br><b>%1</b>: %2 units, %3 step%4 of %5 micro-batch%6; per step "
+                        "FSDP communication %7 ms, %8 ms exposed (rows \"FSDP all-gathers\" "
+                        "and \"FSDP reduce-scatters\")")
+                        .arg(f->api == "fsdp2" ? "FSDP2" : "FSDP1")
+                        .arg(f->units.size())
+                        .arg(f->steps)
+                        .arg(f->steps > 1 ? "s" : "")
+                        .arg(f->microBatches)
+                        .arg(f->microBatches > 1 ? "es" : "")
+                        .arg(static_cast<double>(f->commNs) * 1e-6, 0, 'f', 1)
+                        .arg(static_cast<double>(f->exposedNs) * 1e-6, 0, 'f', 1);
+        m_simSummary->setText(text);
         return;
     }
     m_timeline->setData(m_doc.timeline);

@@ -21,6 +21,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "gui/app/compare_view.h"
@@ -269,6 +270,73 @@ TEST(GuiWindow, OpensAPyTorchProfilerTraceOnTheTimeline) {
     EXPECT_EQ(kinds[EventKind::ReduceScatter], 0);
     w.timeline()->repaint();
     EXPECT_FALSE(w.timeline()->lastDrawList().empty());
+}
+
+TEST(GuiWindow, ShowsFsdpUnitsAndCpuMemoryOfAPyTorchCpuRun) {
+    // A PyTorch FSDP2 step on Gloo as Kineto writes it: FSDP's labels, the c10d op with its
+    // shapes, the Gloo collective on its thread, the CPU allocator's [memory] events.
+    using J = nlohmann::json;
+    auto x = [](const char* cat, const std::string& name, int tid, double ts, double dur,
+                J args = nullptr) {
+        J e = {{"ph", "X"},  {"cat", cat}, {"name", name}, {"pid", 9},
+               {"tid", tid}, {"ts", ts},   {"dur", dur}};
+        if (!args.is_null()) e["args"] = std::move(args);
+        return e;
+    };
+    J ev = J::array();
+    ev.push_back(x("user_annotation", "ProfilerStep#1", 1, 0, 1000));
+    ev.push_back(x("user_annotation", "FSDP::root_pre_forward", 1, 1, 1));
+    ev.push_back(x("user_annotation", "FSDP::pre_forward (model.layers.0)", 1, 5, 100));
+    ev.push_back(x("user_annotation", "FSDP::all_gather (model.layers.0)", 1, 6, 90));
+    ev.push_back(x("cpu_op", "c10d::_allgather_base_", 1, 10, 3,
+                   {{"Input Dims", {{8}, {4}}}, {"Input type", {"float", "float"}}}));
+    ev.push_back(x("user_annotation", "gloo:all_gather", 2, 12, 60,
+                   {{"Input Dims", {{4}}}, {"Input type", {"float"}}}));
+    ev.push_back(x("user_annotation", "FSDP::post_forward (model.layers.0)", 1, 300, 2));
+    ev.push_back(x("user_annotation", "FSDP::post_backward_reduce (model.layers.0)", 1, 500, 60));
+    ev.push_back(x("cpu_op", "c10d::_reduce_scatter_base_", 1, 505, 3,
+                   {{"Input Dims", {{4}, {8}}}, {"Input type", {"float", "float"}}}));
+    ev.push_back(x("user_annotation", "gloo:all_reduce", 2, 510, 40,
+                   {{"Input Dims", {{8}}}, {"Input type", {"float"}}}));
+    for (int i = 0; i < 3; ++i)
+        ev.push_back({{"ph", "i"},
+                      {"s", "t"},
+                      {"name", "[memory]"},
+                      {"cat", "cpu_instant_event"},
+                      {"pid", 9},
+                      {"tid", 1},
+                      {"ts", 20 + 100 * i},
+                      {"args",
+                       {{"Device Type", 0},
+                        {"Bytes", 1024},
+                        {"Total Allocated", 1024 * (i + 1)},
+                        {"Total Reserved", 0}}}});
+    const std::string path =
+        (std::filesystem::temp_directory_path() / "shardscope_gui_fsdp_cpu.pt.trace.json").string();
+    std::ofstream(path) << J{
+        {"distributedInfo", {{"rank", 0}, {"world_size", 2}}},
+        {"traceEvents", ev}}.dump();
+    MainWindow w;
+    w.resize(1200, 800);
+    w.show();
+    ASSERT_TRUE(openAndWait(w, {QString::fromStdString(path)}, 30000));
+    const OpenedTrace* tr = w.document().lastTrace();
+    ASSERT_TRUE(tr);
+    ASSERT_TRUE(tr->fsdp);
+    EXPECT_EQ(tr->fsdp->api, "fsdp2");
+    std::map<std::string, std::vector<std::string>> labels;
+    for (const auto& r : tr->timeline->rows)
+        for (const auto& e : r.events)
+            labels[r.name].push_back(e.label);
+    ASSERT_EQ(labels["FSDP all-gathers"].size(), 1u);
+    EXPECT_EQ(labels["FSDP all-gathers"][0],
+              "model.layers.0 all-gather (forward, 0.06 ms exposed)");
+    ASSERT_EQ(labels["FSDP reduce-scatters"].size(), 1u);
+    EXPECT_EQ(labels["FSDP reduce-scatters"][0].rfind("model.layers.0 reduce-scatter (backward", 0),
+              0u);
+    // The CPU allocator's counter is the memory timeline of a CPU run.
+    ASSERT_TRUE(tr->memory);
+    EXPECT_EQ(tr->memory->peakAllocated, 3072);
 }
 
 TEST(GuiWindow, MemoryChartShowsTheSimulatedPeak) {
