@@ -93,6 +93,42 @@ def ours(model, plan, cluster, extra):
     return json.loads(run_shardscope("simulate", "--model", model, "--plan", plan, "--cluster", cluster, "--json", *extra))
 
 
+
+def balanced_moe_routing():
+    """Mixtral's sparse MoE block with tokens routed evenly over the experts.
+
+    Hugging Face's loop picks each expert's tokens with `torch.where` on the router's choice,
+    whose output size depends on the values, which fake tensors do not have. This forward
+    runs the same operators (router, softmax in fp32, top-k, renormalisation, per-expert
+    index, expert MLP, weighting, index_add_) with each expert given exactly
+    tokens x top_k / experts token slots, the balanced routing a load-balanced router aims
+    for and what ShardScope assumes. The saved activations are then those of a balanced step.
+    """
+    import torch
+    import torch.nn.functional as F
+    from transformers.models.mixtral import modeling_mixtral
+
+    def forward(self, hidden_states):
+        batch_size, sequence_length, hidden_dim = hidden_states.shape
+        hs = hidden_states.view(-1, hidden_dim)
+        tokens = hs.shape[0]
+        router_logits = self.gate(hs)
+        routing_weights = F.softmax(router_logits, dim=1, dtype=torch.float)
+        routing_weights, _ = torch.topk(routing_weights, self.top_k, dim=-1)
+        routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
+        routing_weights = routing_weights.to(hs.dtype)
+        final = torch.zeros((tokens, hidden_dim), dtype=hs.dtype, device=hs.device)
+        per_expert = tokens * self.top_k // self.num_experts
+        for e in range(self.num_experts):
+            slots = torch.arange(e * per_expert, (e + 1) * per_expert, device=hs.device)
+            top_x, idx = slots % tokens, slots // tokens
+            current = hs[None, top_x].reshape(-1, hidden_dim)
+            out = self.experts[e](current) * routing_weights[top_x, idx, None]
+            final.index_add_(0, top_x, out.to(hs.dtype))
+        return final.reshape(batch_size, sequence_length, hidden_dim), router_logits
+
+    modeling_mixtral.MixtralSparseMoeBlock.forward = forward
+
 def oracle(model_path, plan_path, world, batch, seq, steps=2):
     """FSDPMemTracker's peak snapshot (bytes per category) for rank 0 of `world`."""
     import torch
@@ -119,6 +155,8 @@ def oracle(model_path, plan_path, world, batch, seq, steps=2):
     # do, and as ShardScope models attention.
     import transformers.masking_utils as masking_utils
     masking_utils.find_packed_sequence_indices = lambda position_ids: None
+    if cfg.model_type == "mixtral":
+        balanced_moe_routing()
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
     try:
         # The mesh is made outside fake mode (it reads its rank layout back as a tensor).

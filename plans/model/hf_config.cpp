@@ -219,8 +219,16 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
             // Router: Linear(h → E), softmax and top-k in fp32.
             linear(moe, "gate", h, c.experts, false, true);
             auto& mc = g.cost(moe);
+            // Saved per token, measured with saved_tensors_hooks on transformers' block (fp32
+            // softmax, top-k indices and values, the renormalising sum) and per routed slot:
+            // the token and slot indices (int64 each), the routing weight, the expert's output
+            // (kept by the multiply with the weight) and the weighted output (kept by
+            // index_add_, whose backward expands to the source). The expert's input is
+            // counted by its w1.
+            const double k = static_cast<double>(c.topK);
             mc.savedBytes.fixedPerToken +=
-                4.0 * static_cast<double>(c.experts + c.topK) + 8.0 * c.topK;
+                4.0 * static_cast<double>(c.experts + c.topK) + 8.0 * k + 4.0 + 16.0 * k;
+            mc.savedBytes.perToken += (2.0 * H * k + k) * cb.e;
             mc.fwdMemBytes.perToken += 2.0 * H * cb.e * static_cast<double>(c.topK);
             mc.bwdMemBytes.perToken += 2.0 * H * cb.e * static_cast<double>(c.topK);
             mc.outputBytes.perToken += H * cb.e;

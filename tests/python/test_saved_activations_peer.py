@@ -11,6 +11,7 @@ heads) is covered by the sample itself.
 import json
 import os
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -74,6 +75,36 @@ class SavedActivationsPeer(unittest.TestCase):
                  100.0 * (ours_layer - layer1) / layer1))
         self.assertLess(abs(ours_total - total), 0.01 * total)
         self.assertLess(abs(ours_layer - layer1), 0.01 * layer1)
+
+    def test_mixtral_moe_block_matches_autograd(self):
+        # A small Mixtral (8 experts, top 2) in bf16 with tokens routed evenly over the
+        # experts (the oracle's balanced routing: transformers' operators, data-independent
+        # token choice). One sparse-MoE block's saved bytes, formulas against autograd.
+        sys.path.insert(0, os.path.join(peer.SOURCE, "scripts"))
+        import memory_oracle
+        memory_oracle.balanced_moe_routing()
+        cfg = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "vocab_size": 128,
+               "hidden_size": 64, "intermediate_size": 224, "num_hidden_layers": 2,
+               "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 8,
+               "num_experts_per_tok": 2, "max_position_embeddings": 256, "rms_norm_eps": 1e-5,
+               "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+        path = os.path.join(tempfile.mkdtemp(), "config.json")
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        config = transformers.MixtralConfig(**{k: v for k, v in cfg.items() if k not in ("architectures", "model_type")})
+        config._attn_implementation = "sdpa"
+        torch.manual_seed(0)
+        model = transformers.MixtralForCausalLM(config).to(torch.bfloat16).train()
+        ids = torch.randint(0, cfg["vocab_size"], (BATCH, SEQ))
+        _, moe = measured_saved_bytes(model, ids, ids, layer=model.model.layers[1].block_sparse_moe)
+        show = peer.shardscope("model", "show", "--model", path, "--batch", str(BATCH), "--seq", str(SEQ),
+                               "--param-dtype", "bfloat16", "--activation-dtype", "bfloat16", "--no-fold",
+                               "--depth", "8", "--json")
+        mods = {m["name"]: m for m in show["modules"]}
+        ours = mods["model.layers.1.block_sparse_moe"]["saved_activation_bytes"]
+        print("one sparse-MoE block, %d x %d tokens: formulas %d B, autograd %d B (%+.2f%%)"
+              % (BATCH, SEQ, ours, moe, 100.0 * (ours - moe) / moe))
+        self.assertLess(abs(ours - moe), 0.01 * moe)
 
 
 if __name__ == "__main__":
