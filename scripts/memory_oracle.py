@@ -129,6 +129,21 @@ def balanced_moe_routing():
 
     modeling_mixtral.MixtralSparseMoeBlock.forward = forward
 
+def print_module_peaks(tracker, names):
+    """The tracker's per-module snapshots (SHARDSCOPE_ORACLE_MODULES=fqn,fqn): at each
+    state it records (pre/post forward and backward, peaks), the categories above 50 MiB."""
+    gib = 1024.0**3
+    for stats in tracker.memory_tracking.values():
+        if stats.mod_fqn.split(".", 1)[-1] not in names and stats.mod_fqn not in names:
+            continue
+        print("module", stats.mod_fqn)
+        for state, snaps in stats.snapshots.items():
+            for snap in snaps[-1:]:
+                dev = next(iter(snap.values()))
+                cats = {str(getattr(k, "value", k)): round(v / gib, 2) for k, v in dev.items() if v > (50 << 20)}
+                print("   ", getattr(state, "value", state), cats)
+
+
 def oracle(model_path, plan_path, world, batch, seq, steps=2):
     """FSDPMemTracker's peak snapshot (bytes per category) for rank 0 of `world`."""
     import torch
@@ -183,6 +198,8 @@ def oracle(model_path, plan_path, world, batch, seq, steps=2):
                     del loss
                     optim.step()
                     optim.zero_grad()
+                if os.environ.get("SHARDSCOPE_ORACLE_MODULES"):
+                    print_module_peaks(tracker, os.environ["SHARDSCOPE_ORACLE_MODULES"].split(","))
                 tracker.reset_mod_stats()  # the tracker follows one iteration at a time
             snap = tracker.get_tracker_snapshot("peak")
     finally:
