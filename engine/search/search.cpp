@@ -69,6 +69,11 @@ void endModules(const ModelGraph& g, const std::vector<ModuleId>& blocks,
     });
 }
 
+// How many micro-batch sizes the search tries (powers of two from 1) and how many
+// micro-batches of a long accumulation it simulates before extrapolating.
+constexpr size_t kMaxMicroBatchCandidates = 8;
+constexpr int64_t kSimulatedMicroBatches = 16;
+
 class Searcher {
 public:
     Searcher(const ModelGraph& g, const ClusterSpec& c, const SearchOptions& o)
@@ -83,10 +88,13 @@ public:
         gb = (gb + world - 1) / world * world;
         res.globalBatch = gb;
         perRank = gb / world;
-        // Micro-batches: powers of two dividing the per-rank batch with at most 16
-        // accumulation steps (a step program grows with them), the four smallest such.
-        for (int64_t m = 1; m <= perRank && microBatches.size() < 4; m *= 2)
-            if (perRank % m == 0 && perRank / m <= 16) microBatches.push_back(m);
+        // Micro-batches: the powers of two dividing the per-rank batch, from 1 up, however
+        // many accumulation steps that takes (a long accumulation is simulated over a few
+        // micro-batches and extrapolated: see simulateAccumulated). Larger micro-batches
+        // than kMaxMicroBatchCandidates allow are left out: memory grows with them, and the
+        // search stops at the first that does not fit anyway.
+        for (int64_t m = 1; m <= perRank && microBatches.size() < kMaxMicroBatchCandidates; m *= 2)
+            if (perRank % m == 0) microBatches.push_back(m);
         if (microBatches.empty()) microBatches.push_back(perRank);
         res.memoryBudget = static_cast<int64_t>(static_cast<double>(c.device.memoryBytes) *
                                                 (1.0 - o.memoryHeadroom));
@@ -343,8 +351,7 @@ private:
                             return;
                         }
                         r.plan.syncEveryMicroBatch = syncEvery;
-                        StepOptions st{mb, o.seqLen, perRank / mb, c.node.devicesPerNode};
-                        const SimResult sim = simulate(buildStepProgram(r, st), c, r.worldSize, so);
+                        const SimResult sim = simulateAccumulated(r, mb, perRank / mb, so);
                         const bool fits = sim.peakReserved <= budget;
                         anyFits = anyFits || fits;
                         const uint64_t order =
@@ -360,6 +367,26 @@ private:
                     overBudget = !anyFits;
                 }
             }
+    }
+
+    // A step of `n` micro-batches. Up to kSimulatedMicroBatches they are simulated as they
+    // are; beyond, the step program (which grows with n) is simulated with that many and one
+    // fewer, and the step time extrapolated by the marginal micro-batch (the middle ones
+    // repeat: same collectives, same compute). Memory after the first micro-batch is steady
+    // (gradients accumulate in place), so the peak is the larger of the two.
+    SimResult simulateAccumulated(const ResolvedPlan& r, int64_t mb, int64_t n,
+                                  const SimOptions& so) const {
+        const int64_t k = std::min<int64_t>(n, kSimulatedMicroBatches);
+        SimResult a = simulate(buildStepProgram(r, {mb, o.seqLen, k, c.node.devicesPerNode}), c,
+                               r.worldSize, so);
+        if (n == k) return a;
+        const SimResult b = simulate(
+            buildStepProgram(r, {mb, o.seqLen, k - 1, c.node.devicesPerNode}), c, r.worldSize, so);
+        const int64_t marginal = std::max<int64_t>(0, a.stepNs - b.stepNs);
+        a.stepNs += (n - k) * marginal;
+        a.peakAllocated = std::max(a.peakAllocated, b.peakAllocated);
+        a.peakReserved = std::max(a.peakReserved, b.peakReserved);
+        return a;
     }
 
     static std::string granularity(const Structure& s) {
@@ -466,8 +493,7 @@ private:
         SimOptions so;
         so.keepTimeline = false;
         for (auto it = microBatches.rbegin(); it != microBatches.rend(); ++it) {
-            StepOptions st{*it, o.seqLen, perRank / *it, c.node.devicesPerNode};
-            const SimResult sim = simulate(buildStepProgram(r, st), c, r.worldSize, so);
+            const SimResult sim = simulateAccumulated(r, *it, perRank / *it, so);
             best.microBatch = *it;
             if (sim.peakReserved <= budget) break;
         }
