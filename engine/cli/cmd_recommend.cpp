@@ -158,9 +158,35 @@ int runRecommend(const Args& a) {
                   << formatBytes(res.closest ? res.closest->sim.peakReserved : 0) << ", "
                   << formatBytes(res.closest ? res.closest->sim.peakReserved - res.memoryBudget : 0)
                   << " over the budget:\n  "
-                  << (res.closest ? res.closest->summary : std::string("-"))
-                  << "\nTry a shorter sequence, a smaller global batch, more GPUs, or more memory "
-                     "headroom.\n";
+                  << (res.closest ? res.closest->summary : std::string("-")) << "\n";
+        if (res.closest) {
+            // What binds: the state sharded over the ranks (parameters, gradients, optimizer
+            // state), which only more GPUs (or offload) shrink, or what one micro-batch adds
+            // (activations and the buffers around them), which micro-batch 1 and full
+            // checkpointing already minimise in this plan.
+            const auto& at = res.closest->sim.atPeak;
+            auto cat = [&](MemCategory c) { return at[static_cast<size_t>(c)]; };
+            const int64_t state = cat(MemCategory::ShardedParams) + cat(MemCategory::Gradients) +
+                                  cat(MemCategory::OptimizerState);
+            const int64_t perMicroBatch =
+                cat(MemCategory::Activations) + cat(MemCategory::Temporaries) +
+                cat(MemCategory::UnshardedParams) + cat(MemCategory::AllGatherBuffer) +
+                cat(MemCategory::ReduceScatterBuffer);
+            std::cout << "At its peak: parameters, gradients and optimizer state "
+                      << formatBytes(state) << "; activations, temporaries and communication "
+                      << "buffers " << formatBytes(perMicroBatch) << " (allocated; the rest of "
+                      << "the reserved bytes is the caching allocator's).\n";
+            if (state > res.memoryBudget)
+                std::cout << "The sharded state alone exceeds the budget: shard over more GPUs "
+                             "(it shrinks with the world size), or give less headroom "
+                             "(--memory-headroom "
+                          << o.memoryHeadroom << " now).\n";
+            else
+                std::cout << "The sharded state fits; one micro-batch's activations do not: a "
+                             "shorter sequence (--seq), more GPUs, or less headroom "
+                             "(--memory-headroom "
+                          << o.memoryHeadroom << " now).\n";
+        }
         return kExitFailed;
     }
     const Candidate& b = *res.best;

@@ -505,6 +505,13 @@ private:
             Op d{OpKind::D2H, Phase::Backward, Stream::D2H, UnitId(u), mb};
             d.memBytes = static_cast<double>(unit.shardedBytes);
             d.waits.push_back(reduceOps.back());
+            // CPUOffloadPolicy: the reduced shard is copied to the host's gradient and the
+            // device copy dropped (foreach_reduce's non_blocking .to(cpu)); it does not stay
+            // on the device until the optimizer step (unless the device is the host).
+            if (!o.hostIsDevice) {
+                d.frees.push_back(sharded);
+                shardedGrads.pop_back();
+            }
             reduceOps.push_back(add(std::move(d)));
         }
     }

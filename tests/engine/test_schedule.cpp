@@ -15,7 +15,10 @@
 #include "engine/sim/allocator_model.h"
 #include "engine/sim/cost_model.h"
 #include "engine/sim/simulator.h"
+#include "plans/cluster/cluster.h"
+#include "plans/model/model_json.h"
 #include "plans/plan/resolve.h"
+#include "tests/support/golden.h"
 
 using namespace shardscope;
 
@@ -519,4 +522,37 @@ TEST(PlanVariant, EqualsResolvingThePlanWithTheSameSettings) {
     std::string why;
     EXPECT_FALSE(applyVariant(x, bad, &why));
     EXPECT_EQ(why, "reshard_after_forward=3 does not divide the shard size 8");
+}
+
+TEST(StepProgram, OffloadDropsTheDeviceGradientAfterItsCopyToTheHost) {
+    // FSDP2's foreach_reduce with CPUOffloadPolicy: the reduced shard goes .to("cpu") and the
+    // device copy is dropped right there ("we can free it here by not keeping a ref"); only
+    // with the host as the device (a CPU cluster) does it stay until the optimizer.
+    auto g = loadModelFile(test::samplePath("models/llama3-70b/config.json"));
+    ASSERT_TRUE(g.ok());
+    auto c = loadClusterFile(test::samplePath("clusters/h100-sxm-8x8.json"));
+    ASSERT_TRUE(c.ok());
+    ClusterSpec one = *c;
+    one.nodes = 1;
+    Plan p;
+    p.wrap.kind = WrapPolicySpec::Kind::ModuleClass;
+    p.wrap.classes = {"LlamaDecoderLayer"};
+    p.defaults.mixedPrecision = MixedPrecisionSpec{DType::BFloat16, DType::Float32, {}, true};
+    p.defaults.activationCheckpointing = AcSpec(AcMode::Full);
+    p.microBatchSize = 1;
+    p.seqLen = 8192;
+    SimOptions so;
+    so.keepTimeline = false;
+    auto gradsAtPeak = [&](bool offload) {
+        Plan q = p;
+        if (offload) q.defaults.offload = OffloadSpec{true, true};
+        const ResolvedPlan r = resolvePlan(*g, q, &one, "offload");
+        EXPECT_FALSE(r.hasErrors());
+        const SimResult s =
+            simulate(buildStepProgram(r, stepOptionsFor(q, one)), one, r.worldSize, so);
+        return s.atPeak[static_cast<size_t>(MemCategory::Gradients)];
+    };
+    const int64_t kept = gradsAtPeak(false), offloaded = gradsAtPeak(true);
+    EXPECT_GT(kept, int64_t{30} << 30);      // 70B fp32 gradient shards of 8 ranks
+    EXPECT_LT(offloaded, int64_t{4} << 30);  // about one unit's unsharded gradients
 }
