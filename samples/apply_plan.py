@@ -2,12 +2,15 @@
 # SPDX-License-Identifier: Apache-2.0
 """Apply a ShardScope FSDP2 plan export to a torch.nn.Module with fully_shard.
 
-    from apply_plan import apply_plan
+    import json
+    from apply_plan import apply_plan, prepare_micro_batch
+    export = json.load(open("plan.fsdp2.json"))
     model = build_my_model()                      # on the meta device or the real one
-    model = apply_plan(model, "plan.fsdp2.json")  # mesh, fully_shard calls, prefetch, checkpointing
+    model = apply_plan(model, export)             # mesh, fully_shard calls, prefetch, checkpointing
+    micro_batches = export["gradient_accumulation"]["micro_batches"]
     for step in range(steps):
-        for mb in range(plan_micro_batches):      # see the export's "gradient_accumulation"
-            model.set_requires_gradient_sync(mb == plan_micro_batches - 1 or sync_every)
+        for mb in range(micro_batches):
+            prepare_micro_batch(model, export, mb)  # gradient sync and resharding, as planned
             loss(model(batch[mb])).backward()
         optim.step(); optim.zero_grad()
 
@@ -28,7 +31,7 @@ import sys
 
 import torch
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
 
 def _dtype(name):
@@ -157,14 +160,37 @@ def apply_plan(model, export, device_type=None, mesh=None):
             kwargs["ignored_params"] = ignored
         fully_shard(modules if len(modules) > 1 else modules[0], mesh=mesh, **kwargs)
         if call.get("reshard_after_backward") is False:
-            modules[0].set_reshard_after_backward(False)
+            # This unit only: with recurse (the default) the root's call would reach every
+            # unit inside it.
+            modules[0].set_reshard_after_backward(False, recurse=False)
     for unit, targets in export.get("forward_prefetch", {}).items():
         _submodule(model, unit).set_modules_to_forward_prefetch([_submodule(model, t) for t in targets])
     for unit, targets in export.get("backward_prefetch", {}).items():
         _submodule(model, unit).set_modules_to_backward_prefetch([_submodule(model, t) for t in targets])
     if export.get("gradient_divide_factor"):
-        model.set_gradient_divide_factor(export["gradient_divide_factor"])
+        # The setter acts on the module it is called on only: every unit gets it.
+        for m in model.modules():
+            if isinstance(m, FSDPModule):
+                m.set_gradient_divide_factor(export["gradient_divide_factor"])
     return model
+
+
+def prepare_micro_batch(model, export, micro_batch):
+    """Call before each micro-batch's forward: gradient sync and resharding as the plan says.
+
+    Gradients are reduced on the last micro-batch only (or on every one with
+    "sync_every_micro_batch"). Units exported with reshard_after_backward False keep their
+    parameters unsharded between micro-batches, and reshard after the last one's backward,
+    so that every step starts sharded, as ShardScope simulates it (without this the next
+    step's forward would run on the unsharded copy of the previous weights)."""
+    acc = export.get("gradient_accumulation", {})
+    n = int(acc.get("micro_batches", 1))
+    last = micro_batch == n - 1
+    if n > 1:
+        model.set_requires_gradient_sync(last or bool(acc.get("sync_every_micro_batch", False)))
+    for call in export["fully_shard"]:
+        if call.get("reshard_after_backward") is False:
+            _submodule(model, call["modules"][0]).set_reshard_after_backward(last, recurse=False)
 
 
 if __name__ == "__main__":

@@ -62,6 +62,7 @@ def fsdp1_wrap(model, plan, world, torch):
 
 
 def rank_main(rank, world, port, args, export, plan):
+    from apply_plan import apply_plan, prepare_micro_batch
     import torch
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile, schedule
@@ -74,7 +75,6 @@ def rank_main(rank, world, port, args, export, plan):
     if args.fsdp1:
         model = fsdp1_wrap(model, plan, world, torch)
     else:
-        from apply_plan import apply_plan
         model = apply_plan(model, export, device_type="cpu")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     training = plan.get("training", {})
@@ -88,8 +88,8 @@ def rank_main(rank, world, port, args, export, plan):
     def step():
         for mb in range(micro):
             last = mb == micro - 1
-            if not args.fsdp1 and micro > 1:
-                model.set_requires_gradient_sync(last or sync_every)
+            if not args.fsdp1:
+                prepare_micro_batch(model, export, mb)  # as a user's script applies the plan
             tokens = torch.randint(0, config.vocab_size, (batch, seq), generator=gen)
             if args.fsdp1 and micro > 1 and not (last or sync_every):
                 with model.no_sync():

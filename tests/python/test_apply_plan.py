@@ -18,7 +18,7 @@ import torch.distributed as dist  # noqa: E402
 from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: E402
 
 sys.path.insert(0, peer.sample())
-from apply_plan import apply_plan  # noqa: E402
+from apply_plan import apply_plan, prepare_micro_batch  # noqa: E402
 
 from test_collectives_peer import CFG, CLUSTER  # noqa: E402
 
@@ -55,10 +55,60 @@ class ApplyPlan(unittest.TestCase):
             optim = torch.optim.AdamW(model.parameters())
             micro = report["best"]["plan"]["training"]["micro_batch_size"]
             for mb in range(ga["micro_batches"]):
-                model.set_requires_gradient_sync(mb == ga["micro_batches"] - 1 or ga["sync_every_micro_batch"])
+                prepare_micro_batch(model, export, mb)
                 tokens = torch.randint(0, cfg.vocab_size, (micro, 64))
                 model(tokens, use_cache=False).logits.float().mean().backward()
             optim.step()
+        finally:
+            dist.destroy_process_group()
+
+    def test_per_unit_settings_reach_every_unit_and_steps_end_sharded(self):
+        # The export's per-unit reshard_after_backward, the divide factor, and 2 micro-batches
+        # with reshard_after_backward False on one unit: prepare_micro_batch keeps that unit
+        # unsharded between micro-batches and reshards it after the last, so the next step
+        # starts sharded (as the simulator models every step).
+        plan = {"format": "shardscope.plan", "version": 1, "name": "per-unit", "api": "fsdp2",
+                "mesh": {"shape": [4]}, "wrap": {"policy": "module_class", "classes": ["LlamaDecoderLayer"]},
+                "defaults": {"reshard_after_backward": False},
+                "units": [{"modules": ["model.layers.1"], "reshard_after_backward": True}],
+                "gradient_accumulation": {"micro_batches": 2}, "gradient_divide_factor": 2.0,
+                "training": {"micro_batch_size": 1, "seq_len": 32}}
+        tmp = tempfile.mkdtemp()
+        plan_path, out = os.path.join(tmp, "plan.json"), os.path.join(tmp, "plan.fsdp2.json")
+        json.dump(plan, open(plan_path, "w"))
+        peer.shardscope("plan", "export", "--model", CFG, "--plan", plan_path, "--format", "fsdp2", "-o", out)
+        export = json.load(open(out))
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+        try:
+            from torch.distributed.fsdp import FSDPModule
+            cfg = transformers.AutoConfig.from_pretrained(CFG)
+            model = apply_plan(transformers.AutoModelForCausalLM.from_config(cfg), export, device_type="cpu")
+            units = [m for m in model.modules() if isinstance(m, FSDPModule)]
+            groups = {m: m._get_fsdp_state()._fsdp_param_group for m in units}
+            # The divide factor on every unit, not only the root.
+            for m, g in groups.items():
+                if g is not None:
+                    self.assertEqual(g.gradient_divide_factor, 2.0, type(m).__name__)
+            layer0 = model.get_submodule("model.layers.0")
+            layer1 = model.get_submodule("model.layers.1")
+            self.assertFalse(groups[layer0].reshard_after_backward)
+            # The root's False (from the defaults) did not overwrite the unit inside it that
+            # says True.
+            self.assertTrue(groups[layer1].reshard_after_backward)
+            optim = torch.optim.AdamW(model.parameters())
+            for step in range(2):
+                for mb in range(2):
+                    prepare_micro_batch(model, export, mb)
+                    tokens = torch.randint(0, cfg.vocab_size, (1, 32))
+                    model(tokens, use_cache=False).logits.float().mean().backward()
+                    if mb == 0:  # kept unsharded between micro-batches
+                        self.assertTrue(groups[layer0].is_unsharded)
+                # Every unit is sharded when the step ends.
+                for m, g in groups.items():
+                    if g is not None:
+                        self.assertTrue(g.is_sharded, type(m).__name__)
+                optim.step()
+                optim.zero_grad()
         finally:
             dist.destroy_process_group()
 
