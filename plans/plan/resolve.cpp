@@ -617,6 +617,77 @@ struct Resolver {
 
 }  // namespace
 
+namespace {
+
+// A unit's output reaching a module with parameters of another dtype, where nothing casts
+// it: FSDP2 casts a unit's inputs at its own forward (cast_forward_inputs, when it has a
+// param_dtype), but not the activations that flow back into an enclosing unit already
+// running (the root's final norm after bf16 blocks) or into a unit without a param_dtype.
+// Real FSDP2 then fails in forward ("expected both ... to be the same dtype").
+void checkDtypeFlow(const ModelGraph& g, ResolvedPlan& r) {
+    if (r.plan.api != PlanApi::Fsdp2 || r.units.empty()) return;
+    const size_t n = g.moduleCount();
+    std::vector<int32_t> unitOf(n, 0), unitRoot(n, -1);
+    for (size_t u = 0; u < r.units.size(); ++u)
+        for (ModuleId m : r.units[u].modules)
+            unitRoot[m.index()] = static_cast<int32_t>(u);
+    for (size_t m = 1; m < n; ++m)
+        unitOf[m] = unitRoot[m] >= 0 ? unitRoot[m] : unitOf[g.modules()[m].parent.index()];
+    if (n > 0 && unitRoot[0] >= 0) unitOf[0] = unitRoot[0];
+    // Unit a encloses unit b: a's first module is an ancestor of b's.
+    auto encloses = [&](int32_t a, int32_t b) {
+        if (r.units[a].modules.empty() || r.units[b].modules.empty()) return false;
+        const ModuleId top = r.units[a].modules[0];
+        for (ModuleId m = r.units[b].modules[0]; m.valid(); m = g.module(m).parent) {
+            if (m == top) return true;
+            if (m.index() == 0) break;
+        }
+        return false;
+    };
+    auto computeDtype = [&](int32_t u) { return r.units[u].allGatherDtype; };
+    auto outputDtype = [&](int32_t u) {
+        const auto& mp = r.units[u].mixedPrecision;
+        return mp.outputDtype ? *mp.outputDtype : computeDtype(u);
+    };
+    std::set<std::pair<int32_t, int32_t>> reported;
+    int32_t prevUnit = -1;
+    std::vector<std::pair<int32_t, size_t>> stack{{0, 0}};
+    while (n > 0 && !stack.empty()) {  // post-order: the forward order of leaf work
+        auto& [m, child] = stack.back();
+        const auto& ch = g.modules()[static_cast<size_t>(m)].children;
+        if (child < ch.size()) {
+            const int32_t c = ch[child++].value;
+            stack.push_back({c, 0});
+            continue;
+        }
+        const ModuleNode& mod = g.modules()[static_cast<size_t>(m)];
+        stack.pop_back();
+        if (mod.params.empty()) continue;
+        const int32_t u = unitOf[static_cast<size_t>(m)];
+        if (prevUnit >= 0 && u != prevUnit && outputDtype(prevUnit) != computeDtype(u)) {
+            const bool castOnEntry = !encloses(u, prevUnit) &&
+                                     r.units[u].mixedPrecision.paramDtype.has_value() &&
+                                     r.units[u].mixedPrecision.castForwardInputs;
+            if (!castOnEntry && reported.insert({prevUnit, u}).second)
+                r.problems.push_back(
+                    {Problem::Severity::Warning, r.units[u].pointer,
+                     "unit " + r.units[prevUnit].displayName() + " outputs " +
+                         std::string(dtypeName(outputDtype(prevUnit))) + " into \"" + mod.fqn +
+                         "\" of unit " + r.units[u].displayName() + ", whose parameters are " +
+                         std::string(dtypeName(computeDtype(u))) +
+                         ", and nothing casts it (FSDP2 casts a unit's inputs only at its own "
+                         "forward, with a param_dtype): real FSDP2 fails there with a dtype "
+                         "mismatch. Give the units one mixed-precision policy, or set "
+                         "output_dtype " +
+                         std::string(dtypeName(computeDtype(u))) + " on " +
+                         r.units[prevUnit].displayName()});
+        }
+        prevUnit = u;
+    }
+}
+
+}  // namespace
+
 ResolvedPlan resolvePlan(const ModelGraph& model, const Plan& plan, const ClusterSpec* cluster,
                          const std::string& planFile) {
     Resolver rs{model, plan, cluster, {}, {}, {}, {}, {}};
@@ -631,6 +702,7 @@ ResolvedPlan resolvePlan(const ModelGraph& model, const Plan& plan, const Cluste
     rs.resolvePrefetch();
     rs.checkRest();
     rs.r.moduleRuns = moduleRunsOf(model, rs.r);
+    checkDtypeFlow(model, rs.r);
     return std::move(rs.r);
 }
 

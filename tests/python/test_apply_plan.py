@@ -112,6 +112,53 @@ class ApplyPlan(unittest.TestCase):
         finally:
             dist.destroy_process_group()
 
+    def test_dtype_flow_warning_matches_real_fsdp2(self):
+        # GPT-2 with bf16 blocks and an fp32 root: the last block's bf16 output reaches the
+        # root's ln_f (fp32 weights) with nothing casting it. `plan validate` warns, and real
+        # FSDP2 fails in forward; with one policy for every unit it warns of nothing and runs.
+        cfg = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 96, "n_positions": 64,
+               "n_embd": 32, "n_layer": 2, "n_head": 4, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+        tmp = tempfile.mkdtemp()
+        model_path = os.path.join(tmp, "config.json")
+        with open(model_path, "w") as f:
+            json.dump(cfg, f)
+        base = {"format": "shardscope.plan", "version": 1, "name": "gpt2", "api": "fsdp2", "mesh": {"shape": [4]},
+                "wrap": {"policy": "module_class", "classes": ["GPT2Block"]},
+                "training": {"micro_batch_size": 1, "seq_len": 16}}
+        bf16 = {"param_dtype": "bfloat16"}
+        cases = {"mixed": dict(base, units=[{"modules": [f"transformer.h.{i}"], "mixed_precision": bf16}
+                                            for i in range(2)]),
+                 "uniform": dict(base, defaults={"mixed_precision": bf16})}
+        for name, plan in cases.items():
+            with self.subTest(plan=name):
+                plan_path, out = os.path.join(tmp, name + ".json"), os.path.join(tmp, name + ".fsdp2.json")
+                with open(plan_path, "w") as f:
+                    json.dump(plan, f)
+                report = peer.shardscope("plan", "validate", "--model", model_path, "--plan", plan_path, "--json")
+                warned = [p for p in report["problems"] if "nothing casts it" in p["message"]]
+                peer.shardscope("plan", "export", "--model", model_path, "--plan", plan_path, "--format", "fsdp2",
+                                "-o", out)
+                dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+                try:
+                    config = transformers.AutoConfig.from_pretrained(model_path)
+                    model = apply_plan(transformers.AutoModelForCausalLM.from_config(config), out,
+                                       device_type="cpu")
+                    tokens = torch.randint(0, 96, (1, 16))
+                    try:
+                        model(tokens, use_cache=False)
+                        failed = None
+                    except RuntimeError as e:
+                        failed = str(e)
+                finally:
+                    dist.destroy_process_group()
+                if name == "mixed":
+                    self.assertTrue(any("transformer.ln_f" in p["message"] for p in warned), report["problems"])
+                    self.assertIsNotNone(failed, "real FSDP2 ran the plan the validator warns about")
+                    self.assertIn("dtype", failed.lower() + " " + str(failed))
+                else:
+                    self.assertEqual(warned, [])
+                    self.assertIsNone(failed, failed)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
