@@ -250,12 +250,27 @@ int runPlanExport(const Args& a) {
         std::cerr << "error: not exporting a plan with errors\n";
         return kExitFailed;
     }
-    if (Status s = emitJson(exportPlan(r, *fmt), a.get("--output")); !s) {
+    const nlohmann::json exported = exportPlan(r, *fmt);
+    if (Status s = emitJson(exported, a.get("--output")); !s) {
         std::cerr << "error: " << s.error() << "\n";
         return kExitUsage;
     }
     if (!a.get("--output").empty() && a.get("--output") != "-")
         std::cerr << "wrote " << a.get("--output") << " (" << a.get("--format") << ")\n";
+    // What the target cannot express is named, never silently changed (also in the
+    // export's "dropped" list).
+    if (exported.contains("dropped"))
+        for (const auto& d : exported["dropped"]) {
+            const auto& units = d["units"];
+            std::string which = units.size() == 1 ? units[0].get<std::string>()
+                                                  : std::to_string(units.size()) + " units (" +
+                                                        units.front().get<std::string>() +
+                                                        (units.size() > 2 ? " .. " : ", ") +
+                                                        units.back().get<std::string>() + ")";
+            std::cerr << "warning: " << a.get("--format") << " cannot express "
+                      << d.value("setting", "") << " of " << which << ": exported as "
+                      << d.value("exported_as", "") << "\n";
+        }
     return kExitOk;
 }
 

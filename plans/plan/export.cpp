@@ -146,7 +146,9 @@ nlohmann::json mixedPrecisionKw(const ResolvedPlan& r) {
     if (!d || (!d->paramDtype && !d->reduceDtype)) return nullptr;
     return {{"param_dtype", dt(d->paramDtype)},
             {"reduce_dtype", dt(d->reduceDtype ? d->reduceDtype : d->paramDtype)},
-            {"buffer_dtype", dt(d->paramDtype)},
+            // FSDP2, whose plan this may be, casts no buffers; FSDP1 leaves them alone with
+            // buffer_dtype None too.
+            {"buffer_dtype", nullptr},
             {"cast_forward_inputs", d->castForwardInputs}};
 }
 
@@ -159,6 +161,72 @@ nlohmann::json activationCheckpointingClasses(const ResolvedPlan& r) {
                 classes.push_back(cls);
         }
     return classes;
+}
+
+// What an FSDP2 plan says that FullyShardedDataParallel's one set of kwargs cannot: each
+// such setting, the unit it belongs to, and what the export does instead. Empty for an
+// FSDP1 or Lightning plan.
+nlohmann::json droppedForFsdp1(const ResolvedPlan& r, const std::string& strategy) {
+    nlohmann::json out = nlohmann::json::array();
+    if (r.plan.api != PlanApi::Fsdp2) return out;
+    // One entry per (setting, what it became), with every unit it concerns, in order.
+    std::vector<std::pair<std::pair<std::string, std::string>, std::vector<std::string>>> groups;
+    auto drop = [&](const ResolvedUnit& u, const std::string& setting, const std::string& what) {
+        for (auto& [k, units] : groups)
+            if (k.first == setting && k.second == what) {
+                units.push_back(u.displayName());
+                return;
+            }
+        groups.push_back({{setting, what}, {u.displayName()}});
+    };
+    // FULL_SHARD and HYBRID_SHARD reshard after forward; the ZeRO-2 strategies do not.
+    const bool exportedReshard = strategy == "FULL_SHARD" || strategy == "HYBRID_SHARD";
+    const auto& dmp = r.plan.defaults.mixedPrecision;
+    for (const auto& u : r.units) {
+        if (u.reshard == Reshard::Int)
+            drop(u, "reshard_after_forward " + std::to_string(u.reshardK),
+                 "the sharding strategy " + strategy + " (FSDP1 keeps no partial copy)");
+        if (!u.isRoot && u.reshard != Reshard::Int &&
+            (u.reshard == Reshard::True) != exportedReshard)
+            drop(u,
+                 std::string("reshard_after_forward ") +
+                     (u.reshard == Reshard::True ? "True" : "False"),
+                 "the one sharding strategy " + strategy + " for every unit");
+        if (!u.reshardAfterBackward)
+            drop(u, "reshard_after_backward False", "resharded after backward (FSDP1 always)");
+        if (u.modules.size() > 1)
+            drop(u, "a unit of " + std::to_string(u.modules.size()) + " modules",
+                 "its first module alone wrapped (" + r.model->module(u.modules[0]).fqn +
+                     "); the others join the enclosing unit");
+        if (u.explicitForwardPrefetch || u.explicitBackwardPrefetch)
+            drop(u, "explicit prefetch lists",
+                 "backward_prefetch BACKWARD_PRE, forward_prefetch False for every unit");
+        if (u.offload.enabled != r.units[0].offload.enabled)
+            drop(u, std::string("offload ") + (u.offload.enabled ? "on" : "off"),
+                 std::string("cpu_offload ") + (r.units[0].offload.enabled ? "on" : "off") +
+                     " for every unit");
+        const auto& ump = u.mixedPrecision;
+        const bool sameMp =
+            dmp ? (ump.paramDtype == dmp->paramDtype && ump.reduceDtype == dmp->reduceDtype)
+                : (!ump.paramDtype && !ump.reduceDtype);
+        if (!sameMp)
+            drop(u, "its own mixed precision", "the plan's default mixed precision for every unit");
+        if (ump.outputDtype)
+            drop(u, "output_dtype " + std::string(dtypeName(*ump.outputDtype)),
+                 "nothing (FSDP1's MixedPrecision has no output dtype)");
+        if (!u.isRoot && u.activationCheckpointing != AcMode::None &&
+            u.activationCheckpointing != AcMode::Full)
+            drop(u,
+                 std::string("activation_checkpointing ") + acModeName(u.activationCheckpointing),
+                 "full checkpointing of its class (activation_checkpointing_classes)");
+    }
+    for (const auto& [k, units] : groups)
+        out.push_back({{"units", units}, {"setting", k.first}, {"exported_as", k.second}});
+    if (r.plan.gradientDivideFactor)
+        out.push_back({{"units", {"every unit"}},
+                       {"setting", "gradient_divide_factor"},
+                       {"exported_as", "FSDP1's default division by the world size"}});
+    return out;
 }
 
 nlohmann::json exportFsdp1(const ResolvedPlan& r) {
@@ -191,7 +259,8 @@ nlohmann::json exportFsdp1(const ResolvedPlan& r) {
             {"plan", r.plan.name},
             {"device_mesh", mesh(r)},
             {"kwargs", kw},
-            {"activation_checkpointing_classes", activationCheckpointingClasses(r)}};
+            {"activation_checkpointing_classes", activationCheckpointingClasses(r)},
+            {"dropped", droppedForFsdp1(r, strategy)}};
 }
 
 nlohmann::json exportLightning(const ResolvedPlan& r) {
@@ -211,8 +280,10 @@ nlohmann::json exportLightning(const ResolvedPlan& r) {
                        {"state_dict_to_cpu", o.stateDictToCpu}};
         return j;
     }
-    const nlohmann::json f1 = exportFsdp1(r)["kwargs"];
+    const nlohmann::json f1full = exportFsdp1(r);
+    const nlohmann::json& f1 = f1full["kwargs"];
     nlohmann::json kw = f1;
+    j["dropped"] = f1full["dropped"];
     kw["activation_checkpointing_policy"] = activationCheckpointingClasses(r);
     kw["cpu_offload"] = r.units[0].offload.enabled;
     if (r.hsdp) kw["device_mesh"] = {r.replicateSize, r.shardSize};

@@ -3,6 +3,8 @@
 // prefetch lists, and every validation message.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "plans/model/model_json.h"
 #include "plans/plan/export.h"
 #include "plans/plan/plan_json.h"
@@ -278,6 +280,27 @@ TEST(Export, Fsdp2ListsCallsChildrenFirstWithEffectiveKwargs) {
     const auto f1 = exportPlan(r, ExportFormat::Fsdp1);
     EXPECT_EQ(f1["kwargs"]["auto_wrap_policy"]["type"], "ModuleWrapPolicy");
     EXPECT_EQ(f1["kwargs"]["sharding_strategy"], "HYBRID_SHARD");
+    // FSDP2 casts no buffers: FSDP1's buffer_dtype stays None, not the parameter dtype.
+    EXPECT_TRUE(f1["kwargs"]["mixed_precision"]["buffer_dtype"].is_null());
+    // What FSDP1 cannot express is named with its units, never silently changed.
+    std::map<std::string, size_t> dropped;
+    for (const auto& d : f1["dropped"])
+        dropped[d["setting"].get<std::string>()] = d["units"].size();
+    EXPECT_EQ(dropped["reshard_after_forward 4"], 33u);
+    EXPECT_EQ(dropped["explicit prefetch lists"], 2u);
+    EXPECT_EQ(dropped["activation_checkpointing selective_op"], 32u);
+    const auto lightning = exportPlan(r, ExportFormat::Lightning);
+    EXPECT_EQ(lightning["dropped"], f1["dropped"]);
+}
+
+TEST(Export, AnFsdp1PlanDropsNothingForFsdp1) {
+    const ModelGraph g = llama8b();
+    auto p = loadPlanFile(samplePath("plans/llama-fsdp1.json"));
+    ASSERT_TRUE(p.ok()) << p.error();
+    p->meshShape = {8};
+    const ResolvedPlan r = resolvePlan(g, *p, nullptr, "plan.json");
+    ASSERT_FALSE(r.hasErrors());
+    EXPECT_TRUE(exportPlan(r, ExportFormat::Fsdp1)["dropped"].empty());
 }
 
 TEST(Checkpointing, DefaultsSkipTheRootEveryKCountsUnitsAndSelectiveWarns) {
