@@ -6,9 +6,9 @@
         --plan samples/plans/tiny-llama-2rank.json --out /tmp/traces
 
 FSDP2: the plan is exported with `shardscope plan export --format fsdp2` and applied with
-samples/apply_plan.py, exactly as a user's training script would. FSDP1 (`--fsdp1`):
-FullyShardedDataParallel with ModuleWrapPolicy on the plan's wrap classes and the plan's
-sharding strategy. The model is the Hugging Face model built from the config (random
+samples/apply_plan.py, exactly as a user's training script would. FSDP1 (`--fsdp1`): the
+plan exported with `--format fsdp1` and applied by samples/apply_fsdp1.py
+(FullyShardedDataParallel with the export's policy, strategy and prefetch). The model is the Hugging Face model built from the config (random
 weights, fp32 masters), trained with AdamW on random tokens under torch.profiler
 (record_shapes, profile_memory): one warm-up step, then `--steps` profiled steps, each a
 ProfilerStep#N range, the last one complete. Writes DIR/rank<R>.pt.trace.json and
@@ -46,21 +46,6 @@ def build_model(config_path, torch):
     return transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").float(), config
 
 
-def fsdp1_wrap(model, plan, world, torch):
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
-    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
-    classes = set()
-    for name in plan["wrap"]["classes"]:
-        cls = next((type(m) for m in model.modules() if type(m).__name__ == name), None)
-        if cls is None:
-            raise SystemExit(f"error: {plan['_path']}: wrap.classes names {name!r}, which the model does not have")
-        classes.add(cls)
-    reshard = plan.get("defaults", {}).get("reshard_after_forward", True)
-    strategy = ShardingStrategy.FULL_SHARD if reshard else ShardingStrategy.SHARD_GRAD_OP
-    return FSDP(model, auto_wrap_policy=ModuleWrapPolicy(classes), sharding_strategy=strategy,
-                device_id=torch.device("cpu"), use_orig_params=True)
-
-
 def rank_main(rank, world, port, args, export, plan):
     from apply_plan import apply_plan, prepare_micro_batch
     import torch
@@ -73,7 +58,8 @@ def rank_main(rank, world, port, args, export, plan):
     torch.set_num_threads(1)
     model, config = build_model(args.model, torch)
     if args.fsdp1:
-        model = fsdp1_wrap(model, plan, world, torch)
+        from apply_fsdp1 import apply_fsdp1
+        model = apply_fsdp1(model, export, device_id=torch.device("cpu"))
     else:
         model = apply_plan(model, export, device_type="cpu")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -127,13 +113,14 @@ def main():
     for n in plan["mesh"]["shape"]:
         world *= int(n)
     os.makedirs(args.out, exist_ok=True)
-    export = None
-    if not args.fsdp1:
-        r = subprocess.run([args.shardscope, "plan", "export", "-m", args.model, "-p", args.plan, "-f", "fsdp2"],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            raise SystemExit(f"error: shardscope plan export failed:\n{r.stderr}")
-        export = json.loads(r.stdout)
+    # The plan as the user's script gets it: `shardscope plan export`, applied by
+    # samples/apply_plan.py (FSDP2) or samples/apply_fsdp1.py (FSDP1).
+    fmt = "fsdp1" if args.fsdp1 else "fsdp2"
+    r = subprocess.run([args.shardscope, "plan", "export", "-m", args.model, "-p", args.plan, "-f", fmt],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"error: shardscope plan export failed:\n{r.stderr}")
+    export = json.loads(r.stdout)
     import torch.multiprocessing as mp
     mp.start_processes(rank_main, args=(world, free_port(), args, export, plan), nprocs=world,
                        join=True, start_method="spawn")

@@ -1,0 +1,87 @@
+# SPDX-License-Identifier: Apache-2.0
+"""PyTorch's FullyShardedDataParallel is the oracle for the FSDP1 export and its loader.
+
+`shardscope plan export --format fsdp1` of FSDP1 plans (module-class, size-based and
+hand-listed units, mixed precision, checkpointing) is applied by samples/apply_fsdp1.py to
+the tiny Llama (transformers) on a fake 4-rank process group. The FSDP instances real FSDP1
+creates must be the plan's units (`plan show --json`), each with the parameter count the plan
+resolves, and one forward and backward must run.
+"""
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import peer  # noqa: E402
+
+torch = peer.require("torch")
+transformers = peer.require("transformers")
+import torch.distributed as dist  # noqa: E402
+from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: E402
+
+sys.path.insert(0, peer.sample())
+from apply_fsdp1 import apply_fsdp1  # noqa: E402
+
+MODEL = peer.sample("models", "tiny-llama", "config.json")
+
+
+def plan(name, wrap, **kw):
+    p = {"format": "shardscope.plan", "version": 1, "name": name, "api": "fsdp1", "mesh": {"shape": [4]},
+         "wrap": wrap, "training": {"micro_batch_size": 1, "seq_len": 16}}
+    p.update(kw)
+    return p
+
+
+CASES = {
+    "module_class": plan("module_class", {"policy": "module_class", "classes": ["LlamaDecoderLayer"]},
+                         defaults={"mixed_precision": {"param_dtype": "bfloat16", "reduce_dtype": "float32"},
+                                   "activation_checkpointing": "full"}),
+    "size_based": plan("size_based", {"policy": "size", "min_num_params": 300000}),
+    "listed": plan("listed", {"policy": "none"},
+                   units=[{"modules": ["model.layers.1"]}, {"modules": ["lm_head"]}]),
+}
+
+
+class ApplyFsdp1(unittest.TestCase):
+    def test_real_fsdp1_wraps_the_units_the_plan_resolves(self):
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        tmp = tempfile.mkdtemp()
+        for name, p in CASES.items():
+            with self.subTest(plan=name):
+                plan_path, out = os.path.join(tmp, name + ".json"), os.path.join(tmp, name + ".fsdp1.json")
+                with open(plan_path, "w") as f:
+                    json.dump(p, f)
+                shown = peer.shardscope("plan", "show", "--model", MODEL, "--plan", plan_path, "--json")
+                expected = {("" if u["is_root"] else u["modules"][0]): u["numel"] for u in shown["units"]}
+                peer.shardscope("plan", "export", "--model", MODEL, "--plan", plan_path, "--format", "fsdp1",
+                                "-o", out)
+                with open(out) as f:
+                    export = json.load(f)
+                self.assertEqual(export["dropped"], [])
+                dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+                try:
+                    cfg = transformers.AutoConfig.from_pretrained(MODEL)
+                    torch.manual_seed(0)
+                    wrapped = apply_fsdp1(transformers.AutoModelForCausalLM.from_config(cfg), export,
+                                          device_id=torch.device("cpu"))
+                    got = {}
+                    for fqn, m in wrapped.named_modules():
+                        if isinstance(m, FSDP):
+                            clean = fqn.replace("_fsdp_wrapped_module.", "").replace(
+                                "_checkpoint_wrapped_module.", "").rstrip(".")
+                            clean = clean.replace("._fsdp_wrapped_module", "").replace("_fsdp_wrapped_module", "")
+                            handle = m._handle
+                            got[clean] = handle.flat_param._unpadded_unsharded_size.numel() if handle else 0
+                    self.assertEqual(sorted(got), sorted(expected))
+                    for unit, numel in expected.items():
+                        self.assertEqual(got[unit], numel, unit)
+                    tokens = torch.randint(0, cfg.vocab_size, (1, 16))
+                    wrapped(tokens, use_cache=False).logits.float().mean().backward()
+                finally:
+                    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
