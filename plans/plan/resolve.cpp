@@ -78,6 +78,26 @@ struct Resolver {
         r.problems.push_back({Problem::Severity::Warning, where, msg});
     }
     std::string at(const std::string& pointer) const { return r.planFile + ":" + pointer; }
+    std::vector<int32_t> postOrder;  // by module index: its position in a post-order walk
+    int32_t postOrderOf(ModuleId m) {
+        if (postOrder.empty()) {
+            postOrder.assign(g.moduleCount(), 0);
+            int32_t next = 0;
+            std::vector<std::pair<int32_t, size_t>> stack{{0, 0}};
+            while (!stack.empty()) {
+                auto& [mm, child] = stack.back();
+                const auto& ch = g.modules()[static_cast<size_t>(mm)].children;
+                if (child < ch.size()) {
+                    const int32_t c = ch[child++].value;
+                    stack.push_back({c, 0});
+                    continue;
+                }
+                postOrder[static_cast<size_t>(mm)] = next++;
+                stack.pop_back();
+            }
+        }
+        return postOrder[m.index()];
+    }
 
     std::string moduleLabel(ModuleId m) const {
         const auto& fqn = g.module(m).fqn;
@@ -350,8 +370,39 @@ struct Resolver {
                                             "\"" + g.module(info.owners[0].module).fqn + "\", \"" +
                                             g.module(info.owners[1].module).fqn + "\"]");
                 }
-                // FSDP1: the lowest unit that contains every owner (unit of the owners' LCA).
-                unit = unitOfModule[g.ownersLca(pid).index()];
+                if (p.api == PlanApi::Lightning) {
+                    // Lightning's fairscale strategy: the lowest unit containing every owner
+                    // (fairscale is not installed here to check what it does).
+                    unit = unitOfModule[g.ownersLca(pid).index()];
+                } else if (p.api == PlanApi::Fsdp1) {
+                    // FSDP1's _recursive_wrap wraps in post-order (children first, siblings in
+                    // order) and a parameter belongs to the first FSDP instance that flattens
+                    // it: the owner's unit wrapped first (GPT-2's tied wte/lm_head weight goes
+                    // to a wte unit, not to the root).
+                    auto wrapPos = [&](int32_t u) { return postOrderOf(r.units[u].modules[0]); };
+                    for (const auto& o : info.owners) {
+                        const int32_t ou = unitOfModule[o.module.index()];
+                        if (wrapPos(ou) < wrapPos(unit)) unit = ou;
+                    }
+                    // An owner outside that unit's modules runs its forward while the unit is
+                    // sharded: it sees the shard (use_orig_params' sharded views) and fails.
+                    const ModuleId top = r.units[unit].modules[0];
+                    for (const auto& o : info.owners)
+                        if (!g.isAncestorOrSelf(top, o.module))
+                            error(at("/wrap"),
+                                  "parameter \"" + info.name + "\" is shared by " +
+                                      moduleLabel(info.owners[0].module) + " and " +
+                                      moduleLabel(o.module) + "; FSDP1 manages it in unit " +
+                                      r.units[unit].displayName() + " (the first wrapped), and " +
+                                      moduleLabel(o.module) + " in unit " +
+                                      r.units[unitOfModule[o.module.index()]].displayName() +
+                                      " uses it while that unit is sharded: the job fails with a "
+                                      "size mismatch. Keep the sharing modules in one unit (do "
+                                      "not wrap " +
+                                      moduleLabel(top) +
+                                      " on its own), or let "
+                                      "the unit enclosing both hold them");
+                }
             }
             r.unitOfParam[i] = UnitId(unit);
             r.units[unit].params.push_back(pid);
@@ -581,17 +632,22 @@ struct Resolver {
         for (const auto& u : r.units) {
             if (u.params.empty() && !u.isRoot) {
                 // Say where the unit's parameters went when it has some: nested units
-                // take theirs; tied ones go to the lowest unit containing every owner.
+                // take theirs; tied ones go to the unit assignParams chose.
                 std::string why;
                 for (ModuleId m : u.modules)
                     for (ParamId pid : g.subtreeParams(m)) {
                         const UnitId owner = r.unitOfParam[pid.index()];
                         if (!owner.valid() || !why.empty()) continue;
-                        why = g.param(pid).tied() ? "; its parameter \"" + g.param(pid).name +
-                                                        "\" is shared and belongs to unit " +
-                                                        r.units[owner.index()].displayName() +
-                                                        ", the lowest unit containing every owner"
-                                                  : "; nested units hold all of its parameters";
+                        why = g.param(pid).tied()
+                                  ? "; its parameter \"" + g.param(pid).name +
+                                        "\" is shared and belongs to unit " +
+                                        r.units[owner.index()].displayName() +
+                                        (p.api == PlanApi::Fsdp1
+                                             ? std::string(", the first of its owners' units "
+                                                           "FSDP1 wraps")
+                                             : std::string(", the lowest unit containing every "
+                                                           "owner"))
+                                  : "; nested units hold all of its parameters";
                     }
                 warning(u.pointer, "unit " + u.displayName() + " manages no parameters" + why);
             }
@@ -690,7 +746,7 @@ void checkDtypeFlow(const ModelGraph& g, ResolvedPlan& r) {
 
 ResolvedPlan resolvePlan(const ModelGraph& model, const Plan& plan, const ClusterSpec* cluster,
                          const std::string& planFile) {
-    Resolver rs{model, plan, cluster, {}, {}, {}, {}, {}};
+    Resolver rs{model, plan, cluster, {}, {}, {}, {}, {}, {}};
     rs.r.plan = plan;
     rs.r.model = &model;
     rs.r.planFile = planFile;

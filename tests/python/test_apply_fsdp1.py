@@ -82,6 +82,49 @@ class ApplyFsdp1(unittest.TestCase):
                 finally:
                     dist.destroy_process_group()
 
+    def test_tied_weight_split_across_units_fails_in_real_fsdp1_as_validate_says(self):
+        # GPT-2's tied wte/lm_head weight with a size policy that wraps wte alone: real FSDP1
+        # puts the weight in the wte unit (the first wrapped) and lm_head then sees its shard,
+        # so the forward fails; `plan validate` says so (an error), and `plan show` gives the
+        # weight to the wte unit as real FSDP1 does.
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        cfg = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 96, "n_positions": 64,
+               "n_embd": 32, "n_layer": 2, "n_head": 4, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
+               "tie_word_embeddings": True}
+        tmp = tempfile.mkdtemp()
+        model_path, plan_path = os.path.join(tmp, "config.json"), os.path.join(tmp, "plan.json")
+        with open(model_path, "w") as f:
+            json.dump(cfg, f)
+        with open(plan_path, "w") as f:
+            json.dump(plan("gpt2", {"policy": "size", "min_num_params": 3000}), f)
+        shown = peer.shardscope("plan", "show", "--model", model_path, "--plan", plan_path, "--json")
+        numel = {u["modules"][0]: u["numel"] for u in shown["units"] if not u["is_root"]}
+        self.assertEqual(numel["transformer.wte"], 96 * 32)
+        errors = [p["message"] for p in shown["problems"] if p["severity"] == "error"]
+        self.assertTrue(any("fails with a size mismatch" in e for e in errors), shown["problems"])
+        # The export still writes (plan export refuses plans with errors; the kwargs are FSDP1's
+        # own): build them from a copy of the plan without the check, as a user would run it.
+        export = {"format": "shardscope.export.fsdp1", "kwargs": {
+            "sharding_strategy": "FULL_SHARD", "backward_prefetch": "BACKWARD_PRE",
+            "auto_wrap_policy": {"type": "size_based_auto_wrap_policy", "min_num_params": 3000,
+                                 "force_leaf_modules": [], "exclude_wrap_modules": []}}}
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+        try:
+            config = transformers.AutoConfig.from_pretrained(model_path)
+            wrapped = apply_fsdp1(transformers.AutoModelForCausalLM.from_config(config), export,
+                                  device_id=torch.device("cpu"))
+            held = {}
+            for fqn, m in wrapped.named_modules():
+                if isinstance(m, FSDP) and m._handle:
+                    name = fqn.replace("_fsdp_wrapped_module.", "").replace("._fsdp_wrapped_module", "")
+                    held[name] = m._handle.flat_param._unpadded_unsharded_size.numel()
+            self.assertEqual(held.get("transformer.wte"), 96 * 32)
+            with self.assertRaises(RuntimeError) as e:
+                wrapped(torch.randint(0, 96, (1, 16))).logits.sum().backward()
+            self.assertIn("size mismatch", str(e.exception))
+        finally:
+            dist.destroy_process_group()
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
