@@ -27,6 +27,21 @@ std::string ms(int64_t ns) {
     return b;
 }
 
+// After a command has gone through the traces: the folder files it skipped, the loader's
+// error, or the JSON it collected.
+int finishTraceCommand(const Args& a, const Status& st, const std::vector<std::string>& skipped,
+                       const nlohmann::json& all) {
+    std::cout.flush();
+    for (const auto& sk : skipped)
+        std::cerr << "note: skipped " << sk << "\n";
+    if (!st) {
+        std::cerr << "error: " << st.error() << "\n";
+        return kExitUsage;
+    }
+    if (a.flag("--json")) return emitJson(all, "").ok() ? kExitOk : kExitUsage;
+    return kExitOk;
+}
+
 int runTraceSummary(const Args& a) {
     if (a.positionals().empty()) {
         std::cerr << "error: give one or more trace files or folders (see --help)\n";
@@ -130,15 +145,7 @@ int runTraceSummary(const Args& a) {
             return {};
         },
         &skipped);
-    std::cout.flush();
-    for (const auto& sk : skipped)
-        std::cerr << "note: skipped " << sk << "\n";
-    if (!st) {
-        std::cerr << "error: " << st.error() << "\n";
-        return kExitUsage;
-    }
-    if (a.flag("--json")) return emitJson(all, "").ok() ? kExitOk : kExitUsage;
-    return kExitOk;
+    return finishTraceCommand(a, st, skipped, all);
 }
 
 int runTraceExport(const Args& a) {
@@ -241,15 +248,7 @@ int runTraceMemory(const Args& a) {
             return {};
         },
         &skipped);
-    std::cout.flush();
-    for (const auto& sk : skipped)
-        std::cerr << "note: skipped " << sk << "\n";
-    if (!st) {
-        std::cerr << "error: " << st.error() << "\n";
-        return kExitUsage;
-    }
-    if (a.flag("--json")) return emitJson(all, "").ok() ? kExitOk : kExitUsage;
-    return kExitOk;
+    return finishTraceCommand(a, st, skipped, all);
 }
 
 }  // namespace

@@ -59,6 +59,41 @@ int64_t ResolvedPlan::maxUnshardedBytes() const {
 
 namespace {
 
+// The modules in post-order (children before their parent, siblings in order): the order in
+// which forward work finishes, and FSDP1's _recursive_wrap wraps.
+std::vector<int32_t> modulesPostOrder(const ModelGraph& g) {
+    std::vector<int32_t> out;
+    out.reserve(g.moduleCount());
+    if (g.moduleCount() == 0) return out;
+    std::vector<std::pair<int32_t, size_t>> stack{{0, 0}};
+    while (!stack.empty()) {
+        auto& [m, child] = stack.back();
+        const auto& ch = g.modules()[static_cast<size_t>(m)].children;
+        if (child < ch.size()) {
+            const int32_t c = ch[child++].value;
+            stack.push_back({c, 0});
+            continue;
+        }
+        out.push_back(m);
+        stack.pop_back();
+    }
+    return out;
+}
+
+// Each module's unit: the unit whose modules are its nearest ancestor-or-self (the root's
+// unit for modules outside every other).
+std::vector<int32_t> unitOfModules(const ModelGraph& g, const ResolvedPlan& r) {
+    const size_t n = g.moduleCount();
+    std::vector<int32_t> unitOf(n, 0), unitRoot(n, -1);
+    for (size_t u = 0; u < r.units.size(); ++u)
+        for (ModuleId m : r.units[u].modules)
+            unitRoot[m.index()] = static_cast<int32_t>(u);
+    for (size_t m = 1; m < n; ++m)  // pre-order: a parent comes before its children
+        unitOf[m] = unitRoot[m] >= 0 ? unitRoot[m] : unitOf[g.modules()[m].parent.index()];
+    if (n > 0 && unitRoot[0] >= 0) unitOf[0] = unitRoot[0];
+    return unitOf;
+}
+
 int64_t ceilDiv(int64_t a, int64_t b) {
     return (a + b - 1) / b;
 }
@@ -83,18 +118,8 @@ struct Resolver {
         if (postOrder.empty()) {
             postOrder.assign(g.moduleCount(), 0);
             int32_t next = 0;
-            std::vector<std::pair<int32_t, size_t>> stack{{0, 0}};
-            while (!stack.empty()) {
-                auto& [mm, child] = stack.back();
-                const auto& ch = g.modules()[static_cast<size_t>(mm)].children;
-                if (child < ch.size()) {
-                    const int32_t c = ch[child++].value;
-                    stack.push_back({c, 0});
-                    continue;
-                }
+            for (int32_t mm : modulesPostOrder(g))
                 postOrder[static_cast<size_t>(mm)] = next++;
-                stack.pop_back();
-            }
         }
         return postOrder[m.index()];
     }
@@ -682,23 +707,11 @@ namespace {
 // Real FSDP2 then fails in forward ("expected both ... to be the same dtype").
 void checkDtypeFlow(const ModelGraph& g, ResolvedPlan& r) {
     if (r.plan.api != PlanApi::Fsdp2 || r.units.empty()) return;
-    const size_t n = g.moduleCount();
-    std::vector<int32_t> unitOf(n, 0), unitRoot(n, -1);
-    for (size_t u = 0; u < r.units.size(); ++u)
-        for (ModuleId m : r.units[u].modules)
-            unitRoot[m.index()] = static_cast<int32_t>(u);
-    for (size_t m = 1; m < n; ++m)
-        unitOf[m] = unitRoot[m] >= 0 ? unitRoot[m] : unitOf[g.modules()[m].parent.index()];
-    if (n > 0 && unitRoot[0] >= 0) unitOf[0] = unitRoot[0];
+    const std::vector<int32_t> unitOf = unitOfModules(g, r);
     // Unit a encloses unit b: a's first module is an ancestor of b's.
     auto encloses = [&](int32_t a, int32_t b) {
-        if (r.units[a].modules.empty() || r.units[b].modules.empty()) return false;
-        const ModuleId top = r.units[a].modules[0];
-        for (ModuleId m = r.units[b].modules[0]; m.valid(); m = g.module(m).parent) {
-            if (m == top) return true;
-            if (m.index() == 0) break;
-        }
-        return false;
+        return !r.units[a].modules.empty() && !r.units[b].modules.empty() &&
+               g.isAncestorOrSelf(r.units[a].modules[0], r.units[b].modules[0]);
     };
     auto computeDtype = [&](int32_t u) { return r.units[u].allGatherDtype; };
     auto outputDtype = [&](int32_t u) {
@@ -707,17 +720,8 @@ void checkDtypeFlow(const ModelGraph& g, ResolvedPlan& r) {
     };
     std::set<std::pair<int32_t, int32_t>> reported;
     int32_t prevUnit = -1;
-    std::vector<std::pair<int32_t, size_t>> stack{{0, 0}};
-    while (n > 0 && !stack.empty()) {  // post-order: the forward order of leaf work
-        auto& [m, child] = stack.back();
-        const auto& ch = g.modules()[static_cast<size_t>(m)].children;
-        if (child < ch.size()) {
-            const int32_t c = ch[child++].value;
-            stack.push_back({c, 0});
-            continue;
-        }
+    for (const int32_t m : modulesPostOrder(g)) {  // the forward order of leaf work
         const ModuleNode& mod = g.modules()[static_cast<size_t>(m)];
-        stack.pop_back();
         if (mod.params.empty()) continue;
         const int32_t u = unitOf[static_cast<size_t>(m)];
         if (prevUnit >= 0 && u != prevUnit && outputDtype(prevUnit) != computeDtype(u)) {
@@ -764,13 +768,7 @@ ResolvedPlan resolvePlan(const ModelGraph& model, const Plan& plan, const Cluste
 
 std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r) {
     const size_t n = g.moduleCount();
-    std::vector<int32_t> unitOf(n, 0), unitRoot(n, -1);
-    for (size_t u = 0; u < r.units.size(); ++u)
-        for (ModuleId m : r.units[u].modules)
-            unitRoot[m.index()] = static_cast<int32_t>(u);
-    for (size_t m = 1; m < n; ++m)  // pre-order: a parent comes before its children
-        unitOf[m] = unitRoot[m] >= 0 ? unitRoot[m] : unitOf[g.modules()[m].parent.index()];
-    if (n > 0 && unitRoot[0] >= 0) unitOf[0] = unitRoot[0];
+    const std::vector<int32_t> unitOf = unitOfModules(g, r);
     std::vector<ModuleRun> runs;
     std::vector<int32_t> runOf(n, -1);
     std::vector<int64_t> mmSeen(r.units.size(), 0);  // mm calls so far in each unit's forward

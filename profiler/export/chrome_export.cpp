@@ -114,32 +114,29 @@ json exportChromeTrace(const Trace& t) {
         if (!args.empty()) e["args"] = std::move(args);
         ev.push_back(std::move(e));
     }
+    // [memory] instant events as Kineto writes them: the device's (Device Type 1, with each
+    // allocation's Bytes and Addr) and the CPU allocator's (Device Type 0).
+    auto memoryEvent = [&](const MemoryCounter& m, int deviceType) {
+        json args{{"Device Type", deviceType},
+                  {"Total Allocated", m.allocated},
+                  {"Total Reserved", m.reserved}};
+        if (deviceType == 1) {
+            args["Bytes"] = m.bytes;
+            args["Addr"] = m.addr;
+        }
+        ev.push_back({{"ph", "i"},
+                      {"s", "t"},
+                      {"name", "[memory]"},
+                      {"cat", "cpu_instant_event"},
+                      {"pid", 1},
+                      {"tid", 999},
+                      {"ts", us(m.ts)},
+                      {"args", std::move(args)}});
+    };
     for (const auto& m : t.memory)
-        ev.push_back({{"ph", "i"},
-                      {"s", "t"},
-                      {"name", "[memory]"},
-                      {"cat", "cpu_instant_event"},
-                      {"pid", 1},
-                      {"tid", 999},
-                      {"ts", us(m.ts)},
-                      {"args",
-                       {{"Device Type", 1},
-                        {"Total Allocated", m.allocated},
-                        {"Total Reserved", m.reserved},
-                        {"Bytes", m.bytes},
-                        {"Addr", m.addr}}}});
+        memoryEvent(m, 1);
     for (const auto& m : t.hostMemory)
-        ev.push_back({{"ph", "i"},
-                      {"s", "t"},
-                      {"name", "[memory]"},
-                      {"cat", "cpu_instant_event"},
-                      {"pid", 1},
-                      {"tid", 999},
-                      {"ts", us(m.ts)},
-                      {"args",
-                       {{"Device Type", 0},
-                        {"Total Allocated", m.allocated},
-                        {"Total Reserved", m.reserved}}}});
+        memoryEvent(m, 0);
     for (size_t f = 0; f < t.flowEvents.size(); ++f) {
         const auto [from, to] = t.flowEvents[f];
         const auto lf = static_cast<size_t>(t.lane[static_cast<size_t>(from)]);
