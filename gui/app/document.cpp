@@ -23,15 +23,29 @@ namespace {
 
 // Kineto traces are gzip files or JSON with "traceEvents": sniffed from the first bytes, then
 // imported streaming rather than parsed whole.
+// A Chrome/Kineto trace by its content: gzip; a top-level array; or an object whose keys
+// include traceEvents or Kineto's header keys. Kineto writes deviceProperties (kilobytes on
+// a multi-GPU machine) before traceEvents, so the search goes on past the first block, up to
+// 1 MiB, unless the file has shown itself to be a model, plan or cluster first.
 bool looksLikeTrace(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
-    char head[4096] = {};
-    in.read(head, sizeof head);
-    const std::string text(head, static_cast<size_t>(in.gcount()));
-    if (text.size() >= 2 && static_cast<unsigned char>(text[0]) == 0x1f &&
-        static_cast<unsigned char>(text[1]) == 0x8b)
-        return true;
-    return text.find("\"traceEvents\"") != std::string::npos;
+    std::string text;
+    char block[16384];
+    for (size_t read = 0; in && read < (1u << 20); read += sizeof block) {
+        in.read(block, sizeof block);
+        text.append(block, static_cast<size_t>(in.gcount()));
+        if (text.size() >= 2 && static_cast<unsigned char>(text[0]) == 0x1f &&
+            static_cast<unsigned char>(text[1]) == 0x8b)
+            return true;
+        const size_t first = text.find_first_not_of(" \t\r\n");
+        if (first != std::string::npos && text[first] == '[') return true;
+        for (const char* key : {"\"traceEvents\"", "\"schemaVersion\"", "\"deviceProperties\"",
+                                "\"distributedInfo\"", "\"displayTimeUnit\""})
+            if (text.find(key) != std::string::npos) return true;
+        for (const char* other : {"\"format\"", "\"model_type\"", "\"architectures\""})
+            if (text.find(other) != std::string::npos) return false;
+    }
+    return false;
 }
 
 // The colour a measured collective gets: broadcasts, point-to-point and all-to-all are

@@ -272,6 +272,31 @@ TEST(GuiWindow, OpensAPyTorchProfilerTraceOnTheTimeline) {
     EXPECT_FALSE(w.timeline()->lastDrawList().empty());
 }
 
+TEST(GuiWindow, OpensATraceWhoseEventsStartPastTheFirstBlocks) {
+    // Kineto writes its header (deviceProperties: kilobytes on a multi-GPU machine) before
+    // traceEvents; the app used to sniff only the first 4 KB and refuse the file.
+    nlohmann::json ev = nlohmann::json::array();
+    ev.push_back({{"ph", "X"},
+                  {"cat", "kernel"},
+                  {"name", "gemm"},
+                  {"pid", 1},
+                  {"tid", 7},
+                  {"ts", 1.0},
+                  {"dur", 2.0},
+                  {"args", {{"stream", 7}}}});
+    const std::string path =
+        (std::filesystem::temp_directory_path() / "shardscope_gui_late_events.pt.trace.json")
+            .string();
+    std::ofstream(path) << "{\"traceName\": \"" << std::string(40000, 'x')
+                        << "\", \"traceEvents\": " << ev.dump() << "}";
+    MainWindow w;
+    w.resize(1200, 800);
+    w.show();
+    ASSERT_TRUE(openAndWait(w, {QString::fromStdString(path)}, 30000));
+    ASSERT_TRUE(w.document().lastTrace());
+    EXPECT_EQ(w.document().lastTrace()->trace->size(), 1u);
+}
+
 TEST(GuiWindow, ShowsFsdpUnitsAndCpuMemoryOfAPyTorchCpuRun) {
     // A PyTorch FSDP2 step on Gloo as Kineto writes it: FSDP's labels, the c10d op with its
     // shapes, the Gloo collective on its thread, the CPU allocator's [memory] events.
