@@ -140,7 +140,9 @@ int printTraceDiff(const Args& a, const DiffSide& sideA, const DiffSide& sideB) 
 std::vector<Command> traceDiffCommands() {
     CommandSpec s;
     s.name = "trace diff";
-    s.summary = "Join two ShardScope traces by op id: step time, peak memory and per-op error.";
+    s.summary =
+        "Join a run's trace with another or with a simulation: step time, peak memory, per-op "
+        "error.";
     s.description =
         "A is the reference (usually the measured run), B the other (usually the simulation):\n"
         "  shardscope run ... --trace measured.json\n"
@@ -247,17 +249,22 @@ int runTraceOverlap(const Args& a) {
 std::vector<Command> traceOverlapCommands() {
     CommandSpec s;
     s.name = "trace overlap";
-    s.summary = "Exposed communication per FSDP unit, phase and collective in a ShardScope trace.";
+    s.summary =
+        "Exposed communication per FSDP unit and phase, from PyTorch FSDP or ShardScope traces.";
     s.description =
-        "For a `shardscope run --trace` or `shardscope simulate --trace` file: each collective's\n"
-        "time and the part of it no compute on the same rank overlapped (exposed), summed per\n"
-        "unit, phase and collective kind and averaged over ranks and steps, largest first\n"
-        "(collectives that run at the same time each count their own exposed time).\n"
-        "PyTorch profiler traces carry no units: `shardscope trace summary` gives their\n"
-        "communication-computation overlap as HTA defines it.";
-    s.positionalsMetavar = "TRACE";
-    s.options = {{"--json", "", "print JSON"}};
+        "PyTorch profiler traces of an FSDP2 or FSDP1 job (a file per rank, or their folder):\n"
+        "FSDP's own labels give each all-gather, reduce-scatter and HSDP all-reduce its unit and\n"
+        "phase; per unit and step, averaged over ranks: the time, the exposed part (no compute\n"
+        "kernel, or on CPU no op of the issuing thread, ran meanwhile) and the prefetch distance\n"
+        "seen (how many units ahead of the unit whose hook issued it an all-gather was).\n"
+        "A `shardscope run --trace` or `simulate --trace` file: each collective's time and the\n"
+        "part no compute on the same rank overlapped, summed per unit, phase and kind and\n"
+        "averaged over ranks and steps, largest first.";
+    s.positionalsMetavar = "TRACE|DIR...";
+    s.options = {{"--json", "", "print JSON"},
+                 {"--collectives", "", "PyTorch traces, with --json: every collective too"}};
     s.examples = {
+        "shardscope trace overlap profiler_traces/",
         "shardscope trace overlap shardscope-out/tiny-llama.reshard-true.measured-trace.json"};
     return {{s, runTraceOverlap}};
 }

@@ -16,9 +16,9 @@ namespace {
 
 std::vector<Command> allCommands() {
     std::vector<Command> all;
-    for (auto* group : {&modelCommands, &planCommands, &fsdpTraceCommands, &simulateCommands, &recommendCommands,
-                        &runCommands, &calibrateCommands, &traceCommands, &traceDiffCommands,
-                        &traceOverlapCommands, &benchCommands, &doctorCommands})
+    for (auto* group : {&modelCommands, &planCommands, &fsdpTraceCommands, &simulateCommands,
+                        &recommendCommands, &runCommands, &calibrateCommands, &traceCommands,
+                        &traceDiffCommands, &traceOverlapCommands, &benchCommands, &doctorCommands})
         for (auto& c : group())
             all.push_back(std::move(c));
     return all;
@@ -82,10 +82,20 @@ int main(int argc, char** argv) {
         for (const auto& f : firstWords)
             groupKnown = groupKnown || f == args[0];
         if (groupKnown) {
-            std::cerr << "shardscope " << args[0] << ": choose a subcommand:\n";
+            // `shardscope trace --help` is a request for the group's subcommands: answered on
+            // stdout with success; a bare or mistyped group is a usage error.
+            const bool help = wantsHelp({args.begin() + 1, args.end()});
+            std::ostream& out = help ? std::cout : std::cerr;
+            out << "shardscope " << args[0] << ": "
+                << (help ? "subcommands" : "choose a subcommand") << ":\n";
             for (const auto& c : cmds)
                 if (split(c.spec.name, ' ')[0] == args[0])
-                    std::cerr << "  shardscope " << c.spec.name << "   " << c.spec.summary << "\n";
+                    out << "  shardscope " << c.spec.name << "   " << c.spec.summary << "\n";
+            if (help) {
+                out << "\nRun `shardscope " << args[0]
+                    << " SUBCOMMAND --help` for its options and examples.\n";
+                return kExitOk;
+            }
         } else {
             std::cerr << "shardscope: unknown command \"" << given << "\""
                       << didYouMean(args[0], firstWords)
