@@ -35,6 +35,16 @@ namespace shardscope::cli {
 
 namespace {
 
+// A bundled sample named relative to the checkout (the defaults): found from the current
+// folder, else under the source tree this binary was built from, so the benches run from
+// anywhere.
+std::string samplePath(const std::string& path) {
+    std::error_code ec;
+    if (path.empty() || path[0] == '/' || std::filesystem::exists(path, ec)) return path;
+    const std::string rooted = std::string(SHARDSCOPE_SOURCE_ROOT) + "/" + path;
+    return std::filesystem::exists(rooted, ec) ? rooted : path;
+}
+
 using Clock = std::chrono::steady_clock;
 
 double secondsSince(Clock::time_point t0) {
@@ -67,8 +77,8 @@ Plan perBlock(int64_t world) {
 volatile int64_t g_sink = 0;  // keeps results observable
 
 int runBenchSimulate(const Args& a) {
-    auto cfg = readJsonFile(a.get("--model"));
-    auto base = loadClusterFile(a.get("--cluster"));
+    auto cfg = readJsonFile(samplePath(a.get("--model")));
+    auto base = loadClusterFile(samplePath(a.get("--cluster")));
     if (!cfg || !base) {
         std::cerr << "error: " << (!cfg ? cfg.error() : base.error()) << "\n";
         return kExitUsage;
@@ -209,13 +219,13 @@ int runBenchSimulate(const Args& a) {
 }
 
 int runBenchRecommend(const Args& a) {
-    auto cfg = readJsonFile(a.get("--model"));
-    auto base = loadClusterFile(a.get("--cluster"));
+    auto cfg = readJsonFile(samplePath(a.get("--model")));
+    auto base = loadClusterFile(samplePath(a.get("--cluster")));
     if (!cfg || !base) {
         std::cerr << "error: " << (!cfg ? cfg.error() : base.error()) << "\n";
         return kExitUsage;
     }
-    const ModelGraph g = std::move(modelFromHfConfig(*cfg, a.get("--model"))).value();
+    const ModelGraph g = std::move(modelFromHfConfig(*cfg, samplePath(a.get("--model")))).value();
     std::printf(
         "shardscope bench recommend: %s, seq 8192, global batch 4Mi tokens (at least one sequence "
         "per GPU)\n\n",
@@ -271,7 +281,7 @@ int runBenchRecommend(const Args& a) {
                                                                 {"qwen2-0.5b", 8, 4096},
                                                                 {"gpt2", 8, 1024},
                                                                 {"llama3-70b", 512, 2048}}) {
-        auto gm = loadModelFile("samples/models/" + m + "/config.json");
+        auto gm = loadModelFile(samplePath("samples/models/" + m + "/config.json"));
         if (!gm) continue;
         ClusterSpec c = *base;
         c.node.devicesPerNode = 8;
