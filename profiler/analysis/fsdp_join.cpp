@@ -43,6 +43,114 @@ void selfSegments(const Interval& region, const std::vector<Interval>& childSpan
     if (region.second > lastChild) out.emplace_back(lastChild, region.second);
 }
 
+// FSDP1's compute and optimizer step, from its own ranges (its copies are not labelled, so
+// the program's copy-in and copy-out ops stay unjoined). Forward: each
+// FullyShardedDataParallel.forward range is a unit (the outermost the root, nested ones in order);
+// its compute runs from the end of its _pre_forward to the start of its _post_forward, less the
+// nested units' forwards. Backward: the pre-backward hooks fire for the root and then the units in
+// reverse forward order, the post-backward hooks for the units in reverse order and then
+// the root; a unit's backward runs from its pre hook's end to its post hook's start, less
+// the nested units' backwards.
+void fsdp1ComputeItems(const Trace& t, const FsdpTraceAnalysis& a, const ResolvedPlan& plan,
+                       std::vector<Item>& items) {
+    const MainThreadWalk walk = mainThreadWalk(t, a.mainLane);
+    struct Times {
+        int64_t fwdStart = -1, fwdEnd = -1, preEnd = -1, postStart = -1;
+        int64_t bwdPreStart = -1, bwdPreEnd = -1, bwdPostStart = -1, bwdPostEnd = -1;
+    };
+    // (step, micro-batch, unit) -> times
+    std::map<std::tuple<int32_t, int32_t, int32_t>, Times> times;
+    struct Open {
+        int32_t event;
+        int64_t end;
+        int32_t unit;  // an FSDP forward range's unit, else -1
+    };
+    std::vector<Open> stack;
+    std::vector<int32_t> micro(walk.steps.size(), -1);
+    int32_t nested = 0, preHooks = 0, postHooks = 0;
+    for (int32_t e : walk.order) {
+        const int64_t s = t.start[e], end = s + t.dur[e];
+        while (!stack.empty() && stack.back().end <= s)
+            stack.pop_back();
+        const int32_t step = walk.stepOf(s);
+        const std::string& name = t.strings.at(t.name[e]);
+        int32_t unit = -1;
+        if (step >= 0 && startsWith(name, "Optimizer.step#"))
+            items.push_back({OpKind::OptimizerStep, Phase::Optimizer, 0, step, 0, s, end});
+        if (step >= 0 && startsWith(name, "FullyShardedDataParallel.")) {
+            int32_t& m = micro[static_cast<size_t>(step)];
+            int32_t openUnit = -1;
+            for (auto it = stack.rbegin(); it != stack.rend() && openUnit < 0; ++it)
+                openUnit = it->unit;
+            if (name == "FullyShardedDataParallel.forward") {
+                if (openUnit < 0) {
+                    ++m;
+                    nested = preHooks = postHooks = 0;
+                    unit = 0;
+                } else {
+                    unit = ++nested;
+                }
+                Times& x = times[{step, std::max(0, m), unit}];
+                x.fwdStart = s;
+                x.fwdEnd = end;
+            } else if (name == "FullyShardedDataParallel._pre_forward" && openUnit >= 0) {
+                Times& x = times[{step, std::max(0, m), openUnit}];
+                if (x.preEnd < 0) x.preEnd = end;
+            } else if (name == "FullyShardedDataParallel._post_forward" && openUnit >= 0) {
+                times[{step, std::max(0, m), openUnit}].postStart = s;
+            } else if (name == "FullyShardedDataParallel._pre_backward_hook") {
+                const int32_t j = preHooks++;
+                const int32_t u = j == 0 ? 0 : nested + 1 - j;
+                if (u >= 0) {
+                    Times& x = times[{step, std::max(0, m), u}];
+                    x.bwdPreStart = s;
+                    x.bwdPreEnd = end;
+                }
+            } else if (name == "FullyShardedDataParallel._post_backward_hook") {
+                const int32_t j = postHooks++;
+                const int32_t u = j < nested ? nested - j : 0;
+                Times& x = times[{step, std::max(0, m), u}];
+                if (x.bwdPostStart < 0) x.bwdPostStart = s;
+                x.bwdPostEnd = end;
+            }
+        }
+        stack.push_back({e, end, unit});
+    }
+    std::map<std::pair<int32_t, int32_t>, std::vector<std::pair<int32_t, Times>>> bySlot;
+    for (const auto& [k, x] : times)
+        bySlot[{std::get<0>(k), std::get<1>(k)}].emplace_back(std::get<2>(k), x);
+    for (const auto& [slot, units] : bySlot) {
+        std::vector<Interval> fwdSpans, bwdSpans;
+        for (const auto& [_, x] : units) {
+            if (x.fwdStart >= 0) fwdSpans.emplace_back(x.fwdStart, x.fwdEnd);
+            if (x.bwdPreStart >= 0 && x.bwdPostEnd >= 0)
+                bwdSpans.emplace_back(x.bwdPreStart, x.bwdPostEnd);
+        }
+        for (const auto& [u, x] : units) {
+            if (u >= static_cast<int32_t>(plan.units.size())) continue;
+            std::vector<Interval> segs, children;
+            if (x.preEnd >= 0 && x.postStart >= 0) {
+                for (const auto& c : fwdSpans)
+                    if (c != Interval{x.fwdStart, x.fwdEnd}) children.push_back(c);
+                selfSegments({x.preEnd, x.postStart}, children, segs);
+                for (const auto& g : segs)
+                    items.push_back({OpKind::Forward, Phase::Forward, u, slot.first, slot.second,
+                                     g.first, g.second});
+            }
+            segs.clear();
+            children.clear();
+            if (x.bwdPreEnd >= 0 && x.bwdPostStart >= 0) {
+                for (const auto& c : bwdSpans)
+                    if (c != Interval{x.bwdPreStart, x.bwdPostEnd}) children.push_back(c);
+                selfSegments({x.bwdPreEnd, x.bwdPostStart}, children, segs);
+                for (const auto& g : segs)
+                    items.push_back({OpKind::Backward, Phase::Backward, u, slot.first, slot.second,
+                                     g.first, g.second});
+            }
+        }
+    }
+}
+
 // One rank's FSDP2 work as items.
 std::vector<Item> itemsOf(const Trace& t, const FsdpTraceAnalysis& a, const ResolvedPlan& plan,
                           std::vector<std::string>& notes) {
@@ -74,7 +182,7 @@ std::vector<Item> itemsOf(const Trace& t, const FsdpTraceAnalysis& a, const Reso
                          c.startNs, c.endNs});
     }
     if (a.api != "fsdp2") {
-        notes.push_back("FSDP1 labels name no unit: only collectives are joined");
+        fsdp1ComputeItems(t, a, plan, items);
         return items;
     }
     const MainThreadWalk walk = mainThreadWalk(t, a.mainLane);
