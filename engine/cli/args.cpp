@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "engine/cli/args.h"
 
+#include <algorithm>
+
 #include <sstream>
 
 #include "plans/core/strings.h"
@@ -67,6 +69,15 @@ Expected<Args> parseArgs(const CommandSpec& spec, const std::vector<std::string>
             }
             args.m_values[opt->name] = value;
         } else {
+            // `shardscope model show config.json`: a command that takes a model and no
+            // positionals reads a bare argument as its --model.
+            const bool takesModel =
+                std::any_of(spec.options.begin(), spec.options.end(),
+                            [](const OptionSpec& o) { return o.name == "--model"; });
+            if (spec.positionalsMetavar.empty() && takesModel && !args.has("--model")) {
+                args.m_values["--model"] = a;
+                continue;
+            }
             if (spec.positionalsMetavar.empty())
                 return Error{"shardscope " + spec.name + ": unexpected argument \"" + a + "\"" +
                              "\n(see: shardscope " + spec.name + " --help)"};

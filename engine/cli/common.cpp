@@ -2,6 +2,7 @@
 #include "engine/cli/common.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include "plans/core/atomic_write.h"
@@ -32,7 +33,19 @@ Expected<ModelGraph> loadModelArg(const Args& a) {
                          didYouMean(v, dtypeNames())};
         *target = *d;
     }
-    return loadModelFile(a.get("--model"), o);
+    // A Hugging Face model folder (what from_pretrained takes): its config.json.
+    std::string path = a.get("--model");
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) {
+        const std::string config = (std::filesystem::path(path) / "config.json").string();
+        if (!std::filesystem::exists(config, ec))
+            return Error{path +
+                         ": a folder without a config.json (give a Hugging Face "
+                         "config.json, a model folder holding one, or a ShardScope "
+                         "model JSON)"};
+        path = config;
+    }
+    return loadModelFile(path, o);
 }
 
 Expected<std::optional<ClusterSpec>> loadClusterArg(const Args& a) {
