@@ -280,7 +280,7 @@ int runRun(const Args& a) {
     sigaction(SIGTERM, &oldTerm, nullptr);
     if (g_interrupted) {
         std::cerr << "shardscope run: stopped by signal; logs in " << dir.string() << "\n";
-        return 130;
+        return 128 + g_interrupted;  // the shell's convention: 130 for SIGINT, 143 for SIGTERM
     }
     if (firstFailure >= 0) {
         std::cerr << "error: rank " << firstFailure << " failed";

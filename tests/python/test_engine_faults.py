@@ -84,20 +84,23 @@ class Faults(unittest.TestCase):
         self.assertEqual(self.leftovers(), [])
         print("hang: %.1f s" % took)
 
-    def test_ctrl_c_stops_every_rank(self):
-        p = subprocess.Popen([BIN, "run", "-m", self.model, "-p", self.plan, "--steps", "100000"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 30
-        while len(self.leftovers()) < 2 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        self.assertGreaterEqual(len(self.leftovers()), 2, "the ranks never started")
-        time.sleep(1.0)
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=30)
-        self.assertEqual(p.returncode, 130, err)
-        self.assertIn("interrupted; stopping every rank", err)
-        time.sleep(0.2)
-        self.assertEqual(self.leftovers(), [])
+    def test_ctrl_c_and_sigterm_stop_every_rank(self):
+        # Exit status as a shell reports a signal: 128 + 2 for Ctrl-C, 128 + 15 for SIGTERM.
+        for sig, status in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+            with self.subTest(signal=sig.name):
+                p = subprocess.Popen([BIN, "run", "-m", self.model, "-p", self.plan, "--steps", "100000"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                deadline = time.monotonic() + 30
+                while len(self.leftovers()) < 2 and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                self.assertGreaterEqual(len(self.leftovers()), 2, "the ranks never started")
+                time.sleep(1.0)
+                p.send_signal(sig)
+                out, err = p.communicate(timeout=30)
+                self.assertEqual(p.returncode, status, err)
+                self.assertIn("interrupted; stopping every rank", err)
+                time.sleep(0.2)
+                self.assertEqual(self.leftovers(), [])
 
     def test_invalid_plan_starts_nothing(self):
         bad = dict(PLAN, defaults={"reshard_after_forward": 3})
