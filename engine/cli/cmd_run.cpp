@@ -28,13 +28,13 @@
 
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
-#include "profiler/analysis/run_trace.h"
-#include "profiler/analysis/step_trace.h"
 #include "engine/schedule/step_program.h"
 #include "engine/sim/simulator.h"
 #include "plans/core/atomic_write.h"
 #include "plans/core/intervals.h"
 #include "plans/plan/resolve.h"
+#include "profiler/analysis/run_trace.h"
+#include "profiler/analysis/step_trace.h"
 #include "profiler/record/device_activity.h"
 
 namespace shardscope::cli {
@@ -141,9 +141,13 @@ int runRun(const Args& a) {
                   << " (this build has no LibTorch engine; see `shardscope doctor`)\n";
         return kExitFailed;
     }
-    char tmpl[] = "/tmp/shardscope-run-XXXXXX";
-    if (!::mkdtemp(tmpl)) {
-        std::cerr << "error: cannot create a temporary folder: " << std::strerror(errno) << "\n";
+    // The run's folder (logs, results) in $TMPDIR, as other tools put their temporary files.
+    std::error_code tmpEc;
+    std::string tmpl = (fs::temp_directory_path(tmpEc) / "shardscope-run-XXXXXX").string();
+    if (tmpEc) tmpl = "/tmp/shardscope-run-XXXXXX";
+    if (!::mkdtemp(tmpl.data())) {
+        std::cerr << "error: cannot create a temporary folder from " << tmpl << ": "
+                  << std::strerror(errno) << "\n";
         return kExitFailed;
     }
     const fs::path dir = tmpl;
