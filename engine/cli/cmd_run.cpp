@@ -10,7 +10,6 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -123,6 +122,26 @@ int runRun(const Args& a) {
         std::cerr << "error: --no-record records no ops: it cannot write --trace or "
                      "--dump-params\n";
         return kExitUsage;
+    }
+    // Where the results go is checked before the run, not after it: a run's results are not
+    // thrown away because a folder is missing or read-only.
+    for (const char* opt : {"--trace", "--output", "--dump-params"}) {
+        if (!a.has(opt) || a.get(opt) == "-") continue;
+        const fs::path target(a.get(opt));
+        const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
+        std::error_code pe;
+        if (fs::is_directory(target, pe)) {
+            std::cerr << "error: " << opt << " " << target.string()
+                      << ": a folder, where a file is to be written\n";
+            return kExitUsage;
+        }
+        if (!fs::is_directory(parent, pe) || ::access(parent.c_str(), W_OK) != 0) {
+            std::cerr << "error: " << opt << " " << target.string() << ": cannot write in "
+                      << parent.string()
+                      << (fs::is_directory(parent, pe) ? " (not writable)" : " (no such folder)")
+                      << "; checked before the run so that its results are not lost\n";
+            return kExitUsage;
+        }
     }
     // A plan that fails validation is rejected before any process starts.
     const ResolvedPlan r = resolvePlan(*g, *plan, nullptr, a.get("--plan"));
