@@ -2,6 +2,8 @@
 // shardscope: the command-line front end. Each subcommand lives in cmd_*.cpp and declares
 // its options once (args.h); this file only dispatches.
 #include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -23,6 +25,31 @@ std::vector<Command> allCommands() {
             all.push_back(std::move(c));
     return all;
 }
+
+// Writes to two stream buffers: stderr as it happens, and a copy for --json's error object.
+class TeeBuf : public std::streambuf {
+public:
+    TeeBuf(std::streambuf* a, std::streambuf* b) : m_a(a), m_b(b) {}
+
+protected:
+    int overflow(int c) override {
+        if (c == traits_type::eof()) return traits_type::not_eof(c);
+        const auto ch = traits_type::to_char_type(c);
+        m_a->sputc(ch);
+        m_b->sputc(ch);
+        return c;
+    }
+    std::streamsize xsputn(const char* s, std::streamsize n) override {
+        m_a->sputn(s, n);
+        m_b->sputn(s, n);
+        return n;
+    }
+    int sync() override { return m_a->pubsync(); }
+
+private:
+    std::streambuf* m_a;
+    std::streambuf* m_b;
+};
 
 void printOverview(std::ostream& out, const std::vector<Command>& cmds) {
     out << "shardscope " << SHARDSCOPE_VERSION
@@ -113,12 +140,33 @@ int main(int argc, char** argv) {
         std::cerr << "error: " << parsed.error() << "\n";
         return kExitUsage;
     }
+    // With --json, a usage or input error (exit 2) or an internal one (3) is also a JSON object
+    // on stdout, {"error": ..., "exit_code": ...}, for scripts that parse the output; the
+    // message still goes to stderr.
+    const bool json = std::find(rest.begin(), rest.end(), "--json") != rest.end();
+    std::ostringstream captured;
+    TeeBuf tee(std::cerr.rdbuf(), captured.rdbuf());  // stderr stays live (progress, logs)
+    std::streambuf* errBuf = nullptr;
+    if (json) errBuf = std::cerr.rdbuf(&tee);
+    int rc = 0;
     try {
-        return match->run(*parsed);
+        rc = match->run(*parsed);
     } catch (const std::exception& e) {
         // Loaders return errors as values; reaching here is a bug, reported as one.
         std::cerr << "internal error in `shardscope " << match->spec.name << "`: " << e.what()
                   << "\nplease report it with the command line and input files\n";
-        return 3;
+        rc = 3;
     }
+    if (json) {
+        std::cerr.rdbuf(errBuf);
+        if (rc == kExitUsage || rc == 3) {
+            std::string message = captured.str();
+            while (!message.empty() && message.back() == '\n')
+                message.pop_back();
+            std::cout << nlohmann::json{{"error", message}, {"exit_code", rc}}.dump(
+                             2, ' ', false, nlohmann::json::error_handler_t::replace)
+                      << "\n";
+        }
+    }
+    return rc;
 }
