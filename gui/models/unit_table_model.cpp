@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gui/models/unit_table_model.h"
 
+#include <iterator>
+
 #include "plans/core/strings.h"
 
 namespace shardscope::gui {
@@ -79,16 +81,11 @@ QVariant UnitTableModel::data(const QModelIndex& index, int role) const {
 
 QVariant UnitTableModel::headerData(int section, Qt::Orientation o, int role) const {
     if (o != Qt::Horizontal || role != Qt::DisplayRole) return {};
-    static const char* names[] = {"Unit",
-                                  "Modules",
-                                  "Parameters",
-                                  "Sharded / rank",
-                                  "Unsharded",
-                                  "Reshard",
-                                  "Checkpointing",
-                                  "Param / reduce dtype",
-                                  "Forward prefetch",
-                                  "Backward prefetch"};
+    static const char* names[] = {
+        "Unit",    "Modules",       "Parameters",           "Sharded / rank",   "Unsharded",
+        "Reshard", "Checkpointing", "Param / reduce dtype", "Forward prefetch", "Backward prefetch",
+        "Offload"};
+    static_assert(std::size(names) == ColumnCount, "a header name for every column");
     return section >= 0 && section < ColumnCount ? QString(names[section]) : QVariant();
 }
 

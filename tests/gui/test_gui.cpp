@@ -108,6 +108,12 @@ TEST(GuiModels, UnitTablePassesTheModelTester) {
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::Fatal);
     model.setPlan(d.resolved);
     ASSERT_EQ(model.rowCount(), 35);
+    // Every column has its header (the Offload column's used to be read past the names).
+    for (int c = 0; c < UnitTableModel::ColumnCount; ++c)
+        EXPECT_FALSE(model.headerData(c, Qt::Horizontal, Qt::DisplayRole).toString().isEmpty())
+            << c;
+    EXPECT_EQ(model.headerData(UnitTableModel::Offload, Qt::Horizontal, Qt::DisplayRole).toString(),
+              "Offload");
     EXPECT_EQ(model.data(model.index(0, UnitTableModel::Unit)).toString(), "<root>");
     EXPECT_EQ(model.data(model.index(2, UnitTableModel::Unit)).toString(), "model.layers.0");
     EXPECT_EQ(model.data(model.index(2, UnitTableModel::Sharded)).toString(), "13.00 MiB");
