@@ -64,6 +64,9 @@ int main(int argc, char** argv) {
                      "with --screenshot PNG.\n");
         return 2;
     }
+    // A screenshot run is unattended: a file that cannot be opened is reported on stderr, not
+    // in a modal dialog that would block it.
+    if (cli.isSet(shot)) qputenv("SHARDSCOPE_GUI_NO_DIALOGS", "1");
     shardscope::gui::MainWindow w;
     w.show();
     const QString png = cli.value(shot);

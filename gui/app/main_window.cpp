@@ -14,6 +14,7 @@
 #include <QListWidget>
 #include <QMenuBar>
 #include <QMessageBox>
+
 #include <QMimeData>
 #include <QPlainTextEdit>
 #include <QPointer>
@@ -29,6 +30,7 @@
 #include <QTreeView>
 #include <QVBoxLayout>
 #include <QtConcurrent/QtConcurrent>
+#include <cstdio>
 
 #include <tuple>
 
@@ -701,6 +703,8 @@ void MainWindow::showError(const QString& message) {
     m_loadErrors << message;
     if (!qEnvironmentVariableIsSet("SHARDSCOPE_GUI_NO_DIALOGS"))
         QMessageBox::warning(this, "Cannot open file", message);
+    else  // unattended (--screenshot, tests): said on stderr instead of a modal dialog
+        std::fprintf(stderr, "shardscope-gui: %s\n", qPrintable(message));
 }
 
 void MainWindow::rememberRecent(const QString& path) {
