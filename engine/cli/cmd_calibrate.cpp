@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <sstream>
 
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
@@ -15,14 +16,230 @@
 #include "engine/sim/calibrate.h"
 #include "engine/sim/simulator.h"
 #include "plans/core/atomic_write.h"
+#include "plans/core/strings.h"
 #include "plans/plan/resolve.h"
+#include "profiler/analysis/kernel_fit.h"
+#include "profiler/analysis/kernel_samples.h"
 #include "profiler/analysis/step_trace.h"
+#include "profiler/analysis/trace_loader.h"
 
 namespace shardscope::cli {
 
 namespace {
 
+// "1e+09 FLOP: 0.450  1e+10 FLOP: 0.650  ..."
+void printCurve(const std::vector<std::pair<double, double>>& curve, const char* unit) {
+    for (const auto& [x, e] : curve) {
+        char b[64];
+        std::snprintf(b, sizeof b, "%.3g %s: %.3f  ", x, unit, e);
+        std::cout << b;
+    }
+}
+
+std::string percent(double frac) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.1f%%", 100.0 * frac);
+    return b;
+}
+
+// `calibrate --from-trace`: the cluster fitted to the kernels of real profiler traces.
+int runCalibrateFromTrace(const Args& a) {
+    std::vector<std::string> traces{a.get("--from-trace")};
+    for (const auto& p : a.positionals())
+        traces.push_back(p);
+    auto c = loadClusterFile(a.get("--cluster"));
+    if (failed(c)) return kExitUsage;
+    const ClusterSpec base = std::move(*c);
+    KinetoImportOptions o;
+    o.keepAllOpInputs = true;
+    KernelSamples samples;
+    std::vector<std::string> names, skippedFiles;
+    int32_t index = 0;
+    const bool json = a.flag("--json");
+    const Status st = forEachTrace(
+        traces, o,
+        [&](const std::string& path, Trace&& t) -> Status {
+            const size_t before = samples.samples.size();
+            collectKernelSamples(t, index++, samples);
+            names.push_back(path);
+            if (!json)
+                std::cerr << "read " << path << ": rank " << t.rank << ", "
+                          << (samples.samples.size() - before) << " kernels priced\n";
+            return {};
+        },
+        &skippedFiles);
+    if (!st) {
+        std::cerr << "error: " << st.error() << "\n";
+        return kExitUsage;
+    }
+    for (const auto& s : skippedFiles)
+        std::cerr << "skipped " << s << "\n";
+    std::string source =
+        names.size() == 1 ? names.front()
+                          : std::to_string(names.size()) + " traces (" + names.front() + ", ...)";
+    if (!samples.hasShapes && samples.deviceKernels > 0)
+        std::cerr << "note: " << source
+                  << " was recorded without record_shapes: GEMM FLOPs and kernel bytes are "
+                     "unknown, only collectives can be fitted (record with "
+                     "torch.profiler.profile(record_shapes=True))\n";
+    for (const auto& d : samples.deviceNames)
+        if (!sameDevice(d, base.device.name))
+            std::cerr << "warning: the trace ran on " << d << ", and " << a.get("--cluster")
+                      << " describes " << base.device.name
+                      << ": efficiencies are fractions of that cluster's peaks, so start from a "
+                         "cluster of the GPU that ran the trace\n";
+    auto fit = fitKernels(samples, base, source);
+    if (!fit) {
+        std::cerr << "error: " << fit.error() << "\n";
+        for (const auto& [why, n] : samples.skipped)
+            std::cerr << "  skipped " << n << ": " << why << "\n";
+        return kExitFailed;
+    }
+    fit->cluster.sources.erase("/sim");
+    fit->cluster.sources["/sources/calibrated_from"] = source;
+    fit->cluster.name =
+        base.name + ", calibrated on " + std::filesystem::path(names.front()).filename().string();
+    if (auto check = clusterFromJson(clusterToJson(fit->cluster), a.get("--output")); !check) {
+        std::cerr << "error: the calibrated cluster does not validate: " << check.error() << "\n";
+        return kExitFailed;
+    }
+    if (Status w =
+            writeFileAtomically(a.get("--output"), clusterToJson(fit->cluster).dump(2) + "\n");
+        !w) {
+        std::cerr << "error: " << w.error() << "\n";
+        return kExitUsage;
+    }
+    if (a.has("--samples")) {
+        // Every priced kernel, measured and predicted: what a user sorts to find the outliers.
+        std::ostringstream csv;
+        csv.precision(17);
+        csv << "trace,step,class,held_out,op,kernel,dtype,flops,bytes,group_size,collective,"
+               "measured_ns,before_ns,after_ns\n";
+        auto quoted = [](const std::string& v) {
+            std::string q = "\"";
+            for (char ch : v)
+                q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+            return q + "\"";
+        };
+        for (size_t i = 0; i < samples.samples.size(); ++i) {
+            const auto& k = samples.samples[i];
+            csv << k.trace << "," << k.step << "," << kernelClassName(k.cls) << ","
+                << (fit->heldOut[i] ? 1 : 0) << "," << quoted(k.op) << "," << quoted(k.kernel)
+                << "," << dtypeName(k.dtype) << "," << k.flops << "," << k.bytes << ","
+                << k.groupSize << "," << k.collective << "," << k.durNs << ","
+                << predictKernelNs(base, k) << "," << predictKernelNs(fit->cluster, k) << "\n";
+        }
+        if (Status w = writeFileAtomically(a.get("--samples"), csv.str()); !w) {
+            std::cerr << "error: " << w.error() << "\n";
+            return kExitUsage;
+        }
+    }
+    nlohmann::json classes = nlohmann::json::array();
+    for (const auto& r : fit->classes) {
+        nlohmann::json j{{"class", kernelClassName(r.cls)},
+                         {"fitted", r.fitted},
+                         {"held_out", r.heldOut},
+                         {"priced", r.priced},
+                         {"held_out_measured_ns", r.measuredNs}};
+        if (r.priced) {
+            auto err = [&](double v) { return r.measuredNs > 0 ? v / r.measuredNs - 1.0 : 0.0; };
+            j["before"] = {{"predicted_ns", r.beforeNs},
+                           {"total_error", err(r.beforeNs)},
+                           {"median_abs_error", r.beforeMedianErr}};
+            j["after"] = {{"predicted_ns", r.afterNs},
+                          {"total_error", err(r.afterNs)},
+                          {"median_abs_error", r.afterMedianErr}};
+        }
+        classes.push_back(j);
+    }
+    nlohmann::json skipped = nlohmann::json::object();
+    for (const auto& [why, n] : samples.skipped)
+        skipped[why] = n;
+    const nlohmann::json out{
+        {"traces", names},
+        {"cluster", a.get("--cluster")},
+        {"output", a.get("--output")},
+        {"host_only", samples.hostOnly},
+        {"record_shapes", samples.hasShapes},
+        {"split", fit->split},
+        {"classes", classes},
+        {"skipped", skipped},
+        {"fitted",
+         {{"compute_efficiency", fit->cluster.sim.computeEfficiency},
+          {"memory_efficiency", fit->cluster.sim.memoryEfficiency},
+          {"memory_efficiency_by_bytes", fit->cluster.sim.memoryEfficiencyByBytes},
+          {"hbm_bandwidth_bytes_per_s", fit->cluster.device.hbmBandwidth},
+          {"protocols", clusterToJson(fit->cluster)["sim"]["protocols"]},
+          {"intra_bandwidth_bytes_per_s", fit->cluster.node.intraBandwidth},
+          {"nic_bandwidth_bytes_per_s", fit->cluster.network.nicBandwidth}}},
+        {"notes", fit->notes}};
+    if (json) return emitJson(out, "").ok() ? kExitOk : kExitUsage;
+    std::cout << "Calibrated " << a.get("--cluster") << " from the kernels of " << source
+              << (samples.hostOnly ? " (CPU only: host ops are the kernels)" : "") << "\n"
+              << "  " << fit->split << "\n\n  compute efficiency  ";
+    printCurve(fit->cluster.sim.computeEfficiency, "FLOP");
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "\n  memory efficiency   %.3f of %.0f GB/s (summed bytes); per kernel  ",
+                  fit->cluster.sim.memoryEfficiency, fit->cluster.device.hbmBandwidth * 1e-9);
+    std::cout << line;
+    printCurve(fit->cluster.sim.memoryEfficiencyByBytes, "B");
+    std::cout << "\n";
+    if (!fit->cluster.sim.protocols.empty() && fit->cluster.sources.count("/sim/protocols")) {
+        std::snprintf(line, sizeof line,
+                      "  collectives         %.1f us + bytes / %.2f GB/s (bus, within a node)\n",
+                      fit->cluster.sim.protocols.front().baseNs * 1e-3,
+                      fit->cluster.node.intraBandwidth * fit->cluster.sim.intraEfficiency * 1e-9);
+        std::cout << line;
+    }
+    for (const auto& n : fit->notes)
+        std::cout << "  note: " << n << "\n";
+    if (!samples.skipped.empty()) {
+        std::cout << "  not priced:\n";
+        for (const auto& [why, n] : samples.skipped)
+            std::cout << "    " << withThousands(n) << "  " << why << "\n";
+    }
+    std::cout << "\nHeld-back kernels, predicted with " << a.get("--cluster")
+              << " (before) and the calibrated cluster (after):\n";
+    Table t({"CLASS", "FITTED", "HELD", "MEASURED", "BEFORE", "ERR", "MEDIAN |ERR|", "AFTER", "ERR",
+             "MEDIAN |ERR|"},
+            {false, true, true, true, true, true, true, true, true, true});
+    for (const auto& r : fit->classes) {
+        if (!r.priced) {
+            t.row({kernelClassName(r.cls), withThousands(r.fitted), withThousands(r.heldOut),
+                   formatMs(r.measuredNs, 3), "not priced", "", "", "", "", ""});
+            continue;
+        }
+        if (r.heldOut == 0) {
+            t.row({kernelClassName(r.cls), withThousands(r.fitted), "0", "-", "-", "", "", "-", "",
+                   ""});
+            continue;
+        }
+        t.row({kernelClassName(r.cls), withThousands(r.fitted), withThousands(r.heldOut),
+               formatMs(r.measuredNs, 3), formatMs(r.beforeNs, 3),
+               formatError(r.measuredNs, r.beforeNs), percent(r.beforeMedianErr),
+               formatMs(r.afterNs, 3), formatError(r.measuredNs, r.afterNs),
+               percent(r.afterMedianErr)});
+    }
+    t.print(std::cout);
+    std::cout << "\nWrote " << a.get("--output") << "\n";
+    return kExitOk;
+}
+
 int runCalibrate(const Args& a) {
+    if (a.has("--from-trace") == a.has("--trace")) {
+        std::cerr << "error: give --trace (a measured run, fitted op by op) or --from-trace "
+                     "(kernels of any profiler trace), not "
+                  << (a.has("--trace") ? "both" : "neither")
+                  << " (see: shardscope calibrate --help)\n";
+        return kExitUsage;
+    }
+    if (a.has("--from-trace")) return runCalibrateFromTrace(a);
+    if (!a.positionals().empty()) {
+        std::cerr << "error: more trace files (" << a.positionals().front()
+                  << ") go with --from-trace; --trace takes one file or folder\n";
+        return kExitUsage;
+    }
     const std::string tracePath = a.get("--trace");
     auto pytorch = namesPyTorchTraces({tracePath});
     if (failed(pytorch)) return kExitUsage;
@@ -150,11 +367,7 @@ int runCalibrate(const Args& a) {
     std::cout << "Calibrated " << a.get("--cluster") << " from " << a.get("--trace") << " ("
               << measured->ops.size() << " measured ops)\n\n"
               << "  compute efficiency  ";
-    for (const auto& [f, e] : fit->cluster.sim.computeEfficiency) {
-        char b[64];
-        std::snprintf(b, sizeof b, "%.3g FLOP: %.3f  ", f, e);
-        std::cout << b;
-    }
+    printCurve(fit->cluster.sim.computeEfficiency, "FLOP");
     char line[256];
     std::snprintf(line, sizeof line,
                   "\n  memory efficiency   %.3f\n  overlap slowdown    %.2f\n  CPU issue per op    "
@@ -200,12 +413,27 @@ std::vector<Command> calibrateCommands() {
         "PyTorch profiler traces of a user's FSDP2 job work the same way: the plan that ran\n"
         "(--plan, or recovered from the traces as `plan recover` does) gives the program, and\n"
         "the traces' collectives, copies, per-unit compute and optimizer step join its ops by\n"
-        "unit, phase, kind, micro-batch and order (`trace diff` shows that join).";
+        "unit, phase, kind, micro-batch and order (`trace diff` shows that join).\n\n"
+        "--from-trace fits to the kernels of any real profiler trace instead (a GPU job's, or a\n"
+        "CPU-only one's whose host ops are the kernels; no model or plan needed): GEMM kernels\n"
+        "take their FLOPs from the launching matmul op's shapes (record_shapes=True), memory-\n"
+        "bound kernels their bytes from the launching op's inputs, NCCL kernels their size and\n"
+        "group from their args. It fits the compute-efficiency curve, the memory efficiency and\n"
+        "the collectives' latency and bus bandwidth on half of the ProfilerSteps, and prints\n"
+        "each class's error on the other half, with the starting cluster and the fitted one.\n"
+        "What it cannot price (no shapes, convolutions, broadcasts) is counted and named.";
     s.options = {
         {"--trace", "FILE|DIR",
          "measured trace from `shardscope run --trace`, or PyTorch profiler traces of an FSDP2 "
          "job (a file per rank or their folder; with --model)",
-         "", true, "-t"},
+         "", false, "-t"},
+        {"--from-trace", "FILE|DIR",
+         "fit to the kernels of real profiler traces instead (GPU or CPU, any job; more traces "
+         "may follow as arguments): GEMMs, memory-bound kernels and collectives, with the "
+         "error on held-back steps"},
+        {"--samples", "CSV",
+         "--from-trace: also write every priced kernel (class, op, FLOPs or bytes, measured, "
+         "predicted before and after) as CSV"},
         {"--cluster", "FILE", "cluster JSON to start from", "", true, "-c"},
         {"--output", "FILE", "where to write the calibrated cluster JSON", "", true, "-o"},
         {"--model", "FILE",
@@ -223,7 +451,10 @@ std::vector<Command> calibrateCommands() {
         "shardscope run -m samples/models/tiny-llama/config.json -p "
         "samples/plans/tiny-llama-2rank.json --trace measured.json",
         "shardscope calibrate -t measured.json -c samples/clusters/cpu-2core.json -o "
-        "cpu-calibrated.json"};
+        "cpu-calibrated.json",
+        "shardscope calibrate --from-trace rank0.pt.trace.json.gz -c "
+        "samples/clusters/a100-80gb-8x8.json -o a100-fitted.json"};
+    s.positionalsMetavar = "[TRACE...]";
     return {{s, runCalibrate}};
 }
 

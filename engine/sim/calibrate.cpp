@@ -9,13 +9,6 @@ namespace shardscope {
 
 namespace {
 
-double median(std::vector<double> v) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    const size_t m = v.size() / 2;
-    return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
-
 bool isCompute(OpKind k) {
     return k == OpKind::Forward || k == OpKind::Backward || k == OpKind::Recompute;
 }
@@ -30,6 +23,93 @@ int64_t overlap(int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
 }
 
 }  // namespace
+
+double medianOf(std::vector<double> v) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    const size_t m = v.size() / 2;
+    return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+std::vector<std::pair<double, double>> halfDecadeMedians(
+    const std::vector<std::pair<double, double>>& samples, double floor) {
+    std::map<int, std::pair<std::vector<double>, std::vector<double>>> buckets;
+    for (const auto& [x, e] : samples)
+        if (x > 0) {
+            auto& b = buckets[static_cast<int>(std::floor(std::log10(x) * 2))];
+            b.first.push_back(x);
+            b.second.push_back(e);
+        }
+    std::vector<std::pair<double, double>> curve;
+    for (auto& [_, b] : buckets)
+        curve.push_back({medianOf(b.first), std::max(medianOf(b.second), floor)});
+    return curve;
+}
+
+double capCurveAtOne(std::vector<std::pair<double, double>>& curve, double alsoConsider) {
+    double top = alsoConsider;
+    for (const auto& [_, e] : curve)
+        top = std::max(top, e);
+    if (top <= 1.0) return 1.0;
+    for (auto& [_, e] : curve)
+        e /= top;
+    return top;
+}
+
+CollectiveLine fitCollectiveLine(const std::vector<CollectivePoint>& points, double keepLatencyNs) {
+    CollectiveLine line;
+    std::map<std::pair<double, double>, std::vector<double>> bySize;  // (k, x) -> durations
+    for (const auto& pt : points)
+        if (pt.x > 0 && pt.durNs > 0) bySize[{pt.k, pt.x}].push_back(pt.durNs);
+    if (bySize.empty()) return line;
+    double sKK = 0, sKX = 0, sXX = 0, sKD = 0, sXD = 0;
+    for (auto& [kx, v] : bySize) {
+        // The mean: the simulator's collectives of one size all take one time, and the time
+        // this machine spends on them includes the slowed ones (CPU contention with compute
+        // on a CPU run, congestion on a GPU one); the median would drop exactly those.
+        double d = 0;
+        for (double x : v)
+            d += x;
+        d /= static_cast<double>(v.size());
+        const auto [k, x] = kx;
+        sKK += k * k;
+        sKX += k * x;
+        sXX += x * x;
+        sKD += k * d;
+        sXD += x * d;
+    }
+    const double det = sKK * sXX - sKX * sKX;
+    double xMin = 0, xMax = 0;
+    for (const auto& [kx, _] : bySize) {
+        xMin = xMin == 0 ? kx.second : std::min(xMin, kx.second);
+        xMax = std::max(xMax, kx.second);
+    }
+    // A latency needs sizes far enough apart to separate it from bandwidth (4x here);
+    // closer sizes only say how long bytes take.
+    const bool spread = xMin > 0 && xMax >= 4 * xMin;
+    if (bySize.size() >= 2 && spread && det > 1e-9 * sKK * sXX) {
+        double lat = (sKD * sXX - sXD * sKX) / det;  // ns
+        double nsPerByte = (sKK * sXD - sKX * sKD) / det;
+        if (lat < 0 || nsPerByte <= 0) {
+            // Durations do not grow with size over the sizes measured: keep the cluster's
+            // latency and put the rest on bandwidth, which extrapolates to larger messages.
+            lat = keepLatencyNs;
+            nsPerByte = std::max(1e-6, (sXD - lat * sKX) / sXX);
+            line.note =
+                "collective durations did not grow with message size: latency kept, bandwidth "
+                "fitted";
+        }
+        line.latencyNs = lat;
+        line.busBandwidth = 1e9 / nsPerByte;
+    } else {
+        // Sizes too close together: keep the base latency, fit the bandwidth.
+        line.latencyNs = keepLatencyNs;
+        line.busBandwidth = sXX > 0 ? 1e9 * sXX / std::max(1.0, sXD - keepLatencyNs * sKX) : 0;
+        line.note = "collective sizes within 4x of each other: latency kept, bandwidth fitted";
+    }
+    line.fitted = line.busBandwidth > 0;
+    return line;
+}
 
 Expected<CalibrationFit> calibrate(const StepProgram& p, const ClusterSpec& base,
                                    const std::vector<MeasuredOp>& ops,
@@ -98,28 +178,14 @@ Expected<CalibrationFit> calibrate(const StepProgram& p, const ClusterSpec& base
         for (const auto& s : samples)
             alone += s.overlapFrac < 0.01;
         const bool useAlone = alone >= 3;
-        std::map<int, std::vector<const Sample*>> buckets;  // half-decades of FLOPs
+        std::vector<std::pair<double, double>> points;
         for (const auto& s : samples)
-            if (!useAlone || s.overlapFrac < 0.01)
-                buckets[static_cast<int>(std::floor(std::log10(s.perKernel) * 2))].push_back(&s);
-        std::vector<std::pair<double, double>> curve;
-        for (const auto& [_, v] : buckets) {
-            std::vector<double> f, e;
-            for (const auto* s : v) {
-                f.push_back(s->perKernel);
-                e.push_back(s->eff);
-            }
-            curve.push_back({median(f), std::max(median(e), 1e-4)});
-        }
+            if (!useAlone || s.overlapFrac < 0.01) points.push_back({s.perKernel, s.eff});
+        auto curve = halfDecadeMedians(points, 1e-4);
         // Above 1 the device outran its listed peak (or the FLOP count is generous, as
         // with causal attention): raise the peak so the curve stays a fraction; predicted
         // times are unchanged.
-        double top = 0;
-        for (const auto& [_, e] : curve)
-            top = std::max(top, e);
-        if (top > 1.0) {
-            for (auto& [_, e] : curve)
-                e /= top;
+        if (const double top = capCurveAtOne(curve); top > 1.0) {
             for (auto& [dt, peak] : c.device.peakFlops)
                 peak *= top;
             fit.notes.push_back("measured compute ran above the listed peak: peak_flops raised " +
@@ -143,7 +209,7 @@ Expected<CalibrationFit> calibrate(const StepProgram& p, const ClusterSpec& base
             if (pred > 0) slow.push_back((s.ratioInput / pred - 1.0) / s.overlapFrac);
         }
         if (!slow.empty()) {
-            const double v = median(slow);
+            const double v = medianOf(slow);
             c.sim.overlapSlowdown = std::clamp(v, 0.0, 1.0);  // the cluster format's range
             if (v > 1.0)
                 fit.notes.push_back("overlapped compute ran " + std::to_string(1.0 + v) +
@@ -161,62 +227,22 @@ Expected<CalibrationFit> calibrate(const StepProgram& p, const ClusterSpec& base
     //    the mean of each message size. A measured collective also waits for the other
     //    ranks to reach it; the simulator's ranks are alike, so that typical skew is part of
     //    the fitted cost.
-    std::map<std::pair<double, double>, std::vector<double>> bySize;  // (k, x) -> durations
+    std::vector<CollectivePoint> points;
     for (const auto* m : valid) {
         const Op& op = p.ops[static_cast<size_t>(m->opId)];
         if (!isCollective(op.kind) || op.groupSize <= 1 || op.commBytes <= 0) continue;
         const double n = op.groupSize;
         const double k = op.kind == OpKind::AllReduce ? 2.0 : 1.0;
-        const double x = k * (n - 1) / n * static_cast<double>(op.commBytes);
-        bySize[{k, x}].push_back(static_cast<double>(m->endNs - m->startNs));
+        points.push_back({k, k * (n - 1) / n * static_cast<double>(op.commBytes),
+                          static_cast<double>(m->endNs - m->startNs)});
         ++fit.collectiveOps;
     }
-    double sKK = 0, sKX = 0, sXX = 0, sKD = 0, sXD = 0;
-    for (auto& [kx, v] : bySize) {
-        // The mean: the simulator's collectives of one size all take one time, and the time
-        // this machine spends on them includes the slowed ones (CPU contention with compute
-        // on a CPU run, congestion on a GPU one); the median would drop exactly those.
-        double d = 0;
-        for (double x : v)
-            d += x;
-        d /= static_cast<double>(v.size());
-        const auto [k, x] = kx;
-        sKK += k * k;
-        sKX += k * x;
-        sXX += x * x;
-        sKD += k * d;
-        sXD += x * d;
-    }
-    const double det = sKK * sXX - sKX * sKX;
-    double xMin = 0, xMax = 0;
-    for (const auto& [kx, _] : bySize) {
-        xMin = xMin == 0 ? kx.second : std::min(xMin, kx.second);
-        xMax = std::max(xMax, kx.second);
-    }
-    // A latency needs sizes far enough apart to separate it from bandwidth (4x here);
-    // closer sizes only say how long bytes take.
-    const bool spread = xMin > 0 && xMax >= 4 * xMin;
-    if (bySize.size() >= 2 && spread && det > 1e-9 * sKK * sXX) {
-        double lat = (sKD * sXX - sXD * sKX) / det;  // ns
-        double nsPerByte = (sKK * sXD - sKX * sKD) / det;
-        if (lat < 0 || nsPerByte <= 0) {
-            // Durations do not grow with size over the sizes measured: keep the cluster's
-            // latency and put the rest on bandwidth, which extrapolates to larger messages.
-            lat = c.sim.protocols.empty() ? 0 : c.sim.protocols.front().baseNs;
-            nsPerByte = std::max(1e-6, (sXD - lat * sKX) / sXX);
-            fit.notes.push_back(
-                "collective durations did not grow with message size: latency "
-                "kept, bandwidth fitted");
-        }
-        fit.latencyNs = lat;
-        fit.busBandwidth = 1e9 / nsPerByte;
-    } else if (fit.collectiveOps >= 1) {
-        // Sizes too close together: keep the base latency, fit the bandwidth.
-        fit.latencyNs = c.sim.protocols.empty() ? 0 : c.sim.protocols.front().baseNs;
-        fit.busBandwidth = sXX > 0 ? 1e9 * sXX / std::max(1.0, sXD - fit.latencyNs * sKX) : 0;
-        fit.notes.push_back(
-            "collective sizes within 4x of each other: latency kept, bandwidth "
-            "fitted");
+    if (!points.empty()) {
+        const CollectiveLine line =
+            fitCollectiveLine(points, c.sim.protocols.empty() ? 0 : c.sim.protocols.front().baseNs);
+        fit.latencyNs = line.latencyNs;
+        fit.busBandwidth = line.busBandwidth;
+        if (!line.note.empty()) fit.notes.push_back(line.note);
     } else {
         fit.notes.push_back("collective model kept: no collective was measured");
     }
@@ -247,7 +273,7 @@ Expected<CalibrationFit> calibrate(const StepProgram& p, const ClusterSpec& base
                 between);
         }
     }
-    if (!perOp.empty()) c.sim.cpuIssueNs = median(perOp);
+    if (!perOp.empty()) c.sim.cpuIssueNs = medianOf(perOp);
 
     c.simDefaulted = false;
     const std::string from = "fitted by `shardscope calibrate` from " + sourceName;

@@ -39,6 +39,37 @@ struct CalibrationFit {
     std::vector<std::string> notes;          // what could not be fitted, and why
 };
 
+// The median (the mean of the middle two for an even count; 0 for none).
+[[nodiscard]] double medianOf(std::vector<double> v);
+
+// An efficiency curve from (size, efficiency) samples: one point per half-decade of size, at
+// the median size and the median efficiency of its samples (at least `floor`), in increasing
+// size. The kernels of one shape and their neighbours decide their own point; an outlier
+// moves no point.
+[[nodiscard]] std::vector<std::pair<double, double>> halfDecadeMedians(
+    const std::vector<std::pair<double, double>>& samples, double floor);
+
+// Scales a curve so that no point is above 1; returns the factor (1 when none was): the
+// caller raises the peak the efficiencies are fractions of by it.
+[[nodiscard]] double capCurveAtOne(std::vector<std::pair<double, double>>& curve,
+                                   double alsoConsider = 0);
+
+// One collective line, time = k·latency + x / bus bandwidth, by least squares over the mean
+// duration of each (k, x): x is factor·bytes (factor (n-1)/n, 2(n-1)/n for an all-reduce),
+// k the latency's multiplier (2 for an all-reduce's two phases). With sizes less than 4x
+// apart, or durations that do not grow with size, the latency stays `keepLatencyNs` and
+// only the bandwidth is fitted (said in `note`).
+struct CollectivePoint {
+    double k = 1, x = 0, durNs = 0;
+};
+struct CollectiveLine {
+    double latencyNs = 0, busBandwidth = 0;  // bytes/s
+    bool fitted = false;
+    std::string note;
+};
+[[nodiscard]] CollectiveLine fitCollectiveLine(const std::vector<CollectivePoint>& points,
+                                               double keepLatencyNs);
+
 [[nodiscard]] Expected<CalibrationFit> calibrate(const StepProgram& program,
                                                  const ClusterSpec& base,
                                                  const std::vector<MeasuredOp>& ops,

@@ -50,7 +50,9 @@ int64_t opDurationNs(const ClusterSpec& c, const Op& op) {
         case OpKind::CopyIn:
         case OpKind::CopyOut:
         case OpKind::ReduceScatterCopyIn:
-            t = op.memBytes / hbm;
+            // One kernel each: priced by its size when the cluster has a by-bytes curve.
+            t = op.memBytes / (c.device.hbmBandwidth *
+                               c.sim.memoryEfficiencyFor(static_cast<double>(op.memBytes)));
             break;
         case OpKind::OptimizerStep:
             // On a CPU cluster the host is the device: the offloaded shards' step runs on

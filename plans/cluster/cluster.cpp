@@ -14,18 +14,30 @@ double DeviceSpec::peakFor(DType d) const {
     return peakFlops.empty() ? 0.0 : peakFlops.begin()->second;
 }
 
-double SimParams::efficiencyFor(double flops) const {
-    const auto& c = computeEfficiency;
-    if (c.empty()) return 1.0;
-    if (flops <= c.front().first) return c.front().second;
-    if (flops >= c.back().first) return c.back().second;
+namespace {
+// Piecewise linear in log10(x) through the points, flat outside.
+double logInterpolate(const std::vector<std::pair<double, double>>& c, double x) {
+    if (x <= c.front().first) return c.front().second;
+    if (x >= c.back().first) return c.back().second;
     for (size_t i = 1; i < c.size(); ++i)
-        if (flops <= c[i].first) {
+        if (x <= c[i].first) {
             const double x0 = std::log10(c[i - 1].first), x1 = std::log10(c[i].first);
-            const double t = (std::log10(flops) - x0) / (x1 - x0);
+            const double t = (std::log10(x) - x0) / (x1 - x0);
             return c[i - 1].second + t * (c[i].second - c[i - 1].second);
         }
     return c.back().second;
+}
+}  // namespace
+
+double SimParams::memoryEfficiencyFor(double bytes) const {
+    return memoryEfficiencyByBytes.empty() ? memoryEfficiency
+                                           : logInterpolate(memoryEfficiencyByBytes, bytes);
+}
+
+double SimParams::efficiencyFor(double flops) const {
+    const auto& c = computeEfficiency;
+    if (c.empty()) return 1.0;
+    return logInterpolate(c, flops);
 }
 
 namespace {
@@ -36,23 +48,33 @@ double fraction(const JsonReader& r) {
     return v;
 }
 
-SimParams parseSim(const JsonReader& r) {
-    r.allowOnly({"compute_efficiency", "memory_efficiency", "overlap_slowdown", "intra_efficiency",
-                 "network_efficiency", "cpu_issue_ns", "host_optimizer_bytes_per_s", "protocols"});
-    SimParams s;
-    if (auto c = r.find("compute_efficiency")) {
-        s.computeEfficiency.clear();
-        for (size_t i = 0; i < c->size(); ++i) {
-            const JsonReader pt = (*c)[i];
-            if (pt.size() != 2) pt.failExpected("[flops, efficiency]");
-            const double f = pt[0].asPositiveNumber();
-            if (!s.computeEfficiency.empty() && f <= s.computeEfficiency.back().first)
-                pt[0].fail("points must be in increasing FLOPs");
-            s.computeEfficiency.emplace_back(f, fraction(pt[1]));
-        }
-        if (s.computeEfficiency.empty()) c->fail("give at least one [flops, efficiency] point");
+// [[x, efficiency], ...] in increasing x, at least one point: x is "flops" ("FLOPs") or
+// "bytes".
+std::vector<std::pair<double, double>> parseCurve(const JsonReader& c, const std::string& x,
+                                                  const std::string& xs) {
+    std::vector<std::pair<double, double>> curve;
+    for (size_t i = 0; i < c.size(); ++i) {
+        const JsonReader pt = c[i];
+        if (pt.size() != 2) pt.failExpected("[" + x + ", efficiency]");
+        const double v = pt[0].asPositiveNumber();
+        if (!curve.empty() && v <= curve.back().first)
+            pt[0].fail("points must be in increasing " + xs);
+        curve.emplace_back(v, fraction(pt[1]));
     }
+    if (curve.empty()) c.fail("give at least one [" + x + ", efficiency] point");
+    return curve;
+}
+
+SimParams parseSim(const JsonReader& r) {
+    r.allowOnly({"compute_efficiency", "memory_efficiency", "memory_efficiency_by_bytes",
+                 "overlap_slowdown", "intra_efficiency", "network_efficiency", "cpu_issue_ns",
+                 "host_optimizer_bytes_per_s", "protocols"});
+    SimParams s;
+    if (auto c = r.find("compute_efficiency"))
+        s.computeEfficiency = parseCurve(*c, "flops", "FLOPs");
     if (auto x = r.find("memory_efficiency")) s.memoryEfficiency = fraction(*x);
+    if (auto c = r.find("memory_efficiency_by_bytes"))
+        s.memoryEfficiencyByBytes = parseCurve(*c, "bytes", "bytes");
     if (auto x = r.find("overlap_slowdown")) {
         s.overlapSlowdown = x->asNumber();
         if (s.overlapSlowdown < 0 || s.overlapSlowdown > 1)
@@ -91,14 +113,22 @@ nlohmann::json simJson(const SimParams& s) {
                       {"intra_step_ns", static_cast<int64_t>(p.intraStepNs)},
                       {"inter_step_ns", static_cast<int64_t>(p.interStepNs)},
                       {"bw_factor", p.bwFactor}});
-    return {{"compute_efficiency", ce},
-            {"memory_efficiency", s.memoryEfficiency},
-            {"overlap_slowdown", s.overlapSlowdown},
-            {"intra_efficiency", s.intraEfficiency},
-            {"network_efficiency", s.networkEfficiency},
-            {"cpu_issue_ns", static_cast<int64_t>(s.cpuIssueNs)},
-            {"host_optimizer_bytes_per_s", s.hostOptimizerBytesPerS},
-            {"protocols", ps}};
+    nlohmann::json j{{"compute_efficiency", ce},
+                     {"memory_efficiency", s.memoryEfficiency},
+                     {"overlap_slowdown", s.overlapSlowdown},
+                     {"intra_efficiency", s.intraEfficiency},
+                     {"network_efficiency", s.networkEfficiency},
+                     {"cpu_issue_ns", static_cast<int64_t>(s.cpuIssueNs)},
+                     {"host_optimizer_bytes_per_s", s.hostOptimizerBytesPerS},
+                     {"protocols", ps}};
+    // Written only when set (calibrated), so clusters without it read as before.
+    if (!s.memoryEfficiencyByBytes.empty()) {
+        nlohmann::json mb = nlohmann::json::array();
+        for (const auto& [b, e] : s.memoryEfficiencyByBytes)
+            mb.push_back({b, e});
+        j["memory_efficiency_by_bytes"] = mb;
+    }
+    return j;
 }
 
 ClusterSpec parseCluster(const JsonReader& r) {

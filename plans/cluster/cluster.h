@@ -64,7 +64,13 @@ struct SimParams {
     // linear in log10(FLOPs) through these (flops, efficiency) points, flat outside.
     std::vector<std::pair<double, double>> computeEfficiency{
         {1e6, 0.05}, {1e9, 0.45}, {1e10, 0.65}, {1e11, 0.75}, {1e12, 0.8}};
-    double memoryEfficiency = 0.85;   // achieved fraction of HBM bandwidth
+    double memoryEfficiency = 0.85;  // achieved fraction of HBM bandwidth
+    // Achieved fraction of HBM bandwidth of one memory-bound kernel by the bytes it moves:
+    // piecewise linear in log10(bytes), flat outside; small kernels pay their launch and
+    // tail, mid-sized ones may run from cache. Empty (the default): memoryEfficiency for
+    // all. Single-kernel ops (copy-in, copy-out) use it; aggregated work (a unit's
+    // elementwise bytes, the optimizer) keeps memoryEfficiency.
+    std::vector<std::pair<double, double>> memoryEfficiencyByBytes;
     double overlapSlowdown = 0.10;    // compute stretches by this fraction while overlapped by comm
     double intraEfficiency = 0.82;    // ring busbw / intra-node link bandwidth (370/450 GB/s)
     double networkEfficiency = 0.90;  // ring busbw / NIC bandwidth
@@ -74,6 +80,7 @@ struct SimParams {
                                         {"LL128", 10000, 1900, 4000, 0.92},
                                         {"Simple", 8400, 3400, 9600, 1.0}};
     [[nodiscard]] double efficiencyFor(double flops) const;
+    [[nodiscard]] double memoryEfficiencyFor(double bytes) const;
 };
 
 struct ClusterSpec {

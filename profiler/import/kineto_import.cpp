@@ -257,6 +257,8 @@ int64_t dtypeBytes(std::string_view d) {
     if (d == "double") return 8;
     if (d == "long int" || d == "long") return 8;
     if (d == "int") return 4;
+    if (d == "unsigned char" || d == "signed char" || d == "bool") return 1;
+    if (d == "short int" || d == "short") return 2;
     return 0;
 }
 
@@ -618,7 +620,7 @@ public:
         const NameInfo ni = nameInfoOf(nameId, name);
         const bool hostOpCat = ci.hostOp;
         const bool glooName = ni.gloo;
-        const bool keepInputs = ni.keepInputs;
+        const bool keepInputs = ni.keepInputs || (o.keepAllOpInputs && hostOpCat);
         const bool deviceCat = ci.device;
         // Only some events need their args parsed: most kernels and ops do not.
         const bool needArgs =
@@ -831,6 +833,10 @@ public:
     void topLevel(const std::string& key, const json& v) {
         if (key == "baseTimeNanoseconds") baseTime = true;
         if (key == "metadata") t.metadata = v.dump(-1, ' ', false, json::error_handler_t::replace);
+        if (key == "deviceProperties" && v.is_array())
+            for (const auto& d : v)
+                if (d.is_object() && d.contains("name") && d["name"].is_string())
+                    t.deviceNames.push_back(d["name"].get<std::string>());
         if (key != "distributedInfo" || !v.is_object()) return;
         if (v.contains("rank")) t.rank = number(v["rank"]);
         if (v.contains("world_size")) t.worldSize = number(v["world_size"]);
@@ -1253,6 +1259,10 @@ EventClass classifyDeviceEvent(const std::string& name, const std::string& cat) 
                             (cuda != std::string_view::npos &&
                              n.find("LaunchKernel", cuda + 4) != std::string_view::npos);
     return nonCompute ? EventClass::Other : EventClass::Computation;
+}
+
+int64_t traceDtypeBytes(std::string_view recordShapesType) {
+    return dtypeBytes(recordShapesType);
 }
 
 Expected<Trace> importKinetoFile(const std::string& path, const KinetoImportOptions& o) {

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include "plans/core/expected.h"
 #include "profiler/trace/trace.h"
@@ -24,6 +25,10 @@ namespace shardscope {
 
 struct KinetoImportOptions {
     bool keepPythonFunctions = false;
+    // Keep record_shapes' inputs of every host op, not only those FSDP analysis reads
+    // (collectives, the embedding): kernel calibration prices GEMMs and memory-bound kernels
+    // by the shapes of the op that launched them.
+    bool keepAllOpInputs = false;
     // Checked every 256 KiB read: when set, the import stops with the error "cancelled".
     const std::atomic<bool>* cancel = nullptr;
     // Called every 256 KiB read with the fraction of the file (compressed bytes for .gz) read.
@@ -33,6 +38,10 @@ struct KinetoImportOptions {
 // HTA's classification of a device event (hta/common/types.py, hta/utils/utils.py), by
 // kernel name and category: communication (NCCL, RCCL, HCCL), memory, computation, other.
 [[nodiscard]] EventClass classifyDeviceEvent(const std::string& name, const std::string& category);
+
+// Bytes per element of a record_shapes "Input type" ("float", "c10::BFloat16", "long int"); 0
+// for a type it does not know (a Scalar, a list).
+[[nodiscard]] int64_t traceDtypeBytes(std::string_view recordShapesType);
 
 [[nodiscard]] Expected<Trace> importKinetoFile(const std::string& path,
                                                const KinetoImportOptions& o = {});

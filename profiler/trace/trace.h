@@ -122,6 +122,8 @@ struct Trace {
         std::vector<int64_t> ranks;
     };
     std::vector<ProcessGroup> processGroups;
+    // Kineto's deviceProperties: the GPUs' names ("NVIDIA B200"), as the trace lists them.
+    std::vector<std::string> deviceNames;
     std::string
         dialect;  // "modern (relative ts, baseTimeNanoseconds)", "absolute us", "legacy 2021"
     std::unordered_map<std::string, int64_t> eventsByCategory;

@@ -1,0 +1,286 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "profiler/analysis/kernel_fit.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <tuple>
+
+#include "engine/sim/calibrate.h"
+#include "engine/sim/cost_model.h"
+
+namespace shardscope {
+
+namespace {
+
+std::optional<OpKind> collectiveOpKind(const std::string& kind) {
+    if (kind == "allreduce") return OpKind::AllReduce;
+    if (kind == "allgather") return OpKind::AllGather;
+    if (kind == "reduce_scatter") return OpKind::ReduceScatter;
+    return std::nullopt;
+}
+
+struct Placement {
+    int32_t nodes = 1, perNode = 1;
+};
+Placement placement(const ClusterSpec& c, int32_t n) {
+    const auto dpn = static_cast<int32_t>(std::max<int64_t>(1, c.node.devicesPerNode));
+    Placement p;
+    p.perNode = std::min(n, dpn);
+    p.nodes = (n + p.perNode - 1) / p.perNode;
+    return p;
+}
+
+std::string joinSteps(const std::vector<int32_t>& v) {
+    std::ostringstream o;
+    for (size_t i = 0; i < v.size(); ++i) {
+        if (i == 6 && v.size() > 8) {
+            o << ", ... (" << v.size() << " in all)";
+            break;
+        }
+        o << (i ? ", " : "") << v[i];
+    }
+    return o.str();
+}
+
+}  // namespace
+
+double predictKernelNs(const ClusterSpec& c, const KernelSample& s) {
+    switch (s.cls) {
+        case KernelClass::Gemm:
+            if (s.flops <= 0) return 0;
+            return s.flops / (c.device.peakFor(s.dtype) * c.sim.efficiencyFor(s.flops)) * 1e9;
+        case KernelClass::MemoryBound: {
+            const double bw = c.device.hbmBandwidth * c.sim.memoryEfficiencyFor(s.bytes);
+            return bw > 0 ? s.bytes / bw * 1e9 : 0;
+        }
+        case KernelClass::Collective: {
+            const auto kind = collectiveOpKind(s.collective);
+            if (!kind || s.groupSize <= 1) return 0;
+            const Placement p = placement(c, s.groupSize);
+            return static_cast<double>(collectiveTime(c, *kind, static_cast<int64_t>(s.bytes),
+                                                      s.groupSize, p.nodes, p.perNode)
+                                           .ns);
+        }
+        case KernelClass::Attention:
+        case KernelClass::Other:
+            break;
+    }
+    return 0;
+}
+
+Expected<KernelFit> fitKernels(const KernelSamples& all, const ClusterSpec& base,
+                               const std::string& sourceName) {
+    if (all.samples.empty())
+        return Error{sourceName +
+                     ": no kernel could be priced: no GEMM with shapes, memory-bound " +
+                     "kernel with its bytes or sized collective (" +
+                     std::to_string(all.deviceKernels) + " device kernels" +
+                     (all.deviceKernels == 0 ? ", no host matmul or data-moving op" : "") + ")"};
+    KernelFit fit;
+    fit.cluster = base;
+    ClusterSpec& c = fit.cluster;
+
+    // 1. The split: alternate steps, or alternate occurrences of each kernel.
+    std::vector<int32_t> steps;
+    for (const auto& s : all.samples)
+        if (s.step >= 0) steps.push_back(s.step);
+    std::sort(steps.begin(), steps.end());
+    steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+    std::vector<uint8_t> held(all.samples.size(), 0);
+    if (steps.size() >= 2) {
+        std::vector<int32_t> fitSteps, heldSteps;
+        for (size_t i = 0; i < steps.size(); ++i)
+            (i % 2 ? heldSteps : fitSteps).push_back(steps[i]);
+        for (size_t i = 0; i < all.samples.size(); ++i)
+            held[i] = std::binary_search(heldSteps.begin(), heldSteps.end(), all.samples[i].step);
+        fit.split = "fitted on ProfilerSteps " + joinSteps(fitSteps) + "; held back " +
+                    joinSteps(heldSteps);
+    } else {
+        using Key = std::tuple<int, std::string, double, double, int32_t>;
+        std::map<Key, int64_t> seen;
+        for (size_t i = 0; i < all.samples.size(); ++i) {
+            const auto& s = all.samples[i];
+            const Key k{static_cast<int>(s.cls), s.kernel, s.flops, s.bytes, s.groupSize};
+            held[i] = (seen[k]++ % 2) == 1;
+        }
+        fit.split = steps.empty()
+                        ? "no ProfilerStep in the trace: each kernel's 1st, 3rd, ... "
+                          "occurrences fitted, the 2nd, 4th, ... held back"
+                        : "one ProfilerStep: each kernel's 1st, 3rd, ... occurrences fitted, "
+                          "the 2nd, 4th, ... held back";
+    }
+    auto fitSet = [&](KernelClass cls) {
+        std::vector<const KernelSample*> v;
+        for (size_t i = 0; i < all.samples.size(); ++i)
+            if (!held[i] && all.samples[i].cls == cls) v.push_back(&all.samples[i]);
+        return v;
+    };
+    const std::string from = "fitted by `shardscope calibrate --from-trace` from " + sourceName;
+
+    // 2. GEMMs: the efficiency curve, by half-decade of FLOPs per kernel.
+    const auto gemms = fitSet(KernelClass::Gemm);
+    if (!gemms.empty()) {
+        std::vector<std::pair<double, double>> points;
+        for (const auto* s : gemms)
+            if (s->durNs > 0)
+                points.push_back({s->flops, s->flops / (c.device.peakFor(s->dtype) *
+                                                        static_cast<double>(s->durNs) * 1e-9)});
+        auto curve = halfDecadeMedians(points, 1e-6);
+        if (const double top = capCurveAtOne(curve); top > 1.0) {
+            for (auto& [dt, peak] : c.device.peakFlops)
+                peak *= top;
+            fit.notes.push_back(
+                "GEMMs ran above the cluster's listed peak (TF32 for float32 matmuls, or the "
+                "wrong device): peak_flops raised " +
+                std::to_string(top) + "x so efficiencies stay at most 1");
+            c.sources["/device/peak_flops"] =
+                "raised by `shardscope calibrate --from-trace` from " + sourceName +
+                ": GEMMs exceeded it";
+        }
+        if (!curve.empty()) {
+            c.sim.computeEfficiency = curve;
+            c.sources["/sim/compute_efficiency"] =
+                from + " (" + std::to_string(gemms.size()) + " GEMM kernels)";
+        }
+    } else {
+        fit.notes.push_back("compute efficiency kept: no GEMM with FLOPs among the fitted kernels");
+    }
+
+    // 3. Memory-bound kernels: the achieved fraction of memory bandwidth by bytes per kernel
+    //    (median per half-decade: small kernels pay their launch, mid-sized ones may run
+    //    from cache), and one efficiency for aggregated bytes (their sums), which a unit's
+    //    elementwise work and the optimizer use.
+    const auto mem = fitSet(KernelClass::MemoryBound);
+    const double hbm = c.device.hbmBandwidth;
+    if (!mem.empty() && hbm > 0) {
+        std::vector<std::pair<double, double>> points;
+        double bytes = 0, seconds = 0;
+        for (const auto* s : mem)
+            if (s->durNs > 0) {
+                points.push_back(
+                    {s->bytes, s->bytes / (hbm * static_cast<double>(s->durNs) * 1e-9)});
+                bytes += s->bytes;
+                seconds += static_cast<double>(s->durNs) * 1e-9;
+            }
+        auto curve = halfDecadeMedians(points, 1e-6);
+        double scalar = seconds > 0 ? bytes / (hbm * seconds) : 0;
+        if (const double top = capCurveAtOne(curve, scalar); top > 1.0) {
+            scalar /= top;
+            c.device.hbmBandwidth *= top;
+            fit.notes.push_back(
+                "memory-bound kernels ran faster than the listed memory bandwidth (from cache): "
+                "hbm bandwidth raised " +
+                std::to_string(top) + "x so efficiencies stay at most 1");
+            c.sources["/device/hbm_bandwidth_bytes_per_s"] =
+                "raised by `shardscope calibrate --from-trace` from " + sourceName +
+                ": kernels exceeded it";
+        }
+        if (!curve.empty() && scalar > 0) {
+            c.sim.memoryEfficiencyByBytes = curve;
+            c.sim.memoryEfficiency = std::clamp(scalar, 1e-6, 1.0);
+            const std::string what =
+                from + " (" + std::to_string(mem.size()) + " memory-bound kernels)";
+            c.sources["/sim/memory_efficiency"] = what;
+            c.sources["/sim/memory_efficiency_by_bytes"] = what;
+        }
+    } else {
+        fit.notes.push_back(mem.empty() ? "memory efficiency kept: no memory-bound kernel with "
+                                          "its bytes among the fitted kernels"
+                                        : "memory efficiency kept: the cluster lists no memory "
+                                          "bandwidth");
+    }
+
+    // 4. Collectives: within a node and across nodes.
+    std::vector<CollectivePoint> intra, inter;
+    int64_t unpriced = 0;
+    for (const auto* s : fitSet(KernelClass::Collective)) {
+        const auto kind = collectiveOpKind(s->collective);
+        if (!kind) {
+            ++unpriced;
+            continue;
+        }
+        const double n = s->groupSize;
+        const double k = *kind == OpKind::AllReduce ? 2.0 : 1.0;
+        const CollectivePoint pt{k, k * (n - 1) / n * s->bytes, static_cast<double>(s->durNs)};
+        (placement(base, s->groupSize).nodes > 1 ? inter : intra).push_back(pt);
+    }
+    if (unpriced > 0)
+        fit.notes.push_back(std::to_string(unpriced) +
+                            " collectives other than all-reduce, all-gather and reduce-scatter "
+                            "(broadcast, all-to-all, send/recv) are not in the cost model: "
+                            "left out of the fit");
+    const double keepLat = c.sim.protocols.empty() ? 0 : c.sim.protocols.front().baseNs;
+    std::optional<CollectiveLine> intraLine, interLine;
+    if (!intra.empty()) intraLine = fitCollectiveLine(intra, keepLat);
+    if (!inter.empty()) interLine = fitCollectiveLine(inter, keepLat);
+    if (intraLine && intraLine->fitted) {
+        if (!intraLine->note.empty()) fit.notes.push_back("within a node: " + intraLine->note);
+        c.node.intraBandwidth = intraLine->busBandwidth / std::max(1e-9, c.sim.intraEfficiency);
+        c.node.intraLatencyNs = static_cast<int64_t>(std::llround(intraLine->latencyNs));
+        c.sources["/node/intra_bandwidth_bytes_per_s"] =
+            from + " (" + std::to_string(intra.size()) + " collectives within a node)";
+    }
+    if (interLine && interLine->fitted) {
+        if (!interLine->note.empty()) fit.notes.push_back("across nodes: " + interLine->note);
+        const auto dpn = static_cast<double>(std::max<int64_t>(1, c.node.devicesPerNode));
+        c.network.nicBandwidth =
+            interLine->busBandwidth / (dpn * std::max(1e-9, c.sim.networkEfficiency));
+        c.sources["/network/nic_bandwidth_bytes_per_s"] =
+            from + " (" + std::to_string(inter.size()) + " collectives across nodes)";
+    }
+    const CollectiveLine* latency = intraLine && intraLine->fitted   ? &*intraLine
+                                    : interLine && interLine->fitted ? &*interLine
+                                                                     : nullptr;
+    if (latency) {
+        c.sim.protocols = {{"calibrated", latency->latencyNs, 0, 0, 1.0}};
+        c.sources["/sim/protocols"] = from;
+        if (intraLine && interLine && intraLine->fitted && interLine->fitted)
+            fit.notes.push_back("one latency for all collectives: the within-node fit's");
+    } else if (intra.empty() && inter.empty()) {
+        fit.notes.push_back(
+            "collective model kept: no sized all-reduce, all-gather or "
+            "reduce-scatter among the fitted kernels");
+    }
+    c.simDefaulted = false;
+    fit.heldOut = held;
+
+    // 5. Held-back kernels, before and after.
+    for (KernelClass cls : {KernelClass::Gemm, KernelClass::MemoryBound, KernelClass::Collective,
+                            KernelClass::Attention, KernelClass::Other}) {
+        KernelClassFit r;
+        r.cls = cls;
+        r.priced = cls == KernelClass::Gemm || cls == KernelClass::MemoryBound ||
+                   cls == KernelClass::Collective;
+        std::vector<double> before, after;
+        for (size_t i = 0; i < all.samples.size(); ++i) {
+            const auto& s = all.samples[i];
+            if (s.cls != cls) continue;
+            // Broadcasts, all-to-alls: noted above, in no total.
+            if (cls == KernelClass::Collective && !collectiveOpKind(s.collective)) continue;
+            if (!held[i]) {
+                ++r.fitted;
+                continue;
+            }
+            ++r.heldOut;
+            const double m = static_cast<double>(s.durNs);
+            r.measuredNs += m;
+            if (!r.priced) continue;
+            const double b = predictKernelNs(base, s), a = predictKernelNs(c, s);
+            r.beforeNs += b;
+            r.afterNs += a;
+            if (m > 0) {
+                before.push_back(std::abs(b / m - 1.0));
+                after.push_back(std::abs(a / m - 1.0));
+            }
+        }
+        r.beforeMedianErr = medianOf(before);
+        r.afterMedianErr = medianOf(after);
+        if (r.fitted + r.heldOut > 0) fit.classes.push_back(r);
+    }
+    return fit;
+}
+
+}  // namespace shardscope

@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// Calibrates a cluster from the kernels of real profiler traces (`shardscope calibrate
+// --from-trace`), and says how well the fit predicts kernels it never saw:
+//  - the samples are split by step: the first, third, ... ProfilerStep are fitted, the others
+//    held back (a trace without ProfilerSteps alternates each kernel's occurrences);
+//  - GEMMs fit the compute-efficiency curve (achieved fraction of the dtype's peak, median
+//    per half-decade of FLOPs per kernel);
+//  - memory-bound kernels fit the memory efficiency (their bytes over HBM bandwidth times
+//    their time, summed);
+//  - collectives fit latency and bus bandwidth (fitCollectiveLine), within a node (group
+//    no larger than the cluster's devices per node) and across nodes separately;
+//  - attention and other kernels are measured and reported, not priced (the simulator
+//    prices a unit's attention with its GEMMs today).
+// Before and after: each held-back kernel predicted with the base cluster and with the
+// fitted one, its median |error| and the class total's error.
+#include <string>
+#include <vector>
+
+#include "plans/cluster/cluster.h"
+#include "plans/core/expected.h"
+#include "profiler/analysis/kernel_samples.h"
+
+namespace shardscope {
+
+struct KernelClassFit {
+    KernelClass cls = KernelClass::Other;
+    int64_t fitted = 0, heldOut = 0;  // samples on each side of the split
+    bool priced = false;              // the cost model predicts this class
+    // Held-back kernels: measured total, predicted totals and median |relative error| with
+    // the base cluster (before) and the calibrated one (after).
+    double measuredNs = 0, beforeNs = 0, afterNs = 0;
+    double beforeMedianErr = 0, afterMedianErr = 0;
+};
+
+struct KernelFit {
+    ClusterSpec cluster;
+    std::string split;  // how the samples were split, in words
+    std::vector<KernelClassFit> classes;
+    std::vector<uint8_t> heldOut;    // per sample: 1 when held back
+    std::vector<std::string> notes;  // what could not be fitted, and why
+};
+
+// Predicted duration of one sample on a cluster (0 for a class the model does not price).
+[[nodiscard]] double predictKernelNs(const ClusterSpec& c, const KernelSample& s);
+
+[[nodiscard]] Expected<KernelFit> fitKernels(const KernelSamples& samples, const ClusterSpec& base,
+                                             const std::string& sourceName);
+
+}  // namespace shardscope

@@ -1,0 +1,610 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "profiler/analysis/kernel_samples.h"
+
+#include <algorithm>
+#include <cctype>
+#include <optional>
+#include <string_view>
+#include <unordered_map>
+
+#include "profiler/import/kineto_import.h"
+
+namespace shardscope {
+
+const char* kernelClassName(KernelClass c) {
+    switch (c) {
+        case KernelClass::Gemm:
+            return "gemm";
+        case KernelClass::Attention:
+            return "attention";
+        case KernelClass::MemoryBound:
+            return "memory-bound";
+        case KernelClass::Collective:
+            return "collective";
+        case KernelClass::Other:
+            break;
+    }
+    return "other";
+}
+
+namespace {
+
+std::string lower(std::string_view s) {
+    std::string r(s);
+    for (char& c : r)
+        c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return r;
+}
+
+bool contains(std::string_view s, std::string_view what) {
+    return s.find(what) != std::string_view::npos;
+}
+
+// The matmul ops whose FLOPs record_shapes gives: (index of A, index of B) in "Input Dims".
+struct MatmulOp {
+    std::string_view name;
+    int a, b;
+    bool batched, linear;
+};
+constexpr MatmulOp kMatmulOps[] = {
+    {"aten::mm", 0, 1, false, false},
+    {"aten::addmm", 1, 2, false, false},
+    {"aten::_addmm_activation", 1, 2, false, false},
+    {"aten::_scaled_mm", 0, 1, false, false},
+    {"aten::bmm", 0, 1, true, false},
+    {"aten::baddbmm", 1, 2, true, false},
+    {"aten::linear", 0, 1, false, true},
+};
+
+const MatmulOp* matmulOp(std::string_view name) {
+    for (const auto& m : kMatmulOps)
+        if (m.name == name) return &m;
+    return nullptr;
+}
+
+bool isAttentionOp(std::string_view name) {
+    return contains(name, "attention") || contains(name, "_attn") || contains(name, "sdpa");
+}
+
+bool isGemmKernel(const std::string& lowerName) {
+    static const char* const pats[] = {
+        "gemm",  "nvjet", "cutlass", "xmma",  "cijk_", "bmm_",    "matmul", "wmma",    "s1688",
+        "h1688", "s884",  "h884",    "sm80_", "sm90_", "ampere_", "volta_", "turing_", "hopper_"};
+    for (const char* p : pats)
+        if (contains(lowerName, p)) return true;
+    return false;
+}
+
+bool isAttentionKernel(const std::string& lowerName) {
+    return contains(lowerName, "flash") || contains(lowerName, "fmha") ||
+           contains(lowerName, "attention") || contains(lowerName, "attn");
+}
+
+// Host ops that move no data (views, allocations, metadata): never a memory-bound sample.
+bool movesNoData(std::string_view name) {
+    if (name.substr(0, 6) == "aten::") name.remove_prefix(6);
+    static const std::string_view none[] = {"view",
+                                            "_unsafe_view",
+                                            "reshape",
+                                            "_reshape_alias",
+                                            "t",
+                                            "transpose",
+                                            "permute",
+                                            "expand",
+                                            "expand_as",
+                                            "as_strided",
+                                            "slice",
+                                            "select",
+                                            "unsqueeze",
+                                            "squeeze",
+                                            "detach",
+                                            "detach_",
+                                            "alias",
+                                            "split",
+                                            "split_with_sizes",
+                                            "chunk",
+                                            "narrow",
+                                            "unbind",
+                                            "empty",
+                                            "empty_like",
+                                            "empty_strided",
+                                            "new_empty",
+                                            "new_empty_strided",
+                                            "resize_",
+                                            "set_",
+                                            "lift_fresh",
+                                            "view_as",
+                                            "flatten",
+                                            "unflatten",
+                                            "contiguous",
+                                            "to",
+                                            "type_as",
+                                            "result_type",
+                                            "item",
+                                            "_local_scalar_dense",
+                                            "is_nonzero",
+                                            "movedim",
+                                            "swapaxes",
+                                            "unfold",
+                                            "diagonal",
+                                            "requires_grad_",
+                                            "retain_grad",
+                                            "_has_compatible_shallow_copy_type",
+                                            "record_stream",
+                                            "numpy_T",
+                                            "_to_copy",
+                                            "clone",
+                                            "zeros",
+                                            "ones",
+                                            "full",
+                                            "zeros_like",
+                                            "ones_like",
+                                            "full_like",
+                                            "new_zeros",
+                                            "new_ones",
+                                            "new_full",
+                                            "arange",
+                                            "lift",
+                                            "stride",
+                                            "size",
+                                            "dim",
+                                            "is_same_size",
+                                            "_nested_tensor_from_mask_left_aligned"};
+    for (auto n : none)
+        if (name == n) return true;
+    return false;
+}
+
+std::optional<DType> recordShapesDtype(std::string_view t) {
+    if (t.substr(0, 5) == "c10::") t.remove_prefix(5);
+    if (t == "float" || t == "Float") return DType::Float32;
+    if (t == "double" || t == "Double") return DType::Float64;
+    if (t == "BFloat16") return DType::BFloat16;
+    if (t == "Half") return DType::Float16;
+    if (t.substr(0, 11) == "Float8_e4m3") return DType::Float8E4M3;
+    if (t.substr(0, 11) == "Float8_e5m2") return DType::Float8E5M2;
+    return std::nullopt;
+}
+
+int64_t elements(const std::vector<int64_t>& shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) {
+        if (d < 0) return 0;
+        n *= d;
+    }
+    return n;
+}
+
+// 2·M·N·K (times the batch) of a matmul op, or 0 when its shapes do not say.
+double matmulFlops(const MatmulOp& m, const OpInputs& in) {
+    const auto a = static_cast<size_t>(m.a), b = static_cast<size_t>(m.b);
+    if (in.dims.size() <= std::max(a, b)) return 0;
+    const auto& A = in.dims[a];
+    const auto& B = in.dims[b];
+    if (m.linear) {  // x[..., K] · W[N, K]^T
+        if (A.empty() || B.size() != 2 || A.back() != B[1]) return 0;
+        const int64_t rows = elements(std::vector<int64_t>(A.begin(), A.end() - 1));
+        return 2.0 * static_cast<double>(rows) * static_cast<double>(B[0]) *
+               static_cast<double>(B[1]);
+    }
+    if (m.batched) {
+        if (A.size() != 3 || B.size() != 3 || A[2] != B[1] || A[0] != B[0]) return 0;
+        return 2.0 * static_cast<double>(A[0]) * static_cast<double>(A[1]) *
+               static_cast<double>(A[2]) * static_cast<double>(B[2]);
+    }
+    if (A.size() != 2 || B.size() != 2 || A[1] != B[0]) return 0;
+    return 2.0 * static_cast<double>(A[0]) * static_cast<double>(A[1]) * static_cast<double>(B[1]);
+}
+
+// Bytes an op with these inputs moves: every tensor input read, plus one output the size
+// of the largest input unless the op works in place (its name ends in '_', as copy_ and
+// fill_ do: their first input is the output). An input over 4x all the others together is
+// indexed, not streamed (a KV or rotary cache, an embedding table): it counts as the largest
+// of the others.
+double opBytes(std::string_view name, const OpInputs& in) {
+    std::vector<double> b;
+    for (size_t i = 0; i < in.dims.size(); ++i) {
+        if (in.dims[i].empty() || i >= in.types.size()) continue;
+        const int64_t per = traceDtypeBytes(in.types[i]);
+        if (per <= 0) continue;
+        b.push_back(static_cast<double>(elements(in.dims[i]) * per));
+    }
+    if (b.empty()) return 0;
+    std::sort(b.begin(), b.end());
+    double others = 0;
+    for (size_t i = 0; i + 1 < b.size(); ++i)
+        others += b[i];
+    if (b.size() >= 2 && b.back() > 4 * others) b.back() = b[b.size() - 2];
+    double sum = 0;
+    for (double x : b)
+        sum += x;
+    const bool inPlace = !name.empty() && name.back() == '_';
+    return sum + (inPlace ? 0 : *std::max_element(b.begin(), b.end()));
+}
+
+int32_t stepNumber(std::string_view name) {
+    // "ProfilerStep#12"
+    if (name.substr(0, 13) != "ProfilerStep#") return -1;
+    int32_t n = 0;
+    bool any = false;
+    for (char c : name.substr(13)) {
+        if (c < '0' || c > '9') break;
+        if (n > 100'000'000) return -1;
+        n = n * 10 + (c - '0');
+        any = true;
+    }
+    return any ? n : -1;
+}
+
+}  // namespace
+
+std::string collectiveKind(const std::string& name) {
+    const std::string n = lower(name);
+    if (contains(n, "reduce_scatter") || contains(n, "reducescatter")) return "reduce_scatter";
+    if (contains(n, "allreduce") || contains(n, "all_reduce")) return "allreduce";
+    if (contains(n, "allgather") || contains(n, "all_gather")) return "allgather";
+    if (contains(n, "broadcast")) return "broadcast";
+    if (contains(n, "alltoall") || contains(n, "all_to_all")) return "alltoall";
+    if (contains(n, "sendrecv") || contains(n, "send") || contains(n, "recv")) return "sendrecv";
+    return "";
+}
+
+bool sameDevice(const std::string& traceDevice, const std::string& clusterDevice) {
+    // The model is the first word with a letter and a digit ("A100-PG509-200" -> A100,
+    // "H100", "MI250X"), up to a '-'; a name without one ("AMD Radeon Graphics") says nothing.
+    std::string token;
+    size_t i = 0;
+    while (i < traceDevice.size() && token.empty()) {
+        while (i < traceDevice.size() && traceDevice[i] == ' ')
+            ++i;
+        const size_t end = std::min(traceDevice.find(' ', i), traceDevice.size());
+        std::string w = traceDevice.substr(i, end - i);
+        if (const auto dash = w.find('-'); dash != std::string::npos && dash > 0) w.resize(dash);
+        const bool digit =
+            std::any_of(w.begin(), w.end(), [](char c) { return c >= '0' && c <= '9'; });
+        const bool alpha = std::any_of(
+            w.begin(), w.end(), [](char c) { return std::isalpha(static_cast<unsigned char>(c)); });
+        if (digit && alpha) token = w;
+        i = end;
+    }
+    if (token.empty()) return true;
+    return contains(lower(clusterDevice), lower(token));
+}
+
+void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out) {
+    for (const auto& d : t.deviceNames)
+        if (std::find(out.deviceNames.begin(), out.deviceNames.end(), d) == out.deviceNames.end())
+            out.deviceNames.push_back(d);
+    const size_t n = t.size();
+    auto name = [&](size_t i) -> const std::string& { return t.strings.at(t.name[i]); };
+    auto category = [&](size_t i) -> const std::string& { return t.strings.at(t.category[i]); };
+    auto isHostOp = [&](size_t i) {
+        const auto& c = category(i);
+        return c == "cpu_op" || c == "Operator";
+    };
+    auto onHost = [&](size_t i) {
+        return t.lanes[static_cast<size_t>(t.lane[i])].kind == LaneKind::HostThread;
+    };
+    if (!t.opInputs.empty()) out.hasShapes = true;
+
+    // Nesting on each host thread: parent[i] is the innermost host event enclosing i.
+    std::vector<int32_t> parent(n, -1);
+    {
+        std::unordered_map<int32_t, std::vector<int32_t>> byLane;
+        for (size_t i = 0; i < n; ++i)
+            if (onHost(i) && t.cls[i] != EventClass::Communication)
+                byLane[t.lane[i]].push_back(static_cast<int32_t>(i));
+        std::vector<int32_t> stack;
+        for (auto& [_, v] : byLane) {
+            std::sort(v.begin(), v.end(), [&](int32_t a, int32_t b) {
+                const auto ua = static_cast<size_t>(a), ub = static_cast<size_t>(b);
+                if (t.start[ua] != t.start[ub]) return t.start[ua] < t.start[ub];
+                if (t.dur[ua] != t.dur[ub]) return t.dur[ua] > t.dur[ub];
+                return a < b;
+            });
+            stack.clear();
+            for (int32_t e : v) {
+                const auto ue = static_cast<size_t>(e);
+                const int64_t end = t.start[ue] + t.dur[ue];
+                while (!stack.empty()) {
+                    const auto top = static_cast<size_t>(stack.back());
+                    if (t.start[top] + t.dur[top] >= end && t.start[top] <= t.start[ue]) break;
+                    stack.pop_back();
+                }
+                parent[ue] = stack.empty() ? -1 : stack.back();
+                stack.push_back(e);
+            }
+        }
+    }
+
+    // ProfilerStep ranges, by start, per host lane's rank (one rank per trace file).
+    struct StepRange {
+        int64_t start, end;
+        int32_t step;
+    };
+    std::vector<StepRange> steps;
+    for (size_t i = 0; i < n; ++i)
+        if (onHost(i))
+            if (const int32_t s = stepNumber(name(i)); s >= 0)
+                steps.push_back({t.start[i], t.start[i] + t.dur[i], s});
+    std::sort(steps.begin(), steps.end(),
+              [](const StepRange& a, const StepRange& b) { return a.start < b.start; });
+    for (const auto& s : steps)
+        if (std::find(out.steps.begin(), out.steps.end(), s.step) == out.steps.end())
+            out.steps.push_back(s.step);
+    std::sort(out.steps.begin(), out.steps.end());
+    auto stepAt = [&](int64_t ts) {
+        auto it = std::upper_bound(steps.begin(), steps.end(), ts,
+                                   [](int64_t v, const StepRange& s) { return v < s.start; });
+        if (it == steps.begin()) return -1;
+        --it;
+        return ts < it->end ? it->step : -1;
+    };
+
+    auto inputsOf = [&](int32_t e) -> const OpInputs* {
+        auto it = t.opInputs.find(e);
+        return it == t.opInputs.end() ? nullptr : &it->second;
+    };
+    std::unordered_map<int32_t, size_t> collectiveOf;
+    for (size_t c = 0; c < t.collectives.size(); ++c)
+        collectiveOf[t.collectives[c].event] = c;
+
+    auto skip = [&](const std::string& why) { ++out.skipped[why]; };
+
+    auto addCollective = [&](size_t i, int32_t step) {
+        auto it = collectiveOf.find(static_cast<int32_t>(i));
+        if (it == collectiveOf.end()) {
+            skip("collective kernel without its size (no 'In msg nelems' args)");
+            return;
+        }
+        const Collective& c = t.collectives[it->second];
+        KernelSample s;
+        s.cls = KernelClass::Collective;
+        s.trace = traceIndex;
+        s.event = static_cast<int32_t>(i);
+        s.step = step;
+        s.durNs = t.dur[i];
+        s.collective = collectiveKind(c.name.empty() ? name(i) : c.name);
+        if (s.collective.empty()) s.collective = collectiveKind(name(i));
+        s.groupSize = c.groupSize > 0 ? c.groupSize : static_cast<int32_t>(t.worldSize);
+        double bytes = static_cast<double>(c.fullBytes > 0 ? c.fullBytes : c.bytes);
+        // Gloo's ranges are sized by their input: an all-gather's S is the gathered tensor.
+        if (c.groupSize <= 0 && s.collective == "allgather") bytes *= s.groupSize;
+        s.bytes = bytes;
+        if (auto d = recordShapesDtype(c.dtype)) s.dtype = *d;
+        s.op = c.name;
+        s.kernel = name(i);
+        if (s.bytes <= 0) {
+            skip("collective kernel without its size (no 'In msg nelems' args)");
+            return;
+        }
+        if (s.groupSize <= 1) {
+            skip("collective without its group size");
+            return;
+        }
+        out.samples.push_back(std::move(s));
+    };
+
+    size_t deviceKernels = 0;
+    for (size_t i = 0; i < n; ++i)
+        if (!onHost(i) &&
+            (t.cls[i] == EventClass::Computation || t.cls[i] == EventClass::Communication))
+            ++deviceKernels;
+    out.deviceKernels += static_cast<int64_t>(deviceKernels);
+
+    if (deviceKernels > 0) {
+        // GPU: each kernel and the host event that launched it.
+        std::vector<std::pair<size_t, int32_t>> memoryFrom;  // sample -> the op it priced by
+        std::unordered_map<int32_t, int32_t> launchOf;
+        for (const auto& [host, dev] : t.flowEvents)
+            if (host >= 0 && dev >= 0) launchOf.emplace(dev, host);
+        for (size_t i = 0; i < n; ++i) {
+            if (onHost(i)) continue;
+            const EventClass cls = t.cls[i];
+            if (cls != EventClass::Computation && cls != EventClass::Communication) {
+                if (cls == EventClass::Memory) skip("memcpy/memset (not priced per kernel)");
+                continue;
+            }
+            auto l = launchOf.find(static_cast<int32_t>(i));
+            const int32_t launch = l == launchOf.end() ? -1 : l->second;
+            const int32_t step = launch >= 0 ? stepAt(t.start[static_cast<size_t>(launch)]) : -1;
+            if (cls == EventClass::Communication) {
+                addCollective(i, step);
+                continue;
+            }
+            if (launch < 0) {
+                skip("kernel without a launch flow to its host op");
+                continue;
+            }
+            // The ops above the launch, innermost first.
+            const MatmulOp* mm = nullptr;
+            int32_t mmEvent = -1, inputsEvent = -1, attentionEvent = -1, innermostOp = -1;
+            bool convolution = false, collectiveOp = false;
+            for (int32_t p = launch; p >= 0; p = parent[static_cast<size_t>(p)]) {
+                const auto up = static_cast<size_t>(p);
+                if (!isHostOp(up)) continue;
+                if (innermostOp < 0) innermostOp = p;
+                const std::string& on = name(up);
+                if (!mm && mmEvent < 0)
+                    if (const MatmulOp* m = matmulOp(on)) {
+                        mm = m;
+                        mmEvent = p;
+                    }
+                if (attentionEvent < 0 && isAttentionOp(lower(on))) attentionEvent = p;
+                if (contains(on, "convolution") || contains(on, "conv2d") ||
+                    contains(on, "conv1d") || contains(on, "conv3d"))
+                    convolution = true;
+                if (inputsEvent < 0 && inputsOf(p) && !inputsOf(p)->dims.empty()) inputsEvent = p;
+                if (!collectiveKind(on).empty() && collectiveKind(on) != "sendrecv")
+                    collectiveOp = true;
+            }
+            if (collectiveOp) {
+                skip("collective outside NCCL (symmetric memory, a custom all-reduce)");
+                continue;
+            }
+            const std::string kname = lower(name(i));
+            KernelSample s;
+            s.trace = traceIndex;
+            s.event = static_cast<int32_t>(i);
+            s.step = step;
+            s.durNs = t.dur[i];
+            s.kernel = name(i);
+            if (attentionEvent >= 0 || isAttentionKernel(kname)) {
+                s.cls = KernelClass::Attention;
+                s.op = attentionEvent >= 0 ? name(static_cast<size_t>(attentionEvent)) : "";
+                out.samples.push_back(std::move(s));
+                continue;
+            }
+            if (isGemmKernel(kname) || mm) {
+                if (convolution) {
+                    skip("convolution kernel (FLOPs need the convolution's arguments)");
+                    continue;
+                }
+                if (!mm) {
+                    skip("GEMM kernel under no matmul op (aten::mm/addmm/bmm/...)");
+                    continue;
+                }
+                if (!isGemmKernel(kname)) {
+                    skip("helper kernel of a matmul op (bias copy, split-K reduction)");
+                    continue;
+                }
+                const OpInputs* in = inputsOf(mmEvent);
+                if (!in) {
+                    skip("GEMM kernel without record_shapes");
+                    continue;
+                }
+                s.flops = matmulFlops(*mm, *in);
+                const auto ti = static_cast<size_t>(mm->a);
+                const auto dt = ti < in->types.size() ? recordShapesDtype(in->types[ti])
+                                                      : std::optional<DType>{};
+                if (s.flops <= 0 || !dt) {
+                    skip("GEMM whose shapes or dtype record_shapes does not give");
+                    continue;
+                }
+                s.dtype = *dt;
+                s.cls = KernelClass::Gemm;
+                s.op = name(static_cast<size_t>(mmEvent));
+                out.samples.push_back(std::move(s));
+                continue;
+            }
+            if (convolution) {
+                skip("convolution kernel (FLOPs need the convolution's arguments)");
+                continue;
+            }
+            if (inputsEvent < 0) {
+                skip(out.hasShapes || !t.opInputs.empty()
+                         ? "kernel whose launching op has no tensor inputs"
+                         : "kernel without record_shapes");
+                continue;
+            }
+            const std::string& on = name(static_cast<size_t>(inputsEvent));
+            s.bytes = opBytes(on, *inputsOf(inputsEvent));
+            if (s.bytes <= 0) {
+                skip("kernel whose launching op has no tensor inputs");
+                continue;
+            }
+            s.cls = KernelClass::MemoryBound;
+            s.op = on;
+            memoryFrom.push_back({out.samples.size(), inputsEvent});
+            out.samples.push_back(std::move(s));
+        }
+        // An op that launched several memory-bound kernels (a fused custom op, MoE routing):
+        // its bytes cannot be split among them.
+        std::unordered_map<int32_t, int32_t> kernelsOf;
+        for (const auto& [_, op] : memoryFrom)
+            ++kernelsOf[op];
+        std::vector<uint8_t> drop(out.samples.size(), 0);
+        for (const auto& [idx, op] : memoryFrom)
+            if (kernelsOf[op] > 1) drop[idx] = 1;
+        size_t w = 0;
+        for (size_t r = 0; r < out.samples.size(); ++r) {
+            if (drop[r]) {
+                skip("one of several kernels of one op (its bytes cannot be split among them)");
+                continue;
+            }
+            if (w != r) out.samples[w] = std::move(out.samples[r]);
+            ++w;
+        }
+        out.samples.resize(w);
+        return;
+    }
+
+    // CPU only: host ops are the kernels.
+    out.hostOnly = true;
+    std::vector<uint8_t> hasChildOp(n, 0), underCompute(n, 0), hasMatmulBelow(n, 0);
+    for (size_t i = 0; i < n; ++i) {
+        if (!isHostOp(i)) continue;
+        const bool mm = matmulOp(name(i)) != nullptr;
+        bool first = true;
+        for (int32_t p = parent[i]; p >= 0; p = parent[static_cast<size_t>(p)]) {
+            const auto up = static_cast<size_t>(p);
+            if (!isHostOp(up)) continue;
+            if (first) hasChildOp[up] = 1;
+            first = false;
+            if (mm) hasMatmulBelow[up] = 1;
+        }
+    }
+    for (size_t i = 0; i < n; ++i) {
+        if (!isHostOp(i)) continue;
+        for (int32_t p = parent[i]; p >= 0; p = parent[static_cast<size_t>(p)]) {
+            const auto up = static_cast<size_t>(p);
+            if (isHostOp(up) && (matmulOp(name(up)) || isAttentionOp(lower(name(up))))) {
+                underCompute[i] = 1;
+                break;
+            }
+        }
+    }
+    for (size_t i = 0; i < n; ++i) {
+        if (t.cls[i] == EventClass::Communication) {
+            addCollective(i, stepAt(t.start[i]));
+            continue;
+        }
+        if (!isHostOp(i)) continue;
+        const std::string& on = name(i);
+        KernelSample s;
+        s.trace = traceIndex;
+        s.event = static_cast<int32_t>(i);
+        s.step = stepAt(t.start[i]);
+        s.durNs = t.dur[i];
+        s.op = on;
+        s.kernel = on;
+        if (const MatmulOp* m = matmulOp(on)) {
+            if (hasMatmulBelow[i]) continue;  // aten::linear above its aten::addmm
+            const OpInputs* in = inputsOf(static_cast<int32_t>(i));
+            if (!in) {
+                skip("matmul op without record_shapes");
+                continue;
+            }
+            s.flops = matmulFlops(*m, *in);
+            const auto ti = static_cast<size_t>(m->a);
+            const auto dt =
+                ti < in->types.size() ? recordShapesDtype(in->types[ti]) : std::optional<DType>{};
+            if (s.flops <= 0 || !dt) {
+                skip("matmul op whose shapes or dtype record_shapes does not give");
+                continue;
+            }
+            s.dtype = *dt;
+            s.cls = KernelClass::Gemm;
+            out.samples.push_back(std::move(s));
+            continue;
+        }
+        if (underCompute[i]) continue;
+        if (isAttentionOp(lower(on))) {
+            s.cls = KernelClass::Attention;
+            out.samples.push_back(std::move(s));
+            continue;
+        }
+        if (hasChildOp[i] || movesNoData(on) || on.substr(0, 6) != "aten::") continue;
+        const OpInputs* in = inputsOf(static_cast<int32_t>(i));
+        if (!in) {
+            skip("op without record_shapes");
+            continue;
+        }
+        s.bytes = opBytes(on, *in);
+        if (s.bytes <= 0) continue;
+        s.cls = KernelClass::MemoryBound;
+        out.samples.push_back(std::move(s));
+    }
+}
+
+}  // namespace shardscope

@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+// The kernels of a real profiler trace as samples a cost model can be fitted to: each with
+// its class (GEMM, attention, memory-bound, collective), what it computed or moved, and how
+// long it ran.
+//  - GPU traces: every kernel is tied to the host op that launched it (Kineto's launch
+//    flows, then the enclosing ops on the launching thread). A GEMM kernel (by name: cuBLAS,
+//    CUTLASS, nvjet, rocBLAS/Tensile ...) takes its FLOPs from the innermost matmul op above
+//    the launch (aten::mm, addmm, bmm, baddbmm, _scaled_mm: 2·M·N·K from record_shapes'
+//    "Input Dims", the dtype from "Input type"); a memory-bound kernel takes the bytes of the
+//    innermost op with tensor inputs (inputs read, plus one output the size of the largest
+//    input unless the op is in-place); NCCL kernels take their "Collective name", message
+//    size and group size.
+//  - CPU-only traces (Gloo jobs, `torch.profiler` without CUDA): the host ops are the
+//    kernels. A matmul op is a GEMM sample; a leaf op that moves data (not a view or an
+//    allocation) is a memory-bound one; Gloo's collectives are collective samples.
+//  - Steps: ProfilerStep#N ranges on the launching thread give each sample its step, so a fit
+//    can hold whole steps back.
+// Kernels that cannot be priced (no record_shapes, a convolution, a kernel with no launch
+// flow) are counted by reason, never guessed.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "plans/core/dtype.h"
+#include "profiler/trace/trace.h"
+
+namespace shardscope {
+
+enum class KernelClass : uint8_t { Gemm, Attention, MemoryBound, Collective, Other };
+[[nodiscard]] const char* kernelClassName(KernelClass c);
+
+struct KernelSample {
+    KernelClass cls = KernelClass::Other;
+    int32_t trace = 0;  // index of the trace it came from
+    int32_t event = -1;
+    int32_t step = -1;  // ProfilerStep number; -1 outside any step
+    int64_t durNs = 0;
+    double flops = 0;  // GEMM: 2·M·N·K (times the batch)
+    double bytes = 0;  // memory-bound: bytes moved; collective: NCCL's size S
+    DType dtype = DType::Float32;
+    int32_t groupSize = 0;   // collectives
+    std::string collective;  // "allreduce", "allgather", "reduce_scatter", "broadcast", ...
+    std::string op;          // the launching (or host) op, "aten::addmm"
+    std::string kernel;      // the kernel's name (the op's on a CPU-only trace)
+};
+
+struct KernelSamples {
+    std::vector<KernelSample> samples;
+    bool hostOnly = false;      // a CPU-only trace: host ops are the kernels
+    bool hasShapes = false;     // some host op carried record_shapes' inputs
+    int64_t deviceKernels = 0;  // device kernels seen (GPU traces)
+    // Kernels (or host ops) left out, by reason ("GEMM without record_shapes", ...).
+    std::map<std::string, int64_t> skipped;
+    std::vector<int32_t> steps;            // ProfilerStep numbers seen, ascending
+    std::vector<std::string> deviceNames;  // the traces' GPUs ("NVIDIA B200"), once each
+};
+
+// Appends the samples of one trace (its index `traceIndex` in `out.samples[i].trace`).
+void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out);
+
+// Whether a cluster's device name names the GPU a trace ran on ("NVIDIA A100-SXM4-80GB" and
+// "A100 80GB SXM": yes; "NVIDIA B200" and "H200 SXM": no); a trace name without a model
+// word ("AMD Radeon Graphics") matches anything.
+[[nodiscard]] bool sameDevice(const std::string& traceDevice, const std::string& clusterDevice);
+
+// The collective a sample's name means, as one word: "allreduce", "allgather",
+// "reduce_scatter", "broadcast", "alltoall", "" when unknown ("_allgather_base",
+// "all_gather_into_tensor", "ncclKernel_AllReduce_RING_LL_Sum_float" -> "allgather"...).
+[[nodiscard]] std::string collectiveKind(const std::string& name);
+
+}  // namespace shardscope

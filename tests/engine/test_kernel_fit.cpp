@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: Apache-2.0
+// Kernel calibration recovers the machine its kernels ran on: samples timed by a cluster with
+// known parameters (a GEMM curve, a by-bytes memory curve, a collective line) and fitted from
+// a cluster that is wrong in each must predict the held-back kernels exactly; and the cluster
+// format keeps the by-bytes curve and refuses a bad one.
+#include <gtest/gtest.h>
+
+#include "plans/cluster/cluster.h"
+#include "profiler/analysis/kernel_fit.h"
+
+using namespace shardscope;
+
+namespace {
+
+ClusterSpec machine() {
+    ClusterSpec c;
+    c.name = "test";
+    c.device.name = "test GPU";
+    c.device.memoryBytes = int64_t{80} << 30;
+    c.device.peakFlops = {{DType::BFloat16, 1e15}, {DType::Float32, 1e14}};
+    c.device.hbmBandwidth = 3e12;
+    c.node.devicesPerNode = 8;
+    c.node.intraBandwidth = 4e11;
+    c.network.nicBandwidth = 5e10;
+    c.host.linkBandwidth = 5e10;
+    return c;
+}
+
+}  // namespace
+
+TEST(KernelFit, RecoversTheMachineFromItsKernels) {
+    ClusterSpec truth = machine();
+    truth.sim.computeEfficiency = {{1e9, 0.2}, {1e11, 0.6}, {1e13, 0.7}};
+    truth.sim.memoryEfficiencyByBytes = {{1e4, 0.02}, {1e6, 0.3}, {1e8, 0.8}};
+    truth.sim.protocols = {{"truth", 20000, 0, 0, 1.0}};
+    truth.node.intraBandwidth = 2e11 / truth.sim.intraEfficiency;
+    KernelSamples all;
+    for (int32_t step = 0; step < 4; ++step) {
+        for (double f : {1e9, 1e11, 1e13}) {
+            KernelSample s;
+            s.cls = KernelClass::Gemm;
+            s.step = step;
+            s.flops = f;
+            s.dtype = DType::BFloat16;
+            s.durNs = static_cast<int64_t>(predictKernelNs(truth, s));
+            all.samples.push_back(s);
+        }
+        for (double b : {1e4, 1e6, 1e8}) {
+            KernelSample s;
+            s.cls = KernelClass::MemoryBound;
+            s.step = step;
+            s.bytes = b;
+            s.durNs = static_cast<int64_t>(predictKernelNs(truth, s));
+            all.samples.push_back(s);
+        }
+        for (double b : {1e6, 1e8, 1e9}) {
+            KernelSample s;
+            s.cls = KernelClass::Collective;
+            s.collective = "allgather";
+            s.groupSize = 8;
+            s.step = step;
+            s.bytes = b;
+            s.durNs = static_cast<int64_t>(predictKernelNs(truth, s));
+            all.samples.push_back(s);
+        }
+    }
+    ClusterSpec wrong = machine();  // the defaults: another curve, NCCL's protocols
+    auto fit = fitKernels(all, wrong, "synthetic");
+    ASSERT_TRUE(fit.ok()) << fit.error();
+    EXPECT_NE(fit->split.find("ProfilerSteps 0, 2"), std::string::npos) << fit->split;
+    ASSERT_EQ(fit->classes.size(), 3u);
+    for (const auto& c : fit->classes) {
+        SCOPED_TRACE(kernelClassName(c.cls));
+        EXPECT_EQ(c.fitted, 6);
+        EXPECT_EQ(c.heldOut, 6);
+        EXPECT_GT(c.beforeMedianErr, 0.05);  // the starting cluster is wrong
+        EXPECT_LT(c.afterMedianErr, 1e-3);
+        EXPECT_NEAR(c.afterNs / c.measuredNs, 1.0, 1e-3);
+    }
+    EXPECT_NEAR(fit->cluster.sim.protocols.front().baseNs, 20000, 50);
+    // The fitted cluster is a valid cluster file, by-bytes curve included.
+    auto back = clusterFromJson(clusterToJson(fit->cluster), "fitted.json");
+    ASSERT_TRUE(back.ok()) << back.error();
+    EXPECT_EQ(back->sim.memoryEfficiencyByBytes.size(), 3u);
+    EXPECT_NEAR(back->sim.memoryEfficiencyFor(1e6), 0.3, 1e-3);  // durations are whole ns
+}
+
+TEST(KernelFit, NothingToPriceIsAnError) {
+    KernelSamples none;
+    none.deviceKernels = 12;
+    auto fit = fitKernels(none, machine(), "t.json");
+    ASSERT_FALSE(fit.ok());
+    EXPECT_NE(fit.error().find("t.json: no kernel could be priced"), std::string::npos);
+}
+
+TEST(KernelFit, ClusterRefusesABadByBytesCurve) {
+    nlohmann::json j = clusterToJson(machine());
+    j["sim"]["memory_efficiency_by_bytes"] = {{1e6, 0.5}, {1e4, 0.2}};
+    auto c = clusterFromJson(j, "c.json");
+    ASSERT_FALSE(c.ok());
+    EXPECT_NE(c.error().find("memory_efficiency_by_bytes"), std::string::npos) << c.error();
+    EXPECT_NE(c.error().find("increasing bytes"), std::string::npos) << c.error();
+    j["sim"]["memory_efficiency_by_bytes"] = {{1e6, 1.5}};
+    c = clusterFromJson(j, "c.json");
+    ASSERT_FALSE(c.ok());
+    EXPECT_NE(c.error().find("fraction"), std::string::npos) << c.error();
+}
+
+TEST(KernelSamples, CollectiveKindsAndDevices) {
+    EXPECT_EQ(collectiveKind("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)"), "allreduce");
+    EXPECT_EQ(collectiveKind("_allgather_base"), "allgather");
+    EXPECT_EQ(collectiveKind("all_gather_into_tensor"), "allgather");
+    EXPECT_EQ(collectiveKind("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL"), "reduce_scatter");
+    EXPECT_EQ(collectiveKind("aten::mm"), "");
+    EXPECT_TRUE(sameDevice("NVIDIA A100-PG509-200", "NVIDIA A100 SXM4 80GB"));
+    EXPECT_TRUE(sameDevice("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM5 80GB"));
+    EXPECT_FALSE(sameDevice("NVIDIA B200", "NVIDIA H200 SXM 141GB"));
+}
