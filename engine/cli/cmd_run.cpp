@@ -4,12 +4,6 @@
 // MASTER_PORT), watches them, stops all of them when one fails or on Ctrl-C, and merges
 // their results into one summary and one multi-rank trace. With --cluster it also
 // simulates the same step and prints predicted against measured.
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,6 +22,7 @@
 
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
+#include "engine/cli/launch.h"
 #include "engine/schedule/step_program.h"
 #include "engine/sim/simulator.h"
 #include "plans/core/atomic_write.h"
@@ -42,38 +37,6 @@ namespace shardscope::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-volatile sig_atomic_t g_interrupted = 0;
-void onSignal(int sig) {
-    g_interrupted = sig;
-}
-
-int freePort() {
-    const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (s < 0) return -1;
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = 0;
-    socklen_t len = sizeof a;
-    int port = -1;
-    if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-        ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-        port = ntohs(a.sin_port);
-    ::close(s);
-    return port;
-}
-
-std::string tail(const fs::path& p, size_t lines) {
-    std::ifstream in(p);
-    std::vector<std::string> all;
-    for (std::string l; std::getline(in, l);)
-        all.push_back(l);
-    std::string out;
-    for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i)
-        out += "    " + all[i] + "\n";
-    return out;
-}
 
 int runRun(const Args& a) {
     auto g = loadModelArg(a);
@@ -153,25 +116,12 @@ int runRun(const Args& a) {
                      "validate`)\n";
         return kExitFailed;
     }
-    std::error_code ec;
-    const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-    const fs::path engine = self.parent_path() / "shardscope-engine";
-    if (ec || !fs::exists(engine)) {
-        std::cerr << "error: shardscope-engine not found beside " << self.string()
-                  << " (this build has no LibTorch engine; see `shardscope doctor`)\n";
-        return kExitFailed;
-    }
-    // The run's folder (logs, results) in $TMPDIR, as other tools put their temporary files.
-    std::error_code tmpEc;
-    std::string tmpl = (fs::temp_directory_path(tmpEc) / "shardscope-run-XXXXXX").string();
-    if (tmpEc) tmpl = "/tmp/shardscope-run-XXXXXX";
-    if (!::mkdtemp(tmpl.data())) {
-        std::cerr << "error: cannot create a temporary folder from " << tmpl << ": "
-                  << std::strerror(errno) << "\n";
-        return kExitFailed;
-    }
-    const fs::path dir = tmpl;
-    const int port = freePort();
+    auto eng = findEngine();
+    if (failed(eng)) return kExitFailed;
+    const fs::path engine = *eng;
+    auto tmpDir = makeRunFolder("shardscope-run");
+    if (failed(tmpDir)) return kExitFailed;
+    const fs::path dir = *tmpDir;
     const int64_t timeoutS = ints[5] ? ints[5] : 60;
     const int64_t threads =
         ints[7] ? ints[7]
@@ -201,128 +151,8 @@ int runRun(const Args& a) {
               << threads << " thread" << (threads > 1 ? "s" : "") << " each; logs in "
               << dir.string() << "\n";
 
-    struct sigaction sa {};
-    sa.sa_handler = onSignal;
-    sigemptyset(&sa.sa_mask);
-    struct sigaction oldInt {
-    }, oldTerm{};
-    sigaction(SIGINT, &sa, &oldInt);
-    sigaction(SIGTERM, &sa, &oldTerm);
-    const pid_t launcher = ::getpid();
-    std::vector<pid_t> pids;
-    for (int64_t rk = 0; rk < nproc; ++rk) {
-        std::vector<std::string> args = common;
-        args.push_back("--out");
-        args.push_back((dir / ("rank" + std::to_string(rk) + ".json")).string());
-        const std::string log = (dir / ("rank" + std::to_string(rk) + ".log")).string();
-        const pid_t pid = ::fork();
-        if (pid == 0) {
-            ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // no orphans if the launcher dies
-            if (::getppid() != launcher) ::_exit(1);
-            ::setpgid(0, 0);
-            const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-            if (fd >= 0) {
-                if (rk != 0) ::dup2(fd, 1);
-                ::dup2(fd, 2);
-                ::close(fd);
-            }
-            ::setenv("RANK", std::to_string(rk).c_str(), 1);
-            ::setenv("LOCAL_RANK", std::to_string(rk).c_str(), 1);
-            ::setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
-            ::setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
-            ::setenv("MASTER_ADDR", "127.0.0.1", 1);
-            ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-            std::vector<char*> cargs;
-            for (auto& s : args)
-                cargs.push_back(s.data());
-            cargs.push_back(nullptr);
-            ::execv(cargs[0], cargs.data());
-            ::_exit(127);
-        }
-        pids.push_back(pid);
-    }
-    auto killAll = [&](int sig) {
-        for (pid_t p : pids)
-            if (p > 0) ::kill(p, sig);
-    };
-    std::vector<int> status(static_cast<size_t>(nproc), -1);
-    int64_t firstFailure = -1;
-    auto failedAt = std::chrono::steady_clock::now();
-    size_t running = pids.size();
-    bool killed = false;
-    std::vector<int64_t> stopped;  // ranks still running long after the first failure
-    const auto started = std::chrono::steady_clock::now();
-    int64_t lastReport = -1;
-    while (running > 0) {
-        int st = 0;
-        const pid_t p = ::waitpid(-1, &st, WNOHANG);
-        if (p > 0) {
-            for (size_t i = 0; i < pids.size(); ++i)
-                if (pids[i] == p) {
-                    status[i] = st;
-                    pids[i] = -1;
-                    --running;
-                    const bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-                    if (!ok && firstFailure < 0) {
-                        firstFailure = static_cast<int64_t>(i);
-                        failedAt = std::chrono::steady_clock::now();
-                    }
-                }
-            continue;
-        }
-        if (g_interrupted && !killed) {
-            std::cerr << "\nshardscope run: interrupted; stopping every rank\n";
-            killAll(SIGTERM);
-            std::this_thread::sleep_for(std::chrono::seconds(2));
-            killAll(SIGKILL);
-            killed = true;
-        }
-        // After a failure the others should fail in their collectives within the timeout;
-        // any that are still there after it (plus a grace period) are killed.
-        if (firstFailure >= 0 && !killed &&
-            std::chrono::steady_clock::now() - failedAt > std::chrono::seconds(timeoutS + 2)) {
-            std::cerr << "shardscope run: stopping the ranks still running " << timeoutS + 2
-                      << " s after rank " << firstFailure << " failed\n";
-            for (size_t i = 0; i < pids.size(); ++i)
-                if (pids[i] > 0) stopped.push_back(static_cast<int64_t>(i));
-            killAll(SIGTERM);  // each prints the op it was in
-            std::this_thread::sleep_for(std::chrono::seconds(2));
-            killAll(SIGKILL);
-            killed = true;
-        }
-        const auto el = std::chrono::duration_cast<std::chrono::seconds>(
-                            std::chrono::steady_clock::now() - started)
-                            .count();
-        if (el >= 10 && el % 10 == 0 && el != lastReport && firstFailure < 0) {
-            lastReport = el;
-            std::cerr << "shardscope run: " << el << " s, " << running << " of " << nproc
-                      << " ranks running\n";
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    sigaction(SIGINT, &oldInt, nullptr);
-    sigaction(SIGTERM, &oldTerm, nullptr);
-    if (g_interrupted) {
-        std::cerr << "shardscope run: stopped by signal; logs in " << dir.string() << "\n";
-        return 128 + g_interrupted;  // the shell's convention: 130 for SIGINT, 143 for SIGTERM
-    }
-    if (firstFailure >= 0) {
-        std::cerr << "error: rank " << firstFailure << " failed";
-        const int st = status[static_cast<size_t>(firstFailure)];
-        if (WIFSIGNALED(st)) std::cerr << " (killed by signal " << WTERMSIG(st) << ")";
-        std::cerr << "; every rank was stopped.";
-        for (int64_t rk : stopped)
-            std::cerr << " Rank " << rk << " had not exited " << timeoutS + 2
-                      << " s after that (hung? its log says where it was).";
-        std::cerr << " Last lines of each failed rank's log:\n";
-        for (int64_t rk = 0; rk < nproc; ++rk) {
-            const int s = status[static_cast<size_t>(rk)];
-            if (WIFEXITED(s) && WEXITSTATUS(s) == 0) continue;
-            std::cerr << "  rank " << rk << ":\n"
-                      << tail(dir / ("rank" + std::to_string(rk) + ".log"), 4);
-        }
-        return kExitFailed;
-    }
+    if (const int rc = launchLocalRanks(common, nproc, dir, timeoutS, "shardscope run"); rc != 0)
+        return rc;
 
     std::vector<nlohmann::json> ranks;
     for (int64_t rk = 0; rk < nproc; ++rk) {
@@ -429,6 +259,7 @@ int runRun(const Args& a) {
         std::cerr << "wrote " << a.get("--trace") << " (" << nproc
                   << " ranks; open in https://ui.perfetto.dev or shardscope-gui)\n";
     }
+    std::error_code ec;
     fs::remove_all(dir, ec);
     if (a.has("--output")) {
         if (Status st = emitJson(out, a.get("--output")); !st) {
