@@ -6,12 +6,15 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
 #include "engine/cli/fsdp_trace_cli.h"
+#include "engine/cli/launch.h"
 #include "engine/schedule/step_program.h"
 #include "engine/sim/calibrate.h"
 #include "engine/sim/simulator.h"
@@ -42,53 +45,19 @@ std::string percent(double frac) {
     return b;
 }
 
-// `calibrate --from-trace`: the cluster fitted to the kernels of real profiler traces.
-int runCalibrateFromTrace(const Args& a) {
-    std::vector<std::string> traces{a.get("--from-trace")};
-    for (const auto& p : a.positionals())
-        traces.push_back(p);
-    auto c = loadClusterFile(a.get("--cluster"));
-    if (failed(c)) return kExitUsage;
-    const ClusterSpec base = std::move(*c);
-    KinetoImportOptions o;
-    o.keepAllOpInputs = true;
-    KernelSamples samples;
-    std::vector<std::string> names, skippedFiles;
-    int32_t index = 0;
-    const bool json = a.flag("--json");
-    const Status st = forEachTrace(
-        traces, o,
-        [&](const std::string& path, Trace&& t) -> Status {
-            const size_t before = samples.samples.size();
-            collectKernelSamples(t, index++, samples);
-            names.push_back(path);
-            if (!json)
-                std::cerr << "read " << path << ": rank " << t.rank << ", "
-                          << (samples.samples.size() - before) << " kernels priced\n";
-            return {};
-        },
-        &skippedFiles);
-    if (!st) {
-        std::cerr << "error: " << st.error() << "\n";
-        return kExitUsage;
-    }
-    for (const auto& s : skippedFiles)
-        std::cerr << "skipped " << s << "\n";
-    std::string source =
-        names.size() == 1 ? names.front()
-                          : std::to_string(names.size()) + " traces (" + names.front() + ", ...)";
-    if (!samples.hasShapes && samples.deviceKernels > 0)
-        std::cerr << "note: " << source
-                  << " was recorded without record_shapes: GEMM FLOPs and kernel bytes are "
-                     "unknown, only collectives can be fitted (record with "
-                     "torch.profiler.profile(record_shapes=True))\n";
-    for (const auto& d : samples.deviceNames)
-        if (!sameDevice(d, base.device.name))
-            std::cerr << "warning: the trace ran on " << d << ", and " << a.get("--cluster")
-                      << " describes " << base.device.name
-                      << ": efficiencies are fractions of that cluster's peaks, so start from a "
-                         "cluster of the GPU that ran the trace\n";
-    auto fit = fitKernels(samples, base, source);
+// What a kernel fit was made from, for its report and the cluster it writes.
+struct KernelFitInputs {
+    std::vector<std::string> inputs;  // traces, or the measurement's file
+    std::string source;               // for "sources" and errors
+    std::string baseLabel;            // the starting cluster, as the user knows it
+    std::string clusterName;          // the written cluster's name
+    std::string headline;             // the report's first line
+};
+
+// Fits, writes the cluster (and --samples), and prints the held-back table (or --json).
+int finishKernelCalibration(const Args& a, const KernelSamples& samples, const ClusterSpec& base,
+                            const KernelFitInputs& in) {
+    auto fit = fitKernels(samples, base, in.source);
     if (!fit) {
         std::cerr << "error: " << fit.error() << "\n";
         for (const auto& [why, n] : samples.skipped)
@@ -96,9 +65,7 @@ int runCalibrateFromTrace(const Args& a) {
         return kExitFailed;
     }
     fit->cluster.sources.erase("/sim");
-    fit->cluster.sources["/sources/calibrated_from"] = source;
-    fit->cluster.name =
-        base.name + ", calibrated on " + std::filesystem::path(names.front()).filename().string();
+    fit->cluster.name = in.clusterName;
     if (auto check = clusterFromJson(clusterToJson(fit->cluster), a.get("--output")); !check) {
         std::cerr << "error: the calibrated cluster does not validate: " << check.error() << "\n";
         return kExitFailed;
@@ -156,8 +123,8 @@ int runCalibrateFromTrace(const Args& a) {
     for (const auto& [why, n] : samples.skipped)
         skipped[why] = n;
     const nlohmann::json out{
-        {"traces", names},
-        {"cluster", a.get("--cluster")},
+        {"inputs", in.inputs},
+        {"cluster", in.baseLabel},
         {"output", a.get("--output")},
         {"host_only", samples.hostOnly},
         {"record_shapes", samples.hasShapes},
@@ -173,9 +140,8 @@ int runCalibrateFromTrace(const Args& a) {
           {"intra_bandwidth_bytes_per_s", fit->cluster.node.intraBandwidth},
           {"nic_bandwidth_bytes_per_s", fit->cluster.network.nicBandwidth}}},
         {"notes", fit->notes}};
-    if (json) return emitJson(out, "").ok() ? kExitOk : kExitUsage;
-    std::cout << "Calibrated " << a.get("--cluster") << " from the kernels of " << source
-              << (samples.hostOnly ? " (CPU only: host ops are the kernels)" : "") << "\n"
+    if (a.flag("--json")) return emitJson(out, "").ok() ? kExitOk : kExitUsage;
+    std::cout << in.headline << "\n"
               << "  " << fit->split << "\n\n  compute efficiency  ";
     printCurve(fit->cluster.sim.computeEfficiency, "FLOP");
     char line[256];
@@ -199,7 +165,7 @@ int runCalibrateFromTrace(const Args& a) {
         for (const auto& [why, n] : samples.skipped)
             std::cout << "    " << withThousands(n) << "  " << why << "\n";
     }
-    std::cout << "\nHeld-back kernels, predicted with " << a.get("--cluster")
+    std::cout << "\nHeld-back kernels, predicted with " << in.baseLabel
               << " (before) and the calibrated cluster (after):\n";
     Table t({"CLASS", "FITTED", "HELD", "MEASURED", "BEFORE", "ERR", "MEDIAN |ERR|", "AFTER", "ERR",
              "MEDIAN |ERR|"},
@@ -226,12 +192,211 @@ int runCalibrateFromTrace(const Args& a) {
     return kExitOk;
 }
 
+// `calibrate --from-trace`: the cluster fitted to the kernels of real profiler traces.
+int runCalibrateFromTrace(const Args& a) {
+    std::vector<std::string> traces{a.get("--from-trace")};
+    for (const auto& p : a.positionals())
+        traces.push_back(p);
+    auto c = loadClusterFile(a.get("--cluster"));
+    if (failed(c)) return kExitUsage;
+    const ClusterSpec base = std::move(*c);
+    KinetoImportOptions o;
+    o.keepAllOpInputs = true;
+    KernelSamples samples;
+    std::vector<std::string> names, skippedFiles;
+    int32_t index = 0;
+    const bool json = a.flag("--json");
+    const Status st = forEachTrace(
+        traces, o,
+        [&](const std::string& path, Trace&& t) -> Status {
+            const size_t before = samples.samples.size();
+            collectKernelSamples(t, index++, samples);
+            names.push_back(path);
+            if (!json)
+                std::cerr << "read " << path << ": rank " << t.rank << ", "
+                          << (samples.samples.size() - before) << " kernels priced\n";
+            return {};
+        },
+        &skippedFiles);
+    if (!st) {
+        std::cerr << "error: " << st.error() << "\n";
+        return kExitUsage;
+    }
+    for (const auto& s : skippedFiles)
+        std::cerr << "skipped " << s << "\n";
+    std::string source =
+        names.size() == 1 ? names.front()
+                          : std::to_string(names.size()) + " traces (" + names.front() + ", ...)";
+    if (!samples.hasShapes && samples.deviceKernels > 0)
+        std::cerr << "note: " << source
+                  << " was recorded without record_shapes: GEMM FLOPs and kernel bytes are "
+                     "unknown, only collectives can be fitted (record with "
+                     "torch.profiler.profile(record_shapes=True))\n";
+    for (const auto& d : samples.deviceNames)
+        if (!sameDevice(d, base.device.name))
+            std::cerr << "warning: the trace ran on " << d << ", and " << a.get("--cluster")
+                      << " describes " << base.device.name
+                      << ": efficiencies are fractions of that cluster's peaks, so start from a "
+                         "cluster of the GPU that ran the trace\n";
+    KernelFitInputs in;
+    in.inputs = names;
+    in.source = source;
+    in.baseLabel = a.get("--cluster");
+    in.clusterName =
+        base.name + ", calibrated on " + std::filesystem::path(names.front()).filename().string();
+    in.headline = "Calibrated " + a.get("--cluster") + " from the kernels of " + source +
+                  (samples.hostOnly ? " (CPU only: host ops are the kernels)" : "");
+    return finishKernelCalibration(a, samples, base, in);
+}
+
+// `calibrate --measure`: microbenchmarks of this machine (shardscope-engine measure on local
+// ranks), fitted like a trace's kernels, from --cluster or from a cluster made of what was
+// measured (the best GEMM rate per dtype as the peak, the best copy rate as the memory
+// bandwidth, the local ranks as one node).
+int runCalibrateMeasure(const Args& a) {
+    const std::string device = a.has("--device") ? a.get("--device") : "cpu";
+    if (device != "cpu" && device != "cuda") {
+        std::cerr << "error: --device: expected cpu or cuda, got \"" << device << "\"\n";
+        return kExitUsage;
+    }
+    std::vector<int64_t> ints;
+    if (!readIntOptions(a, {"--nproc", "--threads", "--reps", "--timeout-s"}, {1, 1, 2, 1}, ints))
+        return kExitUsage;
+    const int64_t nproc = ints[0] ? ints[0] : device == "cuda" ? 1 : 2;
+    const int64_t threads =
+        ints[1] ? ints[1]
+                : std::max<int64_t>(
+                      1, static_cast<int64_t>(std::thread::hardware_concurrency()) / nproc);
+    std::optional<ClusterSpec> given;
+    if (a.has("--cluster")) {
+        auto c = loadClusterFile(a.get("--cluster"));
+        if (failed(c)) return kExitUsage;
+        given = std::move(*c);
+    }
+    auto engine = findEngine();
+    if (failed(engine)) return kExitFailed;
+    auto dir = makeRunFolder("shardscope-measure");
+    if (failed(dir)) return kExitFailed;
+    const int64_t timeoutS = ints[3] ? ints[3] : 300;
+    std::vector<std::string> args{engine->string(), "measure",
+                                  "--device",       device,
+                                  "--threads",      std::to_string(threads),
+                                  "--reps",         std::to_string(ints[2] ? ints[2] : 4),
+                                  "--timeout-s",    std::to_string(timeoutS)};
+    if (a.flag("--quick")) args.push_back("--quick");
+    std::cerr << "shardscope calibrate --measure: " << nproc << " rank" << (nproc > 1 ? "s" : "")
+              << " on " << (device == "cuda" ? "cuda:0.." : "this CPU") << ", " << threads
+              << " thread" << (threads > 1 ? "s" : "") << " each; logs in " << dir->string()
+              << "\n";
+    if (const int rc =
+            launchLocalRanks(args, nproc, *dir, timeoutS, "shardscope calibrate --measure");
+        rc != 0)
+        return rc;
+    const std::string file = (*dir / "rank0.json").string();
+    std::ifstream inFile(file);
+    const auto m = nlohmann::json::parse(inFile, nullptr, false);
+    if (m.is_discarded() || !m.is_object() || !m.contains("samples") || !m["samples"].is_array()) {
+        std::cerr << "error: " << file << ": the measurement is not readable JSON with samples\n";
+        return kExitFailed;
+    }
+    KernelSamples samples;
+    std::map<DType, double> bestFlops;
+    double bestBytes = 0;
+    for (const auto& j : m["samples"]) {
+        KernelSample k;
+        const std::string cls = j.value("class", "");
+        k.cls = cls == "gemm"           ? KernelClass::Gemm
+                : cls == "memory-bound" ? KernelClass::MemoryBound
+                : cls == "collective"   ? KernelClass::Collective
+                : cls == "attention"    ? KernelClass::Attention
+                                        : KernelClass::Other;
+        k.step = j.value("step", 0);
+        k.durNs = j.value("dur_ns", int64_t{0});
+        k.flops = j.value("flops", 0.0);
+        k.bytes = j.value("bytes", 0.0);
+        k.groupSize = j.value("group_size", 0);
+        k.collective = j.value("collective", "");
+        k.op = k.kernel = j.value("op", "");
+        if (auto d = parseDType(j.value("dtype", "float32")); d) k.dtype = *d;
+        if (k.durNs <= 0) continue;
+        const double secs = static_cast<double>(k.durNs) * 1e-9;
+        if (k.cls == KernelClass::Gemm)
+            bestFlops[k.dtype] = std::max(bestFlops[k.dtype], k.flops / secs);
+        if (k.cls == KernelClass::MemoryBound) bestBytes = std::max(bestBytes, k.bytes / secs);
+        samples.samples.push_back(std::move(k));
+    }
+    const auto& dj = m.value("device", nlohmann::json::object());
+    const std::string deviceName = dj.value("name", std::string("this machine"));
+    const std::string when =
+        "measured by `shardscope calibrate --measure` (" + std::to_string(nproc) + " local ranks)";
+    ClusterSpec base;
+    if (given) {
+        base = *given;
+        if (!sameDevice(deviceName, base.device.name))
+            std::cerr << "warning: measured " << deviceName << ", and " << a.get("--cluster")
+                      << " describes " << base.device.name << "\n";
+    } else {
+        if (bestFlops.empty() || bestBytes <= 0) {
+            std::cerr << "error: " << file
+                      << ": no GEMM or copy was measured; nothing to make a cluster from\n";
+            return kExitFailed;
+        }
+        base.name = "this machine: " + deviceName + " x " + std::to_string(nproc);
+        base.nodes = 1;
+        base.device.name = deviceName;
+        base.device.kind = dj.value("kind", std::string("cpu")) == "gpu" ? "gpu" : "cpu";
+        base.device.memoryBytes = dj.value("memory_bytes", int64_t{0});
+        base.device.peakFlops = bestFlops;
+        base.device.hbmBandwidth = bestBytes;
+        base.node.devicesPerNode = nproc;
+        // Placeholders the collective fit replaces (one node: the network is not used).
+        base.node.intraBandwidth = bestBytes;
+        base.network.nicBandwidth = bestBytes;
+        base.host.linkBandwidth = bestBytes;
+        for (const char* f : {"/device/peak_flops", "/device/hbm_bandwidth_bytes_per_s",
+                              "/device/memory_bytes", "/node/devices_per_node"})
+            base.sources[f] =
+                when + (std::string(f) == "/device/peak_flops" ? ": the best GEMM rate per dtype"
+                        : std::string(f) == "/device/hbm_bandwidth_bytes_per_s"
+                            ? ": the best copy or add rate"
+                            : "");
+        base.sources["/network/nic_bandwidth_bytes_per_s"] =
+            "not measured (one node): the memory bandwidth as a placeholder";
+        base.sources["/host/link_bandwidth_bytes_per_s"] =
+            "not measured: the memory bandwidth as a placeholder";
+    }
+    std::cerr << "measured " << samples.samples.size() << " points on " << deviceName
+              << "; launching one tiny op costs " << static_cast<int64_t>(m.value("launch_ns", 0.0))
+              << " ns\n";
+    KernelFitInputs in;
+    in.inputs = {file};
+    in.source = when + " on " + deviceName;
+    in.baseLabel = given ? a.get("--cluster") : "the measured peaks";
+    in.clusterName = given ? given->name + ", calibrated on this machine" : base.name;
+    in.headline = "Measured " + deviceName + " (" + std::to_string(nproc) + " rank" +
+                  (nproc > 1 ? "s" : "") + ", " + std::to_string(threads) + " thread" +
+                  (threads > 1 ? "s" : "") + " each)";
+    const int rc = finishKernelCalibration(a, samples, base, in);
+    if (rc == kExitOk) {
+        std::error_code ec;
+        std::filesystem::remove_all(*dir, ec);
+    }
+    return rc;
+}
+
 int runCalibrate(const Args& a) {
-    if (a.has("--from-trace") == a.has("--trace")) {
-        std::cerr << "error: give --trace (a measured run, fitted op by op) or --from-trace "
-                     "(kernels of any profiler trace), not "
-                  << (a.has("--trace") ? "both" : "neither")
-                  << " (see: shardscope calibrate --help)\n";
+    const int modes = a.has("--trace") + a.has("--from-trace") + a.flag("--measure");
+    if (modes != 1) {
+        std::cerr << "error: give one of --trace (a measured run, fitted op by op), --from-trace "
+                     "(kernels of any profiler trace) or --measure (microbenchmarks of this "
+                     "machine), not "
+                  << (modes ? "several" : "none") << " (see: shardscope calibrate --help)\n";
+        return kExitUsage;
+    }
+    if (a.flag("--measure")) return runCalibrateMeasure(a);
+    if (!a.has("--cluster")) {
+        std::cerr << "error: --cluster FILE is required with --trace and --from-trace (the "
+                     "cluster to start from)\n";
         return kExitUsage;
     }
     if (a.has("--from-trace")) return runCalibrateFromTrace(a);
@@ -421,7 +586,13 @@ std::vector<Command> calibrateCommands() {
         "group from their args. It fits the compute-efficiency curve, the memory efficiency and\n"
         "the collectives' latency and bus bandwidth on half of the ProfilerSteps, and prints\n"
         "each class's error on the other half, with the starting cluster and the fitted one.\n"
-        "What it cannot price (no shapes, convolutions, broadcasts) is counted and named.";
+        "What it cannot price (no shapes, convolutions, broadcasts) is counted and named.\n\n"
+        "--measure runs short microbenchmarks on this machine's devices instead (shardscope-\n"
+        "engine measure on --nproc local ranks: GEMMs by size and dtype, copies and adds by\n"
+        "bytes, causal attention, the cost of one tiny op, and all-gather, reduce-scatter and\n"
+        "all-reduce by size over the ranks) and fits them the same way. Without --cluster the\n"
+        "cluster is made from the measurement: the best GEMM rate per dtype is the peak, the\n"
+        "best copy rate the memory bandwidth, the local ranks one node.";
     s.options = {
         {"--trace", "FILE|DIR",
          "measured trace from `shardscope run --trace`, or PyTorch profiler traces of an FSDP2 "
@@ -434,7 +605,18 @@ std::vector<Command> calibrateCommands() {
         {"--samples", "CSV",
          "--from-trace: also write every priced kernel (class, op, FLOPs or bytes, measured, "
          "predicted before and after) as CSV"},
-        {"--cluster", "FILE", "cluster JSON to start from", "", true, "-c"},
+        {"--measure", "",
+         "fit to microbenchmarks of this machine instead: GEMMs by size and dtype, copies, "
+         "attention, launch cost, and collectives over --nproc local ranks (Gloo on CPU, NCCL "
+         "with --device cuda); without --cluster the cluster is made from what was measured"},
+        {"--device", "cpu|cuda", "--measure: what to measure", "cpu"},
+        {"--nproc", "N", "--measure: local ranks for the collective sweep [2 on CPU, 1 on CUDA]"},
+        {"--threads", "N", "--measure: threads per rank [cores / ranks]"},
+        {"--reps", "N", "--measure: times each point is measured, as that many steps", "4"},
+        {"--quick", "", "--measure: fewer, smaller points (a few seconds on a CPU)"},
+        {"--timeout-s", "S", "--measure: how long a rank waits for the others", "300"},
+        {"--cluster", "FILE", "cluster JSON to start from (required with --trace and --from-trace)",
+         "", false, "-c"},
         {"--output", "FILE", "where to write the calibrated cluster JSON", "", true, "-o"},
         {"--model", "FILE",
          "model (default: the one the trace records; required for PyTorch traces)", "", false,
@@ -453,7 +635,11 @@ std::vector<Command> calibrateCommands() {
         "shardscope calibrate -t measured.json -c samples/clusters/cpu-2core.json -o "
         "cpu-calibrated.json",
         "shardscope calibrate --from-trace rank0.pt.trace.json.gz -c "
-        "samples/clusters/a100-80gb-8x8.json -o a100-fitted.json"};
+        "samples/clusters/a100-80gb-8x8.json -o a100-fitted.json",
+        "shardscope calibrate --measure -o this-machine.json",
+        "shardscope calibrate --measure --device cuda --nproc 8 -c "
+        "samples/clusters/h100-sxm-8x8.json "
+        "-o h100-measured.json"};
     s.positionalsMetavar = "[TRACE...]";
     return {{s, runCalibrate}};
 }

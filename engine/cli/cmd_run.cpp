@@ -49,19 +49,12 @@ int runRun(const Args& a) {
         if (failed(c)) return kExitUsage;
         cluster = std::move(*c);
     }
-    int64_t ints[8] = {};
-    const char* names[] = {"--nproc", "--steps",     "--warmup",        "--batch",
-                           "--seq",   "--timeout-s", "--micro-batches", "--threads"};
-    const int64_t mins[] = {1, 1, 0, 1, 2, 1, 1, 1};
-    for (int i = 0; i < 8; ++i)
-        if (a.has(names[i])) {
-            auto v = a.getInt(names[i], mins[i]);
-            if (!v) {
-                std::cerr << "error: " << v.error() << "\n";
-                return kExitUsage;
-            }
-            ints[i] = *v;
-        }
+    std::vector<int64_t> ints;
+    if (!readIntOptions(a,
+                        {"--nproc", "--steps", "--warmup", "--batch", "--seq", "--timeout-s",
+                         "--micro-batches", "--threads"},
+                        {1, 1, 0, 1, 2, 1, 1, 1}, ints))
+        return kExitUsage;
     if (ints[3]) plan->microBatchSize = ints[3];
     if (ints[4]) plan->seqLen = ints[4];
     if (ints[6]) plan->microBatches = ints[6];

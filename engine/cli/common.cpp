@@ -10,6 +10,21 @@
 
 namespace shardscope::cli {
 
+bool readIntOptions(const Args& a, const std::vector<const char*>& names,
+                    const std::vector<int64_t>& mins, std::vector<int64_t>& out) {
+    out.assign(names.size(), 0);
+    for (size_t i = 0; i < names.size(); ++i)
+        if (a.has(names[i])) {
+            auto v = a.getInt(names[i], mins[i]);
+            if (!v) {
+                std::cerr << "error: " << v.error() << "\n";
+                return false;
+            }
+            out[i] = *v;
+        }
+    return true;
+}
+
 std::vector<OptionSpec> modelOptions(bool required) {
     return {
         {"--model", "FILE", "model: a Hugging Face config.json or a ShardScope model JSON", "",

@@ -33,6 +33,10 @@ template <typename T>
 
 // Options every command that reads a model takes.
 std::vector<OptionSpec> modelOptions(bool required);
+// Reads the integer options `names` (each at least its `mins`) into `out`, 0 where absent;
+// prints the error and returns false on a bad value.
+[[nodiscard]] bool readIntOptions(const Args& a, const std::vector<const char*>& names,
+                                  const std::vector<int64_t>& mins, std::vector<int64_t>& out);
 [[nodiscard]] Expected<ModelGraph> loadModelArg(const Args& a);
 [[nodiscard]] Expected<std::optional<ClusterSpec>> loadClusterArg(const Args& a);
 

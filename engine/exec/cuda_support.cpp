@@ -3,6 +3,7 @@
 
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <cuda_runtime_api.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
@@ -48,6 +49,13 @@ CudaMemory cudaMemory() {
 
 void resetCudaPeaks() {
     c10::cuda::CUDACachingAllocator::resetPeakStats(c10::cuda::current_device());
+}
+
+CudaDeviceInfo cudaDeviceInfo() {
+    cudaDeviceProp p{};
+    if (cudaGetDeviceProperties(&p, c10::cuda::current_device()) != cudaSuccess)
+        throw std::runtime_error("cudaGetDeviceProperties failed on the current device");
+    return {p.name, static_cast<int64_t>(p.totalGlobalMem)};
 }
 
 void synchronizeCuda() {

@@ -33,6 +33,13 @@ struct CudaMemory {
 // reports as allocated_bytes.all and reserved_bytes.all).
 [[nodiscard]] CudaMemory cudaMemory();
 void resetCudaPeaks();
+// The current device's name ("NVIDIA H100 80GB HBM3") and memory, as cudaGetDeviceProperties
+// reports them.
+struct CudaDeviceInfo {
+    std::string name;
+    int64_t memoryBytes = 0;
+};
+[[nodiscard]] CudaDeviceInfo cudaDeviceInfo();
 // Waits for every stream of the current device (step boundaries: host time = GPU time).
 void synchronizeCuda();
 

@@ -31,6 +31,9 @@ CudaMemory cudaMemory() {
 void resetCudaPeaks() {
     noCuda();
 }
+CudaDeviceInfo cudaDeviceInfo() {
+    noCuda();
+}
 void synchronizeCuda() {
     noCuda();
 }

@@ -1187,16 +1187,13 @@ c10::intrusive_ptr<c10d::Backend> gloo(const c10::intrusive_ptr<c10d::Store>& st
 
 }  // namespace
 
-Groups makeGroups(const ResolvedPlan& plan, std::chrono::milliseconds timeout, c10::Device device) {
-    Groups gr;
+namespace {
+// This rank's place and the rendezvous store, from the torchrun environment.
+c10::intrusive_ptr<c10d::Store> joinStore(Groups& gr, std::chrono::milliseconds timeout) {
     gr.rank = envInt("RANK");
     gr.worldSize = envInt("WORLD_SIZE");
     const int64_t port = envInt("MASTER_PORT");
     const std::string host = env("MASTER_ADDR").empty() ? "127.0.0.1" : env("MASTER_ADDR");
-    if (gr.worldSize != plan.worldSize)
-        throw std::runtime_error("WORLD_SIZE is " + std::to_string(gr.worldSize) +
-                                 " but the plan's mesh has " + std::to_string(plan.worldSize) +
-                                 " ranks");
     if (gr.rank >= gr.worldSize)
         throw std::runtime_error("RANK " + std::to_string(gr.rank) + " is not below WORLD_SIZE " +
                                  std::to_string(gr.worldSize));
@@ -1207,7 +1204,31 @@ Groups makeGroups(const ResolvedPlan& plan, std::chrono::milliseconds timeout, c
     so.numWorkers = static_cast<size_t>(gr.worldSize);
     so.waitWorkers = true;
     so.timeout = timeout;
-    auto store = c10::make_intrusive<c10d::TCPStore>(host, so);
+    return c10::make_intrusive<c10d::TCPStore>(host, so);
+}
+}  // namespace
+
+Groups makeFlatGroups(std::chrono::milliseconds timeout, c10::Device device) {
+    Groups gr;
+    auto store = joinStore(gr, timeout);
+    const auto r32 = [](int64_t v) { return static_cast<int>(v); };
+    gr.world = gloo(store, "world/", r32(gr.rank), r32(gr.worldSize), timeout);
+    gr.shard = device.is_cuda()
+                   ? makeNcclBackend(store, "nccl/flat/", r32(gr.rank), r32(gr.worldSize), timeout)
+                   : gloo(store, "flat/", r32(gr.rank), r32(gr.worldSize), timeout);
+    gr.replicate = gr.shard;
+    gr.shardRank = gr.rank;
+    gr.shardSize = gr.worldSize;
+    return gr;
+}
+
+Groups makeGroups(const ResolvedPlan& plan, std::chrono::milliseconds timeout, c10::Device device) {
+    Groups gr;
+    auto store = joinStore(gr, timeout);
+    if (gr.worldSize != plan.worldSize)
+        throw std::runtime_error("WORLD_SIZE is " + std::to_string(gr.worldSize) +
+                                 " but the plan's mesh has " + std::to_string(plan.worldSize) +
+                                 " ranks");
     gr.shardSize = plan.shardSize;
     gr.replicateSize = plan.hsdp || plan.noShard ? plan.replicateSize : 1;
     // Mesh [replicate, shard], row-major: rank = replica * shard_size + shard index.

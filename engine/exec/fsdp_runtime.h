@@ -145,5 +145,8 @@ private:
 Groups makeGroups(const ResolvedPlan& plan, std::chrono::milliseconds timeout,
                   c10::Device device = c10::kCPU);
 Groups singleProcessGroups();
+// Every rank of the torchrun environment in one group (a calibration sweep): `shard` is the
+// whole world, on NCCL for CUDA and Gloo otherwise; `world` is Gloo.
+Groups makeFlatGroups(std::chrono::milliseconds timeout, c10::Device device = c10::kCPU);
 
 }  // namespace shardscope::exec

@@ -12,6 +12,7 @@
 
 #include <c10/util/Exception.h>
 
+#include "engine/exec/measure.h"
 #include "engine/exec/runtime_info.h"
 #include "engine/exec/worker.h"
 
@@ -23,6 +24,10 @@ const char* kUsage =
     "       shardscope-engine recorder-cost\n"
     "         times what the CPU recorder adds per allocation and per op (JSON);\n"
     "         scripts/bench_recorder_overhead.py uses it\n"
+    "       shardscope-engine measure --out FILE [--device cpu|cuda] [--threads N] [--reps N]\n"
+    "                                 [--quick] [--timeout-s S]\n"
+    "         microbenchmarks of this machine for `shardscope calibrate --measure` (GEMMs,\n"
+    "         copies, attention, launch cost; collectives over the torchrun ranks)\n"
     "       shardscope-engine worker --model CONFIG --plan PLAN [options]\n"
     "         one rank of a real FSDP run; `shardscope run` starts these. Under torchrun:\n"
     "           torchrun --nproc-per-node 2 --no-python shardscope-engine worker \\\n"
@@ -45,9 +50,11 @@ int main(int argc, char** argv) {
     }
     if (argc >= 2 && std::strcmp(argv[1], "recorder-cost") == 0)
         return shardscope::exec::runRecorderCost();
-    if (argc >= 2 && std::strcmp(argv[1], "worker") == 0) {
+    const bool measure = argc >= 2 && std::strcmp(argv[1], "measure") == 0;
+    if (measure || (argc >= 2 && std::strcmp(argv[1], "worker") == 0)) {
         try {
-            return shardscope::exec::runWorker(std::vector<std::string>(argv + 2, argv + argc));
+            const std::vector<std::string> rest(argv + 2, argv + argc);
+            return measure ? shardscope::exec::runMeasure(rest) : shardscope::exec::runWorker(rest);
         } catch (const c10::Error& e) {
             std::fprintf(stderr, "shardscope-engine: error: %s\n", e.what_without_backtrace());
             return 1;

@@ -37,6 +37,17 @@
 
 namespace shardscope::exec {
 
+int64_t flagInt(const std::string& flag, const std::string& v, int64_t minimum) {
+    try {
+        size_t used = 0;
+        const long long x = std::stoll(v, &used);
+        if (used == v.size() && x >= minimum) return x;
+    } catch (const std::exception&) {
+    }
+    throw std::runtime_error(flag + ": expected an integer >= " + std::to_string(minimum) +
+                             ", got \"" + v + "\"");
+}
+
 namespace {
 
 // Counts the bytes the CPU allocator hands out: the engine's "allocated" memory on CPU
@@ -188,17 +199,6 @@ struct Options {
     bool deviceTrace = true;     // --no-device-trace: no CUPTI recording on CUDA
 };
 
-int64_t toInt(const std::string& flag, const std::string& v, int64_t minimum) {
-    try {
-        size_t used = 0;
-        const long long x = std::stoll(v, &used);
-        if (used == v.size() && x >= minimum) return x;
-    } catch (const std::exception&) {
-    }
-    throw std::runtime_error(flag + ": expected an integer >= " + std::to_string(minimum) +
-                             ", got \"" + v + "\"");
-}
-
 Options parse(const std::vector<std::string>& a) {
     Options o;
     for (size_t i = 0; i < a.size(); ++i) {
@@ -224,23 +224,23 @@ Options parse(const std::vector<std::string>& a) {
         else if (f == "--dump-initial")
             o.dumpInitial = v;
         else if (f == "--steps")
-            o.steps = toInt(f, v, 1);
+            o.steps = flagInt(f, v, 1);
         else if (f == "--warmup")
-            o.warmup = toInt(f, v, 0);
+            o.warmup = flagInt(f, v, 0);
         else if (f == "--batch")
-            o.batch = toInt(f, v, 1);
+            o.batch = flagInt(f, v, 1);
         else if (f == "--seq")
-            o.seq = toInt(f, v, 2);
+            o.seq = flagInt(f, v, 2);
         else if (f == "--micro-batches")
-            o.microBatches = toInt(f, v, 1);
+            o.microBatches = flagInt(f, v, 1);
         else if (f == "--timeout-s")
-            o.timeoutS = toInt(f, v, 1);
+            o.timeoutS = flagInt(f, v, 1);
         else if (f == "--threads")
-            o.threads = toInt(f, v, 1);
+            o.threads = flagInt(f, v, 1);
         else if (f == "--seed")
-            o.seed = static_cast<uint64_t>(toInt(f, v, 0));
+            o.seed = static_cast<uint64_t>(flagInt(f, v, 0));
         else if (f == "--reference")
-            o.reference = toInt(f, v, 1);
+            o.reference = flagInt(f, v, 1);
         else if (f == "--device") {
             if (v != "cpu" && v != "cuda")
                 throw std::runtime_error("--device: expected cpu or cuda, got \"" + v + "\"");

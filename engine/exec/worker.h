@@ -1,9 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
 namespace shardscope::exec {
+
+// The integer value of a command-line flag, at least `minimum`; throws std::runtime_error
+// naming the flag and the value otherwise.
+int64_t flagInt(const std::string& flag, const std::string& v, int64_t minimum);
 
 // `shardscope-engine worker --model M --plan P [--steps S --warmup W --out FILE ...]`:
 // one rank. Throws std::runtime_error with a message for the user on any failure.

@@ -142,7 +142,7 @@ class CpuTrace(unittest.TestCase):
         r = run("calibrate", "--from-trace", self.trace, "--trace", self.trace, "-c", self.base,
                 "-o", os.path.join(self.dir, "x.json"))
         self.assertEqual(r.returncode, 2)
-        self.assertIn("not both", r.stderr)
+        self.assertIn("not several", r.stderr)
         empty = os.path.join(self.dir, "empty.json")
         with open(empty, "w") as f:
             json.dump({"traceEvents": [{"ph": "X", "cat": "user_annotation", "name": "x",
