@@ -36,7 +36,7 @@ step() { printf '\n==> [%ss] %s\n' "$(($(date +%s) - t0))" "$*"; }
 # --- 1. Debian packages --------------------------------------------------------------------
 packages=(build-essential cmake ninja-build ccache pkg-config git python3 python3-venv python3-pip
     nlohmann-json3-dev libsimdjson-dev libgtest-dev libgmock-dev zlib1g-dev libgloo-dev
-    qt6-base-dev qt6-charts-dev libqt6opengl6-dev xvfb xauth)
+    qt6-base-dev qt6-charts-dev libqt6opengl6-dev xvfb xauth clang libclang-rt-14-dev)
 if [ "${SHARDSCOPE_NO_APT:-0}" != 1 ]; then
     step "checking Debian packages"
     missing=()

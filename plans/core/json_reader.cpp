@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "plans/core/json_reader.h"
 
+#include <cctype>
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -61,6 +64,19 @@ Expected<nlohmann::json> parseJsonText(std::string_view text, const std::string&
                      " levels; refusing to read it"};
     try {
         return nlohmann::json::parse(text.begin(), text.end());
+    } catch (const nlohmann::json::out_of_range& e) {
+        // A number beyond double's range (e.g. 1e999): nlohmann reports no position, so
+        // name the first such literal ourselves.
+        std::string what = e.what();
+        const size_t quote = what.find('\'');
+        const std::string literal = quote == std::string::npos
+                                        ? std::string()
+                                        : what.substr(quote + 1, what.rfind('\'') - quote - 1);
+        const size_t at = literal.empty() ? std::string_view::npos : text.find(literal);
+        const auto [line, col] = lineCol(text, at == std::string_view::npos ? 0 : at);
+        return Error{label + ":" + std::to_string(line) + ":" + std::to_string(col) +
+                     ": number out of range" + (literal.empty() ? "" : " (" + literal + ")") +
+                     ": expected a finite number within +-1.8e308"};
     } catch (const nlohmann::json::parse_error& e) {
         const auto [line, col] = lineCol(text, e.byte > 0 ? e.byte - 1 : 0);
         std::string what = e.what();
@@ -73,12 +89,48 @@ Expected<nlohmann::json> parseJsonText(std::string_view text, const std::string&
 }
 
 Expected<nlohmann::json> readJsonFile(const std::string& path, int maxDepth) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec))
+        return Error{path + ": is a folder; expected a JSON file"};
     std::ifstream in(path, std::ios::binary);
     if (!in) return Error{path + ": cannot open file"};
-    std::ostringstream ss;
-    ss << in.rdbuf();
+    // Read in chunks, so a device (/dev/zero), a pipe or a checkpoint given by mistake is
+    // refused from its first bytes or at the size limit, never read whole.
+    std::string text;
+    char chunk[1 << 16];
+    bool sniffed = false;
+    while (in) {
+        in.read(chunk, sizeof chunk);
+        const std::streamsize got = in.gcount();
+        if (got <= 0) break;
+        text.append(chunk, static_cast<size_t>(got));
+        if (!sniffed) {
+            size_t i = text.compare(0, 3, "\xEF\xBB\xBF") == 0 ? 3 : 0;  // UTF-8 BOM
+            while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i])))
+                ++i;
+            if (i < text.size()) {
+                sniffed = true;
+                const unsigned char c = static_cast<unsigned char>(text[i]);
+                if (c != '{' && c != '[') {
+                    char hex[8];
+                    std::snprintf(hex, sizeof hex, "0x%02x", c);
+                    return Error{path + ": not a JSON file: it starts with " +
+                                 (std::isprint(c) ? "'" + std::string(1, static_cast<char>(c)) + "'"
+                                                  : std::string("byte ") + hex) +
+                                 " where a JSON document starts with '{' (a checkpoint or "
+                                 "binary file given by mistake?)"};
+                }
+            } else if (text.size() > kMaxJsonFileBytes) {
+                break;
+            }
+        }
+        if (text.size() > kMaxJsonFileBytes)
+            return Error{path + ": larger than " + std::to_string(kMaxJsonFileBytes >> 20) +
+                         " MiB; a model, plan or cluster JSON is at most a few MB, so this is "
+                         "not one"};
+    }
     if (in.bad()) return Error{path + ": read error"};
-    return parseJsonText(ss.str(), path, maxDepth);
+    return parseJsonText(text, path, maxDepth);
 }
 
 std::string jsonTypeName(const nlohmann::json& j) {

@@ -27,6 +27,9 @@ public:
 
 // Reads and parses a JSON file. Rejects nesting deeper than `maxDepth` before parsing
 // (a hostile file must not exhaust the stack) and reports syntax errors as file:line:col.
+// Folders, files that do not start like JSON (checked on the first bytes read, so a device
+// or a checkpoint is refused at once) and files above kMaxJsonFileBytes are refused.
+inline constexpr size_t kMaxJsonFileBytes = size_t{256} << 20;
 [[nodiscard]] Expected<nlohmann::json> readJsonFile(const std::string& path, int maxDepth = 256);
 [[nodiscard]] Expected<nlohmann::json> parseJsonText(std::string_view text,
                                                      const std::string& label, int maxDepth = 256);

@@ -3,6 +3,9 @@
 // transformers' module names; model JSON round-trips; errors name the field.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "plans/core/json_reader.h"
 #include "plans/model/model_json.h"
 #include "tests/support/golden.h"
@@ -197,4 +200,50 @@ TEST(JsonReader, RejectsDeepNestingBeforeParsing) {
     auto j = parseJsonText(deep, "deep.json");
     ASSERT_FALSE(j.ok());
     EXPECT_EQ(j.error(), "deep.json: JSON nested deeper than 256 levels; refusing to read it");
+}
+
+// Found by fuzz_plan: nlohmann throws out_of_range (not parse_error) on 1e999, which
+// escaped every loader as an internal error.
+TEST(JsonReader, NumberBeyondDoubleIsAnErrorNamingItsPosition) {
+    auto j = parseJsonText("{\n  \"world_size\": 9999999E9999\n}", "plan.json");
+    ASSERT_FALSE(j.ok());
+    EXPECT_EQ(j.error(),
+              "plan.json:2:17: number out of range (9999999E9999): expected a finite number "
+              "within +-1.8e308");
+}
+
+TEST(JsonReader, RefusesFoldersDevicesAndBinaryFilesFromTheirFirstBytes) {
+    const auto dir = std::filesystem::temp_directory_path() / "shardscope_json_reader_test";
+    std::filesystem::create_directories(dir);
+    auto folder = readJsonFile(dir.string());
+    ASSERT_FALSE(folder.ok());
+    EXPECT_NE(folder.error().find("is a folder; expected a JSON file"), std::string::npos);
+
+    // /dev/zero never ends: it must be refused from its first byte, not read until memory
+    // runs out (model show -m /dev/zero grew to 4 GB first).
+    if (std::filesystem::exists("/dev/zero")) {
+        auto zero = readJsonFile("/dev/zero");
+        ASSERT_FALSE(zero.ok());
+        EXPECT_EQ(zero.error(),
+                  "/dev/zero: not a JSON file: it starts with byte 0x00 where a JSON document "
+                  "starts with '{' (a checkpoint or binary file given by mistake?)");
+    }
+    const auto zip = (dir / "model.pt").string();
+    {
+        std::ofstream out(zip, std::ios::binary);
+        out << "PK\x03\x04" << std::string(1000, '\x01');
+    }
+    auto ckpt = readJsonFile(zip);
+    ASSERT_FALSE(ckpt.ok());
+    EXPECT_NE(ckpt.error().find("not a JSON file: it starts with 'P'"), std::string::npos);
+
+    // A file of whitespace past the limit is refused at the limit; a BOM is allowed.
+    const auto bom = (dir / "bom.json").string();
+    {
+        std::ofstream out(bom, std::ios::binary);
+        out << "\xEF\xBB\xBF  {\"a\": 1}";
+    }
+    auto withBom = readJsonFile(bom);
+    EXPECT_TRUE(withBom.ok()) << (withBom.ok() ? "" : withBom.error());
+    std::filesystem::remove_all(dir);
 }

@@ -20,6 +20,7 @@
 #include "profiler/analysis/trace_loader.h"
 #include "profiler/export/chrome_export.h"
 #include "profiler/import/kineto_import.h"
+#include "tests/support/exercise.h"
 
 using namespace shardscope;
 using Json = nlohmann::json;
@@ -241,17 +242,12 @@ std::string write(const std::string& name, const std::string& text, bool gz) {
 
 // Everything downstream of the loader, on whatever it accepted.
 void useAll(const Trace& t) {
-    for (bool hta : {true, false}) {
-        SummaryOptions o;
-        o.dropLastStep = o.dropUnlinkedKernels = o.roundToMicroseconds = o.hostOpsWithStream = hta;
-        (void)summaryToJson(summarize(t, o));
-    }
-    const FsdpTraceAnalysis a = analyzeFsdp(t);
-    (void)fsdpAnalysisToJson(a);
-    if (!a.api.empty()) (void)recoverPlan(a, "fuzz");
-    (void)stepTraceOf(t, "fuzz");
-    (void)exportChromeTrace(t).dump(-1, ' ', false, Json::error_handler_t::replace);
-    (void)fsdpAnalysisToJson(a).dump(-1, ' ', false, Json::error_handler_t::replace);
+    static const ClusterSpec cluster = [] {
+        auto c = loadClusterFile(std::string(SHARDSCOPE_SOURCE_DIR) +
+                                 "/samples/clusters/h100-sxm-8x8.json");
+        return c.ok() ? *c : ClusterSpec{};
+    }();
+    fuzzing::exerciseTrace(t, &cluster);
 }
 
 }  // namespace

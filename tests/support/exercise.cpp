@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tests/support/exercise.h"
+
+#include "profiler/analysis/allocator_replay.h"
+#include "profiler/analysis/fsdp_trace.h"
+#include "profiler/analysis/kernel_fit.h"
+#include "profiler/analysis/kernel_samples.h"
+#include "profiler/analysis/step_trace.h"
+#include "profiler/analysis/summary.h"
+#include "profiler/export/chrome_export.h"
+
+namespace shardscope::fuzzing {
+
+void exerciseTrace(const Trace& t, const ClusterSpec* cluster) {
+    using Json = nlohmann::json;
+    for (bool hta : {true, false}) {
+        SummaryOptions o;
+        o.dropLastStep = o.dropUnlinkedKernels = o.roundToMicroseconds = o.hostOpsWithStream = hta;
+        (void)summaryToJson(summarize(t, o)).dump(-1, ' ', false, Json::error_handler_t::replace);
+    }
+    const FsdpTraceAnalysis a = analyzeFsdp(t);
+    (void)fsdpAnalysisToJson(a).dump(-1, ' ', false, Json::error_handler_t::replace);
+    if (!a.api.empty()) (void)recoverPlan(a, "fuzz");
+    (void)stepTraceOf(t, "fuzz");
+    (void)exportChromeTrace(t).dump(-1, ' ', false, Json::error_handler_t::replace);
+    (void)replayAllocator(t);
+    KernelSamples samples;
+    collectKernelSamples(t, 0, samples);
+    if (cluster) (void)fitKernels(samples, *cluster, "fuzz");
+}
+
+}  // namespace shardscope::fuzzing
