@@ -6,12 +6,13 @@
 
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
-#include "profiler/analysis/step_trace.h"
 #include "engine/schedule/step_program.h"
+#include "engine/sim/cost_model.h"
 #include "engine/sim/simulator.h"
 #include "plans/core/atomic_write.h"
 #include "plans/core/strings.h"
 #include "plans/plan/resolve.h"
+#include "profiler/analysis/step_trace.h"
 
 namespace shardscope::cli {
 
@@ -21,6 +22,20 @@ std::string ms(int64_t ns) {
     char b[32];
     std::snprintf(b, sizeof b, "%.2f ms", static_cast<double>(ns) * 1e-6);
     return b;
+}
+
+// The step's kernels by class (docs/kernel-model.md): what the compute ops launch, priced.
+nlohmann::json kernelsJson(const ClusterSpec& c, const StepProgram& p) {
+    const KernelTotals t = kernelTotals(c, p);
+    nlohmann::json j = nlohmann::json::object();
+    for (KernelKind k : {KernelKind::Gemm, KernelKind::Attention, KernelKind::MemoryBound}) {
+        const KernelClassTotal& x = t.byKind[static_cast<int>(k)];
+        j[kernelKindName(k)] = {{"count", x.count},
+                                {k == KernelKind::MemoryBound ? "bytes" : "flops", x.work},
+                                {"device_ns", static_cast<int64_t>(x.deviceSeconds * 1e9)}};
+    }
+    j["cpu_launch_ns"] = static_cast<int64_t>(t.launchSeconds * 1e9);
+    return j;
 }
 
 nlohmann::json summaryJson(const ResolvedPlan& r, const StepProgram& p, const SimResult& s,
@@ -56,6 +71,7 @@ nlohmann::json summaryJson(const ResolvedPlan& r, const StepProgram& p, const Si
             {"tokens_per_s", s.tokensPerS},
             {"mfu", s.mfu},
             {"memory_at_peak", peak},
+            {"kernels", kernelsJson(c, p)},
             {"units", units}};
 }
 
@@ -215,6 +231,19 @@ int runSimulate(const Args& a) {
                   ms(s.computeNs).c_str(), ms(s.commNs).c_str(), ms(s.exposedCommNs).c_str(),
                   100.0 * s.overlapRatio);
     std::cout << line;
+    {
+        const KernelTotals kt = kernelTotals(*cluster, prog);
+        const auto& gm = kt.byKind[static_cast<int>(KernelKind::Gemm)];
+        const auto& at = kt.byKind[static_cast<int>(KernelKind::Attention)];
+        const auto& mb = kt.byKind[static_cast<int>(KernelKind::MemoryBound)];
+        auto sec = [&](double x) { return ms(static_cast<int64_t>(x * 1e9)); };
+        std::cout << "  kernels       " << formatCount(kt.count())
+                  << " per step: " << formatCount(gm.count) << " GEMM " << sec(gm.deviceSeconds)
+                  << ", " << formatCount(at.count) << " attention " << sec(at.deviceSeconds) << ", "
+                  << formatCount(mb.count) << " memory-bound " << sec(mb.deviceSeconds);
+        if (kt.launchSeconds > 0) std::cout << "; CPU launches " << sec(kt.launchSeconds);
+        std::cout << "\n";
+    }
     std::cout << "  peak memory   allocated " << formatBytes(s.peakAllocated) << ", reserved "
               << formatBytes(s.peakReserved) << " of " << formatBytes(cluster->device.memoryBytes)
               << (s.oom ? "  -> OUT OF MEMORY by " +

@@ -38,8 +38,10 @@ namespace {
 struct Segment {
     int32_t unit = 0;
     double fwdFlops = 0, bwdFlops = 0, fwdMem = 0, bwdMem = 0, saved = 0;
-    double recomputeFlops = 0, recomputeSaved = 0;  // activation checkpointing
-    int32_t kernels = 0;                            // modules with matmul work
+    double recomputeFlops = 0, recomputeSaved = 0;              // activation checkpointing
+    int32_t kernels = 0;                                        // modules with matmul work
+    int32_t firstRun = -1, runCount = 0;                        // its module runs
+    int32_t fwdMixId = -1, bwdMixId = -1, recomputeMixId = -1;  // in StepProgram::mixes
     int64_t gradBytes = 0;  // unsharded gradients its backward produces first
     // Backward's working memory beyond the gradients: the gradient of the largest module
     // output and the gradient of that module's input, alive together.
@@ -53,6 +55,75 @@ struct Segment {
 struct Group {
     int32_t size = 1, nodes = 1, perNode = 1;
 };
+
+void addKernels(KernelMix& m, KernelKind kind, double perKernel, int64_t count) {
+    if (count <= 0 || !(perKernel > 0)) return;
+    m.kernels += count;
+    for (KernelEntry& e : m.entries)
+        if (e.kind == kind && e.perKernel == perKernel) {
+            e.count += static_cast<int32_t>(count);
+            return;
+        }
+    m.entries.push_back({kind, static_cast<int32_t>(count), perKernel});
+}
+
+// The kernels of one module run at micro-batch b x s (docs/kernel-model.md): its GEMMs by
+// shape, SDPA calls, and memory-bound kernels sharing the run's bytes. A run whose modules
+// carry no kernel counts (a model JSON without them) is one GEMM kernel per module with
+// FLOPs and one memory-bound kernel of all its bytes, per phase.
+struct RunMixes {
+    KernelMix* fwd;
+    KernelMix* bwd;
+    KernelMix* recomputeAll;        // full or op-level selective checkpointing: all of forward
+    KernelMix* recomputeAttention;  // attention-only checkpointing: SDPA forward
+    void forward(KernelKind k, double per, int64_t n) const {
+        addKernels(*fwd, k, per, n);
+        if (recomputeAll) addKernels(*recomputeAll, k, per, n);
+    }
+};
+
+void runKernels(const ModuleRun& run, int64_t b, int64_t s, double scale, const RunMixes& out) {
+    const ModuleCost& c = run.cost;
+    const double tokens = static_cast<double>(b) * static_cast<double>(s);
+    const double fwdMem = c.fwdMemBytes.at(b, s, scale), bwdMem = c.bwdMemBytes.at(b, s, scale);
+    if (!c.hasKernels()) {
+        const int32_t k = std::max(1, run.kernels);
+        out.forward(KernelKind::Gemm, c.fwdFlops.at(b, s) / k, k);
+        addKernels(*out.bwd, KernelKind::Gemm, c.bwdFlops.at(b, s) / k, k);
+        out.forward(KernelKind::MemoryBound, fwdMem, 1);
+        addKernels(*out.bwd, KernelKind::MemoryBound, bwdMem, 1);
+        return;
+    }
+    double gemmFlops = 0;
+    for (const ModuleCost::Gemm& gm : c.gemms) {
+        const double f = 2.0 * tokens * gm.mPerToken * gm.n * gm.k;
+        out.forward(KernelKind::Gemm, f, gm.calls);
+        if (gm.backward) addKernels(*out.bwd, KernelKind::Gemm, f, 2 * int64_t{gm.calls});
+        gemmFlops += f * gm.calls;
+    }
+    double attnFlops = 0;
+    if (c.attentionCalls > 0) {
+        const double seq = tokens * static_cast<double>(s);
+        const double n = c.attentionCalls;
+        attnFlops = c.fwdFlops.perTokenSeq * seq;
+        out.forward(KernelKind::Attention, attnFlops / n, c.attentionCalls);
+        addKernels(*out.bwd, KernelKind::Attention, c.bwdFlops.perTokenSeq * seq / n,
+                   c.attentionCalls);
+        if (out.recomputeAttention)
+            addKernels(*out.recomputeAttention, KernelKind::Attention, attnFlops / n,
+                       c.attentionCalls);
+    }
+    // FLOPs the GEMM list does not cover (a module without kernel counts beside ones with).
+    const double fwdFlops = c.fwdFlops.at(b, s);
+    const double rest = fwdFlops - gemmFlops - attnFlops;
+    if (rest > 1e-3 * fwdFlops) {
+        out.forward(KernelKind::Gemm, rest, 1);
+        addKernels(*out.bwd, KernelKind::Gemm, rest, 2);
+    }
+    const int32_t fk = std::max(1, c.fwdMemKernels), bk = std::max(1, c.bwdMemKernels);
+    out.forward(KernelKind::MemoryBound, fwdMem / fk, fk);
+    addKernels(*out.bwd, KernelKind::MemoryBound, bwdMem / bk, bk);
+}
 
 class Builder {
 public:
@@ -171,13 +242,17 @@ private:
             const double scale = activationScale(unit);
             const double fwd = c.fwdFlops.at(b, s), saved = c.savedBytes.at(b, s, scale);
             if (fwd == 0 && saved == 0 && c.fwdMemBytes.isZero()) continue;
-            if (segs.empty() || segs.back().unit != u) segs.push_back(Segment{u});
+            if (segs.empty() || segs.back().unit != u) {
+                segs.emplace_back();
+                segs.back().unit = u;
+            }
             Segment& sg = segs.back();
             sg.fwdFlops += fwd;
             sg.bwdFlops += c.bwdFlops.at(b, s);
             sg.fwdMem += c.fwdMemBytes.at(b, s, scale);
             sg.bwdMem += c.bwdMemBytes.at(b, s, scale);
             sg.kernels += run.kernels;
+            if (sg.runCount++ == 0) sg.firstRun = static_cast<int32_t>(&run - runs->data());
             sg.gradBytes += run.gradNumel * dtypeSize(unit.allGatherDtype);
             sg.bwdTransient = std::max(sg.bwdTransient, 2.0 * run.peakOutputBytes.at(b, s, scale));
             switch (unit.activationCheckpointing) {
@@ -241,8 +316,10 @@ private:
                 sg.recomputeSaved += hidden;
             }
         }
-        for (const auto& sg : segs)
+        for (auto& sg : segs) {
             p.modelFlopsPerRank += (sg.fwdFlops + sg.bwdFlops) * o.microBatches;
+            segmentKernels(sg, *runs);
+        }
         // Gradients no segment accounts for (padding, modules without cost) come with the
         // unit's first backward segment.
         std::vector<int64_t> counted(r.units.size(), 0);
@@ -378,7 +455,60 @@ private:
         c.memBytes = mem;
         c.computeDtype = r.units[sg.unit].allGatherDtype;
         c.groupSize = std::max(1, sg.kernels);  // kernels: for the size-dependent efficiency
+        c.mix = kind == OpKind::Forward    ? sg.fwdMixId
+                : kind == OpKind::Backward ? sg.bwdMixId
+                                           : sg.recomputeMixId;
         return c;
+    }
+
+    // The kernel mixes of a segment's forward, backward and recompute. A one-run segment
+    // whose run is alike one already priced (a decoder layer) reuses its mixes.
+    struct MixKey {
+        int32_t signature;
+        AcMode ac;
+        DType dtype;
+        double scale;
+        int32_t ids[3];
+    };
+    std::vector<MixKey> mixCache;
+    void segmentKernels(Segment& sg, const std::vector<ModuleRun>& runs) {
+        const auto& unit = r.units[sg.unit];
+        const AcMode ac = unit.activationCheckpointing;
+        const DType dt = unit.allGatherDtype;
+        const double scale = activationScale(unit);
+        const int32_t sig =
+            sg.runCount == 1 ? runs[static_cast<size_t>(sg.firstRun)].kernelSignature : -1;
+        if (sig >= 0)
+            for (const MixKey& k : mixCache)
+                if (k.signature == sig && k.ac == ac && k.dtype == dt && k.scale == scale) {
+                    sg.fwdMixId = k.ids[0];
+                    sg.bwdMixId = k.ids[1];
+                    sg.recomputeMixId = k.ids[2];
+                    return;
+                }
+        KernelMix fwd, bwd, rec;
+        const bool all = ac == AcMode::Full || ac == AcMode::SelectiveOp;
+        const RunMixes out{&fwd, &bwd, all ? &rec : nullptr,
+                           ac == AcMode::Attention ? &rec : nullptr};
+        for (int32_t i = 0; i < sg.runCount; ++i)
+            runKernels(runs[static_cast<size_t>(sg.firstRun + i)], o.microBatchSize, o.seqLen,
+                       scale, out);
+        sg.fwdMixId = internMix(fwd, dt);
+        sg.bwdMixId = internMix(bwd, dt);
+        sg.recomputeMixId = internMix(rec, dt);
+        if (sig >= 0)
+            mixCache.push_back({sig, ac, dt, scale, {sg.fwdMixId, sg.bwdMixId, sg.recomputeMixId}});
+    }
+
+    // Index of an equal mix in the program (decoder layers share theirs), or a new one.
+    std::vector<DType> mixDtype;
+    int32_t internMix(const KernelMix& m, DType dt) {
+        if (m.entries.empty()) return -1;
+        for (size_t i = 0; i < p.mixes.size(); ++i)
+            if (mixDtype[i] == dt && p.mixes[i] == m) return static_cast<int32_t>(i);
+        p.mixes.push_back(m);
+        mixDtype.push_back(dt);
+        return static_cast<int32_t>(p.mixes.size() - 1);
     }
 
     std::vector<BufferId> savedBuf;  // per segment, this micro-batch

@@ -85,6 +85,21 @@ enum class MemCategory : uint8_t {
     return k == OpKind::AllGather || k == OpKind::ReduceScatter || k == OpKind::AllReduce;
 }
 
+// The kernels one compute op launches, by class, identical kernels folded into one entry:
+// what the cost model prices kernel by kernel and the CPU pays a launch for each of.
+enum class KernelKind : uint8_t { Gemm, Attention, MemoryBound };
+struct KernelEntry {
+    KernelKind kind = KernelKind::Gemm;
+    int32_t count = 0;
+    double perKernel = 0;  // FLOPs (GEMM, attention) or bytes moved (memory-bound) of one
+    friend bool operator==(const KernelEntry&, const KernelEntry&) = default;
+};
+struct KernelMix {
+    std::vector<KernelEntry> entries;
+    int64_t kernels = 0;  // sum of counts
+    friend bool operator==(const KernelMix&, const KernelMix&) = default;
+};
+
 using OpId = Id<struct OpTag>;
 using BufferId = Id<struct BufferTag>;
 
@@ -112,6 +127,7 @@ struct Op {
     // post-forward group of int reshard. Collectives of one group run one at a time, in
     // issue order, whatever CUDA stream they were issued on (one NCCL communicator).
     int8_t processGroup = 0;
+    int32_t mix = -1;  // compute: index into StepProgram::mixes (its kernels), -1 for none
     SmallVector<OpId, 3> waits{};  // cross-stream dependencies (events)
     bool cpuBlocks = false;        // the CPU waits for `waits` before issuing (FSDP1 limiter)
     SmallVector<BufferId, 2> allocs{};
@@ -131,6 +147,7 @@ struct StepOptions {
 struct StepProgram {
     std::vector<Op> ops;  // CPU issue order
     std::vector<Buffer> buffers;
+    std::vector<KernelMix> mixes;  // distinct kernel mixes of the compute ops
     int64_t persistentBytes[static_cast<int>(MemCategory::Count)] = {};  // held all step
     double modelFlopsPerRank = 0;  // forward + backward, without recompute (for MFU)
     int64_t tokensPerRank = 0;

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <map>
 
+#include "engine/sim/cost_model.h"
+
 namespace shardscope {
 
 namespace {
@@ -166,11 +168,23 @@ Expected<CalibrationFit> calibrate(const StepProgram& p, const ClusterSpec& base
     for (const auto* m : valid) {
         const Op& op = p.ops[static_cast<size_t>(m->opId)];
         if (!isCompute(op.kind) || op.flops <= 0) continue;
-        const double d = static_cast<double>(m->endNs - m->startNs) * 1e-9;
-        const double memT = hbmEff > 0 ? op.memBytes / hbmEff : 0;
+        double d = static_cast<double>(m->endNs - m->startNs) * 1e-9;
+        double flops = op.flops, perKernel = op.flops / std::max(1, op.groupSize);
+        double memT = hbmEff > 0 ? op.memBytes / hbmEff : 0;
+        if (op.mix >= 0 && static_cast<size_t>(op.mix) < p.mixes.size()) {
+            // Kernel by kernel, as the cost model prices it: the memory-bound kernels at the
+            // fitted bandwidth, the rest is GEMM and attention time.
+            const KernelMix& mix = p.mixes[static_cast<size_t>(op.mix)];
+            const MixParts parts = mixParts(c, mix, op.computeDtype);
+            if (parts.computeKernels == 0 || parts.computeFlops <= 0) continue;
+            flops = parts.computeFlops;
+            perKernel = flops / static_cast<double>(parts.computeKernels);
+            memT = parts.memorySeconds;
+            if (c.device.isHost()) d -= c.sim.cpuLaunchNs * 1e-9 * static_cast<double>(mix.kernels);
+        }
         const double computeT = std::max(d - memT, 0.05 * d);
-        const double eff = op.flops / (c.device.peakFor(op.computeDtype) * computeT);
-        samples.push_back({op.flops / std::max(1, op.groupSize), eff, d, overlapped(*m), m});
+        const double eff = flops / (c.device.peakFor(op.computeDtype) * computeT);
+        samples.push_back({perKernel, eff, d, overlapped(*m), m});
     }
     fit.computeOps = static_cast<int64_t>(samples.size());
     if (!samples.empty()) {
@@ -203,9 +217,10 @@ Expected<CalibrationFit> calibrate(const StepProgram& p, const ClusterSpec& base
         for (const auto& s : samples) {
             if (s.overlapFrac < 0.05) continue;
             const Op& op = p.ops[static_cast<size_t>(s.m->opId)];
-            const double pred =
-                op.flops / (c.device.peakFor(op.computeDtype) * c.sim.efficiencyFor(s.perKernel)) +
-                (hbmEff > 0 ? op.memBytes / hbmEff : 0);
+            const double pred = op.mix >= 0 ? static_cast<double>(opDurationNs(c, op, &p)) * 1e-9
+                                            : op.flops / (c.device.peakFor(op.computeDtype) *
+                                                          c.sim.efficiencyFor(s.perKernel)) +
+                                                  (hbmEff > 0 ? op.memBytes / hbmEff : 0);
             if (pred > 0) slow.push_back((s.ratioInput / pred - 1.0) / s.overlapFrac);
         }
         if (!slow.empty()) {

@@ -32,13 +32,83 @@ CollectiveCost collectiveTime(const ClusterSpec& c, OpKind kind, int64_t bytes, 
     return best;
 }
 
-int64_t opDurationNs(const ClusterSpec& c, const Op& op) {
+namespace {
+// One entry's device time: its count of kernels, each priced by its own size.
+double entrySeconds(const ClusterSpec& c, const KernelEntry& e, DType dtype) {
+    const double n = e.count;
+    switch (e.kind) {
+        case KernelKind::Gemm:
+            return n * e.perKernel / (c.device.peakFor(dtype) * c.sim.efficiencyFor(e.perKernel));
+        case KernelKind::Attention:
+            return n * e.perKernel /
+                   (c.device.peakFor(dtype) * c.sim.attentionEfficiencyFor(e.perKernel));
+        case KernelKind::MemoryBound:
+            return n * e.perKernel /
+                   (c.device.hbmBandwidth * c.sim.memoryEfficiencyFor(e.perKernel));
+    }
+    return 0;
+}
+}  // namespace
+
+MixParts mixParts(const ClusterSpec& c, const KernelMix& mix, DType dtype) {
+    MixParts m;
+    for (const KernelEntry& e : mix.entries) {
+        const double t = entrySeconds(c, e, dtype);
+        if (e.kind == KernelKind::MemoryBound) {
+            m.memorySeconds += t;
+        } else {
+            m.computeSeconds += t;
+            m.computeFlops += e.count * e.perKernel;
+            m.computeKernels += e.count;
+        }
+    }
+    return m;
+}
+
+const char* kernelKindName(KernelKind k) {
+    switch (k) {
+        case KernelKind::Gemm:
+            return "gemm";
+        case KernelKind::Attention:
+            return "attention";
+        case KernelKind::MemoryBound:
+            return "memory_bound";
+    }
+    return "?";
+}
+
+KernelTotals kernelTotals(const ClusterSpec& c, const StepProgram& p) {
+    KernelTotals t;
+    for (const Op& op : p.ops) {
+        if (op.mix < 0 || static_cast<size_t>(op.mix) >= p.mixes.size()) continue;
+        const KernelMix& mix = p.mixes[static_cast<size_t>(op.mix)];
+        for (const KernelEntry& e : mix.entries) {
+            KernelClassTotal& k = t.byKind[static_cast<int>(e.kind)];
+            k.count += e.count;
+            k.work += e.count * e.perKernel;
+            k.deviceSeconds += entrySeconds(c, e, op.computeDtype);
+        }
+        t.launchSeconds += c.sim.cpuLaunchNs * 1e-9 * static_cast<double>(mix.kernels);
+    }
+    return t;
+}
+
+double mixSeconds(const ClusterSpec& c, const KernelMix& mix, DType dtype) {
+    const MixParts m = mixParts(c, mix, dtype);
+    return m.computeSeconds + m.memorySeconds;
+}
+
+int64_t opDurationNs(const ClusterSpec& c, const Op& op, const StepProgram* program) {
     const double hbm = c.device.hbmBandwidth * c.sim.memoryEfficiency;
     double t = 0;
     switch (op.kind) {
         case OpKind::Forward:
         case OpKind::Backward:
         case OpKind::Recompute: {
+            if (program && op.mix >= 0 && static_cast<size_t>(op.mix) < program->mixes.size()) {
+                t = mixSeconds(c, program->mixes[static_cast<size_t>(op.mix)], op.computeDtype);
+                break;
+            }
             if (op.flops > 0) {
                 const double perKernel = op.flops / std::max(1, op.groupSize);
                 t +=

@@ -26,6 +26,36 @@ struct CollectiveCost {
 [[nodiscard]] CollectiveCost collectiveTime(const ClusterSpec& c, OpKind kind, int64_t bytes,
                                             int32_t groupSize, int32_t groupNodes,
                                             int32_t ranksPerNode);
-[[nodiscard]] int64_t opDurationNs(const ClusterSpec& c, const Op& op);
+// A compute op with a kernel mix (`program` given) is priced kernel by kernel:
+//   GEMM:         FLOPs / (peak(dtype) · compute_efficiency(FLOPs of that kernel))
+//   attention:    FLOPs / (peak(dtype) · attention_efficiency(FLOPs of that kernel))
+//   memory-bound: bytes / (HBM · memory_efficiency_by_bytes(bytes of that kernel))
+// times each entry's count; otherwise by its FLOPs and bytes as one aggregate.
+[[nodiscard]] int64_t opDurationNs(const ClusterSpec& c, const Op& op,
+                                   const StepProgram* program = nullptr);
+[[nodiscard]] double mixSeconds(const ClusterSpec& c, const KernelMix& mix, DType dtype);
+// The parts of a mix's time: GEMM + attention seconds and FLOPs, memory-bound seconds.
+struct MixParts {
+    double computeFlops = 0, computeSeconds = 0, memorySeconds = 0;
+    int64_t computeKernels = 0;
+};
+[[nodiscard]] MixParts mixParts(const ClusterSpec& c, const KernelMix& mix, DType dtype);
+
+// The kernels of a whole step (every compute op of every micro-batch, recompute included)
+// by class, with their priced device time and the CPU time to launch them.
+struct KernelClassTotal {
+    int64_t count = 0;
+    double work = 0;  // FLOPs (GEMM, attention) or bytes (memory-bound)
+    double deviceSeconds = 0;
+};
+struct KernelTotals {
+    KernelClassTotal byKind[3];  // indexed by KernelKind
+    double launchSeconds = 0;
+    [[nodiscard]] int64_t count() const {
+        return byKind[0].count + byKind[1].count + byKind[2].count;
+    }
+};
+[[nodiscard]] KernelTotals kernelTotals(const ClusterSpec& c, const StepProgram& p);
+[[nodiscard]] const char* kernelKindName(KernelKind k);  // "gemm", "attention", "memory_bound"
 
 }  // namespace shardscope

@@ -27,8 +27,22 @@ bool isComputeKind(OpKind k) {
     return k == OpKind::Forward || k == OpKind::Backward || k == OpKind::Recompute;
 }
 
+// CPU time to launch each op's kernels (cpu_launch_ns per kernel of its mix).
+std::vector<int64_t> launchCosts(const StepProgram& p, const ClusterSpec& c) {
+    std::vector<int64_t> l;
+    if (!(c.sim.cpuLaunchNs > 0)) return l;
+    l.assign(p.ops.size(), 0);
+    for (size_t i = 0; i < p.ops.size(); ++i) {
+        const Op& op = p.ops[i];
+        if (op.mix >= 0 && static_cast<size_t>(op.mix) < p.mixes.size())
+            l[i] = static_cast<int64_t>(
+                std::llround(c.sim.cpuLaunchNs * static_cast<double>(p.mixes[op.mix].kernels)));
+    }
+    return l;
+}
+
 void schedule(const StepProgram& p, const ClusterSpec& c, const std::vector<int64_t>& dur,
-              SimResult& r) {
+              const std::vector<int64_t>& launch, SimResult& r) {
     const size_t n = p.ops.size();
     r.start.assign(n, 0);
     r.end.assign(n, 0);
@@ -53,6 +67,17 @@ void schedule(const StepProgram& p, const ClusterSpec& c, const std::vector<int6
         if (coll) s = std::max(s, groupFree[pg]);
         r.start[i] = s;
         r.end[i] = s + dur[i];
+        if (!launch.empty() && launch[i] > 0) {
+            if (cpuDevice) {
+                r.end[i] += launch[i];  // the host dispatches each kernel before running it
+            } else {
+                // The CPU launches the op's kernels one after another: the device cannot
+                // finish them before the last is launched, and the CPU issues nothing else
+                // meanwhile. A step whose launches outlast its kernels is CPU-bound.
+                cpu += launch[i];
+                r.end[i] = std::max(r.end[i], cpu);
+            }
+        }
         streamFree[static_cast<size_t>(op.stream)] = r.end[i];
         if (cpuDevice && !coll) cpu = r.end[i];
         if (coll) groupFree[pg] = r.end[i];
@@ -66,9 +91,20 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
     SimResult r;
     const size_t n = p.ops.size();
     std::vector<int64_t> dur(n);
-    for (size_t i = 0; i < n; ++i)
-        dur[i] = opDurationNs(c, p.ops[i]);
-    schedule(p, c, dur, r);
+    // Decoder layers share their kernel mixes: price each mix once.
+    std::vector<int64_t> mixNs(p.mixes.size(), -1);
+    for (size_t i = 0; i < n; ++i) {
+        const Op& op = p.ops[i];
+        if (op.mix >= 0 && static_cast<size_t>(op.mix) < mixNs.size()) {
+            int64_t& m = mixNs[static_cast<size_t>(op.mix)];
+            if (m < 0) m = opDurationNs(c, op, &p);
+            dur[i] = m;
+        } else {
+            dur[i] = opDurationNs(c, op, &p);
+        }
+    }
+    const std::vector<int64_t> launch = launchCosts(p, c);
+    schedule(p, c, dur, launch, r);
 
     // Second pass: compute overlapped by collectives runs slower.
     auto commUnion = [&] {
@@ -93,7 +129,7 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
                 }
             }
         if (changed) {
-            schedule(p, c, dur, r);
+            schedule(p, c, dur, launch, r);
             commStale = true;
         }
     }

@@ -34,6 +34,11 @@ double SimParams::memoryEfficiencyFor(double bytes) const {
                                            : logInterpolate(memoryEfficiencyByBytes, bytes);
 }
 
+double SimParams::attentionEfficiencyFor(double flops) const {
+    return attentionEfficiency.empty() ? efficiencyFor(flops)
+                                       : logInterpolate(attentionEfficiency, flops);
+}
+
 double SimParams::efficiencyFor(double flops) const {
     const auto& c = computeEfficiency;
     if (c.empty()) return 1.0;
@@ -68,7 +73,8 @@ std::vector<std::pair<double, double>> parseCurve(const JsonReader& c, const std
 SimParams parseSim(const JsonReader& r) {
     r.allowOnly({"compute_efficiency", "memory_efficiency", "memory_efficiency_by_bytes",
                  "overlap_slowdown", "intra_efficiency", "network_efficiency", "cpu_issue_ns",
-                 "host_optimizer_bytes_per_s", "protocols"});
+                 "host_optimizer_bytes_per_s", "protocols", "attention_efficiency",
+                 "cpu_launch_ns"});
     SimParams s;
     if (auto c = r.find("compute_efficiency"))
         s.computeEfficiency = parseCurve(*c, "flops", "FLOPs");
@@ -83,6 +89,12 @@ SimParams parseSim(const JsonReader& r) {
     if (auto x = r.find("intra_efficiency")) s.intraEfficiency = fraction(*x);
     if (auto x = r.find("network_efficiency")) s.networkEfficiency = fraction(*x);
     if (auto x = r.find("cpu_issue_ns")) s.cpuIssueNs = static_cast<double>(x->asIntAtLeast(0));
+    if (auto c = r.find("attention_efficiency"))
+        s.attentionEfficiency = parseCurve(*c, "flops", "FLOPs");
+    if (auto x = r.find("cpu_launch_ns")) {
+        s.cpuLaunchNs = static_cast<double>(x->asIntAtLeast(0));
+        if (s.cpuLaunchNs > 1e9) x->fail("implausibly large (more than a second per kernel)");
+    }
     if (auto x = r.find("host_optimizer_bytes_per_s"))
         s.hostOptimizerBytesPerS = x->asPositiveNumber();
     if (auto ps = r.find("protocols")) {
@@ -128,6 +140,13 @@ nlohmann::json simJson(const SimParams& s) {
             mb.push_back({b, e});
         j["memory_efficiency_by_bytes"] = mb;
     }
+    if (!s.attentionEfficiency.empty()) {
+        nlohmann::json ae = nlohmann::json::array();
+        for (const auto& [f, e] : s.attentionEfficiency)
+            ae.push_back({f, e});
+        j["attention_efficiency"] = ae;
+    }
+    if (s.cpuLaunchNs > 0) j["cpu_launch_ns"] = static_cast<int64_t>(s.cpuLaunchNs);
     return j;
 }
 

@@ -71,6 +71,13 @@ struct SimParams {
     // all. Single-kernel ops (copy-in, copy-out) use it; aggregated work (a unit's
     // elementwise bytes, the optimizer) keeps memoryEfficiency.
     std::vector<std::pair<double, double>> memoryEfficiencyByBytes;
+    // Achieved fraction of peak of one attention kernel (SDPA forward or backward) by its
+    // FLOPs, as computeEfficiency. Empty (the default): computeEfficiency.
+    std::vector<std::pair<double, double>> attentionEfficiency;
+    // CPU time eager PyTorch spends per kernel it launches (dispatch and launch): a unit's
+    // compute cannot finish before its kernels are issued, so a small model shows as
+    // CPU-bound. 0 (the default): not modelled beyond cpu_issue_ns per op.
+    double cpuLaunchNs = 0;
     double overlapSlowdown = 0.10;    // compute stretches by this fraction while overlapped by comm
     double intraEfficiency = 0.82;    // ring busbw / intra-node link bandwidth (370/450 GB/s)
     double networkEfficiency = 0.90;  // ring busbw / NIC bandwidth
@@ -81,6 +88,7 @@ struct SimParams {
                                         {"Simple", 8400, 3400, 9600, 1.0}};
     [[nodiscard]] double efficiencyFor(double flops) const;
     [[nodiscard]] double memoryEfficiencyFor(double bytes) const;
+    [[nodiscard]] double attentionEfficiencyFor(double flops) const;
 };
 
 struct ClusterSpec {

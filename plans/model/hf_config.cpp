@@ -23,8 +23,14 @@ struct CostBuilder {
     // nn.Linear / Conv1D, in→out. Backward computes grad-input and grad-weight (2× forward).
     // `savesInput` is false when a sibling already saved the same input tensor (q/k/v
     // projections share the norm output; saved tensors are attributed to the first saver).
-    void linear(ModuleId m, double in, double out, bool savesInput, bool addmm = false) {
+    // Kernels: one GEMM forward, two backward; backward adds the bias gradient's sum and,
+    // when `sumsInputGrad`, the add that accumulates an input gradient shared with a
+    // sibling (k/v projections beside q, up beside gate).
+    void linear(ModuleId m, double in, double out, bool savesInput, bool addmm = false,
+                bool sumsInputGrad = false) {
         auto& c = g.cost(m);
+        c.addGemm({1.0, out, in, 1});
+        c.bwdMemKernels += (addmm ? 1 : 0) + (sumsInputGrad ? 1 : 0);
         if (addmm) {
             c.addmmOutputBytes.perToken += out * e;
         } else {
@@ -39,8 +45,12 @@ struct CostBuilder {
     // LlamaRMSNorm: upcasts to fp32, x·rsqrt(mean(x²)+eps), casts back, multiplies by the
     // weight. Saved: fp32 input (4h, whatever the compute dtype), rstd (4), normalized
     // input in e (h·e).
+    // Kernels (transformers 4.57): pow, mean, add, rsqrt, mul, mul forward; 14 backward; two
+    // casts each way when the compute dtype is not fp32.
     void rmsNorm(ModuleId m, double h) {
         auto& c = g.cost(m);
+        c.fwdMemKernels += 6 + (e < 4 ? 2 : 0);
+        c.bwdMemKernels += 14 + (e < 4 ? 2 : 0);
         c.fwdMemBytes.perToken += h * (2 * e + 16);
         c.bwdMemBytes.perToken += 2 * h * (2 * e + 16);
         c.savedBytes.perToken += h * e;
@@ -50,6 +60,8 @@ struct CostBuilder {
     // nn.LayerNorm: native_layer_norm saves input, mean and rstd (fp32).
     void layerNorm(ModuleId m, double h) {
         auto& c = g.cost(m);
+        c.fwdMemKernels += 1;  // native_layer_norm
+        c.bwdMemKernels += 1;
         c.fwdMemBytes.perToken += 2 * h * e;
         c.bwdMemBytes.perToken += 4 * h * e;
         c.savedBytes.perToken += h * e;
@@ -59,6 +71,8 @@ struct CostBuilder {
     // nn.Embedding: a gather; saves the int64 indices.
     void embedding(ModuleId m, double h) {
         auto& c = g.cost(m);
+        c.fwdMemKernels += 1;  // embedding / embedding_dense_backward
+        c.bwdMemKernels += 1;
         c.fwdMemBytes.perToken += 2 * h * e;
         c.bwdMemBytes.perToken += 2 * h * e;
         c.savedBytes.fixedPerToken += 8;
@@ -68,6 +82,8 @@ struct CostBuilder {
     void dropout(ModuleId m, double width, double p) {
         if (p <= 0) return;
         auto& c = g.cost(m);
+        c.fwdMemKernels += 3;  // bernoulli_, div_, mul
+        c.bwdMemKernels += 1;
         c.fwdMemBytes.perToken += width * (2 * e + 1);
         c.bwdMemBytes.perToken += width * (2 * e + 1);
         c.savedBytes.fixedPerToken += width;
@@ -79,6 +95,7 @@ struct CostBuilder {
     // output and the fp32 logsumexp.
     void sdpa(ModuleId m, double heads, double headDim, double savedQkvWidth) {
         auto& c = g.cost(m);
+        c.attentionCalls += 1;
         c.fwdFlops.perTokenSeq += 4 * heads * headDim;
         c.bwdFlops.perTokenSeq += 10 * heads * headDim;
         c.savedBytes.perToken += savedQkvWidth * e + heads * headDim * e;
@@ -89,6 +106,8 @@ struct CostBuilder {
     // Residual adds: read two, write one.
     void residualAdds(ModuleId m, double h, int count) {
         auto& c = g.cost(m);
+        c.fwdMemKernels += count;  // the add; backward sums the two gradient paths
+        c.bwdMemKernels += count;
         c.fwdMemBytes.perToken += 3 * h * e * count;
         c.bwdMemBytes.perToken += 2 * h * e * count;
         c.outputBytes.perToken += h * e;
@@ -100,6 +119,10 @@ struct CostBuilder {
     // (FSDPMemTracker: two fp32 b·s·vocab temporaries at the start of backward).
     void causalLmLoss(ModuleId m, double vocab) {
         auto& c = g.cost(m);
+        // constant_pad_nd, clone, _log_softmax, nll_loss_forward (+ the fp32 upcast);
+        // ones_like, nll_loss_backward, _log_softmax_backward_data (+ the cast back).
+        c.fwdMemKernels += 4 + (e < 4 ? 1 : 0);
+        c.bwdMemKernels += 3 + (e < 4 ? 1 : 0);  // and ones_like: backward's seed
         c.fwdMemBytes.perToken += vocab * (e + 4) + vocab * 8;
         c.bwdMemBytes.perToken += vocab * 16;
         c.savedBytes.fixedPerToken += 4 * vocab + 8;
@@ -139,14 +162,14 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
     const double H = static_cast<double>(h);
 
     auto linear = [&](ModuleId parent, const char* name, int64_t in, int64_t out, bool bias,
-                      bool savesInput) {
+                      bool savesInput, bool sumsInputGrad = false) {
         ModuleId m = g.addModule(parent, name, "Linear");
         g.addParam(m, "weight", {out, in}, pd);
         if (bias) g.addParam(m, "bias", {out}, pd);
         // With a bias, nn.Linear on 3-D input runs aten.addmm (at::linear folds the batch
         // into one addmm), without one aten.mm: what op-level checkpointing sees.
         cb.linear(m, static_cast<double>(in), static_cast<double>(out), savesInput,
-                  /*addmm=*/bias);
+                  /*addmm=*/bias, sumsInputGrad);
         return m;
     };
     auto rmsNorm = [&](ModuleId parent, const char* name) {
@@ -169,22 +192,26 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
                 sc->perToken *= tokenShare;
                 sc->fixedPerToken *= tokenShare;
             }
+            for (auto& gm : cc.gemms)
+                gm.mPerToken *= tokenShare;
         };
         ModuleId gm, um, dm;
         // transformers registers gate, up, down (Llama) or w1, w2, w3 (Mixtral) in this order.
         if (std::string(gate) == "w1") {
             gm = linear(m, "w1", h, c.inter, c.mlpBias, gateSavesInput);
             dm = linear(m, "w2", c.inter, h, c.mlpBias, true);
-            um = linear(m, "w3", h, c.inter, c.mlpBias, false);
+            um = linear(m, "w3", h, c.inter, c.mlpBias, false, true);
         } else {
             gm = linear(m, gate, h, c.inter, c.mlpBias, gateSavesInput);
-            um = linear(m, up, h, c.inter, c.mlpBias, false);
+            um = linear(m, up, h, c.inter, c.mlpBias, false, true);
             dm = linear(m, down, c.inter, h, c.mlpBias, true);
         }
         g.addModule(m, "act_fn", "SiLUActivation");
         auto& mc = g.cost(m);
         mc.fwdMemBytes.perToken += 5 * I * cb.e;
         mc.bwdMemBytes.perToken += 8 * I * cb.e;
+        mc.fwdMemKernels += 2;  // silu, mul
+        mc.bwdMemKernels += 3;  // mul, mul, silu_backward
         mc.savedBytes.perToken += 3 * I * cb.e;
         mc.outputBytes.perToken += H * cb.e;
         for (ModuleId x : {gm, um, dm, m})
@@ -200,8 +227,8 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
         ModuleId layer = g.addModule(layers, std::to_string(i), c.prefix + "DecoderLayer");
         ModuleId attn = g.addModule(layer, "self_attn", c.prefix + "Attention");
         linear(attn, "q_proj", h, dq, c.qkvBias, true);
-        linear(attn, "k_proj", h, dkv, c.qkvBias, false);
-        linear(attn, "v_proj", h, dkv, c.qkvBias, false);
+        linear(attn, "k_proj", h, dkv, c.qkvBias, false, true);
+        linear(attn, "v_proj", h, dkv, c.qkvBias, false, true);
         // o_proj's input is SDPA's output transposed back: autograd saves one storage for
         // both, counted at SDPA.
         linear(attn, "o_proj", dq, h, c.oBias, false);
@@ -211,6 +238,12 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
         auto& ac = g.cost(attn);
         ac.fwdMemBytes.perToken += (6.0 * (dq + dkv) + 4.0 * dq) * cb.e;
         ac.bwdMemBytes.perToken += (6.0 * (dq + dkv) + 4.0 * dq) * cb.e;
+        // rotate_half and the products for q and k (mul 4, neg 2, cat 2) and the two adds;
+        // backward: mul 4, neg 2, slice_backward 4, add 4, clone 2. transformers fills a
+        // DynamicCache in training too unless use_cache=False: two cats forward, the zeros
+        // of their backward.
+        ac.fwdMemKernels += 12;
+        ac.bwdMemKernels += 18;
         ac.outputBytes.perToken += H * cb.e;
         cb.sdpa(attn, static_cast<double>(c.heads), static_cast<double>(c.headDim),
                 static_cast<double>(dq + 2 * dkv));
@@ -231,6 +264,11 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
             mc.savedBytes.perToken += (2.0 * H * k + k) * cb.e;
             mc.fwdMemBytes.perToken += 2.0 * H * cb.e * static_cast<double>(c.topK);
             mc.bwdMemBytes.perToken += 2.0 * H * cb.e * static_cast<double>(c.topK);
+            // Router (softmax, topk, sum, div, one-hot scatter, ...: 11) and per expert the
+            // token lookup, gathers, routing multiply and index_add_ (6); backward 8 + 10 per
+            // expert (transformers 4.57, counted with a dispatch mode).
+            mc.fwdMemKernels += 11 + 6 * static_cast<int32_t>(c.experts);
+            mc.bwdMemKernels += 8 + 10 * static_cast<int32_t>(c.experts);
             mc.outputBytes.perToken += H * cb.e;
             ModuleId experts = g.addModule(moe, "experts", "ModuleList", {"ModuleList"});
             const double share = static_cast<double>(c.topK) / static_cast<double>(c.experts);
@@ -252,6 +290,11 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
     g.addBuffer(rope, {"inv_freq", {c.headDim / 2}, DType::Float32, false});
     g.cost(rope).savedBytes.perToken += 2.0 * static_cast<double>(c.headDim) * cb.e;
     g.cost(rope).outputBytes.perToken += 2.0 * static_cast<double>(c.headDim) * cb.e;
+    // The model's position ids (arange), inv_freq @ position_ids (a bmm of k = 1), then
+    // cos, sin, two muls, cat, the fp32 expand's copy (and the casts of cos and sin to a
+    // lower compute dtype). No gradient.
+    g.cost(rope).addGemm({1.0, static_cast<double>(c.headDim / 2), 1.0, 1, false});
+    g.cost(rope).fwdMemKernels += 7 + (cb.e < 4 ? 2 : 0);
     g.cost(model).outputBytes.perToken += H * cb.e;
     if (c.tie) {
         ModuleId head = g.addModule(g.root(), "lm_head", "Linear");
@@ -370,6 +413,8 @@ Expected<ModelGraph> loadGpt2(const JsonReader& r, const HfLoadOptions& o) {
         cb.sdpa(attn, static_cast<double>(heads), H / static_cast<double>(heads), 3 * H);
         g.cost(attn).fwdMemBytes.perToken += 2 * H * cb.e;
         g.cost(attn).outputBytes.perToken += H * cb.e;
+        g.cost(attn).fwdMemKernels += 1;  // merging heads (a contiguous copy)
+        g.cost(attn).bwdMemKernels += 2;  // its gradient's copy, the q/k/v gradients' cat
         layerNorm(blk, "ln_2");
         ModuleId mlp = g.addModule(blk, "mlp", "GPT2MLP");
         conv1d(mlp, "c_fc", h, inner, true);
@@ -382,6 +427,8 @@ Expected<ModelGraph> loadGpt2(const JsonReader& r, const HfLoadOptions& o) {
         g.cost(act).fwdMemBytes.perToken += 10.0 * static_cast<double>(inner) * cb.e;
         g.cost(act).bwdMemBytes.perToken += 12.0 * static_cast<double>(inner) * cb.e;
         g.cost(act).outputBytes.perToken += static_cast<double>(inner) * cb.e;
+        g.cost(act).fwdMemKernels += 8;   // mul 4, pow, add 2, tanh
+        g.cost(act).bwdMemKernels += 11;  // mul 7, tanh_backward, pow, add 2
         cb.dropout(g.addModule(mlp, "dropout", "Dropout"), H, pResid);
         g.cost(mlp).outputBytes.perToken += H * cb.e;
         cb.residualAdds(blk, H, 2);

@@ -37,7 +37,22 @@ ModuleCost& ModuleCost::operator+=(const ModuleCost& o) {
     addmmOutputBytes += o.addmmOutputBytes;
     sdpaOutputBytes += o.sdpaOutputBytes;
     mmCount += o.mmCount;
+    for (const Gemm& gm : o.gemms)
+        addGemm(gm);
+    attentionCalls += o.attentionCalls;
+    fwdMemKernels += o.fwdMemKernels;
+    bwdMemKernels += o.bwdMemKernels;
     return *this;
+}
+
+void ModuleCost::addGemm(const Gemm& gm) {
+    for (Gemm& x : gemms)
+        if (x.mPerToken == gm.mPerToken && x.n == gm.n && x.k == gm.k &&
+            x.backward == gm.backward) {
+            x.calls += gm.calls;
+            return;
+        }
+    gemms.push_back(gm);
 }
 
 ModelGraph::ModelGraph() {

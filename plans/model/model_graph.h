@@ -56,6 +56,7 @@ struct ScaledCost {
     [[nodiscard]] bool isZero() const {
         return perToken == 0 && perTokenSeq == 0 && fixedPerToken == 0;
     }
+    friend bool operator==(const ScaledCost&, const ScaledCost&) = default;
 };
 
 // Costs of the operators a module runs itself, not counting its children.
@@ -76,6 +77,30 @@ struct ModuleCost {
     ScaledCost addmmOutputBytes;
     ScaledCost sdpaOutputBytes;
     int32_t mmCount = 0;
+    // The kernels eager PyTorch launches for the module's own operators, per call (counted
+    // on transformers' modules with a dispatch mode; docs/kernel-model.md):
+    //  - GEMMs: one per nn.Linear/Conv1D call forward, two backward (input and weight
+    //    gradients), each m x n x k with m = tokens x mPerToken (an expert sees its share);
+    //  - attention: SDPA calls, one kernel forward and one backward each, priced by the
+    //    perTokenSeq FLOPs;
+    //  - memory-bound kernels (norms, rotary, activations, adds, casts, the loss) sharing
+    //    fwdMemBytes / bwdMemBytes.
+    // A module with none of these (an exported model without kernel counts) is priced as
+    // one kernel of its FLOPs and one of its bytes per phase.
+    struct Gemm {
+        double mPerToken = 1;
+        double n = 0, k = 0;
+        int32_t calls = 1;
+        bool backward = true;  // false: nothing it reads needs a gradient (RoPE's table)
+        friend bool operator==(const Gemm&, const Gemm&) = default;
+    };
+    std::vector<Gemm> gemms;
+    int32_t attentionCalls = 0;
+    int32_t fwdMemKernels = 0, bwdMemKernels = 0;
+    [[nodiscard]] bool hasKernels() const {
+        return !gemms.empty() || attentionCalls > 0 || fwdMemKernels > 0 || bwdMemKernels > 0;
+    }
+    void addGemm(const Gemm& gm);  // merges with an equal shape
     ModuleCost& operator+=(const ModuleCost& o);
 };
 

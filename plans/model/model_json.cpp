@@ -43,9 +43,48 @@ nlohmann::json scaledJson(const ScaledCost& c) {
     return nlohmann::json::array({c.perToken, c.perTokenSeq});
 }
 
+// "kernels": {"gemms": [[m_per_token, n, k, calls, backward], ...], "attention_calls": N,
+//              "mem": [forward, backward]}
+void readKernels(const JsonReader& r, ModuleCost& c) {
+    r.allowOnly({"gemms", "attention_calls", "mem"});
+    if (auto gs = r.find("gemms")) {
+        for (size_t i = 0; i < gs->size(); ++i) {
+            const JsonReader x = (*gs)[i];
+            if (x.size() < 3 || x.size() > 5)
+                x.failExpected("[m_per_token, n, k] or [m_per_token, n, k, calls, backward]");
+            ModuleCost::Gemm gm{x[0].asNumber(), x[1].asNumber(), x[2].asNumber(), 1, true};
+            if (gm.mPerToken <= 0 || gm.n <= 0 || gm.k <= 0) x.fail("m, n and k must be positive");
+            if (x.size() >= 4) gm.calls = static_cast<int32_t>(x[3].asIntAtLeast(1));
+            if (x.size() == 5) gm.backward = x[4].asBool();
+            c.addGemm(gm);
+        }
+    }
+    if (auto a = r.find("attention_calls"))
+        c.attentionCalls = static_cast<int32_t>(std::min<int64_t>(a->asIntAtLeast(0), 1 << 20));
+    if (auto m = r.find("mem")) {
+        if (m->size() != 2) m->failExpected("[forward, backward], two kernel counts");
+        c.fwdMemKernels = static_cast<int32_t>(std::min<int64_t>((*m)[0].asIntAtLeast(0), 1 << 20));
+        c.bwdMemKernels = static_cast<int32_t>(std::min<int64_t>((*m)[1].asIntAtLeast(0), 1 << 20));
+    }
+}
+
+nlohmann::json kernelsJson(const ModuleCost& c) {
+    nlohmann::json k = nlohmann::json::object();
+    if (!c.gemms.empty()) {
+        auto& gs = k["gemms"] = nlohmann::json::array();
+        for (const auto& gm : c.gemms)
+            gs.push_back({gm.mPerToken, gm.n, gm.k, gm.calls, gm.backward});
+    }
+    if (c.attentionCalls > 0) k["attention_calls"] = c.attentionCalls;
+    if (c.fwdMemKernels > 0 || c.bwdMemKernels > 0)
+        k["mem"] = nlohmann::json::array({c.fwdMemKernels, c.bwdMemKernels});
+    return k;
+}
+
 void readCost(const JsonReader& r, ModuleCost& c) {
     r.allowOnly({"fwd_flops", "bwd_flops", "fwd_mem_bytes", "bwd_mem_bytes", "saved_bytes",
-                 "output_bytes"});
+                 "output_bytes", "kernels"});
+    if (auto x = r.find("kernels")) readKernels(*x, c);
     if (auto x = r.find("fwd_flops")) c.fwdFlops = readScaled(*x);
     if (auto x = r.find("bwd_flops")) c.bwdFlops = readScaled(*x);
     if (auto x = r.find("fwd_mem_bytes")) c.fwdMemBytes = readScaled(*x);
@@ -229,6 +268,7 @@ nlohmann::json modelToJson(const ModelGraph& g) {
         put("bwd_mem_bytes", c.bwdMemBytes);
         put("saved_bytes", c.savedBytes);
         put("output_bytes", c.outputBytes);
+        if (c.hasKernels()) cj["kernels"] = kernelsJson(c);
         if (!cj.empty()) mj["cost"] = cj;
         mods.push_back(std::move(mj));
     }

@@ -858,6 +858,27 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r) 
             if (afterAttn[static_cast<size_t>(lastMod[p])])
                 run.gradNumelAfterAttn += g.params()[p].numel;
         }
+    // Runs alike in what their kernels depend on share a signature (decoder layers do), so
+    // a step program prices one and reuses it.
+    auto sameKernels = [](const ModuleRun& a, const ModuleRun& b) {
+        const ModuleCost &x = a.cost, &y = b.cost;
+        return a.kernels == b.kernels && x.gemms == y.gemms &&
+               x.attentionCalls == y.attentionCalls && x.fwdMemKernels == y.fwdMemKernels &&
+               x.bwdMemKernels == y.bwdMemKernels && x.fwdFlops == y.fwdFlops &&
+               x.bwdFlops == y.bwdFlops && x.fwdMemBytes == y.fwdMemBytes &&
+               x.bwdMemBytes == y.bwdMemBytes;
+    };
+    std::vector<int32_t> distinct;
+    for (size_t i = 0; i < runs.size(); ++i) {
+        runs[i].kernelSignature = static_cast<int32_t>(i);
+        for (int32_t d : distinct)
+            if (sameKernels(runs[static_cast<size_t>(d)], runs[i])) {
+                runs[i].kernelSignature = d;
+                break;
+            }
+        if (runs[i].kernelSignature == static_cast<int32_t>(i))
+            distinct.push_back(static_cast<int32_t>(i));
+    }
     return runs;
 }
 

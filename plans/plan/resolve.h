@@ -94,6 +94,8 @@ struct ModuleRun {
     // keeps (SDPA's, and each odd-numbered mm of the unit's forward), and per op kind.
     ScaledCost sacPresetSaved;
     ScaledCost mmSaved, addmmSaved, sdpaSaved;
+    // The first run whose kernels are the same as this one's (its own index if none).
+    int32_t kernelSignature = -1;
 };
 
 struct ResolvedPlan {

@@ -556,3 +556,82 @@ TEST(StepProgram, OffloadDropsTheDeviceGradientAfterItsCopyToTheHost) {
     EXPECT_GT(kept, int64_t{30} << 30);      // 70B fp32 gradient shards of 8 ranks
     EXPECT_LT(offloaded, int64_t{4} << 30);  // about one unit's unsharded gradients
 }
+
+TEST(KernelModel, DecoderLayersShareOneMixPricedKernelByKernel) {
+    // Llama-3-8B, one unit per decoder layer: every layer's forward is the same kernels
+    // (7 GEMMs, one SDPA, the norms' and rotary's memory-bound kernels), stored once.
+    auto g = loadModelFile(test::samplePath("models/llama3-8b/config.json"));
+    ASSERT_TRUE(g.ok()) << g.error();
+    auto c = loadClusterFile(test::samplePath("clusters/h100-sxm-8x8.json"));
+    ASSERT_TRUE(c.ok());
+    Plan p;
+    p.wrap.kind = WrapPolicySpec::Kind::ModuleClass;
+    p.wrap.classes = {"LlamaDecoderLayer"};
+    p.microBatchSize = 1;
+    p.seqLen = 8192;
+    const ResolvedPlan r = resolvePlan(*g, p, &*c, "kernels");
+    ASSERT_FALSE(r.hasErrors());
+    const StepProgram prog = buildStepProgram(r, stepOptionsFor(p, *c));
+    std::vector<int32_t> layerFwdMixes;
+    for (const Op& op : prog.ops)
+        if (op.kind == OpKind::Forward &&
+            r.units[op.unit.index()].name.find("layers.") != std::string::npos)
+            layerFwdMixes.push_back(op.mix);
+    ASSERT_EQ(layerFwdMixes.size(), 32u);
+    for (int32_t m : layerFwdMixes)
+        EXPECT_EQ(m, layerFwdMixes.front());
+    const KernelMix& mix = prog.mixes[static_cast<size_t>(layerFwdMixes.front())];
+    int64_t gemms = 0, attention = 0;
+    double gemmFlops = 0;
+    for (const KernelEntry& e : mix.entries) {
+        if (e.kind == KernelKind::Gemm) {
+            gemms += e.count;
+            gemmFlops += e.count * e.perKernel;
+        }
+        if (e.kind == KernelKind::Attention) attention += e.count;
+    }
+    EXPECT_EQ(gemms, 7);
+    EXPECT_EQ(attention, 1);
+    // 2 * tokens * (q, k, v, o, gate, up, down) weights: 4096^2*2 + 1024*4096*2 + 3*4096*14336.
+    const double weights = 2.0 * 4096 * 4096 + 2.0 * 1024 * 4096 + 3.0 * 4096 * 14336;
+    EXPECT_DOUBLE_EQ(gemmFlops, 2.0 * 8192 * weights);
+    // Priced kernel by kernel: the GEMMs at their own sizes' efficiency, so the mix costs
+    // the sum of its entries.
+    double expect = 0;
+    for (const KernelEntry& e : mix.entries) {
+        KernelMix one;
+        one.entries = {e};
+        one.kernels = e.count;
+        expect += mixSeconds(*c, one, DType::Float32);
+    }
+    EXPECT_NEAR(mixSeconds(*c, mix, DType::Float32), expect, 1e-12);
+}
+
+TEST(KernelModel, LaunchCostMakesASmallModelCpuBound) {
+    // The tiny Llama on a fast GPU: its kernels take microseconds, so at 20 us per launch
+    // the step is the CPU's, not the device's.
+    auto g = loadModelFile(test::samplePath("models/tiny-llama/config.json"));
+    ASSERT_TRUE(g.ok());
+    auto c = loadClusterFile(test::samplePath("clusters/h100-sxm-8x8.json"));
+    ASSERT_TRUE(c.ok());
+    ClusterSpec one = *c;
+    one.nodes = 1;
+    Plan p;
+    p.wrap.kind = WrapPolicySpec::Kind::ModuleClass;
+    p.wrap.classes = {"LlamaDecoderLayer"};
+    p.microBatchSize = 2;
+    p.seqLen = 128;
+    const ResolvedPlan r = resolvePlan(*g, p, &one, "tiny");
+    ASSERT_FALSE(r.hasErrors());
+    const StepProgram prog = buildStepProgram(r, stepOptionsFor(p, one));
+    const SimResult fast = simulate(prog, one, r.worldSize);
+    ClusterSpec launching = one;
+    launching.sim.cpuLaunchNs = 20000;
+    const SimResult slow = simulate(prog, launching, r.worldSize);
+    const KernelTotals k = kernelTotals(launching, prog);
+    EXPECT_GT(k.count(), 400);
+    EXPECT_NEAR(k.launchSeconds, 20e-6 * static_cast<double>(k.count()), 1e-9);
+    // The step now takes at least as long as launching every kernel.
+    EXPECT_GE(static_cast<double>(slow.stepNs) * 1e-9, k.launchSeconds);
+    EXPECT_GT(slow.stepNs, 2 * fast.stepNs);
+}

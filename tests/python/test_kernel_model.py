@@ -1,0 +1,209 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The simulator's kernel-level compute model against a real PyTorch profiler trace.
+
+The simulator turns each unit's forward, backward and recompute into the kernels eager
+PyTorch launches for it (docs/kernel-model.md). Here transformers' own LlamaForCausalLM,
+built from the tiny-llama sample config, runs one training step (forward with labels=,
+backward; the optimizer is a separate op) under torch.profiler with record_shapes on
+this CPU. ShardScope's trace reader (`calibrate --from-trace --samples`) finds its GEMMs
+and attention ops; the memory-bound kernels are the ops PyTorch's dispatcher gives a kernel
+of their own (memory_bound_kernels below). `simulate --json` reports the kernels the model
+launches for the same model, micro-batch and sequence. Per class (GEMM, attention,
+memory-bound) the counts must agree within 5 %, GEMM FLOPs within 5 % (PyTorch's own FLOP
+counter, with_flops, is the oracle for the trace's GEMM FLOPs), in fp32 and bf16.
+"""
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import peer  # noqa: E402
+
+torch = peer.require("torch")
+peer.require("transformers")
+
+RECORD = r"""
+import json, sys, torch
+from torch.profiler import profile, ProfilerActivity, schedule
+from transformers import LlamaConfig, LlamaForCausalLM
+config_path, batch, seq, dtype, out, oracle = sys.argv[1:7]
+batch, seq, dtype = int(batch), int(seq), getattr(torch, dtype)
+torch.manual_seed(0)
+torch.set_num_threads(2)
+cfg = LlamaConfig.from_dict(json.load(open(config_path)))
+cfg._attn_implementation = "sdpa"
+model = LlamaForCausalLM(cfg).to(dtype)
+model.config._attn_implementation = "sdpa"
+ids = torch.randint(0, cfg.vocab_size, (batch, seq))
+counted = []
+def ready(p):
+    p.export_chrome_trace(out)
+    counted.extend({"name": e.name, "flops": e.flops} for e in p.events()
+                   if e.name in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"))
+with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_flops=True,
+             schedule=schedule(wait=0, warmup=1, active=1, repeat=1), on_trace_ready=ready) as p:
+    for _ in range(2):
+        model(input_ids=ids, labels=ids).loss.backward()
+        model.zero_grad(set_to_none=True)
+        p.step()
+json.dump(counted, open(oracle, "w"))
+"""
+
+TOLERANCE = 0.05
+
+# What counts as one kernel on a CPU trace, decided by PyTorch's own dispatcher: an aten op
+# that has a kernel of its own (not CompositeImplicitAutograd, which only calls other ops),
+# is not a view and moves data, and runs under no other such op (its children are its
+# implementation: sum's fill_, clone's copy_). That is the op a GPU launches a kernel for.
+NO_DATA = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+           "result_type", "_local_scalar_dense", "item", "detach", "detach_", "lift_fresh",
+           "resize_", "set_", "_unsafe_view"}
+GEMM_OPS = {"mm", "addmm", "bmm", "baddbmm", "linear", "matmul"}
+
+
+def composite(short):
+    pk = getattr(torch.ops.aten, short, None)
+    if pk is None:
+        return False
+    key = torch._C.DispatchKey.CompositeImplicitAutograd
+
+    def has(o):
+        try:
+            return getattr(pk, o).has_kernel_for_dispatch_key(key)
+        except RuntimeError:  # TorchScript-only overloads (aten::to.prim_Device)
+            return True
+    return all(has(o) for o in pk.overloads())
+
+
+def is_view(short):
+    pk = getattr(torch.ops.aten, short, None)
+    return pk is not None and any(getattr(pk, o).is_view for o in pk.overloads())
+
+
+def memory_bound_kernels(trace_path):
+    """Memory-bound kernel ops in the first ProfilerStep of a CPU trace, by name."""
+    import collections
+    with open(trace_path) as f:
+        events = json.load(f)["traceEvents"]
+    step = next(e for e in events if e.get("ph") == "X"
+                and str(e.get("name", "")).startswith("ProfilerStep#"))
+    lo, hi = step["ts"], step["ts"] + step["dur"]
+    by_thread = collections.defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") == "cpu_op":
+            by_thread[e["tid"]].append(e)
+    cache = {}
+
+    def kernel(name):
+        if name not in cache:
+            short = name[6:] if name.startswith("aten::") else None
+            cache[name] = bool(short) and not composite(short) and not is_view(short) \
+                and short not in NO_DATA
+        return cache[name]
+    counted = collections.Counter()
+    for ops in by_thread.values():
+        ops.sort(key=lambda e: (e["ts"], -e["dur"]))
+        stack = []  # (event, is or runs under a kernel op)
+        for e in ops:
+            while stack and stack[-1][0]["ts"] + stack[-1][0]["dur"] <= e["ts"]:
+                stack.pop()
+            under = bool(stack) and stack[-1][1]
+            k = kernel(e["name"])
+            if k and not under and lo <= e["ts"] <= hi:
+                short = e["name"][6:]
+                if short not in GEMM_OPS and "attention" not in short:
+                    counted[short] += 1
+            stack.append((e, k or under))
+    return counted
+
+
+def run(*args):
+    return subprocess.run([peer.BIN, *args], capture_output=True, text=True, cwd=peer.SOURCE)
+
+
+def read_csv(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+class DecoderKernels(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="shardscope-kmodel-")
+        cls.config = peer.sample("models", "tiny-llama", "config.json")
+        cls.plan = peer.sample("plans", "tiny-llama-2rank.json")
+        with open(cls.plan) as f:
+            training = json.load(f)["training"]
+        cls.batch, cls.seq = training["micro_batch_size"], training["seq_len"]
+
+    def compare(self, dtype):
+        trace = os.path.join(self.dir, f"llama-{dtype}.pt.trace.json")
+        oracle = os.path.join(self.dir, f"oracle-{dtype}.json")
+        r = subprocess.run([sys.executable, "-c", RECORD, self.config, str(self.batch),
+                            str(self.seq), dtype, trace, oracle], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        with open(oracle) as f:
+            counted = json.load(f)
+        samples = os.path.join(self.dir, f"samples-{dtype}.csv")
+        r = run("calibrate", "--from-trace", trace, "-c",
+                            peer.sample("clusters", "cpu-2core.json"),
+                            "-o", os.path.join(self.dir, f"fit-{dtype}.json"),
+                            "--samples", samples)
+        self.assertEqual(r.returncode, 0, r.stderr + r.stdout)
+        rows = read_csv(samples)
+        steps = sorted({int(x["step"]) for x in rows if int(x["step"]) >= 0})
+        self.assertEqual(len(steps), 1, steps)
+        rows = [x for x in rows if int(x["step"]) == steps[0]]
+        trace_counts = {c: sum(x["class"] == c for x in rows) for c in ("gemm", "attention")}
+        mem = memory_bound_kernels(trace)
+        trace_counts["memory-bound"] = sum(mem.values())
+        trace_gemm_flops = sum(float(x["flops"]) for x in rows if x["class"] == "gemm")
+        oracle_flops = sum(c["flops"] for c in counted)
+        # The trace reader's GEMM FLOPs are PyTorch's own.
+        self.assertAlmostEqual(trace_gemm_flops / oracle_flops, 1.0, places=6)
+        self.assertEqual(trace_counts["gemm"], len(counted))
+
+        # The simulator, same model and micro-batch, in the same dtype.
+        plan = os.path.join(self.dir, f"plan-{dtype}.json")
+        with open(self.plan) as f:
+            p = json.load(f)
+        if dtype != "float32":
+            p.setdefault("defaults", {})["mixed_precision"] = {"param_dtype": dtype,
+                                                               "reduce_dtype": "float32"}
+        with open(plan, "w") as f:
+            json.dump(p, f)
+        r = run("simulate", "-m", self.config, "-p", plan, "-c",
+                            peer.sample("clusters", "cpu-2core.json"), "--json",
+                            "--activation-dtype", dtype)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        k = json.loads(r.stdout)["kernels"]
+        ours = {"gemm": k["gemm"]["count"], "attention": k["attention"]["count"],
+                "memory-bound": k["memory_bound"]["count"]}
+        print(f"\n{dtype}: one training step of LlamaForCausalLM (tiny-llama, "
+              f"{self.batch}x{self.seq}), kernels by class")
+        print(f"  {'class':14s} {'trace':>8s} {'model':>8s} {'error':>8s}")
+        for c in ("gemm", "attention", "memory-bound"):
+            err = ours[c] / trace_counts[c] - 1
+            print(f"  {c:14s} {trace_counts[c]:8d} {ours[c]:8d} {err:+8.1%}")
+        flops_err = k["gemm"]["flops"] / oracle_flops - 1
+        print(f"  GEMM FLOPs: trace (PyTorch's FLOP counter) {oracle_flops:.6g}, "
+              f"model {k['gemm']['flops']:.6g} ({flops_err:+.2%})")
+        print("  memory-bound kernels in the trace: " +
+              ", ".join(f"{n} {c}" for n, c in mem.most_common()))
+        for c in ("gemm", "attention", "memory-bound"):
+            self.assertLessEqual(abs(ours[c] / trace_counts[c] - 1), TOLERANCE, c)
+        self.assertLessEqual(abs(flops_err), TOLERANCE)
+
+    def test_float32(self):
+        self.compare("float32")
+
+    def test_bfloat16(self):
+        self.compare("bfloat16")
+
+
+if __name__ == "__main__":
+    unittest.main()
