@@ -135,6 +135,13 @@ int finishKernelCalibration(const Args& a, const KernelSamples& samples, const C
          {{"compute_efficiency", fit->cluster.sim.computeEfficiency},
           {"memory_efficiency", fit->cluster.sim.memoryEfficiency},
           {"memory_efficiency_by_bytes", fit->cluster.sim.memoryEfficiencyByBytes},
+          {"attention_efficiency", fit->cluster.sim.attentionEfficiency},
+          {"cpu_launch_ns", fit->cluster.sim.cpuLaunchNs},
+          {"launch_gaps",
+           {{"fitted", fit->launchFitted},
+            {"fitted_median_ns", fit->launchFittedNs},
+            {"held_back", fit->launchHeldBack},
+            {"held_back_median_ns", fit->launchHeldBackNs}}},
           {"hbm_bandwidth_bytes_per_s", fit->cluster.device.hbmBandwidth},
           {"protocols", clusterToJson(fit->cluster)["sim"]["protocols"]},
           {"intra_bandwidth_bytes_per_s", fit->cluster.node.intraBandwidth},
@@ -151,6 +158,24 @@ int finishKernelCalibration(const Args& a, const KernelSamples& samples, const C
     std::cout << line;
     printCurve(fit->cluster.sim.memoryEfficiencyByBytes, "B");
     std::cout << "\n";
+    if (fit->cluster.sources.count("/sim/attention_efficiency")) {
+        std::cout << "  attention           ";
+        printCurve(fit->cluster.sim.attentionEfficiency, "FLOP");
+        std::cout << "\n";
+    }
+    if (fit->launchFitted > 0) {
+        std::snprintf(line, sizeof line,
+                      "  CPU per kernel      %.1f us launch to launch (median of %lld)",
+                      fit->launchFittedNs * 1e-3, static_cast<long long>(fit->launchFitted));
+        std::cout << line;
+        if (fit->launchHeldBack > 0) {
+            std::snprintf(line, sizeof line, "; held-back steps %.1f us (%+.1f%%)",
+                          fit->launchHeldBackNs * 1e-3,
+                          100.0 * (fit->launchFittedNs / fit->launchHeldBackNs - 1.0));
+            std::cout << line;
+        }
+        std::cout << "\n";
+    }
     if (!fit->cluster.sim.protocols.empty() && fit->cluster.sources.count("/sim/protocols")) {
         std::snprintf(line, sizeof line,
                       "  collectives         %.1f us + bytes / %.2f GB/s (bus, within a node)\n",

@@ -65,6 +65,9 @@ double predictKernelNs(const ClusterSpec& c, const KernelSample& s) {
                                            .ns);
         }
         case KernelClass::Attention:
+            if (s.flops <= 0) return 0;
+            return s.flops / (c.device.peakFor(s.dtype) * c.sim.attentionEfficiencyFor(s.flops)) *
+                   1e9;
         case KernelClass::Other:
             break;
     }
@@ -90,8 +93,8 @@ Expected<KernelFit> fitKernels(const KernelSamples& all, const ClusterSpec& base
     std::sort(steps.begin(), steps.end());
     steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
     std::vector<uint8_t> held(all.samples.size(), 0);
+    std::vector<int32_t> fitSteps, heldSteps;
     if (steps.size() >= 2) {
-        std::vector<int32_t> fitSteps, heldSteps;
         for (size_t i = 0; i < steps.size(); ++i)
             (i % 2 ? heldSteps : fitSteps).push_back(steps[i]);
         for (size_t i = 0; i < all.samples.size(); ++i)
@@ -147,6 +150,60 @@ Expected<KernelFit> fitKernels(const KernelSamples& all, const ClusterSpec& base
         }
     } else {
         fit.notes.push_back("compute efficiency kept: no GEMM with FLOPs among the fitted kernels");
+    }
+
+    // 2b. Attention: its own curve, by FLOPs per SDPA op (forward or backward), as
+    //     torch.utils.flop_counter counts them (causal kernels do about half of that work,
+    //     which the curve absorbs, as the simulator counts the same FLOPs).
+    {
+        std::vector<std::pair<double, double>> points;
+        size_t n = 0;
+        for (const auto* s : fitSet(KernelClass::Attention))
+            if (s->flops > 0 && s->durNs > 0) {
+                points.push_back({s->flops, s->flops / (c.device.peakFor(s->dtype) *
+                                                        static_cast<double>(s->durNs) * 1e-9)});
+                ++n;
+            }
+        auto curve = halfDecadeMedians(points, 1e-6);
+        for (auto& [f, e] : curve)
+            e = std::min(e, 1.0);  // above the peak only with a wrong peak: GEMMs raised it
+        if (!curve.empty()) {
+            c.sim.attentionEfficiency = curve;
+            c.sources["/sim/attention_efficiency"] =
+                from + " (" + std::to_string(n) + " attention ops)";
+        } else {
+            fit.notes.push_back(
+                "attention efficiency kept: no attention op with record_shapes inputs among "
+                "the fitted kernels");
+        }
+    }
+
+    // 2c. CPU per kernel launch: the median launch-to-launch time on the fitted steps
+    //     (cpu_launch_ns), checked against the held-back steps' median.
+    if (!all.launchGaps.empty()) {
+        std::vector<double> fitted, heldBack;
+        const bool bySteps = steps.size() >= 2;
+        size_t k = 0;
+        for (const auto& g : all.launchGaps) {
+            const bool h = bySteps ? std::binary_search(heldSteps.begin(), heldSteps.end(), g.step)
+                                   : (k++ % 2) == 1;
+            (h ? heldBack : fitted).push_back(static_cast<double>(g.ns));
+        }
+        if (!fitted.empty()) {
+            c.sim.cpuLaunchNs = std::round(medianOf(fitted));
+            c.sources["/sim/cpu_launch_ns"] = from + " (median of " +
+                                              std::to_string(fitted.size()) +
+                                              " launch-to-launch gaps on the launching threads)";
+            fit.launchFittedNs = c.sim.cpuLaunchNs;
+            fit.notes.push_back(
+                "cpu_launch_ns is the profiled run's pace: the profiler's own work "
+                "(record_shapes, with_stack) is in it, so an unprofiled run launches faster");
+            fit.launchFitted = static_cast<int64_t>(fitted.size());
+            if (!heldBack.empty()) {
+                fit.launchHeldBackNs = medianOf(heldBack);
+                fit.launchHeldBack = static_cast<int64_t>(heldBack.size());
+            }
+        }
     }
 
     // 3. Memory-bound kernels: the achieved fraction of memory bandwidth by bytes per kernel
@@ -247,12 +304,18 @@ Expected<KernelFit> fitKernels(const KernelSamples& all, const ClusterSpec& base
     c.simDefaulted = false;
     fit.heldOut = held;
 
-    // 5. Held-back kernels, before and after.
+    // 5. Held-back kernels, before and after. Attention is priced when its ops had shapes
+    //    (SDPA with record_shapes); other attention kernels (a serving engine's own) are
+    //    measured only.
+    const bool attentionPriced = std::any_of(
+        all.samples.begin(), all.samples.end(),
+        [](const KernelSample& s) { return s.cls == KernelClass::Attention && s.flops > 0; });
     for (KernelClass cls : {KernelClass::Gemm, KernelClass::MemoryBound, KernelClass::Collective,
                             KernelClass::Attention, KernelClass::Other}) {
         KernelClassFit r;
         r.cls = cls;
         r.priced = cls == KernelClass::Gemm || cls == KernelClass::MemoryBound ||
+                   (cls == KernelClass::Attention && attentionPriced) ||
                    cls == KernelClass::Collective;
         std::vector<double> before, after;
         for (size_t i = 0; i < all.samples.size(); ++i) {
@@ -260,6 +323,8 @@ Expected<KernelFit> fitKernels(const KernelSamples& all, const ClusterSpec& base
             if (s.cls != cls) continue;
             // Broadcasts, all-to-alls: noted above, in no total.
             if (cls == KernelClass::Collective && !collectiveOpKind(s.collective)) continue;
+            // Attention without shapes beside some with: measured, not priced.
+            if (cls == KernelClass::Attention && attentionPriced && s.flops <= 0) continue;
             if (!held[i]) {
                 ++r.fitted;
                 continue;

@@ -10,8 +10,9 @@
 //    their time, summed);
 //  - collectives fit latency and bus bandwidth (fitCollectiveLine), within a node (group
 //    no larger than the cluster's devices per node) and across nodes separately;
-//  - attention and other kernels are measured and reported, not priced (the simulator
-//    prices a unit's attention with its GEMMs today).
+//  - attention ops (SDPA forward and backward, each op's kernels summed) fit their own
+//    curve by FLOPs (attention_efficiency), as the kernel-level model prices them;
+//  - other kernels are measured and reported, not priced.
 // Before and after: each held-back kernel predicted with the base cluster and with the
 // fitted one, its median |error| and the class total's error.
 #include <string>
@@ -39,6 +40,9 @@ struct KernelFit {
     std::vector<KernelClassFit> classes;
     std::vector<uint8_t> heldOut;    // per sample: 1 when held back
     std::vector<std::string> notes;  // what could not be fitted, and why
+    // CPU per kernel launch (GPU traces): the fitted median gap and the held-back steps'.
+    double launchFittedNs = 0, launchHeldBackNs = 0;
+    int64_t launchFitted = 0, launchHeldBack = 0;
 };
 
 // Predicted duration of one sample on a cluster (0 for a class the model does not price).

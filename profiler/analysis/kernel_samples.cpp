@@ -196,6 +196,27 @@ double matmulFlops(const MatmulOp& m, const OpInputs& in) {
     return 2.0 * static_cast<double>(A[0]) * static_cast<double>(A[1]) * static_cast<double>(B[1]);
 }
 
+// FLOPs of a scaled-dot-product-attention op from its record_shapes inputs, as
+// torch.utils.flop_counter counts them (the full s_q x s_k score matrix, causal or not):
+// forward 2·b·h·s_q·s_k·(d_q + d_v) from (query, key, value); backward, whose inputs start
+// with grad_out, 2·b·h·s_q·s_k·(3·d_q + 2·d_v). Inputs are [b, h, s, d]; 0 when they are
+// not.
+double attentionFlops(std::string_view name, const OpInputs& in) {
+    const bool backward = name.find("backward") != std::string_view::npos;
+    const size_t q = backward ? 1 : 0;
+    if (in.dims.size() < q + 3) return 0;
+    const auto& Q = in.dims[q];
+    const auto& K = in.dims[q + 1];
+    const auto& V = in.dims[q + 2];
+    if (Q.size() != 4 || K.size() != 4 || V.size() != 4 || Q[0] != K[0] || Q[3] != K[3] ||
+        K[2] != V[2])
+        return 0;
+    const double bh = static_cast<double>(Q[0]) * static_cast<double>(Q[1]);
+    const double sqk = static_cast<double>(Q[2]) * static_cast<double>(K[2]);
+    const double dq = static_cast<double>(Q[3]), dv = static_cast<double>(V[3]);
+    return 2.0 * bh * sqk * (backward ? 3.0 * dq + 2.0 * dv : dq + dv);
+}
+
 // Bytes an op with these inputs moves: every tensor input read, plus one output the size
 // of the largest input unless the op works in place (its name ends in '_', as copy_ and
 // fill_ do: their first input is the output). An input over 4x all the others together is
@@ -396,8 +417,28 @@ void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out
         // GPU: each kernel and the host event that launched it.
         std::vector<std::pair<size_t, int32_t>> memoryFrom;  // sample -> the op it priced by
         std::unordered_map<int32_t, int32_t> launchOf;
+        std::unordered_map<int32_t, size_t> attentionSample;  // SDPA op -> its sample
         for (const auto& [host, dev] : t.flowEvents)
             if (host >= 0 && dev >= 0) launchOf.emplace(dev, host);
+        {
+            // Launch to launch on each thread: the CPU's cost per kernel. A gap over 1 ms is
+            // the CPU waiting (a sync, the data loader), not launching.
+            std::vector<std::pair<int32_t, int64_t>> launches;  // (lane, start) of kernels
+            for (const auto& [host, dev] : t.flowEvents)
+                if (host >= 0 && dev >= 0 &&
+                    t.cls[static_cast<size_t>(dev)] == EventClass::Computation)
+                    launches.push_back(
+                        {t.lane[static_cast<size_t>(host)], t.start[static_cast<size_t>(host)]});
+            std::sort(launches.begin(), launches.end());
+            launches.erase(std::unique(launches.begin(), launches.end()), launches.end());
+            for (size_t k = 1; k < launches.size(); ++k) {
+                if (launches[k].first != launches[k - 1].first) continue;
+                const int64_t gap = launches[k].second - launches[k - 1].second;
+                const int32_t step = stepAt(launches[k].second);
+                if (gap > 0 && gap < 1000000 && step == stepAt(launches[k - 1].second))
+                    out.launchGaps.push_back({step, gap});
+            }
+        }
         for (size_t i = 0; i < n; ++i) {
             if (onHost(i)) continue;
             const EventClass cls = t.cls[i];
@@ -418,7 +459,8 @@ void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out
             }
             // The ops above the launch, innermost first.
             const MatmulOp* mm = nullptr;
-            int32_t mmEvent = -1, inputsEvent = -1, attentionEvent = -1, innermostOp = -1;
+            int32_t mmEvent = -1, inputsEvent = -1, attentionEvent = -1, innermostOp = -1,
+                    sdpaEvent = -1;
             bool convolution = false, collectiveOp = false;
             for (int32_t p = launch; p >= 0; p = parent[static_cast<size_t>(p)]) {
                 const auto up = static_cast<size_t>(p);
@@ -431,6 +473,7 @@ void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out
                         mmEvent = p;
                     }
                 if (attentionEvent < 0 && isAttentionOp(lower(on))) attentionEvent = p;
+                if (sdpaEvent < 0 && contains(on, "scaled_dot_product")) sdpaEvent = p;
                 if (contains(on, "convolution") || contains(on, "conv2d") ||
                     contains(on, "conv1d") || contains(on, "conv3d"))
                     convolution = true;
@@ -452,6 +495,24 @@ void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out
             if (attentionEvent >= 0 || isAttentionKernel(kname)) {
                 s.cls = KernelClass::Attention;
                 s.op = attentionEvent >= 0 ? name(static_cast<size_t>(attentionEvent)) : "";
+                // Priced per SDPA op (flash backward launches two or three kernels): the
+                // innermost op named scaled_dot_product gives the FLOPs, its kernels' times
+                // add up into one sample.
+                if (sdpaEvent >= 0) {
+                    if (auto it = attentionSample.find(sdpaEvent); it != attentionSample.end()) {
+                        out.samples[it->second].durNs += s.durNs;
+                        continue;
+                    }
+                    const std::string& sn = name(static_cast<size_t>(sdpaEvent));
+                    if (const OpInputs* in = inputsOf(sdpaEvent)) {
+                        s.flops = attentionFlops(sn, *in);
+                        const auto dt = !in->types.empty() ? recordShapesDtype(in->types[0])
+                                                           : std::optional<DType>{};
+                        if (dt) s.dtype = *dt;
+                    }
+                    s.op = sn;
+                    attentionSample.emplace(sdpaEvent, out.samples.size());
+                }
                 out.samples.push_back(std::move(s));
                 continue;
             }
@@ -548,7 +609,10 @@ void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out
         if (!isHostOp(i)) continue;
         for (int32_t p = parent[i]; p >= 0; p = parent[static_cast<size_t>(p)]) {
             const auto up = static_cast<size_t>(p);
-            if (isHostOp(up) && (matmulOp(name(up)) || isAttentionOp(lower(name(up))))) {
+            // aten ops only: autograd's "evaluate_function: ...AttentionBackward0" ranges
+            // enclose the backward's aten op, which is the kernel.
+            if (isHostOp(up) && name(up).compare(0, 6, "aten::") == 0 &&
+                (matmulOp(name(up)) || isAttentionOp(lower(name(up))))) {
                 underCompute[i] = 1;
                 break;
             }
@@ -589,8 +653,14 @@ void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out
             continue;
         }
         if (underCompute[i]) continue;
-        if (isAttentionOp(lower(on))) {
+        if (on.compare(0, 6, "aten::") == 0 && isAttentionOp(lower(on))) {
             s.cls = KernelClass::Attention;
+            if (const OpInputs* in = inputsOf(static_cast<int32_t>(i))) {
+                s.flops = attentionFlops(on, *in);
+                const auto dt =
+                    !in->types.empty() ? recordShapesDtype(in->types[0]) : std::optional<DType>{};
+                if (dt) s.dtype = *dt;
+            }
             out.samples.push_back(std::move(s));
             continue;
         }

@@ -55,6 +55,13 @@ struct KernelSamples {
     std::map<std::string, int64_t> skipped;
     std::vector<int32_t> steps;            // ProfilerStep numbers seen, ascending
     std::vector<std::string> deviceNames;  // the traces' GPUs ("NVIDIA B200"), once each
+    // GPU traces: the CPU time from one kernel launch to the next on the launching thread
+    // (gaps under 1 ms, within one ProfilerStep): what eager PyTorch spends per kernel.
+    struct LaunchGap {
+        int32_t step = -1;
+        int64_t ns = 0;
+    };
+    std::vector<LaunchGap> launchGaps;
 };
 
 // Appends the samples of one trace (its index `traceIndex` in `out.samples[i].trace`).

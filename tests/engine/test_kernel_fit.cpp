@@ -34,8 +34,21 @@ TEST(KernelFit, RecoversTheMachineFromItsKernels) {
     truth.sim.memoryEfficiencyByBytes = {{1e4, 0.02}, {1e6, 0.3}, {1e8, 0.8}};
     truth.sim.protocols = {{"truth", 20000, 0, 0, 1.0}};
     truth.node.intraBandwidth = 2e11 / truth.sim.intraEfficiency;
+    truth.sim.attentionEfficiency = {{1e10, 0.25}, {1e12, 0.45}};
     KernelSamples all;
     for (int32_t step = 0; step < 4; ++step) {
+        for (double f : {1e10, 1e12}) {
+            KernelSample s;
+            s.cls = KernelClass::Attention;
+            s.step = step;
+            s.flops = f;
+            s.dtype = DType::BFloat16;
+            s.durNs = static_cast<int64_t>(predictKernelNs(truth, s));
+            all.samples.push_back(s);
+        }
+        // Launch to launch: 12 us on the fitted steps, 13 us on the held-back ones.
+        for (int k = 0; k < 9; ++k)
+            all.launchGaps.push_back({step, step % 2 ? 13000 : 12000});
         for (double f : {1e9, 1e11, 1e13}) {
             KernelSample s;
             s.cls = KernelClass::Gemm;
@@ -68,21 +81,27 @@ TEST(KernelFit, RecoversTheMachineFromItsKernels) {
     auto fit = fitKernels(all, wrong, "synthetic");
     ASSERT_TRUE(fit.ok()) << fit.error();
     EXPECT_NE(fit->split.find("ProfilerSteps 0, 2"), std::string::npos) << fit->split;
-    ASSERT_EQ(fit->classes.size(), 3u);
+    ASSERT_EQ(fit->classes.size(), 4u);
     for (const auto& c : fit->classes) {
         SCOPED_TRACE(kernelClassName(c.cls));
-        EXPECT_EQ(c.fitted, 6);
-        EXPECT_EQ(c.heldOut, 6);
+        const int64_t perStep = c.cls == KernelClass::Attention ? 2 : 3;
+        EXPECT_EQ(c.fitted, 2 * perStep);
+        EXPECT_EQ(c.heldOut, 2 * perStep);
         EXPECT_GT(c.beforeMedianErr, 0.05);  // the starting cluster is wrong
         EXPECT_LT(c.afterMedianErr, 1e-3);
         EXPECT_NEAR(c.afterNs / c.measuredNs, 1.0, 1e-3);
     }
     EXPECT_NEAR(fit->cluster.sim.protocols.front().baseNs, 20000, 50);
+    EXPECT_EQ(fit->cluster.sim.cpuLaunchNs, 12000);
+    EXPECT_EQ(fit->launchFitted, 18);
+    EXPECT_EQ(fit->launchHeldBackNs, 13000);
     // The fitted cluster is a valid cluster file, by-bytes curve included.
     auto back = clusterFromJson(clusterToJson(fit->cluster), "fitted.json");
     ASSERT_TRUE(back.ok()) << back.error();
     EXPECT_EQ(back->sim.memoryEfficiencyByBytes.size(), 3u);
     EXPECT_NEAR(back->sim.memoryEfficiencyFor(1e6), 0.3, 1e-3);  // durations are whole ns
+    EXPECT_NEAR(back->sim.attentionEfficiencyFor(1e12), 0.45, 1e-3);
+    EXPECT_EQ(back->sim.cpuLaunchNs, 12000);
 }
 
 TEST(KernelFit, NothingToPriceIsAnError) {

@@ -10,7 +10,9 @@ and attention ops; the memory-bound kernels are the ops PyTorch's dispatcher giv
 of their own (memory_bound_kernels below). `simulate --json` reports the kernels the model
 launches for the same model, micro-batch and sequence. Per class (GEMM, attention,
 memory-bound) the counts must agree within 5 %, GEMM FLOPs within 5 % (PyTorch's own FLOP
-counter, with_flops, is the oracle for the trace's GEMM FLOPs), in fp32 and bf16.
+counter, with_flops, is the oracle for the trace's GEMM FLOPs), in fp32 and bf16. The
+trace reader's attention FLOPs (from the SDPA ops' record_shapes, which calibrate fits
+attention_efficiency with) must equal torch.utils.flop_counter's SDPA formulas.
 """
 import csv
 import json
@@ -50,7 +52,14 @@ with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_flops=T
         model(input_ids=ids, labels=ids).loss.backward()
         model.zero_grad(set_to_none=True)
         p.step()
-json.dump(counted, open(oracle, "w"))
+# SDPA's FLOPs by PyTorch's own formulas (torch.utils.flop_counter; FlopCounterMode has no
+# entry for the CPU kernel), every layer's forward and backward.
+from torch.utils.flop_counter import sdpa_flop_count, sdpa_backward_flop_count
+head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+shape = (batch, cfg.num_attention_heads, seq, head_dim)
+sdpa = {"forward": cfg.num_hidden_layers * sdpa_flop_count(shape, shape, shape),
+        "backward": cfg.num_hidden_layers * sdpa_backward_flop_count(shape, shape, shape, shape)}
+json.dump({"gemms": counted, "sdpa": sdpa}, open(oracle, "w"))
 """
 
 TOLERANCE = 0.05
@@ -147,7 +156,9 @@ class DecoderKernels(unittest.TestCase):
                             str(self.seq), dtype, trace, oracle], capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])
         with open(oracle) as f:
-            counted = json.load(f)
+            o = json.load(f)
+        counted = o["gemms"]
+        sdpa_oracle = sum(o["sdpa"].values())
         samples = os.path.join(self.dir, f"samples-{dtype}.csv")
         r = run("calibrate", "--from-trace", trace, "-c",
                             peer.sample("clusters", "cpu-2core.json"),
@@ -166,6 +177,15 @@ class DecoderKernels(unittest.TestCase):
         # The trace reader's GEMM FLOPs are PyTorch's own.
         self.assertAlmostEqual(trace_gemm_flops / oracle_flops, 1.0, places=6)
         self.assertEqual(trace_counts["gemm"], len(counted))
+        # Attention ops priced by their record_shapes FLOPs, as PyTorch's FLOP counter counts
+        # SDPA forward and backward.
+        attn_flops = sum(float(x["flops"]) for x in rows if x["class"] == "attention")
+        print(f"  attention FLOPs: trace reader {attn_flops:.6g}, torch.utils.flop_counter "
+              f"{sdpa_oracle:.6g}")
+        self.assertGreater(sdpa_oracle, 0)
+        self.assertAlmostEqual(attn_flops / sdpa_oracle, 1.0, places=6)
+        with open(os.path.join(self.dir, f"fit-{dtype}.json")) as f:
+            self.assertIn("attention_efficiency", json.load(f)["sim"])
 
         # The simulator, same model and micro-batch, in the same dtype.
         plan = os.path.join(self.dir, f"plan-{dtype}.json")
