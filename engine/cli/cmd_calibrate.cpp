@@ -292,6 +292,10 @@ int runCalibrateMeasure(const Args& a) {
         ints[1] ? ints[1]
                 : std::max<int64_t>(
                       1, static_cast<int64_t>(std::thread::hardware_concurrency()) / nproc);
+    if (Status ok = checkRanksAndThreads(nproc, threads); !ok) {
+        std::cerr << "error: " << ok.error() << "\n";
+        return kExitUsage;
+    }
     std::optional<ClusterSpec> given;
     if (a.has("--cluster")) {
         auto c = loadClusterFile(a.get("--cluster"));
@@ -489,6 +493,7 @@ int runCalibrate(const Args& a) {
         if (run.is_object()) {
             plan->microBatchSize = run.value("micro_batch_size", plan->microBatchSize);
             plan->seqLen = run.value("seq_len", plan->seqLen);
+            plan->seqLenDefaulted = false;
             plan->microBatches = run.value("micro_batches", plan->microBatches);
             if (plan->meshShape.empty()) plan->meshShape = {run.value("world_size", int64_t{2})};
         }

@@ -56,7 +56,10 @@ int runRun(const Args& a) {
                         {1, 1, 0, 1, 2, 1, 1, 1}, ints))
         return kExitUsage;
     if (ints[3]) plan->microBatchSize = ints[3];
-    if (ints[4]) plan->seqLen = ints[4];
+    if (ints[4]) {
+        plan->seqLen = ints[4];
+        plan->seqLenDefaulted = false;
+    }
     if (ints[6]) plan->microBatches = ints[6];
     int64_t meshWorld = 1;
     for (int64_t d : plan->meshShape)
@@ -109,6 +112,14 @@ int runRun(const Args& a) {
                      "validate`)\n";
         return kExitFailed;
     }
+    const int64_t threads =
+        ints[7] ? ints[7]
+                : std::max<int64_t>(
+                      1, static_cast<int64_t>(std::thread::hardware_concurrency()) / nproc);
+    if (Status ok = checkRanksAndThreads(nproc, threads); !ok) {
+        std::cerr << "error: " << ok.error() << "\n";
+        return kExitUsage;
+    }
     auto eng = findEngine();
     if (failed(eng)) return kExitFailed;
     const fs::path engine = *eng;
@@ -116,10 +127,6 @@ int runRun(const Args& a) {
     if (failed(tmpDir)) return kExitFailed;
     const fs::path dir = *tmpDir;
     const int64_t timeoutS = ints[5] ? ints[5] : 60;
-    const int64_t threads =
-        ints[7] ? ints[7]
-                : std::max<int64_t>(
-                      1, static_cast<int64_t>(std::thread::hardware_concurrency()) / nproc);
     std::vector<std::string> common = {
         engine.string(),   "worker",
         "--model",         a.get("--model"),

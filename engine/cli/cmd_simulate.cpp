@@ -166,6 +166,7 @@ int runSimulate(const Args& a) {
             }
             *field = *v;
         }
+    if (a.has("--seq")) plan->seqLenDefaulted = false;
     const ResolvedPlan r = resolvePlan(*g, *plan, &*cluster, a.get("--plan"));
     if (r.hasErrors()) {
         for (const auto& pr : r.problems)
@@ -173,6 +174,8 @@ int runSimulate(const Args& a) {
         std::cerr << "error: the plan has errors; fix them (see `shardscope plan validate`)\n";
         return kExitFailed;
     }
+    for (const auto& pr : r.problems)  // warnings: simulated, but said
+        std::cerr << pr.toString() << "\n";
     const StepOptions so = stepOptionsFor(*plan, *cluster);
     const StepProgram prog = buildStepProgram(r, so);
     SimOptions opts;
@@ -231,6 +234,9 @@ int runSimulate(const Args& a) {
                   ms(s.computeNs).c_str(), ms(s.commNs).c_str(), ms(s.exposedCommNs).c_str(),
                   100.0 * s.overlapRatio);
     std::cout << line;
+    if (s.mfu > 1.0)
+        std::cout << "  warning: MFU above 100%: the model's FLOPs ran faster than the cluster's "
+                     "peak_flops allows; check the cluster's peak and efficiency figures\n";
     {
         const KernelTotals kt = kernelTotals(*cluster, prog);
         const auto& gm = kt.byKind[static_cast<int>(KernelKind::Gemm)];

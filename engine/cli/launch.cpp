@@ -71,6 +71,20 @@ Expected<fs::path> findEngine() {
     return engine;
 }
 
+Status checkRanksAndThreads(int64_t nproc, int64_t threads) {
+    constexpr int64_t kMaxRanks = 1024;
+    if (nproc > kMaxRanks)
+        return Error{"--nproc " + std::to_string(nproc) + ": more than " +
+                     std::to_string(kMaxRanks) +
+                     " local ranks; use a real launcher (torchrun) across machines"};
+    const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+    if (threads > 4 * cores)
+        return Error{"--threads " + std::to_string(threads) + ": this machine has " +
+                     std::to_string(cores) + " cores; more than " + std::to_string(4 * cores) +
+                     " threads per rank only contend for them"};
+    return {};
+}
+
 Expected<fs::path> makeRunFolder(const std::string& prefix) {
     // In $TMPDIR, as other tools put their temporary files.
     std::error_code tmpEc;

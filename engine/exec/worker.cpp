@@ -306,7 +306,10 @@ int runWorker(const std::vector<std::string>& argv) {
     auto plan = loadPlanFile(o.plan);
     if (!plan) throw std::runtime_error(plan.error());
     if (o.batch) plan->microBatchSize = o.batch;
-    if (o.seq) plan->seqLen = o.seq;
+    if (o.seq) {
+        plan->seqLen = o.seq;
+        plan->seqLenDefaulted = false;
+    }
     if (o.microBatches) plan->microBatches = o.microBatches;
     const int64_t envWorld = o.reference                 ? o.reference
                              : std::getenv("WORLD_SIZE") ? std::atoll(std::getenv("WORLD_SIZE"))

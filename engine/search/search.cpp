@@ -256,6 +256,7 @@ private:
             }
         }
         p.seqLen = o.seqLen;
+        p.seqLenDefaulted = false;
         return p;
     }
 

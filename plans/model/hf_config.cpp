@@ -136,6 +136,7 @@ struct LlamaLike {
     int64_t vocab, hidden, inter, layers, heads, kvHeads, headDim;
     bool tie, qkvBias, oBias, mlpBias;
     int64_t experts = 0, topK = 0;
+    int64_t maxPositions = 0;
 };
 
 // Sizes beyond these would overflow parameter counts long before they describe a model
@@ -153,6 +154,7 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
                                     const HfLoadOptions& o) {
     ModelGraph g;
     g.name = c.family;
+    g.maxPositions = c.maxPositions;
     g.source = "hf:" + c.family;
     g.activationDtype = o.activationDtype;
     g.setRootClass(c.prefix + "ForCausalLM");
@@ -337,6 +339,8 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
         c.headDim = c.hidden / c.heads;
     }
     c.tie = r.optBool("tie_word_embeddings").value_or(false);
+    if (r.hasNonNull("max_position_embeddings"))
+        c.maxPositions = positive(r, "max_position_embeddings");
     // Qwen2 always has q/k/v biases; Llama has attention_bias (q, k, v and o) and mlp_bias.
     const bool attnBias = r.optBool("attention_bias").value_or(false);
     c.qkvBias = family == "qwen2" || attnBias;
@@ -371,6 +375,8 @@ Expected<ModelGraph> loadGpt2(const JsonReader& r, const HfLoadOptions& o) {
     ModelGraph g;
     g.name = "gpt2";
     g.source = "hf:gpt2";
+    g.maxPositions = positions;
+    g.learnedPositions = true;
     g.activationDtype = o.activationDtype;
     g.setRootClass("GPT2LMHeadModel");
     CostBuilder cb{g, static_cast<double>(dtypeSize(o.activationDtype))};

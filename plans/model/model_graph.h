@@ -148,6 +148,11 @@ public:
     std::string name;
     std::string source;  // where it came from: "hf:llama", "shardscope.model", ...
     DType activationDtype = DType::Float32;
+    // The longest sequence the model's positions cover (max_position_embeddings,
+    // n_positions); 0 when unknown. Learned positions (GPT-2's wpe table) cannot go past
+    // it; rotary ones can, untrained.
+    int64_t maxPositions = 0;
+    bool learnedPositions = false;
     // The micro-batch the costs were measured at (exporter); 0 when costs are formulas.
     int64_t measuredBatch = 0;
     int64_t measuredSeq = 0;

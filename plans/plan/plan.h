@@ -143,6 +143,7 @@ struct Plan {
     std::vector<std::string> ignoredParams;
     int64_t microBatchSize = 1;
     int64_t seqLen = 2048;
+    bool seqLenDefaulted = true;  // no training.seq_len (nor --seq): the 2048 above
     Fsdp1Options fsdp1;
     LightningOptions lightning;
     friend bool operator==(const Plan&, const Plan&) = default;

@@ -336,7 +336,10 @@ Plan parsePlan(const JsonReader& r) {
         t->allowOnly({"micro_batch_size", "seq_len"});
         if (t->has("micro_batch_size"))
             p.microBatchSize = t->at("micro_batch_size").asIntAtLeast(1);
-        if (t->has("seq_len")) p.seqLen = t->at("seq_len").asIntAtLeast(1);
+        if (t->has("seq_len")) {
+            p.seqLen = t->at("seq_len").asIntAtLeast(1);
+            p.seqLenDefaulted = false;
+        }
     }
     if (auto f = r.find("fsdp1")) {
         if (p.api != PlanApi::Fsdp1)
@@ -429,7 +432,8 @@ nlohmann::json planToJson(const Plan& p) {
     j["gradient_divide_factor"] =
         p.gradientDivideFactor ? nlohmann::json(*p.gradientDivideFactor) : nlohmann::json(nullptr);
     j["ignored_params"] = p.ignoredParams;
-    j["training"] = {{"micro_batch_size", p.microBatchSize}, {"seq_len", p.seqLen}};
+    j["training"] = {{"micro_batch_size", p.microBatchSize}};
+    if (!p.seqLenDefaulted) j["training"]["seq_len"] = p.seqLen;  // a default stays one
     if (p.api == PlanApi::Fsdp1)
         j["fsdp1"] = {{"sharding_strategy", p.fsdp1.shardingStrategy},
                       {"backward_prefetch", p.fsdp1.backwardPrefetch},

@@ -159,9 +159,21 @@ struct Resolver {
                                std::to_string(shape.size()) + " dimensions");
             shape = {shape[0]};
         }
+        // A million ranks is ten times the largest cluster built; past it a mesh is a typo
+        // (and products of larger dimensions overflow).
+        constexpr int64_t kMaxWorld = int64_t{1} << 20;
         int64_t world = 1;
-        for (int64_t d : shape)
+        for (int64_t& d : shape) {
+            if (d > kMaxWorld || world > kMaxWorld / std::max<int64_t>(1, d)) {
+                error(meshPtr, "a mesh of more than " + std::to_string(kMaxWorld) +
+                                   " ranks (1,048,576; the largest clusters have about "
+                                   "100,000 GPUs): a typo?");
+                shape = {1};
+                world = 1;
+                break;
+            }
             world *= d;
+        }
         r.worldSize = world;
         if (cluster && cluster->worldSize() != world) {
             std::string prod;
@@ -653,6 +665,41 @@ struct Resolver {
         }
     }
 
+    // The training shape against the model and the simulator's bounds.
+    void checkTraining() {
+        const int64_t b = p.microBatchSize, s = p.seqLen, mb = p.microBatches;
+        if (g.maxPositions > 0 && s > g.maxPositions) {
+            const std::string what = "seq_len " + std::to_string(s) + " exceeds the model's " +
+                                     std::to_string(g.maxPositions) + " positions";
+            if (g.learnedPositions && p.seqLenDefaulted)
+                warning(at("/training"), "the plan gives no seq_len, and the default " + what +
+                                             " (a learned position table): give training.seq_len");
+            else if (g.learnedPositions)
+                error(at("/training/seq_len"),
+                      what + " (a learned position table: PyTorch fails with an index error)");
+            else
+                warning(at("/training/seq_len"),
+                        what +
+                            " (max_position_embeddings): the model was not trained that "
+                            "long; set rope_scaling in the config if the run extends it");
+        }
+        if (b > 0 && s > 0 && b > (int64_t{1} << 40) / s)
+            error(at("/training"), "micro_batch_size x seq_len = " + std::to_string(b) + " x " +
+                                       std::to_string(s) + " tokens per micro-batch: more than " +
+                                       "2^40, not a training step");
+        // The step program holds about 16 ops per unit and micro-batch.
+        constexpr int64_t kMaxOps = int64_t{8} << 20;
+        const int64_t units = std::max<int64_t>(1, static_cast<int64_t>(r.units.size()));
+        if (mb > kMaxOps / (16 * units))
+            error(at("/training/micro_batches"),
+                  std::to_string(mb) + " micro-batches of " + std::to_string(units) +
+                      " units make a step program of about " +
+                      formatCount(mb > INT64_MAX / (16 * units) ? INT64_MAX : mb * 16 * units) +
+                      " ops, more than the simulator's " + formatCount(kMaxOps) +
+                      "; each micro-batch past the first few costs the same, so simulate "
+                      "fewer and scale (recommend does this)");
+    }
+
     void checkRest() {
         for (const auto& u : r.units) {
             if (u.params.empty() && !u.isRoot) {
@@ -761,6 +808,7 @@ ResolvedPlan resolvePlan(const ModelGraph& model, const Plan& plan, const Cluste
     rs.computeSizes();
     rs.resolvePrefetch();
     rs.checkRest();
+    rs.checkTraining();
     rs.r.moduleRuns = moduleRunsOf(model, rs.r);
     checkDtypeFlow(model, rs.r);
     return std::move(rs.r);

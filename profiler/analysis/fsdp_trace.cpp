@@ -844,6 +844,7 @@ RecoveredPlan recoverPlan(const FsdpTraceAnalysis& a, const std::string& source,
     if (a.microBatchSize > 0) {
         p.microBatchSize = a.microBatchSize;
         p.seqLen = a.seqLen;
+        p.seqLenDefaulted = false;
         r.inferred.push_back("training: micro_batch_size " + std::to_string(a.microBatchSize) +
                              ", seq_len " + std::to_string(a.seqLen) +
                              " (aten::embedding's input shape)");

@@ -207,3 +207,54 @@ TEST(Cli, ExportWritesAtomicallyAndRefusesInvalidPlans) {
     EXPECT_EQ(r.status, 2);
     EXPECT_NE(r.out.find("directory /nonexistent/dir does not exist"), std::string::npos) << r.out;
 }
+
+// Issue 19's plausibility cases: each ends in a one-line message naming the field and a
+// non-zero exit (or a warning where the input is legal but unusual).
+TEST(Cli, ImplausibleTrainingShapesAndMachinesAreRefused) {
+    const std::string tiny =
+        "-m samples/models/tiny-llama/config.json -p "
+        "samples/plans/tiny-llama-2rank.json -c samples/clusters/cpu-2core.json";
+    // A million micro-batches made an 80M-op program and an internal error (bad_alloc).
+    auto r = runCommand(ss("simulate " + tiny + " --micro-batches 1000000"), true);
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_NE(r.out.find("/training/micro_batches: error: 1000000 micro-batches of 5 units"),
+              std::string::npos)
+        << r.out;
+    EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
+    // A rotary model past max_position_embeddings: simulated, with a warning.
+    r = runCommand(ss("simulate " + tiny + " --seq 1000"), true);
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("/training/seq_len: warning: seq_len 1000 exceeds the model's 512 "
+                         "positions"),
+              std::string::npos)
+        << r.out;
+    // GPT-2's learned position table cannot go past n_positions: PyTorch fails.
+    r = runCommand(ss("simulate -m samples/models/gpt2/config.json -p "
+                      "samples/plans/tiny-llama-2rank.json -c samples/clusters/cpu-2core.json "
+                      "--seq 5000"),
+                   true);
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_NE(r.out.find("/training/seq_len: error: seq_len 5000 exceeds the model's 1024 "
+                         "positions (a learned position table"),
+              std::string::npos)
+        << r.out;
+    // A 1-D mesh of 2^40 ranks validated.
+    const std::string dir = std::filesystem::temp_directory_path() / "shardscope_cli_plaus";
+    std::filesystem::create_directories(dir);
+    const std::string huge = dir + "/huge-mesh.json";
+    std::ofstream(huge) << R"({"format": "shardscope.plan", "version": 1,
+        "mesh": {"shape": [1099511627776]}, "wrap": {"policy": "module_class",
+        "classes": ["LlamaDecoderLayer"]}})";
+    r = runCommand(ss("plan validate -m samples/models/tiny-llama/config.json -p " + huge), true);
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_NE(r.out.find(huge + ":/mesh/shape: error: a mesh of more than 1048576 ranks"),
+              std::string::npos)
+        << r.out;
+    // run --threads 100000 printed nothing for a minute.
+    r = runCommand(ss("run -m samples/models/tiny-llama/config.json -p "
+                      "samples/plans/tiny-llama-2rank.json --threads 100000"),
+                   true);
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_NE(r.out.find("error: --threads 100000: this machine has"), std::string::npos) << r.out;
+    std::filesystem::remove_all(dir);
+}
