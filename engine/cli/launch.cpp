@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -54,6 +55,15 @@ std::string tail(const fs::path& p, size_t lines) {
     for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i)
         out += "    " + all[i] + "\n";
     return out;
+}
+
+// A rank's log ends in a collective timeout (Gloo's "Application timeout", NCCL's
+// watchdog, c10d's "timed out").
+bool timedOut(const fs::path& log) {
+    std::string t = tail(log, 6);
+    for (char& c : t)
+        c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return t.find("timeout") != std::string::npos || t.find("timed out") != std::string::npos;
 }
 
 }  // namespace
@@ -152,6 +162,7 @@ int launchLocalRanks(const std::vector<std::string>& common, int64_t nproc, cons
     size_t running = pids.size();
     bool killed = false;
     std::vector<int64_t> stopped;  // ranks still running long after the first failure
+    int64_t grace = -1;            // seconds the others get after the first failure
     const auto started = std::chrono::steady_clock::now();
     int64_t lastReport = -1;
     while (running > 0) {
@@ -179,15 +190,36 @@ int launchLocalRanks(const std::vector<std::string>& common, int64_t nproc, cons
             killed = true;
         }
         // After a failure the others should fail in their collectives within the timeout;
-        // any that are still there after it (plus a grace period) are killed.
+        // any that are still there after it (plus a grace period) are killed. When the first
+        // failure was itself a collective timeout, every rank has waited that long already:
+        // one still running 2 s later is the culprit (hung, or stopped with SIGSTOP).
+        if (firstFailure >= 0 && grace < 0)
+            grace =
+                timedOut(dir / ("rank" + std::to_string(firstFailure) + ".log")) ? 2 : timeoutS + 2;
         if (firstFailure >= 0 && !killed &&
-            std::chrono::steady_clock::now() - failedAt > std::chrono::seconds(timeoutS + 2)) {
-            std::cerr << who + ": stopping the ranks still running " << timeoutS + 2
-                      << " s after rank " << firstFailure << " failed\n";
+            std::chrono::steady_clock::now() - failedAt > std::chrono::seconds(grace)) {
+            std::cerr << who + ": stopping the ranks still running " << grace << " s after rank "
+                      << firstFailure << " failed\n";
             for (size_t i = 0; i < pids.size(); ++i)
                 if (pids[i] > 0) stopped.push_back(static_cast<int64_t>(i));
             killAll(SIGTERM);  // each prints the op it was in
-            std::this_thread::sleep_for(std::chrono::seconds(2));
+            killAll(SIGCONT);  // a stopped rank handles its SIGTERM only once it runs
+            const auto termAt = std::chrono::steady_clock::now();
+            while (std::chrono::steady_clock::now() - termAt < std::chrono::seconds(2)) {
+                int st2 = 0;
+                const pid_t q = ::waitpid(-1, &st2, WNOHANG);
+                if (q > 0) {
+                    for (size_t i = 0; i < pids.size(); ++i)
+                        if (pids[i] == q) {
+                            status[i] = st2;
+                            pids[i] = -1;
+                            --running;
+                        }
+                    if (running == 0) break;
+                    continue;
+                }
+                std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            }
             killAll(SIGKILL);
             killed = true;
         }
@@ -208,13 +240,23 @@ int launchLocalRanks(const std::vector<std::string>& common, int64_t nproc, cons
         return 128 + g_interrupted;  // the shell's convention: 130 for SIGINT, 143 for SIGTERM
     }
     if (firstFailure >= 0) {
-        std::cerr << "error: rank " << firstFailure << " failed";
-        const int st = status[static_cast<size_t>(firstFailure)];
-        if (WIFSIGNALED(st)) std::cerr << " (killed by signal " << WTERMSIG(st) << ")";
-        std::cerr << "; every rank was stopped.";
-        for (int64_t rk : stopped)
-            std::cerr << " Rank " << rk << " had not exited " << timeoutS + 2
-                      << " s after that (hung? its log says where it was).";
+        if (!stopped.empty() && grace == 2) {
+            // The first failure was a timeout waiting for the ranks that never finished.
+            std::cerr << "error: rank";
+            for (size_t i = 0; i < stopped.size(); ++i)
+                std::cerr << (i ? ", " : " ") << stopped[i];
+            std::cerr << " stopped responding (hung, or stopped by a signal): rank " << firstFailure
+                      << " timed out waiting for " << (stopped.size() > 1 ? "them" : "it")
+                      << " after " << timeoutS << " s; every rank was stopped.";
+        } else {
+            std::cerr << "error: rank " << firstFailure << " failed";
+            const int st = status[static_cast<size_t>(firstFailure)];
+            if (WIFSIGNALED(st)) std::cerr << " (killed by signal " << WTERMSIG(st) << ")";
+            std::cerr << "; every rank was stopped.";
+            for (int64_t rk : stopped)
+                std::cerr << " Rank " << rk << " had not exited " << grace
+                          << " s after that (hung? its log says where it was).";
+        }
         std::cerr << " Last lines of each failed rank's log:\n";
         for (int64_t rk = 0; rk < nproc; ++rk) {
             const int s = status[static_cast<size_t>(rk)];

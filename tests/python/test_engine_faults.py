@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Faults in `shardscope run`: a rank that exits, crashes or hangs makes the others fail within
-the collective timeout with a message naming the rank and the op; no rank process is left
-behind; Ctrl-C stops every rank; a plan that fails validation starts nothing.
+"""Faults in `shardscope run`: a rank that exits, crashes, hangs or is stopped (SIGSTOP) makes
+the others fail within the collective timeout with a message naming the rank and the op; no
+rank process is left behind, even when the launcher is killed with SIGKILL; Ctrl-C and
+SIGTERM stop every rank; a plan that fails validation starts nothing.
 
 Faults are injected with SHARDSCOPE_FAULT=RANK:LABEL:MODE (the worker exits, aborts or sleeps
 forever when it reaches that op).
@@ -77,12 +78,56 @@ class Faults(unittest.TestCase):
         r, took = self.run_fault("1:model.layers.1 all-gather:hang", 3)
         self.assertEqual(r.returncode, 1, r.stderr)
         self.assertIn("rank 0 failed in model.layers.1 all-gather", r.stderr)
-        self.assertIn("Rank 1 had not exited", r.stderr)
+        self.assertIn("error: rank 1 stopped responding (hung, or stopped by a signal): rank 0 "
+                      "timed out waiting for it after 3 s", r.stderr)
         self.assertIn("rank 1: stopped by signal 15 while in model.layers.1 all-gather", r.stderr)
         # timeout (3 s) + grace (2 s) + SIGTERM wait (2 s) + start-up
         self.assertLess(took, 3 + 2 + 2 + 8)
         self.assertEqual(self.leftovers(), [])
         print("hang: %.1f s" % took)
+
+    def wait_for_ranks(self, n=2):
+        deadline = time.monotonic() + 30
+        while len(self.leftovers()) < n and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertGreaterEqual(len(self.leftovers()), n, "the ranks never started")
+
+    def rank_pids(self):
+        r = subprocess.run(["pgrep", "-f", "worker.*" + self.plan], capture_output=True, text=True)
+        return [int(x) for x in r.stdout.split()]
+
+    def test_stopped_rank_is_named_and_the_run_ends_within_timeout_plus_5s(self):
+        # SIGSTOP: the rank neither exits nor answers. Rank 0 times out in its collective;
+        # the launcher names rank 1 (not the healthy rank 0) and ends the run.
+        p = subprocess.Popen([BIN, "run", "-m", self.model, "-p", self.plan, "--steps", "100000",
+                              "--timeout-s", "3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+        self.wait_for_ranks()
+        time.sleep(1.0)
+        ranks = sorted(self.rank_pids())
+        self.assertEqual(len(ranks), 2)
+        os.kill(ranks[1], signal.SIGSTOP)  # started second: rank 1
+        t0 = time.monotonic()
+        out, err = p.communicate(timeout=60)
+        took = time.monotonic() - t0
+        self.assertEqual(p.returncode, 1, err)
+        self.assertIn("error: rank 1 stopped responding (hung, or stopped by a signal): rank 0 "
+                      "timed out waiting for it after 3 s", err)
+        self.assertIn("rank 1: stopped by signal 15 while in", err)
+        self.assertLess(took, 3 + 5)
+        self.assertEqual(self.leftovers(), [])
+        print("SIGSTOP of rank 1: the run ended %.1f s later" % took)
+
+    def test_launcher_killed_leaves_no_rank(self):
+        p = subprocess.Popen([BIN, "run", "-m", self.model, "-p", self.plan, "--steps", "100000"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.wait_for_ranks()
+        p.kill()  # SIGKILL: the launcher cannot clean up; the ranks' parent-death signal does
+        p.wait(timeout=10)
+        deadline = time.monotonic() + 5
+        while self.leftovers() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(self.leftovers(), [])
 
     def test_ctrl_c_and_sigterm_stop_every_rank(self):
         # Exit status as a shell reports a signal: 128 + 2 for Ctrl-C, 128 + 15 for SIGTERM.
