@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // shardscope: the command-line front end. Each subcommand lives in cmd_*.cpp and declares
 // its options once (args.h); this file only dispatches.
+#include <algorithm>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -61,8 +63,75 @@ void printOverview(std::ostream& out, const std::vector<Command>& cmds) {
     for (const auto& c : cmds)
         out << "  " << c.spec.name << std::string(w - c.spec.name.size() + 3, ' ') << c.spec.summary
             << "\n";
+    out << "  completion" << std::string(w > 10 ? w - 10 + 3 : 3, ' ')
+        << "print a bash or zsh completion script: source <(shardscope completion bash)\n";
     out << "\nRun `shardscope COMMAND --help` for a command's options and examples.\n"
            "Start with: shardscope model show --model samples/models/llama3-8b/config.json\n";
+}
+
+// A completion script for bash (zsh through bashcompinit), made from the command specs:
+// subcommands after a group, each command's options after a dash, an option's choices
+// ("cpu|cuda") after it, files otherwise.
+std::string completionScript(const std::string& shell, const std::vector<Command>& cmds) {
+    std::ostringstream o;
+    std::vector<std::string> groups;
+    std::map<std::string, std::vector<std::string>> subs;  // group -> subcommands
+    for (const auto& c : cmds) {
+        const auto w = split(c.spec.name, ' ');
+        if (std::find(groups.begin(), groups.end(), w[0]) == groups.end()) groups.push_back(w[0]);
+        if (w.size() > 1) subs[w[0]].push_back(w[1]);
+    }
+    auto join = [](const std::vector<std::string>& v) {
+        std::string r;
+        for (const auto& x : v)
+            r += (r.empty() ? "" : " ") + x;
+        return r;
+    };
+    if (shell == "zsh") o << "autoload -U +X bashcompinit && bashcompinit\n";
+    o << "# shardscope completion (" << shell << "): source <(shardscope completion " << shell
+      << ")\n_shardscope() {\n"
+         "    local cur=\"${COMP_WORDS[COMP_CWORD]}\" prev=\"${COMP_WORDS[COMP_CWORD-1]}\"\n"
+         "    if (( COMP_CWORD == 1 )); then\n"
+         "        COMPREPLY=( $(compgen -W \""
+      << join(groups)
+      << " completion --help --version\" -- \"$cur\") ); return; fi\n"
+         "    local g=\"${COMP_WORDS[1]}\" subs=\"\"\n    case \"$g\" in\n";
+    for (const auto& [g, v] : subs)
+        o << "        " << g << ") subs=\"" << join(v) << "\" ;;\n";
+    o << "        completion) COMPREPLY=( $(compgen -W \"bash zsh\" -- \"$cur\") ); return ;;\n"
+         "    esac\n"
+         "    if [[ -n \"$subs\" ]] && (( COMP_CWORD == 2 )); then\n"
+         "        COMPREPLY=( $(compgen -W \"$subs --help\" -- \"$cur\") ); return; fi\n"
+         "    local key=\"$g\"\n"
+         "    [[ -n \"$subs\" ]] && key=\"$g ${COMP_WORDS[2]}\"\n"
+         "    local opts=\"\"\n    case \"$key\" in\n";
+    for (const auto& c : cmds) {
+        std::vector<std::string> names{"--help"};
+        for (const auto& op : c.spec.options) {
+            names.push_back(op.name);
+            if (!op.shortName.empty()) names.push_back(op.shortName);
+        }
+        o << "        \"" << c.spec.name << "\") opts=\"" << join(names) << "\" ;;\n";
+    }
+    o << "    esac\n    case \"$prev\" in\n";
+    std::map<std::string, std::string> choices;  // option -> "a b"
+    for (const auto& c : cmds)
+        for (const auto& op : c.spec.options)
+            if (op.metavar.find('|') != std::string::npos) {
+                std::string words = op.metavar;
+                std::replace(words.begin(), words.end(), '|', ' ');
+                choices[op.name] = words;
+            }
+    for (const auto& [name, words] : choices)
+        o << "        " << name << ") COMPREPLY=( $(compgen -W \"" << words
+          << "\" -- \"$cur\") ); return ;;\n";
+    o << "    esac\n"
+         "    if [[ \"$cur\" == -* ]]; then\n"
+         "        COMPREPLY=( $(compgen -W \"$opts\" -- \"$cur\") ); return; fi\n"
+         "    COMPREPLY=( $(compgen -f -- \"$cur\") )\n"
+         "}\n"
+         "complete -o filenames -o bashdefault -F _shardscope shardscope\n";
+    return o.str();
 }
 
 }  // namespace
@@ -78,6 +147,18 @@ int main(int argc, char** argv) {
             printOverview(std::cout, cmds);
             return args.empty() ? kExitUsage : kExitOk;
         }
+    }
+    if (args[0] == "completion") {
+        const std::string shell = args.size() > 1 ? args[1] : "";
+        if (shell != "bash" && shell != "zsh") {
+            (shell == "--help" ? std::cout : std::cerr)
+                << "Usage: shardscope completion bash|zsh\n\nPrints a completion script for "
+                   "the shell. Load it in the current shell, or add the line to ~/.bashrc "
+                   "(~/.zshrc):\n\n  source <(shardscope completion bash)\n";
+            return shell == "--help" ? kExitOk : kExitUsage;
+        }
+        std::cout << completionScript(shell, cmds);
+        return kExitOk;
     }
     if (args[0] == "--version") {
         std::cout << "shardscope " << SHARDSCOPE_VERSION << "\n";

@@ -258,3 +258,29 @@ TEST(Cli, ImplausibleTrainingShapesAndMachinesAreRefused) {
     EXPECT_NE(r.out.find("error: --threads 100000: this machine has"), std::string::npos) << r.out;
     std::filesystem::remove_all(dir);
 }
+
+// Shell completion, exercised in bash as a shell would: the script from `completion bash`
+// is sourced and asked for the words after each prefix.
+TEST(Cli, BashCompletionCompletesCommandsOptionsAndChoices) {
+    auto r = runCommand(ss("completion bash"));
+    ASSERT_EQ(r.status, 0);
+    const std::string dir = std::filesystem::temp_directory_path() / "shardscope_cli_completion";
+    std::filesystem::create_directories(dir);
+    const std::string script = dir + "/shardscope.bash";
+    std::ofstream(script) << r.out;
+    auto complete = [&](const std::string& words, int cword) {
+        auto c = runCommand("bash -c 'source \"" + script + "\"; COMP_WORDS=(" + words +
+                            "); COMP_CWORD=" + std::to_string(cword) +
+                            "; _shardscope; echo \"${COMPREPLY[*]}\"'");
+        EXPECT_EQ(c.status, 0) << c.out;
+        return c.out.substr(0, c.out.find('\n'));
+    };
+    EXPECT_EQ(complete("shardscope pl", 1), "plan");
+    EXPECT_EQ(complete("shardscope plan s", 2), "show");
+    EXPECT_EQ(complete("shardscope simulate --mi", 2), "--micro-batches");
+    EXPECT_EQ(complete("shardscope trace summary --js", 3), "--json");
+    EXPECT_EQ(complete("shardscope run --device c", 3), "cpu cuda");
+    EXPECT_EQ(complete("shardscope completion z", 2), "zsh");
+    EXPECT_EQ(runCommand(ss("completion fish"), true).status, 2);
+    std::filesystem::remove_all(dir);
+}
