@@ -15,8 +15,10 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <unordered_set>
@@ -1188,6 +1190,50 @@ c10::intrusive_ptr<c10d::Backend> gloo(const c10::intrusive_ptr<c10d::Store>& st
 }  // namespace
 
 namespace {
+// Bounds the rendezvous (the store, then each group's connections): a client connected to a
+// listener that is not a TCPStore (another program on MASTER_PORT) waits in recv with no
+// timeout of its own. Past `limit` the rank says so and exits 1; a launcher sees it fail.
+class RendezvousWatchdog {
+public:
+    explicit RendezvousWatchdog(std::chrono::milliseconds limit)
+        : m_thread([this, limit] {
+              std::unique_lock<std::mutex> lock(m_mutex);
+              if (m_cv.wait_for(lock, limit, [this] { return m_done; })) return;
+              const std::string addr =
+                  (env("MASTER_ADDR").empty() ? std::string("127.0.0.1") : env("MASTER_ADDR")) +
+                  ":" + env("MASTER_PORT");
+              std::fprintf(stderr,
+                           "shardscope-engine rank %s: error: the rendezvous at %s did not "
+                           "complete within %lld s (is another program listening on "
+                           "MASTER_PORT, or did a rank not start?)\n",
+                           env("RANK").c_str(), addr.c_str(),
+                           static_cast<long long>(limit.count() / 1000));
+              std::fflush(stderr);
+              std::_Exit(1);
+          }) {}
+    ~RendezvousWatchdog() {
+        {
+            std::lock_guard<std::mutex> lock(m_mutex);
+            m_done = true;
+        }
+        m_cv.notify_all();
+        m_thread.join();
+    }
+    RendezvousWatchdog(const RendezvousWatchdog&) = delete;
+    RendezvousWatchdog& operator=(const RendezvousWatchdog&) = delete;
+
+private:
+    std::mutex m_mutex;
+    std::condition_variable m_cv;
+    bool m_done = false;
+    std::thread m_thread;  // last: starts once the members it uses exist
+};
+
+// The collective timeout plus start-up slack: every rank must have joined by then.
+std::chrono::milliseconds rendezvousLimit(std::chrono::milliseconds timeout) {
+    return timeout + std::chrono::milliseconds(5000);
+}
+
 // This rank's place and the rendezvous store, from the torchrun environment.
 c10::intrusive_ptr<c10d::Store> joinStore(Groups& gr, std::chrono::milliseconds timeout) {
     gr.rank = envInt("RANK");
@@ -1209,6 +1255,7 @@ c10::intrusive_ptr<c10d::Store> joinStore(Groups& gr, std::chrono::milliseconds 
 }  // namespace
 
 Groups makeFlatGroups(std::chrono::milliseconds timeout, c10::Device device) {
+    RendezvousWatchdog dog(rendezvousLimit(timeout));
     Groups gr;
     auto store = joinStore(gr, timeout);
     const auto r32 = [](int64_t v) { return static_cast<int>(v); };
@@ -1223,6 +1270,7 @@ Groups makeFlatGroups(std::chrono::milliseconds timeout, c10::Device device) {
 }
 
 Groups makeGroups(const ResolvedPlan& plan, std::chrono::milliseconds timeout, c10::Device device) {
+    RendezvousWatchdog dog(rendezvousLimit(timeout));
     Groups gr;
     auto store = joinStore(gr, timeout);
     if (gr.worldSize != plan.worldSize)

@@ -129,6 +129,28 @@ class Faults(unittest.TestCase):
             time.sleep(0.1)
         self.assertEqual(self.leftovers(), [])
 
+    def test_worker_started_directly_is_bounded_by_the_timeout(self):
+        # torchrun-style start with another program holding MASTER_PORT: a client rank used
+        # to wait forever for a store that never answered.
+        import socket
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(4)
+            port = listener.getsockname()[1]
+            env = dict(os.environ, RANK="1", WORLD_SIZE="2", LOCAL_RANK="1",
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            t0 = time.monotonic()
+            r = subprocess.run([ENGINE, "worker", "--model", self.model, "--plan", self.plan,
+                                "--steps", "2", "--timeout-s", "3",
+                                "--out", os.path.join(self.tmp.name, "rank1.json")],
+                               capture_output=True, text=True, env=env, timeout=60)
+            took = time.monotonic() - t0
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("error: the rendezvous at 127.0.0.1:%d did not complete within 8 s" % port,
+                      r.stderr)
+        self.assertLess(took, 3 + 5 + 5)
+        print("foreign listener on MASTER_PORT: rank 1 exited after %.1f s" % took)
+
     def test_ctrl_c_and_sigterm_stop_every_rank(self):
         # Exit status as a shell reports a signal: 128 + 2 for Ctrl-C, 128 + 15 for SIGTERM.
         for sig, status in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
