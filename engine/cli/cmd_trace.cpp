@@ -141,6 +141,10 @@ int runTraceSummary(const Args& a) {
             if (tr.skippedBadFields > 0)
                 std::cout << "  skipped " << tr.skippedBadFields
                           << " events with a field of an unexpected type\n";
+            if (tr.skippedOutOfRange > 0)
+                std::cout << "  skipped " << tr.skippedOutOfRange
+                          << " events whose \"ts\" or \"dur\" is out of range (more than "
+                             "9.2e12 us)\n";
             t0 = std::chrono::steady_clock::now();
             return {};
         },

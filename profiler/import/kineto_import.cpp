@@ -313,20 +313,28 @@ public:
         }
     };
 
-    // Microseconds (integer or fractional) to nanoseconds; false when not a number.
-    static bool readUs(simdjson::ondemand::value v, int64_t& ns) {
+    // Microseconds (integer or fractional) to nanoseconds.
+    enum class UsRead { Ok, NotANumber, OutOfRange };
+    static UsRead readUs(simdjson::ondemand::value v, int64_t& ns) {
+        simdjson::ondemand::json_type jt;
+        if (v.type().get(jt) || jt != simdjson::ondemand::json_type::number)
+            return UsRead::NotANumber;
+        // A number whose nanoseconds do not fit int64 (beyond about 106 days of
+        // microseconds, or beyond double's range) cannot be placed on the timeline.
         simdjson::ondemand::number_type nt;
-        if (v.get_number_type().get(nt)) return false;
+        if (v.get_number_type().get(nt)) return UsRead::OutOfRange;
         if (nt == simdjson::ondemand::number_type::floating_point_number) {
             double d = 0;
-            if (v.get_double().get(d) || !std::isfinite(d) || std::abs(d) > 9.2e12) return false;
+            if (v.get_double().get(d) || !std::isfinite(d) || std::abs(d) > 9.2e12)
+                return UsRead::OutOfRange;
             ns = static_cast<int64_t>(std::llround(d * 1000.0));
-            return true;
+            return UsRead::Ok;
         }
         int64_t i = 0;
-        if (v.get_int64().get(i) || i > INT64_MAX / 1000 || i < INT64_MIN / 1000) return false;
+        if (v.get_int64().get(i) || i > INT64_MAX / 1000 || i < INT64_MIN / 1000)
+            return UsRead::OutOfRange;
         ns = i * 1000;
-        return true;
+        return UsRead::Ok;
     }
     // pid / tid: an integer, a string, or (rarely) another number.
     static bool readId(simdjson::ondemand::value v, bool& isInt, bool& isString, int64_t& i,
@@ -401,7 +409,7 @@ public:
             return false;
         }
         Fields f;
-        bool bad = false;
+        bool bad = false, outOfRange = false;
         for (auto field : obj) {
             std::string_view k;
             if (auto err = field.unescaped_key().get(k)) {
@@ -425,8 +433,9 @@ public:
                 (key == Key::Ph ? f.ph : key == Key::Cat ? f.cat : f.name) = sv;
             } else if (key == Key::Ts || key == Key::Dur) {
                 int64_t ns = 0;
-                if (!readUs(v, ns)) {
-                    bad = true;
+                const UsRead got = readUs(v, ns);
+                if (got != UsRead::Ok) {
+                    (got == UsRead::OutOfRange ? outOfRange : bad) = true;
                     continue;
                 }
                 if (key == Key::Ts) {
@@ -471,6 +480,10 @@ public:
         }
         if (bad) {
             ++t.skippedBadFields;
+            return true;
+        }
+        if (outOfRange) {
+            ++t.skippedOutOfRange;
             return true;
         }
         consume(f);
@@ -1292,6 +1305,13 @@ Expected<Trace> importKinetoFile(const std::string& path, const KinetoImportOpti
         return Error{path +
                      ": not a Chrome/Kineto trace: no traceEvents array (a PyTorch "
                      "profiler trace is an object with \"traceEvents\": [...])"};
+    if (t.size() == 0 && t.skippedOutOfRange > 0 && t.eventsByCategory.empty())
+        return Error{path + ": no usable event: " + std::to_string(t.skippedOutOfRange) +
+                     " had \"ts\" or \"dur\" out of range (more than 9.2e12 microseconds, "
+                     "whose nanoseconds do not fit int64)" +
+                     (t.skippedBadFields > 0
+                          ? ", " + std::to_string(t.skippedBadFields) + " fields of the wrong type"
+                          : std::string())};
     if (t.size() == 0 && t.skippedBadFields > 0 && t.eventsByCategory.empty())
         return Error{path + ": no usable event: all " + std::to_string(t.skippedBadFields) +
                      " were not objects or had fields of the wrong type (\"ph\", \"cat\", "

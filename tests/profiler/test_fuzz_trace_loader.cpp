@@ -334,12 +334,18 @@ TEST(TraceLoaderFuzz, InputsThatBrokeTheFirstRelease) {
         "{\"ph\":1,\"name\":\"k\"},"
         "{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"k\",\"pid\":1.5,\"tid\":\"stream "
         "7\",\"ts\":2,\"dur\":1}]}");
-    if (n.ok()) {
-        EXPECT_EQ(n->size(), 1u);
-        EXPECT_GE(n->skippedBadFields, 2);
-    } else {
-        EXPECT_NE(n.error().find("shardscope_numbers"), std::string::npos);
-    }
+    ASSERT_TRUE(n.ok()) << n.error();
+    EXPECT_EQ(n->size(), 1u);
+    EXPECT_EQ(n->skippedBadFields, 1);   // ph 1
+    EXPECT_EQ(n->skippedOutOfRange, 2);  // ts 1e400 and 1e300: named as out of range
+    // Only out-of-range times: refused, saying which field.
+    auto o = load("shardscope_out_of_range",
+                  "{\"traceEvents\":[{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"k\","
+                  "\"ts\":9e18,\"dur\":1}]}");
+    ASSERT_FALSE(o.ok());
+    EXPECT_NE(o.error().find("no usable event: 1 had \"ts\" or \"dur\" out of range"),
+              std::string::npos)
+        << o.error();
     // Silent nonsense is refused.
     EXPECT_FALSE(load("shardscope_events_object", "{\"traceEvents\":{}}").ok());
     EXPECT_FALSE(load("shardscope_array_of_numbers", "[1,2,3]").ok());
