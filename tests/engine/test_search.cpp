@@ -3,8 +3,11 @@
 // simulate independently here, and is never worse than the common default.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "engine/schedule/step_program.h"
 #include "engine/search/search.h"
+#include "plans/model/hf_config.h"
 #include "plans/model/model_json.h"
 #include "plans/plan/resolve.h"
 #include "tests/support/golden.h"
@@ -199,4 +202,93 @@ TEST(Search, AccumulatesAsFarAsTheGlobalBatchNeeds) {
     EXPECT_NEAR(extrapolated, static_cast<double>(res.best->sim.stepNs),
                 1e-3 * static_cast<double>(res.best->sim.stepNs));
     EXPECT_EQ(std::max(reserved4, reserved3), res.best->sim.peakReserved);
+}
+
+// Issue 18's property: over random model / cluster / batch triples, recommend never says
+// "nothing fits" while a plan of its space fits. The brute force here builds, independently
+// of the search, the plans that need the least memory in that space (each block a unit,
+// reshard True, full checkpointing, micro-batch 1, bf16 params / fp32 reduce, with and
+// without CPU offload) and simulates every micro-batch of them: when one fits, the search
+// must have found a plan, and one at least as fast.
+TEST(Search, NeverSaysNothingFitsWhenTheLeanestPlansOfItsSpaceFit) {
+    std::mt19937 rng(20261125);
+    auto pick = [&](std::initializer_list<int64_t> v) {
+        std::uniform_int_distribution<size_t> d(0, v.size() - 1);
+        return *(v.begin() + static_cast<long>(d(rng)));
+    };
+    auto base = loadClusterFile(samplePath("clusters/h100-sxm-8x8.json"));
+    ASSERT_TRUE(base.ok());
+    int nothingFits = 0, leanFits = 0, cases = 0;
+    for (int t = 0; t < 24; ++t) {
+        const int64_t hidden = pick({256, 512, 1024}), layers = pick({2, 4, 8});
+        const int64_t heads = hidden / 64;
+        nlohmann::json cfg = {{"model_type", "llama"},
+                              {"vocab_size", pick({1000, 32000})},
+                              {"hidden_size", hidden},
+                              {"intermediate_size", hidden * 11 / 4},
+                              {"num_hidden_layers", layers},
+                              {"num_attention_heads", heads},
+                              {"num_key_value_heads", heads / 2},
+                              {"max_position_embeddings", 8192}};
+        auto g = modelFromHfConfig(cfg, "random.json");
+        ASSERT_TRUE(g.ok()) << g.error();
+        ClusterSpec c = *base;
+        c.nodes = pick({1, 2});
+        c.device.memoryBytes = pick({64, 128, 256, 512, 1024, 4096}) << 20;
+        SearchOptions o;
+        o.seqLen = pick({512, 2048, 8192});
+        o.globalBatch = c.worldSize() * pick({1, 2, 4});
+        o.threads = 1;
+        const SearchResult res = searchPlans(*g, c, o);
+        ++cases;
+        const int64_t perRank = res.globalBatch / c.worldSize();
+        ASSERT_GE(perRank, 1);
+        // The search tries offload only when nothing fits without it: compare with the
+        // plan without offload when it fits, else with the offloaded one.
+        int64_t leanest = INT64_MAX, leanestStep = INT64_MAX;
+        for (bool offload : {false, true}) {
+            if (offload && leanest <= res.memoryBudget) break;
+            Plan p;
+            p.meshShape = {c.worldSize()};
+            p.wrap.kind = WrapPolicySpec::Kind::ModuleClass;
+            p.wrap.classes = {"LlamaDecoderLayer"};
+            p.defaults.reshardAfterForward = ReshardSetting::ofBool(true);
+            p.defaults.activationCheckpointing = AcSpec(AcMode::Full);
+            p.defaults.mixedPrecision =
+                MixedPrecisionSpec{DType::BFloat16, DType::Float32, {}, true};
+            if (offload) p.defaults.offload = OffloadSpec{true, true};
+            p.seqLen = o.seqLen;
+            p.seqLenDefaulted = false;
+            p.microBatchSize = 1;
+            p.microBatches = perRank;
+            int64_t reserved = 0;
+            const int64_t step = simulateStep(*g, p, c, &reserved);
+            if (reserved < leanest) {
+                leanest = reserved;
+                leanestStep = step;
+            }
+        }
+        const bool fits = leanest <= res.memoryBudget;
+        leanFits += fits;
+        nothingFits += !res.best.has_value();
+        SCOPED_TRACE("case " + std::to_string(t) + ": hidden " + std::to_string(hidden) +
+                     ", layers " + std::to_string(layers) + ", " + std::to_string(c.worldSize()) +
+                     " GPUs of " + std::to_string(c.device.memoryBytes >> 20) + " MiB, seq " +
+                     std::to_string(o.seqLen) + ", global batch " +
+                     std::to_string(res.globalBatch));
+        if (fits) {
+            ASSERT_TRUE(res.best.has_value())
+                << "recommend found nothing, but the leanest plan needs " << (leanest >> 20)
+                << " MiB of the " << (res.memoryBudget >> 20) << " MiB budget";
+            EXPECT_LE(res.best->sim.peakReserved, res.memoryBudget);
+            // The search extrapolates steps past 16 micro-batches: allow its 1 %.
+            EXPECT_LE(static_cast<double>(res.best->sim.stepNs),
+                      1.01 * static_cast<double>(leanestStep));
+        }
+    }
+    std::printf("%d random cases: the leanest plan fits in %d, recommend found nothing in %d\n",
+                cases, leanFits, nothingFits);
+    // The cases must exercise both sides.
+    EXPECT_GT(leanFits, 0);
+    EXPECT_GT(cases - leanFits, 0);
 }
