@@ -248,7 +248,24 @@ void TimelineWidget::pan(double px) {
 }
 
 void TimelineWidget::wheelEvent(QWheelEvent* e) {
-    zoom(e->angleDelta().y() > 0 ? 0.8 : 1.25, e->position().x());
+    // A sideways scroll (trackpad, tilt wheel) or Shift+wheel pans, a tenth of the view per
+    // notch; the wheel zooms at the cursor. A sideways scroll used to zoom out.
+    const QPoint a = e->angleDelta();
+    const bool sideways = a.x() != 0 && std::abs(a.x()) >= std::abs(a.y());
+    if (sideways || (e->modifiers() & Qt::ShiftModifier)) {
+        const int notches = sideways ? a.x() : a.y();
+        const auto dt = static_cast<int64_t>(std::llround(
+            -static_cast<double>(notches) / 120.0 * 0.1 * static_cast<double>(m_end - m_start)));
+        setViewport(m_start + dt, m_end + dt);
+        e->accept();
+        return;
+    }
+    if (a.y() == 0) {
+        e->ignore();
+        return;
+    }
+    zoom(a.y() > 0 ? 0.8 : 1.25, e->position().x());
+    e->accept();
 }
 
 int TimelineWidget::rowAt(double y) const {

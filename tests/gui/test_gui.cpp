@@ -447,6 +447,30 @@ TEST(GuiTimeline, RankGroupsCollapseFromTheirHeaderRow) {
     EXPECT_EQ(t.visibleRows().size(), 6u);
 }
 
+// Issue 20: a sideways scroll zoomed out. It pans now (so does Shift+wheel); the wheel zooms.
+TEST(GuiTimeline, SidewaysScrollPansAndTheWheelZooms) {
+    TimelineWidget t;
+    t.resize(1000, 300);
+    t.show();
+    ASSERT_TRUE(QTest::qWaitForWindowExposed(&t));
+    t.setData(twoRanks());
+    t.setViewport(2'000'000, 4'000'000);
+    auto wheel = [&](QPoint angle, Qt::KeyboardModifiers mods = Qt::NoModifier) {
+        QWheelEvent ev(QPointF(500, 50), t.mapToGlobal(QPointF(500, 50)), QPoint(), angle,
+                       Qt::NoButton, mods, Qt::NoScrollPhase, false);
+        QCoreApplication::sendEvent(&t, &ev);
+        return t.viewport();
+    };
+    Viewport v = wheel(QPoint(-120, 0));  // scroll right: later times, same span
+    EXPECT_EQ(v.endNs - v.startNs, 2'000'000);
+    EXPECT_NEAR(static_cast<double>(v.startNs), 2'200'000.0, 2'000.0);
+    v = wheel(QPoint(0, 120), Qt::ShiftModifier);  // Shift+wheel up: earlier
+    EXPECT_EQ(v.endNs - v.startNs, 2'000'000);
+    EXPECT_NEAR(static_cast<double>(v.startNs), 2'000'000.0, 2'000.0);
+    v = wheel(QPoint(0, 120));  // the wheel zooms in at the cursor
+    EXPECT_LT(v.endNs - v.startNs, 2'000'000);
+}
+
 TEST(GuiWindow, ClickingAnOpShowsItsDetails) {
     MainWindow w;
     w.resize(1400, 900);
