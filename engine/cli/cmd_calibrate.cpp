@@ -225,7 +225,7 @@ int runCalibrateFromTrace(const Args& a) {
     auto c = loadClusterFile(a.get("--cluster"));
     if (failed(c)) return kExitUsage;
     const ClusterSpec base = std::move(*c);
-    KinetoImportOptions o;
+    KinetoImportOptions o = traceImportOptions();
     o.keepAllOpInputs = true;
     KernelSamples samples;
     std::vector<std::string> names, skippedFiles;

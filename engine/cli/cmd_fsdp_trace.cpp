@@ -32,7 +32,7 @@ struct RankAnalysis {
 Expected<std::vector<RankAnalysis>> analyzeAll(const std::vector<std::string>& paths,
                                                std::vector<std::string>& skipped) {
     std::vector<RankAnalysis> out;
-    KinetoImportOptions o;
+    KinetoImportOptions o = traceImportOptions();
     const Status st = forEachTrace(
         paths, o,
         [&](const std::string& path, Trace&& t) -> Status {

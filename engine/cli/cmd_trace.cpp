@@ -47,7 +47,7 @@ int runTraceSummary(const Args& a) {
         std::cerr << "error: give one or more trace files or folders (see --help)\n";
         return kExitUsage;
     }
-    KinetoImportOptions o;
+    KinetoImportOptions o = traceImportOptions();
     o.keepPythonFunctions = a.flag("--python-functions");
     nlohmann::json all = nlohmann::json::array();
     std::vector<std::string> skipped;
@@ -158,7 +158,7 @@ int runTraceExport(const Args& a) {
         std::cerr << "error: give one trace file to export (see --help)\n";
         return kExitUsage;
     }
-    KinetoImportOptions o;
+    KinetoImportOptions o = traceImportOptions();
     o.keepPythonFunctions = a.flag("--python-functions");
     Expected<Trace> t = Error{""};
     const Status loaded = forEachTrace(files, o, [&](const std::string&, Trace&& tr) -> Status {

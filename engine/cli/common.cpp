@@ -1,14 +1,46 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "engine/cli/common.h"
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 
 #include "plans/core/atomic_write.h"
 #include "plans/core/strings.h"
 
 namespace shardscope::cli {
+
+KinetoImportOptions traceImportOptions() {
+    KinetoImportOptions o;
+    const char* forced = std::getenv("SHARDSCOPE_PROGRESS");
+    const bool always = forced && std::string(forced) == "1";
+    if (!always && !::isatty(2)) return o;
+    struct State {
+        std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+        double last = 0;
+        int shown = 0;  // quarters printed for the current file
+    };
+    auto st = std::make_shared<State>();
+    o.progress = [st, always](double f) {
+        const auto now = std::chrono::steady_clock::now();
+        if (f < st->last) {  // the next file of a folder
+            st->start = now;
+            st->shown = 0;
+        }
+        st->last = f;
+        const double s = std::chrono::duration<double>(now - st->start).count();
+        const int quarter = static_cast<int>(f * 4.0);
+        if ((!always && s < 1.0) || quarter <= st->shown || quarter >= 4) return;
+        st->shown = quarter;
+        std::fprintf(stderr, "reading the trace: %d%% (%.1f s)\n", quarter * 25, s);
+    };
+    return o;
+}
 
 bool readIntOptions(const Args& a, const std::vector<const char*>& names,
                     const std::vector<int64_t>& mins, std::vector<int64_t>& out) {

@@ -13,6 +13,7 @@
 #include "plans/cluster/cluster.h"
 #include "plans/model/model_json.h"
 #include "plans/plan/plan_json.h"
+#include "profiler/import/kineto_import.h"
 
 namespace shardscope::cli {
 
@@ -35,6 +36,11 @@ template <typename T>
 std::vector<OptionSpec> modelOptions(bool required);
 // Reads the integer options `names` (each at least its `mins`) into `out`, 0 where absent;
 // prints the error and returns false on a bad value.
+// Import options for the trace commands: progress lines on stderr ("reading the trace:
+// 25% (1.2 s)", every quarter) for a file that takes more than a second, when stderr is a
+// terminal or SHARDSCOPE_PROGRESS=1 (which also drops the one-second wait).
+[[nodiscard]] KinetoImportOptions traceImportOptions();
+
 [[nodiscard]] bool readIntOptions(const Args& a, const std::vector<const char*>& names,
                                   const std::vector<int64_t>& mins, std::vector<int64_t>& out);
 [[nodiscard]] Expected<ModelGraph> loadModelArg(const Args& a);

@@ -284,3 +284,31 @@ TEST(Cli, BashCompletionCompletesCommandsOptionsAndChoices) {
     EXPECT_EQ(runCommand(ss("completion fish"), true).status, 2);
     std::filesystem::remove_all(dir);
 }
+
+// Progress on long imports: lines on stderr per quarter of the file, shown on a terminal
+// after a second (forced here with SHARDSCOPE_PROGRESS=1), never on a pipe by default.
+TEST(Cli, TraceImportsReportProgress) {
+    const std::string dir = std::filesystem::temp_directory_path() / "shardscope_cli_progress";
+    std::filesystem::create_directories(dir);
+    const std::string trace = dir + "/big.json";
+    {
+        std::ofstream out(trace);
+        out << "{\"traceEvents\":[";
+        for (int i = 0; i < 40000; ++i)
+            out << (i ? "," : "")
+                << "{\"ph\":\"X\",\"cat\":\"cpu_op\",\"name\":\"aten::mm\",\"ts\":" << i * 10
+                << ",\"dur\":5,\"pid\":1,\"tid\":1}";
+        out << "]}";
+    }
+    // stderr into the pipe, stdout away (runCommand drops the group's own stderr).
+    auto r =
+        runCommand("( cd '" + std::string(SHARDSCOPE_SOURCE_DIR) + "' && SHARDSCOPE_PROGRESS=1 '" +
+                   SHARDSCOPE_BINARY + "' trace summary " + trace + " 2>&1 >/dev/null )");
+    EXPECT_EQ(r.status, 0) << r.out;
+    for (const char* q :
+         {"reading the trace: 25%", "reading the trace: 50%", "reading the trace: 75%"})
+        EXPECT_NE(r.out.find(q), std::string::npos) << q << "\n" << r.out;
+    r = runCommand("( " + ss("trace summary " + trace + " 2>&1 >/dev/null") + " )");
+    EXPECT_EQ(r.out.find("reading the trace"), std::string::npos) << r.out;
+    std::filesystem::remove_all(dir);
+}
