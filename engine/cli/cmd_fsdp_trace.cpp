@@ -217,7 +217,7 @@ Expected<PyTorchRun> loadPyTorchRun(const Args& a, const std::vector<std::string
     PyTorchRun run;
     std::vector<std::string> skipped;
     const Status st = forEachTrace(
-        traceArgs, {},
+        traceArgs, traceImportOptions(),
         [&](const std::string& path, Trace&& t) -> Status {
             if (isShardScopeTrace(t))
                 return Error{path +

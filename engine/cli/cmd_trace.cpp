@@ -193,7 +193,7 @@ int runTraceMemory(const Args& a) {
     std::vector<std::string> skipped;
     const bool expandable = a.flag("--expandable-segments");
     const Status st = forEachTrace(
-        a.positionals(), {},
+        a.positionals(), traceImportOptions(),
         [&](const std::string& f, Trace&& t) -> Status {
             const AllocatorReplay r = replayAllocator(t, expandable);
             if (a.flag("--json")) {
