@@ -102,8 +102,16 @@ class Faults(unittest.TestCase):
         p = subprocess.Popen([BIN, "run", "-m", self.model, "-p", self.plan, "--steps", "100000",
                               "--timeout-s", "3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
-        self.wait_for_ranks()
-        time.sleep(1.0)
+        # Stop it mid-training, not in start-up: wait until rank 0's log shows steps (the
+        # launcher's first line names the run's folder).
+        first = p.stderr.readline()
+        self.assertIn("logs in ", first)
+        log0 = os.path.join(first.strip().split("logs in ")[-1], "rank0.log")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if os.path.exists(log0) and "step 3/" in open(log0, errors="replace").read():
+                break
+            time.sleep(0.1)
         ranks = sorted(self.rank_pids())
         self.assertEqual(len(ranks), 2)
         os.kill(ranks[1], signal.SIGSTOP)  # started second: rank 1
