@@ -27,10 +27,10 @@ CollectiveKind issueKind(std::string_view name) {
 }
 
 int64_t product(const std::vector<int64_t>& d) {
-    int64_t n = 1;
+    std::vector<int64_t> clamped;
     for (int64_t x : d)
-        n *= std::max<int64_t>(0, x);
-    return d.empty() ? 0 : n;
+        clamped.push_back(std::max<int64_t>(0, x));
+    return d.empty() ? 0 : shapeElements(clamped);
 }
 
 std::optional<DType> dtypeOf(std::string_view s) {

@@ -166,15 +166,6 @@ std::optional<DType> recordShapesDtype(std::string_view t) {
     return std::nullopt;
 }
 
-int64_t elements(const std::vector<int64_t>& shape) {
-    int64_t n = 1;
-    for (int64_t d : shape) {
-        if (d < 0) return 0;
-        n *= d;
-    }
-    return n;
-}
-
 // 2·M·N·K (times the batch) of a matmul op, or 0 when its shapes do not say.
 double matmulFlops(const MatmulOp& m, const OpInputs& in) {
     const auto a = static_cast<size_t>(m.a), b = static_cast<size_t>(m.b);
@@ -183,7 +174,7 @@ double matmulFlops(const MatmulOp& m, const OpInputs& in) {
     const auto& B = in.dims[b];
     if (m.linear) {  // x[..., K] · W[N, K]^T
         if (A.empty() || B.size() != 2 || A.back() != B[1]) return 0;
-        const int64_t rows = elements(std::vector<int64_t>(A.begin(), A.end() - 1));
+        const int64_t rows = shapeElements(std::vector<int64_t>(A.begin(), A.end() - 1));
         return 2.0 * static_cast<double>(rows) * static_cast<double>(B[0]) *
                static_cast<double>(B[1]);
     }
@@ -228,7 +219,7 @@ double opBytes(std::string_view name, const OpInputs& in) {
         if (in.dims[i].empty() || i >= in.types.size()) continue;
         const int64_t per = traceDtypeBytes(in.types[i]);
         if (per <= 0) continue;
-        b.push_back(static_cast<double>(elements(in.dims[i]) * per));
+        b.push_back(static_cast<double>(shapeElements(in.dims[i])) * static_cast<double>(per));
     }
     if (b.empty()) return 0;
     std::sort(b.begin(), b.end());

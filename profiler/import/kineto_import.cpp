@@ -741,13 +741,9 @@ public:
                 Collective c;
                 c.event = idx;
                 c.name = std::string(name.substr(5));
-                if (!in.dims.empty()) {
-                    c.elements = 1;
-                    for (int64_t d : in.dims[0])
-                        c.elements *= std::max<int64_t>(0, d);
-                }
+                if (!in.dims.empty()) c.elements = shapeElements(in.dims[0]);
                 if (!in.types.empty()) c.dtype = in.types[0];
-                c.bytes = c.elements * dtypeBytes(c.dtype);
+                c.bytes = checkedProduct(c.elements, dtypeBytes(c.dtype));
                 c.fullBytes = c.bytes;  // the group (and so the gathered size) is unknown
                 t.collectives.push_back(std::move(c));
             }
@@ -770,11 +766,11 @@ public:
                     for (const auto& x : d) {
                         if (x.is_array()) {
                             nested = true;
-                            int64_t n = 1;
+                            std::vector<int64_t> inner;
                             for (const auto& y : x)
-                                n *= y.is_number_integer() ? std::max<int64_t>(0, y.get<int64_t>())
-                                                           : 0;
-                            total += n;
+                                inner.push_back(y.is_number_integer() ? y.get<int64_t>() : -1);
+                            const int64_t n = shapeElements(inner);
+                            if (__builtin_add_overflow(total, n, &total)) total = 0;
                         } else if (x.is_number_integer()) {
                             shape.push_back(x.get<int64_t>());
                         }

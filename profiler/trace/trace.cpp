@@ -3,6 +3,22 @@
 
 namespace shardscope {
 
+int64_t checkedProduct(int64_t a, int64_t b) {
+    int64_t r = 0;
+    if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r)) return 0;
+    return r;
+}
+
+int64_t shapeElements(const std::vector<int64_t>& shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) {
+        if (d < 0) return 0;
+        n = checkedProduct(n, d);
+        if (n == 0) return 0;
+    }
+    return n;
+}
+
 namespace {
 
 size_t stringBytes(const std::string& s) {

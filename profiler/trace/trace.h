@@ -65,6 +65,12 @@ struct OpInputs {
     std::vector<std::string> types;
 };
 
+// Elements of a record_shapes shape: 0 for a negative dimension or a count beyond int64
+// (no real tensor; a fuzzed trace found the overflow). An empty shape (a scalar) is 1.
+[[nodiscard]] int64_t shapeElements(const std::vector<int64_t>& shape);
+// a * b, or 0 when it overflows int64 or either is negative: byte counts of such shapes.
+[[nodiscard]] int64_t checkedProduct(int64_t a, int64_t b);
+
 struct MemoryCounter {
     int64_t ts = 0;
     int64_t allocated = 0;

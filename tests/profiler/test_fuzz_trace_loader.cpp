@@ -346,6 +346,26 @@ TEST(TraceLoaderFuzz, InputsThatBrokeTheFirstRelease) {
     EXPECT_NE(o.error().find("no usable event: 1 had \"ts\" or \"dur\" out of range"),
               std::string::npos)
         << o.error();
+    // Found by fuzz_kineto_gz in CI: a Gloo op whose shape's element count overflows int64
+    // (signed overflow, undefined behaviour). Now such a shape counts 0 elements, 0 bytes.
+    auto g = load("shardscope_gloo_overflow",
+                  "{\"traceEvents\":[{\"ph\":\"X\",\"cat\":\"cpu_op\",\"name\":"
+                  "\"gloo:all_reduce\",\"pid\":1,\"tid\":1,\"ts\":1,\"dur\":1,\"args\":{"
+                  "\"Input Dims\":[[227991539359584000,60,60]],\"Input type\":[\"float\"]}},"
+                  "{\"ph\":\"X\",\"cat\":\"cpu_op\",\"name\":\"gloo:all_reduce\","
+                  "\"pid\":1,\"tid\":1,\"ts\":3,\"dur\":1,\"args\":{\"Input Dims\":"
+                  "[[[4611686018427387904,4],[4611686018427387904,4]]],\"Input type\":"
+                  "[\"TensorList\"]}}]}");
+    ASSERT_TRUE(g.ok()) << g.error();
+    ASSERT_FALSE(g->collectives.empty());
+    for (const auto& c : g->collectives) {
+        EXPECT_EQ(c.elements, 0);
+        EXPECT_EQ(c.bytes, 0);
+    }
+    EXPECT_EQ(shapeElements({1 << 20, 1 << 20, 1 << 20, 1 << 20}), 0);  // 2^80
+    EXPECT_EQ(shapeElements({3, -1}), 0);
+    EXPECT_EQ(shapeElements({}), 1);
+    EXPECT_EQ(shapeElements({2, 3, 4}), 24);
     // Silent nonsense is refused.
     EXPECT_FALSE(load("shardscope_events_object", "{\"traceEvents\":{}}").ok());
     EXPECT_FALSE(load("shardscope_array_of_numbers", "[1,2,3]").ok());
