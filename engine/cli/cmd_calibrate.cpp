@@ -9,7 +9,6 @@
 #include <map>
 #include <optional>
 #include <sstream>
-#include <thread>
 
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
@@ -288,14 +287,12 @@ int runCalibrateMeasure(const Args& a) {
     if (!readIntOptions(a, {"--nproc", "--threads", "--reps", "--timeout-s"}, {1, 1, 2, 1}, ints))
         return kExitUsage;
     const int64_t nproc = ints[0] ? ints[0] : device == "cuda" ? 1 : 2;
-    const int64_t threads =
-        ints[1] ? ints[1]
-                : std::max<int64_t>(
-                      1, static_cast<int64_t>(std::thread::hardware_concurrency()) / nproc);
-    if (Status ok = checkRanksAndThreads(nproc, threads); !ok) {
-        std::cerr << "error: " << ok.error() << "\n";
+    const auto rankThreads = threadsPerRank(nproc, ints[1]);
+    if (!rankThreads) {
+        std::cerr << "error: " << rankThreads.error() << "\n";
         return kExitUsage;
     }
+    const int64_t threads = *rankThreads;
     std::optional<ClusterSpec> given;
     if (a.has("--cluster")) {
         auto c = loadClusterFile(a.get("--cluster"));

@@ -18,7 +18,6 @@
 #include <map>
 #include <set>
 #include <sstream>
-#include <thread>
 
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
@@ -112,14 +111,12 @@ int runRun(const Args& a) {
                      "validate`)\n";
         return kExitFailed;
     }
-    const int64_t threads =
-        ints[7] ? ints[7]
-                : std::max<int64_t>(
-                      1, static_cast<int64_t>(std::thread::hardware_concurrency()) / nproc);
-    if (Status ok = checkRanksAndThreads(nproc, threads); !ok) {
-        std::cerr << "error: " << ok.error() << "\n";
+    const auto rankThreads = threadsPerRank(nproc, ints[7]);
+    if (!rankThreads) {
+        std::cerr << "error: " << rankThreads.error() << "\n";
         return kExitUsage;
     }
+    const int64_t threads = *rankThreads;
     auto eng = findEngine();
     if (failed(eng)) return kExitFailed;
     const fs::path engine = *eng;

@@ -81,18 +81,20 @@ Expected<fs::path> findEngine() {
     return engine;
 }
 
-Status checkRanksAndThreads(int64_t nproc, int64_t threads) {
+Expected<int64_t> threadsPerRank(int64_t nproc, int64_t given) {
     constexpr int64_t kMaxRanks = 1024;
     if (nproc > kMaxRanks)
         return Error{"--nproc " + std::to_string(nproc) + ": more than " +
                      std::to_string(kMaxRanks) +
                      " local ranks; use a real launcher (torchrun) across machines"};
     const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+    const int64_t threads =
+        given > 0 ? given : std::max<int64_t>(1, cores / std::max<int64_t>(1, nproc));
     if (threads > 4 * cores)
         return Error{"--threads " + std::to_string(threads) + ": this machine has " +
                      std::to_string(cores) + " cores; more than " + std::to_string(4 * cores) +
                      " threads per rank only contend for them"};
-    return {};
+    return threads;
 }
 
 Expected<fs::path> makeRunFolder(const std::string& prefix) {
@@ -165,23 +167,26 @@ int launchLocalRanks(const std::vector<std::string>& common, int64_t nproc, cons
     int64_t grace = -1;            // seconds the others get after the first failure
     const auto started = std::chrono::steady_clock::now();
     int64_t lastReport = -1;
-    while (running > 0) {
+    // Collects one exited rank, if any: its status, and the first failure and when.
+    auto reap = [&]() {
         int st = 0;
         const pid_t p = ::waitpid(-1, &st, WNOHANG);
-        if (p > 0) {
-            for (size_t i = 0; i < pids.size(); ++i)
-                if (pids[i] == p) {
-                    status[i] = st;
-                    pids[i] = -1;
-                    --running;
-                    const bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-                    if (!ok && firstFailure < 0) {
-                        firstFailure = static_cast<int64_t>(i);
-                        failedAt = std::chrono::steady_clock::now();
-                    }
+        if (p <= 0) return false;
+        for (size_t i = 0; i < pids.size(); ++i)
+            if (pids[i] == p) {
+                status[i] = st;
+                pids[i] = -1;
+                --running;
+                const bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+                if (!ok && firstFailure < 0) {
+                    firstFailure = static_cast<int64_t>(i);
+                    failedAt = std::chrono::steady_clock::now();
                 }
-            continue;
-        }
+            }
+        return true;
+    };
+    while (running > 0) {
+        if (reap()) continue;
         if (g_interrupted && !killed) {
             std::cerr << "\n" + who + ": interrupted; stopping every rank\n";
             killAll(SIGTERM);
@@ -206,15 +211,7 @@ int launchLocalRanks(const std::vector<std::string>& common, int64_t nproc, cons
             killAll(SIGCONT);  // a stopped rank handles its SIGTERM only once it runs
             const auto termAt = std::chrono::steady_clock::now();
             while (std::chrono::steady_clock::now() - termAt < std::chrono::seconds(2)) {
-                int st2 = 0;
-                const pid_t q = ::waitpid(-1, &st2, WNOHANG);
-                if (q > 0) {
-                    for (size_t i = 0; i < pids.size(); ++i)
-                        if (pids[i] == q) {
-                            status[i] = st2;
-                            pids[i] = -1;
-                            --running;
-                        }
+                if (reap()) {
                     if (running == 0) break;
                     continue;
                 }

@@ -16,9 +16,10 @@ namespace shardscope::cli {
 // shardscope-engine beside this binary; the error says the build has no LibTorch engine.
 [[nodiscard]] Expected<std::filesystem::path> findEngine();
 
-// Plausible local ranks and threads per rank: at most 1,024 ranks, and at most 4x this
-// machine's cores in threads per rank (more only contend); an error names the option.
-[[nodiscard]] Status checkRanksAndThreads(int64_t nproc, int64_t threads);
+// Threads per rank for `nproc` local ranks: `given` (--threads, 0 when absent) or the
+// machine's cores shared among the ranks. Refused, naming the option: more than 1,024 ranks,
+// or more than 4x the cores in threads per rank (more only contend).
+[[nodiscard]] Expected<int64_t> threadsPerRank(int64_t nproc, int64_t given);
 
 // A new folder in $TMPDIR named `prefix`-XXXXXX, for a run's logs and results.
 [[nodiscard]] Expected<std::filesystem::path> makeRunFolder(const std::string& prefix);

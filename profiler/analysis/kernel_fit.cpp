@@ -122,15 +122,18 @@ Expected<KernelFit> fitKernels(const KernelSamples& all, const ClusterSpec& base
         return v;
     };
     const std::string from = "fitted by `shardscope calibrate --from-trace` from " + sourceName;
+    // Achieved fraction of the dtype's peak of a GEMM or attention sample (the peak as it
+    // stands: raised when GEMMs outran it).
+    auto fractionOfPeak = [&c](const KernelSample& s) {
+        return s.flops / (c.device.peakFor(s.dtype) * static_cast<double>(s.durNs) * 1e-9);
+    };
 
     // 2. GEMMs: the efficiency curve, by half-decade of FLOPs per kernel.
     const auto gemms = fitSet(KernelClass::Gemm);
     if (!gemms.empty()) {
         std::vector<std::pair<double, double>> points;
         for (const auto* s : gemms)
-            if (s->durNs > 0)
-                points.push_back({s->flops, s->flops / (c.device.peakFor(s->dtype) *
-                                                        static_cast<double>(s->durNs) * 1e-9)});
+            if (s->durNs > 0) points.push_back({s->flops, fractionOfPeak(*s)});
         auto curve = halfDecadeMedians(points, 1e-6);
         if (const double top = capCurveAtOne(curve); top > 1.0) {
             for (auto& [dt, peak] : c.device.peakFlops)
@@ -160,8 +163,7 @@ Expected<KernelFit> fitKernels(const KernelSamples& all, const ClusterSpec& base
         size_t n = 0;
         for (const auto* s : fitSet(KernelClass::Attention))
             if (s->flops > 0 && s->durNs > 0) {
-                points.push_back({s->flops, s->flops / (c.device.peakFor(s->dtype) *
-                                                        static_cast<double>(s->durNs) * 1e-9)});
+                points.push_back({s->flops, fractionOfPeak(*s)});
                 ++n;
             }
         auto curve = halfDecadeMedians(points, 1e-6);

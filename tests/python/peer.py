@@ -42,5 +42,16 @@ def shardscope(*args, check=True):
         return r.stdout
 
 
+def run(*args, binary=None):
+    """Runs the shardscope CLI (or `binary`) from the source folder; the CompletedProcess."""
+    return subprocess.run([binary or BIN, *args], capture_output=True, text=True, cwd=SOURCE)
+
+
+def read_csv(path):
+    import csv
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
 def sample(*parts):
     return os.path.join(SOURCE, "samples", *parts)

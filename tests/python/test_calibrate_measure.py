@@ -22,8 +22,7 @@ torch = peer.require("torch")
 BIN, _ = peer.require_engine()
 
 
-def run(*args):
-    return subprocess.run([BIN, *args], capture_output=True, text=True, cwd=peer.SOURCE)
+run = peer.run
 
 
 class Measure(unittest.TestCase):

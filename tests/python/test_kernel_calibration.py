@@ -13,7 +13,6 @@
    all-reduces with their "In msg nelems" sizes.
 3. Bad input: --trace with --from-trace, a trace with nothing to price.
 """
-import csv
 import glob
 import gzip
 import json
@@ -61,13 +60,10 @@ json.dump(counted, open(oracle, "w"))
 """
 
 
-def run(*args):
-    return subprocess.run([peer.BIN, *args], capture_output=True, text=True, cwd=peer.SOURCE)
+run = peer.run
 
 
-def read_csv(path):
-    with open(path) as f:
-        return list(csv.DictReader(f))
+read_csv = peer.read_csv
 
 
 class CpuTrace(unittest.TestCase):

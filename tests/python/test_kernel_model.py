@@ -14,7 +14,6 @@ counter, with_flops, is the oracle for the trace's GEMM FLOPs), in fp32 and bf16
 trace reader's attention FLOPs (from the SDPA ops' record_shapes, which calibrate fits
 attention_efficiency with) must equal torch.utils.flop_counter's SDPA formulas.
 """
-import csv
 import json
 import os
 import subprocess
@@ -130,13 +129,10 @@ def memory_bound_kernels(trace_path):
     return counted
 
 
-def run(*args):
-    return subprocess.run([peer.BIN, *args], capture_output=True, text=True, cwd=peer.SOURCE)
+run = peer.run
 
 
-def read_csv(path):
-    with open(path) as f:
-        return list(csv.DictReader(f))
+read_csv = peer.read_csv
 
 
 class DecoderKernels(unittest.TestCase):
