@@ -20,6 +20,7 @@ bytes (no allocator rounding), which is also what the simulator's peak allocated
 after its own 512-byte rounding.
 """
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -129,6 +130,108 @@ def balanced_moe_routing():
 
     modeling_mixtral.MixtralSparseMoeBlock.forward = forward
 
+def hide_dtensor_shape_propagation():
+    """DTensor works out an op's output shape by running it on full-size (global-shape)
+    tensors it makes "in fake tensor mode so that it avoids materializing memory"
+    (torch/distributed/tensor/_sharding_prop.py, `_propagate_tensor_meta_non_cached`): on a
+    GPU they cost nothing. Under this oracle the fake mode it finds is ours, so
+    FSDPMemTracker, stacked above it, counted them: on an uncached op of AdamW's step on
+    DTensor parameters (the first steps of a process, e.g. state init's zeros_like on a
+    128256 x 4096 embedding) it reported 6.84 GiB of "OptState" for 0.93 GiB of state
+    (Llama-3.1-8B on 64 ranks), and a smaller figure once an earlier case in the same process
+    had filled DTensor's propagation cache. The tracker now ignores tensors made there."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+    from torch.distributed.tensor._sharding_prop import ShardingPropagator
+
+    if getattr(ShardingPropagator, "_shardscope_hidden", False):
+        return
+    depth = [0]
+    propagate, track = ShardingPropagator._propagate_tensor_meta_non_cached, MemTracker._track
+
+    def propagate_hidden(self, *args, **kwargs):
+        depth[0] += 1
+        try:
+            return propagate(self, *args, **kwargs)
+        finally:
+            depth[0] -= 1
+
+    def track_unless_hidden(self, *args, **kwargs):
+        if depth[0] == 0:
+            return track(self, *args, **kwargs)
+
+    ShardingPropagator._propagate_tensor_meta_non_cached = propagate_hidden
+    MemTracker._track = track_unless_hidden
+    ShardingPropagator._shardscope_hidden = True
+
+
+def keep_fsdp_group_hooks():
+    """FSDPMemTracker swaps each FSDP state's forward hooks for its own, one pair per module
+    (torch/distributed/_tools/fsdp2_mem_tracker.py, `_instrument_fsdp_module`). For a unit
+    of several modules, `fully_shard([model.norm, lm_head])` as torchtitan and our exports
+    write it, FSDP2 has one group hook pair: pre-forward on the first module to run,
+    post-forward on the last (`_register_group_forward_hooks` in
+    torch/distributed/fsdp/_fully_shard/_fsdp_state.py). Under the tracker the unit was
+    all-gathered and resharded once per module in forward, got one pre-backward per module
+    (a second all-gather of the whole unit while the first reduce-scatter's buffer is still
+    held), and the first module's swapped hooks were never removed, so they stacked from
+    step to step. Llama-3.1-8B on 64 ranks peaked at that second all-gather, 0.98 GiB above
+    what FSDP2 itself runs. The tracker is instrumented here with FSDP2's own group hooks
+    around its wrappers, one pair per state; its accounting is unchanged."""
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker, _SavedFSDPMethods
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.fsdp._fully_shard._fsdp_state import _register_group_forward_hooks
+
+    if getattr(FSDPMemTracker, "_shardscope_group_hooks", False):
+        return
+
+    def states(tracker):
+        seen = {}
+        for module in tracker._root_mod.modules():
+            if isinstance(module, FSDPModule):
+                st = module._get_fsdp_state()
+                if st._fsdp_param_group is not None and id(st) not in seen:
+                    seen[id(st)] = st
+        return list(seen.values())
+
+    def hook(st, pre, post, always_call):
+        if len(st._modules) == 1:
+            m = st._modules[0]
+            st._pre_forward_hook_handle = m.register_forward_pre_hook(pre, prepend=True, with_kwargs=True)
+            st._post_forward_hook_handle = m.register_forward_hook(post, prepend=False, always_call=always_call)
+        else:
+            st._pre_forward_hook_handle = st._post_forward_hook_handle = _register_group_forward_hooks(
+                st._modules, pre, post, st._modules_to_run_forward)
+
+    def instrument(self):
+        for st in states(self):
+            st._pre_forward_hook_handle.remove()
+            st._post_forward_hook_handle.remove()
+            group, first = st._fsdp_param_group, st._modules[0]
+            self._instrument_fsdp_sharded_params_grads(group)
+            hook(st, self._fsdp_state_pre_forward(first, st._pre_forward),
+                 self._fsdp_state_post_forward(first, st._post_forward), True)
+            self._fsdp_mod_to_saved_methods[first] = _SavedFSDPMethods(group.pre_backward, group.post_backward)
+            group.pre_backward = self._fsdp_param_group_pre_backward(first, group.pre_backward)
+            group.post_backward = self._fsdp_param_group_post_backward(first, group.post_backward)
+
+    deregister = FSDPMemTracker._deregister_module_and_optimizer_hooks
+
+    def uninstrument(self):
+        for first, saved in self._fsdp_mod_to_saved_methods.items():
+            st = first._get_fsdp_state()
+            st._pre_forward_hook_handle.remove()
+            st._post_forward_hook_handle.remove()
+            hook(st, st._pre_forward, st._post_forward, False)  # as fully_shard registers them
+            st._fsdp_param_group.pre_backward = saved.pre_backward
+            st._fsdp_param_group.post_backward = saved.post_backward
+        self._fsdp_mod_to_saved_methods.clear()
+        deregister(self)  # the optimizer hooks (the loop above left it no modules)
+
+    FSDPMemTracker._instrument_fsdp_module = instrument
+    FSDPMemTracker._deregister_module_and_optimizer_hooks = uninstrument
+    FSDPMemTracker._shardscope_group_hooks = True
+
+
 def print_module_peaks(tracker, names):
     """The tracker's per-module snapshots (SHARDSCOPE_ORACLE_MODULES=fqn,fqn): at each
     state it records (pre/post forward and backward, peaks), the categories above 50 MiB."""
@@ -144,8 +247,10 @@ def print_module_peaks(tracker, names):
                 print("   ", getattr(state, "value", state), cats)
 
 
-def oracle(model_path, plan_path, world, batch, seq, steps=2):
-    """FSDPMemTracker's peak snapshot (bytes per category) for rank 0 of `world`."""
+def oracle(model_path, plan_path, world, batch, seq, steps=2, track=True):
+    """FSDPMemTracker's peak snapshot (bytes per category) for rank 0 of `world`.
+    track=False runs the same steps without the tracker (and returns {}): the tests compare
+    what FSDP2 runs with and without it."""
     import torch
     import torch.distributed as dist
     import transformers
@@ -172,6 +277,8 @@ def oracle(model_path, plan_path, world, batch, seq, steps=2):
     masking_utils.find_packed_sequence_indices = lambda position_ids: None
     if cfg.model_type == "mixtral":
         balanced_moe_routing()
+    hide_dtensor_shape_propagation()
+    keep_fsdp_group_hooks()
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
     try:
         # The mesh is made outside fake mode (it reads its rank layout back as a tensor).
@@ -185,12 +292,13 @@ def oracle(model_path, plan_path, world, batch, seq, steps=2):
             apply_plan(net, export, device_type="cpu", mesh=mesh)
             optim = torch.optim.AdamW(net.parameters(), lr=1e-4, foreach=False)
             tokens = torch.randint(0, cfg.vocab_size, (batch, seq))
-            tracker = FSDPMemTracker(net, optim)
-            tracker.track_inputs((tokens,))
+            tracker = FSDPMemTracker(net, optim) if track else None
+            if tracker:
+                tracker.track_inputs((tokens,))
             # Entering the tracker resets its peak to what is live then: step 0 makes the
             # optimizer state, the last step's peak is the steady state's.
             for _ in range(steps):
-                with tracker:
+                with tracker or contextlib.nullcontext():
                     # The logits go before backward, as the Hugging Face Trainer
                     # (compute_loss returns the loss alone) and torchtitan (del pred) do.
                     loss = net(input_ids=tokens, labels=tokens).loss
@@ -198,10 +306,12 @@ def oracle(model_path, plan_path, world, batch, seq, steps=2):
                     del loss
                     optim.step()
                     optim.zero_grad()
+                if not tracker:
+                    continue
                 if os.environ.get("SHARDSCOPE_ORACLE_MODULES"):
                     print_module_peaks(tracker, os.environ["SHARDSCOPE_ORACLE_MODULES"].split(","))
                 tracker.reset_mod_stats()  # the tracker follows one iteration at a time
-            snap = tracker.get_tracker_snapshot("peak")
+            snap = tracker.get_tracker_snapshot("peak") if tracker else {"cpu": {}}
     finally:
         dist.destroy_process_group()
     dev = next(iter(snap.values()))

@@ -598,11 +598,17 @@ private:
         const BufferId in =
             buffer(rsIn, MemCategory::ReduceScatterBuffer, Stream::Compute, unit.reduceDtype);
         ci.allocs.push_back(in);
+        // FSDP2 drops the previous reduce-scatter's input at this post-backward, once that
+        // reduce-scatter is done (this copy-in waits for it), not the moment it completes,
+        // and before it makes this one's (FSDPParamGroup.post_backward sets
+        // comm_ctx.reduce_scatter_state to None, then calls foreach_reduce): the two are
+        // never live together. The gradients go after the copy.
+        if (prevRsIn.valid()) {
+            ci.frees.push_back(prevRsIn);
+            ci.freesFirst = 1;
+        }
         for (BufferId gb : grads)
             ci.frees.push_back(gb);
-        // FSDP2 drops the previous reduce-scatter's input at this post-backward, once that
-        // reduce-scatter is done (this copy-in waits for it): not the moment it completes.
-        if (prevRsIn.valid()) ci.frees.push_back(prevRsIn);
         const OpId ciId = add(std::move(ci));
         Op rs{r.noShard ? OpKind::AllReduce : OpKind::ReduceScatter, Phase::Backward,
               Stream::ReduceScatter, UnitId(u), mb};
@@ -837,12 +843,18 @@ std::string StepProgram::dump(const ResolvedPlan& plan) const {
                 out << (k ? "," : "") << op.waits[k].value;
         }
         if (op.cpuBlocks) out << " cpu-blocks";
+        // In the order the memory model applies them: early frees, allocations, frees.
+        auto freed = [&](size_t from, size_t to) {
+            for (size_t k = from; k < to; ++k)
+                out << " -" << memCategoryName(buffers[op.frees[k].index()].category) << ":"
+                    << buffers[op.frees[k].index()].bytes;
+        };
+        const size_t early = earlyFrees(op);
+        freed(0, early);
         for (BufferId b : op.allocs)
             out << " +" << memCategoryName(buffers[b.index()].category) << ":"
                 << buffers[b.index()].bytes << ":" << dtypeName(buffers[b.index()].dtype);
-        for (BufferId b : op.frees)
-            out << " -" << memCategoryName(buffers[b.index()].category) << ":"
-                << buffers[b.index()].bytes;
+        freed(early, op.frees.size());
         out << "\n";
     }
     return out.str();

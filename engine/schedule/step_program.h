@@ -27,6 +27,8 @@
 // FSDP1 differs in: flat parameters, limit_all_gathers (an all-gather waits until the
 // unit two before it has been freed: the CPU blocks), backward prefetch BACKWARD_PRE /
 // BACKWARD_POST / none, SHARD_GRAD_OP and NO_SHARD.
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -132,7 +134,18 @@ struct Op {
     bool cpuBlocks = false;        // the CPU waits for `waits` before issuing (FSDP1 limiter)
     SmallVector<BufferId, 2> allocs{};
     SmallVector<BufferId, 3> frees{};  // freed when this op is issued (stream-ordered reuse)
+    // The first `freesFirst` of `frees` are released before `allocs` (a buffer dropped just
+    // before this op's own allocation, as FSDP2's post-backward drops the previous
+    // reduce-scatter input before making the next); the rest after. A copy-out releases all
+    // of its frees first (the previous all-gather result).
+    uint8_t freesFirst = 0;
 };
+
+// How many of an op's frees come before its allocations (Op::freesFirst; all of a copy-out's).
+inline size_t earlyFrees(const Op& op) {
+    return op.kind == OpKind::CopyOut ? op.frees.size()
+                                      : std::min<size_t>(op.freesFirst, op.frees.size());
+}
 
 struct StepOptions {
     int64_t microBatchSize = 1;

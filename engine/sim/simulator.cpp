@@ -181,21 +181,20 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
                         alloc += AllocatorModel::roundSize(p.buffers[b.index()].bytes);
                     }
             };
-            auto frees = [&] {
-                for (BufferId b : op.frees)
+            auto frees = [&](size_t from, size_t to) {
+                for (size_t k = from; k < to; ++k) {
+                    const BufferId b = op.frees[k];
                     if (live[b.index()]) {
                         live[b.index()] = 0;
                         alloc -= AllocatorModel::roundSize(p.buffers[b.index()].bytes);
                     }
+                }
             };
-            if (op.kind == OpKind::CopyOut) {
-                frees();
-                allocs();
-            } else {
-                allocs();
-                peak = std::max(peak, alloc);
-                frees();
-            }
+            const size_t early = earlyFrees(op);
+            frees(0, early);
+            allocs();
+            peak = std::max(peak, alloc);
+            frees(early, op.frees.size());
             peak = std::max(peak, alloc);
         }
         if (peak > o.reservedBudget) {
@@ -234,8 +233,9 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
             cat[static_cast<size_t>(buf.category)] += sz;
         }
     };
-    auto doFrees = [&](const Op& op) {
-        for (BufferId b : op.frees) {
+    auto doFrees = [&](const Op& op, size_t from, size_t to) {
+        for (size_t k = from; k < to; ++k) {
+            const BufferId b = op.frees[k];
             if (handle[b.index()] < 0) continue;
             const Buffer& buf = p.buffers[b.index()];
             alloc.free(handle[b.index()]);
@@ -269,16 +269,16 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
         const Op& op = p.ops[i];
         const bool newPhase = static_cast<size_t>(op.phase) != phase;
         phase = static_cast<size_t>(op.phase);
-        if (op.kind == OpKind::CopyOut) {
-            doFrees(op);
-            doAllocs(op);
-        } else {
-            doAllocs(op);
-            if (o.keepTimeline || newPhase || !op.allocs.empty()) sample(r.start[i]);
-            doFrees(op);
-            if (!o.keepTimeline) continue;
+        const size_t early = earlyFrees(op);
+        doFrees(op, 0, early);
+        doAllocs(op);
+        if (op.kind == OpKind::CopyOut) {  // all frees first, one sample after
+            sample(r.start[i]);
+            continue;
         }
-        sample(r.start[i]);
+        if (o.keepTimeline || newPhase || !op.allocs.empty()) sample(r.start[i]);
+        doFrees(op, early, op.frees.size());
+        if (o.keepTimeline) sample(r.start[i]);
     }
     r.oom = r.peakReserved > c.device.memoryBytes;
     const double seconds = static_cast<double>(r.stepNs) * 1e-9;
