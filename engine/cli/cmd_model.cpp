@@ -161,7 +161,8 @@ std::vector<Command> modelCommands() {
     show.summary =
         "Show a model's module tree with parameter counts, sizes, FLOPs and activations.";
     show.description =
-        "Reads a Hugging Face config.json (llama, mistral, qwen2, mixtral, gpt2) or a ShardScope\n"
+        "Reads a Hugging Face config.json (llama, mistral, qwen2, qwen3, mixtral, gpt2) or a\n"
+        "ShardScope "
         "model JSON (scripts/export_model.py writes one for any torch.nn.Module). Module names\n"
         "are the ones FSDP sees (named_modules()). Repeated siblings of the same shape are\n"
         "folded into one row; tied parameters are counted once, as model.parameters() does.\n"

@@ -47,14 +47,16 @@ struct CostBuilder {
     // input in e (h·e).
     // Kernels (transformers 4.57): pow, mean, add, rsqrt, mul, mul forward; 14 backward; two
     // casts each way when the compute dtype is not fp32.
-    void rmsNorm(ModuleId m, double h) {
+    // `rows` per token: 1 over the hidden size; Qwen3's q_norm and k_norm normalise each
+    // head over head_dim, one rstd per head.
+    void rmsNorm(ModuleId m, double h, double rows = 1) {
         auto& c = g.cost(m);
         c.fwdMemKernels += 6 + (e < 4 ? 2 : 0);
         c.bwdMemKernels += 14 + (e < 4 ? 2 : 0);
         c.fwdMemBytes.perToken += h * (2 * e + 16);
         c.bwdMemBytes.perToken += 2 * h * (2 * e + 16);
         c.savedBytes.perToken += h * e;
-        c.savedBytes.fixedPerToken += 4 * h + 4;
+        c.savedBytes.fixedPerToken += 4 * h + 4 * rows;
         c.outputBytes.perToken += h * e;
     }
     // nn.LayerNorm: native_layer_norm saves input, mean and rstd (fp32).
@@ -131,10 +133,11 @@ struct CostBuilder {
 };
 
 struct LlamaLike {
-    std::string family;  // llama, mistral, qwen2, mixtral
-    std::string prefix;  // Llama, Mistral, Qwen2, Mixtral
+    std::string family;  // llama, mistral, qwen2, qwen3, mixtral
+    std::string prefix;  // Llama, Mistral, Qwen2, Qwen3, Mixtral
     int64_t vocab, hidden, inter, layers, heads, kvHeads, headDim;
     bool tie, qkvBias, oBias, mlpBias;
+    bool qkNorm = false;  // Qwen3: RMSNorm of each query and key head over head_dim
     int64_t experts = 0, topK = 0;
     int64_t maxPositions = 0;
 };
@@ -234,6 +237,16 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
         // o_proj's input is SDPA's output transposed back: autograd saves one storage for
         // both, counted at SDPA.
         linear(attn, "o_proj", dq, h, c.oBias, false);
+        if (c.qkNorm) {
+            // q_norm(q_proj(x).view(b, s, heads, head_dim)), the same for k: registered after
+            // o_proj; RoPE then runs on their outputs (and saves neither).
+            for (auto [name, heads] :
+                 {std::pair{"q_norm", c.heads}, std::pair{"k_norm", c.kvHeads}}) {
+                ModuleId m = g.addModule(attn, name, c.prefix + "RMSNorm");
+                g.addParam(m, "weight", {c.headDim}, pd);
+                cb.rmsNorm(m, static_cast<double>(heads * c.headDim), static_cast<double>(heads));
+            }
+        }
         // RoPE: q·cos + rotate_half(q)·sin saves only cos and sin (they need no gradient,
         // so q and rotate_half(q) are not kept); cos and sin are shared across layers and
         // counted once at rotary_emb. The rotated q and k are saved by SDPA.
@@ -317,6 +330,7 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
     c.prefix = family == "llama"     ? "Llama"
                : family == "mistral" ? "Mistral"
                : family == "qwen2"   ? "Qwen2"
+               : family == "qwen3"   ? "Qwen3"
                                      : "Mixtral";
     c.vocab = positive(r, "vocab_size");
     c.hidden = positive(r, "hidden_size");
@@ -341,10 +355,17 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
     c.tie = r.optBool("tie_word_embeddings").value_or(false);
     if (r.hasNonNull("max_position_embeddings"))
         c.maxPositions = positive(r, "max_position_embeddings");
-    // Qwen2 always has q/k/v biases; Llama has attention_bias (q, k, v and o) and mlp_bias.
+    // Qwen2 always has q/k/v biases; Llama and Qwen3 have attention_bias (q, k, v and o),
+    // Llama also mlp_bias.
     const bool attnBias = r.optBool("attention_bias").value_or(false);
     c.qkvBias = family == "qwen2" || attnBias;
-    c.oBias = family == "llama" && attnBias;
+    c.oBias = (family == "llama" || family == "qwen3") && attnBias;
+    c.qkNorm = family == "qwen3";
+    if (family == "qwen3" && r.optBool("use_sliding_window").value_or(false))
+        r.at("use_sliding_window")
+            .fail(
+                "sliding-window attention is not modelled (its layers attend to fewer "
+                "positions); set it to false or export the model with scripts/export_model.py");
     c.mlpBias = family == "llama" && r.optBool("mlp_bias").value_or(false);
     if (family == "mixtral") {
         c.experts = positive(r, "num_local_experts");
@@ -468,15 +489,17 @@ Expected<ModelGraph> modelFromHfConfig(const nlohmann::json& j, const std::strin
         r.requireObject();
         const std::string type = r.getString("model_type");
         Expected<ModelGraph> g = Error{""};
-        if (type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral")
+        if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" ||
+            type == "mixtral")
             g = loadLlamaLike(r, type, options);
         else if (type == "gpt2")
             g = loadGpt2(r, options);
         else
             r.at("model_type")
-                .fail("unsupported model_type \"" + type +
-                      "\" (supported: llama, mistral, qwen2, mixtral, gpt2; for other models "
-                      "export a ShardScope model JSON with scripts/export_model.py)");
+                .fail(
+                    "unsupported model_type \"" + type +
+                    "\" (supported: llama, mistral, qwen2, qwen3, mixtral, gpt2; for other models "
+                    "export a ShardScope model JSON with scripts/export_model.py)");
         if (g.ok() && r.hasNonNull("_name_or_path")) g->name = r.getString("_name_or_path");
         return g;
     } catch (const JsonError& e) {

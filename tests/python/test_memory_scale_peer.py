@@ -64,6 +64,11 @@ class MemoryAtScale(unittest.TestCase):
     def test_qwen2_7b_bf16(self):
         self.assertLess(abs(self.case("qwen2-7b")["error"]), GOAL)
 
+    def test_qwen3_8b_bf16(self):
+        # Qwen3's per-head q_norm and k_norm (native loader since 2026-11-25).
+        self.assertLess(abs(self.case("qwen3-8b")["error"]), GOAL)
+        self.assertLess(abs(self.case("qwen3-8b", ac="selective_op")["error"]), GOAL)
+
     def test_mixtral_8x7b_bf16(self):
         # Mixtral's experts under balanced routing (memory_oracle.balanced_moe_routing: the
         # same operators as transformers' block, each expert given tokens x top_k / experts
