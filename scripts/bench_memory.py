@@ -34,6 +34,7 @@ MODELS = {
     "llama3.1-8b": ("LlamaDecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
     "qwen2-7b": ("Qwen2DecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
     "qwen3-8b": ("Qwen3DecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
+    "olmo2-7b": ("Olmo2DecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
     "mixtral-8x7b": ("MixtralDecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
     # Tied embeddings: the root keeps wte/lm_head. Run with dropout off (nanoGPT's
     # pre-training setting): on the CPU the oracle's dropout is unfused and saves a bf16 mask

@@ -161,9 +161,9 @@ std::vector<Command> modelCommands() {
     show.summary =
         "Show a model's module tree with parameter counts, sizes, FLOPs and activations.";
     show.description =
-        "Reads a Hugging Face config.json (llama, mistral, qwen2, qwen3, mixtral, gpt2) or a\n"
-        "ShardScope "
-        "model JSON (scripts/export_model.py writes one for any torch.nn.Module). Module names\n"
+        "Reads a Hugging Face config.json (llama, mistral, qwen2, qwen3, olmo2, mixtral, gpt2)\n"
+        "or a ShardScope model JSON (scripts/export_model.py writes one for any torch.nn.Module).\n"
+        "Module names "
         "are the ones FSDP sees (named_modules()). Repeated siblings of the same shape are\n"
         "folded into one row; tied parameters are counted once, as model.parameters() does.\n"
         "FLOPs and saved activations are per micro-batch of --batch x --seq tokens, counted\n"

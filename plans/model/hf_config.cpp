@@ -48,14 +48,19 @@ struct CostBuilder {
     // Kernels (transformers 4.57): pow, mean, add, rsqrt, mul, mul forward; 14 backward; two
     // casts each way when the compute dtype is not fp32.
     // `rows` per token: 1 over the hidden size; Qwen3's q_norm and k_norm normalise each
-    // head over head_dim, one rstd per head.
-    void rmsNorm(ModuleId m, double h, double rows = 1) {
+    // head over head_dim, one rstd per head. `weightInFp32`: OLMo-2 multiplies the weight
+    // before casting back ((w * x).to(dtype)), so the weight's multiply keeps the fp32
+    // normalized input (4h) instead of its cast (h·e).
+    void rmsNorm(ModuleId m, double h, double rows = 1, bool weightInFp32 = false) {
         auto& c = g.cost(m);
         c.fwdMemKernels += 6 + (e < 4 ? 2 : 0);
         c.bwdMemKernels += 14 + (e < 4 ? 2 : 0);
         c.fwdMemBytes.perToken += h * (2 * e + 16);
         c.bwdMemBytes.perToken += 2 * h * (2 * e + 16);
-        c.savedBytes.perToken += h * e;
+        if (weightInFp32)
+            c.savedBytes.fixedPerToken += 4 * h;
+        else
+            c.savedBytes.perToken += h * e;
         c.savedBytes.fixedPerToken += 4 * h + 4 * rows;
         c.outputBytes.perToken += h * e;
     }
@@ -133,11 +138,14 @@ struct CostBuilder {
 };
 
 struct LlamaLike {
-    std::string family;  // llama, mistral, qwen2, qwen3, mixtral
-    std::string prefix;  // Llama, Mistral, Qwen2, Qwen3, Mixtral
+    std::string family;  // llama, mistral, qwen2, qwen3, olmo2, mixtral
+    std::string prefix;  // Llama, Mistral, Qwen2, Qwen3, Olmo2, Mixtral
     int64_t vocab, hidden, inter, layers, heads, kvHeads, headDim;
     bool tie, qkvBias, oBias, mlpBias;
     bool qkNorm = false;  // Qwen3: RMSNorm of each query and key head over head_dim
+    // OLMo-2: q_norm and k_norm over the whole projections, norms after attention and after
+    // the MLP instead of before (no input_layernorm), the norm's weight applied in fp32.
+    bool olmo2 = false;
     int64_t experts = 0, topK = 0;
     int64_t maxPositions = 0;
 };
@@ -180,7 +188,7 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
     auto rmsNorm = [&](ModuleId parent, const char* name) {
         ModuleId m = g.addModule(parent, name, c.prefix + "RMSNorm");
         g.addParam(m, "weight", {h}, pd);
-        cb.rmsNorm(m, H);
+        cb.rmsNorm(m, H, 1, c.olmo2);
         return m;
     };
     // SwiGLU MLP: down(silu(gate(x)) * up(x)). Saved in the MLP itself: gate output (SiLU
@@ -237,6 +245,14 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
         // o_proj's input is SDPA's output transposed back: autograd saves one storage for
         // both, counted at SDPA.
         linear(attn, "o_proj", dq, h, c.oBias, false);
+        if (c.olmo2) {
+            // q_norm(q_proj(x)) and k_norm(k_proj(x)) before the heads are split.
+            for (auto [name, width] : {std::pair{"q_norm", dq}, std::pair{"k_norm", dkv}}) {
+                ModuleId m = g.addModule(attn, name, c.prefix + "RMSNorm");
+                g.addParam(m, "weight", {width}, pd);
+                cb.rmsNorm(m, static_cast<double>(width), 1, true);
+            }
+        }
         if (c.qkNorm) {
             // q_norm(q_proj(x).view(b, s, heads, head_dim)), the same for k: registered after
             // o_proj; RoPE then runs on their outputs (and saves neither).
@@ -296,8 +312,15 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
             ModuleId mlp = g.addModule(layer, "mlp", c.prefix + "MLP");
             swiglu(mlp, "gate_proj", "up_proj", "down_proj", 1.0, true);
         }
-        rmsNorm(layer, "input_layernorm");
-        rmsNorm(layer, "post_attention_layernorm");
+        if (c.olmo2) {
+            // x + post_attention_layernorm(attn(x)), then the same around the MLP: q/k/v and
+            // gate/up read the residual stream itself (saved by q_proj and gate_proj).
+            rmsNorm(layer, "post_attention_layernorm");
+            rmsNorm(layer, "post_feedforward_layernorm");
+        } else {
+            rmsNorm(layer, "input_layernorm");
+            rmsNorm(layer, "post_attention_layernorm");
+        }
         cb.residualAdds(layer, H, 2);
     }
     rmsNorm(model, "norm");
@@ -331,6 +354,7 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
                : family == "mistral" ? "Mistral"
                : family == "qwen2"   ? "Qwen2"
                : family == "qwen3"   ? "Qwen3"
+               : family == "olmo2"   ? "Olmo2"
                                      : "Mixtral";
     c.vocab = positive(r, "vocab_size");
     c.hidden = positive(r, "hidden_size");
@@ -359,8 +383,9 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
     // Llama also mlp_bias.
     const bool attnBias = r.optBool("attention_bias").value_or(false);
     c.qkvBias = family == "qwen2" || attnBias;
-    c.oBias = (family == "llama" || family == "qwen3") && attnBias;
+    c.oBias = (family == "llama" || family == "qwen3" || family == "olmo2") && attnBias;
     c.qkNorm = family == "qwen3";
+    c.olmo2 = family == "olmo2";
     if (family == "qwen3" && r.optBool("use_sliding_window").value_or(false))
         r.at("use_sliding_window")
             .fail(
@@ -490,16 +515,16 @@ Expected<ModelGraph> modelFromHfConfig(const nlohmann::json& j, const std::strin
         const std::string type = r.getString("model_type");
         Expected<ModelGraph> g = Error{""};
         if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" ||
-            type == "mixtral")
+            type == "olmo2" || type == "mixtral")
             g = loadLlamaLike(r, type, options);
         else if (type == "gpt2")
             g = loadGpt2(r, options);
         else
             r.at("model_type")
-                .fail(
-                    "unsupported model_type \"" + type +
-                    "\" (supported: llama, mistral, qwen2, qwen3, mixtral, gpt2; for other models "
-                    "export a ShardScope model JSON with scripts/export_model.py)");
+                .fail("unsupported model_type \"" + type +
+                      "\" (supported: llama, mistral, qwen2, qwen3, olmo2, mixtral, gpt2; for "
+                      "other models "
+                      "export a ShardScope model JSON with scripts/export_model.py)");
         if (g.ok() && r.hasNonNull("_name_or_path")) g->name = r.getString("_name_or_path");
         return g;
     } catch (const JsonError& e) {

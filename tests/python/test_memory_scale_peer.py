@@ -69,6 +69,10 @@ class MemoryAtScale(unittest.TestCase):
         self.assertLess(abs(self.case("qwen3-8b")["error"]), GOAL)
         self.assertLess(abs(self.case("qwen3-8b", ac="selective_op")["error"]), GOAL)
 
+    def test_olmo2_7b_bf16(self):
+        # OLMo-2's post-norms and fp32 weight multiply; its positions stop at 4096.
+        self.assertLess(abs(self.case("olmo2-7b", seq=4096)["error"]), GOAL)
+
     def test_mixtral_8x7b_bf16(self):
         # Mixtral's experts under balanced routing (memory_oracle.balanced_moe_routing: the
         # same operators as transformers' block, each expert given tokens x top_k / experts

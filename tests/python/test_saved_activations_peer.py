@@ -106,23 +106,23 @@ class SavedActivationsPeer(unittest.TestCase):
               % (BATCH, SEQ, ours, moe, 100.0 * (ours - moe) / moe))
         self.assertLess(abs(ours - moe), 0.01 * moe)
 
-    def test_qwen3_layer_matches_autograd(self):
-        # A small Qwen3 (q_norm and k_norm: RMSNorm of each head over head_dim, explicit
-        # head_dim, GQA), one decoder layer and the whole model, in fp32 and bf16.
-        cfg = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 256,
-               "hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": 2, "head_dim": 32,
-               "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
-               "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "attention_bias": False}
+    def small_family_matches_autograd(self, model_type, config_class, model_class, extra):
+        """A small model of a family: one decoder layer's and the whole model's saved bytes
+        against autograd, and FLOPs against torch.utils.flop_counter, in fp32 and bf16."""
+        cfg = {"model_type": model_type, "vocab_size": 256, "hidden_size": 64, "intermediate_size": 192,
+               "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+               "max_position_embeddings": 256, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
+               "attention_bias": False, **extra}
         path = os.path.join(tempfile.mkdtemp(), "config.json")
         with open(path, "w") as f:
             json.dump(cfg, f)
+        head_dim = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
         for dtype, name in ((torch.float32, "float32"), (torch.bfloat16, "bfloat16")):
             with self.subTest(dtype=name):
-                config = transformers.Qwen3Config(
-                    **{k: v for k, v in cfg.items() if k not in ("architectures", "model_type")})
+                config = config_class(**{k: v for k, v in cfg.items() if k != "model_type"})
                 config._attn_implementation = "sdpa"
                 torch.manual_seed(0)
-                model = transformers.Qwen3ForCausalLM(config).to(dtype).train()
+                model = model_class(config).to(dtype).train()
                 ids = torch.randint(0, cfg["vocab_size"], (BATCH, SEQ))
                 total, layer = measured_saved_bytes(model, ids, ids, layer=model.model.layers[1])
                 show = peer.shardscope("model", "show", "--model", path, "--batch", str(BATCH), "--seq",
@@ -130,9 +130,9 @@ class SavedActivationsPeer(unittest.TestCase):
                 mods = {m["name"]: m for m in show["modules"]}
                 ours_total = mods[""]["saved_activation_bytes"]
                 ours_layer = mods["model.layers.1"]["saved_activation_bytes"]
-                print("Qwen3 %s: decoder layer formulas %d B, autograd %d B (%+.2f%%); model %d B, %d B (%+.2f%%)"
-                      % (name, ours_layer, layer, 100.0 * (ours_layer - layer) / layer, ours_total, total,
-                         100.0 * (ours_total - total) / total))
+                print("%s %s: decoder layer formulas %d B, autograd %d B (%+.2f%%); model %d B, %d B (%+.2f%%)"
+                      % (model_type, name, ours_layer, layer, 100.0 * (ours_layer - layer) / layer, ours_total,
+                         total, 100.0 * (ours_total - total) / total))
                 self.assertLess(abs(ours_layer - layer), 0.01 * layer)
                 self.assertLess(abs(ours_total - total), 0.01 * total)
                 # FLOPs as torch.utils.flop_counter counts them: its mode for the matmuls,
@@ -140,13 +140,22 @@ class SavedActivationsPeer(unittest.TestCase):
                 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
                 with FlopCounterMode(display=False) as fc:
                     model(input_ids=ids, labels=ids).loss.backward()
-                shape = (BATCH, cfg["num_attention_heads"], SEQ, cfg["head_dim"])
+                shape = (BATCH, cfg["num_attention_heads"], SEQ, head_dim)
                 theirs = fc.get_total_flops() + cfg["num_hidden_layers"] * (
                     sdpa_flop_count(shape, shape, shape) + sdpa_backward_flop_count(shape, shape, shape, shape))
                 ours_flops = mods[""]["fwd_flops"] + mods[""]["bwd_flops"]
-                # The formulas leave out RoPE's inv_freq @ position_ids (4,096 FLOPs here).
+                # The formulas leave out RoPE's inv_freq @ position_ids (a few thousand FLOPs).
                 self.assertAlmostEqual(ours_flops, theirs, delta=1e-4 * theirs)
 
+    def test_qwen3_matches_autograd(self):
+        # q_norm and k_norm: RMSNorm of each head over head_dim; an explicit head_dim.
+        self.small_family_matches_autograd("qwen3", transformers.Qwen3Config, transformers.Qwen3ForCausalLM,
+                                           {"head_dim": 32})
+
+    def test_olmo2_matches_autograd(self):
+        # q_norm and k_norm over whole projections, norms after attention and the MLP, the
+        # norm's weight applied in fp32 (its multiply keeps the fp32 normalized input).
+        self.small_family_matches_autograd("olmo2", transformers.Olmo2Config, transformers.Olmo2ForCausalLM, {})
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
