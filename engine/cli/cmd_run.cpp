@@ -246,26 +246,37 @@ int runRun(const Args& a) {
                                  {"seq_len", plan->seqLen},
                                  {"micro_batches", plan->microBatches},
                                  {"device", device}};
+    // A write that fails (a full disk, a folder removed during the run) loses nothing: the
+    // results still print, the ranks' records stay in the run folder when the merged trace
+    // could not be written, and the run exits 1 naming what was not written.
+    std::vector<std::string> writeErrors;
+    bool keepRunFolder = false;
     if (a.has("--trace")) {
         if (Status st = writeFileAtomically(a.get("--trace"),
                                             mergedTrace(ranks, r.plan.name, runInfo).dump() + "\n");
             !st) {
-            std::cerr << "error: " << st.error() << "\n";
-            return kExitUsage;
+            writeErrors.push_back("--trace " + st.error() + "; the ranks' records are kept in " +
+                                  dir.string());
+            keepRunFolder = true;
+        } else {
+            std::cerr << "wrote " << a.get("--trace") << " (" << nproc
+                      << " ranks; open in https://ui.perfetto.dev or shardscope-gui)\n";
         }
-        std::cerr << "wrote " << a.get("--trace") << " (" << nproc
-                  << " ranks; open in https://ui.perfetto.dev or shardscope-gui)\n";
     }
     std::error_code ec;
-    fs::remove_all(dir, ec);
+    if (!keepRunFolder) fs::remove_all(dir, ec);
     if (a.has("--output")) {
-        if (Status st = emitJson(out, a.get("--output")); !st) {
-            std::cerr << "error: " << st.error() << "\n";
-            return kExitUsage;
-        }
-        std::cerr << "wrote " << a.get("--output") << "\n";
+        if (Status st = emitJson(out, a.get("--output")); !st)
+            writeErrors.push_back("--output " + st.error());
+        else
+            std::cerr << "wrote " << a.get("--output") << "\n";
     }
-    if (a.flag("--json")) return emitJson(out, "").ok() ? kExitOk : kExitUsage;
+    const auto finish = [&](int code) {
+        for (const auto& e : writeErrors)
+            std::cerr << "error: " << e << "\n";
+        return writeErrors.empty() ? code : kExitFailed;
+    };
+    if (a.flag("--json")) return finish(emitJson(out, "").ok() ? kExitOk : kExitUsage);
 
     std::cout << "Measured " << out["steps"] << " step" << (out["steps"] == 1 ? "" : "s")
               << " of plan " << (r.plan.name.empty() ? a.get("--plan") : r.plan.name) << " on "
@@ -317,7 +328,8 @@ int runRun(const Args& a) {
                formatError(pk, pred("peak_allocated_bytes"))});
         c.print(std::cout);
     }
-    return orderOk ? kExitOk : kExitFailed;
+    std::cout.flush();
+    return finish(orderOk ? kExitOk : kExitFailed);
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Outputs are written to a temporary file beside the target and renamed into place, so an
-// interrupted run never leaves a truncated file where a good one was.
+// interrupted run or a full disk never leaves a truncated file where a good one was. A
+// symbolic link stays a link (its target is replaced); a pipe, terminal or device
+// (/dev/stdout, /dev/null, a FIFO) is written in place, never replaced by a file.
 #include <string>
 #include <string_view>
 

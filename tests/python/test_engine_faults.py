@@ -188,6 +188,39 @@ class Faults(unittest.TestCase):
         self.assertIn("nothing was started", r.stderr)
         self.assertNotIn("logs in", r.stderr)
 
+    def test_full_disk_loses_no_result(self):
+        # --trace and --output on a full file system (a 64 KiB tmpfs, filled): the results
+        # still print, each failed write is named with its reason, the ranks' records are kept,
+        # no temporary file is left, and the run exits 1. Before, the first failed write
+        # returned at once: no table, the run folder removed.
+        disk = os.path.join(self.tmp.name, "small")
+        os.makedirs(disk)
+        m = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", disk], capture_output=True, text=True)
+        if m.returncode != 0:
+            self.skipTest("needs permission to mount a small tmpfs: " + m.stderr.strip())
+        try:
+            with open(os.path.join(disk, "filler"), "wb") as f:
+                try:
+                    f.write(b"x" * (64 << 10))
+                except OSError:
+                    pass
+            trace, out = os.path.join(disk, "run.json"), os.path.join(disk, "summary.json")
+            r = subprocess.run([BIN, "run", "-m", self.model, "-p", self.plan, "--steps", "2", "--trace", trace,
+                                "--output", out], capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn("RANK", r.stdout)
+            self.assertIn("losses", r.stdout)
+            self.assertIn("error: --trace " + trace, r.stderr)
+            self.assertIn("error: --output " + out, r.stderr)
+            self.assertEqual(r.stderr.count("No space left on device"), 2, r.stderr)
+            kept = r.stderr.split("the ranks' records are kept in ", 1)[1].split()[0]
+            self.assertTrue(os.path.isdir(kept), kept)
+            subprocess.run(["rm", "-rf", kept])
+            self.assertEqual(sorted(os.listdir(disk)), ["filler"])
+            self.assertEqual(self.leftovers(), [])
+        finally:
+            subprocess.run(["umount", disk])
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
