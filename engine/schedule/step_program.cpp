@@ -46,6 +46,8 @@ struct Segment {
     // Backward's working memory beyond the gradients: the gradient of the largest module
     // output and the gradient of that module's input, alive together.
     double bwdTransient = 0;
+    double bwdGradExtra = 0;  // output gradient alive above the gradients (ModuleRun)
+    double fwdTransient = 0;  // forward working memory beyond what it saves (the loss's)
     // Selective checkpointing: what backward handles before it reaches the (recomputed)
     // attention — the saved activations and gradients of the modules after it in forward.
     double savedLate = 0;
@@ -255,6 +257,25 @@ private:
             if (sg.runCount++ == 0) sg.firstRun = static_cast<int32_t>(&run - runs->data());
             sg.gradBytes += run.gradNumel * dtypeSize(unit.allGatherDtype);
             sg.bwdTransient = std::max(sg.bwdTransient, 2.0 * run.peakOutputBytes.at(b, s, scale));
+            if (c.lossVocab > 0) {
+                // ModuleCost::lossVocab: the logits in the compute dtype and their fp32
+                // upcast (one tensor when the compute dtype is fp32) beside the saved fp32
+                // log-probabilities.
+                const auto e = static_cast<double>(dtypeSize(unit.allGatherDtype));
+                const double tokens = static_cast<double>(b) * static_cast<double>(s);
+                sg.fwdTransient =
+                    std::max(sg.fwdTransient, tokens * c.lossVocab * (e < 4 ? e + 4.0 : e));
+            }
+            {
+                // A weight gradient made while its output's gradient is alive (ModuleRun):
+                // the part above the run's gradients.
+                const double d = static_cast<double>(dtypeSize(unit.allGatherDtype));
+                const double all = static_cast<double>(run.gradNumel) * d;
+                const double moment = std::max(all + run.firstGradOutput.at(b, s, scale),
+                                               static_cast<double>(run.largestOutGradNumel) * d +
+                                                   run.largestGradOutput.at(b, s, scale));
+                sg.bwdGradExtra = std::max(sg.bwdGradExtra, moment - all);
+            }
             switch (unit.activationCheckpointing) {
                 case AcMode::Full:
                     sg.recomputeFlops += fwd;
@@ -543,6 +564,13 @@ private:
                 buffer(static_cast<int64_t>(sg.saved - (late ? sg.savedLate : 0.0)),
                        MemCategory::Activations, Stream::Compute, r.units[sg.unit].allGatherDtype);
             c.allocs.push_back(savedBuf[i]);
+            if (sg.fwdTransient > 0) {
+                const BufferId t =
+                    buffer(static_cast<int64_t>(sg.fwdTransient), MemCategory::Temporaries,
+                           Stream::Compute, r.units[sg.unit].allGatherDtype);
+                c.allocs.push_back(t);
+                c.frees.push_back(t);
+            }
             savedLateBuf[i] = BufferId();
             if (late) {
                 savedLateBuf[i] =
@@ -729,7 +757,9 @@ private:
             // The activation gradients' working memory, for the op's duration. Gradients
             // allocated by the same backward mostly appear after it has shrunk, so only the
             // part above them counts (all of it in a later micro-batch, which allocates none).
-            if (const auto tmp = static_cast<int64_t>(sg.bwdTransient) - newGrads; tmp > 0) {
+            if (const auto tmp = std::max(static_cast<int64_t>(sg.bwdTransient) - newGrads,
+                                          static_cast<int64_t>(sg.bwdGradExtra));
+                tmp > 0) {
                 const BufferId t = buffer(tmp, MemCategory::Temporaries, Stream::Compute,
                                           r.units[u].allGatherDtype);
                 c.allocs.push_back(t);

@@ -134,6 +134,7 @@ struct CostBuilder {
         c.bwdMemBytes.perToken += vocab * 16;
         c.savedBytes.fixedPerToken += 4 * vocab + 8;
         c.outputBytes.fixedPerToken += 4 * vocab;
+        c.lossVocab += vocab;
     }
 };
 

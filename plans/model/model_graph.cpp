@@ -37,6 +37,7 @@ ModuleCost& ModuleCost::operator+=(const ModuleCost& o) {
     addmmOutputBytes += o.addmmOutputBytes;
     sdpaOutputBytes += o.sdpaOutputBytes;
     mmCount += o.mmCount;
+    lossVocab += o.lossVocab;
     for (const Gemm& gm : o.gemms)
         addGemm(gm);
     attentionCalls += o.attentionCalls;

@@ -77,6 +77,11 @@ struct ModuleCost {
     ScaledCost addmmOutputBytes;
     ScaledCost sdpaOutputBytes;
     int32_t mmCount = 0;
+    // The causal-LM loss over this vocabulary (transformers' ForCausalLMLoss), 0 for none.
+    // Its forward holds the logits in the compute dtype, their fp32 upcast (the same tensor
+    // in fp32) and the fp32 log-probabilities (saved) at once: the step program adds the
+    // first two as forward working memory, once the compute dtype is known.
+    double lossVocab = 0;
     // The kernels eager PyTorch launches for the module's own operators, per call (counted
     // on transformers' modules with a dispatch mode; docs/kernel-model.md):
     //  - GEMMs: one per nn.Linear/Conv1D call forward, two backward (input and weight

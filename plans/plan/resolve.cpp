@@ -899,13 +899,34 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r) 
                     lastRun[p.index()] = static_cast<int32_t>(ri);
                     lastMod[p.index()] = m;
                 }
+    std::vector<int64_t> gradOfMod(n, 0);
     for (size_t p = 0; p < lastRun.size(); ++p)
         if (lastRun[p] >= 0 && g.params()[p].requiresGrad) {
             ModuleRun& run = runs[static_cast<size_t>(lastRun[p])];
             run.gradNumel += g.params()[p].numel;
+            gradOfMod[static_cast<size_t>(lastMod[p])] += g.params()[p].numel;
             if (afterAttn[static_cast<size_t>(lastMod[p])])
                 run.gradNumelAfterAttn += g.params()[p].numel;
         }
+    // The gradient moments (ModuleRun::firstGradOutput, largestGradOutput): backward walks
+    // the run last module first, its gradients accumulating.
+    for (size_t ri = 0; ri < runMods.size(); ++ri) {
+        ModuleRun& run = runs[ri];
+        int64_t acc = 0;
+        double largest = -1;
+        for (auto it = runMods[ri].rbegin(); it != runMods[ri].rend(); ++it) {
+            const int64_t own = gradOfMod[static_cast<size_t>(*it)];
+            if (own == 0) continue;
+            acc += own;
+            const ScaledCost& o = g.modules()[static_cast<size_t>(*it)].cost.outputBytes;
+            run.firstGradOutput = o;
+            if (const double size = o.perToken + o.fixedPerToken; size > largest) {
+                largest = size;
+                run.largestGradOutput = o;
+                run.largestOutGradNumel = acc;
+            }
+        }
+    }
     // Runs alike in what their kernels depend on share a signature (decoder layers do), so
     // a step program prices one and reuses it.
     auto sameKernels = [](const ModuleRun& a, const ModuleRun& b) {
