@@ -33,6 +33,8 @@ echo "shardscope-gui screenshots:"
 shot main-window "${llama[@]}" --select-range 60:140
 # An op's details, zoomed in on the start of the step.
 shot timeline-details "${llama[@]}" --view 0:20 --select-op 5
+# Search: the first backward all-gather of one unit, found by name (Ctrl+F in the app).
+shot search "${llama[@]}" --view 0:40 --find "layers.30 all-gather"
 # Compare: the per-block plan against the HSDP plan with explicit prefetch (simulated
 # trace), or against the demo's measured run when it is there.
 if [ -f shardscope-out/tiny-llama.reshard-true.measured-trace.json ]; then

@@ -3,6 +3,7 @@
 #include <QApplication>
 #include <QCheckBox>
 #include <QCommandLineParser>
+#include <QLineEdit>
 #include <QScreen>
 #include <QTimer>
 
@@ -51,8 +52,13 @@ int main(int argc, char** argv) {
     QCommandLineOption flows("flows", "show launch-to-kernel flows once loaded");
     QCommandLineOption view("view", "zoom the timeline to this range once loaded, in ms: START:END",
                             "START:END");
+    QCommandLineOption find("find",
+                            "type TEXT in the timeline's search box once loaded and go to its "
+                            "first match (Enter)",
+                            "TEXT");
     cli.addOption(flows);
     cli.addOption(view);
+    cli.addOption(find);
     cli.addOption(tab);
     cli.addOption(search);
     cli.process(app);
@@ -75,6 +81,7 @@ int main(int argc, char** argv) {
     const bool runSearch = cli.isSet(search);
     const bool showFlows = cli.isSet(flows);
     const QString viewRange = cli.value(view);
+    const QString findText = cli.value(find);
     auto shoot = [&w, png] {
         if (png.isEmpty()) return;
         // Let the layout settle for one event loop turn before grabbing.
@@ -86,7 +93,7 @@ int main(int argc, char** argv) {
         });
     };
     w.openFiles(cli.positionalArguments(),
-                [&w, op, range, tabName, runSearch, shoot, showFlows, viewRange] {
+                [&w, op, range, tabName, runSearch, shoot, showFlows, viewRange, findText] {
                     if (showFlows) w.flowsBox()->setChecked(true);
                     if (!viewRange.isEmpty()) {
                         const QStringList p = viewRange.split(':');
@@ -95,6 +102,10 @@ int main(int argc, char** argv) {
                                                       static_cast<int64_t>(p[1].toDouble() * 1e6));
                     }
                     if (!op.isEmpty()) w.selectOp(op.toInt());
+                    if (!findText.isEmpty()) {
+                        w.searchEdit()->setText(findText);
+                        w.findNext();
+                    }
                     if (!range.isEmpty()) {
                         const QStringList p = range.split(':');
                         if (p.size() == 2)

@@ -7,6 +7,7 @@
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QFutureWatcher>
+#include <QGuiApplication>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
@@ -14,6 +15,7 @@
 #include <QListWidget>
 #include <QMenuBar>
 #include <QMessageBox>
+#include <QShortcut>
 
 #include <QMimeData>
 #include <QPlainTextEdit>
@@ -77,7 +79,41 @@ QString MainWindow::describeRange(int64_t t0, int64_t t1) const {
                  .arg(r.overlapPercent(), 0, 'f', 1);
         s += QString("  %1 ops\n").arg(r.events);
     }
+    // The selection by op name (Perfetto's slice aggregation): every rank together.
+    const auto names = statsByName(*d, t0, t1);
+    if (!names.empty()) {
+        s += QString("\nBy name (%1 names; in range, count, mean, max):\n").arg(names.size());
+        const size_t shown = std::min<size_t>(names.size(), 20);
+        for (size_t i = 0; i < shown; ++i) {
+            const NameStats& n = names[i];
+            QString name = QString::fromStdString(n.name);
+            if (name.size() > 48) name = name.left(22) + "\u2026" + name.right(25);
+            s += QString("  %1  %2 ms  x%3  %4 ms  %5 ms\n")
+                     .arg(name)
+                     .arg(static_cast<double>(n.inRangeNs) * 1e-6, 0, 'f', 3)
+                     .arg(n.count)
+                     .arg(static_cast<double>(n.meanNs()) * 1e-6, 0, 'f', 3)
+                     .arg(static_cast<double>(n.maxNs) * 1e-6, 0, 'f', 3);
+        }
+        if (names.size() > shown)
+            s += QString("  ... and %1 more names\n").arg(names.size() - shown);
+    }
     return s;
+}
+
+void MainWindow::searchChanged() {
+    const QString q = m_search->text();
+    const int n = m_timeline->setSearch(q.toStdString());
+    m_searchLabel->setText(q.isEmpty() ? QString()
+                           : n == 0    ? QString("no match")
+                                       : QString("%1 match%2").arg(n).arg(n == 1 ? "" : "es"));
+}
+
+void MainWindow::findNext(bool backward) {
+    const int n = m_timeline->searchMatches();
+    if (n == 0) return;
+    const int k = m_timeline->findNext(backward);
+    m_searchLabel->setText(QString("%1 of %2").arg(k + 1).arg(n));
 }
 
 QString MainWindow::savePlan(const QString& path) {
@@ -363,6 +399,29 @@ MainWindow::MainWindow(QWidget* parent)
         "(PyTorch profiler traces)");
     m_flows->setEnabled(false);
     cl->addWidget(m_flows);
+    m_search = new QLineEdit;
+    m_search->setPlaceholderText("Search ops (Ctrl+F)");
+    m_search->setClearButtonEnabled(true);
+    m_search->setToolTip(
+        "Ops whose name contains this text. Enter or F3: next; Shift+Enter or "
+        "Shift+F3: previous");
+    m_search->setMinimumWidth(150);
+    m_search->setMaximumWidth(240);
+    m_searchLabel = new QLabel;
+    cl->addWidget(m_search);
+    cl->addWidget(m_searchLabel);
+    connect(m_search, &QLineEdit::textChanged, this, [this] { searchChanged(); });
+    connect(m_search, &QLineEdit::returnPressed, this,
+            [this] { findNext(QGuiApplication::keyboardModifiers().testFlag(Qt::ShiftModifier)); });
+    auto* focusSearch = new QShortcut(QKeySequence::Find, this);
+    connect(focusSearch, &QShortcut::activated, this, [this] {
+        m_search->setFocus();
+        m_search->selectAll();
+    });
+    connect(new QShortcut(QKeySequence::FindNext, this), &QShortcut::activated, this,
+            [this] { findNext(false); });
+    connect(new QShortcut(QKeySequence::FindPrevious, this), &QShortcut::activated, this,
+            [this] { findNext(true); });
     for (QComboBox* b : {m_reshard, m_ac})
         connect(b, &QComboBox::currentIndexChanged, this, [this] { whatIfChanged(); });
     for (QSpinBox* b : {m_fwdPrefetch, m_bwdPrefetch, m_microBatch})
@@ -636,6 +695,7 @@ void MainWindow::showSimulation() {
               : QString("The trace shown has no launch-to-kernel flows"));
     if (tr && tr->timeline && tr->summary) {
         m_timeline->setData(tr->timeline);
+        searchChanged();
         m_memory->setData(tr->memory, 0);
         const TraceSummary& s = *tr->summary;
         QString text;
@@ -677,6 +737,7 @@ void MainWindow::showSimulation() {
         return;
     }
     m_timeline->setData(m_doc.timeline);
+    searchChanged();
     m_memory->setData(m_doc.simulation, m_doc.cluster ? m_doc.cluster->device.memoryBytes : 0);
     if (const auto& sim = m_doc.simulation) {
         m_simSummary->setText(QString("<b>Simulated step</b> %1 ms: compute %2 ms, communication "

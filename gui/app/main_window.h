@@ -76,6 +76,11 @@ public:
     [[nodiscard]] QComboBox* reshardBox() const { return m_reshard; }
     [[nodiscard]] QSpinBox* forwardPrefetchBox() const { return m_fwdPrefetch; }
     [[nodiscard]] QCheckBox* flowsBox() const { return m_flows; }
+    // Search the timeline by op name (Ctrl+F): Enter or F3 for the next match,
+    // Shift+Enter or Shift+F3 for the previous one; the label says "3 of 120".
+    [[nodiscard]] QLineEdit* searchEdit() const { return m_search; }
+    [[nodiscard]] QLabel* searchLabel() const { return m_searchLabel; }
+    void findNext(bool backward = false);
 
 protected:
     void dragEnterEvent(QDragEnterEvent* e) override;
@@ -83,6 +88,7 @@ protected:
 
 private:
     void refresh();
+    void searchChanged();
     void whatIfChanged();
     void showSimulation();
     void showError(const QString& message);
@@ -97,6 +103,8 @@ private:
     QListWidget* m_problems;
     QLabel* m_summary;
     QLabel* m_simSummary;
+    QLineEdit* m_search = nullptr;
+    QLabel* m_searchLabel = nullptr;
     QComboBox* m_reshard;
     QComboBox* m_wrapKind;
     QLineEdit* m_wrapArg;

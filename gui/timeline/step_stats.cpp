@@ -2,6 +2,8 @@
 #include "gui/timeline/step_stats.h"
 
 #include <algorithm>
+#include <cctype>
+#include <map>
 
 #include "plans/core/intervals.h"
 
@@ -136,6 +138,75 @@ StepStats stepStats(const TimelineData& d) {
         for (auto& [_, v] : *m)
             v /= n;
     return s;
+}
+
+namespace {
+// What a selection groups by: the label without its unit ("model.layers.3 all-gather" ->
+// "all-gather", "<root> forward" -> "forward"), so that one op kind over all units is one
+// row; a trace's kernel names as they are.
+std::string aggregateName(const TimelineData& d, const TimelineEvent& e) {
+    if (e.unit >= 0 && static_cast<size_t>(e.unit) < d.units.size()) {
+        const std::string& u = d.units[static_cast<size_t>(e.unit)];
+        const std::string prefix = (u.empty() ? std::string("<root>") : u) + " ";
+        if (e.label.size() > prefix.size() && e.label.compare(0, prefix.size(), prefix) == 0)
+            return e.label.substr(prefix.size());
+    }
+    return e.label;
+}
+}  // namespace
+
+std::vector<NameStats> statsByName(const TimelineData& d, int64_t startNs, int64_t endNs) {
+    std::map<std::string, NameStats> by;
+    for (const auto& row : d.rows) {
+        if (row.host) continue;
+        // Sorted by start; nested slices may end out of order, so every earlier event is
+        // checked for its end.
+        const auto last =
+            std::lower_bound(row.events.begin(), row.events.end(), endNs,
+                             [](const TimelineEvent& e, int64_t t) { return e.start < t; });
+        for (auto it = row.events.begin(); it != last; ++it) {
+            if (it->end <= startNs) continue;
+            NameStats& n = by[aggregateName(d, *it)];
+            ++n.count;
+            n.inRangeNs += std::min(it->end, endNs) - std::max(it->start, startNs);
+            n.totalNs += it->end - it->start;
+            n.maxNs = std::max(n.maxNs, it->end - it->start);
+        }
+    }
+    std::vector<NameStats> out;
+    out.reserve(by.size());
+    for (auto& [name, n] : by) {
+        n.name = name;
+        out.push_back(std::move(n));
+    }
+    std::sort(out.begin(), out.end(), [](const NameStats& a, const NameStats& b) {
+        return a.inRangeNs != b.inRangeNs ? a.inRangeNs > b.inRangeNs : a.name < b.name;
+    });
+    return out;
+}
+
+std::vector<EventRef> findEvents(const TimelineData& d, const std::string& query) {
+    std::vector<EventRef> out;
+    if (query.empty()) return out;
+    auto lower = [](unsigned char c) { return static_cast<char>(std::tolower(c)); };
+    std::string q(query.size(), ' ');
+    std::transform(query.begin(), query.end(), q.begin(), lower);
+    std::string label;
+    for (size_t r = 0; r < d.rows.size(); ++r) {
+        if (d.rows[r].host) continue;
+        const auto& ev = d.rows[r].events;
+        for (size_t i = 0; i < ev.size(); ++i) {
+            label.resize(ev[i].label.size());
+            std::transform(ev[i].label.begin(), ev[i].label.end(), label.begin(), lower);
+            if (label.find(q) != std::string::npos)
+                out.push_back({static_cast<int32_t>(r), static_cast<int32_t>(i)});
+        }
+    }
+    std::stable_sort(out.begin(), out.end(), [&](const EventRef& a, const EventRef& b) {
+        return d.rows[static_cast<size_t>(a.row)].events[static_cast<size_t>(a.index)].start <
+               d.rows[static_cast<size_t>(b.row)].events[static_cast<size_t>(b.index)].start;
+    });
+    return out;
 }
 
 }  // namespace shardscope::gui

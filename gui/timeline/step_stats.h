@@ -46,4 +46,27 @@ struct StepStats {
 
 [[nodiscard]] StepStats stepStats(const TimelineData& d);
 
+// A selection aggregated by event name, as Perfetto's slice table does: events that
+// intersect [startNs, endNs) on every row (host launch rows left out), per label without
+// its unit ("model.layers.3 all-gather" counts as "all-gather").
+struct NameStats {
+    std::string name;
+    int32_t count = 0;
+    int64_t inRangeNs = 0;  // summed, each event clipped to the range
+    int64_t totalNs = 0;    // summed whole durations
+    int64_t maxNs = 0;
+    [[nodiscard]] int64_t meanNs() const { return count > 0 ? totalNs / count : 0; }
+};
+// Largest in-range time first (ties by name).
+[[nodiscard]] std::vector<NameStats> statsByName(const TimelineData& d, int64_t startNs,
+                                                 int64_t endNs);
+
+// Events whose label contains `query` (case-insensitive), by start time then row: the
+// search's matches, as (row index into TimelineData::rows, event index in that row).
+struct EventRef {
+    int32_t row = 0;
+    int32_t index = 0;
+};
+[[nodiscard]] std::vector<EventRef> findEvents(const TimelineData& d, const std::string& query);
+
 }  // namespace shardscope::gui

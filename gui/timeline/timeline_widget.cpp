@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gui/timeline/timeline_widget.h"
 
+#include "gui/timeline/step_stats.h"
+
 #include <QKeyEvent>
 #include <QMouseEvent>
 #include <QPainter>
@@ -48,6 +50,8 @@ void TimelineWidget::setData(std::shared_ptr<const TimelineData> data) {
     m_data = std::move(data);
     m_selectedOp = -1;
     m_range.reset();
+    m_matches.clear();  // their indices were into the old data
+    m_match = -1;
     rebuildVisible();
     fit();
 }
@@ -292,6 +296,52 @@ void TimelineWidget::selectOp(int32_t op) {
     m_selectedOp = op;
     update();
     emit eventSelected(op);
+}
+
+int TimelineWidget::setSearch(const std::string& query) {
+    m_matches.clear();
+    m_match = -1;
+    if (m_data)
+        for (const EventRef& e : findEvents(*m_data, query))
+            m_matches.push_back({e.row, e.index});
+    return searchMatches();
+}
+
+int TimelineWidget::findNext(bool backward) {
+    if (m_matches.empty() || !m_data) return -1;
+    const int n = searchMatches();
+    if (m_match < 0) {
+        // From the view: the first match starting in it (the last before its end, backward).
+        const auto startOf = [&](int k) {
+            const auto& [row, i] = m_matches[static_cast<size_t>(k)];
+            return m_data->rows[static_cast<size_t>(row)].events[static_cast<size_t>(i)].start;
+        };
+        int k = 0;
+        while (k < n && startOf(k) < m_start)
+            ++k;
+        if (backward) {
+            k = 0;
+            while (k < n && startOf(k) < m_end)
+                ++k;
+            --k;
+        }
+        m_match = ((k % n) + n) % n;
+    } else {
+        m_match = ((m_match + (backward ? -1 : 1)) % n + n) % n;
+    }
+    const auto& [row, i] = m_matches[static_cast<size_t>(m_match)];
+    const TimelineRow& r = m_data->rows[static_cast<size_t>(row)];
+    const TimelineEvent& e = r.events[static_cast<size_t>(i)];
+    if (!r.group.empty() && isCollapsed(r.group)) setCollapsed(r.group, false);
+    const int64_t span = m_end - m_start, dur = e.end - e.start;
+    if (dur > span * 8 / 10) {
+        setViewport(e.start - dur / 10, e.end + dur / 10);
+    } else {
+        const int64_t mid = e.start + dur / 2;
+        setViewport(mid - span / 2, mid - span / 2 + span);
+    }
+    selectOp(e.op);
+    return m_match;
 }
 
 void TimelineWidget::clearSelection() {

@@ -76,6 +76,13 @@ public:
     [[nodiscard]] bool showFlows() const { return m_showFlows; }
     [[nodiscard]] size_t lastFlowCount() const { return m_lastFlowCount; }
     void clearSelection();
+    // Search: events whose label contains `query` (case-insensitive; host launch rows left
+    // out), by start time. findNext selects the match after the current one (before it
+    // when `backward`), wrapping around, expands its rank and centres the view on it; it
+    // returns the match's position, -1 when nothing matches.
+    int setSearch(const std::string& query);  // the number of matches
+    int findNext(bool backward = false);
+    [[nodiscard]] int searchMatches() const { return static_cast<int>(m_matches.size()); }
 
 signals:
     void viewportChanged(int64_t startNs, int64_t endNs);
@@ -113,7 +120,9 @@ private:
     int32_t m_selectedOp = -1;
     bool m_showFlows = false;
     size_t m_lastFlowCount = 0;
-    std::vector<int> m_visibleIndex;  // per data row: its visible row, or -1
+    std::vector<int> m_visibleIndex;                     // per data row: its visible row, or -1
+    std::vector<std::pair<int32_t, int32_t>> m_matches;  // (row, event index), by start
+    int m_match = -1;                                    // the current match
 };
 
 }  // namespace shardscope::gui

@@ -427,6 +427,64 @@ TEST(StepStats, RangeFiguresAreUnionsPerRank) {
     EXPECT_EQ(avg.total.computeNs, 5 * ms);  // 8 + 2 over two steps
 }
 
+TEST(StepStats, ASelectionAggregatesByName) {
+    // Perfetto's slice table for a selection: per name, count, time in range, mean, max.
+    auto d = twoRanks();
+    const int64_t ms = 1'000'000;
+    d->rows[0].events.push_back({11 * ms, 13 * ms, EventKind::Compute, 2, "fwd", 1});
+    const auto all = statsByName(*d, 0, 20 * ms);
+    ASSERT_EQ(all.size(), 2u);
+    EXPECT_EQ(all[0].name, "fwd");  // 10 + 10 + 2 ms
+    EXPECT_EQ(all[0].count, 3);
+    EXPECT_EQ(all[0].inRangeNs, 22 * ms);
+    EXPECT_EQ(all[0].meanNs(), 22 * ms / 3);
+    EXPECT_EQ(all[0].maxNs, 10 * ms);
+    EXPECT_EQ(all[1].name, "ag");
+    EXPECT_EQ(all[1].count, 2);
+    // [9, 12) ms: rank 0's fwd 1 ms + its second 1 ms, rank 1's fwd 2 ms; both ags 3 ms each.
+    const auto part = statsByName(*d, 9 * ms, 12 * ms);
+    ASSERT_EQ(part.size(), 2u);
+    EXPECT_EQ(part[0].name, "ag");
+    EXPECT_EQ(part[0].inRangeNs, 6 * ms);
+    EXPECT_EQ(part[1].inRangeNs, 4 * ms);
+    EXPECT_EQ(part[1].totalNs, 22 * ms);  // whole durations
+    EXPECT_TRUE(statsByName(*d, 30 * ms, 40 * ms).empty());
+}
+
+TEST(GuiTimeline, SearchStepsThroughMatchesAndCentresThem) {
+    TimelineWidget t;
+    t.resize(1000, 300);
+    t.show();
+    ASSERT_TRUE(QTest::qWaitForWindowExposed(&t));
+    auto d = twoRanks();
+    const int64_t ms = 1'000'000;
+    d->rows[0].events.push_back({12 * ms, 13 * ms, EventKind::Compute, 7, "late AG-copy", 1});
+    t.setData(d);
+    t.setCollapsed("rank 1", true);
+    t.setViewport(0, 2 * ms);
+    EXPECT_EQ(t.setSearch("Ag"), 3);  // case-insensitive: two "ag", one "late AG-copy"
+    EXPECT_EQ(t.setSearch("nothing"), 0);
+    EXPECT_EQ(t.findNext(), -1);
+    ASSERT_EQ(t.setSearch("ag"), 3);
+    // By start: rank 0's ag (5 ms), rank 1's (6 ms), the late copy (12 ms); then around.
+    EXPECT_EQ(t.findNext(), 0);
+    EXPECT_EQ(t.selectedOp(), 1);
+    Viewport v = t.viewport();
+    EXPECT_EQ(v.endNs - v.startNs, 12 * ms);  // wider than the view: fitted with a margin
+    EXPECT_LE(v.startNs, 5 * ms);
+    EXPECT_GE(v.endNs, 15 * ms);
+    EXPECT_EQ(t.findNext(), 1);
+    EXPECT_FALSE(t.isCollapsed("rank 1"));  // its rank opened to show it
+    EXPECT_EQ(t.findNext(), 2);
+    EXPECT_EQ(t.selectedOp(), 7);
+    v = t.viewport();
+    EXPECT_LT(v.startNs, 12 * ms);  // narrower than the view: centred, zoom kept
+    EXPECT_GT(v.endNs, 13 * ms);
+    EXPECT_EQ(v.endNs - v.startNs, 12 * ms);
+    EXPECT_EQ(t.findNext(), 0);      // wraps
+    EXPECT_EQ(t.findNext(true), 2);  // and back
+}
+
 TEST(GuiTimeline, RankGroupsCollapseFromTheirHeaderRow) {
     TimelineWidget t;
     t.resize(900, 300);
@@ -533,6 +591,34 @@ TEST(GuiWindow, ShiftDragSelectsARangeAndShowsItsFigures) {
         << text.toStdString();
     EXPECT_TRUE(text.contains(QString("overlap: %1%").arg(stats[0].overlapPercent(), 0, 'f', 1)))
         << text.toStdString();
+}
+
+TEST(GuiWindow, SearchBoxFindsOpsAndTheRangeTableAggregatesThem) {
+    MainWindow w;
+    w.resize(1400, 900);
+    w.show();
+    ASSERT_TRUE(openAndWait(w, llamaOnH100("plans/llama-per-block.json")));
+    TimelineWidget* t = w.timeline();
+    QTest::keyClicks(w.searchEdit(), "layers.3 all-gather");
+    const int n = t->searchMatches();
+    ASSERT_GT(n, 0);
+    EXPECT_EQ(w.searchLabel()->text(), QString("%1 match%2").arg(n).arg(n == 1 ? "" : "es"));
+    QTest::keyClick(w.searchEdit(), Qt::Key_Return);
+    EXPECT_EQ(w.searchLabel()->text(), QString("1 of %1").arg(n));
+    ASSERT_GE(t->selectedOp(), 0);
+    const QString details = w.detailsPanel()->toPlainText();
+    EXPECT_TRUE(details.contains("model.layers.3")) << details.toStdString();
+    EXPECT_TRUE(details.contains("all-gather")) << details.toStdString();
+    QTest::keyClicks(w.searchEdit(), "zzz");
+    EXPECT_EQ(w.searchLabel()->text(), "no match");
+    // A range over the whole step: the details end with the per-name table.
+    w.selectRange(0, t->data()->endNs);
+    const QString range = w.detailsPanel()->toPlainText();
+    EXPECT_TRUE(range.contains("By name")) << range.toStdString();
+    // One row per op kind over all units ("model.layers.3 all-gather" counts as "all-gather").
+    EXPECT_TRUE(range.contains("\n  all-gather ")) << range.toStdString();
+    EXPECT_TRUE(range.contains("\n  backward ")) << range.toStdString();
+    EXPECT_FALSE(range.contains("model.layers.3 all-gather")) << range.toStdString();
 }
 
 TEST(GuiWindow, CompareShowsThePlanAgainstItsWhatIfEdits) {
