@@ -3,6 +3,7 @@
 
 #include "gui/timeline/step_stats.h"
 
+#include <QCursor>
 #include <QKeyEvent>
 #include <QMouseEvent>
 #include <QPainter>
@@ -409,36 +410,59 @@ void TimelineWidget::mouseMoveEvent(QMouseEvent* e) {
         m_dragX = static_cast<int>(x);
         return;
     }
-    const DrawRect* d = rectAt(x, e->position().y());
-    const int row = rowAt(e->position().y());
-    if (d && m_data && row >= 0 && m_visible[static_cast<size_t>(row)]) {
-        QString tip;
-        if (d->folded > 1) {
-            tip = QString("%1 short ops folded; click or zoom in to see them").arg(d->folded);
-        } else {
-            for (const auto& ev : m_visible[static_cast<size_t>(row)]->events)
-                if (ev.op == d->op) {
-                    tip = QString("%1\n%2 ms  (click for details)")
-                              .arg(QString::fromStdString(ev.label))
-                              .arg(static_cast<double>(ev.end - ev.start) * 1e-6, 0, 'f', 3);
-                    break;
-                }
-        }
+    if (const QString tip = tooltipAt(e->position()); !tip.isEmpty()) {
         QToolTip::showText(e->globalPosition().toPoint(), tip, this);
         return;
     }
     QToolTip::hideText();
 }
 
+QString TimelineWidget::tooltipAt(QPointF pos) const {
+    const DrawRect* d = rectAt(pos.x(), pos.y());
+    const int row = rowAt(pos.y());
+    if (!d || !m_data || row < 0 || !m_visible[static_cast<size_t>(row)]) return {};
+    if (d->folded > 1)
+        return QString("%1 short ops folded; click or zoom in to see them").arg(d->folded);
+    const TimelineRow& r = *m_visible[static_cast<size_t>(row)];
+    for (const auto& ev : r.events)
+        if (ev.op == d->op)
+            return QString("%1\n%2%3\nstart %4 ms, duration %5 ms  (click for details)")
+                .arg(QString::fromStdString(ev.label))
+                .arg(QString::fromStdString(r.name))
+                .arg(r.group.empty() ? QString() : " \u00b7 " + QString::fromStdString(r.group))
+                .arg(static_cast<double>(ev.start) * 1e-6, 0, 'f', 3)
+                .arg(static_cast<double>(ev.end - ev.start) * 1e-6, 0, 'f', 3);
+    return {};
+}
+
+void TimelineWidget::fitSelection() {
+    if (m_range && m_range->second > m_range->first) {
+        const int64_t pad = (m_range->second - m_range->first) / 20;
+        setViewport(m_range->first - pad, m_range->second + pad);
+        return;
+    }
+    if (m_selectedOp >= 0 && m_data)
+        for (const auto& row : m_data->rows)
+            for (const auto& ev : row.events)
+                if (ev.op == m_selectedOp) {
+                    const int64_t pad = std::max<int64_t>(1000, (ev.end - ev.start) / 5);
+                    setViewport(ev.start - pad, ev.end + pad);
+                    return;
+                }
+    fit();
+}
+
 void TimelineWidget::keyPressEvent(QKeyEvent* e) {
     const double mid = kLabelWidth + viewport().widthPx / 2.0;
     switch (e->key()) {
         case Qt::Key_W:
-            zoom(0.8, mid);
+        case Qt::Key_S: {
+            // At the mouse when it is over the events (Perfetto's WASD), else the middle.
+            const QPoint at = mapFromGlobal(QCursor::pos());
+            const bool over = rect().contains(at) && at.x() > kLabelWidth;
+            zoom(e->key() == Qt::Key_W ? 0.8 : 1.25, over ? at.x() : mid);
             break;
-        case Qt::Key_S:
-            zoom(1.25, mid);
-            break;
+        }
         case Qt::Key_A:
             pan(-viewport().widthPx / 10.0);
             break;
@@ -446,7 +470,7 @@ void TimelineWidget::keyPressEvent(QKeyEvent* e) {
             pan(viewport().widthPx / 10.0);
             break;
         case Qt::Key_F:
-            fit();
+            fitSelection();
             break;
         case Qt::Key_Escape:
             clearSelection();

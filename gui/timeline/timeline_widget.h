@@ -3,7 +3,8 @@
 // One row per stream, events coloured by kind (compute, all-gather, reduce-scatter,
 // all-reduce, copies), unit names where wide enough. Several ranks get a header row each
 // that collapses them (click it). Wheel or W/S zooms around the cursor, dragging or A/D
-// pans, F fits the step; hovering shows the op, clicking selects it (eventSelected),
+// pans, F fits the selection (the selected op or range; the step when nothing is
+// selected, as Perfetto's F); hovering shows the op, clicking selects it (eventSelected),
 // shift-dragging selects a time range (rangeSelected), Esc clears both. paintEvent replays
 // the draw list buildDrawList() made for the current viewport.
 #include <QWidget>
@@ -49,6 +50,10 @@ public:
     void setData(std::shared_ptr<const TimelineData> data);
     [[nodiscard]] const std::shared_ptr<const TimelineData>& data() const { return m_data; }
     void fit();
+    void fitSelection();  // F: the selected op (with a margin) or range, else the step
+    // The hover text at a point of the widget: the op's name, stream and rank, start and
+    // duration; empty over nothing.
+    [[nodiscard]] QString tooltipAt(QPointF pos) const;
     void setViewport(int64_t startNs, int64_t endNs);  // another timeline's, for Compare
     [[nodiscard]] const std::vector<DrawRect>& lastDrawList() const { return m_drawList; }
     [[nodiscard]] Viewport viewport() const;

@@ -7,6 +7,7 @@
 #include <QApplication>
 #include <QCheckBox>
 #include <QComboBox>
+#include <QCursor>
 #include <QLabel>
 #include <QLineEdit>
 #include <QListWidget>
@@ -483,6 +484,62 @@ TEST(GuiTimeline, SearchStepsThroughMatchesAndCentresThem) {
     EXPECT_EQ(v.endNs - v.startNs, 12 * ms);
     EXPECT_EQ(t.findNext(), 0);      // wraps
     EXPECT_EQ(t.findNext(true), 2);  // and back
+}
+
+TEST(GuiTimeline, FFitsTheSelectionAndWSZoomAtTheMouse) {
+    TimelineWidget t;
+    t.resize(1150, 300);
+    t.show();
+    ASSERT_TRUE(QTest::qWaitForWindowExposed(&t));
+    const int64_t ms = 1'000'000;
+    t.setData(twoRanks());
+    // F with an op selected: that op (rank 0's all-gather, 5-15 ms) with a margin.
+    t.selectOp(1);
+    QTest::keyClick(&t, Qt::Key_F);
+    Viewport v = t.viewport();
+    EXPECT_LE(v.startNs, 5 * ms);
+    EXPECT_GE(v.endNs, 15 * ms);
+    EXPECT_LT(v.endNs - v.startNs, 15 * ms);
+    // With a range: the range; with nothing: the whole step.
+    t.selectRange(2 * ms, 4 * ms);
+    QTest::keyClick(&t, Qt::Key_F);
+    v = t.viewport();
+    EXPECT_LE(v.startNs, 2 * ms);
+    EXPECT_GE(v.endNs, 4 * ms);
+    EXPECT_LT(v.endNs - v.startNs, 3 * ms);
+    QTest::keyClick(&t, Qt::Key_Escape);
+    QTest::keyClick(&t, Qt::Key_F);
+    EXPECT_EQ(t.viewport().startNs, 0);
+    EXPECT_EQ(t.viewport().endNs, 16 * ms);
+    // W zooms in at the mouse: the time under it stays where it was.
+    const int x = TimelineWidget::kLabelWidth + 200;
+    QCursor::setPos(t.mapToGlobal(QPoint(x, 60)));
+    if (t.mapFromGlobal(QCursor::pos()).x() != x)
+        GTEST_SKIP() << "this platform does not let a test place the mouse";
+    const int64_t under = pixelToTime(x - TimelineWidget::kLabelWidth, t.viewport());
+    QTest::keyClick(&t, Qt::Key_W);
+    v = t.viewport();
+    EXPECT_LT(v.endNs - v.startNs, 16 * ms);
+    EXPECT_NEAR(static_cast<double>(pixelToTime(x - TimelineWidget::kLabelWidth, v)),
+                static_cast<double>(under), 0.01 * ms);
+}
+
+TEST(GuiTimeline, TooltipsSayWhatWhereAndWhen) {
+    TimelineWidget t;
+    t.resize(1150, 300);
+    t.show();
+    ASSERT_TRUE(QTest::qWaitForWindowExposed(&t));
+    t.setData(twoRanks());
+    t.repaint();
+    // Rank 0's all-gather row (after its header row): 5-15 ms of 0-16 ms.
+    const Viewport v = t.viewport();
+    const double x = TimelineWidget::kLabelWidth + timeToPixel(10'000'000, v);
+    const QString tip = t.tooltipAt(QPointF(x, t.rowY(2) + 5));
+    EXPECT_TRUE(tip.contains("ag")) << tip.toStdString();
+    EXPECT_TRUE(tip.contains("all_gather")) << tip.toStdString();
+    EXPECT_TRUE(tip.contains("rank 0")) << tip.toStdString();
+    EXPECT_TRUE(tip.contains("start 5.000 ms, duration 10.000 ms")) << tip.toStdString();
+    EXPECT_TRUE(t.tooltipAt(QPointF(5, 5)).isEmpty());
 }
 
 TEST(GuiTimeline, RankGroupsCollapseFromTheirHeaderRow) {
