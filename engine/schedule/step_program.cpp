@@ -52,6 +52,12 @@ struct Segment {
     // attention — the saved activations and gradients of the modules after it in forward.
     double savedLate = 0;
     int64_t gradLateBytes = 0;
+    // Full and op-level checkpointing: the part of what the recompute saves that comes after
+    // the last attention (a decoder layer's MLP). Backward uses it first, makes those
+    // modules' gradients (gradLateBytes, allocated with the recompute) and frees it before it
+    // makes the attention's: the recomputed layer and all its gradients are never alive at
+    // once (FSDPMemTracker peaks at the post-attention norm's backward).
+    double recomputeLate = 0;
 };
 
 struct Group {
@@ -280,6 +286,10 @@ private:
                 case AcMode::Full:
                     sg.recomputeFlops += fwd;
                     sg.recomputeSaved += saved;
+                    if (run.hasAttn) {
+                        sg.recomputeLate += run.savedAfterAttn.at(b, s, scale);
+                        sg.gradLateBytes += run.gradNumelAfterAttn * dtypeSize(unit.allGatherDtype);
+                    }
                     break;
                 case AcMode::SelectiveOp: {
                     // torch.utils.checkpoint with a selective policy: forward keeps the kept
@@ -300,6 +310,10 @@ private:
                     sg.saved += kept;
                     sg.recomputeFlops += fwd;
                     sg.recomputeSaved += saved;
+                    if (run.hasAttn) {
+                        sg.recomputeLate += run.savedAfterAttn.at(b, s, scale);
+                        sg.gradLateBytes += run.gradNumelAfterAttn * dtypeSize(unit.allGatherDtype);
+                    }
                     break;
                 }
                 case AcMode::Attention: {
@@ -725,12 +739,19 @@ private:
                 }
             }
             int64_t lateGrads = 0;
+            BufferId lateTemp;
             if (sg.recomputeFlops > 0) {
                 Op rc = computeOp(OpKind::Recompute, Phase::Backward, sg, mb, sg.recomputeFlops, 0);
-                const BufferId tmp =
-                    buffer(static_cast<int64_t>(sg.recomputeSaved), MemCategory::Activations,
-                           Stream::Compute, r.units[sg.unit].allGatherDtype);
+                const BufferId tmp = buffer(
+                    static_cast<int64_t>(sg.recomputeSaved - sg.recomputeLate),
+                    MemCategory::Activations, Stream::Compute, r.units[sg.unit].allGatherDtype);
                 rc.allocs.push_back(tmp);
+                if (sg.recomputeLate > 0) {
+                    lateTemp =
+                        buffer(static_cast<int64_t>(sg.recomputeLate), MemCategory::Activations,
+                               Stream::Compute, r.units[sg.unit].allGatherDtype);
+                    rc.allocs.push_back(lateTemp);
+                }
                 // Selective: PyTorch reaches the checkpointed attention in the middle of the
                 // layer's backward; what comes after it in forward has made its gradients
                 // and freed its activations by then.
@@ -745,6 +766,11 @@ private:
                 savedTemp.push_back(tmp);
             }
             Op c = computeOp(OpKind::Backward, Phase::Backward, sg, mb, sg.bwdFlops, sg.bwdMem);
+            if (lateTemp.valid()) {  // Segment::recomputeLate: gone before the rest is made
+                c.frees.push_back(lateTemp);
+                c.freesFirst = 1;
+                lateTemp = BufferId();
+            }
             int64_t newGrads = 0;
             const int64_t restGrads = sg.gradBytes - (sg.recomputeFlops > 0 ? sg.gradLateBytes : 0);
             if (!gradSegBuf[i].valid() && restGrads > 0) {
