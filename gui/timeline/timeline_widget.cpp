@@ -47,6 +47,10 @@ QSize TimelineWidget::sizeHint() const {
     return {800, kTop + 4 + rows * kRowHeight};
 }
 
+QString elideLabel(const QString& label, const QFontMetrics& fm, int widthPx) {
+    return fm.elidedText(label, Qt::ElideMiddle, widthPx);
+}
+
 void TimelineWidget::setData(std::shared_ptr<const TimelineData> data) {
     m_data = std::move(data);
     m_selectedOp = -1;
@@ -181,10 +185,9 @@ void TimelineWidget::paintEvent(QPaintEvent*) {
         p.fillRect(box, d.folded > 1 ? colorOf(d.kind).darker(130) : colorOf(d.kind));
         if (!d.label.empty()) {
             p.setPen(Qt::white);
-            p.drawText(
-                box.adjusted(3, 0, -2, 0), Qt::AlignVCenter | Qt::AlignLeft,
-                QFontMetrics(font()).elidedText(QString::fromStdString(d.label), Qt::ElideRight,
-                                                static_cast<int>(box.width()) - 5));
+            p.drawText(box.adjusted(3, 0, -2, 0), Qt::AlignVCenter | Qt::AlignLeft,
+                       elideLabel(QString::fromStdString(d.label), QFontMetrics(font()),
+                                  static_cast<int>(box.width()) - 5));
         }
         if (m_selectedOp >= 0 && d.op == m_selectedOp) {
             p.setPen(QPen(palette().text().color(), 2));

@@ -7,6 +7,7 @@
 // selected, as Perfetto's F); hovering shows the op, clicking selects it (eventSelected),
 // shift-dragging selects a time range (rangeSelected), Esc clears both. paintEvent replays
 // the draw list buildDrawList() made for the current viewport.
+#include <QFontMetrics>
 #include <QWidget>
 
 #include <functional>
@@ -42,6 +43,11 @@ struct TimelineData {
     // duration, achieved bandwidth, what it waited on. Null: the label only.
     std::function<std::string(int32_t op)> describe;
 };
+
+// An event's label in a box of widthPx: elided in the middle, so that both a unit's name and
+// the op's kind ("model.la…26 forward"), or a kernel name's start and end, stay readable;
+// the full name is in the tooltip.
+[[nodiscard]] QString elideLabel(const QString& label, const QFontMetrics& fm, int widthPx);
 
 class TimelineWidget : public QWidget {
     Q_OBJECT

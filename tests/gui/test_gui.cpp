@@ -542,6 +542,18 @@ TEST(GuiTimeline, TooltipsSayWhatWhereAndWhen) {
     EXPECT_TRUE(t.tooltipAt(QPointF(5, 5)).isEmpty());
 }
 
+TEST(GuiTimeline, LabelsElideInTheMiddle) {
+    // Both the unit and the op's kind stay readable in a narrow box.
+    const QFontMetrics fm(QApplication::font());
+    const QString full = "model.layers.26 forward";
+    const QString shown = elideLabel(full, fm, fm.horizontalAdvance(full) * 3 / 4);
+    EXPECT_NE(shown, full);
+    EXPECT_TRUE(shown.contains(QChar(0x2026))) << shown.toStdString();
+    EXPECT_TRUE(shown.startsWith("model.")) << shown.toStdString();
+    EXPECT_TRUE(shown.endsWith("forward")) << shown.toStdString();
+    EXPECT_EQ(elideLabel(full, fm, fm.horizontalAdvance(full) + 10), full);
+}
+
 TEST(GuiTimeline, RankGroupsCollapseFromTheirHeaderRow) {
     TimelineWidget t;
     t.resize(900, 300);
