@@ -5,7 +5,7 @@ accounting (FSDPMemTracker under FakeTensorMode, scripts/memory_oracle.py) for f
 models, per case of a matrix of models, world sizes, batch shapes, checkpointing modes,
 reshard_after_forward and precision.
 
-    python scripts/bench_memory.py                 # the whole matrix (about 10 minutes)
+    python scripts/bench_memory.py                 # the whole matrix (70 cases, about 20 minutes)
     python scripts/bench_memory.py --quick         # one case per model and mode
     python scripts/bench_memory.py --filter mixtral --json out.json
 
