@@ -261,13 +261,14 @@ private:
             sg.bwdMem += c.bwdMemBytes.at(b, s, scale);
             sg.kernels += run.kernels;
             if (sg.runCount++ == 0) sg.firstRun = static_cast<int32_t>(&run - runs->data());
-            sg.gradBytes += run.gradNumel * dtypeSize(unit.allGatherDtype);
+            const int64_t gradSize = dtypeSize(unit.allGatherDtype);  // also the compute dtype's
+            sg.gradBytes += run.gradNumel * gradSize;
             sg.bwdTransient = std::max(sg.bwdTransient, 2.0 * run.peakOutputBytes.at(b, s, scale));
             if (c.lossVocab > 0) {
                 // ModuleCost::lossVocab: the logits in the compute dtype and their fp32
                 // upcast (one tensor when the compute dtype is fp32) beside the saved fp32
                 // log-probabilities.
-                const auto e = static_cast<double>(dtypeSize(unit.allGatherDtype));
+                const auto e = static_cast<double>(gradSize);
                 const double tokens = static_cast<double>(b) * static_cast<double>(s);
                 sg.fwdTransient =
                     std::max(sg.fwdTransient, tokens * c.lossVocab * (e < 4 ? e + 4.0 : e));
@@ -275,21 +276,25 @@ private:
             {
                 // A weight gradient made while its output's gradient is alive (ModuleRun):
                 // the part above the run's gradients.
-                const double d = static_cast<double>(dtypeSize(unit.allGatherDtype));
+                const auto d = static_cast<double>(gradSize);
                 const double all = static_cast<double>(run.gradNumel) * d;
                 const double moment = std::max(all + run.firstGradOutput.at(b, s, scale),
                                                static_cast<double>(run.largestOutGradNumel) * d +
                                                    run.largestGradOutput.at(b, s, scale));
                 sg.bwdGradExtra = std::max(sg.bwdGradExtra, moment - all);
             }
+            // Full and op-level checkpointing: what the recompute saves after the last
+            // attention, and its gradients (Segment::recomputeLate).
+            const auto splitRecompute = [&] {
+                if (!run.hasAttn) return;
+                sg.recomputeLate += run.savedAfterAttn.at(b, s, scale);
+                sg.gradLateBytes += run.gradNumelAfterAttn * gradSize;
+            };
             switch (unit.activationCheckpointing) {
                 case AcMode::Full:
                     sg.recomputeFlops += fwd;
                     sg.recomputeSaved += saved;
-                    if (run.hasAttn) {
-                        sg.recomputeLate += run.savedAfterAttn.at(b, s, scale);
-                        sg.gradLateBytes += run.gradNumelAfterAttn * dtypeSize(unit.allGatherDtype);
-                    }
+                    splitRecompute();
                     break;
                 case AcMode::SelectiveOp: {
                     // torch.utils.checkpoint with a selective policy: forward keeps the kept
@@ -310,10 +315,7 @@ private:
                     sg.saved += kept;
                     sg.recomputeFlops += fwd;
                     sg.recomputeSaved += saved;
-                    if (run.hasAttn) {
-                        sg.recomputeLate += run.savedAfterAttn.at(b, s, scale);
-                        sg.gradLateBytes += run.gradNumelAfterAttn * dtypeSize(unit.allGatherDtype);
-                    }
+                    splitRecompute();
                     break;
                 }
                 case AcMode::Attention: {
@@ -322,10 +324,10 @@ private:
                     sg.recomputeFlops += attnFwd;
                     sg.recomputeSaved += attnSaved;
                     sg.saved += saved - attnSaved;
-                    const int64_t grads = run.gradNumel * dtypeSize(unit.allGatherDtype);
+                    const int64_t grads = run.gradNumel * gradSize;
                     if (run.hasAttn) {  // only what follows the last attention comes first
                         sg.savedLate = run.savedAfterAttn.at(b, s, scale);
-                        sg.gradLateBytes = run.gradNumelAfterAttn * dtypeSize(unit.allGatherDtype);
+                        sg.gradLateBytes = run.gradNumelAfterAttn * gradSize;
                     } else {
                         sg.savedLate += saved;
                         sg.gradLateBytes += grads;

@@ -382,6 +382,13 @@ TEST(GuiWindow, MemoryChartShowsTheSimulatedPeak) {
               int64_t{40} << 30);  // Llama-3-8B, 8192 tokens, no checkpointing
 }
 
+// A timeline widget on screen, `width` pixels wide, as the timeline tests use it.
+bool shownAt(TimelineWidget& t, int width) {
+    t.resize(width, 300);
+    t.show();
+    return QTest::qWaitForWindowExposed(&t);
+}
+
 // Two ranks, each with a compute and an all-gather row: compute [0, 10) ms, all-gather
 // [5, 15) ms on rank 0; rank 1 shifted by 1 ms.
 std::shared_ptr<TimelineData> twoRanks() {
@@ -454,9 +461,7 @@ TEST(StepStats, ASelectionAggregatesByName) {
 
 TEST(GuiTimeline, SearchStepsThroughMatchesAndCentresThem) {
     TimelineWidget t;
-    t.resize(1000, 300);
-    t.show();
-    ASSERT_TRUE(QTest::qWaitForWindowExposed(&t));
+    ASSERT_TRUE(shownAt(t, 1000));
     auto d = twoRanks();
     const int64_t ms = 1'000'000;
     d->rows[0].events.push_back({12 * ms, 13 * ms, EventKind::Compute, 7, "late AG-copy", 1});
@@ -488,9 +493,7 @@ TEST(GuiTimeline, SearchStepsThroughMatchesAndCentresThem) {
 
 TEST(GuiTimeline, FFitsTheSelectionAndWSZoomAtTheMouse) {
     TimelineWidget t;
-    t.resize(1150, 300);
-    t.show();
-    ASSERT_TRUE(QTest::qWaitForWindowExposed(&t));
+    ASSERT_TRUE(shownAt(t, 1150));
     const int64_t ms = 1'000'000;
     t.setData(twoRanks());
     // F with an op selected: that op (rank 0's all-gather, 5-15 ms) with a margin.
@@ -526,9 +529,7 @@ TEST(GuiTimeline, FFitsTheSelectionAndWSZoomAtTheMouse) {
 
 TEST(GuiTimeline, TooltipsSayWhatWhereAndWhen) {
     TimelineWidget t;
-    t.resize(1150, 300);
-    t.show();
-    ASSERT_TRUE(QTest::qWaitForWindowExposed(&t));
+    ASSERT_TRUE(shownAt(t, 1150));
     t.setData(twoRanks());
     t.repaint();
     // Rank 0's all-gather row (after its header row): 5-15 ms of 0-16 ms.
@@ -556,9 +557,7 @@ TEST(GuiTimeline, LabelsElideInTheMiddle) {
 
 TEST(GuiTimeline, RankGroupsCollapseFromTheirHeaderRow) {
     TimelineWidget t;
-    t.resize(900, 300);
-    t.show();
-    ASSERT_TRUE(QTest::qWaitForWindowExposed(&t));
+    ASSERT_TRUE(shownAt(t, 900));
     t.setData(twoRanks());
     ASSERT_EQ(t.visibleRows().size(), 6u);  // two headers, two rows each
     EXPECT_EQ(t.visibleRows()[0], nullptr);
@@ -577,9 +576,7 @@ TEST(GuiTimeline, RankGroupsCollapseFromTheirHeaderRow) {
 // Issue 20: a sideways scroll zoomed out. It pans now (so does Shift+wheel); the wheel zooms.
 TEST(GuiTimeline, SidewaysScrollPansAndTheWheelZooms) {
     TimelineWidget t;
-    t.resize(1000, 300);
-    t.show();
-    ASSERT_TRUE(QTest::qWaitForWindowExposed(&t));
+    ASSERT_TRUE(shownAt(t, 1000));
     t.setData(twoRanks());
     t.setViewport(2'000'000, 4'000'000);
     auto wheel = [&](QPoint angle, Qt::KeyboardModifiers mods = Qt::NoModifier) {
