@@ -93,6 +93,103 @@ def scalar_loss(out, torch):
     return out.float().sum()
 
 
+class BalancedRouting:
+    """Data-dependent routing under fake tensors, as a load-balanced router would route.
+
+    A mixture-of-experts layer picks each expert's tokens with `torch.where`/`nonzero` on a
+    mask made from the router's top-k choice. The size of that op's output depends on tensor
+    values, which fake tensors do not have, so FakeTensorMode refuses it. This tracker
+    follows, op by op, what fraction of a tensor's elements is expected to be non-zero when
+    every category (expert) receives the same share of the top-k choices, the routing a
+    load-balancing loss aims for and the one ShardScope's native MoE loaders assume:
+
+      * topk's indices are a choice among `size(dim)` categories;
+      * `eq` against an arange of n values (how one_hot decomposes) or a choice compared
+        with a scalar is non-zero 1/n of the time; `scatter` of ones into zeros along a dim
+        fills index.size(dim)/size(dim) of it;
+      * views, permutes, selects, copies and casts keep the fraction; a sum turns it into an
+        expected count per output element, and `> 0` of a count of at least 1 is all true;
+      * `nonzero` then returns round(numel x fraction) indices, spread evenly, as a real
+        tensor, so loops over the experts hit and `numel() > 0` tests see concrete values.
+
+    Any other data-dependent op stops the export with a message naming the op and module.
+    """
+
+    KEEP = {"view", "_unsafe_view", "reshape", "permute", "transpose", "t", "squeeze", "unsqueeze", "select",
+            "slice", "alias", "clone", "contiguous", "_to_copy", "to", "expand", "detach", "lift_fresh",
+            "index", "flatten"}
+    COUNT_TESTS = {"gt", "greater", "ne", "ge"}
+
+    def __init__(self, torch):
+        from torch.utils.weak import WeakTensorKeyDictionary
+        self.torch = torch
+        self.fraction = WeakTensorKeyDictionary()  # expected non-zero fraction
+        self.count = WeakTensorKeyDictionary()     # expected value of each element (a count)
+        self.choice = WeakTensorKeyDictionary()    # indices choosing among n categories
+        self.arange = WeakTensorKeyDictionary()    # an arange of n values
+        self.routed = 0                            # nonzero calls answered
+
+    def dispatch(self, func, args, kwargs, module):
+        """Returns the op's result when it is a data-dependent routing op, else None."""
+        name = func._overloadpacket.__name__
+        if name in ("nonzero", "argwhere"):
+            x = args[0]
+            frac = self.fraction.get(x)
+            if frac is None:
+                raise SystemExit(
+                    f"export_model.py: module '{module or '<root>'}': aten.{name} on a {tuple(x.shape)} tensor: "
+                    "its output size depends on tensor values, which fake tensors do not have, and its input "
+                    "is not a routing mask this script follows (a one-hot of top-k choices, or a scatter of "
+                    "them). Export a variant whose routing does not depend on values, or report the model.")
+            n = int(round(x.numel() * frac))
+            flat = [(j * x.numel()) // n for j in range(n)] if n else []
+            idx = self.torch.tensor(flat, dtype=self.torch.int64)
+            coords = []
+            for size in reversed(x.shape):
+                coords.append(idx % size)
+                idx = idx // size
+            self.routed += 1
+            return self.torch.stack(list(reversed(coords)), dim=1) if coords else idx.reshape(n, 0)
+        return None
+
+    def note(self, func, args, kwargs, out):
+        """Carries the fractions to the op's output."""
+        torch = self.torch
+        name = func._overloadpacket.__name__
+        first = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if name == "topk" and isinstance(out, tuple):
+            dim = args[2] if len(args) > 2 else kwargs.get("dim", -1)
+            self.choice[out[1]] = first.shape[dim]
+        elif name == "arange" and isinstance(out, torch.Tensor) and out.dim() == 1:
+            self.arange[out] = out.numel()
+        elif name == "eq" and isinstance(out, torch.Tensor):
+            a, b = args[0], args[1]
+            for x, y in ((a, b), (b, a)):
+                if isinstance(y, torch.Tensor) and y in self.arange and y.numel() > 0:
+                    self.fraction[out] = 1.0 / y.numel()
+                elif isinstance(x, torch.Tensor) and x in self.choice and (
+                        not isinstance(y, torch.Tensor) or y.dim() == 0):
+                    self.fraction[out] = 1.0 / self.choice[x]
+        elif name in ("scatter", "scatter_") and isinstance(out, torch.Tensor) and len(args) > 2:
+            dim, index = args[1], args[2]
+            if isinstance(index, torch.Tensor) and out.shape[dim] > 0:
+                self.fraction[out] = min(1.0, index.shape[dim] / out.shape[dim])
+        elif name == "sum" and first is not None and isinstance(out, torch.Tensor) and out.numel() > 0:
+            frac = self.fraction.get(first)
+            if frac is not None:
+                self.count[out] = frac * first.numel() / out.numel()
+        elif name in self.COUNT_TESTS and first is not None and isinstance(out, torch.Tensor):
+            c = self.count.get(first)
+            if c is not None:
+                self.fraction[out] = 1.0 if c >= 1 else c
+        elif name in self.KEEP and first is not None:
+            for src in (self.fraction, self.count, self.choice):
+                if first in src:
+                    for t in (out if isinstance(out, (tuple, list)) else [out]):
+                        if isinstance(t, torch.Tensor):
+                            src[t] = src[first]
+
+
 def measure(model, inp, torch):
     """One forward and backward on fake tensors; per-module self costs.
 
@@ -106,9 +203,11 @@ def measure(model, inp, torch):
     from torch.overrides import TorchFunctionMode
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils.flop_counter import flop_registry
+    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
     import torch.utils._pytree as pytree
 
     names = {m: n for n, m in model.named_modules()}
+    routing = BalancedRouting(torch)
     zero = lambda: {n: 0 for n in names.values()}  # noqa: E731
     fwd_flops, bwd_flops, saved, out_bytes, mem = zero(), zero(), zero(), zero(), zero()
     stack = [""]
@@ -148,7 +247,18 @@ def measure(model, inp, torch):
     class Costs(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            out = func(*args, **kwargs)
+            out = routing.dispatch(func, args, kwargs, stack[-1])
+            if out is not None:
+                return out
+            try:
+                out = func(*args, **kwargs)
+            except (DynamicOutputShapeException, DataDependentOutputException) as e:
+                raise SystemExit(
+                    f"export_model.py: module '{stack[-1] or '<root>'}': {func}: its result depends on tensor "
+                    f"values, which fake tensors do not have ({type(e).__name__}). Data-dependent routing made "
+                    "with one_hot/eq/scatter and nonzero/where is followed (BalancedRouting); this op is not. "
+                    "Export a variant whose control flow does not depend on values, or report the model.")
+            routing.note(func, args, kwargs, out)
             packet = func._overloadpacket
             node = torch._C._current_autograd_node()
             if packet in flop_registry:

@@ -139,6 +139,95 @@ class ExportModel(unittest.TestCase):
                 # 256 of 266,240 bytes at seq 32); FLOPs must match exactly.
                 self.assertAlmostEqual(at["saved_activation_bytes"], saved, delta=2e-3 * saved)
 
+    def test_moe_routing_is_balanced_and_totals_equal_pytorch(self):
+        # Mixture-of-experts layers pick each expert's tokens with nonzero/where, whose size
+        # fake tensors cannot know. The exporter routes them as a balanced router would;
+        # whatever the routing, every token reaches top_k experts, so the model's FLOP and
+        # saved-byte totals equal those of transformers' own model on real tensors (routed by
+        # its random router), and each expert carries top_k/experts of the tokens.
+        transformers = peer.require("transformers")
+        configs = {
+            # shared expert with a sigmoid gate, norm_topk_prob false, a dense layer
+            "qwen2_moe": transformers.Qwen2MoeConfig(
+                vocab_size=128, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+                shared_expert_intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, num_experts=4, num_experts_per_tok=2, mlp_only_layers=[1]),
+            # group-limited top-k (scatter into a group mask), MLA, a dense first layer
+            "deepseek_v3": transformers.DeepseekV3Config(
+                vocab_size=128, hidden_size=64, intermediate_size=96, moe_intermediate_size=16,
+                num_hidden_layers=2, first_k_dense_replace=1, num_attention_heads=4,
+                num_key_value_heads=4, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2,
+                n_group=2, topk_group=1, kv_lora_rank=16, q_lora_rank=24, qk_rope_head_dim=8,
+                v_head_dim=16, qk_nope_head_dim=16),
+        }
+        sys.path.insert(0, os.path.join(peer.SOURCE, "scripts"))
+        import export_model
+        export_model.register_cpu_sdpa_flops()
+        from torch.utils.flop_counter import FlopCounterMode
+        batch, seq = 2, 16
+        for kind, cfg in configs.items():
+            with self.subTest(model=kind), tempfile.TemporaryDirectory() as d:
+                cfg.save_pretrained(d)
+                out = os.path.join(d, "model.json")
+                subprocess.run([sys.executable, os.path.join(peer.SOURCE, "scripts", "export_model.py"),
+                                "--hf-config", os.path.join(d, "config.json"), "--batch", str(batch),
+                                "--seq", str(seq), "-o", out], check=True)
+                doc = json.load(open(out))
+                experts = [m for m in doc["modules"] if ".mlp.experts." in m["name"]
+                           and m["name"].endswith("gate_proj")]
+                self.assertTrue(experts)
+                top_k, n = cfg.num_experts_per_tok, getattr(cfg, "num_experts", None) or cfg.n_routed_experts
+                for m in experts:
+                    per_token = 2 * cfg.hidden_size * cfg.moe_intermediate_size * top_k / n
+                    self.assertEqual(m["cost"]["fwd_flops"], [per_token, 0.0], m["name"])
+                torch.manual_seed(0)
+                model = transformers.AutoModelForCausalLM.from_config(cfg).train()
+                tokens = torch.randint(0, cfg.vocab_size, (batch, seq))
+                params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+                params |= {b.untyped_storage().data_ptr() for b in model.buffers()}
+                saved = {}
+
+                def pack(t):
+                    if t.untyped_storage().data_ptr() not in params:
+                        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+                    return t
+
+                fc = FlopCounterMode(display=False)
+                with fc:
+                    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                        logits = model(tokens).logits
+                    fwd = fc.get_total_flops()
+                    logits.float().sum().backward()
+                bwd = fc.get_total_flops() - fwd
+                at = peer.shardscope("model", "show", "--model", out, "--depth", "0", "--json",
+                                     "--batch", str(batch), "--seq", str(seq))["modules"][0]
+                print(f"{kind}: fwd {at['fwd_flops']:.0f} vs {fwd}, bwd {at['bwd_flops']:.0f} vs {bwd}, "
+                      f"saved {at['saved_activation_bytes']:.0f} vs {sum(saved.values())}")
+                self.assertAlmostEqual(at["fwd_flops"], fwd, delta=1e-6 * fwd)
+                self.assertAlmostEqual(at["bwd_flops"], bwd, delta=1e-6 * bwd)
+                self.assertAlmostEqual(at["saved_activation_bytes"], sum(saved.values()),
+                                       delta=1e-2 * sum(saved.values()))
+
+    def test_unfollowed_data_dependent_op_is_refused_by_name(self):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "masked.py"), "w") as f:
+                f.write("import torch\n"
+                        "class Masked(torch.nn.Module):\n"
+                        "    def __init__(self):\n"
+                        "        super().__init__()\n"
+                        "        self.proj = torch.nn.Linear(8, 8)\n"
+                        "    def forward(self, x):\n"
+                        "        y = self.proj(x)\n"
+                        "        return y[y > 0]\n")
+            r = subprocess.run([sys.executable, os.path.join(peer.SOURCE, "scripts", "export_model.py"),
+                                "--factory", "masked:Masked", "--input", "features:8", "--seq", "4",
+                                "-o", os.path.join(d, "out.json")],
+                               env=dict(os.environ, PYTHONPATH=d), capture_output=True, text=True)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertIn("aten.index.Tensor", r.stderr)
+            self.assertIn("depends on tensor values", r.stderr)
+            self.assertFalse(os.path.exists(os.path.join(d, "out.json")))
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
