@@ -96,18 +96,23 @@ def ours(model, plan, cluster, extra):
 
 
 def balanced_moe_routing():
-    """Mixtral's sparse MoE block with tokens routed evenly over the experts.
+    """The sparse MoE blocks of Mixtral, Qwen2-MoE and Qwen3-MoE with tokens routed evenly
+    over the experts.
 
     Hugging Face's loop picks each expert's tokens with `torch.where` on the router's choice,
     whose output size depends on the values, which fake tensors do not have. This forward
-    runs the same operators (router, softmax in fp32, top-k, renormalisation, per-expert
-    index, expert MLP, weighting, index_add_) with each expert given exactly
-    tokens x top_k / experts token slots, the balanced routing a load-balanced router aims
-    for and what ShardScope assumes. The saved activations are then those of a balanced step.
+    runs the same operators (router, softmax in fp32, top-k, the renormalisation where the
+    block does it: always for Mixtral, with norm_topk_prob for Qwen, per-expert index, expert
+    MLP, weighting, index_add_, and Qwen2-MoE's sigmoid-gated shared expert) with each expert
+    given exactly tokens x top_k / experts token slots, the balanced routing a load-balanced
+    router aims for and what ShardScope assumes. The saved activations are then those of a
+    balanced step.
     """
     import torch
     import torch.nn.functional as F
     from transformers.models.mixtral import modeling_mixtral
+    from transformers.models.qwen2_moe import modeling_qwen2_moe
+    from transformers.models.qwen3_moe import modeling_qwen3_moe
 
     def forward(self, hidden_states):
         batch_size, sequence_length, hidden_dim = hidden_states.shape
@@ -116,7 +121,8 @@ def balanced_moe_routing():
         router_logits = self.gate(hs)
         routing_weights = F.softmax(router_logits, dim=1, dtype=torch.float)
         routing_weights, _ = torch.topk(routing_weights, self.top_k, dim=-1)
-        routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
+        if getattr(self, "norm_topk_prob", True):
+            routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
         routing_weights = routing_weights.to(hs.dtype)
         final = torch.zeros((tokens, hidden_dim), dtype=hs.dtype, device=hs.device)
         per_expert = tokens * self.top_k // self.num_experts
@@ -126,9 +132,14 @@ def balanced_moe_routing():
             current = hs[None, top_x].reshape(-1, hidden_dim)
             out = self.experts[e](current) * routing_weights[top_x, idx, None]
             final.index_add_(0, top_x, out.to(hs.dtype))
+        if hasattr(self, "shared_expert"):
+            final = final + F.sigmoid(self.shared_expert_gate(hs)) * self.shared_expert(hs)
         return final.reshape(batch_size, sequence_length, hidden_dim), router_logits
 
     modeling_mixtral.MixtralSparseMoeBlock.forward = forward
+    modeling_qwen2_moe.Qwen2MoeSparseMoeBlock.forward = forward
+    modeling_qwen3_moe.Qwen3MoeSparseMoeBlock.forward = forward
+
 
 def hide_dtensor_shape_propagation():
     """DTensor works out an op's output shape by running it on full-size (global-shape)
@@ -275,7 +286,7 @@ def oracle(model_path, plan_path, world, batch, seq, steps=2, track=True):
     # do, and as ShardScope models attention.
     import transformers.masking_utils as masking_utils
     masking_utils.find_packed_sequence_indices = lambda position_ids: None
-    if cfg.model_type == "mixtral":
+    if cfg.model_type in ("mixtral", "qwen2_moe", "qwen3_moe"):
         balanced_moe_routing()
     hide_dtensor_shape_propagation()
     keep_fsdp_group_hooks()

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "plans/model/hf_config.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "plans/core/json_reader.h"
 
 namespace shardscope {
@@ -139,8 +142,8 @@ struct CostBuilder {
 };
 
 struct LlamaLike {
-    std::string family;  // llama, mistral, qwen2, qwen3, olmo2, mixtral
-    std::string prefix;  // Llama, Mistral, Qwen2, Qwen3, Olmo2, Mixtral
+    std::string family;  // llama, mistral, qwen2, qwen3, olmo2, mixtral, qwen2_moe, qwen3_moe
+    std::string prefix;  // Llama, Mistral, Qwen2, Qwen3, Olmo2, Mixtral, Qwen2Moe, Qwen3Moe
     int64_t vocab, hidden, inter, layers, heads, kvHeads, headDim;
     bool tie, qkvBias, oBias, mlpBias;
     bool qkNorm = false;  // Qwen3: RMSNorm of each query and key head over head_dim
@@ -148,6 +151,20 @@ struct LlamaLike {
     // the MLP instead of before (no input_layernorm), the norm's weight applied in fp32.
     bool olmo2 = false;
     int64_t experts = 0, topK = 0;
+    // Mixture of experts. Mixtral: every layer's `block_sparse_moe`, experts w1/w3/w2 of
+    // intermediate_size, top-k weights always renormalised. Qwen2-MoE/Qwen3-MoE: the layer's
+    // `mlp` is sparse when (i + 1) % decoder_sparse_step == 0 and i is not in
+    // mlp_only_layers (else a dense MLP of intermediate_size), experts of
+    // moe_intermediate_size named like the dense MLP, renormalised only with norm_topk_prob;
+    // Qwen2-MoE adds a shared expert (shared_expert_intermediate_size) scaled by
+    // sigmoid(shared_expert_gate(x)).
+    int64_t moeInter = 0, sharedInter = 0, sparseStep = 1;
+    std::vector<int64_t> mlpOnlyLayers;
+    bool normTopK = true;
+    // Qwen2-MoE (transformers 4.57) keeps its own attention classes: Qwen2MoeSdpaAttention
+    // with an unused per-layer rotary_emb, and repeat_kv copies K and V to every query head
+    // before SDPA, which then saves them at the query width.
+    bool legacyQwen2MoeAttention = false;
     int64_t maxPositions = 0;
 };
 
@@ -196,9 +213,9 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
     // input), SiLU output and up output (the mul's operands). `tokenShare` is the fraction
     // of tokens routed to this MLP (1 for dense, top_k/num_experts for an expert under
     // balanced routing).
-    auto swiglu = [&](ModuleId m, const char* gate, const char* up, const char* down,
+    auto swiglu = [&](ModuleId m, const char* gate, const char* up, const char* down, int64_t inter,
                       double tokenShare, bool gateSavesInput) {
-        const double I = static_cast<double>(c.inter);
+        const double I = static_cast<double>(inter);
         auto scaled = [&](ModuleId x) {
             auto& cc = g.cost(x);
             for (ScaledCost* sc : {&cc.fwdFlops, &cc.bwdFlops, &cc.fwdMemBytes, &cc.bwdMemBytes,
@@ -212,13 +229,13 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
         ModuleId gm, um, dm;
         // transformers registers gate, up, down (Llama) or w1, w2, w3 (Mixtral) in this order.
         if (std::string(gate) == "w1") {
-            gm = linear(m, "w1", h, c.inter, c.mlpBias, gateSavesInput);
-            dm = linear(m, "w2", c.inter, h, c.mlpBias, true);
-            um = linear(m, "w3", h, c.inter, c.mlpBias, false, true);
+            gm = linear(m, "w1", h, inter, c.mlpBias, gateSavesInput);
+            dm = linear(m, "w2", inter, h, c.mlpBias, true);
+            um = linear(m, "w3", h, inter, c.mlpBias, false, true);
         } else {
-            gm = linear(m, gate, h, c.inter, c.mlpBias, gateSavesInput);
-            um = linear(m, up, h, c.inter, c.mlpBias, false, true);
-            dm = linear(m, down, c.inter, h, c.mlpBias, true);
+            gm = linear(m, gate, h, inter, c.mlpBias, gateSavesInput);
+            um = linear(m, up, h, inter, c.mlpBias, false, true);
+            dm = linear(m, down, inter, h, c.mlpBias, true);
         }
         g.addModule(m, "act_fn", "SiLUActivation");
         auto& mc = g.cost(m);
@@ -239,13 +256,19 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
     ModuleId layers = g.addModule(model, "layers", "ModuleList", {"ModuleList"});
     for (int64_t i = 0; i < c.layers; ++i) {
         ModuleId layer = g.addModule(layers, std::to_string(i), c.prefix + "DecoderLayer");
-        ModuleId attn = g.addModule(layer, "self_attn", c.prefix + "Attention");
+        ModuleId attn =
+            g.addModule(layer, "self_attn",
+                        c.prefix + (c.legacyQwen2MoeAttention ? "SdpaAttention" : "Attention"));
         linear(attn, "q_proj", h, dq, c.qkvBias, true);
         linear(attn, "k_proj", h, dkv, c.qkvBias, false, true);
         linear(attn, "v_proj", h, dkv, c.qkvBias, false, true);
         // o_proj's input is SDPA's output transposed back: autograd saves one storage for
         // both, counted at SDPA.
         linear(attn, "o_proj", dq, h, c.oBias, false);
+        if (c.legacyQwen2MoeAttention) {
+            ModuleId rot = g.addModule(attn, "rotary_emb", c.prefix + "RotaryEmbedding");
+            g.addBuffer(rot, {"inv_freq", {c.headDim / 2}, DType::Float32, false});
+        }
         if (c.olmo2) {
             // q_norm(q_proj(x)) and k_norm(k_proj(x)) before the heads are split.
             for (auto [name, width] : {std::pair{"q_norm", dq}, std::pair{"k_norm", dkv}}) {
@@ -277,41 +300,76 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
         ac.fwdMemKernels += 12;
         ac.bwdMemKernels += 18;
         ac.outputBytes.perToken += H * cb.e;
+        const bool repeatKv = c.legacyQwen2MoeAttention && c.kvHeads < c.heads;
         cb.sdpa(attn, static_cast<double>(c.heads), static_cast<double>(c.headDim),
-                static_cast<double>(dq + 2 * dkv));
-        if (c.experts > 0) {
-            ModuleId moe = g.addModule(layer, "block_sparse_moe", "MixtralSparseMoeBlock");
+                static_cast<double>(repeatKv ? 3 * dq : dq + 2 * dkv));
+        if (repeatKv) {
+            // repeat_kv's expand + reshape: one copy of K and one of V forward, their
+            // gradients summed back over the repeated heads.
+            ac.fwdMemKernels += 2;
+            ac.bwdMemKernels += 2;
+            ac.fwdMemBytes.perToken += 2.0 * (dkv + dq) * cb.e;
+            ac.bwdMemBytes.perToken += 2.0 * (dkv + dq) * cb.e;
+        }
+        const bool mixtral = c.family == "mixtral";
+        const bool sparse =
+            c.experts > 0 && (i + 1) % c.sparseStep == 0 &&
+            std::find(c.mlpOnlyLayers.begin(), c.mlpOnlyLayers.end(), i) == c.mlpOnlyLayers.end();
+        if (sparse) {
+            ModuleId moe = g.addModule(layer, mixtral ? "block_sparse_moe" : "mlp",
+                                       c.prefix + "SparseMoeBlock");
             // Router: Linear(h → E), softmax and top-k in fp32.
             linear(moe, "gate", h, c.experts, false, true);
             auto& mc = g.cost(moe);
             // Saved per token, measured with saved_tensors_hooks on transformers' block (fp32
-            // softmax, top-k indices and values, the renormalising sum) and per routed slot:
-            // the token and slot indices (int64 each), the routing weight, the expert's output
-            // (kept by the multiply with the weight) and the weighted output (kept by
-            // index_add_, whose backward expands to the source). The expert's input is
-            // counted by its w1.
+            // softmax, top-k indices, and with renormalisation the top-k values and their sum)
+            // and per routed slot: the token and slot indices (int64 each), the routing
+            // weight, the expert's output (kept by the multiply with the weight) and the
+            // weighted output (kept by index_add_, whose backward expands to the source). The
+            // expert's input is counted by its first projection.
             const double k = static_cast<double>(c.topK);
-            mc.savedBytes.fixedPerToken +=
-                4.0 * static_cast<double>(c.experts + c.topK) + 8.0 * k + 4.0 + 16.0 * k;
+            mc.savedBytes.fixedPerToken += 4.0 * static_cast<double>(c.experts) + 8.0 * k +
+                                           16.0 * k + (c.normTopK ? 4.0 * k + 4.0 : 0.0);
             mc.savedBytes.perToken += (2.0 * H * k + k) * cb.e;
             mc.fwdMemBytes.perToken += 2.0 * H * cb.e * static_cast<double>(c.topK);
             mc.bwdMemBytes.perToken += 2.0 * H * cb.e * static_cast<double>(c.topK);
             // Router (softmax, topk, sum, div, one-hot scatter, ...: 11) and per expert the
             // token lookup, gathers, routing multiply and index_add_ (6); backward 8 + 10 per
             // expert (transformers 4.57, counted with a dispatch mode).
-            mc.fwdMemKernels += 11 + 6 * static_cast<int32_t>(c.experts);
-            mc.bwdMemKernels += 8 + 10 * static_cast<int32_t>(c.experts);
+            mc.fwdMemKernels += 11 + 6 * static_cast<int32_t>(c.experts) - (c.normTopK ? 0 : 2);
+            mc.bwdMemKernels += 8 + 10 * static_cast<int32_t>(c.experts) - (c.normTopK ? 0 : 2);
             mc.outputBytes.perToken += H * cb.e;
             ModuleId experts = g.addModule(moe, "experts", "ModuleList", {"ModuleList"});
             const double share = static_cast<double>(c.topK) / static_cast<double>(c.experts);
             for (int64_t x = 0; x < c.experts; ++x) {
-                ModuleId ex = g.addModule(experts, std::to_string(x), "MixtralBlockSparseTop2MLP");
                 // Each expert gathers its tokens (hidden_states[top_x], a copy it saves).
-                swiglu(ex, "w1", "w3", "w2", share, true);
+                if (mixtral) {
+                    ModuleId ex =
+                        g.addModule(experts, std::to_string(x), "MixtralBlockSparseTop2MLP");
+                    swiglu(ex, "w1", "w3", "w2", c.inter, share, true);
+                } else {
+                    ModuleId ex = g.addModule(experts, std::to_string(x), c.prefix + "MLP");
+                    swiglu(ex, "gate_proj", "up_proj", "down_proj", c.moeInter, share, true);
+                }
+            }
+            if (c.sharedInter > 0) {
+                // Every token also goes through the shared expert; its input is the block's
+                // (saved by the router), its output is scaled by sigmoid(shared_expert_gate(x))
+                // (the multiply keeps both: the [tokens, 1] sigmoid and the expert's output),
+                // then added to the routed sum.
+                ModuleId sh = g.addModule(moe, "shared_expert", c.prefix + "MLP");
+                swiglu(sh, "gate_proj", "up_proj", "down_proj", c.sharedInter, 1.0, false);
+                linear(moe, "shared_expert_gate", h, 1, false, false);
+                auto& bc = g.cost(moe);  // adding modules moved the costs
+                bc.savedBytes.perToken += (H + 1.0) * cb.e;
+                bc.fwdMemBytes.perToken += (3.0 * H + 2.0) * cb.e;
+                bc.bwdMemBytes.perToken += (4.0 * H + 2.0) * cb.e;
+                bc.fwdMemKernels += 3;  // sigmoid, mul, add
+                bc.bwdMemKernels += 4;  // mul x2, the broadcast's sum, sigmoid_backward
             }
         } else {
             ModuleId mlp = g.addModule(layer, "mlp", c.prefix + "MLP");
-            swiglu(mlp, "gate_proj", "up_proj", "down_proj", 1.0, true);
+            swiglu(mlp, "gate_proj", "up_proj", "down_proj", c.inter, 1.0, true);
         }
         if (c.olmo2) {
             // x + post_attention_layernorm(attn(x)), then the same around the MLP: q/k/v and
@@ -351,12 +409,14 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
                                    const HfLoadOptions& o) {
     LlamaLike c;
     c.family = family;
-    c.prefix = family == "llama"     ? "Llama"
-               : family == "mistral" ? "Mistral"
-               : family == "qwen2"   ? "Qwen2"
-               : family == "qwen3"   ? "Qwen3"
-               : family == "olmo2"   ? "Olmo2"
-                                     : "Mixtral";
+    c.prefix = family == "llama"       ? "Llama"
+               : family == "mistral"   ? "Mistral"
+               : family == "qwen2"     ? "Qwen2"
+               : family == "qwen3"     ? "Qwen3"
+               : family == "olmo2"     ? "Olmo2"
+               : family == "qwen2_moe" ? "Qwen2Moe"
+               : family == "qwen3_moe" ? "Qwen3Moe"
+                                       : "Mixtral";
     c.vocab = positive(r, "vocab_size");
     c.hidden = positive(r, "hidden_size");
     c.inter = positive(r, "intermediate_size");
@@ -383,11 +443,17 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
     // Qwen2 always has q/k/v biases; Llama and Qwen3 have attention_bias (q, k, v and o),
     // Llama also mlp_bias.
     const bool attnBias = r.optBool("attention_bias").value_or(false);
-    c.qkvBias = family == "qwen2" || attnBias;
-    c.oBias = (family == "llama" || family == "qwen3" || family == "olmo2") && attnBias;
-    c.qkNorm = family == "qwen3";
+    // Qwen2-MoE spells its q/k/v bias qkv_bias (default true).
+    c.qkvBias = family == "qwen2" || attnBias ||
+                (family == "qwen2_moe" && r.optBool("qkv_bias").value_or(true));
+    c.oBias =
+        (family == "llama" || family == "qwen3" || family == "qwen3_moe" || family == "olmo2") &&
+        attnBias;
+    c.qkNorm = family == "qwen3" || family == "qwen3_moe";
     c.olmo2 = family == "olmo2";
-    if (family == "qwen3" && r.optBool("use_sliding_window").value_or(false))
+    c.legacyQwen2MoeAttention = family == "qwen2_moe";
+    if ((family == "qwen3" || family == "qwen2_moe" || family == "qwen3_moe") &&
+        r.optBool("use_sliding_window").value_or(false))
         r.at("use_sliding_window")
             .fail(
                 "sliding-window attention is not modelled (its layers attend to fewer "
@@ -399,10 +465,37 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
         if (c.topK > c.experts)
             r.at("num_experts_per_tok").fail("num_experts_per_tok exceeds num_local_experts");
     }
+    if (family == "qwen2_moe" || family == "qwen3_moe") {
+        c.experts = r.hasNonNull("num_experts") ? r.at("num_experts").asIntAtLeast(0) : 0;
+        if (c.experts > 0) {
+            c.topK = positive(r, "num_experts_per_tok");
+            if (c.topK > c.experts)
+                r.at("num_experts_per_tok").fail("num_experts_per_tok exceeds num_experts");
+            c.moeInter = positive(r, "moe_intermediate_size");
+            c.normTopK = r.optBool("norm_topk_prob").value_or(false);
+            if (r.hasNonNull("decoder_sparse_step"))
+                c.sparseStep = positive(r, "decoder_sparse_step");
+            if (r.hasNonNull("mlp_only_layers")) {
+                const JsonReader list = r.at("mlp_only_layers");
+                list.requireArray();
+                for (size_t k = 0; k < list.size(); ++k) {
+                    const int64_t layer = list[k].asIntAtLeast(0);
+                    if (layer >= c.layers)
+                        list[k].fail("layer " + std::to_string(layer) +
+                                     " does not exist (num_hidden_layers is " +
+                                     std::to_string(c.layers) + ")");
+                    c.mlpOnlyLayers.push_back(layer);
+                }
+            }
+            if (family == "qwen2_moe")
+                c.sharedInter = positive(r, "shared_expert_intermediate_size");
+        }
+    }
     if (c.layers > 10000)
         r.at("num_hidden_layers").fail("implausibly many layers (more than 10000)");
     if (c.experts > 4096)
-        r.at("num_local_experts").fail("implausibly many experts (more than 4096)");
+        r.at(family == "mixtral" ? "num_local_experts" : "num_experts")
+            .fail("implausibly many experts (more than 4096)");
     return buildLlamaLike(c, r.file(), o);
 }
 
@@ -516,14 +609,15 @@ Expected<ModelGraph> modelFromHfConfig(const nlohmann::json& j, const std::strin
         const std::string type = r.getString("model_type");
         Expected<ModelGraph> g = Error{""};
         if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" ||
-            type == "olmo2" || type == "mixtral")
+            type == "olmo2" || type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe")
             g = loadLlamaLike(r, type, options);
         else if (type == "gpt2")
             g = loadGpt2(r, options);
         else
             r.at("model_type")
                 .fail("unsupported model_type \"" + type +
-                      "\" (supported: llama, mistral, qwen2, qwen3, olmo2, mixtral, gpt2; for "
+                      "\" (supported: llama, mistral, qwen2, qwen3, olmo2, mixtral, qwen2_moe, "
+                      "qwen3_moe, gpt2; for "
                       "other models "
                       "export a ShardScope model JSON with scripts/export_model.py)");
         if (g.ok() && r.hasNonNull("_name_or_path")) g->name = r.getString("_name_or_path");

@@ -46,6 +46,7 @@ TEST(HfConfig, PublishedParameterCounts) {
         {"llama3-8b", 8030261248}, {"llama3.1-8b", 8030261248},     {"llama3-70b", 70553706496},
         {"llama2-7b", 6738415616}, {"mistral-7b-v0.1", 7241732096}, {"qwen2-0.5b", 494032768},
         {"qwen2-7b", 7615616512},  {"mixtral-8x7b", 46702792704},   {"gpt2", 124439808},
+        {"qwen3-30b-a3b", 30532122624},
     };
     for (const auto& [name, count] : cases)
         EXPECT_EQ(load(name).totalParams(), count) << name;
@@ -93,6 +94,40 @@ TEST(HfConfig, MixtralExpertsAndRouterAreModules) {
     // Balanced top-2 routing: an expert sees 2/8 of the tokens.
     const ModuleCost e = g.subtreeCost(*g.findModule("model.layers.0.block_sparse_moe.experts.0"));
     EXPECT_DOUBLE_EQ(e.fwdFlops.perToken, 0.25 * 3 * 2 * 4096.0 * 14336.0);
+}
+
+// Qwen-MoE: the layer's `mlp` is a sparse block unless mlp_only_layers or
+// decoder_sparse_step says dense; Qwen2-MoE adds the sigmoid-gated shared expert.
+TEST(HfConfig, QwenMoeSparseAndDenseLayers) {
+    const std::string q2 = R"({"model_type": "qwen2_moe", "vocab_size": 100, "hidden_size": 64,
+        "intermediate_size": 96, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 48,
+        "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "num_experts": 4, "num_experts_per_tok": 2, "decoder_sparse_step": 2,
+        "mlp_only_layers": [3]})";
+    const ModelGraph g = fromText(q2);
+    // Layer 1 is the only sparse one: (i + 1) % 2 == 0 leaves 1 and 3, and 3 is dense.
+    EXPECT_EQ(g.module(*g.findModule("model.layers.1.mlp")).cls, "Qwen2MoeSparseMoeBlock");
+    for (const char* dense : {"model.layers.0.mlp", "model.layers.2.mlp", "model.layers.3.mlp"})
+        EXPECT_EQ(g.module(*g.findModule(dense)).cls, "Qwen2MoeMLP") << dense;
+    EXPECT_TRUE(g.findModule("model.layers.1.mlp.shared_expert_gate").has_value());
+    EXPECT_TRUE(g.findModule("model.layers.1.mlp.experts.3.down_proj").has_value());
+    EXPECT_TRUE(g.findModule("model.layers.0.self_attn.rotary_emb").has_value());
+    EXPECT_EQ(g.module(*g.findModule("model.layers.0.self_attn")).cls, "Qwen2MoeSdpaAttention");
+
+    auto withField = [&](const std::string& from, const std::string& to) {
+        std::string t = q2;
+        t.replace(t.find(from), from.size(), to);
+        return loadError(t);
+    };
+    EXPECT_EQ(withField("[3]", "[4]"),
+              "config.json:/mlp_only_layers/0: layer 4 does not exist (num_hidden_layers is 4)");
+    EXPECT_EQ(withField("\"moe_intermediate_size\": 32,", ""),
+              "config.json:/: missing required field \"moe_intermediate_size\"");
+    EXPECT_EQ(withField("\"num_experts_per_tok\": 2", "\"num_experts_per_tok\": 5"),
+              "config.json:/num_experts_per_tok: num_experts_per_tok exceeds num_experts");
+    EXPECT_NE(withField("\"num_experts\": 4", "\"num_experts\": 4, \"use_sliding_window\": true")
+                  .find("config.json:/use_sliding_window: sliding-window attention is not modelled"),
+              std::string::npos);
 }
 
 TEST(HfConfig, Gpt2Conv1DWeightsAreInputMajor) {

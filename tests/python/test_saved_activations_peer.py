@@ -156,6 +156,26 @@ class SavedActivationsPeer(unittest.TestCase):
         # q_norm and k_norm over whole projections, norms after attention and the MLP, the
         # norm's weight applied in fp32 (its multiply keeps the fp32 normalized input).
         self.small_family_matches_autograd("olmo2", transformers.Olmo2Config, transformers.Olmo2ForCausalLM, {})
+    def test_qwen3_moe_matches_autograd(self):
+        # Qwen3's attention, a sparse block (router, 4 experts of moe_intermediate_size, top 2
+        # renormalised) in layer 1 and a dense MLP in layer 0 (mlp_only_layers). transformers
+        # routes with its random router here: whatever the routing, each token reaches
+        # top_k experts, so the saved bytes and FLOPs of the layer and the model are those of
+        # the balanced routing the formulas assume.
+        self.small_family_matches_autograd(
+            "qwen3_moe", transformers.Qwen3MoeConfig, transformers.Qwen3MoeForCausalLM,
+            {"head_dim": 32, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 48,
+             "norm_topk_prob": True, "mlp_only_layers": [0]})
+
+    def test_qwen2_moe_matches_autograd(self):
+        # Qwen2-MoE: q/k/v biases, the SDPA attention class that copies K and V to every
+        # query head (repeat_kv, GQA here), a shared expert scaled by a sigmoid gate, no
+        # renormalisation of the top-k weights; a dense layer 0.
+        self.small_family_matches_autograd(
+            "qwen2_moe", transformers.Qwen2MoeConfig, transformers.Qwen2MoeForCausalLM,
+            {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 48,
+             "shared_expert_intermediate_size": 96, "norm_topk_prob": False, "mlp_only_layers": [0]})
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
