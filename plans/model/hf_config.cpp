@@ -103,14 +103,18 @@ struct CostBuilder {
     // saved are q, k and v (grouped-query attention inside SDPA, enable_gqa, as
     // transformers calls it without a padding mask: k and v at their own width), the
     // output and the fp32 logsumexp.
-    void sdpa(ModuleId m, double heads, double headDim, double savedQkvWidth) {
+    // `vHeadDim`: the value head size where it differs from the query/key one (DeepSeek's
+    // MLA: 192 for q·k, 128 for v); flop_counter's formulas are 2·s²·(d_qk + d_v) forward
+    // and 2·s²·(3·d_qk + 2·d_v) backward per head.
+    void sdpa(ModuleId m, double heads, double headDim, double savedQkvWidth, double vHeadDim = 0) {
+        if (vHeadDim <= 0) vHeadDim = headDim;
         auto& c = g.cost(m);
         c.attentionCalls += 1;
-        c.fwdFlops.perTokenSeq += 4 * heads * headDim;
-        c.bwdFlops.perTokenSeq += 10 * heads * headDim;
-        c.savedBytes.perToken += savedQkvWidth * e + heads * headDim * e;
+        c.fwdFlops.perTokenSeq += 2 * heads * (headDim + vHeadDim);
+        c.bwdFlops.perTokenSeq += 2 * heads * (3 * headDim + 2 * vHeadDim);
+        c.savedBytes.perToken += savedQkvWidth * e + heads * vHeadDim * e;
         c.savedBytes.fixedPerToken += 4 * heads;
-        c.sdpaOutputBytes.perToken += heads * headDim * e;
+        c.sdpaOutputBytes.perToken += heads * vHeadDim * e;
         c.sdpaOutputBytes.fixedPerToken += 4 * heads;
     }
     // Residual adds: read two, write one.
@@ -165,6 +169,13 @@ struct LlamaLike {
     // with an unused per-layer rotary_emb, and repeat_kv copies K and V to every query head
     // before SDPA, which then saves them at the query width.
     bool legacyQwen2MoeAttention = false;
+    // DeepSeek-V3: multi-head latent attention (q through a rank-qLora bottleneck unless
+    // q_lora_rank is null, k and v from one rank-kvLora latent plus a shared rotary key), and
+    // from layer firstDense on an MoE of experts, a sigmoid top-k router with group-limited
+    // choice (DeepseekV3TopkRouter) and shared experts.
+    bool deepseek = false;
+    int64_t qLora = 0, kvLora = 0, ropeDim = 0, nopeDim = 0, vDim = 0, firstDense = 0;
+    int64_t sharedExperts = 0;
     int64_t maxPositions = 0;
 };
 
@@ -249,6 +260,110 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
             scaled(x);
     };
 
+    auto normOf = [&](ModuleId parent, const char* name, int64_t width) {
+        ModuleId m = g.addModule(parent, name, c.prefix + "RMSNorm");
+        g.addParam(m, "weight", {width}, pd);
+        cb.rmsNorm(m, static_cast<double>(width));
+        return m;
+    };
+    // DeepSeek's multi-head latent attention (DeepseekV3Attention, transformers 4.57, SDPA):
+    // q = q_b_proj(q_a_layernorm(q_a_proj(x))) (or q_proj(x)), split into a no-position part
+    // and a rotary part; kv_a_proj_with_mqa(x) gives the latent and one rotary key shared by
+    // every head; kv_b_proj(kv_a_layernorm(latent)) gives each head's key part and value.
+    // SDPA then saves the concatenated q and k (heads x (nope + rope) each), the value, a
+    // view whose storage is kv_b_proj's whole output (heads x (nope + v)), its output
+    // (heads x v, also o_proj's input) and the fp32 logsumexp. Interleaved RoPE copies q's and
+    // k's rotary parts and saves nothing per token.
+    auto mla = [&](ModuleId attn) {
+        const int64_t qk = c.nopeDim + c.ropeDim;
+        if (c.qLora > 0) {
+            linear(attn, "q_a_proj", h, c.qLora, c.qkvBias, true);
+            normOf(attn, "q_a_layernorm", c.qLora);
+            linear(attn, "q_b_proj", c.qLora, c.heads * qk, false, true);
+        } else {
+            linear(attn, "q_proj", h, c.heads * qk, false, true);
+        }
+        linear(attn, "kv_a_proj_with_mqa", h, c.kvLora + c.ropeDim, c.qkvBias, false, true);
+        {
+            // Its input is a slice of kv_a_proj_with_mqa's output: under a lower compute
+            // dtype the fp32 upcast is a copy (4·kvLora, counted by rmsNorm), in fp32 the
+            // upcast is the slice itself and keeps the whole output, rotary key included:
+            // 4·rope more bytes only when e = 4, written as 2·rope·e - 4·rope so the
+            // simulator's dtype rescaling keeps it exact.
+            ModuleId kvNorm = normOf(attn, "kv_a_layernorm", c.kvLora);
+            auto& kc = g.cost(kvNorm);
+            kc.savedBytes.perToken += 2.0 * static_cast<double>(c.ropeDim) * cb.e;
+            kc.savedBytes.fixedPerToken -= 4.0 * static_cast<double>(c.ropeDim);
+        }
+        linear(attn, "kv_b_proj", c.kvLora, c.heads * (c.nopeDim + c.vDim), false, true);
+        linear(attn, "o_proj", c.heads * c.vDim, h, c.oBias, false);
+        const double Hq = static_cast<double>(c.heads * qk);
+        const double rot = static_cast<double>((c.heads + 1) * c.ropeDim);
+        auto& ac = g.cost(attn);
+        // Interleave copies, RoPE on the rotary parts, the two cats.
+        ac.fwdMemBytes.perToken += (10.0 * rot + 4.0 * Hq) * cb.e;
+        ac.bwdMemBytes.perToken += (10.0 * rot + 4.0 * Hq) * cb.e;
+        ac.fwdMemKernels += 16;
+        ac.bwdMemKernels += 22;
+        ac.outputBytes.perToken += H * cb.e;
+        cb.sdpa(attn, static_cast<double>(c.heads), static_cast<double>(qk),
+                2.0 * Hq + static_cast<double>(c.heads * (c.nopeDim + c.vDim)),
+                static_cast<double>(c.vDim));
+    };
+    // DeepseekV3MoE: experts, then the router (a module with its own weight and the
+    // e_score_correction_bias buffer), then the shared experts on every token.
+    auto deepseekMoe = [&](ModuleId layer) {
+        ModuleId moe = g.addModule(layer, "mlp", c.prefix + "MoE");
+        ModuleId experts = g.addModule(moe, "experts", "ModuleList", {"ModuleList"});
+        const double share = static_cast<double>(c.topK) / static_cast<double>(c.experts);
+        for (int64_t x = 0; x < c.experts; ++x) {
+            ModuleId ex = g.addModule(experts, std::to_string(x), c.prefix + "MLP");
+            swiglu(ex, "gate_proj", "up_proj", "down_proj", c.moeInter, share, true);
+        }
+        // Router: F.linear on fp32 copies of x and the weight, sigmoid, group-limited top-k
+        // (no gradient), gather of the chosen scores, renormalisation with norm_topk_prob.
+        // Saved: the fp32 input (a copy, or x itself when it is fp32: 4h either way), the
+        // sigmoid's output, the gather's int64 indices, the renormalising sum and scores.
+        // Not counted: the weight's fp32 copy under bf16 (experts x h x 4 bytes per layer
+        // and micro-batch, not per token).
+        ModuleId gate = g.addModule(moe, "gate", c.prefix + "TopkRouter");
+        g.addParam(gate, "weight", {c.experts, h}, pd);
+        g.addBuffer(gate, {"e_score_correction_bias", {c.experts}, DType::Float32, true});
+        const double E = static_cast<double>(c.experts), k = static_cast<double>(c.topK);
+        {
+            auto& gc = g.cost(gate);
+            gc.addGemm({1.0, E, H, 1});
+            gc.fwdFlops.perToken += 2 * H * E;
+            gc.bwdFlops.perToken += 4 * H * E;
+            gc.savedBytes.fixedPerToken += 4 * H + 4 * E + 8 * k + (c.normTopK ? 4 * k + 4 : 0);
+            gc.fwdMemBytes.perToken += 4 * H + 24 * E;
+            gc.bwdMemBytes.perToken += 8 * H + 16 * E;
+            gc.fwdMemKernels += 14;  // casts, sigmoid, the group top-k and masks, gather, div
+            gc.bwdMemKernels += 6;
+            gc.outputBytes.fixedPerToken += 12 * k;
+        }
+        // Shared experts read x itself. Their gate_proj saves x unless x is already the
+        // router's saved fp32 input (fp32 compute): h·e bytes when e < 4, none at e = 4,
+        // written as 4h - h·e (fixed 4h, and -h per element byte that follows the compute
+        // dtype) so the simulator's dtype rescaling keeps it exact.
+        ModuleId sh = g.addModule(moe, "shared_experts", c.prefix + "MLP");
+        swiglu(sh, "gate_proj", "up_proj", "down_proj", c.moeInter * c.sharedExperts, 1.0, false);
+        auto& sc = g.cost(g.module(sh).children.front());  // gate_proj
+        sc.savedBytes.perToken -= H * cb.e;
+        sc.savedBytes.fixedPerToken += 4 * H;
+        // Per routed slot: the token and slot indices (int64 each), the fp32 routing weight,
+        // the expert's output (kept by the multiply), the fp32 weighted output (kept by
+        // index_add_ into the fp32 sum).
+        auto& mc = g.cost(moe);
+        mc.savedBytes.fixedPerToken += 16 * k + 4 * k + 4 * H * k;
+        mc.savedBytes.perToken += H * k * cb.e;
+        mc.fwdMemBytes.perToken += 2.0 * H * k * cb.e + 8 * H * k;
+        mc.bwdMemBytes.perToken += 2.0 * H * k * cb.e + 8 * H * k;
+        mc.fwdMemKernels += 4 + 6 * static_cast<int32_t>(c.experts);
+        mc.bwdMemKernels += 4 + 10 * static_cast<int32_t>(c.experts);
+        mc.outputBytes.perToken += H * cb.e;
+    };
+
     ModuleId model = g.addModule(g.root(), "model", c.prefix + "Model");
     ModuleId embed = g.addModule(model, "embed_tokens", "Embedding");
     ParamId embedW = g.addParam(embed, "weight", {c.vocab, h}, pd);
@@ -259,12 +374,16 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
         ModuleId attn =
             g.addModule(layer, "self_attn",
                         c.prefix + (c.legacyQwen2MoeAttention ? "SdpaAttention" : "Attention"));
-        linear(attn, "q_proj", h, dq, c.qkvBias, true);
-        linear(attn, "k_proj", h, dkv, c.qkvBias, false, true);
-        linear(attn, "v_proj", h, dkv, c.qkvBias, false, true);
-        // o_proj's input is SDPA's output transposed back: autograd saves one storage for
-        // both, counted at SDPA.
-        linear(attn, "o_proj", dq, h, c.oBias, false);
+        if (c.deepseek) {
+            mla(attn);
+        } else {
+            linear(attn, "q_proj", h, dq, c.qkvBias, true);
+            linear(attn, "k_proj", h, dkv, c.qkvBias, false, true);
+            linear(attn, "v_proj", h, dkv, c.qkvBias, false, true);
+            // o_proj's input is SDPA's output transposed back: autograd saves one storage for
+            // both, counted at SDPA.
+            linear(attn, "o_proj", dq, h, c.oBias, false);
+        }
         if (c.legacyQwen2MoeAttention) {
             ModuleId rot = g.addModule(attn, "rotary_emb", c.prefix + "RotaryEmbedding");
             g.addBuffer(rot, {"inv_freq", {c.headDim / 2}, DType::Float32, false});
@@ -290,32 +409,36 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
         // RoPE: q·cos + rotate_half(q)·sin saves only cos and sin (they need no gradient,
         // so q and rotate_half(q) are not kept); cos and sin are shared across layers and
         // counted once at rotary_emb. The rotated q and k are saved by SDPA.
-        auto& ac = g.cost(attn);
-        ac.fwdMemBytes.perToken += (6.0 * (dq + dkv) + 4.0 * dq) * cb.e;
-        ac.bwdMemBytes.perToken += (6.0 * (dq + dkv) + 4.0 * dq) * cb.e;
-        // rotate_half and the products for q and k (mul 4, neg 2, cat 2) and the two adds;
-        // backward: mul 4, neg 2, slice_backward 4, add 4, clone 2. transformers fills a
-        // DynamicCache in training too unless use_cache=False: two cats forward, the zeros
-        // of their backward.
-        ac.fwdMemKernels += 12;
-        ac.bwdMemKernels += 18;
-        ac.outputBytes.perToken += H * cb.e;
-        const bool repeatKv = c.legacyQwen2MoeAttention && c.kvHeads < c.heads;
-        cb.sdpa(attn, static_cast<double>(c.heads), static_cast<double>(c.headDim),
-                static_cast<double>(repeatKv ? 3 * dq : dq + 2 * dkv));
-        if (repeatKv) {
-            // repeat_kv's expand + reshape: one copy of K and one of V forward, their
-            // gradients summed back over the repeated heads.
-            ac.fwdMemKernels += 2;
-            ac.bwdMemKernels += 2;
-            ac.fwdMemBytes.perToken += 2.0 * (dkv + dq) * cb.e;
-            ac.bwdMemBytes.perToken += 2.0 * (dkv + dq) * cb.e;
+        if (!c.deepseek) {
+            auto& ac = g.cost(attn);
+            ac.fwdMemBytes.perToken += (6.0 * (dq + dkv) + 4.0 * dq) * cb.e;
+            ac.bwdMemBytes.perToken += (6.0 * (dq + dkv) + 4.0 * dq) * cb.e;
+            // rotate_half and the products for q and k (mul 4, neg 2, cat 2) and the two adds;
+            // backward: mul 4, neg 2, slice_backward 4, add 4, clone 2. transformers fills a
+            // DynamicCache in training too unless use_cache=False: two cats forward, the zeros
+            // of their backward.
+            ac.fwdMemKernels += 12;
+            ac.bwdMemKernels += 18;
+            ac.outputBytes.perToken += H * cb.e;
+            const bool repeatKv = c.legacyQwen2MoeAttention && c.kvHeads < c.heads;
+            cb.sdpa(attn, static_cast<double>(c.heads), static_cast<double>(c.headDim),
+                    static_cast<double>(repeatKv ? 3 * dq : dq + 2 * dkv));
+            if (repeatKv) {
+                // repeat_kv's expand + reshape: one copy of K and one of V forward, their
+                // gradients summed back over the repeated heads.
+                ac.fwdMemKernels += 2;
+                ac.bwdMemKernels += 2;
+                ac.fwdMemBytes.perToken += 2.0 * (dkv + dq) * cb.e;
+                ac.bwdMemBytes.perToken += 2.0 * (dkv + dq) * cb.e;
+            }
         }
         const bool mixtral = c.family == "mixtral";
         const bool sparse =
             c.experts > 0 && (i + 1) % c.sparseStep == 0 &&
             std::find(c.mlpOnlyLayers.begin(), c.mlpOnlyLayers.end(), i) == c.mlpOnlyLayers.end();
-        if (sparse) {
+        if (c.deepseek && i >= c.firstDense) {
+            deepseekMoe(layer);
+        } else if (sparse && !c.deepseek) {
             ModuleId moe = g.addModule(layer, mixtral ? "block_sparse_moe" : "mlp",
                                        c.prefix + "SparseMoeBlock");
             // Router: Linear(h → E), softmax and top-k in fp32.
@@ -409,14 +532,15 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
                                    const HfLoadOptions& o) {
     LlamaLike c;
     c.family = family;
-    c.prefix = family == "llama"       ? "Llama"
-               : family == "mistral"   ? "Mistral"
-               : family == "qwen2"     ? "Qwen2"
-               : family == "qwen3"     ? "Qwen3"
-               : family == "olmo2"     ? "Olmo2"
-               : family == "qwen2_moe" ? "Qwen2Moe"
-               : family == "qwen3_moe" ? "Qwen3Moe"
-                                       : "Mixtral";
+    c.prefix = family == "llama"         ? "Llama"
+               : family == "mistral"     ? "Mistral"
+               : family == "qwen2"       ? "Qwen2"
+               : family == "qwen3"       ? "Qwen3"
+               : family == "olmo2"       ? "Olmo2"
+               : family == "qwen2_moe"   ? "Qwen2Moe"
+               : family == "qwen3_moe"   ? "Qwen3Moe"
+               : family == "deepseek_v3" ? "DeepseekV3"
+                                         : "Mixtral";
     c.vocab = positive(r, "vocab_size");
     c.hidden = positive(r, "hidden_size");
     c.inter = positive(r, "intermediate_size");
@@ -427,7 +551,17 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
         r.at("num_key_value_heads")
             .fail("num_key_value_heads (" + std::to_string(c.kvHeads) +
                   ") must divide num_attention_heads (" + std::to_string(c.heads) + ")");
-    if (r.hasNonNull("head_dim")) {
+    c.deepseek = family == "deepseek_v3";
+    if (c.deepseek) {
+        // MLA's sizes; head_dim in DeepSeek configs is the rotary part's and unused here.
+        c.qLora = r.hasNonNull("q_lora_rank") ? positive(r, "q_lora_rank") : 0;
+        c.kvLora = positive(r, "kv_lora_rank");
+        c.ropeDim = positive(r, "qk_rope_head_dim");
+        c.nopeDim = positive(r, "qk_nope_head_dim");
+        c.vDim = positive(r, "v_head_dim");
+        if (c.ropeDim % 2 != 0) r.at("qk_rope_head_dim").fail("qk_rope_head_dim must be even");
+        c.headDim = c.ropeDim;  // the rotary embedding's size
+    } else if (r.hasNonNull("head_dim")) {
         c.headDim = positive(r, "head_dim");
     } else {
         if (c.hidden % c.heads != 0)
@@ -449,6 +583,7 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
     c.oBias =
         (family == "llama" || family == "qwen3" || family == "qwen3_moe" || family == "olmo2") &&
         attnBias;
+    if (c.deepseek) c.qkvBias = c.oBias = attnBias;  // q_a, kv_a and o projections
     c.qkNorm = family == "qwen3" || family == "qwen3_moe";
     c.olmo2 = family == "olmo2";
     c.legacyQwen2MoeAttention = family == "qwen2_moe";
@@ -464,6 +599,26 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
         c.topK = positive(r, "num_experts_per_tok");
         if (c.topK > c.experts)
             r.at("num_experts_per_tok").fail("num_experts_per_tok exceeds num_local_experts");
+    }
+    if (c.deepseek) {
+        c.experts = positive(r, "n_routed_experts");
+        c.topK = positive(r, "num_experts_per_tok");
+        if (c.topK > c.experts)
+            r.at("num_experts_per_tok").fail("num_experts_per_tok exceeds n_routed_experts");
+        c.moeInter = positive(r, "moe_intermediate_size");
+        c.sharedExperts = r.hasNonNull("n_shared_experts") ? positive(r, "n_shared_experts") : 0;
+        if (c.sharedExperts == 0)
+            r.at("n_shared_experts")
+                .fail("DeepSeek-V3 models have shared experts (n_shared_experts >= 1)");
+        c.normTopK = r.optBool("norm_topk_prob").value_or(true);
+        c.firstDense = r.hasNonNull("first_k_dense_replace")
+                           ? r.at("first_k_dense_replace").asIntAtLeast(0)
+                           : 0;
+        const int64_t groups = r.hasNonNull("n_group") ? positive(r, "n_group") : 1;
+        if (c.experts % groups != 0)
+            r.at("n_group").fail("n_group (" + std::to_string(groups) +
+                                 ") must divide n_routed_experts (" + std::to_string(c.experts) +
+                                 ")");
     }
     if (family == "qwen2_moe" || family == "qwen3_moe") {
         c.experts = r.hasNonNull("num_experts") ? r.at("num_experts").asIntAtLeast(0) : 0;
@@ -494,7 +649,9 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
     if (c.layers > 10000)
         r.at("num_hidden_layers").fail("implausibly many layers (more than 10000)");
     if (c.experts > 4096)
-        r.at(family == "mixtral" ? "num_local_experts" : "num_experts")
+        r.at(family == "mixtral"       ? "num_local_experts"
+             : family == "deepseek_v3" ? "n_routed_experts"
+                                       : "num_experts")
             .fail("implausibly many experts (more than 4096)");
     return buildLlamaLike(c, r.file(), o);
 }
@@ -609,7 +766,8 @@ Expected<ModelGraph> modelFromHfConfig(const nlohmann::json& j, const std::strin
         const std::string type = r.getString("model_type");
         Expected<ModelGraph> g = Error{""};
         if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" ||
-            type == "olmo2" || type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe")
+            type == "olmo2" || type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" ||
+            type == "deepseek_v3")
             g = loadLlamaLike(r, type, options);
         else if (type == "gpt2")
             g = loadGpt2(r, options);
@@ -617,7 +775,7 @@ Expected<ModelGraph> modelFromHfConfig(const nlohmann::json& j, const std::strin
             r.at("model_type")
                 .fail("unsupported model_type \"" + type +
                       "\" (supported: llama, mistral, qwen2, qwen3, olmo2, mixtral, qwen2_moe, "
-                      "qwen3_moe, gpt2; for "
+                      "qwen3_moe, deepseek_v3, gpt2; for "
                       "other models "
                       "export a ShardScope model JSON with scripts/export_model.py)");
         if (g.ok() && r.hasNonNull("_name_or_path")) g->name = r.getString("_name_or_path");

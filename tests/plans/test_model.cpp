@@ -38,15 +38,29 @@ std::string loadError(const std::string& text) {
     return g.ok() ? std::string() : g.error();
 }
 
+// The error of `text` with its first `from` replaced by `to`.
+std::string loadErrorWith(std::string text, const std::string& from, const std::string& to) {
+    text.replace(text.find(from), from.size(), to);
+    return loadError(text);
+}
+
 }  // namespace
 
 // Published totals (model cards / transformers' num_parameters()).
 TEST(HfConfig, PublishedParameterCounts) {
     const std::vector<std::pair<std::string, int64_t>> cases = {
-        {"llama3-8b", 8030261248}, {"llama3.1-8b", 8030261248},     {"llama3-70b", 70553706496},
-        {"llama2-7b", 6738415616}, {"mistral-7b-v0.1", 7241732096}, {"qwen2-0.5b", 494032768},
-        {"qwen2-7b", 7615616512},  {"mixtral-8x7b", 46702792704},   {"gpt2", 124439808},
+        {"llama3-8b", 8030261248},
+        {"llama3.1-8b", 8030261248},
+        {"llama3-70b", 70553706496},
+        {"llama2-7b", 6738415616},
+        {"mistral-7b-v0.1", 7241732096},
+        {"qwen2-0.5b", 494032768},
+        {"qwen2-7b", 7615616512},
+        {"mixtral-8x7b", 46702792704},
+        {"gpt2", 124439808},
         {"qwen3-30b-a3b", 30532122624},
+        {"deepseek-v3", 671026404352},
+        {"moonlight-16b-a3b", 15960108544},
     };
     for (const auto& [name, count] : cases)
         EXPECT_EQ(load(name).totalParams(), count) << name;
@@ -115,9 +129,7 @@ TEST(HfConfig, QwenMoeSparseAndDenseLayers) {
     EXPECT_EQ(g.module(*g.findModule("model.layers.0.self_attn")).cls, "Qwen2MoeSdpaAttention");
 
     auto withField = [&](const std::string& from, const std::string& to) {
-        std::string t = q2;
-        t.replace(t.find(from), from.size(), to);
-        return loadError(t);
+        return loadErrorWith(q2, from, to);
     };
     EXPECT_EQ(withField("[3]", "[4]"),
               "config.json:/mlp_only_layers/0: layer 4 does not exist (num_hidden_layers is 4)");
@@ -125,9 +137,41 @@ TEST(HfConfig, QwenMoeSparseAndDenseLayers) {
               "config.json:/: missing required field \"moe_intermediate_size\"");
     EXPECT_EQ(withField("\"num_experts_per_tok\": 2", "\"num_experts_per_tok\": 5"),
               "config.json:/num_experts_per_tok: num_experts_per_tok exceeds num_experts");
-    EXPECT_NE(withField("\"num_experts\": 4", "\"num_experts\": 4, \"use_sliding_window\": true")
-                  .find("config.json:/use_sliding_window: sliding-window attention is not modelled"),
-              std::string::npos);
+    EXPECT_NE(
+        withField("\"num_experts\": 4", "\"num_experts\": 4, \"use_sliding_window\": true")
+            .find("config.json:/use_sliding_window: sliding-window attention is not modelled"),
+        std::string::npos);
+}
+
+// DeepSeek-V3: dense layers before first_k_dense_replace, then DeepseekV3MoE (experts, the
+// router with its own weight and correction bias, shared experts); MLA without a q
+// bottleneck when q_lora_rank is null.
+TEST(HfConfig, DeepseekV3LayersAndRouter) {
+    const std::string ds = R"({"model_type": "deepseek_v3", "vocab_size": 100, "hidden_size": 64,
+        "intermediate_size": 96, "moe_intermediate_size": 16, "num_hidden_layers": 3,
+        "num_attention_heads": 4, "n_routed_experts": 8, "n_shared_experts": 2,
+        "num_experts_per_tok": 2, "first_k_dense_replace": 1, "n_group": 2, "topk_group": 1,
+        "q_lora_rank": null, "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16,
+        "v_head_dim": 16})";
+    const ModelGraph g = fromText(ds);
+    EXPECT_EQ(g.module(*g.findModule("model.layers.0.mlp")).cls, "DeepseekV3MLP");
+    EXPECT_EQ(g.module(*g.findModule("model.layers.1.mlp")).cls, "DeepseekV3MoE");
+    EXPECT_EQ(g.module(*g.findModule("model.layers.2.mlp.gate")).cls, "DeepseekV3TopkRouter");
+    EXPECT_TRUE(g.findParam("model.layers.2.mlp.gate.weight").has_value());
+    EXPECT_TRUE(g.findModule("model.layers.1.self_attn.q_proj").has_value());
+    EXPECT_FALSE(g.findModule("model.layers.1.self_attn.q_a_proj").has_value());
+    // Two shared experts of moe_intermediate_size each: one MLP of 32.
+    EXPECT_EQ(g.param(*g.findParam("model.layers.1.mlp.shared_experts.up_proj.weight")).shape,
+              (Shape{32, 64}));
+    auto withField = [&](const std::string& from, const std::string& to) {
+        return loadErrorWith(ds, from, to);
+    };
+    EXPECT_EQ(withField("\"n_group\": 2", "\"n_group\": 3"),
+              "config.json:/n_group: n_group (3) must divide n_routed_experts (8)");
+    EXPECT_EQ(withField("\"kv_lora_rank\": 16,", ""),
+              "config.json:/: missing required field \"kv_lora_rank\"");
+    EXPECT_EQ(withField("\"qk_rope_head_dim\": 8", "\"qk_rope_head_dim\": 7"),
+              "config.json:/qk_rope_head_dim: qk_rope_head_dim must be even");
 }
 
 TEST(HfConfig, Gpt2Conv1DWeightsAreInputMajor) {

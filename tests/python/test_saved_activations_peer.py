@@ -53,6 +53,42 @@ def measured_saved_bytes(model, ids, labels, layer=None):
     return total, in_layer
 
 
+def saved_bytes_by_module(model, ids):
+    """Bytes of the storages autograd saves in one forward with labels, each storage once,
+    by the innermost module running when it was first saved."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    names = {m: n for n, m in model.named_modules()}
+    stack, seen, per = [""], set(), {}
+
+    def pack(t):
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in params and ptr not in seen:
+            seen.add(ptr)
+            per[stack[-1]] = per.get(stack[-1], 0) + t.untyped_storage().nbytes()
+        return t
+
+    hooks = [m.register_forward_pre_hook(lambda m, a: stack.append(names[m])) for m in names]
+    hooks += [m.register_forward_hook(lambda m, a, o: (stack.pop(), None)[1]) for m in names]
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            model(input_ids=ids, labels=ids)
+    finally:
+        for h in hooks:
+            h.remove()
+    return per
+
+
+def self_values(show, key):
+    """A module's own value (children excluded) from `model show --json --no-fold`."""
+    total = {m["name"]: m[key] for m in show["modules"]}
+    own = dict(total)
+    for name, v in total.items():
+        if name:
+            parent = name.rsplit(".", 1)[0] if "." in name else ""
+            own[parent] -= v
+    return own
+
+
 class SavedActivationsPeer(unittest.TestCase):
     def test_formulas_match_autograd(self):
         with open(CONFIG) as f:
@@ -176,6 +212,61 @@ class SavedActivationsPeer(unittest.TestCase):
             {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 48,
              "shared_expert_intermediate_size": 96, "norm_topk_prob": False, "mlp_only_layers": [0]})
 
+    def test_deepseek_v3_matches_autograd(self):
+        # Multi-head latent attention (a q bottleneck, the kv latent and its shared rotary
+        # key, interleaved RoPE), a dense layer 0 and a DeepseekV3MoE layer 1: 8 routed
+        # experts in 2 groups, top 2, a shared expert, the fp32 router and fp32 weighted sum.
+        # Compared with autograd module by module: everything in the MoE layer but SDPA's own
+        # saved set, and the attention's projections and norms one by one. SDPA's set depends
+        # on the kernel: on this CPU, flash attention with q and k made by cat returns its
+        # output in q's (b, h, s, d) layout, so o_proj's input is a copy, and v is copied;
+        # CUDA's memory-efficient kernel (DeepSeek's q·k and v head sizes differ, which
+        # flash does not take) returns (b, s, h, d) and takes the v view as it is, which is
+        # what the formulas count; there is no GPU here to check that part.
+        cfg = {"model_type": "deepseek_v3", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 192,
+               "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
+               "max_position_embeddings": 256, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
+               "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2,
+               "moe_intermediate_size": 32, "first_k_dense_replace": 1, "n_group": 2, "topk_group": 1,
+               "q_lora_rank": 48, "kv_lora_rank": 32, "qk_rope_head_dim": 16, "qk_nope_head_dim": 16,
+               "v_head_dim": 32}
+        path = os.path.join(tempfile.mkdtemp(), "config.json")
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        for dtype, name in ((torch.float32, "float32"), (torch.bfloat16, "bfloat16")):
+            with self.subTest(dtype=name):
+                config = transformers.DeepseekV3Config(**{k: v for k, v in cfg.items() if k != "model_type"})
+                config._attn_implementation = "sdpa"
+                torch.manual_seed(0)
+                model = transformers.DeepseekV3ForCausalLM(config).to(dtype).train()
+                ids = torch.randint(0, cfg["vocab_size"], (BATCH, SEQ))
+                theirs = saved_bytes_by_module(model, ids)
+                show = peer.shardscope("model", "show", "--model", path, "--batch", str(BATCH), "--seq", str(SEQ),
+                                       "--param-dtype", name, "--activation-dtype", name, "--json", "--no-fold",
+                                       "--depth", "99")
+                ours = self_values(show, "saved_activation_bytes")
+                layer = "model.layers.1"
+                attn = layer + ".self_attn"
+                rest = lambda d: sum(v for n, v in d.items()  # noqa: E731
+                                     if n.startswith(layer + ".") and not n.startswith(attn))
+                print("deepseek_v3 %s: MoE layer without attention: formulas %d B, autograd %d B (%+.2f%%)"
+                      % (name, rest(ours), rest(theirs), 100.0 * (rest(ours) - rest(theirs)) / rest(theirs)))
+                self.assertLess(abs(rest(ours) - rest(theirs)), 0.01 * rest(theirs))
+                for m in ("q_a_proj", "q_a_layernorm", "q_b_proj", "kv_a_proj_with_mqa", "kv_a_layernorm",
+                          "kv_b_proj"):
+                    self.assertEqual(ours.get(f"{attn}.{m}", 0), theirs.get(f"{attn}.{m}", 0), m)
+
+    def test_mla_attention_flops_are_pytorchs_sdpa_formulas(self):
+        # DeepSeek-V3's attention: q·k over 192 dims, v of 128; the attention module's own
+        # FLOPs against torch.utils.flop_counter's SDPA formulas at that shape.
+        from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+        show = peer.shardscope("model", "show", "--model", peer.sample("models", "deepseek-v3", "config.json"),
+                               "--batch", "1", "--seq", "4096", "--json", "--no-fold", "--depth", "5")
+        fwd, bwd = self_values(show, "fwd_flops"), self_values(show, "bwd_flops")
+        qk, v = (1, 128, 4096, 192), (1, 128, 4096, 128)
+        self.assertAlmostEqual(fwd["model.layers.0.self_attn"], sdpa_flop_count(qk, qk, v), delta=1e-9 * fwd["model.layers.0.self_attn"])
+        self.assertAlmostEqual(bwd["model.layers.0.self_attn"], sdpa_backward_flop_count(v, qk, qk, v),
+                               delta=1e-9 * bwd["model.layers.0.self_attn"])
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
