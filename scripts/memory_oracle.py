@@ -133,7 +133,10 @@ def balanced_moe_routing():
             out = self.experts[e](current) * routing_weights[top_x, idx, None]
             final.index_add_(0, top_x, out.to(hs.dtype))
         if hasattr(self, "shared_expert"):
-            final = final + F.sigmoid(self.shared_expert_gate(hs)) * self.shared_expert(hs)
+            # transformers' order: the shared expert, then its gate (the order matters to
+            # op-level checkpointing, which keeps every second mm as it comes).
+            shared = self.shared_expert(hs)
+            final = final + F.sigmoid(self.shared_expert_gate(hs)) * shared
         return final.reshape(batch_size, sequence_length, hidden_dim), router_logits
 
     modeling_mixtral.MixtralSparseMoeBlock.forward = forward

@@ -47,6 +47,9 @@ struct Segment {
     // output and the gradient of that module's input, alive together.
     double bwdTransient = 0;
     double bwdGradExtra = 0;  // output gradient alive above the gradients (ModuleRun)
+    // A tied weight's earlier use: its new gradient and the sum with the held one
+    // (ModuleRun::tiedGradNumel), for the backward's duration.
+    int64_t tiedGradTemp = 0;
     double fwdTransient = 0;  // forward working memory beyond what it saves (the loss's)
     // Selective checkpointing: what backward handles before it reaches the (recomputed)
     // attention — the saved activations and gradients of the modules after it in forward.
@@ -263,6 +266,7 @@ private:
             if (sg.runCount++ == 0) sg.firstRun = static_cast<int32_t>(&run - runs->data());
             const int64_t gradSize = dtypeSize(unit.allGatherDtype);  // also the compute dtype's
             sg.gradBytes += run.gradNumel * gradSize;
+            sg.tiedGradTemp += 2 * run.tiedGradNumel * gradSize;
             sg.bwdTransient = std::max(sg.bwdTransient, 2.0 * run.peakOutputBytes.at(b, s, scale));
             if (c.lossVocab > 0) {
                 // ModuleCost::lossVocab: the logits in the compute dtype and their fp32
@@ -786,7 +790,8 @@ private:
             // allocated by the same backward mostly appear after it has shrunk, so only the
             // part above them counts (all of it in a later micro-batch, which allocates none).
             if (const auto tmp = std::max(static_cast<int64_t>(sg.bwdTransient) - newGrads,
-                                          static_cast<int64_t>(sg.bwdGradExtra));
+                                          static_cast<int64_t>(sg.bwdGradExtra)) +
+                                 sg.tiedGradTemp;
                 tmp > 0) {
                 const BufferId t = buffer(tmp, MemCategory::Temporaries, Stream::Compute,
                                           r.units[u].allGatherDtype);

@@ -708,16 +708,19 @@ Expected<ModelGraph> loadGpt2(const JsonReader& r, const HfLoadOptions& o) {
         layerNorm(blk, "ln_1");
         ModuleId attn = g.addModule(blk, "attn", "GPT2Attention");
         conv1d(attn, "c_attn", h, 3 * h, true);
-        conv1d(attn, "c_proj", h, h, true);
+        // c_proj's input is SDPA's output with its heads merged back: the flash kernels
+        // (CUDA's, and the CPU's, real or fake) return it in (b, s, h, d) memory order, so
+        // the merge is a view and c_proj saves no copy (saved_tensors_hooks on
+        // transformers' GPT2Attention, 4.57).
+        conv1d(attn, "c_proj", h, h, false);
         g.addModule(attn, "attn_dropout", "Dropout");
         cb.dropout(g.addModule(attn, "resid_dropout", "Dropout"), H, pResid);
         // q, k, v are views of c_attn's output, so SDPA's saved q/k/v share its storage
-        // (counted once as 3h); merging heads makes a contiguous copy that c_proj saves.
+        // (counted once as 3h). With use_cache=False, as in training (the memory oracle
+        // runs so); with a DynamicCache, its cats would add copies of k and v (2h).
         cb.sdpa(attn, static_cast<double>(heads), H / static_cast<double>(heads), 3 * H);
-        g.cost(attn).fwdMemBytes.perToken += 2 * H * cb.e;
         g.cost(attn).outputBytes.perToken += H * cb.e;
-        g.cost(attn).fwdMemKernels += 1;  // merging heads (a contiguous copy)
-        g.cost(attn).bwdMemKernels += 2;  // its gradient's copy, the q/k/v gradients' cat
+        g.cost(attn).bwdMemKernels += 1;  // the q/k/v gradients' cat
         layerNorm(blk, "ln_2");
         ModuleId mlp = g.addModule(blk, "mlp", "GPT2MLP");
         conv1d(mlp, "c_fc", h, inner, true);

@@ -899,6 +899,13 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r) 
                     lastRun[p.index()] = static_cast<int32_t>(ri);
                     lastMod[p.index()] = m;
                 }
+    for (size_t ri = 0; ri < runMods.size(); ++ri)
+        for (int32_t m : runMods[ri])
+            for (ParamId p : g.modules()[static_cast<size_t>(m)].params)
+                if (g.params()[p.index()].requiresGrad && lastMod[p.index()] >= 0 &&
+                    lastMod[p.index()] != m && r.unitOfParam[p.index()].valid() &&
+                    r.unitOfParam[p.index()].value == runs[ri].unit)
+                    runs[ri].tiedGradNumel += g.params()[p.index()].numel;
     std::vector<int64_t> gradOfMod(n, 0);
     for (size_t p = 0; p < lastRun.size(); ++p)
         if (lastRun[p] >= 0 && g.params()[p].requiresGrad) {

@@ -81,6 +81,12 @@ struct ModuleRun {
     // Trainable parameter elements of the run's unit whose gradient backward produces first
     // here: those whose last forward use is in this run (a tied weight at its last user).
     int64_t gradNumel = 0;
+    // Trainable parameter elements of the run's unit used again later in forward (a tied
+    // embedding before its lm_head): autograd holds the later use's gradient until this
+    // run's backward makes another and sums them, three gradients of the weight alive at
+    // once (FSDPMemTracker: GPT-2's wte, 3 x 0.30 GiB of temporaries at the embedding's
+    // backward).
+    int64_t tiedGradNumel = 0;
     // The largest module output of the run (each term's maximum): its gradient and the
     // gradient of its input are backward's working memory.
     ScaledCost peakOutputBytes;
