@@ -174,6 +174,12 @@ struct LlamaLike {
     // from layer firstDense on an MoE of experts, a sigmoid top-k router with group-limited
     // choice (DeepseekV3TopkRouter) and shared experts.
     bool deepseek = false;
+    // Phi-3 (and Phi-4, same model_type): fused qkv_proj (registered after o_proj) and
+    // gate_up_proj, residual dropouts, RoPE on partial_rotary_factor of each head.
+    bool phi3 = false;
+    int64_t rotaryDim = 0;  // 0: the whole head
+    int64_t slidingWindow = 0;
+    double residDropout = 0;
     int64_t qLora = 0, kvLora = 0, ropeDim = 0, nopeDim = 0, vDim = 0, firstDense = 0;
     int64_t sharedExperts = 0;
     int64_t maxPositions = 0;
@@ -195,6 +201,7 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
     ModelGraph g;
     g.name = c.family;
     g.maxPositions = c.maxPositions;
+    g.slidingWindow = c.slidingWindow;
     g.source = "hf:" + c.family;
     g.activationDtype = o.activationDtype;
     g.setRootClass(c.prefix + "ForCausalLM");
@@ -376,6 +383,19 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
                         c.prefix + (c.legacyQwen2MoeAttention ? "SdpaAttention" : "Attention"));
         if (c.deepseek) {
             mla(attn);
+        } else if (c.phi3) {
+            // o_proj is registered first but runs last: op-level checkpointing keeps every
+            // second mm in execution order (qkv_proj, o_proj, gate_up_proj, down_proj), and
+            // the resolver counts mm calls in module order, so the two record each other's
+            // mm output (ModuleCost::mmOutputBytes; their GEMMs, FLOPs and saved bytes stay
+            // their own).
+            // Phi-3's RoPE makes q with a cat (rotated part, pass-through part, even when the
+            // latter is empty), so SDPA returns its output in q's (b, h, s, d) memory order
+            // (the flash kernels allocate it like q) and merging the heads back copies:
+            // o_proj saves that copy.
+            ModuleId o = linear(attn, "o_proj", dq, h, false, true);
+            ModuleId qkv = linear(attn, "qkv_proj", h, dq + 2 * dkv, false, true);
+            std::swap(g.cost(o).mmOutputBytes, g.cost(qkv).mmOutputBytes);
         } else {
             linear(attn, "q_proj", h, dq, c.qkvBias, true);
             linear(attn, "k_proj", h, dkv, c.qkvBias, false, true);
@@ -421,8 +441,13 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
             ac.bwdMemKernels += 18;
             ac.outputBytes.perToken += H * cb.e;
             const bool repeatKv = c.legacyQwen2MoeAttention && c.kvHeads < c.heads;
+            // Phi-3's v is a view of qkv_proj's output, so SDPA keeps that whole storage
+            // beside the rotated q and k (without a KV cache, as in training; a cache's cat
+            // would copy v instead).
             cb.sdpa(attn, static_cast<double>(c.heads), static_cast<double>(c.headDim),
-                    static_cast<double>(repeatKv ? 3 * dq : dq + 2 * dkv));
+                    static_cast<double>(repeatKv ? 3 * dq
+                                        : c.phi3 ? 2 * dq + 3 * dkv
+                                                 : dq + 2 * dkv));
             if (repeatKv) {
                 // repeat_kv's expand + reshape: one copy of K and one of V forward, their
                 // gradients summed back over the repeated heads.
@@ -492,7 +517,24 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
             }
         } else {
             ModuleId mlp = g.addModule(layer, "mlp", c.prefix + "MLP");
-            swiglu(mlp, "gate_proj", "up_proj", "down_proj", c.inter, 1.0, true);
+            if (c.phi3) {
+                // gate_up_proj's output (2I) is chunked into gate and up, views kept by the
+                // SiLU and the multiply; the SiLU's output and the product (down_proj's
+                // input) are new: 4I per token as SwiGLU's three outputs and down's input.
+                const double I = static_cast<double>(c.inter);
+                linear(mlp, "gate_up_proj", h, 2 * c.inter, false, true);
+                linear(mlp, "down_proj", c.inter, h, false, true);
+                g.addModule(mlp, "activation_fn", "SiLUActivation");
+                auto& mc = g.cost(mlp);
+                mc.fwdMemBytes.perToken += 5 * I * cb.e;
+                mc.bwdMemBytes.perToken += 8 * I * cb.e;
+                mc.fwdMemKernels += 2;  // silu, mul
+                mc.bwdMemKernels += 4;  // mul, mul, silu_backward, the chunk's cat
+                mc.savedBytes.perToken += 3 * I * cb.e;
+                mc.outputBytes.perToken += H * cb.e;
+            } else {
+                swiglu(mlp, "gate_proj", "up_proj", "down_proj", c.inter, 1.0, true);
+            }
         }
         if (c.olmo2) {
             // x + post_attention_layernorm(attn(x)), then the same around the MLP: q/k/v and
@@ -503,13 +545,20 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
             rmsNorm(layer, "input_layernorm");
             rmsNorm(layer, "post_attention_layernorm");
         }
+        if (c.phi3) {
+            cb.dropout(g.addModule(layer, "resid_attn_dropout", "Dropout"), H, c.residDropout);
+            cb.dropout(g.addModule(layer, "resid_mlp_dropout", "Dropout"), H, c.residDropout);
+        }
         cb.residualAdds(layer, H, 2);
     }
     rmsNorm(model, "norm");
     ModuleId rope = g.addModule(model, "rotary_emb", c.prefix + "RotaryEmbedding");
-    g.addBuffer(rope, {"inv_freq", {c.headDim / 2}, DType::Float32, false});
-    g.cost(rope).savedBytes.perToken += 2.0 * static_cast<double>(c.headDim) * cb.e;
-    g.cost(rope).outputBytes.perToken += 2.0 * static_cast<double>(c.headDim) * cb.e;
+    g.addBuffer(
+        rope,
+        {"inv_freq", {(c.rotaryDim > 0 ? c.rotaryDim : c.headDim) / 2}, DType::Float32, false});
+    const double ropeWidth = static_cast<double>(c.rotaryDim > 0 ? c.rotaryDim : c.headDim);
+    g.cost(rope).savedBytes.perToken += 2.0 * ropeWidth * cb.e;
+    g.cost(rope).outputBytes.perToken += 2.0 * ropeWidth * cb.e;
     // The model's position ids (arange), inv_freq @ position_ids (a bmm of k = 1), then
     // cos, sin, two muls, cat, the fp32 expand's copy (and the casts of cos and sin to a
     // lower compute dtype). No gradient.
@@ -540,6 +589,7 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
                : family == "qwen2_moe"   ? "Qwen2Moe"
                : family == "qwen3_moe"   ? "Qwen3Moe"
                : family == "deepseek_v3" ? "DeepseekV3"
+               : family == "phi3"        ? "Phi3"
                                          : "Mixtral";
     c.vocab = positive(r, "vocab_size");
     c.hidden = positive(r, "hidden_size");
@@ -584,6 +634,18 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
         (family == "llama" || family == "qwen3" || family == "qwen3_moe" || family == "olmo2") &&
         attnBias;
     if (c.deepseek) c.qkvBias = c.oBias = attnBias;  // q_a, kv_a and o projections
+    c.phi3 = family == "phi3";
+    if (c.phi3) {
+        c.qkvBias = c.oBias = false;
+        const double f = r.optNumber("partial_rotary_factor").value_or(1.0);
+        if (!(f > 0 && f <= 1))
+            r.at("partial_rotary_factor").fail("partial_rotary_factor must be in (0, 1]");
+        c.rotaryDim = static_cast<int64_t>(static_cast<double>(c.headDim) * f);
+        c.residDropout = r.optNumber("resid_pdrop").value_or(0.0);
+        if (c.residDropout < 0 || c.residDropout >= 1)
+            r.at("resid_pdrop").fail("resid_pdrop must be in [0, 1)");
+        if (r.hasNonNull("sliding_window")) c.slidingWindow = positive(r, "sliding_window");
+    }
     c.qkNorm = family == "qwen3" || family == "qwen3_moe";
     c.olmo2 = family == "olmo2";
     c.legacyQwen2MoeAttention = family == "qwen2_moe";
@@ -770,7 +832,7 @@ Expected<ModelGraph> modelFromHfConfig(const nlohmann::json& j, const std::strin
         Expected<ModelGraph> g = Error{""};
         if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" ||
             type == "olmo2" || type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" ||
-            type == "deepseek_v3")
+            type == "deepseek_v3" || type == "phi3")
             g = loadLlamaLike(r, type, options);
         else if (type == "gpt2")
             g = loadGpt2(r, options);
@@ -778,7 +840,7 @@ Expected<ModelGraph> modelFromHfConfig(const nlohmann::json& j, const std::strin
             r.at("model_type")
                 .fail("unsupported model_type \"" + type +
                       "\" (supported: llama, mistral, qwen2, qwen3, olmo2, mixtral, qwen2_moe, "
-                      "qwen3_moe, deepseek_v3, gpt2; for "
+                      "qwen3_moe, deepseek_v3, phi3, gpt2; for "
                       "other models "
                       "export a ShardScope model JSON with scripts/export_model.py)");
         if (g.ok() && r.hasNonNull("_name_or_path")) g->name = r.getString("_name_or_path");

@@ -158,6 +158,10 @@ public:
     // it; rotary ones can, untrained.
     int64_t maxPositions = 0;
     bool learnedPositions = false;
+    // Sliding-window attention's window (Phi-3's sliding_window); 0 when none. Up to it
+    // attention is plain causal; past it transformers builds a (b, 1, s, s) mask that SDPA
+    // keeps for backward, which the costs do not count.
+    int64_t slidingWindow = 0;
     // The micro-batch the costs were measured at (exporter); 0 when costs are formulas.
     int64_t measuredBatch = 0;
     int64_t measuredSeq = 0;

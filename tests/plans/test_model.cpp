@@ -61,6 +61,8 @@ TEST(HfConfig, PublishedParameterCounts) {
         {"qwen3-30b-a3b", 30532122624},
         {"deepseek-v3", 671026404352},
         {"moonlight-16b-a3b", 15960108544},
+        {"phi3-mini-4k", 3821079552},
+        {"phi4", 14659507200},
     };
     for (const auto& [name, count] : cases)
         EXPECT_EQ(load(name).totalParams(), count) << name;

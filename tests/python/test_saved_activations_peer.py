@@ -157,6 +157,13 @@ class SavedActivationsPeer(unittest.TestCase):
             with self.subTest(dtype=name):
                 config = config_class(**{k: v for k, v in cfg.items() if k != "model_type"})
                 config._attn_implementation = "sdpa"
+                # Training without a KV cache, as the memory oracle runs it: transformers then
+                # reads "packed sequences" from the position ids and builds a (b, 1, s, s)
+                # mask; the oracle and the formulas run causal SDPA without one
+                # (scripts/memory_oracle.py says why).
+                config.use_cache = False
+                import transformers.masking_utils as masking_utils
+                masking_utils.find_packed_sequence_indices = lambda position_ids: None
                 torch.manual_seed(0)
                 model = model_class(config).to(dtype).train()
                 ids = torch.randint(0, cfg["vocab_size"], (BATCH, SEQ))
@@ -211,6 +218,14 @@ class SavedActivationsPeer(unittest.TestCase):
             "qwen2_moe", transformers.Qwen2MoeConfig, transformers.Qwen2MoeForCausalLM,
             {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 48,
              "shared_expert_intermediate_size": 96, "norm_topk_prob": False, "mlp_only_layers": [0]})
+
+    def test_phi3_matches_autograd(self):
+        # Fused qkv_proj (v a view of its output, kept by SDPA) and gate_up_proj (chunked),
+        # partial rotary embedding (Phi-4-mini's 0.75), GQA.
+        self.small_family_matches_autograd(
+            "phi3", transformers.Phi3Config, transformers.Phi3ForCausalLM,
+            {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "sliding_window": None,
+             "partial_rotary_factor": 0.75})
 
     def test_deepseek_v3_matches_autograd(self):
         # Multi-head latent attention (a q bottleneck, the kv latent and its shared rotary

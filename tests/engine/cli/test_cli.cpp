@@ -228,6 +228,22 @@ TEST(Cli, ImplausibleTrainingShapesAndMachinesAreRefused) {
                          "positions"),
               std::string::npos)
         << r.out;
+    // Phi-3-mini's sliding window (2047): past it transformers masks attention, which the
+    // memory model does not count; simulated, with a warning that says so.
+    auto phi3At = [&](int seq) {
+        return runCommand(ss("simulate -m samples/models/phi3-mini-4k/config.json -p "
+                             "samples/plans/tiny-llama-2rank.json -c "
+                             "samples/clusters/cpu-2core.json --seq " +
+                             std::to_string(seq)),
+                          true);
+    };
+    r = phi3At(4096);
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("/training/seq_len: warning: seq_len 4096 exceeds the model's sliding "
+                         "window (2047)"),
+              std::string::npos)
+        << r.out;
+    EXPECT_EQ(phi3At(2047).out.find("sliding window"), std::string::npos);
     // GPT-2's learned position table cannot go past n_positions: PyTorch fails.
     r = runCommand(ss("simulate -m samples/models/gpt2/config.json -p "
                       "samples/plans/tiny-llama-2rank.json -c samples/clusters/cpu-2core.json "
