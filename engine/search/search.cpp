@@ -11,17 +11,35 @@
 namespace shardscope {
 
 std::vector<ModuleId> findBlocks(const ModelGraph& g) {
+    // Parameter elements per subtree, from prefix sums over the pre-order module index.
+    std::vector<int64_t> prefix(g.moduleCount() + 1, 0);
+    for (size_t i = 0; i < g.moduleCount(); ++i) {
+        int64_t own = 0;
+        for (ParamId p : g.module(ModuleId(static_cast<int32_t>(i))).params)
+            own += g.param(p).numel;
+        prefix[i + 1] = prefix[i] + own;
+    }
+    auto subtree = [&](ModuleId m) {
+        return prefix[static_cast<size_t>(g.module(m).subtreeEnd)] - prefix[m.index()];
+    };
+    // The list holding most parameters wins, then the longer one: a mixture-of-experts
+    // layer's experts (128 in Qwen3-30B-A3B, more than its 48 layers) are not the blocks.
     std::vector<ModuleId> best;
+    int64_t bestParams = -1;
     for (size_t i = 0; i < g.moduleCount(); ++i) {
         const ModuleId m(static_cast<int32_t>(i));
         const auto& node = g.module(m);
-        if (!g.isContainer(m) || node.children.size() < 2 || node.children.size() <= best.size())
-            continue;
+        if (!g.isContainer(m) || node.children.size() < 2) continue;
         const std::string& cls = g.module(node.children[0]).cls;
         bool same = true;
         for (ModuleId c : node.children)
             same = same && g.module(c).cls == cls && !g.isContainer(c);
-        if (same) best.assign(node.children.begin(), node.children.end());
+        if (!same) continue;
+        const int64_t params = subtree(m);
+        if (params > bestParams || (params == bestParams && node.children.size() > best.size())) {
+            best.assign(node.children.begin(), node.children.end());
+            bestParams = params;
+        }
     }
     return best;
 }

@@ -69,8 +69,8 @@ struct SearchResult {
 [[nodiscard]] SearchResult searchPlans(const ModelGraph& model, const ClusterSpec& cluster,
                                        const SearchOptions& o);
 
-// The repeated decoder blocks: the children of the largest ModuleList whose children share
-// one class. Empty when the model has none.
+// The repeated decoder blocks: the children of the ModuleList holding the most parameters
+// (then the longest) whose children share one class. Empty when the model has none.
 [[nodiscard]] std::vector<ModuleId> findBlocks(const ModelGraph& g);
 
 }  // namespace shardscope

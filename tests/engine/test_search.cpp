@@ -45,7 +45,11 @@ TEST(Search, FindsBlocksOfEveryFamily) {
     for (const auto& [m, n, cls] : std::vector<std::tuple<std::string, size_t, std::string>>{
              {"llama3-8b", 32, "LlamaDecoderLayer"},
              {"gpt2", 12, "GPT2Block"},
-             {"mixtral-8x7b", 32, "MixtralDecoderLayer"}}) {
+             {"mixtral-8x7b", 32, "MixtralDecoderLayer"},
+             // More experts per layer than layers: the layers are still the blocks.
+             {"qwen3-30b-a3b", 48, "Qwen3MoeDecoderLayer"},
+             {"qwen1.5-moe-a2.7b", 24, "Qwen2MoeDecoderLayer"},
+             {"deepseek-v3", 61, "DeepseekV3DecoderLayer"}}) {
         const ModelGraph g =
             std::move(loadModelFile(samplePath("models/" + m + "/config.json"))).value();
         const auto blocks = findBlocks(g);
