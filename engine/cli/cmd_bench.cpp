@@ -505,8 +505,10 @@ std::vector<Command> benchCommands() {
     mem.description =
         "Runs scripts/bench_memory.py with the set-up script's Python (SHARDSCOPE_PYTHON "
         "overrides):\n"
-        "each case of the matrix (Llama-3.1-8B, Qwen2-7B, Qwen3-8B, OLMo-2-7B, Mixtral-8x7B,\n"
-        "GPT-2-XL, Llama-3-70B: 70 cases, about 20 minutes on 2 cores;\n"
+        "each case of the matrix (Llama-3.1-8B, Qwen2-7B, Qwen3-8B, OLMo-2-7B, Phi-4,\n"
+        "Mixtral-8x7B, Qwen1.5-MoE-A2.7B, GPT-2-XL, Llama-3-70B: 90 cases, about 40 minutes on\n"
+        "2 cores; Qwen3-30B-A3B and Qwen2-57B-A14B, about 13 minutes a case, only with\n"
+        "--filter naming them;\n"
         "world 8 and 64; batch 1-2; seq 2048 and 8192; checkpointing none, full, every second\n"
         "block and op-level selective; reshard True and False; bf16/fp32 and fp32) built as the\n"
         "real Hugging Face model under FakeTensorMode, sharded with the real fully_shard on a "
