@@ -46,6 +46,10 @@ else
         -c samples/clusters/h100-sxm-8x8.json --trace "$tmp/hsdp.json" >/dev/null
     shot compare "${llama[@]}" "$tmp/hsdp.json" --tab compare
 fi
+# A 4-rank x 8-stream PyTorch-profiler-style trace (32 stream rows and 4 rank headers): the
+# tracks scroll inside the window, zoomed in to 2 ms.
+"$ss" bench import --size-mb 3 --keep "$tmp/4rank.pt.trace.json" >/dev/null
+shot multi-rank "$tmp/4rank.pt.trace.json" --view 0:2
 # Recommend: the search's Pareto front for Llama-3-8B on 64 H100s.
 shot recommend "${llama[@]}" --search
 # Launch-to-kernel flows in a PyTorch profiler trace, when the shared traces are there.

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gui/app/main_window.h"
 
+#include <algorithm>
+
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDragEnterEvent>
@@ -99,6 +101,15 @@ QString MainWindow::describeRange(int64_t t0, int64_t t1) const {
             s += QString("  ... and %1 more names\n").arg(names.size() - shown);
     }
     return s;
+}
+
+// The tracks area asks for up to 8 rows (a rank's 8 streams) before it scrolls, which a
+// 900-pixel screen has room for beside the plan editor and the memory chart.
+void MainWindow::sizeTimelineArea() {
+    constexpr int kRowsShown = 8;
+    m_timelineScroll->setMinimumHeight(
+        std::min(m_timeline->minimumHeight(),
+                 TimelineWidget::kTop + 6 + kRowsShown * TimelineWidget::kRowHeight));
 }
 
 void MainWindow::searchChanged() {
@@ -435,7 +446,16 @@ MainWindow::MainWindow(QWidget* parent)
     auto* charts = new QWidget;
     auto* chl = new QVBoxLayout(charts);
     chl->setContentsMargins(0, 0, 0, 0);
-    chl->addWidget(m_timeline, 1);
+    // The tracks scroll: a multi-rank trace (8 ranks x 8 streams is 72 rows) would otherwise
+    // grow the window past the screen and push the memory chart and status bar off it. The
+    // wheel keeps zooming (Shift pans); the scroll bar and PageUp/PageDown scroll.
+    m_timelineScroll = new QScrollArea;
+    m_timelineScroll->setWidget(m_timeline);
+    m_timelineScroll->setWidgetResizable(true);
+    m_timelineScroll->setFrameShape(QFrame::NoFrame);
+    m_timelineScroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    m_timelineScroll->setMinimumHeight(TimelineWidget::kTop + 4 * TimelineWidget::kRowHeight);
+    chl->addWidget(m_timelineScroll, 1);
     m_memory = new MemoryChart;
     chl->addWidget(m_memory);
     // The details panel: the selected op, or the figures of a selected time range.
@@ -460,6 +480,7 @@ MainWindow::MainWindow(QWidget* parent)
             [this](int64_t t0, int64_t t1) { m_details->setPlainText(describeRange(t0, t1)); });
     connect(m_timeline, &TimelineWidget::selectionCleared, m_details, &QPlainTextEdit::clear);
     auto* outer = new QSplitter(Qt::Vertical);
+    m_outer = outer;
     outer->addWidget(split);
     outer->addWidget(bottom);
     outer->setStretchFactor(0, 3);
@@ -695,8 +716,16 @@ void MainWindow::showSimulation() {
               : QString("The trace shown has no launch-to-kernel flows"));
     if (tr && tr->timeline && tr->summary) {
         m_timeline->setData(tr->timeline);
+        sizeTimelineArea();
         searchChanged();
         m_memory->setData(tr->memory, 0);
+        // A trace without memory events has no chart: the tracks get its room.
+        m_memory->setVisible(tr->memory && !tr->memory->timeline.empty());
+        // A trace opened on its own: the empty plan editor yields its room to the tracks.
+        if (!m_doc.model) {
+            const int total = m_outer->height();
+            m_outer->setSizes({total / 6, total - total / 6});
+        }
         const TraceSummary& s = *tr->summary;
         QString text;
         if (s.kernelTimeNs > 0 || s.hostCommNs == 0)
@@ -737,8 +766,10 @@ void MainWindow::showSimulation() {
         return;
     }
     m_timeline->setData(m_doc.timeline);
+    sizeTimelineArea();
     searchChanged();
     m_memory->setData(m_doc.simulation, m_doc.cluster ? m_doc.cluster->device.memoryBytes : 0);
+    m_memory->setVisible(m_doc.simulation != nullptr);
     if (const auto& sim = m_doc.simulation) {
         m_simSummary->setText(QString("<b>Simulated step</b> %1 ms: compute %2 ms, communication "
                                       "%3 ms of which %4 ms exposed "

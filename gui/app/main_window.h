@@ -4,6 +4,8 @@
 // (right). Files open from the command line, File > Open, recent files or drag and drop;
 // they load off the GUI thread.
 #include <QMainWindow>
+#include <QScrollArea>
+#include <QSplitter>
 
 #include <atomic>
 #include <functional>
@@ -45,6 +47,7 @@ public:
     [[nodiscard]] UnitTableModel* unitModel() const { return m_units; }
     [[nodiscard]] QListWidget* problemList() const { return m_problems; }
     [[nodiscard]] TimelineWidget* timeline() const { return m_timeline; }
+    [[nodiscard]] QScrollArea* timelineScroll() const { return m_timelineScroll; }
     [[nodiscard]] MemoryChart* memoryChart() const { return m_memory; }
     [[nodiscard]] QPlainTextEdit* detailsPanel() const { return m_details; }
     [[nodiscard]] CompareView* compareView() const { return m_compare; }
@@ -122,6 +125,9 @@ private:
     QSpinBox* m_bwdPrefetch;
     QSpinBox* m_microBatch;
     TimelineWidget* m_timeline;
+    void sizeTimelineArea();
+    QSplitter* m_outer = nullptr;
+    QScrollArea* m_timelineScroll = nullptr;
     MemoryChart* m_memory;
     QPlainTextEdit* m_details;
     QTabWidget* m_tabs;

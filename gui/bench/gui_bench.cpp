@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// shardscope-gui-bench [--events N] [--keep FILE]: the desktop app's speed, printed as
-// figures (never asserted in tests; these machines are shared and noisy).
-//  - writes a PyTorch-profiler-style trace of N GPU events (default 1,000,000: 4 ranks x 8
+// shardscope-gui-bench [--events N] [--ranks R] [--streams S] [--keep FILE]: the desktop
+// app's speed, printed as figures (never asserted in tests; these machines are shared and
+// noisy).
+//  - writes a PyTorch-profiler-style trace of N GPU events (default 1,000,000 on 8 ranks x 8
 //    streams, kernels and NCCL collectives) and opens it as the app does (streaming import,
 //    timeline rows, HTA summary, off the GUI thread): goal <= 2 s;
 //  - repaints the timeline at 1920 px from the whole trace down to a few microseconds, at
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -48,23 +50,37 @@ int main(int argc, char** argv) {
     QCommandLineOption eventsOpt("events", "events in the generated trace (default 1000000)", "N",
                                  "1000000");
     QCommandLineOption keepOpt("keep", "write the generated trace here and keep it", "FILE");
+    QCommandLineOption ranksOpt("ranks", "ranks in the generated trace (default 8)", "R", "8");
+    QCommandLineOption streamsOpt("streams", "GPU streams per rank (default 8)", "S", "8");
     cli.addOption(eventsOpt);
+    cli.addOption(ranksOpt);
+    cli.addOption(streamsOpt);
     cli.addOption(keepOpt);
     cli.process(app);
-    bool ok = false;
-    const int64_t events = cli.value(eventsOpt).toLongLong(&ok);
-    if (!ok || events <= 0) {
-        std::fprintf(stderr, "error: --events: expected a positive integer, got \"%s\"\n",
-                     qPrintable(cli.value(eventsOpt)));
-        return 2;
-    }
+    auto positive = [&](const QCommandLineOption& o, int64_t most) -> int64_t {
+        bool ok = false;
+        const int64_t v = cli.value(o).toLongLong(&ok);
+        if (!ok || v <= 0 || v > most) {
+            std::fprintf(stderr, "error: --%s: expected an integer from 1 to %lld, got \"%s\"\n",
+                         qPrintable(o.names().front()), static_cast<long long>(most),
+                         qPrintable(cli.value(o)));
+            std::exit(2);
+        }
+        return v;
+    };
+    const int64_t events = positive(eventsOpt, int64_t{1} << 32);
+    const int ranks = static_cast<int>(positive(ranksOpt, 1024));
+    const int streams = static_cast<int>(positive(streamsOpt, 64));
     const std::string path =
         cli.isSet(keepOpt)
             ? cli.value(keepOpt).toStdString()
             : (std::filesystem::temp_directory_path() / "shardscope-gui-bench.json").string();
-    std::printf("shardscope-gui-bench: %lld events\n", static_cast<long long>(events));
+    std::printf("shardscope-gui-bench: %lld events on %d ranks x %d streams\n",
+                static_cast<long long>(events), ranks, streams);
     shardscope::SyntheticTraceOptions so;
     so.events = events;
+    so.ranks = ranks;
+    so.streams = streams;
     shardscope::writeSyntheticTrace(path, so);
     const auto bytes = std::filesystem::file_size(path);
     std::printf("  generated %s (%.1f MB of JSON)\n", path.c_str(),

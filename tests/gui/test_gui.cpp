@@ -13,8 +13,10 @@
 #include <QListWidget>
 #include <QPlainTextEdit>
 #include <QScatterSeries>
+#include <QScrollBar>
 #include <QSignalSpy>
 #include <QSpinBox>
+#include <QStatusBar>
 #include <QTableWidget>
 #include <QTest>
 
@@ -34,6 +36,7 @@
 #include "gui/timeline/step_stats.h"
 #include "plans/core/strings.h"
 #include "plans/plan/plan.h"
+#include "profiler/import/synthetic_trace.h"
 #include "tests/support/golden.h"
 #include "tests/support/sample_traces.h"
 
@@ -277,6 +280,51 @@ TEST(GuiWindow, OpensAPyTorchProfilerTraceOnTheTimeline) {
     EXPECT_EQ(kinds[EventKind::ReduceScatter], 0);
     w.timeline()->repaint();
     EXPECT_FALSE(w.timeline()->lastDrawList().empty());
+}
+
+TEST(GuiWindow, ManyRanksScrollInsideTheWindow) {
+    // 8 ranks x 8 streams: 72 rows of 22 px. The window used to grow to fit them all, past
+    // a 900-pixel screen, pushing the memory chart and the status bar off it.
+    const std::string path =
+        (std::filesystem::temp_directory_path() / "shardscope_gui_8x8.pt.trace.json").string();
+    shardscope::SyntheticTraceOptions so;
+    so.ranks = 8;
+    so.streams = 8;
+    so.events = 20000;
+    shardscope::writeSyntheticTrace(path, so);
+    MainWindow w;
+    w.resize(1400, 900);
+    w.show();
+    ASSERT_TRUE(openAndWait(w, {QString::fromStdString(path)}, 30000));
+    QApplication::processEvents();
+    TimelineWidget* t = w.timeline();
+    const int rows = static_cast<int>(t->visibleRows().size());
+    EXPECT_EQ(rows, 72);  // 8 rank headers and 64 streams
+    EXPECT_LE(w.height(), 900);
+    // The last row can be brought on screen: the tracks scroll, the time range stays.
+    auto lastRowShown = [&] {
+        return !t->visibleRegion()
+                    .intersected(QRect(0, t->rowY(rows - 1), 40, TimelineWidget::kRowHeight))
+                    .isEmpty();
+    };
+    EXPECT_FALSE(lastRowShown());
+    const Viewport before = t->viewport();
+    QScrollBar* bar = w.timelineScroll()->verticalScrollBar();
+    ASSERT_GT(bar->maximum(), 0);
+    t->setFocus();
+    QTest::keyClick(t, Qt::Key_PageDown);  // PageDown on the tracks scrolls them
+    EXPECT_GT(bar->value(), 0);
+    bar->setValue(bar->maximum());
+    QApplication::processEvents();
+    EXPECT_TRUE(lastRowShown());
+    EXPECT_EQ(t->viewport().startNs, before.startNs);
+    EXPECT_EQ(t->viewport().endNs, before.endNs);
+    // The status bar stays inside the window; the memory chart is hidden, the trace having
+    // no memory events (its empty box used to take the tracks' room).
+    QWidget* status = w.statusBar();
+    EXPECT_LE(status->mapTo(&w, QPoint(0, status->height())).y(), w.height());
+    EXPECT_FALSE(w.memoryChart()->isVisible());
+    std::filesystem::remove(path);
 }
 
 TEST(GuiWindow, OpensATraceWhoseEventsStartPastTheFirstBlocks) {
