@@ -19,10 +19,35 @@ int64_t pixelToTime(double x, const Viewport& v) {
 }
 
 void sortEventsByStart(std::vector<TimelineRow>& rows) {
-    for (auto& r : rows)
+    for (auto& r : rows) {
         std::sort(r.events.begin(), r.events.end(),
                   [](const TimelineEvent& a, const TimelineEvent& b) { return a.start < b.start; });
+        r.kindNs.assign(r.events.size() + 1, {});
+        for (size_t i = 0; i < r.events.size(); ++i) {
+            r.kindNs[i + 1] = r.kindNs[i];
+            r.kindNs[i + 1][static_cast<size_t>(r.events[i].kind)] +=
+                std::max<int64_t>(0, r.events[i].end - r.events[i].start);
+        }
+    }
 }
+
+namespace {
+
+// The kind covering most of events [first, last) of a row (ties: the lower kind).
+EventKind dominantKind(const TimelineRow& row, size_t first, size_t last) {
+    size_t best = 0;
+    int64_t bestNs = -1;
+    for (size_t k = 0; k < kEventKinds; ++k) {
+        const int64_t ns = row.kindNs[last][k] - row.kindNs[first][k];
+        if (ns > bestNs) {
+            best = k;
+            bestNs = ns;
+        }
+    }
+    return static_cast<EventKind>(best);
+}
+
+}  // namespace
 
 std::vector<DrawRect> buildDrawList(const std::vector<TimelineRow>& rows, const Viewport& v) {
     std::vector<const TimelineRow*> ptrs;
@@ -38,6 +63,8 @@ std::vector<DrawRect> buildDrawList(const std::vector<const TimelineRow*>& rows,
     for (size_t r = 0; r < rows.size(); ++r) {
         if (!rows[r]) continue;
         const auto& ev = rows[r]->events;
+        const bool indexed = rows[r]->kindNs.size() == ev.size() + 1;
+        size_t blockFirst = 0;  // the first event of the last block
         // First event ending after the viewport start: events are sorted and, within one
         // stream, do not overlap, so ends are sorted too.
         auto it = std::lower_bound(ev.begin(), ev.end(), v.startNs,
@@ -59,7 +86,7 @@ std::vector<DrawRect> buildDrawList(const std::vector<const TimelineRow*>& rows,
                 // Every later event that ends before the block's next minWidthPx folds into
                 // it too: skip them by binary search (ends are sorted), so a repaint costs
                 // about one step per pixel, not one per event (a million at full zoom-out).
-                // Their kinds are not looked at: the block keeps the kind of those that were.
+                // Their kinds are not looked at one by one: the row's kind index gives the block's.
                 const int64_t limit = pixelToTime(b.x1 + v.minWidthPx, v);
                 auto jt =
                     std::lower_bound(std::next(it), ev.end(), limit,
@@ -70,8 +97,15 @@ std::vector<DrawRect> buildDrawList(const std::vector<const TimelineRow*>& rows,
                         b.x1, std::min<double>(v.widthPx, timeToPixel(std::prev(jt)->end, v)));
                     it = std::prev(jt);
                 }
+                // With the row's kind index, the block takes the kind that covers most of
+                // its events' time, all of them counted (a dense stream of mostly compute
+                // with some collectives is drawn as compute, not grey).
+                if (indexed)
+                    b.kind = dominantKind(*rows[r], blockFirst,
+                                          static_cast<size_t>(std::next(it) - ev.begin()));
                 continue;
             }
+            blockFirst = static_cast<size_t>(it - ev.begin());
             DrawRect d{static_cast<int>(r), x0, std::max(x1, x0 + 1.0), it->kind, it->op, 1, {}};
             if (x1 - x0 >= v.minLabelPx) d.label = it->label;
             out.push_back(std::move(d));

@@ -5,6 +5,7 @@
 // Never more than about one primitive per pixel: events narrower than minWidthPx are
 // folded into one block with their neighbours (Tracy's MinVisSize), and the visible range
 // is found by binary search in start-sorted storage (Qt Creator's firstIndex).
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 namespace shardscope::gui {
 
 enum class EventKind : uint8_t { Compute, AllGather, ReduceScatter, AllReduce, Copy, Other };
+inline constexpr size_t kEventKinds = 6;
 
 struct TimelineEvent {
     int64_t start = 0;  // ns
@@ -27,6 +29,10 @@ struct TimelineRow {
     std::vector<TimelineEvent> events;  // sorted by start, non-overlapping within a stream
     std::string group;                  // "rank 1" when the data holds several ranks
     bool host = false;  // a host thread's kernel launches: shown with the flows only
+    // Time per kind of events[0..i), for i in 0..events.size() (sortEventsByStart fills it):
+    // a folded block is coloured by the kind that covers most of its events' time. Empty:
+    // a block of mixed kinds is drawn as Other.
+    std::vector<std::array<int64_t, kEventKinds>> kindNs;
 };
 
 struct Viewport {
@@ -51,7 +57,8 @@ struct DrawRect {
 [[nodiscard]] double timeToPixel(int64_t t, const Viewport& v);
 [[nodiscard]] int64_t pixelToTime(double x, const Viewport& v);
 
-// Establishes TimelineRow's order invariant once the events are in: by start, per row.
+// Establishes TimelineRow's order invariant once the events are in (by start, per row) and
+// fills TimelineRow::kindNs.
 void sortEventsByStart(std::vector<TimelineRow>& rows);
 
 [[nodiscard]] std::vector<DrawRect> buildDrawList(const std::vector<TimelineRow>& rows,
