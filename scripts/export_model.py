@@ -110,14 +110,17 @@ class BalancedRouting:
       * views, permutes, selects, copies and casts keep the fraction; a sum turns it into an
         expected count per output element, and `> 0` of a count of at least 1 is all true;
       * `nonzero` then returns round(numel x fraction) indices, spread evenly, as a real
-        tensor, so loops over the experts hit and `numel() > 0` tests see concrete values.
+        tensor, so loops over the experts hit and `numel() > 0` tests see concrete values;
+      * a count read as a number (`.item()`, `if n == 0`, slicing by it: DeepSeek-V2's
+        tokens_per_expert) is its expected value, the elements of a vector of counts
+        splitting its total exactly (so the slices add up to the tokens routed).
 
     Any other data-dependent op stops the export with a message naming the op and module.
     """
 
     KEEP = {"view", "_unsafe_view", "reshape", "permute", "transpose", "t", "squeeze", "unsqueeze", "select",
             "slice", "alias", "clone", "contiguous", "_to_copy", "to", "expand", "detach", "lift_fresh",
-            "index", "flatten"}
+            "index", "flatten", "unbind"}
     COUNT_TESTS = {"gt", "greater", "ne", "ge"}
 
     def __init__(self, torch):
@@ -150,6 +153,15 @@ class BalancedRouting:
                 idx = idx // size
             self.routed += 1
             return self.torch.stack(list(reversed(coords)), dim=1) if coords else idx.reshape(n, 0)
+        if name == "_local_scalar_dense":
+            x = args[0]
+            value = self.count.get(x, self.fraction.get(x))
+            if value is None:
+                return None  # fake tensors refuse it; the caller names the op
+            self.routed += 1
+            if x.dtype == self.torch.bool:
+                return bool(round(value))
+            return float(value) if x.dtype.is_floating_point else int(round(value))
         return None
 
     def note(self, func, args, kwargs, out):
@@ -162,6 +174,15 @@ class BalancedRouting:
             self.choice[out[1]] = first.shape[dim]
         elif name == "arange" and isinstance(out, torch.Tensor) and out.dim() == 1:
             self.arange[out] = out.numel()
+        elif name in ("eq", "ne") and isinstance(out, torch.Tensor) and args[0] in self.count and (
+                not isinstance(args[1], torch.Tensor)):
+            same = round(self.count[args[0]]) == args[1]
+            self.count[out] = 1.0 if same == (name == "eq") else 0.0
+        elif name in ("add", "sub") and isinstance(out, torch.Tensor) and (
+                any(isinstance(a, torch.Tensor) and a in self.count for a in args[:2])):
+            a, b = (self.count.get(x, x) if isinstance(x, torch.Tensor) else x for x in args[:2])
+            if not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):
+                self.count[out] = a + b if name == "add" else a - b
         elif name == "eq" and isinstance(out, torch.Tensor):
             a, b = args[0], args[1]
             for x, y in ((a, b), (b, a)):
@@ -182,6 +203,19 @@ class BalancedRouting:
             c = self.count.get(first)
             if c is not None:
                 self.fraction[out] = 1.0 if c >= 1 else c
+        elif name in ("unbind", "select") and first is not None and first in self.count and first.dim() == 1:
+            # The elements of a vector of counts split its total exactly: element j gets
+            # floor((j + 1) x total / n) - floor(j x total / n).
+            n, total = first.shape[0], round(self.count[first] * first.shape[0])
+
+            def share(j):
+                return (j + 1) * total // n - j * total // n
+            if name == "unbind":
+                for j, t in enumerate(out):
+                    self.count[t] = float(share(j))
+            else:
+                j = args[2] if len(args) > 2 else kwargs.get("index", 0)
+                self.count[out] = float(share(j % n))
         elif name in self.KEEP and first is not None:
             for src in (self.fraction, self.count, self.choice):
                 if first in src:

@@ -152,6 +152,14 @@ class ExportModel(unittest.TestCase):
                 vocab_size=128, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
                 shared_expert_intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
                 num_key_value_heads=2, num_experts=4, num_experts_per_tok=2, mlp_only_layers=[1]),
+            # sort-based dispatch: per-expert token counts read as numbers (`if n == 0`,
+            # slices by them), complex RoPE
+            "deepseek_v2": transformers.DeepseekV2Config(
+                vocab_size=128, hidden_size=64, intermediate_size=96, moe_intermediate_size=16,
+                num_hidden_layers=2, first_k_dense_replace=1, num_attention_heads=4,
+                num_key_value_heads=4, n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2,
+                kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8, v_head_dim=16,
+                qk_nope_head_dim=16),
             # group-limited top-k (scatter into a group mask), MLA, a dense first layer
             "deepseek_v3": transformers.DeepseekV3Config(
                 vocab_size=128, hidden_size=64, intermediate_size=96, moe_intermediate_size=16,
