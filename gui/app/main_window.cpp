@@ -721,8 +721,10 @@ void MainWindow::showSimulation() {
         m_memory->setData(tr->memory, 0);
         // A trace without memory events has no chart: the tracks get its room.
         m_memory->setVisible(tr->memory && !tr->memory->timeline.empty());
-        // A trace opened on its own: the empty plan editor yields its room to the tracks.
-        if (!m_doc.model) {
+        // A trace opened on its own: the empty plan editor yields its room to the tracks, once
+        // when that trace is first shown (a later refresh keeps where the user dragged it).
+        if (!m_doc.model && m_tracksSizedFor != tr->timeline.get()) {
+            m_tracksSizedFor = tr->timeline.get();
             const int total = m_outer->height();
             m_outer->setSizes({total / 6, total - total / 6});
         }

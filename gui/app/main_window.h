@@ -127,6 +127,7 @@ private:
     TimelineWidget* m_timeline;
     void sizeTimelineArea();
     QSplitter* m_outer = nullptr;
+    const void* m_tracksSizedFor = nullptr;  // the trace the splitter was last sized for
     QScrollArea* m_timelineScroll = nullptr;
     MemoryChart* m_memory;
     QPlainTextEdit* m_details;

@@ -177,7 +177,7 @@ struct LlamaLike {
     // Phi-3 (and Phi-4, same model_type): fused qkv_proj (registered after o_proj) and
     // gate_up_proj, residual dropouts, RoPE on partial_rotary_factor of each head.
     bool phi3 = false;
-    int64_t rotaryDim = 0;  // 0: the whole head
+    int64_t rotaryDim = 0;  // RoPE's width per head: head_dim x partial_rotary_factor
     int64_t slidingWindow = 0;
     double residDropout = 0;
     int64_t qLora = 0, kvLora = 0, ropeDim = 0, nopeDim = 0, vDim = 0, firstDense = 0;
@@ -221,11 +221,15 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
                   /*addmm=*/bias, sumsInputGrad);
         return m;
     };
-    auto rmsNorm = [&](ModuleId parent, const char* name) {
+    // An RMSNorm over `width` (its weight's size), CostBuilder::rmsNorm's costs.
+    auto normOf = [&](ModuleId parent, const char* name, int64_t width, bool weightInFp32 = false) {
         ModuleId m = g.addModule(parent, name, c.prefix + "RMSNorm");
-        g.addParam(m, "weight", {h}, pd);
-        cb.rmsNorm(m, H, 1, c.olmo2);
+        g.addParam(m, "weight", {width}, pd);
+        cb.rmsNorm(m, static_cast<double>(width), 1, weightInFp32);
         return m;
+    };
+    auto rmsNorm = [&](ModuleId parent, const char* name) {
+        return normOf(parent, name, h, c.olmo2);
     };
     // SwiGLU MLP: down(silu(gate(x)) * up(x)). Saved in the MLP itself: gate output (SiLU
     // input), SiLU output and up output (the mul's operands). `tokenShare` is the fraction
@@ -267,12 +271,6 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
             scaled(x);
     };
 
-    auto normOf = [&](ModuleId parent, const char* name, int64_t width) {
-        ModuleId m = g.addModule(parent, name, c.prefix + "RMSNorm");
-        g.addParam(m, "weight", {width}, pd);
-        cb.rmsNorm(m, static_cast<double>(width));
-        return m;
-    };
     // DeepSeek's multi-head latent attention (DeepseekV3Attention, transformers 4.57, SDPA):
     // q = q_b_proj(q_a_layernorm(q_a_proj(x))) (or q_proj(x)), split into a no-position part
     // and a rotary part; kv_a_proj_with_mqa(x) gives the latent and one rotary key shared by
@@ -410,11 +408,8 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
         }
         if (c.olmo2) {
             // q_norm(q_proj(x)) and k_norm(k_proj(x)) before the heads are split.
-            for (auto [name, width] : {std::pair{"q_norm", dq}, std::pair{"k_norm", dkv}}) {
-                ModuleId m = g.addModule(attn, name, c.prefix + "RMSNorm");
-                g.addParam(m, "weight", {width}, pd);
-                cb.rmsNorm(m, static_cast<double>(width), 1, true);
-            }
+            for (auto [name, width] : {std::pair{"q_norm", dq}, std::pair{"k_norm", dkv}})
+                normOf(attn, name, width, true);
         }
         if (c.qkNorm) {
             // q_norm(q_proj(x).view(b, s, heads, head_dim)), the same for k: registered after
@@ -553,12 +548,9 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
     }
     rmsNorm(model, "norm");
     ModuleId rope = g.addModule(model, "rotary_emb", c.prefix + "RotaryEmbedding");
-    g.addBuffer(
-        rope,
-        {"inv_freq", {(c.rotaryDim > 0 ? c.rotaryDim : c.headDim) / 2}, DType::Float32, false});
-    const double ropeWidth = static_cast<double>(c.rotaryDim > 0 ? c.rotaryDim : c.headDim);
-    g.cost(rope).savedBytes.perToken += 2.0 * ropeWidth * cb.e;
-    g.cost(rope).outputBytes.perToken += 2.0 * ropeWidth * cb.e;
+    g.addBuffer(rope, {"inv_freq", {c.rotaryDim / 2}, DType::Float32, false});
+    g.cost(rope).savedBytes.perToken += 2.0 * static_cast<double>(c.rotaryDim) * cb.e;
+    g.cost(rope).outputBytes.perToken += 2.0 * static_cast<double>(c.rotaryDim) * cb.e;
     // The model's position ids (arange), inv_freq @ position_ids (a bmm of k = 1), then
     // cos, sin, two muls, cat, the fp32 expand's copy (and the casts of cos and sin to a
     // lower compute dtype). No gradient.
@@ -621,6 +613,7 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
                       ") and no head_dim is given");
         c.headDim = c.hidden / c.heads;
     }
+    c.rotaryDim = c.headDim;  // Phi-3's partial_rotary_factor narrows it below
     c.tie = r.optBool("tie_word_embeddings").value_or(false);
     if (r.hasNonNull("max_position_embeddings"))
         c.maxPositions = positive(r, "max_position_embeddings");
@@ -656,17 +649,17 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
                 "sliding-window attention is not modelled (its layers attend to fewer "
                 "positions); set it to false or export the model with scripts/export_model.py");
     c.mlpBias = family == "llama" && r.optBool("mlp_bias").value_or(false);
+    // Each MoE family names its expert count differently.
+    const char* expertsKey = family == "mixtral" ? "num_local_experts"
+                             : c.deepseek        ? "n_routed_experts"
+                                                 : "num_experts";
     if (family == "mixtral") {
-        c.experts = positive(r, "num_local_experts");
+        c.experts = positive(r, expertsKey);
         c.topK = positive(r, "num_experts_per_tok");
-        if (c.topK > c.experts)
-            r.at("num_experts_per_tok").fail("num_experts_per_tok exceeds num_local_experts");
     }
     if (c.deepseek) {
-        c.experts = positive(r, "n_routed_experts");
+        c.experts = positive(r, expertsKey);
         c.topK = positive(r, "num_experts_per_tok");
-        if (c.topK > c.experts)
-            r.at("num_experts_per_tok").fail("num_experts_per_tok exceeds n_routed_experts");
         c.moeInter = positive(r, "moe_intermediate_size");
         c.sharedExperts = r.hasNonNull("n_shared_experts") ? positive(r, "n_shared_experts") : 0;
         if (c.sharedExperts == 0)
@@ -683,11 +676,9 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
                                  ")");
     }
     if (family == "qwen2_moe" || family == "qwen3_moe") {
-        c.experts = r.hasNonNull("num_experts") ? r.at("num_experts").asIntAtLeast(0) : 0;
+        c.experts = r.hasNonNull(expertsKey) ? r.at(expertsKey).asIntAtLeast(0) : 0;
         if (c.experts > 0) {
             c.topK = positive(r, "num_experts_per_tok");
-            if (c.topK > c.experts)
-                r.at("num_experts_per_tok").fail("num_experts_per_tok exceeds num_experts");
             c.moeInter = positive(r, "moe_intermediate_size");
             c.normTopK = r.optBool("norm_topk_prob").value_or(false);
             if (r.hasNonNull("decoder_sparse_step"))
@@ -710,11 +701,9 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
     }
     if (c.layers > 10000)
         r.at("num_hidden_layers").fail("implausibly many layers (more than 10000)");
-    if (c.experts > 4096)
-        r.at(family == "mixtral"       ? "num_local_experts"
-             : family == "deepseek_v3" ? "n_routed_experts"
-                                       : "num_experts")
-            .fail("implausibly many experts (more than 4096)");
+    if (c.experts > 0 && c.topK > c.experts)
+        r.at("num_experts_per_tok").fail(std::string("num_experts_per_tok exceeds ") + expertsKey);
+    if (c.experts > 4096) r.at(expertsKey).fail("implausibly many experts (more than 4096)");
     return buildLlamaLike(c, r.file(), o);
 }
 

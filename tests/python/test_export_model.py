@@ -73,15 +73,21 @@ def build():
 
 def reference(batch, seq):
     """FLOPs (forward, backward) and saved bytes measured by PyTorch on real tensors."""
+    torch.manual_seed(0)
+    model = build()
+    return measured(model, torch.randint(0, VOCAB, (batch, seq)))
+
+
+def measured(model, tokens, logits=lambda out: out):
+    """One forward and backward of `model` on real tensors: forward FLOPs, backward FLOPs
+    (torch.utils.flop_counter) and the bytes autograd saves (each storage once, parameters
+    and buffers left out). `logits` picks the tensor to reduce from the model's output."""
     from torch.utils.flop_counter import FlopCounterMode
     # FlopCounterMode has formulas for the CUDA SDPA kernels only; the exporter registers
     # PyTorch's own SDPA formula for the CPU kernel, and so must the reference.
     sys.path.insert(0, os.path.join(peer.SOURCE, "scripts"))
     import export_model
     export_model.register_cpu_sdpa_flops()
-    torch.manual_seed(0)
-    model = build()
-    tokens = torch.randint(0, VOCAB, (batch, seq))
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     params |= {b.untyped_storage().data_ptr() for b in model.buffers()}
     saved = {}
@@ -95,7 +101,7 @@ def reference(batch, seq):
     fc = FlopCounterMode(display=False)
     with fc:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            out = model(tokens)
+            out = logits(model(tokens))
         fwd = fc.get_total_flops()
         out.float().sum().backward()
     return fwd, fc.get_total_flops() - fwd, sum(saved.values())
@@ -168,10 +174,6 @@ class ExportModel(unittest.TestCase):
                 n_group=2, topk_group=1, kv_lora_rank=16, q_lora_rank=24, qk_rope_head_dim=8,
                 v_head_dim=16, qk_nope_head_dim=16),
         }
-        sys.path.insert(0, os.path.join(peer.SOURCE, "scripts"))
-        import export_model
-        export_model.register_cpu_sdpa_flops()
-        from torch.utils.flop_counter import FlopCounterMode
         batch, seq = 2, 16
         for kind, cfg in configs.items():
             with self.subTest(model=kind), tempfile.TemporaryDirectory() as d:
@@ -190,31 +192,15 @@ class ExportModel(unittest.TestCase):
                     self.assertEqual(m["cost"]["fwd_flops"], [per_token, 0.0], m["name"])
                 torch.manual_seed(0)
                 model = transformers.AutoModelForCausalLM.from_config(cfg).train()
-                tokens = torch.randint(0, cfg.vocab_size, (batch, seq))
-                params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-                params |= {b.untyped_storage().data_ptr() for b in model.buffers()}
-                saved = {}
-
-                def pack(t):
-                    if t.untyped_storage().data_ptr() not in params:
-                        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-                    return t
-
-                fc = FlopCounterMode(display=False)
-                with fc:
-                    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                        logits = model(tokens).logits
-                    fwd = fc.get_total_flops()
-                    logits.float().sum().backward()
-                bwd = fc.get_total_flops() - fwd
+                fwd, bwd, saved = measured(model, torch.randint(0, cfg.vocab_size, (batch, seq)),
+                                           logits=lambda out: out.logits)
                 at = peer.shardscope("model", "show", "--model", out, "--depth", "0", "--json",
                                      "--batch", str(batch), "--seq", str(seq))["modules"][0]
                 print(f"{kind}: fwd {at['fwd_flops']:.0f} vs {fwd}, bwd {at['bwd_flops']:.0f} vs {bwd}, "
-                      f"saved {at['saved_activation_bytes']:.0f} vs {sum(saved.values())}")
+                      f"saved {at['saved_activation_bytes']:.0f} vs {saved}")
                 self.assertAlmostEqual(at["fwd_flops"], fwd, delta=1e-6 * fwd)
                 self.assertAlmostEqual(at["bwd_flops"], bwd, delta=1e-6 * bwd)
-                self.assertAlmostEqual(at["saved_activation_bytes"], sum(saved.values()),
-                                       delta=1e-2 * sum(saved.values()))
+                self.assertAlmostEqual(at["saved_activation_bytes"], saved, delta=1e-2 * saved)
 
     def test_unfollowed_data_dependent_op_is_refused_by_name(self):
         with tempfile.TemporaryDirectory() as d:
