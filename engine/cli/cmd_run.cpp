@@ -77,6 +77,17 @@ int runRun(const Args& a) {
         return kExitUsage;
     }
     const bool cuda = device == "cuda";
+    const std::string collectives = a.has("--collectives") ? a.get("--collectives") : "overlapped";
+    if (collectives != "overlapped" && collectives != "blocking") {
+        std::cerr << "error: --collectives: expected overlapped or blocking, got \"" << collectives
+                  << "\"\n";
+        return kExitUsage;
+    }
+    if (cuda && collectives == "blocking") {
+        std::cerr << "error: --collectives blocking is what FSDP2 does on a CPU device; on CUDA "
+                     "it overlaps collectives on its streams, as the engine does by default\n";
+        return kExitUsage;
+    }
     if (a.flag("--no-record") && (a.has("--trace") || a.has("--dump-params"))) {
         std::cerr << "error: --no-record records no ops: it cannot write --trace or "
                      "--dump-params\n";
@@ -138,14 +149,19 @@ int runRun(const Args& a) {
     if (a.flag("--no-record")) common.push_back("--no-record");
     common.push_back("--device");
     common.push_back(device);
+    common.push_back("--collectives");
+    common.push_back(collectives);
     if (a.flag("--no-device-trace")) common.push_back("--no-device-trace");
     if (a.has("--dump-params")) {
         common.push_back("--dump-params");
         common.push_back(a.get("--dump-params"));
     }
     std::cerr << "shardscope run: " << nproc << " rank" << (nproc > 1 ? "s" : "")
-              << " on this machine (" << (cuda ? "NCCL, rank i on cuda:i" : "Gloo on CPU") << "), "
-              << threads << " thread" << (threads > 1 ? "s" : "") << " each; logs in "
+              << " on this machine ("
+              << (cuda                        ? "NCCL, rank i on cuda:i"
+                  : collectives == "blocking" ? "Gloo on CPU, blocking collectives"
+                                              : "Gloo on CPU")
+              << "), " << threads << " thread" << (threads > 1 ? "s" : "") << " each; logs in "
               << dir.string() << "\n";
 
     if (const int rc = launchLocalRanks(common, nproc, dir, timeoutS, "shardscope run"); rc != 0)
@@ -373,6 +389,13 @@ std::vector<Command> runCommands() {
     s.options.push_back(
         {"--micro-batches", "N", "gradient accumulation steps (overrides the plan)"});
     s.options.push_back({"--threads", "N", "intra-op threads per rank (default: cores / ranks)"});
+    s.options.push_back(
+        {"--collectives", "overlapped|blocking",
+         "overlapped: collectives run on Gloo's threads behind compute, as FSDP2's streams let "
+         "them on GPUs; blocking: each is waited for where it is issued, with "
+         "all_gather_into_tensor and reduce_scatter_tensor, as PyTorch's FSDP2 does on a CPU "
+         "device (to compare with a torch.profiler trace of FSDP2 on Gloo)",
+         "overlapped"});
     s.options.push_back({"--timeout-s", "S",
                          "collective timeout: a dead or hung rank fails the others after this long",
                          "60"});

@@ -216,15 +216,26 @@ int runTraceOverlap(const Args& a) {
                            {"kind", r.kind},
                            {"comm_ns_per_step", r.commNs / samples},
                            {"exposed_ns_per_step", r.exposedNs / samples}});
-        return emitJson({{"trace", pos[0]},
-                         {"rank_steps", ov.rankSteps},
-                         {"comm_ns_per_step", comm / samples},
-                         {"exposed_ns_per_step", exposed / samples},
-                         {"collectives", out}},
-                        "")
-                       .ok()
-                   ? kExitOk
-                   : kExitUsage;
+        nlohmann::json doc = {{"trace", pos[0]},
+                              {"rank_steps", ov.rankSteps},
+                              {"comm_ns_per_step", comm / samples},
+                              {"exposed_ns_per_step", exposed / samples},
+                              {"collectives", out}};
+        if (a.flag("--collectives")) {
+            // Each collective on its own, with the keys of the PyTorch traces' list.
+            nlohmann::json each = nlohmann::json::array();
+            for (const auto& c : ov.collectives)
+                each.push_back({{"unit", c.unit == "<root>" ? "" : c.unit},
+                                {"phase", c.phase},
+                                {"kind", c.kind},
+                                {"rank", c.rank},
+                                {"step", c.step},
+                                {"start_ns", c.startNs},
+                                {"end_ns", c.endNs},
+                                {"exposed_ns", c.exposedNs}});
+            doc["each_collective"] = std::move(each);
+        }
+        return emitJson(doc, "").ok() ? kExitOk : kExitUsage;
     }
     std::cout << pos[0] << ": " << ov.rankSteps << " rank-steps; per step, communication "
               << formatMs(comm / samples) << ", of it " << formatMs(exposed / samples)
@@ -262,7 +273,7 @@ std::vector<Command> traceOverlapCommands() {
         "averaged over ranks and steps, largest first.";
     s.positionalsMetavar = "TRACE|DIR...";
     s.options = {{"--json", "", "print JSON"},
-                 {"--collectives", "", "PyTorch traces, with --json: every collective too"}};
+                 {"--collectives", "", "with --json: every collective on its own too"}};
     s.examples = {
         "shardscope trace overlap profiler_traces/",
         "shardscope trace overlap shardscope-out/tiny-llama.reshard-true.measured-trace.json"};

@@ -12,6 +12,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <ATen/record_function.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -157,6 +159,51 @@ struct BoundaryFn : torch::autograd::Function<BoundaryFn> {
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
+// Gloo's own span of a collective: its worker thread opens a "gloo:<collective>"
+// RecordFunction when it starts the work and ends it when the work is done (the ranges
+// torch.profiler shows on Gloo's threads, which the trace analysis times PyTorch's
+// collectives by). The engine's blocking mode times its collectives the same way, so that
+// the clone Gloo's reduce_scatter_tensor makes on the caller's thread is not counted as
+// communication on one side only.
+
+namespace {
+struct GlooSpanContext : at::ObserverContext {
+    int64_t start = 0;
+};
+std::mutex g_glooMutex;
+std::vector<std::pair<int64_t, int64_t>> g_glooSpans;  // since the last take, [start, end)
+
+std::unique_ptr<at::ObserverContext> glooSpanStart(const at::RecordFunction& fn) {
+    const char* name = fn.name();
+    if (name == nullptr || std::strncmp(name, "gloo:", 5) != 0) return nullptr;
+    auto ctx = std::make_unique<GlooSpanContext>();
+    ctx->start = nowNs();
+    return ctx;
+}
+void glooSpanEnd(const at::RecordFunction& /*fn*/, at::ObserverContext* ctx) {
+    if (ctx == nullptr) return;
+    const int64_t end = nowNs();
+    std::lock_guard lock(g_glooMutex);
+    g_glooSpans.emplace_back(static_cast<GlooSpanContext*>(ctx)->start, end);
+}
+// Registers the observer once per process (a global callback: it must exist when a work
+// is created, on the issuing thread, and runs on Gloo's threads).
+void observeGlooSpans() {
+    static const bool once = [] {
+        at::addGlobalCallback(at::RecordFunctionCallback(&glooSpanStart, &glooSpanEnd)
+                                  .scopes({at::RecordScope::USER_SCOPE}));
+        return true;
+    }();
+    (void)once;
+}
+// The spans recorded since the last call: the collective just waited for, in blocking mode.
+std::vector<std::pair<int64_t, int64_t>> takeGlooSpans() {
+    std::lock_guard lock(g_glooMutex);
+    return std::exchange(g_glooSpans, {});
+}
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
 
 struct FsdpRuntime::Impl {
     const ResolvedPlan& r;
@@ -204,6 +251,10 @@ struct FsdpRuntime::Impl {
         bool postBackwardDone = false;
         bool backwardBegun = false;
         bool postForwardCopy = false;
+        // Modules of the unit still to run forward: FSDP2 runs a group's pre-forward before
+        // the first of its modules and its post-forward after the last (fully_shard of a
+        // list of modules), not around each one.
+        size_t modulesLeft = 0;
         at::ScalarType agType = at::kFloat, reduceType = at::kFloat;
         // FSDP1 / fairscale: one flat parameter; each parameter at its offset in it.
         bool flat = false;
@@ -257,6 +308,31 @@ struct FsdpRuntime::Impl {
     std::deque<Watched> watchQueue;
     bool watchStop = false, watchBusy = false;
     std::thread watcher;
+    // Blocking mode: waits where the collective was issued and times it by Gloo's own spans
+    // of its works (first start to last end); without them (another backend), by the wait.
+    void waitBlocking(const Collective& c, size_t op) {
+        c.wait();
+        if (op == Recorder::kNone) return;
+        const auto spans = takeGlooSpans();
+        if (spans.empty()) {
+            rec->endAt(op, nowNs());
+            return;
+        }
+        int64_t first = spans.front().first, last = spans.front().second;
+        for (const auto& [b, e] : spans) {
+            first = std::min(first, b);
+            last = std::max(last, e);
+        }
+        rec->setStart(op, first);
+        rec->endAt(op, last);
+    }
+    // A collective just issued: waited for here in blocking mode, else stamped when done.
+    void issued(const Collective& c, size_t op) {
+        if (o.blockingCollectives)
+            waitBlocking(c, op);
+        else
+            stampWhenDone(c, op);
+    }
     void stampWhenDone(const Collective& c, size_t op) {
         auto remaining = std::make_shared<std::atomic<int>>(static_cast<int>(c.works.size()));
         for (const auto& w : c.works) {
@@ -314,7 +390,10 @@ struct FsdpRuntime::Impl {
     // output (allgather flattens into one; _reduce_scatter_base clones the input and
     // all-reduces it). On Gloo the engine moves the same bytes with N in-place broadcasts
     // (all-gather) or N in-place reduces (reduce-scatter), one per rank's chunk.
-    static bool inPlaceChunks(const c10d::Backend& pg) { return pg.getBackendName() == "gloo"; }
+    // Blocking collectives use the calls FSDP2 makes, temporaries included.
+    [[nodiscard]] bool inPlaceChunks(const c10d::Backend& pg) const {
+        return !o.blockingCollectives && pg.getBackendName() == "gloo";
+    }
 
     Collective allGather(c10d::Backend& pg, at::Tensor& out, at::Tensor& input, int64_t chunk) {
         Collective c;
@@ -356,6 +435,23 @@ struct FsdpRuntime::Impl {
     // Tensors on the run's device, and on the host (CPU-offloaded shards).
     at::TensorOptions on(at::ScalarType t) const { return at::TensorOptions(t).device(o.device); }
     static at::TensorOptions host(at::ScalarType t) { return at::TensorOptions(t); }
+
+    // Post-forward of unit u after its last module ran: reshard, output cast and the
+    // boundary whose backward runs the unit's pre-backward.
+    at::Tensor finishForward(int32_t u, at::Tensor y) {
+        const auto& unit = r.units[u];
+        closeSeg();
+        postForward(u);
+        if (y.is_floating_point() && unit.mixedPrecision.outputDtype)
+            y = y.to(scalarType(*unit.mixedPrecision.outputDtype));
+        const int32_t exit = newBoundary(true, u);
+        if (!unitStack.empty())
+            openSeg(unitStack.back());
+        else
+            curSeg = -1;
+        boundaries[exit].segAfter = curSeg;
+        return attach(y, exit);
+    }
 
     void init() {
         psOfParam.assign(g.paramCount(), -1);
@@ -586,10 +682,11 @@ struct FsdpRuntime::Impl {
         }
         rec->end(ci);
         const size_t ag = rec->begin(OpKind::AllGather, phase, Stream::AllGather, u, mb);
+        if (o.blockingCollectives) takeGlooSpans();  // spans of earlier collectives
         s.agWork = allGather(pg, s.agOut, input, in);
         s.agIn = in;
         s.agGroup = n;
-        stampWhenDone(s.agWork, ag);
+        issued(s.agWork, ag);
     }
 
     void waitForUnshard(int32_t u, Phase phase) {
@@ -793,15 +890,17 @@ struct FsdpRuntime::Impl {
             // NO_SHARD: the gradients are all-reduced over every rank, in place.
             const size_t ar =
                 rec->begin(OpKind::AllReduce, Phase::Backward, Stream::ReduceScatter, u, mb);
+            if (o.blockingCollectives) takeGlooSpans();  // spans of earlier collectives
             Reduction red{u, {}, input, {}, in, 0};
             std::vector<at::Tensor> t{input};
             red.work.works.push_back(groups->replicate->allreduce(t));
-            stampWhenDone(red.work, ar);
+            issued(red.work, ar);
             reductions.push_back(std::move(red));
             return;
         }
         const size_t rs =
             rec->begin(OpKind::ReduceScatter, Phase::Backward, Stream::ReduceScatter, u, mb);
+        if (o.blockingCollectives) takeGlooSpans();  // spans of earlier collectives
         c10d::Backend& pg = *groups->shard;
         Reduction red{u, {}, {}, {}, in, pg.getRank()};
         if (inPlaceChunks(pg)) {
@@ -827,19 +926,25 @@ struct FsdpRuntime::Impl {
         if (groups->replicateSize > 1) {
             // HSDP: the replicas all-reduce the reduced shard; it needs the reduce-scatter's
             // result, so the CPU waits for it before issuing.
-            drainWatcher();
-            red.work.wait();
-            rec->endAt(rs, nowNs());
+            if (o.blockingCollectives) {
+                waitBlocking(red.work, rs);
+            } else {
+                drainWatcher();
+                red.work.wait();
+                rec->endAt(rs, nowNs());
+            }
             retire(red);
             const size_t ar =
                 rec->begin(OpKind::AllReduce, Phase::Backward, Stream::AllReduce, u, mb);
+            if (o.blockingCollectives) takeGlooSpans();  // spans of earlier collectives
             std::vector<at::Tensor> t{red.out};
             red.work = Collective();
             red.work.works.push_back(groups->replicate->allreduce(t));
-            stampWhenDone(red.work, ar);
+            issued(red.work, ar);
         } else {
-            stampWhenDone(red.work, rs);
+            issued(red.work, rs);
         }
+        if (o.blockingCollectives) retire(red);
         if (r.units[u].offload.enabled) {
             // CPU offload: the reduced shard goes back to the host for its optimizer step.
             drainWatcher();
@@ -861,6 +966,7 @@ FsdpRuntime::FsdpRuntime(const ResolvedPlan& plan, Groups* groups, Recorder* rec
     : d(std::make_unique<Impl>(plan, groups, recorder, o)) {
     d->self = this;
     d->init();
+    if (o.blockingCollectives) observeGlooSpans();
     g_runtime = this;
 }
 
@@ -884,6 +990,17 @@ at::Tensor FsdpRuntime::callModule(ModuleId m, const at::Tensor& input,
         return checkpoint(input, body, s.unitStack.back());
     if (!s.o.fsdp || u < 0 || s.recomputing) return body(input);
     const auto& unit = s.r.units[u];
+    if (s.us[u].modulesLeft > 0) {
+        // A later module of a unit of several: inside the group's forward already.
+        s.unitStack.push_back(u);
+        at::Tensor y = unit.activationCheckpointing == AcMode::Full && at::GradMode::is_enabled()
+                           ? checkpoint(input, body, u)
+                           : body(input);
+        s.unitStack.pop_back();
+        if (--s.us[u].modulesLeft > 0) return y;
+        return s.finishForward(u, y);
+    }
+    s.us[u].modulesLeft = std::max<size_t>(1, unit.modules.size());
     // Pre-forward.
     s.closeSeg();
     const int32_t enter = s.newBoundary(false, u);
@@ -904,18 +1021,8 @@ at::Tensor FsdpRuntime::callModule(ModuleId m, const at::Tensor& input,
         y = body(x);
     }
     s.unitStack.pop_back();
-    // Post-forward.
-    s.closeSeg();
-    s.postForward(u);
-    if (y.is_floating_point() && unit.mixedPrecision.outputDtype)
-        y = y.to(scalarType(*unit.mixedPrecision.outputDtype));
-    const int32_t exit = s.newBoundary(true, u);
-    if (!s.unitStack.empty())
-        s.openSeg(s.unitStack.back());
-    else
-        s.curSeg = -1;
-    s.boundaries[exit].segAfter = s.curSeg;
-    return s.attach(y, exit);
+    if (--s.us[u].modulesLeft > 0) return y;  // the group's other modules run later
+    return s.finishForward(u, y);
 }
 
 // Runs `body` without saving for backward and recomputes it there (reentrant

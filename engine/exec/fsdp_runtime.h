@@ -92,6 +92,11 @@ struct RuntimeOptions {
     // Where parameters, activations and collectives live: CPU (Gloo) or cuda:LOCAL_RANK
     // (NCCL). CPU-offloaded shards and their optimizer stay on the host either way.
     c10::Device device = c10::kCPU;
+    // Each collective waited for where it is issued, with c10d's all_gather_into_tensor and
+    // reduce_scatter_tensor: what PyTorch's FSDP2 does on a CPU device, which has no streams
+    // (its unshard and reduce-scatter are synchronous there). false: collectives run on
+    // Gloo's threads behind compute, as FSDP2's streams let them on a GPU.
+    bool blockingCollectives = false;
     uint64_t seed = 1234;
     double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weightDecay = 0.1;
 };

@@ -164,22 +164,26 @@ at::Tensor LlamaModel::layer(const Layer& l, const at::Tensor& in) {
 
 at::Tensor LlamaModel::loss(const at::Tensor& tokens) {
     const int64_t s = tokens.size(1);
-    {
-        at::NoGradGuard ng;
-        const auto f32 = at::TensorOptions(at::kFloat).device(rt.device());
-        const at::Tensor invFreq = 1.0 / at::pow(c.theta, at::arange(0, c.headDim, 2, f32) /
-                                                              static_cast<double>(c.headDim));
-        const at::Tensor freqs = at::outer(at::arange(s, f32), invFreq);
-        const at::Tensor emb = at::cat({freqs, freqs}, -1);
-        cos = emb.cos();
-        sin = emb.sin();
-    }
     return rt.callModule(ModuleId(0), tokens, [&](const at::Tensor& ids) {
         const at::Tensor hidden = rt.callModule(model, ids, [&](const at::Tensor& t) {
             at::Tensor h = rt.callModule(embed, t, [&](const at::Tensor& x) {
                 rt.noteCompute();
                 return at::embedding(rt.param(embedW), x);
             });
+            {
+                // The position embeddings, where transformers' LlamaModel.forward computes
+                // them: after embed_tokens, before the first layer (rotary_emb's run).
+                at::NoGradGuard ng;
+                const auto f32 = at::TensorOptions(at::kFloat).device(rt.device());
+                const at::Tensor invFreq =
+                    1.0 / at::pow(c.theta, at::arange(0, c.headDim, 2, f32) /
+                                               static_cast<double>(c.headDim));
+                const at::Tensor freqs = at::outer(at::arange(s, f32), invFreq);
+                const at::Tensor emb = at::cat({freqs, freqs}, -1);
+                cos = emb.cos();
+                sin = emb.sin();
+                rt.noteCompute();
+            }
             for (const Layer& l : layers)
                 h = layer(l, h);
             return rmsNorm(norm, normW, h);

@@ -197,6 +197,7 @@ struct Options {
     bool record = true;          // --no-record: neither ops nor allocations are recorded
     std::string device = "cpu";  // cpu or cuda (cuda:LOCAL_RANK)
     bool deviceTrace = true;     // --no-device-trace: no CUPTI recording on CUDA
+    bool blocking = false;       // --collectives blocking: as FSDP2 on a CPU device
 };
 
 Options parse(const std::vector<std::string>& a) {
@@ -245,6 +246,11 @@ Options parse(const std::vector<std::string>& a) {
             if (v != "cpu" && v != "cuda")
                 throw std::runtime_error("--device: expected cpu or cuda, got \"" + v + "\"");
             o.device = v;
+        } else if (f == "--collectives") {
+            if (v != "overlapped" && v != "blocking")
+                throw std::runtime_error("--collectives: expected overlapped or blocking, got \"" +
+                                         v + "\"");
+            o.blocking = v == "blocking";
         } else
             throw std::runtime_error("unknown option " + f);
     }
@@ -367,6 +373,7 @@ int runWorker(const std::vector<std::string>& argv) {
     ro.fsdp = !o.reference;
     ro.seed = o.seed;
     ro.device = device;
+    ro.blockingCollectives = o.blocking;
     FsdpRuntime rt(r, &groups, &rec, ro);
     std::unique_ptr<LlamaModel> llama;
     std::unique_ptr<ProxyModel> proxy;
@@ -594,6 +601,7 @@ int runWorker(const std::vector<std::string>& argv) {
         j["device_activity"] = record::toJson(*deviceActivityOps);
     }
     if (!deviceTraceNote.empty()) j["device_trace_note"] = deviceTraceNote;
+    j["collectives"] = o.blocking ? "blocking" : "overlapped";
     nlohmann::json tl = nlohmann::json::array();
     for (const auto& [t, b] : timeline)
         tl.push_back({t, b});

@@ -10,6 +10,7 @@
 namespace shardscope {
 
 StepOverlap stepOverlap(const TraceFile& t) {
+    StepOverlap out;
     std::map<std::pair<int32_t, int32_t>, std::vector<const TraceOp*>> byRankStep;
     for (const TraceOp& op : t.ops)
         byRankStep[{op.rank, op.step}].push_back(&op);
@@ -31,9 +32,10 @@ StepOverlap stepOverlap(const TraceFile& t) {
             x.commNs += static_cast<double>(e->endNs - e->startNs);
             x.exposedNs += static_cast<double>(e->endNs - e->startNs - hidden);
             ++x.count;
+            out.collectives.push_back({unit, e->phase, x.kind, e->rank, e->step, e->startNs,
+                                       e->endNs, e->endNs - e->startNs - hidden});
         }
     }
-    StepOverlap out;
     out.rankSteps = static_cast<int64_t>(byRankStep.size());
     for (auto& [_, r] : acc)
         out.rows.push_back(std::move(r));

@@ -18,7 +18,14 @@ struct StepOverlap {
         double commNs = 0, exposedNs = 0;  // summed over rank-steps
         int64_t count = 0;
     };
+    // Each collective on its own, in trace order (what the rows sum).
+    struct Collective {
+        std::string unit, phase, kind;
+        int32_t rank = 0, step = 0;
+        int64_t startNs = 0, endNs = 0, exposedNs = 0;
+    };
     std::vector<Row> rows;
+    std::vector<Collective> collectives;
     int64_t rankSteps = 0;  // divide a row's sums by this for "per step"
 };
 

@@ -635,3 +635,31 @@ TEST(KernelModel, LaunchCostMakesASmallModelCpuBound) {
     EXPECT_GE(static_cast<double>(slow.stepNs) * 1e-9, k.launchSeconds);
     EXPECT_GT(slow.stepNs, 2 * fast.stepNs);
 }
+
+TEST(StepProgram, RotaryEmbeddingsRunWhereTransformersRunsThem) {
+    // transformers' LlamaModel.forward: embed_tokens, then rotary_emb (registered after the
+    // layers and the norm, but run before them), the layers, the norm; then lm_head and the
+    // loss in LlamaForCausalLM. With embed_tokens and (norm, lm_head) as units, the root's
+    // forward compute (the position embeddings) comes between the embedding and the first
+    // layer, and the loss after lm_head: two root segments, none between norm and lm_head.
+    auto g = loadModelFile(test::samplePath("models/tiny-llama/config.json"));
+    ASSERT_TRUE(g.ok());
+    Plan p;
+    p.wrap.kind = WrapPolicySpec::Kind::ModuleClass;
+    p.wrap.classes = {"LlamaDecoderLayer"};
+    p.units.push_back({.name = "", .modules = {"model.embed_tokens"}});
+    p.units.push_back({.name = "", .modules = {"model.norm", "lm_head"}});
+    p.microBatchSize = 1;
+    p.seqLen = 64;
+    p.meshShape = {2};
+    const ResolvedPlan r = resolvePlan(*g, p, nullptr, "rotary");
+    ASSERT_FALSE(r.hasErrors());
+    const StepProgram prog = buildStepProgram(r, stepOptionsFor(p, 2));
+    std::vector<std::string> forward;
+    for (const Op& op : prog.ops)
+        if (op.kind == OpKind::Forward) forward.push_back(r.units[op.unit.index()].displayName());
+    const std::vector<std::string> expected = {
+        "model.embed_tokens", "<root>",         "model.layers.0", "model.layers.1",
+        "model.layers.2",     "model.layers.3", "model.norm",     "<root>"};
+    EXPECT_EQ(forward, expected);
+}

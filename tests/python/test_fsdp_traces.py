@@ -14,7 +14,10 @@ ModuleWrapPolicy), then checks against the plan that ran:
     reshards after forward, one reduce-scatter per step (per micro-batch when syncing every
     one), an all-reduce per reduce-scatter under HSDP; exposed time never above the time;
     the explicit forward prefetch seen at distances 1 and 2;
-  * `trace summary` reads the folder and counts the Gloo collectives as communication.
+  * `trace summary` reads the folder and counts the Gloo collectives as communication;
+  * our engine, run on the same plan with `--collectives blocking` (what FSDP2 does on a CPU
+    device), issues the same collectives in the same order as PyTorch did, per rank and step,
+    and like PyTorch's every one of them is exposed.
 """
 import json
 import os
@@ -211,6 +214,48 @@ class FsdpTraces(unittest.TestCase):
             self.assertLessEqual(s["host_exposed_comm_ns"], s["host_comm_ns"])
             self.assertIn("all_gather", s["collectives"])
             self.assertGreater(s["host_peak_allocated_bytes"], 0)
+
+    def test_engine_in_blocking_mode_issues_what_fsdp2_issued_on_cpu(self):
+        # On a CPU device FSDP2 waits for each collective where it is issued (no streams), so
+        # every one is exposed; the engine's blocking mode does the same. The oracle is the
+        # order PyTorch issued its collectives in: unit, phase and kind, per rank and step.
+        peer.require_engine()
+
+        def sequences(j, pytorch):
+            per = {}
+            items = ([dict(c, rank=r["rank"]) for r in j["per_rank"] for c in r["collectives"]] if pytorch
+                     else j["each_collective"])
+            for c in sorted(items, key=lambda c: c["start_ns"]):
+                # A unit of several modules: PyTorch's label lists them all, ours names the first.
+                unit = c["unit"].split(", ")[0]
+                per.setdefault((c["rank"], c["step"]), []).append((unit, c["phase"], c["kind"]))
+            return per
+
+        for name, p in CASES.items():
+            if p["api"] != "fsdp2":
+                continue
+            with self.subTest(case=name):
+                d = self.dirs[name]
+                trace = os.path.join(d, "engine-blocking.json")
+                world = 1
+                for n in p["mesh"]["shape"]:
+                    world *= n
+                r = peer.run("run", "-m", MODEL, "-p", os.path.join(d, "plan.json"), "--collectives", "blocking",
+                             "--steps", "2", "--threads", "1", "--trace", trace)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                ours = peer.shardscope("trace", "overlap", trace, "--json", "--collectives")
+                theirs = peer.shardscope("trace", "overlap", os.path.join(d, "traces"), "--json", "--collectives")
+                a, b = sequences(theirs, True), sequences(ours, False)
+                for rank in range(world):
+                    pt_steps = sorted(s for (rk, s) in a if rk == rank)
+                    our_steps = sorted(s for (rk, s) in b if rk == rank)
+                    self.assertTrue(pt_steps and our_steps, f"rank {rank}: no collectives")
+                    for s in pt_steps:
+                        self.assertEqual(a[(rank, s)], b[(rank, our_steps[0])], f"rank {rank} step {s}")
+                # Every collective exposed on both sides (blocking), to the nanosecond on ours.
+                for c in ours["each_collective"]:
+                    self.assertEqual(c["exposed_ns"], c["end_ns"] - c["start_ns"], c)
+                self.assertGreaterEqual(theirs["exposed_ns_per_step"], 0.99 * theirs["comm_ns_per_step"])
 
 
 if __name__ == "__main__":
