@@ -50,6 +50,18 @@ fi
 # tracks scroll inside the window, zoomed in to 2 ms.
 "$ss" bench import --size-mb 3 --keep "$tmp/4rank.pt.trace.json" >/dev/null
 shot multi-rank "$tmp/4rank.pt.trace.json" --view 0:2
+# A real PyTorch FSDP2 step on 2 CPU ranks (Gloo), recorded with torch.profiler when the
+# environment's Python has torch: a host thread's nested slices, a depth per row.
+py=${SHARDSCOPE_PYTHON:-python3}
+if "$py" -c "import torch, transformers" >/dev/null 2>&1; then
+    "$py" scripts/record_fsdp_trace.py --model samples/models/tiny-llama/config.json \
+        --plan samples/plans/tiny-llama-2rank.json --out "$tmp/fsdp" --steps 1 \
+        --shardscope "$ss" >"$tmp/record.log" 2>&1 ||
+        { cat "$tmp/record.log"; echo "error: recording the FSDP2 trace failed"; exit 1; }
+    shot nested-cpu-trace "$tmp/fsdp/rank0.pt.trace.json" --view 0:12
+else
+    echo "  (no nested-cpu-trace: $py has no torch/transformers)"
+fi
 # Recommend: the search's Pareto front for Llama-3-8B on 64 H100s.
 shot recommend "${llama[@]}" --search
 # Launch-to-kernel flows in a PyTorch profiler trace, when the shared traces are there.

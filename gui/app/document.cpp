@@ -189,6 +189,7 @@ TimelineData timelineFromTrace(const std::shared_ptr<const Trace>& trace,
         for (TimelineRow* r : {&ag, &rs})
             if (!r->events.empty()) d.rows.push_back(std::move(*r));
     }
+    splitNestedRows(d.rows);  // a CPU thread's nested slices: one row per depth
     sortEventsByStart(d.rows);
     // ShardScope's own lanes in stream order (compute first), each stream's overflow lanes
     // ("reduce_scatter ·2") after it; other traces keep their lane order.

@@ -31,6 +31,46 @@ void sortEventsByStart(std::vector<TimelineRow>& rows) {
     }
 }
 
+void splitNestedRows(std::vector<TimelineRow>& rows) {
+    std::vector<TimelineRow> out;
+    out.reserve(rows.size());
+    for (auto& r : rows) {
+        // Outer slices first: by start, then the longer one (it encloses the other).
+        std::stable_sort(r.events.begin(), r.events.end(),
+                         [](const TimelineEvent& a, const TimelineEvent& b) {
+                             return a.start != b.start ? a.start < b.start : a.end > b.end;
+                         });
+        std::vector<int64_t> open;  // ends of the slices enclosing the next one
+        std::vector<int32_t> depthOf(r.events.size(), 0);
+        int32_t deepest = 0;
+        for (size_t i = 0; i < r.events.size(); ++i) {
+            const TimelineEvent& e = r.events[i];
+            while (!open.empty() && open.back() <= e.start)
+                open.pop_back();
+            // A slice at depth d starts after the last one at d ended: it was popped first.
+            depthOf[i] = static_cast<int32_t>(open.size());
+            deepest = std::max(deepest, depthOf[i]);
+            open.push_back(e.end);
+        }
+        if (deepest == 0) {
+            out.push_back(std::move(r));
+            continue;
+        }
+        const size_t first = out.size();
+        for (int32_t k = 0; k <= deepest; ++k) {
+            TimelineRow sub;
+            sub.name = r.name;
+            sub.group = r.group;
+            sub.host = r.host;
+            sub.depth = r.depth + k;
+            out.push_back(std::move(sub));
+        }
+        for (size_t i = 0; i < r.events.size(); ++i)
+            out[first + static_cast<size_t>(depthOf[i])].events.push_back(std::move(r.events[i]));
+    }
+    rows = std::move(out);
+}
+
 namespace {
 
 // The kind covering most of events [first, last) of a row (ties: the lower kind).

@@ -28,6 +28,9 @@ struct TimelineRow {
     std::string name;                   // "compute", "all_gather", ...
     std::vector<TimelineEvent> events;  // sorted by start, non-overlapping within a stream
     std::string group;                  // "rank 1" when the data holds several ranks
+    // Nesting depth inside its track (splitNestedRows): 0 the track's outermost slices,
+    // k those k levels inside them, drawn in the row below depth k - 1.
+    int depth = 0;
     bool host = false;  // a host thread's kernel launches: shown with the flows only
     // Time per kind of events[0..i), for i in 0..events.size() (sortEventsByStart fills it):
     // a folded block is coloured by the kind that covers most of its events' time. Empty:
@@ -60,6 +63,14 @@ struct DrawRect {
 // Establishes TimelineRow's order invariant once the events are in (by start, per row) and
 // fills TimelineRow::kindNs.
 void sortEventsByStart(std::vector<TimelineRow>& rows);
+
+// A track whose slices nest (a CPU thread: ProfilerStep > FSDP::pre_forward > aten::mm)
+// becomes one row per depth, as Perfetto draws them, so that no row holds overlapping events
+// (buildDrawList's binary search needs that, and a parent stays visible when zoomed into its
+// child). A slice's depth is the number of open slices it starts inside; the rows of one
+// track follow each other, depth 0 first, with the track's name and group. Call before
+// sortEventsByStart; rows without overlap are left as they are.
+void splitNestedRows(std::vector<TimelineRow>& rows);
 
 [[nodiscard]] std::vector<DrawRect> buildDrawList(const std::vector<TimelineRow>& rows,
                                                   const Viewport& v);

@@ -175,7 +175,9 @@ void TimelineWidget::paintEvent(QPaintEvent*) {
         }
         p.setPen(palette().text().color());
         p.drawText(QRect(14, y, kLabelWidth - 18, kRowHeight), Qt::AlignVCenter | Qt::AlignLeft,
-                   QString::fromStdString(m_visible[r]->name));
+                   m_visible[r]->depth > 0  // a nested level of the track above: "└ 2"
+                       ? QString::fromUtf8("\u2514 %1").arg(m_visible[r]->depth)
+                       : QString::fromStdString(m_visible[r]->name));
         p.setPen(QColor(0xdd, 0xdd, 0xdd));
         p.drawLine(kLabelWidth, y + kRowHeight, width(), y + kRowHeight);
     }

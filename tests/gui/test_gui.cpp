@@ -20,6 +20,7 @@
 #include <QTableWidget>
 #include <QTest>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -295,9 +296,10 @@ TEST(GuiWindow, OpensAPyTorchProfilerTraceOnTheTimeline) {
     EXPECT_TRUE(w.document().showTrace);
     std::vector<std::string> rows, host;
     for (const auto& r : w.document().lastTrace()->timeline->rows)
-        (r.host ? host : rows).push_back(r.name);
+        if (r.depth == 0) (r.host ? host : rows).push_back(r.name);
     EXPECT_EQ(rows, (std::vector<std::string>{"stream 7", "stream 40"}));
-    // The launching threads, shown with the flows only.
+    // The launching threads, shown with the flows only (one of them has nested calls,
+    // drawn a depth per row).
     EXPECT_EQ(host.size(), 2u);
     EXPECT_EQ(w.timeline()->visibleRows().size(), 2u);
     // Collectives keep their kind: this trace has 15 all-reduces and 6 broadcasts, no
@@ -448,6 +450,19 @@ TEST(GuiWindow, ShowsFsdpUnitsAndCpuMemoryOfAPyTorchCpuRun) {
     // The CPU allocator's counter is the memory timeline of a CPU run.
     ASSERT_TRUE(tr->memory);
     EXPECT_EQ(tr->memory->peakAllocated, 3072);
+    // The main thread's nested slices (step > pre_forward > all_gather > c10d op) are drawn
+    // one depth per row, each row without overlap.
+    std::map<std::string, int> depthOf;
+    for (const auto& r : tr->timeline->rows) {
+        for (const auto& e : r.events)
+            depthOf[e.label] = r.depth;
+        for (size_t i = 1; i < r.events.size(); ++i)
+            EXPECT_LE(r.events[i - 1].end, r.events[i].start) << r.name;
+    }
+    EXPECT_EQ(depthOf["ProfilerStep#1"], 0);
+    EXPECT_EQ(depthOf["FSDP::pre_forward (model.layers.0)"], 1);
+    EXPECT_EQ(depthOf["FSDP::all_gather (model.layers.0)"], 2);
+    EXPECT_EQ(depthOf["c10d::_allgather_base_"], 3);
 }
 
 TEST(GuiWindow, MemoryChartShowsTheSimulatedPeak) {
@@ -1086,4 +1101,53 @@ int main(int argc, char** argv) {
     QApplication app(argc, argv);
     ::testing::InitGoogleTest(&argc, argv);
     return RUN_ALL_TESTS();
+}
+
+TEST(DrawList, NestedSlicesGetOneRowPerDepthAndParentsStayVisibleWhenZoomed) {
+    // A CPU thread's slices nest: a step encloses a hook, which encloses ops. They used to
+    // share one row, and zooming into a child lost its parent (the visible-range search
+    // assumes that ends are sorted, which nesting breaks).
+    std::vector<TimelineRow> rows(1);
+    rows[0].name = "thread 1";
+    auto ev = [](int64_t a, int64_t b, const char* label) {
+        return TimelineEvent{a, b, EventKind::Compute, -1, label, -1};
+    };
+    rows[0].events = {ev(0, 1000, "ProfilerStep#1"), ev(10, 500, "FSDP::pre_forward"),
+                      ev(20, 30, "aten::mm"),        ev(40, 60, "aten::add"),
+                      ev(600, 900, "optimizer"),     ev(610, 620, "aten::mul")};
+    std::vector<TimelineRow> flat = rows;
+    sortEventsByStart(flat);
+    Viewport v;
+    v.startNs = 611;
+    v.endNs = 619;
+    v.widthPx = 800;
+    // In one row, zoomed into the multiply: the step that encloses it is not drawn.
+    const auto before = buildDrawList(flat, v);
+    EXPECT_TRUE(std::none_of(before.begin(), before.end(),
+                             [](const DrawRect& d) { return d.label == "ProfilerStep#1"; }));
+    splitNestedRows(rows);
+    sortEventsByStart(rows);
+    ASSERT_EQ(rows.size(), 3u);
+    for (int d = 0; d < 3; ++d) {
+        EXPECT_EQ(rows[static_cast<size_t>(d)].depth, d);
+        EXPECT_EQ(rows[static_cast<size_t>(d)].name, "thread 1");
+    }
+    EXPECT_EQ(rows[0].events.size(), 1u);  // the step
+    EXPECT_EQ(rows[1].events.size(), 2u);  // the hook and the optimizer
+    EXPECT_EQ(rows[2].events.size(), 3u);  // the ops
+    const auto list = buildDrawList(rows, v);
+    std::set<std::string> shown;
+    for (const auto& d : list)
+        shown.insert(d.label);
+    // The step, the optimizer and the multiply, each in its own row.
+    EXPECT_EQ(shown, (std::set<std::string>{"ProfilerStep#1", "optimizer", "aten::mul"}));
+    std::set<int> rowsShown;
+    for (const auto& d : list)
+        rowsShown.insert(d.row);
+    EXPECT_EQ(rowsShown, (std::set<int>{0, 1, 2}));
+    // Rows without overlap are left alone.
+    std::vector<TimelineRow> plain(1);
+    plain[0].events = {ev(0, 10, "a"), ev(10, 20, "b")};
+    splitNestedRows(plain);
+    EXPECT_EQ(plain.size(), 1u);
 }

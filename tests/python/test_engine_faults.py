@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Faults in `shardscope run`: a rank that exits, crashes, hangs or is stopped (SIGSTOP) makes
-the others fail within the collective timeout with a message naming the rank and the op; no
-rank process is left behind, even when the launcher is killed with SIGKILL; Ctrl-C and
-SIGTERM stop every rank; a plan that fails validation starts nothing.
+the others fail within the collective timeout with a message naming the rank and the op, as
+does a rank killed (SIGKILL) or terminated (SIGTERM) from outside; no rank process is left
+behind, even when the launcher is killed with SIGKILL; a stopped launcher loses no result;
+Ctrl-C and SIGTERM stop every rank; a plan that fails validation starts nothing.
 
 Faults are injected with SHARDSCOPE_FAULT=RANK:LABEL:MODE (the worker exits, aborts or sleeps
 forever when it reaches that op).
@@ -125,6 +126,58 @@ class Faults(unittest.TestCase):
         self.assertLess(took, 3 + 5)
         self.assertEqual(self.leftovers(), [])
         print("SIGSTOP of rank 1: the run ended %.1f s later" % took)
+
+    def start_and_wait_for_steps(self, steps, timeout_s):
+        """Starts a run and returns (process, run folder) once rank 0 is training."""
+        p = subprocess.Popen([BIN, "run", "-m", self.model, "-p", self.plan, "--steps", str(steps),
+                              "--timeout-s", str(timeout_s)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        first = p.stderr.readline()
+        self.assertIn("logs in ", first)
+        folder = first.strip().split("logs in ")[-1]
+        log0 = os.path.join(folder, "rank0.log")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if os.path.exists(log0) and "step 2/" in open(log0, errors="replace").read():
+                break
+            time.sleep(0.05)
+        return p, folder
+
+    def test_killed_or_terminated_rank_is_named_and_the_run_ends_within_timeout_plus_5s(self):
+        # kill -9 and SIGTERM of one rank from outside (an OOM killer, a scheduler): the
+        # healthy rank's collective fails, the launcher names the rank that went and ends.
+        for sig in (signal.SIGKILL, signal.SIGTERM):
+            with self.subTest(signal=sig.name):
+                p, _ = self.start_and_wait_for_steps(100000, 3)
+                ranks = sorted(self.rank_pids())
+                self.assertEqual(len(ranks), 2)
+                os.kill(ranks[1], sig)  # started second: rank 1
+                t0 = time.monotonic()
+                out, err = p.communicate(timeout=60)
+                took = time.monotonic() - t0
+                self.assertEqual(p.returncode, 1, err)
+                self.assertIn("rank 1", err)
+                self.assertLess(took, 3 + 5)
+                time.sleep(0.2)
+                self.assertEqual(self.leftovers(), [])
+                print("%s of rank 1: the run ended %.1f s later" % (sig.name, took))
+
+    def test_stopped_launcher_loses_no_result(self):
+        # SIGSTOP of the launcher: its ranks do not depend on it; they finish, write their
+        # results and exit (nothing is left running). SIGCONT: the launcher reports the
+        # finished run as usual, its time spent stopped not mistaken for a hung rank.
+        p, folder = self.start_and_wait_for_steps(6, 3)
+        p.send_signal(signal.SIGSTOP)
+        t0 = time.monotonic()
+        while self.rank_pids() and time.monotonic() - t0 < 30:
+            time.sleep(0.1)
+        self.assertEqual(self.rank_pids(), [], "the ranks did not finish while the launcher was stopped")
+        time.sleep(3 + 2)  # longer stopped than the collective timeout
+        p.send_signal(signal.SIGCONT)
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertIn("Measured 6 steps", out)
+        self.assertEqual(self.leftovers(), [])
 
     def test_launcher_killed_leaves_no_rank(self):
         p = subprocess.Popen([BIN, "run", "-m", self.model, "-p", self.plan, "--steps", "100000"],
