@@ -208,6 +208,7 @@ TimelineData timelineFromTrace(const std::shared_ptr<const Trace>& trace,
     });
     std::sort(d.steps.begin(), d.steps.end(),
               [](const auto& a, const auto& b) { return a.start < b.start; });
+    markExposedCommunication(d);
     if (!t.flowEvents.empty()) {  // after the rows are in their final order
         std::unordered_map<int32_t, std::pair<int32_t, int64_t>> where;  // event -> (row, start)
         std::unordered_set<int32_t> ends;

@@ -72,6 +72,7 @@ TimelineData timelineFromSimulation(const ResolvedPlan& plan, const StepProgram&
     sortEventsByStart(rows);
     for (auto& r : rows)
         if (!r.events.empty()) d.rows.push_back(std::move(r));  // only streams that ran
+    markExposedCommunication(d);
     // The details text, from copies of what it needs (the program and result are the
     // caller's and go away).
     struct Info {

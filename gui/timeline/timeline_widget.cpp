@@ -13,6 +13,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+
+#include "plans/core/intervals.h"
 
 namespace shardscope::gui {
 
@@ -35,6 +38,41 @@ QColor colorOf(EventKind k) {
     return Qt::gray;
 }
 }  // namespace
+
+void markExposedCommunication(TimelineData& d) {
+    d.exposed.clear();
+    const auto isComm = [](EventKind k) {
+        return k == EventKind::AllGather || k == EventKind::ReduceScatter ||
+               k == EventKind::AllReduce;
+    };
+    std::map<std::string, std::vector<Interval>> compute;  // per rank group
+    for (const auto& r : d.rows)
+        if (!r.host)
+            for (const auto& e : r.events)
+                if (e.kind == EventKind::Compute) compute[r.group].push_back({e.start, e.end});
+    std::map<std::string, std::vector<Interval>> busy;
+    for (auto& [g, v] : compute)
+        busy[g] = mergeIntervals(std::move(v));
+    for (const auto& r : d.rows) {
+        if (r.host) continue;
+        const std::vector<Interval>& u = busy[r.group];
+        for (const auto& e : r.events) {
+            if (!isComm(e.kind) || e.op < 0 || e.end <= e.start) continue;
+            // [e.start, e.end) minus the union: the gaps between the compute it overlaps.
+            std::vector<std::pair<int64_t, int64_t>> gaps;
+            int64_t at = e.start;
+            auto it =
+                std::lower_bound(u.begin(), u.end(), e.start,
+                                 [](const Interval& iv, int64_t t) { return iv.second <= t; });
+            for (; it != u.end() && it->first < e.end; ++it) {
+                if (it->first > at) gaps.push_back({at, it->first});
+                at = std::max(at, it->second);
+            }
+            if (at < e.end) gaps.push_back({at, e.end});
+            if (!gaps.empty()) d.exposed[e.op] = std::move(gaps);
+        }
+    }
+}
 
 TimelineWidget::TimelineWidget(QWidget* parent) : QWidget(parent) {
     setMouseTracking(true);
@@ -185,6 +223,18 @@ void TimelineWidget::paintEvent(QPaintEvent*) {
         const QRectF box(kLabelWidth + d.x0, top + d.row * kRowHeight + 3, d.x1 - d.x0,
                          kRowHeight - 6);
         p.fillRect(box, d.folded > 1 ? colorOf(d.kind).darker(130) : colorOf(d.kind));
+        if (d.op >= 0 && d.folded == 1) {
+            // The collective's exposed parts: hatched, so that prefetching and overlap show
+            // as the hatching shrinks.
+            if (const auto it = m_data->exposed.find(d.op); it != m_data->exposed.end())
+                for (const auto& [a, b] : it->second) {
+                    const double xa = std::max(d.x0, timeToPixel(a, v));
+                    const double xb = std::min(d.x1, timeToPixel(b, v));
+                    if (xb > xa)
+                        p.fillRect(QRectF(kLabelWidth + xa, box.top(), xb - xa, box.height()),
+                                   QBrush(QColor(0x80, 0x10, 0x10, 200), Qt::BDiagPattern));
+                }
+        }
         if (!d.label.empty()) {
             p.setPen(Qt::white);
             p.drawText(box.adjusted(3, 0, -2, 0), Qt::AlignVCenter | Qt::AlignLeft,
@@ -429,14 +479,25 @@ QString TimelineWidget::tooltipAt(QPointF pos) const {
     if (d->folded > 1)
         return QString("%1 short ops folded; click or zoom in to see them").arg(d->folded);
     const TimelineRow& r = *m_visible[static_cast<size_t>(row)];
-    for (const auto& ev : r.events)
-        if (ev.op == d->op)
-            return QString("%1\n%2%3\nstart %4 ms, duration %5 ms  (click for details)")
+    for (const auto& ev : r.events) {
+        if (ev.op == d->op) {
+            QString exposed;
+            if (const auto it = m_data->exposed.find(ev.op); it != m_data->exposed.end()) {
+                int64_t ns = 0;
+                for (const auto& [a, b] : it->second)
+                    ns += b - a;
+                exposed = QString("\nexposed %1 ms (hatched: no compute of the rank ran)")
+                              .arg(static_cast<double>(ns) * 1e-6, 0, 'f', 3);
+            }
+            return QString("%1\n%2%3\nstart %4 ms, duration %5 ms%6  (click for details)")
                 .arg(QString::fromStdString(ev.label))
                 .arg(QString::fromStdString(r.name))
                 .arg(r.group.empty() ? QString() : " \u00b7 " + QString::fromStdString(r.group))
                 .arg(static_cast<double>(ev.start) * 1e-6, 0, 'f', 3)
-                .arg(static_cast<double>(ev.end - ev.start) * 1e-6, 0, 'f', 3);
+                .arg(static_cast<double>(ev.end - ev.start) * 1e-6, 0, 'f', 3)
+                .arg(exposed);
+        }
+    }
     return {};
 }
 

@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <unordered_map>
 
 #include "gui/timeline/draw_list.h"
 
@@ -42,7 +43,15 @@ struct TimelineData {
     // The details panel's text for an event (by TimelineEvent::op): unit, phase, bytes,
     // duration, achieved bandwidth, what it waited on. Null: the label only.
     std::function<std::string(int32_t op)> describe;
+    // Each collective's exposed parts (no compute of its rank ran meanwhile), by
+    // TimelineEvent::op; drawn hatched over the collective (markExposedCommunication).
+    std::unordered_map<int32_t, std::vector<std::pair<int64_t, int64_t>>> exposed;
 };
+
+// Fills TimelineData::exposed: per rank group, the union of its compute events; each
+// all-gather, reduce-scatter and all-reduce of that group, minus that union. Collectives
+// with nothing exposed get no entry.
+void markExposedCommunication(TimelineData& d);
 
 // An event's label in a box of widthPx: elided in the middle, so that both a unit's name and
 // the op's kind ("model.la…26 forward"), or a kernel name's start and end, stay readable;

@@ -1151,3 +1151,43 @@ TEST(DrawList, NestedSlicesGetOneRowPerDepthAndParentsStayVisibleWhenZoomed) {
     splitNestedRows(plain);
     EXPECT_EQ(plain.size(), 1u);
 }
+
+TEST(GuiWindow, ExposedPartsOfCollectivesAreHatchedAndAddUpToTheSimulation) {
+    // Each collective's exposed parts (no compute ran meanwhile) are kept per op and drawn
+    // hatched. Per unit they add up to the simulator's own exposed communication.
+    MainWindow w;
+    w.resize(1200, 800);
+    w.show();
+    ASSERT_TRUE(openAndWait(w, llamaOnH100("plans/llama-per-block.json")));
+    const auto& tl = w.document().timeline;
+    const auto& sim = w.document().simulation;
+    ASSERT_TRUE(tl && sim);
+    ASSERT_FALSE(tl->exposed.empty());
+    std::map<int32_t, int64_t> byUnit;
+    int partly = 0;
+    for (const auto& r : tl->rows)
+        for (const auto& e : r.events) {
+            const auto it = tl->exposed.find(e.op);
+            if (it == tl->exposed.end()) continue;
+            int64_t ns = 0;
+            for (const auto& [a, b] : it->second) {
+                EXPECT_TRUE(e.start <= a && a < b && b <= e.end);
+                ns += b - a;
+            }
+            byUnit[e.unit] += ns;
+            partly += ns < e.end - e.start ? 1 : 0;
+        }
+    EXPECT_GT(partly, 0);  // prefetched all-gathers: hidden in part
+    for (size_t u = 0; u < sim->units.size(); ++u)
+        EXPECT_EQ(byUnit[static_cast<int32_t>(u)], sim->units[u].exposedCommNs) << "unit " << u;
+    // The tooltip of an exposed collective says how much of it was exposed.
+    w.timeline()->repaint();
+    for (const auto& d : w.timeline()->lastDrawList())
+        if (d.folded == 1 && tl->exposed.count(d.op)) {
+            const QString tip = w.timeline()->tooltipAt(
+                QPointF(TimelineWidget::kLabelWidth + (d.x0 + d.x1) / 2,
+                        w.timeline()->rowY(d.row) + TimelineWidget::kRowHeight / 2));
+            EXPECT_TRUE(tip.contains("exposed")) << tip.toStdString();
+            break;
+        }
+}
