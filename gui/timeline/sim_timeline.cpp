@@ -103,6 +103,7 @@ TimelineData timelineFromSimulation(const ResolvedPlan& plan, const StepProgram&
         in.memBytes = op.memBytes;
         for (OpId w : op.waits)
             in.waits.push_back(w.value);
+        if (!in.waits.empty()) d.waits[static_cast<int32_t>(i)] = in.waits;
         for (BufferId b : op.allocs)
             in.allocs.push_back({program.buffers[b.index()].bytes,
                                  memCategoryName(program.buffers[b.index()].category)});

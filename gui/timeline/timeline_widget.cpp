@@ -14,12 +14,24 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <unordered_map>
 
 #include "plans/core/intervals.h"
 
 namespace shardscope::gui {
 
 namespace {
+// A line from `from` to `to` with a filled head of `size` px at `to` (the painter's pen and
+// brush).
+void drawArrow(QPainter& p, QPointF from, QPointF to, double size) {
+    p.drawLine(from, to);
+    const QPointF d = to - from;
+    const double len = std::max(1.0, std::hypot(d.x(), d.y()));
+    const QPointF u(d.x() / len, d.y() / len), n(-u.y(), u.x());
+    const QPointF head[3] = {to, to - size * u + size / 2 * n, to - size * u - size / 2 * n};
+    p.drawPolygon(head, 3);
+}
+
 QColor colorOf(EventKind k) {
     switch (k) {
         case EventKind::Compute:
@@ -246,6 +258,44 @@ void TimelineWidget::paintEvent(QPaintEvent*) {
             p.drawRect(box.adjusted(-1, -1, 1, 1));
         }
     }
+    m_lastDependencyCount = 0;
+    if (m_selectedOp >= 0) {
+        if (const auto it = m_data->waits.find(m_selectedOp); it != m_data->waits.end()) {
+            // Arrows from the end of each op the selected one waited on to its start.
+            struct At {
+                int row = -1;
+                int64_t start = 0, end = 0;
+            };
+            std::unordered_map<int32_t, At> at;
+            for (int32_t w : it->second)
+                at.emplace(w, At{});
+            at.emplace(m_selectedOp, At{});
+            for (size_t r = 0; r < m_visible.size(); ++r)
+                if (m_visible[r])
+                    for (const auto& e : m_visible[r]->events)
+                        if (const auto a = at.find(e.op); a != at.end())
+                            a->second = {static_cast<int>(r), e.start, e.end};
+            const At& to = at[m_selectedOp];
+            if (to.row >= 0) {
+                p.setRenderHint(QPainter::Antialiasing);
+                const QColor c(0xc0, 0x30, 0x30);
+                p.setPen(QPen(c, 1.5));
+                p.setBrush(c);
+                const QPointF end(kLabelWidth + timeToPixel(to.start, v),
+                                  top + to.row * kRowHeight + kRowHeight / 2.0);
+                for (int32_t w : it->second) {
+                    const At& from = at[w];
+                    if (from.row < 0) continue;
+                    const QPointF start(kLabelWidth + timeToPixel(from.end, v),
+                                        top + from.row * kRowHeight + kRowHeight / 2.0);
+                    drawArrow(p, start, end, 7);
+                    ++m_lastDependencyCount;
+                }
+                p.setRenderHint(QPainter::Antialiasing, false);
+                p.setBrush(Qt::NoBrush);
+            }
+        }
+    }
     m_lastFlowCount = 0;
     if (m_showFlows && !m_data->flows.empty()) {
         // Arrows from launch to kernel; one per pixel column of their start at most.
@@ -264,12 +314,7 @@ void TimelineWidget::paintEvent(QPaintEvent*) {
             lastX = static_cast<int>(x0);
             const QPointF from(x0, top + a * kRowHeight + kRowHeight / 2.0);
             const QPointF to(x1, top + b * kRowHeight + kRowHeight / 2.0);
-            p.drawLine(from, to);
-            const QPointF d = to - from;
-            const double len = std::max(1.0, std::hypot(d.x(), d.y()));
-            const QPointF u(d.x() / len, d.y() / len), n(-u.y(), u.x());
-            const QPointF head[3] = {to, to - 6 * u + 3 * n, to - 6 * u - 3 * n};
-            p.drawPolygon(head, 3);
+            drawArrow(p, from, to, 6);
             ++m_lastFlowCount;
         }
         p.setRenderHint(QPainter::Antialiasing, false);

@@ -46,6 +46,9 @@ struct TimelineData {
     // Each collective's exposed parts (no compute of its rank ran meanwhile), by
     // TimelineEvent::op; drawn hatched over the collective (markExposedCommunication).
     std::unordered_map<int32_t, std::vector<std::pair<int64_t, int64_t>>> exposed;
+    // What each op waited on before it could start (by TimelineEvent::op: the step
+    // program's cross-stream events); the selected op's are drawn as arrows.
+    std::unordered_map<int32_t, std::vector<int32_t>> waits;
 };
 
 // Fills TimelineData::exposed: per rank group, the union of its compute events; each
@@ -95,6 +98,8 @@ public:
     void setShowFlows(bool on);
     [[nodiscard]] bool showFlows() const { return m_showFlows; }
     [[nodiscard]] size_t lastFlowCount() const { return m_lastFlowCount; }
+    // Arrows the last paint drew from the ops the selected op waited on to it.
+    [[nodiscard]] size_t lastDependencyCount() const { return m_lastDependencyCount; }
     void clearSelection();
     // Search: events whose label contains `query` (case-insensitive; host launch rows left
     // out), by start time. findNext selects the match after the current one (before it
@@ -140,6 +145,7 @@ private:
     int32_t m_selectedOp = -1;
     bool m_showFlows = false;
     size_t m_lastFlowCount = 0;
+    size_t m_lastDependencyCount = 0;
     std::vector<int> m_visibleIndex;                     // per data row: its visible row, or -1
     std::vector<std::pair<int32_t, int32_t>> m_matches;  // (row, event index), by start
     int m_match = -1;                                    // the current match

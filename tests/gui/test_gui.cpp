@@ -1191,3 +1191,32 @@ TEST(GuiWindow, ExposedPartsOfCollectivesAreHatchedAndAddUpToTheSimulation) {
             break;
         }
 }
+
+TEST(GuiTimeline, TheSelectedOpShowsWhatItWaitedOnAsArrows) {
+    // A layer's all-gather waits on its copy-in and on an earlier op (the step program's
+    // events): selecting it draws an arrow from each of those ops' end to its start.
+    MainWindow w;
+    w.resize(1200, 800);
+    w.show();
+    ASSERT_TRUE(openAndWait(w, llamaOnH100("plans/llama-per-block.json")));
+    const auto& tl = w.document().timeline;
+    ASSERT_TRUE(tl);
+    int32_t op = -1;
+    size_t waits = 0;
+    for (const auto& r : tl->rows)
+        for (const auto& e : r.events)
+            if (op < 0 && e.kind == EventKind::AllGather && tl->waits.count(e.op) &&
+                tl->waits.at(e.op).size() >= 2) {
+                op = e.op;
+                waits = tl->waits.at(e.op).size();
+            }
+    ASSERT_GE(op, 0);
+    w.timeline()->selectOp(op);
+    w.timeline()->fitSelection();
+    w.timeline()->setViewport(0, tl->endNs);
+    w.timeline()->repaint();
+    EXPECT_EQ(w.timeline()->lastDependencyCount(), waits);
+    w.timeline()->clearSelection();
+    w.timeline()->repaint();
+    EXPECT_EQ(w.timeline()->lastDependencyCount(), 0u);
+}
