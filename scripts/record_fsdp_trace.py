@@ -88,7 +88,8 @@ def rank_main(rank, world, port, args, export, plan):
     sched = schedule(wait=0, warmup=1, active=args.steps, repeat=1)
     path = os.path.join(args.out, f"rank{rank}.pt.trace.json")
     with profile(activities=[ProfilerActivity.CPU], schedule=sched, record_shapes=True,
-                 profile_memory=True, on_trace_ready=lambda p: p.export_chrome_trace(path)) as prof:
+                 profile_memory=not args.no_profile_memory,
+                 on_trace_ready=lambda p: p.export_chrome_trace(path)) as prof:
         for _ in range(1 + args.steps):
             step()
             prof.step()
@@ -103,6 +104,8 @@ def main():
     ap.add_argument("--out", required=True, help="folder for rank<R>.pt.trace.json and record.json")
     ap.add_argument("--steps", type=int, default=2, help="profiled steps after one warm-up step [2]")
     ap.add_argument("--fsdp1", action="store_true", help="wrap with FSDP1 (ModuleWrapPolicy) instead of FSDP2")
+    ap.add_argument("--no-profile-memory", action="store_true",
+                    help="profile without memory events (profile_memory=False): less profiler work per allocation")
     ap.add_argument("--shardscope", default=os.path.join(ROOT, "build", "engine", "shardscope"),
                     help="the shardscope binary used to export the plan")
     args = ap.parse_args()

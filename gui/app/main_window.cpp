@@ -719,6 +719,17 @@ void MainWindow::showSimulation() {
         sizeTimelineArea();
         searchChanged();
         m_memory->setData(tr->memory, 0);
+        std::vector<MemorySeries> ranks;  // every rank's counter of a multi-rank trace
+        if (tr->trace)
+            for (const auto& [rank, counters] : tr->trace->memoryByRank) {
+                MemorySeries r{"rank " + std::to_string(rank), {}};
+                for (const auto& c : counters)
+                    r.points.push_back({c.ts, c.allocated});
+                std::stable_sort(r.points.begin(), r.points.end(),
+                                 [](const auto& a, const auto& b) { return a.first < b.first; });
+                ranks.push_back(std::move(r));
+            }
+        m_memory->setSeries(std::move(ranks));
         // A trace without memory events has no chart: the tracks get its room.
         m_memory->setVisible(tr->memory && !tr->memory->timeline.empty());
         // A trace opened on its own: the empty plan editor yields its room to the tracks, once
@@ -771,6 +782,7 @@ void MainWindow::showSimulation() {
     sizeTimelineArea();
     searchChanged();
     m_memory->setData(m_doc.simulation, m_doc.cluster ? m_doc.cluster->device.memoryBytes : 0);
+    m_memory->setSeries({});
     m_memory->setVisible(m_doc.simulation != nullptr);
     if (const auto& sim = m_doc.simulation) {
         m_simSummary->setText(QString("<b>Simulated step</b> %1 ms: compute %2 ms, communication "

@@ -19,6 +19,7 @@
 #include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace shardscope {
@@ -794,6 +795,14 @@ public:
         for (const auto& [k, n] : uncategorisedOther)
             t.eventsByCategory[k] += n;
         if (minTs == INT64_MAX) minTs = 0;
+        // Every pid's counter (by pid here; by rank once the lanes know their ranks, below).
+        if (ourMemory.size() > 1)
+            for (const auto& [pid, counters] : ourMemory) {
+                std::vector<MemoryCounter> c = counters;
+                for (auto& m : c)
+                    m.ts -= minTs;
+                t.memoryByRank.emplace_back(static_cast<int32_t>(pid), std::move(c));
+            }
         if (!ourMemory.empty()) {
             auto& first = ourMemory.begin()->second;
             if (t.memory.empty())
@@ -836,6 +845,20 @@ public:
                 l.name.pop_back();
             while (!l.name.empty() && l.name.front() == '"')
                 l.name.erase(l.name.begin());
+        }
+        // Each rank's memory counter under the rank of its pid's lanes (pid order otherwise).
+        if (!t.memoryByRank.empty()) {
+            std::unordered_map<int64_t, int32_t> rankOfPid;
+            for (const Lane& l : t.lanes)
+                rankOfPid.emplace(l.pid, l.rank);
+            int32_t next = 0;
+            for (auto& [who, counters] : t.memoryByRank) {
+                const auto it = rankOfPid.find(who);
+                who = it != rankOfPid.end() ? it->second : next;
+                ++next;
+            }
+            std::stable_sort(t.memoryByRank.begin(), t.memoryByRank.end(),
+                             [](const auto& a, const auto& b) { return a.first < b.first; });
         }
     }
 

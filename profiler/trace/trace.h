@@ -108,6 +108,9 @@ struct Trace {
     // as GPU time on that stream, and so does its summary here by default.
     std::vector<int32_t> hostOpsWithStream;
     std::vector<MemoryCounter> memory;  // device memory, from [memory] events
+    // ShardScope's own multi-rank traces: every rank's "memory (bytes)" counter, by rank
+    // (`memory` holds the first rank's); empty for other traces.
+    std::vector<std::pair<int32_t, std::vector<MemoryCounter>>> memoryByRank;
     // Host memory (the CPU allocator's [memory] events, Device Type 0): what a CPU run's
     // memory timeline shows. `allocated` is the profiler's Total Allocated.
     std::vector<MemoryCounter> hostMemory;

@@ -1220,3 +1220,64 @@ TEST(GuiTimeline, TheSelectedOpShowsWhatItWaitedOnAsArrows) {
     w.timeline()->repaint();
     EXPECT_EQ(w.timeline()->lastDependencyCount(), 0u);
 }
+
+TEST(GuiWindow, EveryRanksMemoryCounterIsDrawnWithAHoverReadout) {
+    // A 2-rank `shardscope run --trace` file: each rank's process has its "memory (bytes)"
+    // counter. The chart used to show rank 0's only, unnamed; now a line per rank, named in
+    // the legend, and the hover reads every rank's value at the cursor.
+    using J = nlohmann::json;
+    J ev = J::array();
+    for (int rank = 0; rank < 2; ++rank) {
+        const int pid = rank + 1;
+        ev.push_back({{"ph", "M"},
+                      {"name", "process_name"},
+                      {"pid", pid},
+                      {"args", {{"name", "rank " + std::to_string(rank) + " (measured)"}}}});
+        ev.push_back({{"ph", "M"},
+                      {"name", "thread_name"},
+                      {"pid", pid},
+                      {"tid", 1000},
+                      {"args", {{"name", "compute"}}}});
+        ev.push_back({{"ph", "X"},
+                      {"name", "model.layers.0 forward"},
+                      {"cat", "compute"},
+                      {"pid", pid},
+                      {"tid", 1000},
+                      {"ts", 0.0},
+                      {"dur", 100.0},
+                      {"args", {{"op_id", 0}, {"kind", "forward"}, {"step", 1}}}});
+        for (int i = 0; i < 3; ++i)
+            ev.push_back({{"ph", "C"},
+                          {"name", "memory (bytes)"},
+                          {"pid", pid},
+                          {"tid", 1101},
+                          {"ts", 10.0 + 40.0 * i},
+                          {"args", {{"allocated", (rank + 1) * 1048576 * (i + 1)}}}});
+    }
+    const std::string path =
+        (std::filesystem::temp_directory_path() / "shardscope_gui_two_rank_memory.json").string();
+    std::ofstream(path) << J{
+        {"traceEvents", ev},
+        {"displayTimeUnit", "ns"},
+        {"metadata",
+         {{"producer", "shardscope run"},
+          {"rank_pid_offset", 1},
+          {"world_size", 2}}}}.dump();
+    MainWindow w;
+    w.resize(1200, 800);
+    w.show();
+    ASSERT_TRUE(openAndWait(w, {QString::fromStdString(path)}, 30000));
+    const auto& series = w.memoryChart()->series();
+    ASSERT_EQ(series.size(), 2u);
+    EXPECT_EQ(series[0].name, "rank 0");
+    EXPECT_EQ(series[1].name, "rank 1");
+    EXPECT_EQ(series[1].points.back().second, 2 * 3 * 1048576);
+    // Half-way through the trace (after the second sample): rank 0 2 MiB, rank 1 4 MiB.
+    w.timeline()->setViewport(0, 100000);
+    const double left = TimelineWidget::kLabelWidth;
+    const double x = left + (w.memoryChart()->width() - left) * 0.6;
+    const QString r = w.memoryChart()->readoutAt(x);
+    EXPECT_TRUE(r.contains("rank 0: 2.00 MiB")) << r.toStdString();
+    EXPECT_TRUE(r.contains("rank 1: 4.00 MiB")) << r.toStdString();
+    EXPECT_TRUE(w.memoryChart()->readoutAt(left - 10).isEmpty());
+}
