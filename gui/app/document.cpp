@@ -11,8 +11,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <climits>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -186,7 +188,65 @@ TimelineData timelineFromTrace(const std::shared_ptr<const Trace>& trace,
                                        : EventKind::AllReduce,
                                    c.commEvent, u.displayName() + " " + what + b, it->second});
         }
-        for (TimelineRow* r : {&ag, &rs})
+        // Each unit's forward (pre_forward to post_forward) and backward (pre_backward to
+        // its last post_backward hook) from FSDP2's labels: the root's encloses the others,
+        // so the track nests.
+        TimelineRow units{"FSDP units", {}, group};
+        if (fsdp->api == "fsdp2") {
+            struct Open {
+                // (start, event) of each pre_forward / pre_backward: the span's op is that
+                // event, so a click shows its details.
+                std::vector<std::pair<int64_t, int32_t>> fwd, bwd;
+                std::vector<std::pair<int64_t, int64_t>> fwdEnds, bwdEnds;  // (start, end)
+            };
+            std::map<std::string, Open> byUnit;
+            for (size_t i = 0; i < t.size(); ++i) {
+                const auto l = parseFsdp2Label(t.strings.at(t.name[i]));
+                if (!l) continue;
+                Open& o = byUnit[l->fqn];
+                const int64_t a = t.start[i], b = t.start[i] + t.dur[i];
+                if (l->op == "FSDP::pre_forward")
+                    o.fwd.push_back({a, static_cast<int32_t>(i)});
+                else if (l->op == "FSDP::post_forward")
+                    o.fwdEnds.push_back({a, b});
+                else if (l->op == "FSDP::pre_backward")
+                    o.bwd.push_back({a, static_cast<int32_t>(i)});
+                else if (l->op.rfind("FSDP::post_backward", 0) == 0)
+                    o.bwdEnds.push_back({a, b});
+            }
+            // Each opening pairs with the last closing hook before the next opening.
+            struct Span {
+                int64_t start, end;
+                int32_t event;
+            };
+            const auto spans = [](std::vector<std::pair<int64_t, int32_t>> opens,
+                                  std::vector<std::pair<int64_t, int64_t>> closes) {
+                std::sort(opens.begin(), opens.end());
+                std::sort(closes.begin(), closes.end());
+                std::vector<Span> out;
+                for (size_t k = 0; k < opens.size(); ++k) {
+                    const int64_t at = opens[k].first;
+                    const int64_t next = k + 1 < opens.size() ? opens[k + 1].first : INT64_MAX;
+                    int64_t end = -1;
+                    for (const auto& [a, b] : closes)
+                        if (a >= at && a < next) end = std::max(end, b);
+                    if (end > at) out.push_back({at, end, opens[k].second});
+                }
+                return out;
+            };
+            for (const auto& [fqn, o] : byUnit) {
+                auto [it, added] = unitByName.emplace(fqn, static_cast<int32_t>(d.units.size()));
+                if (added) d.units.push_back(fqn);
+                const std::string name = fqn.empty() ? std::string("<root>") : fqn;
+                for (const Span& sp : spans(o.fwd, o.fwdEnds))
+                    units.events.push_back({sp.start, sp.end, EventKind::Other, sp.event,
+                                            name + " forward", it->second});
+                for (const Span& sp : spans(o.bwd, o.bwdEnds))
+                    units.events.push_back({sp.start, sp.end, EventKind::Other, sp.event,
+                                            name + " backward", it->second});
+            }
+        }
+        for (TimelineRow* r : {&units, &ag, &rs})
             if (!r->events.empty()) d.rows.push_back(std::move(*r));
     }
     splitNestedRows(d.rows);  // a CPU thread's nested slices: one row per depth
@@ -194,6 +254,7 @@ TimelineData timelineFromTrace(const std::shared_ptr<const Trace>& trace,
     // ShardScope's own lanes in stream order (compute first), each stream's overflow lanes
     // ("reduce_scatter ·2") after it; other traces keep their lane order.
     auto streamRank = [](const std::string& name) {
+        if (name.rfind("FSDP ", 0) == 0) return -1;  // FSDP's units and collectives on top
         const std::string base = name.substr(0, name.find(" \u00b7"));
         for (int s = 0; s < static_cast<int>(Stream::Count); ++s)
             if (base == streamName(static_cast<Stream>(s))) return s;

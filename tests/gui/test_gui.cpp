@@ -406,6 +406,7 @@ TEST(GuiWindow, ShowsFsdpUnitsAndCpuMemoryOfAPyTorchCpuRun) {
     ev.push_back(x("user_annotation", "gloo:all_gather", 2, 12, 60,
                    {{"Input Dims", {{4}}}, {"Input type", {"float"}}}));
     ev.push_back(x("user_annotation", "FSDP::post_forward (model.layers.0)", 1, 300, 2));
+    ev.push_back(x("user_annotation", "FSDP::pre_backward (model.layers.0)", 1, 450, 5));
     ev.push_back(x("user_annotation", "FSDP::post_backward_reduce (model.layers.0)", 1, 500, 60));
     ev.push_back(x("cpu_op", "c10d::_reduce_scatter_base_", 1, 505, 3,
                    {{"Input Dims", {{4}, {8}}}, {"Input type", {"float", "float"}}}));
@@ -459,6 +460,19 @@ TEST(GuiWindow, ShowsFsdpUnitsAndCpuMemoryOfAPyTorchCpuRun) {
         for (size_t i = 1; i < r.events.size(); ++i)
             EXPECT_LE(r.events[i - 1].end, r.events[i].start) << r.name;
     }
+    // FSDP's units on top: each unit's forward (pre_forward to post_forward) and backward
+    // (pre_backward to its last post_backward hook), then its collectives, then the threads.
+    ASSERT_GE(tr->timeline->rows.size(), 3u);
+    EXPECT_EQ(tr->timeline->rows[0].name, "FSDP units");
+    EXPECT_EQ(tr->timeline->rows[1].name, "FSDP all-gathers");
+    EXPECT_EQ(tr->timeline->rows[2].name, "FSDP reduce-scatters");
+    std::map<std::string, std::pair<int64_t, int64_t>> spans;
+    for (const auto& e : tr->timeline->rows[0].events)
+        spans[e.label] = {e.start, e.end};
+    const int64_t t0 = spans["model.layers.0 forward"].first;        // the trace's times start at 0
+    EXPECT_EQ(spans["model.layers.0 forward"].second - t0, 297000);  // 5 us to 302 us
+    EXPECT_EQ(spans["model.layers.0 backward"].first - t0, 445000);  // 450 us
+    EXPECT_EQ(spans["model.layers.0 backward"].second - t0, 555000);  // to 560 us
     EXPECT_EQ(depthOf["ProfilerStep#1"], 0);
     EXPECT_EQ(depthOf["FSDP::pre_forward (model.layers.0)"], 1);
     EXPECT_EQ(depthOf["FSDP::all_gather (model.layers.0)"], 2);
