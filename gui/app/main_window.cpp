@@ -678,14 +678,27 @@ void MainWindow::refresh() {
     showSimulation();
     m_compare->setSources(m_doc.compareSources());
     m_recommend->setInputs(m_doc.model, m_doc.cluster, m_doc.plan ? m_doc.plan->seqLen : 0);
-    QStringList title{"ShardScope"};
-    for (const QString& p : {m_doc.modelPath, m_doc.planPath})
-        if (!p.isEmpty()) title << QFileInfo(p).fileName();
-    if (m_doc.planEdited) title.last() += " (edited)";
-    setWindowTitle(title.join(" - "));
+    updateTitle();
     statusBar()->showMessage(m_doc.resolved
                                  ? QString("%1 error(s)").arg(m_doc.resolved->errorCount())
                                  : QString("Ready"));
+}
+
+void MainWindow::updateTitle() {
+    // The title says what the timeline shows: a trace by its file, else the model and the
+    // plan, edited or not, with the what-if settings on top or not.
+    QStringList title{"ShardScope"};
+    if (const OpenedTrace* tr = m_doc.showTrace ? m_doc.lastTrace() : nullptr) {
+        title << QFileInfo(tr->path).fileName() + " (trace)";
+    } else {
+        for (const QString& p : {m_doc.modelPath, m_doc.planPath})
+            if (!p.isEmpty()) title << QFileInfo(p).fileName();
+        if (m_doc.planEdited) title.last() += " (edited)";
+        if (m_doc.plan &&
+            !(m_doc.whatIf.variant == PlanVariant{} && m_doc.whatIf.microBatchSize == 0))
+            title.last() += " + what-if";
+    }
+    setWindowTitle(title.join(" - "));
 }
 
 void MainWindow::whatIfChanged() {
@@ -704,6 +717,7 @@ void MainWindow::whatIfChanged() {
     QString why;
     if (!m_doc.resimulate(&why) && !why.isEmpty()) statusBar()->showMessage("What if: " + why);
     showSimulation();
+    updateTitle();
     m_compare->setSources(m_doc.compareSources());
 }
 
@@ -715,6 +729,7 @@ void MainWindow::showSimulation() {
         flows ? QString("%1 launch-to-kernel flows in this trace").arg(tr->timeline->flows.size())
               : QString("The trace shown has no launch-to-kernel flows"));
     if (tr && tr->timeline && tr->summary) {
+        m_simulatedFor = {nullptr, nullptr};
         m_timeline->setData(tr->timeline);
         sizeTimelineArea();
         searchChanged();
@@ -778,7 +793,11 @@ void MainWindow::showSimulation() {
         m_simSummary->setText(text);
         return;
     }
-    m_timeline->setData(m_doc.timeline);
+    // Re-simulating the same model on the same cluster (a plan edit, a what-if) keeps the
+    // zoom; a new model, cluster or a trace shown in between fits the step again.
+    const std::pair<const void*, const void*> key{m_doc.model.get(), m_doc.cluster.get()};
+    m_timeline->setData(m_doc.timeline, m_doc.timeline && key == m_simulatedFor);
+    m_simulatedFor = m_doc.timeline ? key : std::pair<const void*, const void*>{nullptr, nullptr};
     sizeTimelineArea();
     searchChanged();
     m_memory->setData(m_doc.simulation, m_doc.cluster ? m_doc.cluster->device.memoryBytes : 0);

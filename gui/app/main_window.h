@@ -93,6 +93,7 @@ private:
     void refresh();
     void searchChanged();
     void whatIfChanged();
+    void updateTitle();
     void showSimulation();
     void showError(const QString& message);
     void rememberRecent(const QString& path);
@@ -128,6 +129,9 @@ private:
     void sizeTimelineArea();
     QSplitter* m_outer = nullptr;
     const void* m_tracksSizedFor = nullptr;  // the trace the splitter was last sized for
+    // What the simulated timeline last showed: the model and cluster it simulated (an edit
+    // or a what-if of the same keeps the zoom), or null after a trace was shown.
+    std::pair<const void*, const void*> m_simulatedFor{nullptr, nullptr};
     QScrollArea* m_timelineScroll = nullptr;
     MemoryChart* m_memory;
     QPlainTextEdit* m_details;

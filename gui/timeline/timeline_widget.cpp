@@ -101,13 +101,19 @@ QString elideLabel(const QString& label, const QFontMetrics& fm, int widthPx) {
     return fm.elidedText(label, Qt::ElideMiddle, widthPx);
 }
 
-void TimelineWidget::setData(std::shared_ptr<const TimelineData> data) {
+void TimelineWidget::setData(std::shared_ptr<const TimelineData> data, bool keepView) {
+    const bool had = m_data != nullptr;
     m_data = std::move(data);
     m_selectedOp = -1;
     m_range.reset();
     m_matches.clear();  // their indices were into the old data
     m_match = -1;
     rebuildVisible();
+    if (keepView && had && m_data && m_start < m_data->endNs && m_end > 0) {
+        update();
+        emit viewportChanged(m_start, m_end);  // the memory chart follows the new data
+        return;
+    }
     fit();
 }
 

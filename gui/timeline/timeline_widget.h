@@ -65,7 +65,9 @@ class TimelineWidget : public QWidget {
     Q_OBJECT
 public:
     explicit TimelineWidget(QWidget* parent = nullptr);
-    void setData(std::shared_ptr<const TimelineData> data);
+    // New data; `keepView`: the same step again after an edit, so the zoom stays where the
+    // user put it (when it still overlaps the step), else the view fits the data.
+    void setData(std::shared_ptr<const TimelineData> data, bool keepView = false);
     [[nodiscard]] const std::shared_ptr<const TimelineData>& data() const { return m_data; }
     void fit();
     void fitSelection();  // F: the selected op (with a margin) or range, else the step

@@ -1295,3 +1295,28 @@ TEST(GuiWindow, EveryRanksMemoryCounterIsDrawnWithAHoverReadout) {
     EXPECT_TRUE(r.contains("rank 1: 4.00 MiB")) << r.toStdString();
     EXPECT_TRUE(w.memoryChart()->readoutAt(left - 10).isEmpty());
 }
+
+TEST(GuiWindow, ZoomSurvivesEditsAndTheTitleSaysWhatIsShown) {
+    // Edits and what-ifs re-simulate the same step: the zoom used to reset on every one.
+    MainWindow w;
+    w.resize(1200, 800);
+    w.show();
+    ASSERT_TRUE(openAndWait(w, llamaOnH100("plans/llama-per-block.json")));
+    EXPECT_EQ(w.windowTitle(), "ShardScope - config.json - llama-per-block.json");
+    w.timeline()->setViewport(2000000, 9000000);
+    w.reshardBox()->setCurrentIndex(2);  // what if: reshard_after_forward False
+    EXPECT_EQ(w.timeline()->viewport().startNs, 2000000);
+    EXPECT_EQ(w.timeline()->viewport().endNs, 9000000);
+    EXPECT_EQ(w.windowTitle(), "ShardScope - config.json - llama-per-block.json + what-if");
+    w.reshardBox()->setCurrentIndex(0);  // as planned
+    EXPECT_EQ(w.timeline()->viewport().startNs, 2000000);
+    EXPECT_EQ(w.windowTitle(), "ShardScope - config.json - llama-per-block.json");
+    // A trace opened on top: the timeline fits it, and the title names it.
+    const std::string path =
+        (std::filesystem::temp_directory_path() / "shardscope_gui_title.pt.trace.json").string();
+    std::ofstream(path) << R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "gemm",
+        "pid": 1, "tid": 7, "ts": 1.0, "dur": 2.0, "args": {"stream": 7}}]})";
+    ASSERT_TRUE(openAndWait(w, {QString::fromStdString(path)}, 30000));
+    EXPECT_EQ(w.windowTitle(), "ShardScope - shardscope_gui_title.pt.trace.json (trace)");
+    EXPECT_LT(w.timeline()->viewport().endNs, 2000000);
+}
