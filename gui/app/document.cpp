@@ -413,8 +413,12 @@ void Document::apply(const LoadedFile& f) {
             modelPath = f.path;
             break;
         case LoadedFile::Kind::Plan:
+            // A plan loaded (a file or a recommendation) is shown as it is: the edits and
+            // what-ifs made to the one before do not carry over.
             plan = f.plan;
             planPath = f.path;
+            planEdited = false;
+            whatIf = {};
             break;
         case LoadedFile::Kind::Cluster:
             cluster = f.cluster;

@@ -25,6 +25,7 @@
 #include <QProgressBar>
 #include <QPushButton>
 #include <QSettings>
+#include <QSignalBlocker>
 #include <QSortFilterProxyModel>
 #include <QSpinBox>
 #include <QSplitter>
@@ -675,6 +676,7 @@ void MainWindow::refresh() {
         m_wrapArg->setText(w.kind == WrapPolicySpec::Kind::Size ? QString::number(w.minNumParams)
                                                                 : items.join(", "));
     }
+    syncWhatIfWidgets();
     showSimulation();
     m_compare->setSources(m_doc.compareSources());
     m_recommend->setInputs(m_doc.model, m_doc.cluster, m_doc.plan ? m_doc.plan->seqLen : 0);
@@ -682,6 +684,23 @@ void MainWindow::refresh() {
     statusBar()->showMessage(m_doc.resolved
                                  ? QString("%1 error(s)").arg(m_doc.resolved->errorCount())
                                  : QString("Ready"));
+}
+
+void MainWindow::syncWhatIfWidgets() {
+    // The what-if bar shows the document's what-if state (a loaded plan resets it), without
+    // re-simulating while it is set.
+    const Document::WhatIf& w = m_doc.whatIf;
+    const QSignalBlocker b1(m_reshard), b2(m_ac), b3(m_fwdPrefetch), b4(m_bwdPrefetch),
+        b5(m_microBatch);
+    const ReshardSetting& r = w.variant.reshard;
+    m_reshard->setCurrentIndex(r.kind == ReshardSetting::Kind::Default ? 0
+                               : r.kind == ReshardSetting::Kind::Int   ? 3
+                               : r.value                               ? 1
+                                                                       : 2);
+    m_ac->setCurrentIndex(w.variant.ac ? static_cast<int>(*w.variant.ac) + 1 : 0);
+    m_fwdPrefetch->setValue(w.variant.forwardPrefetchDepth);
+    m_bwdPrefetch->setValue(w.variant.backwardPrefetchDepth);
+    m_microBatch->setValue(static_cast<int>(w.microBatchSize));
 }
 
 void MainWindow::updateTitle() {

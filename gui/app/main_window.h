@@ -94,6 +94,7 @@ private:
     void searchChanged();
     void whatIfChanged();
     void updateTitle();
+    void syncWhatIfWidgets();
     void showSimulation();
     void showError(const QString& message);
     void rememberRecent(const QString& path);

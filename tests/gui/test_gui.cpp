@@ -1320,3 +1320,23 @@ TEST(GuiWindow, ZoomSurvivesEditsAndTheTitleSaysWhatIsShown) {
     EXPECT_EQ(w.windowTitle(), "ShardScope - shardscope_gui_title.pt.trace.json (trace)");
     EXPECT_LT(w.timeline()->viewport().endNs, 2000000);
 }
+
+TEST(GuiWindow, LoadingAPlanStartsFromThatPlanNotTheLastWhatIf) {
+    // "Load in the Plan tab" after a recommendation kept the what-if settings made before:
+    // the best plan showed as slower and out of memory. A loaded plan now resets them.
+    MainWindow fresh;
+    ASSERT_TRUE(openAndWait(fresh, llamaOnH100("plans/llama-hsdp-prefetch.json")));
+    ASSERT_TRUE(fresh.document().simulation);
+    const int64_t expected = fresh.document().simulation->stepNs;
+
+    MainWindow w;
+    ASSERT_TRUE(openAndWait(w, llamaOnH100("plans/llama-per-block.json")));
+    w.reshardBox()->setCurrentIndex(2);  // what if: False
+    w.forwardPrefetchBox()->setValue(2);
+    ASSERT_TRUE(openAndWait(w, {sample("plans/llama-hsdp-prefetch.json")}));
+    ASSERT_TRUE(w.document().simulation);
+    EXPECT_EQ(w.document().simulation->stepNs, expected);
+    EXPECT_EQ(w.reshardBox()->currentIndex(), 0);
+    EXPECT_EQ(w.forwardPrefetchBox()->value(), 0);
+    EXPECT_FALSE(w.windowTitle().contains("what-if")) << w.windowTitle().toStdString();
+}
