@@ -50,6 +50,10 @@ fi
 # tracks scroll inside the window, zoomed in to 2 ms.
 "$ss" bench import --size-mb 3 --keep "$tmp/4rank.pt.trace.json" >/dev/null
 shot multi-rank "$tmp/4rank.pt.trace.json" --view 0:2
+# Pinning: rank 0's and rank 1's last streams pinned under the axis, the tracks scrolled to
+# rank 3.
+shot pinned "$tmp/4rank.pt.trace.json" --view 0:2 --pin "rank 0 · 107" --pin "rank 1 · 207" \
+    --scroll-to-end
 # A real PyTorch FSDP2 step on 2 CPU ranks (Gloo), recorded with torch.profiler when the
 # environment's Python has torch: a host thread's nested slices, a depth per row.
 py=${SHARDSCOPE_PYTHON:-python3}

@@ -5,6 +5,8 @@
 #include <QCommandLineParser>
 #include <QLineEdit>
 #include <QScreen>
+#include <QScrollArea>
+#include <QScrollBar>
 #include <QTimer>
 
 #include <cstdio>
@@ -56,6 +58,13 @@ int main(int argc, char** argv) {
                             "type TEXT in the timeline's search box once loaded and go to its "
                             "first match (Enter)",
                             "TEXT");
+    QCommandLineOption pin("pin",
+                           "pin the track named TRACK once loaded (\"rank 3 \u00b7 compute\" or "
+                           "\"compute\"; the option repeats)",
+                           "TRACK");
+    QCommandLineOption scrollDown("scroll-to-end", "scroll the tracks to their end once loaded");
+    cli.addOption(pin);
+    cli.addOption(scrollDown);
     cli.addOption(flows);
     cli.addOption(view);
     cli.addOption(find);
@@ -82,6 +91,8 @@ int main(int argc, char** argv) {
     const bool showFlows = cli.isSet(flows);
     const QString viewRange = cli.value(view);
     const QString findText = cli.value(find);
+    const QStringList pins = cli.values(pin);
+    const bool toEnd = cli.isSet(scrollDown);
     auto shoot = [&w, png] {
         if (png.isEmpty()) return;
         // Let the layout settle for one event loop turn before grabbing.
@@ -92,36 +103,51 @@ int main(int argc, char** argv) {
             QApplication::exit(ok ? 0 : 1);
         });
     };
-    w.openFiles(cli.positionalArguments(),
-                [&w, op, range, tabName, runSearch, shoot, showFlows, viewRange, findText] {
-                    if (showFlows) w.flowsBox()->setChecked(true);
-                    if (!viewRange.isEmpty()) {
-                        const QStringList p = viewRange.split(':');
-                        if (p.size() == 2)
-                            w.timeline()->setViewport(static_cast<int64_t>(p[0].toDouble() * 1e6),
-                                                      static_cast<int64_t>(p[1].toDouble() * 1e6));
-                    }
-                    if (!op.isEmpty()) w.selectOp(op.toInt());
-                    if (!findText.isEmpty()) {
-                        w.searchEdit()->setText(findText);
-                        w.findNext();
-                    }
-                    if (!range.isEmpty()) {
-                        const QStringList p = range.split(':');
-                        if (p.size() == 2)
-                            w.selectRange(static_cast<int64_t>(p[0].toDouble() * 1e6),
+    w.openFiles(cli.positionalArguments(), [&w, op, range, tabName, runSearch, shoot, showFlows,
+                                            viewRange, findText, pins, toEnd] {
+        if (showFlows) w.flowsBox()->setChecked(true);
+        for (const QString& name : pins) {
+            const auto& rows = w.timeline()->data()->rows;
+            for (size_t r = 0; rows.size() > r; ++r) {
+                const std::string full = rows[r].group.empty()
+                                             ? rows[r].name
+                                             : rows[r].group + " \u00b7 " + rows[r].name;
+                if (rows[r].depth == 0 &&
+                    (name.toStdString() == full || name.toStdString() == rows[r].name))
+                    w.timeline()->setPinned(static_cast<int>(r), true);
+            }
+        }
+        if (toEnd) {
+            QScrollBar* bar = w.timelineScroll()->verticalScrollBar();
+            bar->setValue(bar->maximum());
+        }
+        if (!viewRange.isEmpty()) {
+            const QStringList p = viewRange.split(':');
+            if (p.size() == 2)
+                w.timeline()->setViewport(static_cast<int64_t>(p[0].toDouble() * 1e6),
                                           static_cast<int64_t>(p[1].toDouble() * 1e6));
-                    }
-                    if (!tabName.isEmpty()) w.showTab(tabName);
-                    if (runSearch) {
-                        w.showTab("recommend");
-                        QObject::connect(w.recommendView(),
-                                         &shardscope::gui::RecommendView::finished, &w, shoot);
-                        w.recommendView()->start();
-                        return;
-                    }
-                    shoot();
-                });
+        }
+        if (!op.isEmpty()) w.selectOp(op.toInt());
+        if (!findText.isEmpty()) {
+            w.searchEdit()->setText(findText);
+            w.findNext();
+        }
+        if (!range.isEmpty()) {
+            const QStringList p = range.split(':');
+            if (p.size() == 2)
+                w.selectRange(static_cast<int64_t>(p[0].toDouble() * 1e6),
+                              static_cast<int64_t>(p[1].toDouble() * 1e6));
+        }
+        if (!tabName.isEmpty()) w.showTab(tabName);
+        if (runSearch) {
+            w.showTab("recommend");
+            QObject::connect(w.recommendView(), &shardscope::gui::RecommendView::finished, &w,
+                             shoot);
+            w.recommendView()->start();
+            return;
+        }
+        shoot();
+    });
     if (!png.isEmpty() && cli.positionalArguments().isEmpty()) {
         QTimer::singleShot(200, &w, [&w, png] { QApplication::exit(w.grab().save(png) ? 0 : 1); });
     }

@@ -24,6 +24,7 @@
 #include <QPointer>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QScrollBar>
 #include <QSettings>
 #include <QSignalBlocker>
 #include <QSortFilterProxyModel>
@@ -454,6 +455,10 @@ MainWindow::MainWindow(QWidget* parent)
     m_timelineScroll->setWidget(m_timeline);
     m_timelineScroll->setWidgetResizable(true);
     m_timelineScroll->setFrameShape(QFrame::NoFrame);
+    // The time axis and the pinned tracks are drawn where the tracks are scrolled to: a
+    // scroll repaints the whole widget (the scroll area would only blit and fill the rest).
+    connect(m_timelineScroll->verticalScrollBar(), &QScrollBar::valueChanged, m_timeline,
+            [this] { m_timeline->update(); });
     m_timelineScroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
     m_timelineScroll->setMinimumHeight(TimelineWidget::kTop + 4 * TimelineWidget::kRowHeight);
     chl->addWidget(m_timelineScroll, 1);

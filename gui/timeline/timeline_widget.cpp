@@ -108,6 +108,11 @@ void TimelineWidget::setData(std::shared_ptr<const TimelineData> data, bool keep
     m_range.reset();
     m_matches.clear();  // their indices were into the old data
     m_match = -1;
+    // Pinned tracks stay pinned across a re-simulation of the same step (same rows), not
+    // across new data.
+    if (!keepView || !m_data) m_pinned.clear();
+    std::erase_if(m_pinned,
+                  [&](int r) { return !m_data || static_cast<size_t>(r) >= m_data->rows.size(); });
     rebuildVisible();
     if (keepView && had && m_data && m_start < m_data->endNs && m_end > 0) {
         update();
@@ -144,7 +149,8 @@ void TimelineWidget::rebuildVisible() {
         if (m_visible[v])
             m_visibleIndex[static_cast<size_t>(m_visible[v] - m_data->rows.data())] =
                 static_cast<int>(v);
-    setMinimumHeight(kTop + 6 + std::max<int>(1, static_cast<int>(m_visible.size())) * kRowHeight);
+    setMinimumHeight(kTop + pinBand() + 6 +
+                     std::max<int>(1, static_cast<int>(m_visible.size())) * kRowHeight);
     updateGeometry();
     update();
 }
@@ -201,19 +207,9 @@ void TimelineWidget::paintEvent(QPaintEvent*) {
     }
     const Viewport v = viewport();
     m_drawList = buildDrawList(m_visible, v);
-    const int top = kTop;
-    // Time axis: a tick every power-of-ten-ish step.
-    const double span = static_cast<double>(m_end - m_start);
-    const double rawStep = span / 8.0;
-    const double mag = std::pow(10.0, std::floor(std::log10(std::max(rawStep, 1.0))));
-    const double step = rawStep / mag < 2 ? 2 * mag : rawStep / mag < 5 ? 5 * mag : 10 * mag;
-    p.setPen(palette().text().color());
-    for (double t = std::ceil(m_start / step) * step; t < m_end; t += step) {
-        const double x = kLabelWidth + timeToPixel(static_cast<int64_t>(t), v);
-        p.drawLine(QPointF(x, top - 4), QPointF(x, top));
-        p.drawText(QPointF(x + 2, top - 6),
-                   QString::number(t * 1e-6, 'f', std::abs(step) * 1e-6 < 1 ? 3 : 1) + " ms");
-    }
+    // The rows start below the axis and the pinned band (drawn last, where the tracks are
+    // scrolled to, so that both stay on screen).
+    const int top = kTop + pinBand();
     for (size_t r = 0; r < m_visible.size(); ++r) {
         const int y = top + static_cast<int>(r) * kRowHeight;
         if (!m_visible[r]) {  // a rank's header: click to collapse or expand its rows
@@ -325,6 +321,7 @@ void TimelineWidget::paintEvent(QPaintEvent*) {
         }
         p.setRenderHint(QPainter::Antialiasing, false);
     }
+    paintPinnedAndAxis(p, v);
     if (m_range) {
         const double x0 = kLabelWidth + std::max(0.0, timeToPixel(m_range->first, v));
         const double x1 =
@@ -340,6 +337,75 @@ void TimelineWidget::paintEvent(QPaintEvent*) {
                 QString("%1 ms").arg(static_cast<double>(m_range->second - m_range->first) * 1e-6,
                                      0, 'f', 3));
         }
+    }
+}
+
+int TimelineWidget::stickyTop() const {
+    // Inside a scroll area: the first visible pixel row of the widget.
+    return std::max(0, visibleRegion().boundingRect().top());
+}
+
+void TimelineWidget::setPinned(int dataRow, bool pinned) {
+    const auto it = std::find(m_pinned.begin(), m_pinned.end(), dataRow);
+    if (pinned && it == m_pinned.end() && m_data && dataRow >= 0 &&
+        static_cast<size_t>(dataRow) < m_data->rows.size())
+        m_pinned.push_back(dataRow);
+    if (!pinned && it != m_pinned.end()) m_pinned.erase(it);
+    rebuildVisible();
+}
+
+int TimelineWidget::pinnedAt(double y) const {
+    const double y0 = stickyTop() + kTop;
+    if (y < y0 || y >= y0 + pinBand()) return -1;
+    return static_cast<int>((y - y0) / kRowHeight);
+}
+
+void TimelineWidget::paintPinnedAndAxis(QPainter& p, const Viewport& v) {
+    const int st = stickyTop();
+    if (!m_pinned.empty()) {
+        std::vector<const TimelineRow*> rows;
+        for (int r : m_pinned)
+            rows.push_back(&m_data->rows[static_cast<size_t>(r)]);
+        m_pinnedDrawList = buildDrawList(rows, v);
+        const int y0 = st + kTop;
+        p.fillRect(QRect(0, y0, width(), pinBand()), palette().alternateBase());
+        for (size_t k = 0; k < rows.size(); ++k) {
+            const int y = y0 + static_cast<int>(k) * kRowHeight;
+            p.setPen(palette().text().color());
+            const TimelineRow& r = *rows[k];
+            p.drawText(QRect(4, y, kLabelWidth - 8, kRowHeight), Qt::AlignVCenter | Qt::AlignLeft,
+                       QString::fromUtf8("\u2191 ") +
+                           QString::fromStdString(r.group.empty() ? r.name
+                                                                  : r.group + " \u00b7 " + r.name));
+        }
+        for (const DrawRect& d : m_pinnedDrawList) {
+            const QRectF box(kLabelWidth + d.x0, y0 + d.row * kRowHeight + 3, d.x1 - d.x0,
+                             kRowHeight - 6);
+            p.fillRect(box, d.folded > 1 ? colorOf(d.kind).darker(130) : colorOf(d.kind));
+            if (!d.label.empty()) {
+                p.setPen(Qt::white);
+                p.drawText(box.adjusted(3, 0, -2, 0), Qt::AlignVCenter | Qt::AlignLeft,
+                           elideLabel(QString::fromStdString(d.label), QFontMetrics(font()),
+                                      static_cast<int>(box.width()) - 5));
+            }
+        }
+        p.setPen(QPen(palette().mid().color(), 2));
+        p.drawLine(0, y0 + pinBand(), width(), y0 + pinBand());
+    } else {
+        m_pinnedDrawList.clear();
+    }
+    // Time axis, where the tracks are scrolled to: a tick every power-of-ten-ish step.
+    p.fillRect(QRect(0, st, width(), kTop), palette().base());
+    const double span = static_cast<double>(m_end - m_start);
+    const double rawStep = span / 8.0;
+    const double mag = std::pow(10.0, std::floor(std::log10(std::max(rawStep, 1.0))));
+    const double step = rawStep / mag < 2 ? 2 * mag : rawStep / mag < 5 ? 5 * mag : 10 * mag;
+    p.setPen(palette().text().color());
+    for (double t = std::ceil(m_start / step) * step; t < m_end; t += step) {
+        const double x = kLabelWidth + timeToPixel(static_cast<int64_t>(t), v);
+        p.drawLine(QPointF(x, st + kTop - 4), QPointF(x, st + kTop));
+        p.drawText(QPointF(x + 2, st + kTop - 6),
+                   QString::number(t * 1e-6, 'f', std::abs(step) * 1e-6 < 1 ? 3 : 1) + " ms");
     }
 }
 
@@ -380,12 +446,18 @@ void TimelineWidget::wheelEvent(QWheelEvent* e) {
 }
 
 int TimelineWidget::rowAt(double y) const {
-    if (y < kTop) return -1;
-    const int row = (static_cast<int>(y) - kTop) / kRowHeight;
+    // The axis and the pinned band sit over whatever rows are scrolled under them.
+    if (y < stickyTop() + kTop + pinBand()) return -1;
+    const int row = (static_cast<int>(y) - kTop - pinBand()) / kRowHeight;
     return row < static_cast<int>(m_visible.size()) ? row : -1;
 }
 
 const DrawRect* TimelineWidget::rectAt(double x, double y) const {
+    if (const int k = pinnedAt(y); k >= 0) {
+        for (const DrawRect& d : m_pinnedDrawList)
+            if (d.row == k && x - kLabelWidth >= d.x0 && x - kLabelWidth <= d.x1) return &d;
+        return nullptr;
+    }
     const int row = rowAt(y);
     for (const DrawRect& d : m_drawList)
         if (d.row == row && x - kLabelWidth >= d.x0 && x - kLabelWidth <= d.x1) return &d;
@@ -466,6 +538,19 @@ void TimelineWidget::mousePressEvent(QMouseEvent* e) {
         setCollapsed(g, !isCollapsed(g));
         return;
     }
+    if (x < kLabelWidth && e->button() == Qt::LeftButton) {  // a track's name: pin or unpin it
+        if (const int k = pinnedAt(e->position().y()); k >= 0) {
+            setPinned(m_pinned[static_cast<size_t>(k)], false);
+            return;
+        }
+        if (row >= 0) {
+            const int dataRow =
+                static_cast<int>(m_visible[static_cast<size_t>(row)] - m_data->rows.data());
+            setPinned(dataRow,
+                      std::find(m_pinned.begin(), m_pinned.end(), dataRow) == m_pinned.end());
+            return;
+        }
+    }
     if (e->modifiers() & Qt::ShiftModifier && x >= kLabelWidth) {
         m_selectingRange = true;
         m_rangeAnchor = pixelToTime(x - kLabelWidth, viewport());
@@ -524,12 +609,25 @@ void TimelineWidget::mouseMoveEvent(QMouseEvent* e) {
 }
 
 QString TimelineWidget::tooltipAt(QPointF pos) const {
-    const DrawRect* d = rectAt(pos.x(), pos.y());
+    const int pinnedRow = pinnedAt(pos.y());
     const int row = rowAt(pos.y());
-    if (!d || !m_data || row < 0 || !m_visible[static_cast<size_t>(row)]) return {};
+    if (m_data && pos.x() < kLabelWidth) {
+        if (pinnedRow >= 0) return "Pinned track: click to unpin it";
+        if (row >= 0 && m_visible[static_cast<size_t>(row)])
+            return "Click to pin this track: it then stays under the time axis while the tracks "
+                   "scroll";
+        return {};
+    }
+    const DrawRect* d = rectAt(pos.x(), pos.y());
+    const TimelineRow* rp =
+        pinnedRow >= 0
+            ? &m_data->rows[static_cast<size_t>(m_pinned[static_cast<size_t>(pinnedRow)])]
+        : row >= 0 ? m_visible[static_cast<size_t>(row)]
+                   : nullptr;
+    if (!d || !m_data || !rp) return {};
     if (d->folded > 1)
         return QString("%1 short ops folded; click or zoom in to see them").arg(d->folded);
-    const TimelineRow& r = *m_visible[static_cast<size_t>(row)];
+    const TimelineRow& r = *rp;
     for (const auto& ev : r.events) {
         if (ev.op == d->op) {
             QString exposed;

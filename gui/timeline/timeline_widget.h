@@ -18,6 +18,8 @@
 
 #include "gui/timeline/draw_list.h"
 
+class QPainter;
+
 namespace shardscope::gui {
 
 struct TimelineData {
@@ -88,7 +90,15 @@ public:
         return m_collapsed.count(group) > 0;
     }
     // The y of a visible row's top, for tests that click like a user.
-    [[nodiscard]] int rowY(int visibleRow) const { return kTop + visibleRow * kRowHeight; }
+    [[nodiscard]] int rowY(int visibleRow) const {
+        return kTop + pinBand() + visibleRow * kRowHeight;
+    }
+    // Pinning (Perfetto's): a pinned track is also drawn in a band under the time axis that
+    // stays on screen while the tracks scroll; click a row's name to pin or unpin it.
+    void setPinned(int dataRow, bool pinned);  // dataRow indexes data()->rows
+    [[nodiscard]] const std::vector<int>& pinnedRows() const { return m_pinned; }
+    // The pinned row at y (widget coordinates), or -1.
+    [[nodiscard]] int pinnedAt(double y) const;
     [[nodiscard]] int32_t selectedOp() const { return m_selectedOp; }
     [[nodiscard]] std::optional<std::pair<int64_t, int64_t>> selectedRange() const {
         return m_range;
@@ -127,6 +137,9 @@ protected:
     QSize sizeHint() const override;
 
 private:
+    [[nodiscard]] int pinBand() const { return static_cast<int>(m_pinned.size()) * kRowHeight; }
+    [[nodiscard]] int stickyTop() const;
+    void paintPinnedAndAxis(QPainter& p, const Viewport& v);
     void zoom(double factor, double atX);
     void pan(double px);
     void rebuildVisible();
@@ -140,6 +153,8 @@ private:
     std::set<std::string> m_collapsed;
     int64_t m_start = 0, m_end = 1;
     std::vector<DrawRect> m_drawList;
+    std::vector<int> m_pinned;  // data rows, in the order they were pinned
+    std::vector<DrawRect> m_pinnedDrawList;
     int m_dragX = -1, m_pressX = -1;
     bool m_selectingRange = false;
     int64_t m_rangeAnchor = 0;

@@ -1340,3 +1340,51 @@ TEST(GuiWindow, LoadingAPlanStartsFromThatPlanNotTheLastWhatIf) {
     EXPECT_EQ(w.forwardPrefetchBox()->value(), 0);
     EXPECT_FALSE(w.windowTitle().contains("what-if")) << w.windowTitle().toStdString();
 }
+
+TEST(GuiTimeline, APinnedTrackStaysUnderTheAxisWhileTheTracksScroll) {
+    // Perfetto's pinning: click a track's name and it is also drawn in a band under the time
+    // axis, which stays on screen while the tracks scroll (to set rank 7's compute beside
+    // rank 0's, say). Clicking its name in the band unpins it.
+    const std::string path =
+        (std::filesystem::temp_directory_path() / "shardscope_gui_pin.pt.trace.json").string();
+    shardscope::SyntheticTraceOptions so;
+    so.ranks = 8;
+    so.streams = 8;
+    so.events = 20000;
+    shardscope::writeSyntheticTrace(path, so);
+    MainWindow w;
+    w.resize(1400, 900);
+    w.show();
+    ASSERT_TRUE(openAndWait(w, {QString::fromStdString(path)}, 30000));
+    QApplication::processEvents();
+    TimelineWidget* t = w.timeline();
+    const int last = static_cast<int>(t->visibleRows().size()) - 1;  // rank 7's last stream
+    const TimelineRow* target = t->visibleRows()[static_cast<size_t>(last)];
+    ASSERT_TRUE(target);
+    QScrollBar* bar = w.timelineScroll()->verticalScrollBar();
+    bar->setValue(bar->maximum());
+    QApplication::processEvents();
+    const int y = t->rowY(last) + TimelineWidget::kRowHeight / 2;
+    EXPECT_TRUE(t->tooltipAt(QPointF(20, y)).contains("pin"));
+    QTest::mouseClick(t, Qt::LeftButton, {}, QPoint(20, y));
+    ASSERT_EQ(t->pinnedRows().size(), 1u);
+    EXPECT_EQ(&t->data()->rows[static_cast<size_t>(t->pinnedRows()[0])], target);
+    // Back to the top: the pinned track is in the band under the axis, with its events.
+    bar->setValue(0);
+    QApplication::processEvents();
+    t->repaint();
+    const int band = TimelineWidget::kTop + TimelineWidget::kRowHeight / 2;
+    EXPECT_EQ(t->pinnedAt(band), 0);
+    const QString tip = t->tooltipAt(QPointF(TimelineWidget::kLabelWidth + 400, band));
+    EXPECT_FALSE(tip.isEmpty());
+    EXPECT_TRUE(tip.contains(QString::fromStdString(target->group))) << tip.toStdString();
+    // Scrolled half-way, the band is still right under the visible top.
+    bar->setValue(bar->maximum() / 2);
+    QApplication::processEvents();
+    const int top = t->visibleRegion().boundingRect().top();
+    EXPECT_EQ(t->pinnedAt(top + band), 0);
+    // Its name in the band unpins it.
+    QTest::mouseClick(t, Qt::LeftButton, {}, QPoint(20, top + band));
+    EXPECT_TRUE(t->pinnedRows().empty());
+    std::filesystem::remove(path);
+}
