@@ -822,21 +822,24 @@ ResolvedPlan resolvePlan(const ModelGraph& model, const Plan& plan, const Cluste
 }
 
 namespace {
-// A module's children in the order its forward runs them: registration order, except that a
-// rotary embedding runs before the decoder layers' ModuleList it is registered after
-// (transformers' LlamaModel.forward and its kind compute the position embeddings once,
-// after embed_tokens, before the first layer).
+// A module's children in the order its forward runs them, when that is not their
+// registration order (else empty): a rotary embedding runs before the decoder layers'
+// ModuleList it is registered after (transformers' LlamaModel.forward and its kind compute
+// the position embeddings once, after embed_tokens, before the first layer).
 std::vector<ModuleId> childrenInRunOrder(const ModelGraph& g, int32_t m) {
-    std::vector<ModuleId> ch = g.modules()[static_cast<size_t>(m)].children;
-    const auto isRotary = [&](ModuleId c) {
-        return g.module(c).cls.find("RotaryEmbedding") != std::string::npos;
-    };
+    const std::vector<ModuleId>& ch = g.modules()[static_cast<size_t>(m)].children;
+    if (ch.size() < 2) return {};
     const auto list = std::find_if(ch.begin(), ch.end(),
                                    [&](ModuleId c) { return g.module(c).cls == "ModuleList"; });
-    const auto rotary = std::find_if(ch.begin(), ch.end(), isRotary);
-    if (list != ch.end() && rotary != ch.end() && rotary > list)
-        std::rotate(list, rotary, std::next(rotary));
-    return ch;
+    if (list == ch.end()) return {};
+    const auto rotary = std::find_if(std::next(list), ch.end(), [&](ModuleId c) {
+        return g.module(c).cls.find("RotaryEmbedding") != std::string::npos;
+    });
+    if (rotary == ch.end()) return {};
+    std::vector<ModuleId> out = ch;
+    std::rotate(out.begin() + (list - ch.begin()), out.begin() + (rotary - ch.begin()),
+                out.begin() + (rotary - ch.begin()) + 1);
+    return out;
 }
 }  // namespace
 
@@ -845,16 +848,18 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r) 
     const std::vector<int32_t> unitOf = unitOfModules(g, r);
     std::vector<ModuleRun> runs;
     std::vector<int32_t> runOf(n, -1);
-    std::vector<int64_t> mmSeen(r.units.size(), 0);  // mm calls so far in each unit's forward
-    std::vector<char> afterAttn(n, 0);               // after its run's last attention module
-    std::vector<std::vector<int32_t>> runMods;       // each run's modules, in post-order
-    std::vector<std::vector<ModuleId>> order(n);     // children in run order, once per module
+    std::vector<int64_t> mmSeen(r.units.size(), 0);   // mm calls so far in each unit's forward
+    std::vector<char> afterAttn(n, 0);                // after its run's last attention module
+    std::vector<std::vector<int32_t>> runMods;        // each run's modules, in post-order
+    std::vector<std::vector<ModuleId>> reordered(n);  // where the run order differs
     for (size_t m = 0; m < n; ++m)
-        order[m] = childrenInRunOrder(g, static_cast<int32_t>(m));
+        reordered[m] = childrenInRunOrder(g, static_cast<int32_t>(m));
     std::vector<std::pair<int32_t, size_t>> stack{{0, 0}};
     while (n > 0 && !stack.empty()) {
         auto& [m, child] = stack.back();
-        const auto& ch = order[static_cast<size_t>(m)];
+        const auto& ch = reordered[static_cast<size_t>(m)].empty()
+                             ? g.modules()[static_cast<size_t>(m)].children
+                             : reordered[static_cast<size_t>(m)];
         if (child < ch.size()) {
             const int32_t c = ch[child++].value;
             stack.push_back({c, 0});
