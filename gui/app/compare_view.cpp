@@ -148,13 +148,23 @@ void CompareView::refresh() {
     m_hint->setVisible(m_sources.size() < 2);
     m_labelA->setText(sa ? "<b>A</b> " + sa->name.toHtmlEscaped() : QString());
     m_labelB->setText(sb ? "<b>B</b> " + sb->name.toHtmlEscaped() : QString());
-    m_timelineA->setData(sa ? sa->timeline : nullptr);
-    m_timelineB->setData(sb ? sb->timeline : nullptr);
-    // One axis: fit both to the longer of the two.
+    // The same two sources again (a plan edit or what-if re-simulated one of them, a trace
+    // stays as it was): the shared zoom stays. Other sources: one axis fitted to the longer.
+    const QString shown = (sa ? sa->name : QString()) + "\n" + (sb ? sb->name : QString());
+    const bool same = shown == m_shownNames;
+    m_shownNames = shown;
+    const Viewport keep = m_timelineA->viewport();
+    m_timelineA->setData(sa ? sa->timeline : nullptr, same);
+    m_timelineB->setData(sb ? sb->timeline : nullptr, same);
     const int64_t end = std::max(sa && sa->timeline ? sa->timeline->endNs : 0,
                                  sb && sb->timeline ? sb->timeline->endNs : 0);
-    m_timelineA->setViewport(0, std::max<int64_t>(end, 1));
-    m_timelineB->setViewport(0, std::max<int64_t>(end, 1));
+    if (same && keep.startNs < end) {
+        m_timelineA->setViewport(keep.startNs, keep.endNs);
+        m_timelineB->setViewport(keep.startNs, keep.endNs);
+    } else {
+        m_timelineA->setViewport(0, std::max<int64_t>(end, 1));
+        m_timelineB->setViewport(0, std::max<int64_t>(end, 1));
+    }
 
     m_table->setRowCount(0);
     m_units->setRowCount(0);

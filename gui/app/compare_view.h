@@ -38,6 +38,7 @@ protected:
 private:
     void refresh();
     bool m_stale = false;  // sources changed while the tab was hidden
+    QString m_shownNames;  // the sources A and B last shown, by name
 
     std::vector<CompareSource> m_sources;
     QComboBox *m_a, *m_b;

@@ -1388,3 +1388,50 @@ TEST(GuiTimeline, APinnedTrackStaysUnderTheAxisWhileTheTracksScroll) {
     EXPECT_TRUE(t->pinnedRows().empty());
     std::filesystem::remove(path);
 }
+
+TEST(GuiWindow, ComparePutsAMeasuredTraceBesideThePlanAsItIsEdited) {
+    // Side by side: a measured trace (A) and the plan's simulated step (B). A plan edit
+    // re-simulates B; A, the trace, stays as it was, and so does the shared zoom.
+    const std::string path =
+        (std::filesystem::temp_directory_path() / "shardscope_gui_side.pt.trace.json").string();
+    shardscope::SyntheticTraceOptions so;
+    so.ranks = 1;
+    so.streams = 2;
+    so.events = 2000;
+    shardscope::writeSyntheticTrace(path, so);
+    MainWindow w;
+    w.resize(1400, 900);
+    w.show();
+    QStringList files = llamaOnH100("plans/llama-per-block.json");
+    files << QString::fromStdString(path);
+    ASSERT_TRUE(openAndWait(w, files, 30000));
+    w.showTab("compare");
+    CompareView* c = w.compareView();
+    const int trace = c->sourceA()->findText("trace: shardscope_gui_side.pt.trace.json");
+    ASSERT_GE(trace, 0);
+    c->sourceA()->setCurrentIndex(trace);
+    c->sourceB()->setCurrentIndex(
+        c->sourceB()->findText("simulated: llama-per-block.json as written"));
+    ASSERT_TRUE(c->sourceB()->currentText().endsWith("as written"))
+        << c->sourceB()->currentText().toStdString();
+    const auto traceData = c->timelineA()->data();
+    const auto before = c->timelineB()->data();
+    ASSERT_TRUE(traceData && before);
+    c->timelineA()->setViewport(1'000'000, 5'000'000);
+    // A plan edit: layers.5 keeps its parameters after forward.
+    UnitTableModel* units = w.unitModel();
+    const auto& r = *w.document().resolved;
+    size_t l5 = 0;
+    for (size_t i = 0; i < r.units.size(); ++i)
+        if (r.units[i].name == "model.layers.5") l5 = i;
+    ASSERT_GT(l5, 0u);
+    units->setData(units->index(static_cast<int>(l5), UnitTableModel::Reshard), "False");
+    settle(w);
+    EXPECT_EQ(c->timelineA()->data(), traceData);  // the measured side stays
+    ASSERT_TRUE(c->timelineB()->data());
+    EXPECT_NE(c->timelineB()->data(), before);  // the simulated side follows the edit
+    EXPECT_TRUE(c->sourceB()->currentText().endsWith("as written"));
+    EXPECT_EQ(c->timelineA()->viewport().startNs, 1'000'000);
+    EXPECT_EQ(c->timelineB()->viewport().endNs, 5'000'000);
+    std::filesystem::remove(path);
+}
