@@ -5,6 +5,7 @@
 #include "plans/core/json_reader.h"
 #include "plans/model/model_json.h"
 #include "plans/plan/plan_json.h"
+#include "profiler/analysis/trace_loader.h"
 #include "profiler/import/kineto_import.h"
 
 #include <QFileInfo>
@@ -332,11 +333,173 @@ TimelineData timelineFromTrace(const std::shared_ptr<const Trace>& trace,
 
 }  // namespace
 
+namespace {
+
+// A trace's memory counters as a memory timeline (allocated and reserved), times shifted by
+// `shift`: the device's memory, or on a CPU run the CPU allocator's; null without counters.
+std::shared_ptr<const SimResult> memoryTimelineOf(const Trace& t, int64_t shift) {
+    const auto& counters = t.memory.empty() ? t.hostMemory : t.memory;
+    if (counters.empty()) return nullptr;
+    auto m = std::make_shared<SimResult>();
+    for (const auto& c : counters) {
+        m->timeline.push_back({c.ts + shift, c.allocated, c.reserved, {}});
+        m->peakAllocated = std::max(m->peakAllocated, c.allocated);
+        m->peakReserved = std::max(m->peakReserved, c.reserved);
+    }
+    return m;
+}
+
+// Several ranks' timelines as one: rank k's rows under the group "rank R", its times shifted
+// by `shift[k]` (the ranks' clocks aligned), its op ids by `opBase[k]` (so that selection,
+// details, exposure and flows stay per rank).
+TimelineData mergeRankTimelines(std::vector<std::pair<int32_t, TimelineData>> ranks,
+                                const std::vector<int64_t>& shift,
+                                const std::vector<int32_t>& opBase) {
+    TimelineData d;
+    std::vector<std::function<std::string(int32_t)>> describes;
+    for (size_t k = 0; k < ranks.size(); ++k) {
+        auto& [rank, t] = ranks[k];
+        const std::string group = "rank " + std::to_string(rank);
+        const int64_t dt = shift[k];
+        const int32_t base = opBase[k];
+        const auto rowBase = static_cast<int32_t>(d.rows.size());
+        const auto unitBase = static_cast<int32_t>(d.units.size());
+        d.units.insert(d.units.end(), t.units.begin(), t.units.end());
+        for (auto& r : t.rows) {
+            r.group = r.group.empty() ? group : group + " \u00b7 " + r.group;
+            for (auto& e : r.events) {
+                e.start += dt;
+                e.end += dt;
+                if (e.op >= 0) e.op += base;
+                if (e.unit >= 0) e.unit += unitBase;
+            }
+            d.rows.push_back(std::move(r));
+        }
+        for (auto s : t.steps) {
+            s.group = s.group.empty() ? group : group + " \u00b7 " + s.group;
+            s.start += dt;
+            s.end += dt;
+            d.steps.push_back(std::move(s));
+        }
+        for (auto f : t.flows) {
+            f.fromRow += rowBase;
+            f.toRow += rowBase;
+            f.fromTime += dt;
+            f.toTime += dt;
+            d.flows.push_back(f);
+        }
+        for (auto& [op, spans] : t.exposed) {
+            for (auto& [a, b] : spans)
+                a += dt, b += dt;
+            d.exposed[op + base] = std::move(spans);
+        }
+        d.endNs = std::max(d.endNs, t.endNs + dt);
+        describes.push_back(std::move(t.describe));
+    }
+    std::sort(d.steps.begin(), d.steps.end(),
+              [](const auto& a, const auto& b) { return a.start < b.start; });
+    std::sort(d.flows.begin(), d.flows.end(),
+              [](const auto& a, const auto& b) { return a.fromTime < b.fromTime; });
+    d.describe = [describes = std::move(describes), opBase](int32_t op) -> std::string {
+        for (size_t k = describes.size(); k-- > 0;)
+            if (op >= opBase[k]) return describes[k] ? describes[k](op - opBase[k]) : std::string();
+        return {};
+    };
+    return d;
+}
+
+// A folder of per-rank profiler traces (torch.profiler's tensorboard_trace_handler writes
+// one file per rank): every rank on one time axis, a group each, rank 0's summary, FSDP
+// analysis and memory, and every rank's memory counter.
+LoadedFile loadTraceFolder(const QString& path, const std::atomic<bool>* cancel,
+                           const std::function<void(double)>& progress) {
+    LoadedFile f;
+    f.path = path;
+    f.kind = LoadedFile::Kind::Trace;
+    auto files = expandTraceArgs({path.toStdString()});
+    if (!files) {
+        f.error = QString::fromStdString(files.error());
+        return f;
+    }
+    std::vector<std::shared_ptr<Trace>> traces;
+    std::vector<std::string> skipped;
+    for (size_t k = 0; k < files->size(); ++k) {
+        KinetoImportOptions io;
+        io.cancel = cancel;
+        const double n = static_cast<double>(files->size());
+        if (progress)
+            io.progress = [&, k, n](double x) { progress((static_cast<double>(k) + x) / n); };
+        auto t = importKinetoFile((*files)[k].path, io);
+        if (!t) {
+            if (cancel && cancel->load()) {
+                f.error = path + ": cancelled";
+                return f;
+            }
+            skipped.push_back((*files)[k].path);  // not a trace (a record.json beside them)
+            continue;
+        }
+        traces.push_back(std::make_shared<Trace>(std::move(*t)));
+    }
+    if (traces.empty()) {
+        f.error = path + ": no profiler trace in this folder";
+        return f;
+    }
+    std::stable_sort(traces.begin(), traces.end(),
+                     [](const auto& a, const auto& b) { return a->rank < b->rank; });
+    // Files without distributedInfo all say rank 0: number them in file order instead.
+    for (size_t k = 1; k < traces.size(); ++k)
+        if (traces[k]->rank == traces[k - 1]->rank) {
+            for (size_t j = 0; j < traces.size(); ++j)
+                traces[j]->rank = static_cast<int64_t>(j);
+            break;
+        }
+    int64_t origin = INT64_MAX;
+    for (const auto& t : traces)
+        origin = std::min(origin, t->timeOriginNs);
+    std::vector<std::pair<int32_t, TimelineData>> timelines;
+    std::vector<int64_t> shift;
+    std::vector<int32_t> opBase;
+    int64_t events = 0;
+    std::shared_ptr<const FsdpTraceAnalysis> fsdp0;
+    for (size_t k = 0; k < traces.size(); ++k) {
+        const std::shared_ptr<const Trace> t = traces[k];
+        auto fsdp = std::make_shared<FsdpTraceAnalysis>(analyzeFsdp(*t));
+        if (k == 0 && !fsdp->api.empty()) fsdp0 = fsdp;
+        timelines.emplace_back(static_cast<int32_t>(t->rank), timelineFromTrace(t, fsdp.get()));
+        shift.push_back(t->timeOriginNs - origin);
+        opBase.push_back(static_cast<int32_t>(std::min<int64_t>(events, INT32_MAX)));
+        events += static_cast<int64_t>(t->size());
+    }
+    // Every rank's memory counter, on the shared axis, for the chart's per-rank lines.
+    Trace& first = *traces.front();
+    if (traces.size() > 1)
+        for (size_t k = 0; k < traces.size(); ++k) {
+            const auto& counters =
+                traces[k]->memory.empty() ? traces[k]->hostMemory : traces[k]->memory;
+            std::vector<MemoryCounter> c = counters;
+            for (auto& m : c)
+                m.ts += shift[k];
+            if (!c.empty())
+                first.memoryByRank.emplace_back(static_cast<int32_t>(traces[k]->rank),
+                                                std::move(c));
+        }
+    f.traceTimeline = std::make_shared<const TimelineData>(
+        mergeRankTimelines(std::move(timelines), shift, opBase));
+    f.trace = traces.front();
+    f.traceFsdp = fsdp0;
+    f.traceSummary = std::make_shared<const TraceSummary>(summarize(*f.trace));
+    f.traceMemory = memoryTimelineOf(first, shift[0]);
+    return f;
+}
+
+}  // namespace
+
 LoadedFile loadFile(const QString& path, const std::atomic<bool>* cancel,
                     std::function<void(double)> progress) {
     LoadedFile f;
     f.path = path;
     const std::string p = path.toStdString();
+    if (QFileInfo(path).isDir()) return loadTraceFolder(path, cancel, progress);
     if (looksLikeTrace(p)) {
         f.kind = LoadedFile::Kind::Trace;
         KinetoImportOptions io;
@@ -352,17 +515,7 @@ LoadedFile loadFile(const QString& path, const std::atomic<bool>* cancel,
             f.traceTimeline =
                 std::make_shared<const TimelineData>(timelineFromTrace(f.trace, fsdp.get()));
             f.traceSummary = std::make_shared<const TraceSummary>(summarize(*f.trace));
-            // The device's memory, or on a CPU run the CPU allocator's.
-            const auto& counters = f.trace->memory.empty() ? f.trace->hostMemory : f.trace->memory;
-            if (!counters.empty()) {
-                auto m = std::make_shared<SimResult>();
-                for (const auto& c : counters) {
-                    m->timeline.push_back({c.ts, c.allocated, c.reserved, {}});
-                    m->peakAllocated = std::max(m->peakAllocated, c.allocated);
-                    m->peakReserved = std::max(m->peakReserved, c.reserved);
-                }
-                f.traceMemory = std::move(m);
-            }
+            f.traceMemory = memoryTimelineOf(*f.trace, 0);
         } else
             f.error = QString::fromStdString(t.error());
         return f;

@@ -1435,3 +1435,56 @@ TEST(GuiWindow, ComparePutsAMeasuredTraceBesideThePlanAsItIsEdited) {
     EXPECT_EQ(c->timelineB()->viewport().endNs, 5'000'000);
     std::filesystem::remove(path);
 }
+
+TEST(GuiWindow, OpensAFolderOfPerRankTracesOnOneTimeAxis) {
+    // torch.profiler writes one file per rank into a folder; the CLI reads the folder, and
+    // so does the app now: every rank in its group, the ranks' clocks aligned.
+    const auto dir = std::filesystem::temp_directory_path() / "shardscope_gui_rank_folder";
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    using J = nlohmann::json;
+    for (int rank = 0; rank < 2; ++rank) {
+        J ev = J::array();
+        const double t0 = 1'000'000.0 + 100.0 * rank;  // rank 1 starts 100 us later
+        ev.push_back({{"ph", "X"},
+                      {"cat", "kernel"},
+                      {"name", "gemm"},
+                      {"pid", 1},
+                      {"tid", 7},
+                      {"ts", t0},
+                      {"dur", 50.0},
+                      {"args", {{"stream", 7}}}});
+        ev.push_back({{"ph", "X"},
+                      {"cat", "kernel"},
+                      {"name", "gemm"},
+                      {"pid", 1},
+                      {"tid", 7},
+                      {"ts", t0 + 60},
+                      {"dur", 20.0},
+                      {"args", {{"stream", 7}}}});
+        std::ofstream(dir / ("rank" + std::to_string(rank) + ".pt.trace.json")) << J{
+            {"distributedInfo", {{"rank", rank}, {"world_size", 2}}},
+            {"traceEvents", ev}}.dump();
+    }
+    std::ofstream(dir / "record.json") << "{}";  // not a trace: skipped
+    MainWindow w;
+    w.resize(1200, 800);
+    w.show();
+    ASSERT_TRUE(openAndWait(w, {QString::fromStdString(dir.string())}, 30000));
+    const OpenedTrace* tr = w.document().lastTrace();
+    ASSERT_TRUE(tr && tr->timeline);
+    std::map<std::string, int64_t> firstStart;
+    for (const auto& r : tr->timeline->rows)
+        for (const auto& e : r.events)
+            if (!firstStart.count(r.group) || e.start < firstStart[r.group])
+                firstStart[r.group] = e.start;
+    ASSERT_EQ(firstStart.size(), 2u);
+    EXPECT_EQ(firstStart["rank 1"] - firstStart["rank 0"], 100000);
+    // Each rank's ops keep their details: one click on rank 1's first kernel names it.
+    int32_t op1 = -1;
+    for (const auto& r : tr->timeline->rows)
+        if (r.group == "rank 1") op1 = r.events.front().op;
+    ASSERT_GE(op1, 0);
+    EXPECT_NE(tr->timeline->describe(op1).find("gemm"), std::string::npos);
+    std::filesystem::remove_all(dir);
+}
