@@ -631,6 +631,7 @@ bool Document::resimulate(QString* why) {
 void Document::replacePlan(Plan p) {
     plan = std::make_shared<const Plan>(std::move(p));
     planEdited = true;
+    showTrace = false;  // an edit shows its step; an opened trace stays in Compare
     resolved.reset();
     if (model) {
         resolved = std::make_shared<const ResolvedPlan>(

@@ -208,6 +208,7 @@ void MainWindow::editPlan(std::function<bool(Document&, QString*)> edit) {
                 m_doc.simulation = doc.simulation;
                 m_doc.baseTimeline = doc.baseTimeline;
                 m_doc.baseSimulation = doc.baseSimulation;
+                m_doc.showTrace = false;  // the edited step shows; traces stay in Compare
                 m_wrapError->hide();
                 refresh();
             });
@@ -738,6 +739,8 @@ void MainWindow::whatIfChanged() {
     v.forwardPrefetchDepth = m_fwdPrefetch->value();
     v.backwardPrefetchDepth = m_bwdPrefetch->value();
     m_doc.whatIf.microBatchSize = m_microBatch->value();
+    // A what-if shows its step, even over a trace opened last (which stays in Compare).
+    if (m_doc.resolved) m_doc.showTrace = false;
     QString why;
     if (!m_doc.resimulate(&why) && !why.isEmpty()) statusBar()->showMessage("What if: " + why);
     showSimulation();

@@ -864,12 +864,16 @@ TEST(GuiWindow, RecommendSearchesInTheBackgroundLoadsAndExports) {
     std::ifstream in(out.toStdString());
     const auto j = nlohmann::json::parse(in);
     EXPECT_TRUE(j.contains("format"));
-    // Loading it puts it in the Plan tab and simulates it.
+    // Loading it puts it in the Plan tab and simulates it, without the what-if settings
+    // made before (they used to carry over: the best plan showed slower and out of memory).
+    w.reshardBox()->setCurrentIndex(2);
     const Plan chosen = front[static_cast<size_t>(r->selected())].plan;
     emit r->loadPlanRequested(std::make_shared<const Plan>(chosen));
     ASSERT_TRUE(w.document().plan);
     EXPECT_EQ(w.document().plan->name, chosen.name);
-    EXPECT_TRUE(w.document().simulation);
+    ASSERT_TRUE(w.document().simulation);
+    EXPECT_EQ(w.reshardBox()->currentIndex(), 0);
+    EXPECT_EQ(w.document().simulation, w.document().baseSimulation);  // no what-if on top
 }
 
 TEST(GuiPlanEditor, TickingModulesAndWrapPoliciesEditThePlan) {
@@ -1487,4 +1491,46 @@ TEST(GuiWindow, OpensAFolderOfPerRankTracesOnOneTimeAxis) {
     ASSERT_GE(op1, 0);
     EXPECT_NE(tr->timeline->describe(op1).find("gemm"), std::string::npos);
     std::filesystem::remove_all(dir);
+}
+
+TEST(GuiWindow, EditsAndWhatIfsShowTheirStepEvenOverAnOpenedTrace) {
+    // With a trace opened last, plan edits and what-ifs used to change nothing visible: the
+    // timeline kept showing the trace. They now show the re-simulated step; the trace stays
+    // in Compare.
+    const std::string path =
+        (std::filesystem::temp_directory_path() / "shardscope_gui_over.pt.trace.json").string();
+    shardscope::SyntheticTraceOptions so;
+    so.ranks = 1;
+    so.streams = 2;
+    so.events = 500;
+    shardscope::writeSyntheticTrace(path, so);
+    MainWindow w;
+    w.resize(1400, 900);
+    w.show();
+    QStringList files = llamaOnH100("plans/llama-per-block.json");
+    files << QString::fromStdString(path);
+    ASSERT_TRUE(openAndWait(w, files, 30000));
+    ASSERT_TRUE(w.document().lastTrace());
+    EXPECT_EQ(w.timeline()->data(), w.document().lastTrace()->timeline);  // the trace, last
+    w.reshardBox()->setCurrentIndex(2);                                   // what if: False
+    EXPECT_EQ(w.timeline()->data(), w.document().timeline);
+    EXPECT_TRUE(w.windowTitle().contains("what-if")) << w.windowTitle().toStdString();
+    // Back to the trace, then a plan edit: the edited step shows.
+    ASSERT_TRUE(openAndWait(w, {QString::fromStdString(path)}, 30000));
+    EXPECT_EQ(w.timeline()->data(), w.document().lastTrace()->timeline);
+    UnitTableModel* units = w.unitModel();
+    const auto& r = *w.document().resolved;
+    size_t l5 = 0;
+    for (size_t i = 0; i < r.units.size(); ++i)
+        if (r.units[i].name == "model.layers.5") l5 = i;
+    ASSERT_GT(l5, 0u);
+    units->setData(units->index(static_cast<int>(l5), UnitTableModel::Reshard), "False");
+    settle(w);
+    EXPECT_EQ(w.timeline()->data(), w.document().timeline);
+    EXPECT_TRUE(w.windowTitle().contains("(edited)")) << w.windowTitle().toStdString();
+    bool traceInCompare = false;
+    for (const auto& s : w.document().compareSources())
+        traceInCompare = traceInCompare || s.name.startsWith("trace: ");
+    EXPECT_TRUE(traceInCompare);
+    std::filesystem::remove(path);
 }
