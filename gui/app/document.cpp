@@ -247,6 +247,31 @@ TimelineData timelineFromTrace(const std::shared_ptr<const Trace>& trace,
                                             name + " backward", it->second});
             }
         }
+        if (fsdp->api == "fsdp1") {
+            // FSDP1 names no unit: each FullyShardedDataParallel.forward range is one, numbered
+            // as the analysis numbers them (the root 0, then the nested ones in start order).
+            std::vector<int32_t> fwd;
+            for (size_t i = 0; i < t.size(); ++i)
+                if (t.strings.at(t.name[i]) == "FullyShardedDataParallel.forward")
+                    fwd.push_back(static_cast<int32_t>(i));
+            std::sort(fwd.begin(), fwd.end(), [&](int32_t a, int32_t b) {
+                return t.start[a] != t.start[b] ? t.start[a] < t.start[b] : t.dur[a] > t.dur[b];
+            });
+            int64_t rootEnd = -1;
+            int32_t nested = 0;
+            for (int32_t i : fwd) {
+                const bool inRoot = t.start[i] < rootEnd;
+                if (!inRoot) {
+                    rootEnd = t.start[i] + t.dur[i];
+                    nested = 0;
+                }
+                const std::string name = "unit " + std::to_string(inRoot ? ++nested : 0);
+                auto [it, added] = unitByName.emplace(name, static_cast<int32_t>(d.units.size()));
+                if (added) d.units.push_back(name);
+                units.events.push_back({t.start[i], t.start[i] + t.dur[i], EventKind::Other, i,
+                                        name + " forward", it->second});
+            }
+        }
         for (TimelineRow* r : {&units, &ag, &rs})
             if (!r->events.empty()) d.rows.push_back(std::move(*r));
     }

@@ -1534,3 +1534,42 @@ TEST(GuiWindow, EditsAndWhatIfsShowTheirStepEvenOverAnOpenedTrace) {
     EXPECT_TRUE(traceInCompare);
     std::filesystem::remove(path);
 }
+
+TEST(GuiWindow, AnFsdp1TraceGetsItsUnitsTrackToo) {
+    // FSDP1 names no unit in its labels: each FullyShardedDataParallel.forward range is one,
+    // numbered as `trace overlap` numbers them (the root 0, the nested ones in order).
+    using J = nlohmann::json;
+    auto x = [](const std::string& name, double ts, double dur) {
+        return J{{"ph", "X"},    {"cat", "user_annotation"},
+                 {"name", name}, {"pid", 9},
+                 {"tid", 1},     {"ts", ts},
+                 {"dur", dur}};
+    };
+    J ev = J::array();
+    ev.push_back(x("ProfilerStep#1", 0, 2000));
+    ev.push_back(x("FullyShardedDataParallel.forward", 10, 900));
+    ev.push_back(x("FullyShardedDataParallel.forward", 50, 200));
+    ev.push_back(x("FullyShardedDataParallel.forward", 300, 250));
+    ev.push_back(x("FullyShardedDataParallel._pre_backward_hook", 1000, 5));
+    const std::string path =
+        (std::filesystem::temp_directory_path() / "shardscope_gui_fsdp1.pt.trace.json").string();
+    std::ofstream(path) << J{
+        {"distributedInfo", {{"rank", 0}, {"world_size", 2}}},
+        {"traceEvents", ev}}.dump();
+    MainWindow w;
+    w.resize(1200, 800);
+    w.show();
+    ASSERT_TRUE(openAndWait(w, {QString::fromStdString(path)}, 30000));
+    const OpenedTrace* tr = w.document().lastTrace();
+    ASSERT_TRUE(tr && tr->fsdp);
+    EXPECT_EQ(tr->fsdp->api, "fsdp1");
+    std::vector<std::string> labels;
+    for (const auto& r : tr->timeline->rows)
+        if (r.name == "FSDP units")
+            for (const auto& e : r.events)
+                labels.push_back(e.label);
+    std::sort(labels.begin(), labels.end());
+    EXPECT_EQ(labels,
+              (std::vector<std::string>{"unit 0 forward", "unit 1 forward", "unit 2 forward"}));
+    std::filesystem::remove(path);
+}
