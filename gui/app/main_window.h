@@ -56,6 +56,8 @@ public:
     [[nodiscard]] QComboBox* wrapKindBox() const { return m_wrapKind; }
     [[nodiscard]] QLineEdit* wrapArgEdit() const { return m_wrapArg; }
     [[nodiscard]] QLabel* wrapErrorLabel() const { return m_wrapError; }
+    // The line above the timeline: the simulated step's or the trace's figures.
+    [[nodiscard]] QLabel* summaryLabel() const { return m_simSummary; }
     void applyWrapPolicy();
     [[nodiscard]] QLineEdit* meshEdit() const { return m_mesh; }
     [[nodiscard]] QComboBox* paramDtypeBox() const { return m_paramDtype; }

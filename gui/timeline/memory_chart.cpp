@@ -121,6 +121,9 @@ void MemoryChart::paintEvent(QPaintEvent*) {
     };
     auto y = [&](double b) { return top + h - b / maxBytes * h; };
     const auto& pts = m_points;
+    // Everything on the time axis stays in the plot: zoomed in, the data before the view
+    // would otherwise be drawn over the label column (and the legend).
+    p.setClipRect(QRect(left, 0, w, top + h + 1));
     // Stacked areas, one per category, drawn bottom-up as step functions.
     const int cats = static_cast<int>(MemCategory::Count);
     if (measured) {
@@ -205,6 +208,7 @@ void MemoryChart::paintEvent(QPaintEvent*) {
     p.setPen(QPen(Qt::black, 1));
     const QPointF peak(x(peakIt->timeNs), y(static_cast<double>(peakIt->allocated)));
     p.drawEllipse(peak, 3, 3);
+    p.setClipping(false);
     p.setPen(palette().text().color());
     p.drawText(QRect(4, top, left - 8, h), Qt::AlignLeft | Qt::AlignTop,
                QString("memory\npeak %1\nreserved %2")

@@ -448,6 +448,11 @@ TEST(GuiWindow, ShowsFsdpUnitsAndCpuMemoryOfAPyTorchCpuRun) {
     ASSERT_EQ(labels["FSDP reduce-scatters"].size(), 1u);
     EXPECT_EQ(labels["FSDP reduce-scatters"][0].rfind("model.layers.0 reduce-scatter (backward", 0),
               0u);
+    // A CPU run's communication is Gloo's (it used to read "communication 0.0 ms": only
+    // NCCL kernels counted).
+    const QString summary = w.summaryLabel()->text();
+    EXPECT_TRUE(summary.contains("CPU run): communication 0.1 ms on Gloo threads"))
+        << summary.toStdString();
     // The CPU allocator's counter is the memory timeline of a CPU run.
     ASSERT_TRUE(tr->memory);
     EXPECT_EQ(tr->memory->peakAllocated, 3072);
@@ -1572,4 +1577,24 @@ TEST(GuiWindow, AnFsdp1TraceGetsItsUnitsTrackToo) {
     EXPECT_EQ(labels,
               (std::vector<std::string>{"unit 0 forward", "unit 1 forward", "unit 2 forward"}));
     std::filesystem::remove(path);
+}
+
+TEST(GuiWindow, TheZoomedMemoryChartStaysOutOfItsLabelColumn) {
+    // Zoomed in, the memory before the view used to be drawn over the chart's labels.
+    MainWindow w;
+    w.resize(1200, 800);
+    w.show();
+    ASSERT_TRUE(openAndWait(w, llamaOnH100("plans/llama-per-block.json")));
+    const int64_t end = w.document().simulation->stepNs;
+    w.timeline()->setViewport(end / 2, end / 2 + end / 10);  // long after memory starts
+    QApplication::processEvents();
+    const QImage img = w.memoryChart()->grab().toImage();
+    // The label column's right edge, in the plot's height: no fill of any category there.
+    const int x = TimelineWidget::kLabelWidth - 4;
+    int filled = 0;
+    for (int y = 10; y < img.height() - 24; ++y) {
+        const QColor c = img.pixelColor(x, y);
+        filled += (c.red() < 200 || c.green() < 200 || c.blue() < 200) ? 1 : 0;
+    }
+    EXPECT_EQ(filled, 0);
 }
