@@ -32,7 +32,7 @@ echo "shardscope-gui screenshots:"
 # The plan, its simulated step, and the figures of a range of it.
 shot main-window "${llama[@]}" --select-range 60:140
 # An op's details, zoomed in on the start of the step.
-shot timeline-details "${llama[@]}" --view 0:20 --select-op 5
+shot timeline-details "${llama[@]}" --view 0:20 --select-op 6
 # Search: the first backward all-gather of one unit, found by name (Ctrl+F in the app).
 shot search "${llama[@]}" --view 0:40 --find "layers.30 all-gather"
 # Compare: the per-block plan against the HSDP plan with explicit prefetch (simulated
