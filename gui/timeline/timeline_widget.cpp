@@ -206,11 +206,23 @@ void TimelineWidget::paintEvent(QPaintEvent*) {
         return;
     }
     const Viewport v = viewport();
-    m_drawList = buildDrawList(m_visible, v);
     // The rows start below the axis and the pinned band (drawn last, where the tracks are
     // scrolled to, so that both stay on screen).
     const int top = kTop + pinBand();
-    for (size_t r = 0; r < m_visible.size(); ++r) {
+    // Virtualised: only the rows the scroll area shows are laid out and drawn (thousands of
+    // rank x stream rows cost what the screen shows, not what the trace holds).
+    const QRect shown = visibleRegion().boundingRect();
+    const auto firstShown = static_cast<size_t>(std::clamp<int64_t>(
+        (shown.top() - top) / kRowHeight, 0, static_cast<int64_t>(m_visible.size())));
+    const auto endShown = static_cast<size_t>(std::clamp<int64_t>(
+        (shown.bottom() - top) / kRowHeight + 1, 0, static_cast<int64_t>(m_visible.size())));
+    {
+        std::vector<const TimelineRow*> rows(m_visible.size(), nullptr);
+        for (size_t r = firstShown; r < endShown; ++r)
+            rows[r] = m_visible[r];
+        m_drawList = buildDrawList(rows, v);
+    }
+    for (size_t r = firstShown; r < endShown; ++r) {
         const int y = top + static_cast<int>(r) * kRowHeight;
         if (!m_visible[r]) {  // a rank's header: click to collapse or expand its rows
             const std::string& g = m_headerGroup[r];

@@ -350,6 +350,17 @@ TEST(GuiWindow, ManyRanksScrollInsideTheWindow) {
     bar->setValue(bar->maximum());
     QApplication::processEvents();
     EXPECT_TRUE(lastRowShown());
+    // Virtualised: a repaint lays out only the rows on screen.
+    t->repaint();
+    const QRect shown = t->visibleRegion().boundingRect();
+    std::set<int> drawnRows;
+    for (const auto& d : t->lastDrawList()) {
+        drawnRows.insert(d.row);
+        EXPECT_GT(t->rowY(d.row) + TimelineWidget::kRowHeight, shown.top());
+        EXPECT_LT(t->rowY(d.row), shown.bottom() + 1);
+    }
+    EXPECT_FALSE(drawnRows.empty());
+    EXPECT_LT(drawnRows.size(), 64u);
     EXPECT_EQ(t->viewport().startNs, before.startNs);
     EXPECT_EQ(t->viewport().endNs, before.endNs);
     // The status bar stays inside the window; the memory chart is hidden, the trace having
