@@ -1186,7 +1186,10 @@ public:
         if (r.peek() != '{') return fail("'{' or '['");
         r.next();
         r.skipWs();
-        if (r.more() && r.peek() == '}') return true;
+        if (r.more() && r.peek() == '}') {  // {}: an object without traceEvents
+            r.next();
+            return true;
+        }
         std::string key;
         while (true) {
             r.skipWs();

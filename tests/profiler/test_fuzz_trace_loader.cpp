@@ -370,6 +370,11 @@ TEST(TraceLoaderFuzz, InputsThatBrokeTheFirstRelease) {
     EXPECT_FALSE(load("shardscope_events_object", "{\"traceEvents\":{}}").ok());
     EXPECT_FALSE(load("shardscope_array_of_numbers", "[1,2,3]").ok());
     EXPECT_FALSE(load("shardscope_no_events", "{\"a\":1}").ok());
+    // An empty object is a file without traceEvents (a folder skips it as not a trace), not
+    // "more data after the trace's JSON" at byte 1.
+    const auto empty = load("shardscope_empty_object", "{}\n");
+    ASSERT_FALSE(empty.ok());
+    EXPECT_NE(empty.error().find("no traceEvents array"), std::string::npos) << empty.error();
     EXPECT_FALSE(
         load("shardscope_two_documents", "{\"traceEvents\":[]} {\"traceEvents\":[]}").ok());
     // A gzip without its trailer is a truncated file, not a trace.
