@@ -326,6 +326,13 @@ struct FsdpRuntime::Impl {
         rec->setStart(op, first);
         rec->endAt(op, last);
     }
+    // A collective's op begins; in blocking mode the Gloo spans of earlier collectives (the
+    // losses' all-reduce, a barrier) are dropped, so that its wait takes only its own.
+    size_t beginCollective(OpKind kind, Phase phase, Stream stream, int32_t u) {
+        const size_t op = rec->begin(kind, phase, stream, u, mb);
+        if (o.blockingCollectives) takeGlooSpans();
+        return op;
+    }
     // A collective just issued: waited for here in blocking mode, else stamped when done.
     void issued(const Collective& c, size_t op) {
         if (o.blockingCollectives)
@@ -681,8 +688,7 @@ struct FsdpRuntime::Impl {
             }
         }
         rec->end(ci);
-        const size_t ag = rec->begin(OpKind::AllGather, phase, Stream::AllGather, u, mb);
-        if (o.blockingCollectives) takeGlooSpans();  // spans of earlier collectives
+        const size_t ag = beginCollective(OpKind::AllGather, phase, Stream::AllGather, u);
         s.agWork = allGather(pg, s.agOut, input, in);
         s.agIn = in;
         s.agGroup = n;
@@ -889,8 +895,7 @@ struct FsdpRuntime::Impl {
         if (r.noShard) {
             // NO_SHARD: the gradients are all-reduced over every rank, in place.
             const size_t ar =
-                rec->begin(OpKind::AllReduce, Phase::Backward, Stream::ReduceScatter, u, mb);
-            if (o.blockingCollectives) takeGlooSpans();  // spans of earlier collectives
+                beginCollective(OpKind::AllReduce, Phase::Backward, Stream::ReduceScatter, u);
             Reduction red{u, {}, input, {}, in, 0};
             std::vector<at::Tensor> t{input};
             red.work.works.push_back(groups->replicate->allreduce(t));
@@ -899,8 +904,7 @@ struct FsdpRuntime::Impl {
             return;
         }
         const size_t rs =
-            rec->begin(OpKind::ReduceScatter, Phase::Backward, Stream::ReduceScatter, u, mb);
-        if (o.blockingCollectives) takeGlooSpans();  // spans of earlier collectives
+            beginCollective(OpKind::ReduceScatter, Phase::Backward, Stream::ReduceScatter, u);
         c10d::Backend& pg = *groups->shard;
         Reduction red{u, {}, {}, {}, in, pg.getRank()};
         if (inPlaceChunks(pg)) {
@@ -935,8 +939,7 @@ struct FsdpRuntime::Impl {
             }
             retire(red);
             const size_t ar =
-                rec->begin(OpKind::AllReduce, Phase::Backward, Stream::AllReduce, u, mb);
-            if (o.blockingCollectives) takeGlooSpans();  // spans of earlier collectives
+                beginCollective(OpKind::AllReduce, Phase::Backward, Stream::AllReduce, u);
             std::vector<at::Tensor> t{red.out};
             red.work = Collective();
             red.work.works.push_back(groups->replicate->allreduce(t));
@@ -990,36 +993,27 @@ at::Tensor FsdpRuntime::callModule(ModuleId m, const at::Tensor& input,
         return checkpoint(input, body, s.unitStack.back());
     if (!s.o.fsdp || u < 0 || s.recomputing) return body(input);
     const auto& unit = s.r.units[u];
-    if (s.us[u].modulesLeft > 0) {
-        // A later module of a unit of several: inside the group's forward already.
-        s.unitStack.push_back(u);
-        at::Tensor y = unit.activationCheckpointing == AcMode::Full && at::GradMode::is_enabled()
-                           ? checkpoint(input, body, u)
-                           : body(input);
-        s.unitStack.pop_back();
-        if (--s.us[u].modulesLeft > 0) return y;
-        return s.finishForward(u, y);
-    }
-    s.us[u].modulesLeft = std::max<size_t>(1, unit.modules.size());
-    // Pre-forward.
-    s.closeSeg();
-    const int32_t enter = s.newBoundary(false, u);
-    s.rec->setCurrent(unit.displayName() + " pre-forward");
-    s.preForward(u);
-    s.openSeg(u);
-    s.boundaries[enter].segAfter = s.curSeg;
     at::Tensor x = input;
-    if (x.is_floating_point() && unit.mixedPrecision.paramDtype &&
-        unit.mixedPrecision.castForwardInputs)
-        x = x.to(s.us[u].agType);
-    x = s.attach(x, enter);
-    s.unitStack.push_back(u);
-    at::Tensor y;
-    if (unit.activationCheckpointing == AcMode::Full && at::GradMode::is_enabled()) {
-        y = checkpoint(x, body, u);
-    } else {
-        y = body(x);
+    // A unit of several modules: its pre-forward runs before the first of them only (a later
+    // one runs inside the group's forward already).
+    if (s.us[u].modulesLeft == 0) {
+        s.us[u].modulesLeft = std::max<size_t>(1, unit.modules.size());
+        // Pre-forward.
+        s.closeSeg();
+        const int32_t enter = s.newBoundary(false, u);
+        s.rec->setCurrent(unit.displayName() + " pre-forward");
+        s.preForward(u);
+        s.openSeg(u);
+        s.boundaries[enter].segAfter = s.curSeg;
+        if (x.is_floating_point() && unit.mixedPrecision.paramDtype &&
+            unit.mixedPrecision.castForwardInputs)
+            x = x.to(s.us[u].agType);
+        x = s.attach(x, enter);
     }
+    s.unitStack.push_back(u);
+    const at::Tensor y = unit.activationCheckpointing == AcMode::Full && at::GradMode::is_enabled()
+                             ? checkpoint(x, body, u)
+                             : body(x);
     s.unitStack.pop_back();
     if (--s.us[u].modulesLeft > 0) return y;  // the group's other modules run later
     return s.finishForward(u, y);

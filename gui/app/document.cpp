@@ -361,9 +361,14 @@ TimelineData timelineFromTrace(const std::shared_ptr<const Trace>& trace,
 namespace {
 
 // A trace's memory counters as a memory timeline (allocated and reserved), times shifted by
-// `shift`: the device's memory, or on a CPU run the CPU allocator's; null without counters.
+// `shift`; null without counters.
+// A trace's memory counters: the device's, or on a CPU run the CPU allocator's.
+const std::vector<MemoryCounter>& countersOf(const Trace& t) {
+    return t.memory.empty() ? t.hostMemory : t.memory;
+}
+
 std::shared_ptr<const SimResult> memoryTimelineOf(const Trace& t, int64_t shift) {
-    const auto& counters = t.memory.empty() ? t.hostMemory : t.memory;
+    const auto& counters = countersOf(t);
     if (counters.empty()) return nullptr;
     auto m = std::make_shared<SimResult>();
     for (const auto& c : counters) {
@@ -372,6 +377,23 @@ std::shared_ptr<const SimResult> memoryTimelineOf(const Trace& t, int64_t shift)
         m->peakReserved = std::max(m->peakReserved, c.reserved);
     }
     return m;
+}
+
+// Every rank's counter of a multi-rank trace (Trace::memoryByRank) as the chart's lines,
+// built once with the load; null when the trace has one rank's.
+std::shared_ptr<const std::vector<MemorySeries>> rankMemoryOf(const Trace& t) {
+    if (t.memoryByRank.empty()) return nullptr;
+    auto out = std::make_shared<std::vector<MemorySeries>>();
+    for (const auto& [rank, counters] : t.memoryByRank) {
+        MemorySeries r{"rank " + std::to_string(rank), {}};
+        r.points.reserve(counters.size());
+        for (const auto& c : counters)
+            r.points.push_back({c.ts, c.allocated});
+        std::stable_sort(r.points.begin(), r.points.end(),
+                         [](const auto& a, const auto& b) { return a.first < b.first; });
+        out->push_back(std::move(r));
+    }
+    return out;
 }
 
 // Several ranks' timelines as one: rank k's rows under the group "rank R", its times shifted
@@ -441,32 +463,24 @@ LoadedFile loadTraceFolder(const QString& path, const std::atomic<bool>* cancel,
     LoadedFile f;
     f.path = path;
     f.kind = LoadedFile::Kind::Trace;
-    auto files = expandTraceArgs({path.toStdString()});
-    if (!files) {
-        f.error = QString::fromStdString(files.error());
-        return f;
-    }
+    // The CLI's reading of a folder (forEachTrace): files that are not traces are skipped,
+    // any other error names its file. Progress runs over the files.
+    const auto files = expandTraceArgs({path.toStdString()});
+    const double n = files ? static_cast<double>(files->size()) : 1.0;
+    size_t done = 0;
+    KinetoImportOptions io;
+    io.cancel = cancel;
+    if (progress) io.progress = [&](double x) { progress((static_cast<double>(done) + x) / n); };
     std::vector<std::shared_ptr<Trace>> traces;
-    std::vector<std::string> skipped;
-    for (size_t k = 0; k < files->size(); ++k) {
-        KinetoImportOptions io;
-        io.cancel = cancel;
-        const double n = static_cast<double>(files->size());
-        if (progress)
-            io.progress = [&, k, n](double x) { progress((static_cast<double>(k) + x) / n); };
-        auto t = importKinetoFile((*files)[k].path, io);
-        if (!t) {
-            if (cancel && cancel->load()) {
-                f.error = path + ": cancelled";
-                return f;
-            }
-            skipped.push_back((*files)[k].path);  // not a trace (a record.json beside them)
-            continue;
-        }
-        traces.push_back(std::make_shared<Trace>(std::move(*t)));
-    }
-    if (traces.empty()) {
-        f.error = path + ": no profiler trace in this folder";
+    const Status st =
+        forEachTrace({path.toStdString()}, io, [&](const std::string&, Trace&& t) -> Status {
+            traces.push_back(std::make_shared<Trace>(std::move(t)));
+            ++done;
+            return {};
+        });
+    if (!st) {
+        f.error =
+            cancel && cancel->load() ? path + ": cancelled" : QString::fromStdString(st.error());
         return f;
     }
     std::stable_sort(traces.begin(), traces.end(),
@@ -499,9 +513,7 @@ LoadedFile loadTraceFolder(const QString& path, const std::atomic<bool>* cancel,
     Trace& first = *traces.front();
     if (traces.size() > 1)
         for (size_t k = 0; k < traces.size(); ++k) {
-            const auto& counters =
-                traces[k]->memory.empty() ? traces[k]->hostMemory : traces[k]->memory;
-            std::vector<MemoryCounter> c = counters;
+            std::vector<MemoryCounter> c = countersOf(*traces[k]);
             for (auto& m : c)
                 m.ts += shift[k];
             if (!c.empty())
@@ -514,6 +526,7 @@ LoadedFile loadTraceFolder(const QString& path, const std::atomic<bool>* cancel,
     f.traceFsdp = fsdp0;
     f.traceSummary = std::make_shared<const TraceSummary>(summarize(*f.trace));
     f.traceMemory = memoryTimelineOf(first, shift[0]);
+    f.traceRankMemory = rankMemoryOf(first);
     return f;
 }
 
@@ -541,6 +554,7 @@ LoadedFile loadFile(const QString& path, const std::atomic<bool>* cancel,
                 std::make_shared<const TimelineData>(timelineFromTrace(f.trace, fsdp.get()));
             f.traceSummary = std::make_shared<const TraceSummary>(summarize(*f.trace));
             f.traceMemory = memoryTimelineOf(*f.trace, 0);
+            f.traceRankMemory = rankMemoryOf(*f.trace);
         } else
             f.error = QString::fromStdString(t.error());
         return f;
@@ -604,8 +618,8 @@ void Document::apply(const LoadedFile& f) {
             break;
         case LoadedFile::Kind::Trace:
             std::erase_if(traces, [&](const OpenedTrace& o) { return o.path == f.path; });
-            traces.push_back(
-                {f.path, f.trace, f.traceTimeline, f.traceSummary, f.traceMemory, f.traceFsdp});
+            traces.push_back({f.path, f.trace, f.traceTimeline, f.traceSummary, f.traceMemory,
+                              f.traceFsdp, f.traceRankMemory});
             showTrace = true;
             return;
     }
@@ -636,8 +650,7 @@ bool Document::resimulate(QString* why) {
         sr = std::move(sim);
     };
     run(*resolved, plan->microBatchSize, baseTimeline, baseSimulation);
-    const bool edits = whatIf.microBatchSize > 0 || !(whatIf.variant == PlanVariant{});
-    if (!edits) {
+    if (!whatIf.active()) {
         timeline = baseTimeline;
         simulation = baseSimulation;
         return true;

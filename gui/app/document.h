@@ -13,6 +13,7 @@
 
 #include "engine/search/variant.h"
 #include "engine/sim/simulator.h"
+#include "gui/timeline/memory_chart.h"
 #include "gui/timeline/timeline_widget.h"
 #include "plans/cluster/cluster.h"
 #include "plans/model/model_graph.h"
@@ -36,6 +37,8 @@ struct LoadedFile {
     std::shared_ptr<const TraceSummary> traceSummary;
     // Its memory counters as a memory timeline (allocated and reserved only), or null.
     std::shared_ptr<const SimResult> traceMemory;
+    // Every rank's memory counter of a multi-rank trace, as the chart's lines; null for one.
+    std::shared_ptr<const std::vector<MemorySeries>> traceRankMemory;
     // FSDP's structure from the trace's own labels (PyTorch FSDP2/FSDP1 runs), or null.
     std::shared_ptr<const FsdpTraceAnalysis> traceFsdp;
     QString error;  // non-empty when loading failed; names the file and field
@@ -61,6 +64,7 @@ struct OpenedTrace {
     std::shared_ptr<const TraceSummary> summary;
     std::shared_ptr<const SimResult> memory;
     std::shared_ptr<const FsdpTraceAnalysis> fsdp;  // null when the trace has no FSDP labels
+    std::shared_ptr<const std::vector<MemorySeries>> rankMemory;  // null: one rank's counter
 };
 
 struct Document {
@@ -92,6 +96,10 @@ struct Document {
     struct WhatIf {
         PlanVariant variant;
         int64_t microBatchSize = 0;  // 0: the plan's
+        // Whether anything is set on top of the plan.
+        [[nodiscard]] bool active() const {
+            return microBatchSize > 0 || !(variant == PlanVariant{});
+        }
     };
     WhatIf whatIf;
     bool resimulate(QString* why = nullptr);

@@ -109,11 +109,8 @@ int main(int argc, char** argv) {
         for (const QString& name : pins) {
             const auto& rows = w.timeline()->data()->rows;
             for (size_t r = 0; rows.size() > r; ++r) {
-                const std::string full = rows[r].group.empty()
-                                             ? rows[r].name
-                                             : rows[r].group + " \u00b7 " + rows[r].name;
-                if (rows[r].depth == 0 &&
-                    (name.toStdString() == full || name.toStdString() == rows[r].name))
+                if (rows[r].depth == 0 && (name.toStdString() == trackName(rows[r]) ||
+                                           name.toStdString() == rows[r].name))
                     w.timeline()->setPinned(static_cast<int>(r), true);
             }
         }

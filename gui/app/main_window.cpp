@@ -719,9 +719,7 @@ void MainWindow::updateTitle() {
         for (const QString& p : {m_doc.modelPath, m_doc.planPath})
             if (!p.isEmpty()) title << QFileInfo(p).fileName();
         if (m_doc.planEdited) title.last() += " (edited)";
-        if (m_doc.plan &&
-            !(m_doc.whatIf.variant == PlanVariant{} && m_doc.whatIf.microBatchSize == 0))
-            title.last() += " + what-if";
+        if (m_doc.plan && m_doc.whatIf.active()) title.last() += " + what-if";
     }
     setWindowTitle(title.join(" - "));
 }
@@ -761,17 +759,7 @@ void MainWindow::showSimulation() {
         sizeTimelineArea();
         searchChanged();
         m_memory->setData(tr->memory, 0);
-        std::vector<MemorySeries> ranks;  // every rank's counter of a multi-rank trace
-        if (tr->trace)
-            for (const auto& [rank, counters] : tr->trace->memoryByRank) {
-                MemorySeries r{"rank " + std::to_string(rank), {}};
-                for (const auto& c : counters)
-                    r.points.push_back({c.ts, c.allocated});
-                std::stable_sort(r.points.begin(), r.points.end(),
-                                 [](const auto& a, const auto& b) { return a.first < b.first; });
-                ranks.push_back(std::move(r));
-            }
-        m_memory->setSeries(std::move(ranks));
+        m_memory->setSeries(tr->rankMemory ? *tr->rankMemory : std::vector<MemorySeries>{});
         // A trace without memory events has no chart: the tracks get its room.
         m_memory->setVisible(tr->memory && !tr->memory->timeline.empty());
         // A trace opened on its own: the empty plan editor yields its room to the tracks, once

@@ -19,9 +19,14 @@ int64_t pixelToTime(double x, const Viewport& v) {
 }
 
 void sortEventsByStart(std::vector<TimelineRow>& rows) {
+    const auto byStart = [](const TimelineEvent& a, const TimelineEvent& b) {
+        return a.start < b.start;
+    };
     for (auto& r : rows) {
-        std::sort(r.events.begin(), r.events.end(),
-                  [](const TimelineEvent& a, const TimelineEvent& b) { return a.start < b.start; });
+        // Rows splitNestedRows made are in order already (enclosing slices first on ties,
+        // which an unstable sort could undo).
+        if (!std::is_sorted(r.events.begin(), r.events.end(), byStart))
+            std::sort(r.events.begin(), r.events.end(), byStart);
         r.kindNs.assign(r.events.size() + 1, {});
         for (size_t i = 0; i < r.events.size(); ++i) {
             r.kindNs[i + 1] = r.kindNs[i];

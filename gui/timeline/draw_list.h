@@ -28,15 +28,21 @@ struct TimelineRow {
     std::string name;                   // "compute", "all_gather", ...
     std::vector<TimelineEvent> events;  // sorted by start, non-overlapping within a stream
     std::string group;                  // "rank 1" when the data holds several ranks
+    bool host = false;  // a host thread's kernel launches: shown with the flows only
     // Nesting depth inside its track (splitNestedRows): 0 the track's outermost slices,
     // k those k levels inside them, drawn in the row below depth k - 1.
     int depth = 0;
-    bool host = false;  // a host thread's kernel launches: shown with the flows only
     // Time per kind of events[0..i), for i in 0..events.size() (sortEventsByStart fills it):
     // a folded block is coloured by the kind that covers most of its events' time. Empty:
     // a block of mixed kinds is drawn as Other.
     std::vector<std::array<int64_t, kEventKinds>> kindNs;
 };
+
+// "rank 1 · compute", or the row's name when it has no group: what a track is called in the
+// pinned band and by --pin.
+[[nodiscard]] inline std::string trackName(const TimelineRow& r) {
+    return r.group.empty() ? r.name : r.group + " \u00b7 " + r.name;
+}
 
 struct Viewport {
     int64_t startNs = 0;

@@ -245,33 +245,7 @@ void TimelineWidget::paintEvent(QPaintEvent*) {
         p.setPen(QColor(0xdd, 0xdd, 0xdd));
         p.drawLine(kLabelWidth, y + kRowHeight, width(), y + kRowHeight);
     }
-    for (const DrawRect& d : m_drawList) {
-        const QRectF box(kLabelWidth + d.x0, top + d.row * kRowHeight + 3, d.x1 - d.x0,
-                         kRowHeight - 6);
-        p.fillRect(box, d.folded > 1 ? colorOf(d.kind).darker(130) : colorOf(d.kind));
-        if (d.op >= 0 && d.folded == 1) {
-            // The collective's exposed parts: hatched, so that prefetching and overlap show
-            // as the hatching shrinks.
-            if (const auto it = m_data->exposed.find(d.op); it != m_data->exposed.end())
-                for (const auto& [a, b] : it->second) {
-                    const double xa = std::max(d.x0, timeToPixel(a, v));
-                    const double xb = std::min(d.x1, timeToPixel(b, v));
-                    if (xb > xa)
-                        p.fillRect(QRectF(kLabelWidth + xa, box.top(), xb - xa, box.height()),
-                                   QBrush(QColor(0x80, 0x10, 0x10, 200), Qt::BDiagPattern));
-                }
-        }
-        if (!d.label.empty()) {
-            p.setPen(Qt::white);
-            p.drawText(box.adjusted(3, 0, -2, 0), Qt::AlignVCenter | Qt::AlignLeft,
-                       elideLabel(QString::fromStdString(d.label), QFontMetrics(font()),
-                                  static_cast<int>(box.width()) - 5));
-        }
-        if (m_selectedOp >= 0 && d.op == m_selectedOp) {
-            p.setPen(QPen(palette().text().color(), 2));
-            p.drawRect(box.adjusted(-1, -1, 1, 1));
-        }
-    }
+    paintRects(p, m_drawList, top, v);
     m_lastDependencyCount = 0;
     if (m_selectedOp >= 0) {
         if (const auto it = m_data->waits.find(m_selectedOp); it != m_data->waits.end()) {
@@ -352,6 +326,37 @@ void TimelineWidget::paintEvent(QPaintEvent*) {
     }
 }
 
+void TimelineWidget::paintRects(QPainter& p, const std::vector<DrawRect>& rects, int y0,
+                                const Viewport& v) const {
+    for (const DrawRect& d : rects) {
+        const QRectF box(kLabelWidth + d.x0, y0 + d.row * kRowHeight + 3, d.x1 - d.x0,
+                         kRowHeight - 6);
+        p.fillRect(box, d.folded > 1 ? colorOf(d.kind).darker(130) : colorOf(d.kind));
+        if (d.op >= 0 && d.folded == 1) {
+            // The collective's exposed parts: hatched, so that prefetching and overlap show
+            // as the hatching shrinks.
+            if (const auto it = m_data->exposed.find(d.op); it != m_data->exposed.end())
+                for (const auto& [a, b] : it->second) {
+                    const double xa = std::max(d.x0, timeToPixel(a, v));
+                    const double xb = std::min(d.x1, timeToPixel(b, v));
+                    if (xb > xa)
+                        p.fillRect(QRectF(kLabelWidth + xa, box.top(), xb - xa, box.height()),
+                                   QBrush(QColor(0x80, 0x10, 0x10, 200), Qt::BDiagPattern));
+                }
+        }
+        if (!d.label.empty()) {
+            p.setPen(Qt::white);
+            p.drawText(box.adjusted(3, 0, -2, 0), Qt::AlignVCenter | Qt::AlignLeft,
+                       elideLabel(QString::fromStdString(d.label), QFontMetrics(font()),
+                                  static_cast<int>(box.width()) - 5));
+        }
+        if (m_selectedOp >= 0 && d.op == m_selectedOp) {
+            p.setPen(QPen(palette().text().color(), 2));
+            p.drawRect(box.adjusted(-1, -1, 1, 1));
+        }
+    }
+}
+
 int TimelineWidget::stickyTop() const {
     // Inside a scroll area: the first visible pixel row of the widget.
     return std::max(0, visibleRegion().boundingRect().top());
@@ -386,21 +391,9 @@ void TimelineWidget::paintPinnedAndAxis(QPainter& p, const Viewport& v) {
             p.setPen(palette().text().color());
             const TimelineRow& r = *rows[k];
             p.drawText(QRect(4, y, kLabelWidth - 8, kRowHeight), Qt::AlignVCenter | Qt::AlignLeft,
-                       QString::fromUtf8("\u2191 ") +
-                           QString::fromStdString(r.group.empty() ? r.name
-                                                                  : r.group + " \u00b7 " + r.name));
+                       QString::fromUtf8("\u2191 ") + QString::fromStdString(trackName(r)));
         }
-        for (const DrawRect& d : m_pinnedDrawList) {
-            const QRectF box(kLabelWidth + d.x0, y0 + d.row * kRowHeight + 3, d.x1 - d.x0,
-                             kRowHeight - 6);
-            p.fillRect(box, d.folded > 1 ? colorOf(d.kind).darker(130) : colorOf(d.kind));
-            if (!d.label.empty()) {
-                p.setPen(Qt::white);
-                p.drawText(box.adjusted(3, 0, -2, 0), Qt::AlignVCenter | Qt::AlignLeft,
-                           elideLabel(QString::fromStdString(d.label), QFontMetrics(font()),
-                                      static_cast<int>(box.width()) - 5));
-            }
-        }
+        paintRects(p, m_pinnedDrawList, y0, v);
         p.setPen(QPen(palette().mid().color(), 2));
         p.drawLine(0, y0 + pinBand(), width(), y0 + pinBand());
     } else {

@@ -140,6 +140,10 @@ private:
     [[nodiscard]] int pinBand() const { return static_cast<int>(m_pinned.size()) * kRowHeight; }
     [[nodiscard]] int stickyTop() const;
     void paintPinnedAndAxis(QPainter& p, const Viewport& v);
+    // Events laid out by buildDrawList, rows from y0: fill, exposed hatching, label,
+    // selection (the tracks and the pinned band alike).
+    void paintRects(QPainter& p, const std::vector<DrawRect>& rects, int y0,
+                    const Viewport& v) const;
     void zoom(double factor, double atX);
     void pan(double px);
     void rebuildVisible();

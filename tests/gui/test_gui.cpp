@@ -57,6 +57,18 @@ QStringList llamaOnH100(const char* plan) {
             sample("clusters/h100-sxm-8x8.json")};
 }
 
+// A PyTorch-profiler-style trace of `ranks` x `streams` with `events` kernels, written to the
+// temporary folder as `file`; its path.
+std::string syntheticTrace(const char* file, int ranks, int streams, int events) {
+    const std::string path = (std::filesystem::temp_directory_path() / file).string();
+    shardscope::SyntheticTraceOptions so;
+    so.ranks = ranks;
+    so.streams = streams;
+    so.events = events;
+    shardscope::writeSyntheticTrace(path, so);
+    return path;
+}
+
 Document openSamples() {
     Document d;
     for (const QString& f : llamaOnH100("plans/llama-per-block.json")) {
@@ -318,13 +330,7 @@ TEST(GuiWindow, OpensAPyTorchProfilerTraceOnTheTimeline) {
 TEST(GuiWindow, ManyRanksScrollInsideTheWindow) {
     // 8 ranks x 8 streams: 72 rows of 22 px. The window used to grow to fit them all, past
     // a 900-pixel screen, pushing the memory chart and the status bar off it.
-    const std::string path =
-        (std::filesystem::temp_directory_path() / "shardscope_gui_8x8.pt.trace.json").string();
-    shardscope::SyntheticTraceOptions so;
-    so.ranks = 8;
-    so.streams = 8;
-    so.events = 20000;
-    shardscope::writeSyntheticTrace(path, so);
+    const std::string path = syntheticTrace("shardscope_gui_8x8.pt.trace.json", 8, 8, 20000);
     MainWindow w;
     w.resize(1400, 900);
     w.show();
@@ -1365,13 +1371,7 @@ TEST(GuiTimeline, APinnedTrackStaysUnderTheAxisWhileTheTracksScroll) {
     // Perfetto's pinning: click a track's name and it is also drawn in a band under the time
     // axis, which stays on screen while the tracks scroll (to set rank 7's compute beside
     // rank 0's, say). Clicking its name in the band unpins it.
-    const std::string path =
-        (std::filesystem::temp_directory_path() / "shardscope_gui_pin.pt.trace.json").string();
-    shardscope::SyntheticTraceOptions so;
-    so.ranks = 8;
-    so.streams = 8;
-    so.events = 20000;
-    shardscope::writeSyntheticTrace(path, so);
+    const std::string path = syntheticTrace("shardscope_gui_pin.pt.trace.json", 8, 8, 20000);
     MainWindow w;
     w.resize(1400, 900);
     w.show();
@@ -1412,13 +1412,7 @@ TEST(GuiTimeline, APinnedTrackStaysUnderTheAxisWhileTheTracksScroll) {
 TEST(GuiWindow, ComparePutsAMeasuredTraceBesideThePlanAsItIsEdited) {
     // Side by side: a measured trace (A) and the plan's simulated step (B). A plan edit
     // re-simulates B; A, the trace, stays as it was, and so does the shared zoom.
-    const std::string path =
-        (std::filesystem::temp_directory_path() / "shardscope_gui_side.pt.trace.json").string();
-    shardscope::SyntheticTraceOptions so;
-    so.ranks = 1;
-    so.streams = 2;
-    so.events = 2000;
-    shardscope::writeSyntheticTrace(path, so);
+    const std::string path = syntheticTrace("shardscope_gui_side.pt.trace.json", 1, 2, 2000);
     MainWindow w;
     w.resize(1400, 900);
     w.show();
@@ -1513,13 +1507,7 @@ TEST(GuiWindow, EditsAndWhatIfsShowTheirStepEvenOverAnOpenedTrace) {
     // With a trace opened last, plan edits and what-ifs used to change nothing visible: the
     // timeline kept showing the trace. They now show the re-simulated step; the trace stays
     // in Compare.
-    const std::string path =
-        (std::filesystem::temp_directory_path() / "shardscope_gui_over.pt.trace.json").string();
-    shardscope::SyntheticTraceOptions so;
-    so.ranks = 1;
-    so.streams = 2;
-    so.events = 500;
-    shardscope::writeSyntheticTrace(path, so);
+    const std::string path = syntheticTrace("shardscope_gui_over.pt.trace.json", 1, 2, 500);
     MainWindow w;
     w.resize(1400, 900);
     w.show();
