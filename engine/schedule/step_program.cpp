@@ -289,10 +289,23 @@ private:
             }
             // Full and op-level checkpointing: what the recompute saves after the last
             // attention, and its gradients (Segment::recomputeLate).
+            // A loop of alike members there (ModuleRun::loopSaved, a mixture-of-experts
+            // block's experts) makes one member's gradients while that member's recomputed
+            // activations are alive and the ones it has passed are freed: at most all the
+            // activations and one member's gradients, or all the gradients and one member's
+            // activations, live at once. The rest of its gradients are made after the
+            // recompute is gone.
             const auto splitRecompute = [&] {
                 if (!run.hasAttn) return;
                 sg.recomputeLate += run.savedAfterAttn.at(b, s, scale);
-                sg.gradLateBytes += run.gradNumelAfterAttn * gradSize;
+                int64_t overlap = 0;
+                if (run.loopMembers >= 2) {
+                    const double n = run.loopMembers;
+                    const double acts = run.loopSaved.at(b, s, scale);
+                    const auto grads = static_cast<double>(run.loopGradNumel * gradSize);
+                    overlap = static_cast<int64_t>((n - 1.0) / n * std::min(acts, grads));
+                }
+                sg.gradLateBytes += run.gradNumelAfterAttn * gradSize - overlap;
             };
             switch (unit.activationCheckpointing) {
                 case AcMode::Full:

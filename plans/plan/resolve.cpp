@@ -949,6 +949,59 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r) 
             if (afterAttn[static_cast<size_t>(lastMod[p])])
                 run.gradNumelAfterAttn += g.params()[p].numel;
         }
+    // Loops after the last attention (ModuleRun::loopSaved): a module belongs to the member
+    // of a ModuleList of alike siblings (experts.3 for experts.3.w1) that holds no attention.
+    {
+        std::vector<char> hasAttention(n, 0);
+        for (size_t m = n; m-- > 0;) {
+            const ModuleNode& mod = g.modules()[m];
+            if (mod.cls.find("Attention") != std::string::npos) hasAttention[m] = 1;
+            if (hasAttention[m] && mod.parent.valid()) hasAttention[mod.parent.index()] = 1;
+        }
+        std::vector<int32_t> member(n, -1);
+        for (size_t m = 1; m < n; ++m) {
+            const ModuleNode& mod = g.modules()[m];
+            if (hasAttention[m] || !mod.parent.valid()) continue;
+            const size_t parent = mod.parent.index();
+            if (member[parent] >= 0) {
+                member[m] = member[parent];
+            } else if (g.isContainer(mod.parent)) {
+                const auto& sib = g.modules()[parent].children;
+                const auto alike = std::count_if(
+                    sib.begin(), sib.end(), [&](ModuleId c) { return g.module(c).cls == mod.cls; });
+                if (alike >= 2) member[m] = static_cast<int32_t>(m);
+            }
+        }
+        for (size_t ri = 0; ri < runMods.size(); ++ri) {
+            struct Loop {
+                size_t list;
+                ScaledCost saved;
+                int64_t grads = 0;
+                std::vector<int32_t> members;
+            };
+            std::vector<Loop> loops;
+            for (int32_t x : runMods[ri]) {
+                const auto xi = static_cast<size_t>(x);
+                if (!afterAttn[xi] || member[xi] < 0) continue;
+                const size_t list = g.modules()[static_cast<size_t>(member[xi])].parent.index();
+                auto it = std::find_if(loops.begin(), loops.end(),
+                                       [&](const Loop& l) { return l.list == list; });
+                if (it == loops.end()) it = loops.insert(loops.end(), Loop{list, {}, 0, {}});
+                it->saved += g.modules()[xi].cost.savedBytes;
+                it->grads += gradOfMod[xi];
+                if (std::find(it->members.begin(), it->members.end(), member[xi]) ==
+                    it->members.end())
+                    it->members.push_back(member[xi]);
+            }
+            ModuleRun& run = runs[ri];
+            for (const Loop& l : loops)
+                if (l.members.size() >= 2 && l.grads > run.loopGradNumel) {
+                    run.loopSaved = l.saved;
+                    run.loopGradNumel = l.grads;
+                    run.loopMembers = static_cast<int32_t>(l.members.size());
+                }
+        }
+    }
     // The gradient moments (ModuleRun::firstGradOutput, largestGradOutput): backward walks
     // the run last module first, its gradients accumulating.
     for (size_t ri = 0; ri < runMods.size(); ++ri) {

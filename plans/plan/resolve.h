@@ -105,6 +105,15 @@ struct ModuleRun {
     ScaledCost savedAfterAttn;
     int64_t gradNumelAfterAttn = 0;
     bool hasAttn = false;
+    // A loop of alike modules after the last attention (a mixture-of-experts block's
+    // experts, siblings of one class in a ModuleList): backward makes one member's
+    // gradients while its own activations are alive and earlier members' are freed, so the
+    // loop's activations and gradients never all live at once (FSDPMemTracker peaks inside
+    // Mixtral's expert loop). Its members' saved bytes and gradient elements, summed; the
+    // list with the most gradient elements when a run has several.
+    ScaledCost loopSaved;
+    int64_t loopGradNumel = 0;
+    int32_t loopMembers = 0;
     // Op-level selective checkpointing (AcMode::SelectiveOp): the outputs torchtitan's preset
     // keeps (SDPA's, and each odd-numbered mm of the unit's forward), and per op kind.
     ScaledCost sacPresetSaved;

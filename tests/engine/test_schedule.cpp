@@ -225,6 +225,54 @@ TEST(StepProgram, ActivationCheckpointingRecomputesForward) {
     EXPECT_LT(r.sim.peakAllocatedByPhase[0], base.sim.peakAllocatedByPhase[0]);
 }
 
+// A block of an attention and, after it, 4 experts: in a ModuleList they are a loop
+// (ModuleRun::loopSaved), in a plain container they are not.
+ModelGraph expertBlocks(bool list) {
+    ModelGraph g;
+    ModuleId layers = g.addModule(g.root(), "layers", "ModuleList", {"ModuleList"});
+    for (int i = 0; i < 2; ++i) {
+        ModuleId b = g.addModule(layers, std::to_string(i), "Block");
+        ModuleId a = g.addModule(b, "attn", "Attention");
+        g.addParam(a, "weight", {kH, kH}, DType::Float32);
+        g.cost(a).fwdFlops.perToken = kFwdFlopsPerToken;
+        g.cost(a).bwdFlops.perToken = 2 * kFwdFlopsPerToken;
+        g.cost(a).savedBytes.perToken = 4 * kH;
+        ModuleId e = list ? g.addModule(b, "experts", "ModuleList", {"ModuleList"})
+                          : g.addModule(b, "experts", "Experts");
+        for (int x = 0; x < 4; ++x) {
+            ModuleId m = g.addModule(e, std::to_string(x), "Expert");
+            g.addParam(m, "weight", {kH, kH}, DType::Float32);  // 4 MiB of gradient each
+            g.cost(m).fwdFlops.perToken = kFwdFlopsPerToken;
+            g.cost(m).bwdFlops.perToken = 2 * kFwdFlopsPerToken;
+            g.cost(m).savedBytes.perToken = 8 * kH;  // 7.8 MiB per 1000 tokens each
+        }
+    }
+    EXPECT_TRUE(g.finalize().ok());
+    return g;
+}
+
+TEST(Memory, AnExpertLoopNeverHoldsAllItsRecomputedActivationsAndGradients) {
+    // Full checkpointing: backward makes one expert's gradients while that expert's
+    // recomputed activations are alive and the ones it has passed are freed, so at most all
+    // the activations (4 x 7.8 MiB) and one expert's gradients (4 MiB) live at once, not all
+    // the gradients (16 MiB) besides: 3/4 x min(31.25, 16) MiB less than the same experts
+    // counted as one block of work.
+    Plan p = blockPlan(1);
+    p.defaults.activationCheckpointing = AcMode::Full;
+    const SimRun loop = run(expertBlocks(true), p, cluster(1, 1));
+    const SimRun flat = run(expertBlocks(false), p, cluster(1, 1));
+    const double mib = 1 << 20;
+    for (const ModuleRun& r : loop.plan.moduleRuns) {
+        if (r.hasAttn) EXPECT_EQ(r.loopMembers, 4);
+    }
+    for (const ModuleRun& r : flat.plan.moduleRuns)
+        EXPECT_EQ(r.loopMembers, 0);
+    const int64_t less = flat.sim.peakAllocatedByPhase[1] - loop.sim.peakAllocatedByPhase[1];
+    EXPECT_EQ(static_cast<double>(less), 0.75 * 16 * mib)
+        << "backward peaks: " << flat.sim.peakAllocatedByPhase[1] / mib << " and "
+        << loop.sim.peakAllocatedByPhase[1] / mib << " MiB";
+}
+
 TEST(Memory, PeaksWithinPyTorchsFsdp2MemoryTestBounds) {
     // fp32, Adam, block = one unit: test_fully_shard_memory.py's expectations.
     for (bool reshard : {true, false}) {

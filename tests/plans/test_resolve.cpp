@@ -340,3 +340,44 @@ TEST(Checkpointing, DefaultsSkipTheRootEveryKCountsUnitsAndSelectiveWarns) {
         std::string::npos)
         << ms[0];
 }
+
+TEST(ModuleRuns, AnExpertLoopAfterTheAttentionIsFoundAndADenseMlpIsNoLoop) {
+    // Mixtral's 8 experts (ModuleList of alike MixtralBlockSparseTop2MLP) follow the
+    // attention in each decoder layer: their saved bytes and gradients are the loop's
+    // (ModuleRun::loopSaved). The layers' own ModuleList holds the attention: no loop.
+    const ModelGraph g =
+        std::move(loadModelFile(samplePath("models/mixtral-8x7b/config.json"))).value();
+    Plan p = blockPlan({8});
+    p.wrap.classes = {"MixtralDecoderLayer"};
+    const ResolvedPlan r = resolvePlan(g, p, nullptr, "plan.json");
+    ASSERT_FALSE(r.hasErrors());
+    const ModuleId experts = *g.findModule("model.layers.0.block_sparse_moe.experts");
+    ScaledCost saved;
+    int64_t expertNumel = 0;
+    for (size_t m = experts.index() + 1;
+         m < static_cast<size_t>(g.modules()[experts.index()].subtreeEnd); ++m) {
+        saved += g.modules()[m].cost.savedBytes;
+        for (ParamId q : g.modules()[m].params)
+            expertNumel += g.params()[q.index()].numel;
+    }
+    EXPECT_EQ(expertNumel, int64_t{8} * 3 * 4096 * 14336);
+    int layers = 0;
+    for (const ModuleRun& run : r.moduleRuns) {
+        if (!run.hasAttn) {
+            EXPECT_EQ(run.loopMembers, 0);
+            continue;
+        }
+        ++layers;
+        EXPECT_EQ(run.loopMembers, 8);
+        EXPECT_EQ(run.loopGradNumel, expertNumel);
+        EXPECT_DOUBLE_EQ(run.loopSaved.at(2, 8192), saved.at(2, 8192));
+    }
+    EXPECT_EQ(layers, 32);
+
+    const ModelGraph dense = llama8b();
+    Plan lp = blockPlan({8});
+    lp.wrap.classes = {"LlamaDecoderLayer"};
+    const ResolvedPlan lr = resolvePlan(dense, lp, nullptr, "plan.json");
+    for (const ModuleRun& run : lr.moduleRuns)
+        EXPECT_EQ(run.loopMembers, 0);
+}

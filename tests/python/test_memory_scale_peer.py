@@ -77,8 +77,13 @@ class MemoryAtScale(unittest.TestCase):
         # Mixtral's experts under balanced routing (memory_oracle.balanced_moe_routing: the
         # same operators as transformers' block, each expert given tokens x top_k / experts
         # slots). Before counting the expert output kept by the routing multiply and the
-        # weighted output kept by index_add_, ours was -5.3%.
-        self.assertLess(abs(self.case("mixtral-8x7b")["error"]), GOAL)
+        # weighted output kept by index_add_, ours was -5.3%. Under op-level selective
+        # checkpointing it was +3.01% (full +2.42%) before the expert loop's recomputed
+        # activations and gradients stopped being counted as all alive at once
+        # (ModuleRun::loopSaved).
+        for ac in ("none", "selective_op"):
+            with self.subTest(ac=ac):
+                self.assertLess(abs(self.case("mixtral-8x7b", ac=ac)["error"]), GOAL)
 
     def test_phi4_bf16(self):
         # Phi-3's architecture (native loader since 2026-11-25): fused qkv_proj and
