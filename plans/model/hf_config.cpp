@@ -174,6 +174,11 @@ struct LlamaLike {
     // from layer firstDense on an MoE of experts, a sigmoid top-k router with group-limited
     // choice (DeepseekV3TopkRouter) and shared experts.
     bool deepseek = false;
+    // DeepSeek-V2 (and V2-Lite): the same attention and expert layout as V3 with a softmax
+    // router (DeepseekV2MoEGate: no correction bias, no renormalisation), optional shared
+    // experts, complex-number RoPE, and the routed outputs combined by sorting the token
+    // slots, one cat and a scatter instead of V3's index_add_ per expert.
+    bool deepseekV2 = false;
     // Phi-3 (and Phi-4, same model_type): fused qkv_proj (registered after o_proj) and
     // gate_up_proj, residual dropouts, RoPE on partial_rotary_factor of each head.
     bool phi3 = false;
@@ -331,9 +336,13 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
         // sigmoid's output, the gather's int64 indices, the renormalising sum and scores.
         // Not counted: the weight's fp32 copy under bf16 (experts x h x 4 bytes per layer
         // and micro-batch, not per token).
-        ModuleId gate = g.addModule(moe, "gate", c.prefix + "TopkRouter");
+        // V2's DeepseekV2MoEGate: the same fp32 linear with a softmax, top-k straight from
+        // the scores (or by group), no correction bias and no renormalisation.
+        ModuleId gate =
+            g.addModule(moe, "gate", c.prefix + (c.deepseekV2 ? "MoEGate" : "TopkRouter"));
         g.addParam(gate, "weight", {c.experts, h}, pd);
-        g.addBuffer(gate, {"e_score_correction_bias", {c.experts}, DType::Float32, true});
+        if (!c.deepseekV2)
+            g.addBuffer(gate, {"e_score_correction_bias", {c.experts}, DType::Float32, true});
         const double E = static_cast<double>(c.experts), k = static_cast<double>(c.topK);
         {
             auto& gc = g.cost(gate);
@@ -351,17 +360,23 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
         // router's saved fp32 input (fp32 compute): h·e bytes when e < 4, none at e = 4,
         // written as 4h - h·e (fixed 4h, and -h per element byte that follows the compute
         // dtype) so the simulator's dtype rescaling keeps it exact.
-        ModuleId sh = g.addModule(moe, "shared_experts", c.prefix + "MLP");
-        swiglu(sh, "gate_proj", "up_proj", "down_proj", c.moeInter * c.sharedExperts, 1.0, false);
-        auto& sc = g.cost(g.module(sh).children.front());  // gate_proj
-        sc.savedBytes.perToken -= H * cb.e;
-        sc.savedBytes.fixedPerToken += 4 * H;
+        if (c.sharedExperts > 0) {
+            ModuleId sh = g.addModule(moe, "shared_experts", c.prefix + "MLP");
+            swiglu(sh, "gate_proj", "up_proj", "down_proj", c.moeInter * c.sharedExperts, 1.0,
+                   false);
+            auto& sc = g.cost(g.module(sh).children.front());  // gate_proj
+            sc.savedBytes.perToken -= H * cb.e;
+            sc.savedBytes.fixedPerToken += 4 * H;
+        }
         // Per routed slot: the token and slot indices (int64 each), the fp32 routing weight,
-        // the expert's output (kept by the multiply), the fp32 weighted output (kept by
-        // index_add_ into the fp32 sum).
+        // and an fp32 copy of the expert outputs: V3's index_add_ keeps the fp32 weighted
+        // output (and its multiply the expert's output, in the compute dtype); V2's in-place
+        // multiply of the slots' fp32 outputs by their weights keeps a clone of its input
+        // (measured with saved_tensors_hooks: 16k + 4k + 4hk bytes per token in fp32 and in
+        // bf16).
         auto& mc = g.cost(moe);
         mc.savedBytes.fixedPerToken += 16 * k + 4 * k + 4 * H * k;
-        mc.savedBytes.perToken += H * k * cb.e;
+        if (!c.deepseekV2) mc.savedBytes.perToken += H * k * cb.e;
         mc.fwdMemBytes.perToken += 2.0 * H * k * cb.e + 8 * H * k;
         mc.bwdMemBytes.perToken += 2.0 * H * k * cb.e + 8 * H * k;
         mc.fwdMemKernels += 4 + 6 * static_cast<int32_t>(c.experts);
@@ -549,7 +564,11 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
     rmsNorm(model, "norm");
     ModuleId rope = g.addModule(model, "rotary_emb", c.prefix + "RotaryEmbedding");
     g.addBuffer(rope, {"inv_freq", {c.rotaryDim / 2}, DType::Float32, false});
-    g.cost(rope).savedBytes.perToken += 2.0 * static_cast<double>(c.rotaryDim) * cb.e;
+    // cos and sin in the compute dtype; DeepSeek-V2's one complex64 freqs_cis (fp32 pairs).
+    if (c.deepseekV2)
+        g.cost(rope).savedBytes.fixedPerToken += 4.0 * static_cast<double>(c.rotaryDim);
+    else
+        g.cost(rope).savedBytes.perToken += 2.0 * static_cast<double>(c.rotaryDim) * cb.e;
     g.cost(rope).outputBytes.perToken += 2.0 * static_cast<double>(c.rotaryDim) * cb.e;
     // The model's position ids (arange), inv_freq @ position_ids (a bmm of k = 1), then
     // cos, sin, two muls, cat, the fp32 expand's copy (and the casts of cos and sin to a
@@ -581,6 +600,7 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
                : family == "qwen2_moe"   ? "Qwen2Moe"
                : family == "qwen3_moe"   ? "Qwen3Moe"
                : family == "deepseek_v3" ? "DeepseekV3"
+               : family == "deepseek_v2" ? "DeepseekV2"
                : family == "phi3"        ? "Phi3"
                                          : "Mixtral";
     c.vocab = positive(r, "vocab_size");
@@ -593,7 +613,8 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
         r.at("num_key_value_heads")
             .fail("num_key_value_heads (" + std::to_string(c.kvHeads) +
                   ") must divide num_attention_heads (" + std::to_string(c.heads) + ")");
-    c.deepseek = family == "deepseek_v3";
+    c.deepseekV2 = family == "deepseek_v2";
+    c.deepseek = family == "deepseek_v3" || c.deepseekV2;
     if (c.deepseek) {
         // MLA's sizes; head_dim in DeepSeek configs is the rotary part's and unused here.
         c.qLora = r.hasNonNull("q_lora_rank") ? positive(r, "q_lora_rank") : 0;
@@ -648,7 +669,7 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
             .fail(
                 "sliding-window attention is not modelled (its layers attend to fewer "
                 "positions); set it to false or export the model with scripts/export_model.py");
-    c.mlpBias = family == "llama" && r.optBool("mlp_bias").value_or(false);
+    c.mlpBias = (family == "llama" || c.deepseekV2) && r.optBool("mlp_bias").value_or(false);
     // Each MoE family names its expert count differently.
     const char* expertsKey = family == "mixtral" ? "num_local_experts"
                              : c.deepseek        ? "n_routed_experts"
@@ -661,19 +682,38 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
         c.experts = positive(r, expertsKey);
         c.topK = positive(r, "num_experts_per_tok");
         c.moeInter = positive(r, "moe_intermediate_size");
-        c.sharedExperts = r.hasNonNull("n_shared_experts") ? positive(r, "n_shared_experts") : 0;
-        if (c.sharedExperts == 0)
+        // V2 may have none (n_shared_experts null: no shared_experts module); V3 has some.
+        c.sharedExperts =
+            r.hasNonNull("n_shared_experts") ? r.at("n_shared_experts").asIntAtLeast(0) : 0;
+        if (c.sharedExperts == 0 && !c.deepseekV2)
             r.at("n_shared_experts")
                 .fail("DeepSeek-V3 models have shared experts (n_shared_experts >= 1)");
-        c.normTopK = r.optBool("norm_topk_prob").value_or(true);
+        if (c.sharedExperts > kMaxDim)
+            r.at("n_shared_experts").fail("implausibly many shared experts");
+        // DeepseekV2MoEGate reads norm_topk_prob but never renormalises.
+        c.normTopK = !c.deepseekV2 && r.optBool("norm_topk_prob").value_or(true);
         c.firstDense = r.hasNonNull("first_k_dense_replace")
                            ? r.at("first_k_dense_replace").asIntAtLeast(0)
                            : 0;
-        const int64_t groups = r.hasNonNull("n_group") ? positive(r, "n_group") : 1;
-        if (c.experts % groups != 0)
-            r.at("n_group").fail("n_group (" + std::to_string(groups) +
-                                 ") must divide n_routed_experts (" + std::to_string(c.experts) +
-                                 ")");
+        // V2 groups the experts only with topk_method "group_limited_greedy" (default
+        // "greedy"); V3 always.
+        const bool grouped =
+            !c.deepseekV2 ||
+            (r.hasNonNull("topk_method") && r.getString("topk_method") == "group_limited_greedy");
+        if (c.deepseekV2 && r.hasNonNull("topk_method")) {
+            const std::string m = r.getString("topk_method");
+            if (m != "greedy" && m != "group_limited_greedy")
+                r.at("topk_method")
+                    .fail("unknown topk_method \"" + m +
+                          "\" (DeepSeek-V2 has greedy and group_limited_greedy)");
+        }
+        if (grouped) {
+            const int64_t groups = r.hasNonNull("n_group") ? positive(r, "n_group") : 1;
+            if (c.experts % groups != 0)
+                r.at("n_group").fail("n_group (" + std::to_string(groups) +
+                                     ") must divide n_routed_experts (" +
+                                     std::to_string(c.experts) + ")");
+        }
     }
     if (family == "qwen2_moe" || family == "qwen3_moe") {
         c.experts = r.hasNonNull(expertsKey) ? r.at(expertsKey).asIntAtLeast(0) : 0;
@@ -821,7 +861,7 @@ Expected<ModelGraph> modelFromHfConfig(const nlohmann::json& j, const std::strin
         Expected<ModelGraph> g = Error{""};
         if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" ||
             type == "olmo2" || type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" ||
-            type == "deepseek_v3" || type == "phi3")
+            type == "deepseek_v3" || type == "deepseek_v2" || type == "phi3")
             g = loadLlamaLike(r, type, options);
         else if (type == "gpt2")
             g = loadGpt2(r, options);
@@ -829,7 +869,7 @@ Expected<ModelGraph> modelFromHfConfig(const nlohmann::json& j, const std::strin
             r.at("model_type")
                 .fail("unsupported model_type \"" + type +
                       "\" (supported: llama, mistral, qwen2, qwen3, olmo2, mixtral, qwen2_moe, "
-                      "qwen3_moe, deepseek_v3, phi3, gpt2; for "
+                      "qwen3_moe, deepseek_v2, deepseek_v3, phi3, gpt2; for "
                       "other models "
                       "export a ShardScope model JSON with scripts/export_model.py)");
         if (g.ok() && r.hasNonNull("_name_or_path")) g->name = r.getString("_name_or_path");

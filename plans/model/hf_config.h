@@ -6,7 +6,8 @@
 // (Llama-3-8B 8,030,261,248; Mistral-7B-v0.1 7,241,732,096; GPT-2 124,439,808).
 //
 // Families: llama (Llama 2, 3, 3.1, 3.2), mistral, qwen2, qwen3, olmo2, mixtral, qwen2_moe,
-// qwen3_moe, deepseek_v3 (DeepSeek-V3, Moonlight), phi3 (Phi-3, Phi-4), gpt2.
+// qwen3_moe, deepseek_v2 (DeepSeek-V2, V2-Lite), deepseek_v3 (DeepSeek-V3, Moonlight), phi3
+// (Phi-3, Phi-4), gpt2.
 // Per-operator cost formulas and their assumptions are documented in plans/README.md
 // ("Model costs") and next to each formula in hf_config.cpp.
 #include <nlohmann/json.hpp>

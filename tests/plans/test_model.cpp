@@ -60,6 +60,7 @@ TEST(HfConfig, PublishedParameterCounts) {
         {"gpt2", 124439808},
         {"qwen3-30b-a3b", 30532122624},
         {"deepseek-v3", 671026404352},
+        {"deepseek-v2-lite", 15706484224},
         {"moonlight-16b-a3b", 15960108544},
         {"phi3-mini-4k", 3821079552},
         {"phi4", 14659507200},
@@ -174,6 +175,40 @@ TEST(HfConfig, DeepseekV3LayersAndRouter) {
               "config.json:/: missing required field \"kv_lora_rank\"");
     EXPECT_EQ(withField("\"qk_rope_head_dim\": 8", "\"qk_rope_head_dim\": 7"),
               "config.json:/qk_rope_head_dim: qk_rope_head_dim must be even");
+}
+
+// DeepSeek-V2: V3's layout with DeepseekV2MoEGate (a weight, no correction bias), shared
+// experts only when n_shared_experts is set, and groups only for group_limited_greedy.
+TEST(HfConfig, DeepseekV2GateSharedExpertsAndTopkMethod) {
+    const std::string ds = R"({"model_type": "deepseek_v2", "vocab_size": 100, "hidden_size": 64,
+        "intermediate_size": 96, "moe_intermediate_size": 16, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "n_routed_experts": 8, "n_shared_experts": 2,
+        "num_experts_per_tok": 2, "first_k_dense_replace": 1, "topk_method": "greedy",
+        "q_lora_rank": null, "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16,
+        "v_head_dim": 16})";
+    const ModelGraph g = fromText(ds);
+    EXPECT_EQ(g.modules()[0].cls, "DeepseekV2ForCausalLM");
+    EXPECT_EQ(g.module(*g.findModule("model.layers.1.mlp")).cls, "DeepseekV2MoE");
+    const ModuleId gate = *g.findModule("model.layers.1.mlp.gate");
+    EXPECT_EQ(g.module(gate).cls, "DeepseekV2MoEGate");
+    EXPECT_TRUE(g.module(gate).buffers.empty());
+    EXPECT_TRUE(g.findModule("model.layers.1.mlp.shared_experts").has_value());
+    auto withField = [&](const std::string& from, const std::string& to) {
+        return loadErrorWith(ds, from, to);
+    };
+    const std::string none = R"({"model_type": "deepseek_v2", "vocab_size": 100, "hidden_size": 64,
+        "intermediate_size": 96, "moe_intermediate_size": 16, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "n_routed_experts": 8, "n_shared_experts": null,
+        "num_experts_per_tok": 2, "first_k_dense_replace": 1, "n_group": 3,
+        "q_lora_rank": null, "kv_lora_rank": 16, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16,
+        "v_head_dim": 16})";
+    // greedy (the default) ignores n_group; without shared experts there is no module.
+    EXPECT_FALSE(fromText(none).findModule("model.layers.1.mlp.shared_experts").has_value());
+    EXPECT_EQ(withField("\"greedy\"", "\"group_limited_greedy\", \"n_group\": 3"),
+              "config.json:/n_group: n_group (3) must divide n_routed_experts (8)");
+    EXPECT_EQ(withField("\"greedy\"", "\"noaux_tc\""),
+              "config.json:/topk_method: unknown topk_method \"noaux_tc\" (DeepSeek-V2 has greedy "
+              "and group_limited_greedy)");
 }
 
 TEST(HfConfig, Gpt2Conv1DWeightsAreInputMajor) {

@@ -238,22 +238,40 @@ class SavedActivationsPeer(unittest.TestCase):
         # CUDA's memory-efficient kernel (DeepSeek's q·k and v head sizes differ, which
         # flash does not take) returns (b, s, h, d) and takes the v view as it is, which is
         # what the formulas count; there is no GPU here to check that part.
-        cfg = {"model_type": "deepseek_v3", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 192,
+        self.deepseek_matches_autograd("deepseek_v3", transformers.DeepseekV3Config,
+                                       transformers.DeepseekV3ForCausalLM,
+                                       {"n_shared_experts": 1, "n_group": 2, "topk_group": 1, "q_lora_rank": 48},
+                                       ("q_a_proj", "q_a_layernorm", "q_b_proj"))
+
+    def test_deepseek_v2_matches_autograd(self):
+        # DeepSeek-V2(-Lite): the same attention without the q bottleneck (q_lora_rank null,
+        # as V2-Lite), the softmax DeepseekV2MoEGate, two shared experts, and the routed
+        # outputs combined by sorting the slots, a cat, a scatter and an in-place fp32
+        # multiply by the weights (which keeps a clone of its input), complex RoPE.
+        self.deepseek_matches_autograd("deepseek_v2", transformers.DeepseekV2Config,
+                                       transformers.DeepseekV2ForCausalLM,
+                                       {"n_shared_experts": 2, "q_lora_rank": None, "topk_method": "greedy"},
+                                       ("q_proj",))
+
+    def deepseek_matches_autograd(self, model_type, config_class, model_class, extra, q_modules):
+        # transformers' own routing: whatever it picks, each token fills top_k slots, so the
+        # layer's saved bytes are those of the balanced routing the formulas assume.
+        cfg = {"model_type": model_type, "vocab_size": 256, "hidden_size": 64, "intermediate_size": 192,
                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
                "max_position_embeddings": 256, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
-               "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2,
-               "moe_intermediate_size": 32, "first_k_dense_replace": 1, "n_group": 2, "topk_group": 1,
-               "q_lora_rank": 48, "kv_lora_rank": 32, "qk_rope_head_dim": 16, "qk_nope_head_dim": 16,
-               "v_head_dim": 32}
+               "n_routed_experts": 8, "num_experts_per_tok": 2,
+               "moe_intermediate_size": 32, "first_k_dense_replace": 1,
+               "kv_lora_rank": 32, "qk_rope_head_dim": 16, "qk_nope_head_dim": 16,
+               "v_head_dim": 32, **extra}
         path = os.path.join(tempfile.mkdtemp(), "config.json")
         with open(path, "w") as f:
             json.dump(cfg, f)
         for dtype, name in ((torch.float32, "float32"), (torch.bfloat16, "bfloat16")):
             with self.subTest(dtype=name):
-                config = transformers.DeepseekV3Config(**{k: v for k, v in cfg.items() if k != "model_type"})
+                config = config_class(**{k: v for k, v in cfg.items() if k != "model_type"})
                 config._attn_implementation = "sdpa"
                 torch.manual_seed(0)
-                model = transformers.DeepseekV3ForCausalLM(config).to(dtype).train()
+                model = model_class(config).to(dtype).train()
                 ids = torch.randint(0, cfg["vocab_size"], (BATCH, SEQ))
                 theirs = saved_bytes_by_module(model, ids)
                 show = peer.shardscope("model", "show", "--model", path, "--batch", str(BATCH), "--seq", str(SEQ),
@@ -264,11 +282,10 @@ class SavedActivationsPeer(unittest.TestCase):
                 attn = layer + ".self_attn"
                 rest = lambda d: sum(v for n, v in d.items()  # noqa: E731
                                      if n.startswith(layer + ".") and not n.startswith(attn))
-                print("deepseek_v3 %s: MoE layer without attention: formulas %d B, autograd %d B (%+.2f%%)"
-                      % (name, rest(ours), rest(theirs), 100.0 * (rest(ours) - rest(theirs)) / rest(theirs)))
+                print("%s %s: MoE layer without attention: formulas %d B, autograd %d B (%+.2f%%)"
+                      % (model_type, name, rest(ours), rest(theirs), 100.0 * (rest(ours) - rest(theirs)) / rest(theirs)))
                 self.assertLess(abs(rest(ours) - rest(theirs)), 0.01 * rest(theirs))
-                for m in ("q_a_proj", "q_a_layernorm", "q_b_proj", "kv_a_proj_with_mqa", "kv_a_layernorm",
-                          "kv_b_proj"):
+                for m in (*q_modules, "kv_a_proj_with_mqa", "kv_a_layernorm", "kv_b_proj"):
                     self.assertEqual(ours.get(f"{attn}.{m}", 0), theirs.get(f"{attn}.{m}", 0), m)
 
     def test_mla_attention_flops_are_pytorchs_sdpa_formulas(self):
