@@ -179,6 +179,18 @@ struct LlamaLike {
     // experts, complex-number RoPE, and the routed outputs combined by sorting the token
     // slots, one cat and a scatter instead of V3's index_add_ per expert.
     bool deepseekV2 = false;
+    // Gemma-2 (gemma2) and Gemma-3's text model (gemma3_text): four RMSNorms per layer
+    // (before and after the attention and the MLP) that compute (1 + weight) in fp32, a
+    // GELU-tanh MLP, the embedding scaled by sqrt(hidden) (Gemma-3: inside its
+    // Gemma3TextScaledWordEmbedding), tied embeddings by default. Gemma-2 caps the final
+    // logits with tanh (final_logit_softcapping, 30 by default: tanh keeps its output, one
+    // more vocabulary-sized tensor per token); its attention softcapping runs inside
+    // flash-attention 2 and is dropped by SDPA, and neither keeps the s x s scores, as the
+    // costs assume. Gemma-3 adds q_norm/k_norm per head and a second rotary embedding for
+    // its sliding-window layers.
+    bool gemma = false, gemma3 = false;
+    double finalSoftcap = 0;
+    std::string actClass = "SiLUActivation";
     // Phi-3 (and Phi-4, same model_type): fused qkv_proj (registered after o_proj) and
     // gate_up_proj, residual dropouts, RoPE on partial_rotary_factor of each head.
     bool phi3 = false;
@@ -234,7 +246,7 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
         return m;
     };
     auto rmsNorm = [&](ModuleId parent, const char* name) {
-        return normOf(parent, name, h, c.olmo2);
+        return normOf(parent, name, h, c.olmo2 || c.gemma);
     };
     // SwiGLU MLP: down(silu(gate(x)) * up(x)). Saved in the MLP itself: gate output (SiLU
     // input), SiLU output and up output (the mul's operands). `tokenShare` is the fraction
@@ -264,7 +276,7 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
             um = linear(m, up, h, inter, c.mlpBias, false, true);
             dm = linear(m, down, inter, h, c.mlpBias, true);
         }
-        g.addModule(m, "act_fn", "SiLUActivation");
+        g.addModule(m, "act_fn", c.actClass);
         auto& mc = g.cost(m);
         mc.fwdMemBytes.perToken += 5 * I * cb.e;
         mc.bwdMemBytes.perToken += 8 * I * cb.e;
@@ -384,10 +396,21 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
         mc.outputBytes.perToken += H * cb.e;
     };
 
-    ModuleId model = g.addModule(g.root(), "model", c.prefix + "Model");
-    ModuleId embed = g.addModule(model, "embed_tokens", "Embedding");
+    ModuleId model = g.addModule(g.root(), "model", c.prefix + (c.gemma3 ? "TextModel" : "Model"));
+    ModuleId embed = g.addModule(model, "embed_tokens",
+                                 c.gemma3 ? "Gemma3TextScaledWordEmbedding" : "Embedding");
     ParamId embedW = g.addParam(embed, "weight", {c.vocab, h}, pd);
     cb.embedding(embed, H);
+    if (c.gemma) {
+        // The embedding times sqrt(hidden_size): a multiply by a constant, nothing saved.
+        if (c.gemma3) g.addBuffer(embed, {"embed_scale", {}, DType::Float32, false});
+        // Counted at the embedding (Gemma-2 multiplies in its model's forward, right after).
+        auto& ec = g.cost(embed);
+        ec.fwdMemKernels += 1;
+        ec.bwdMemKernels += 1;
+        ec.fwdMemBytes.perToken += 2 * H * cb.e;
+        ec.bwdMemBytes.perToken += 2 * H * cb.e;
+    }
     ModuleId layers = g.addModule(model, "layers", "ModuleList", {"ModuleList"});
     for (int64_t i = 0; i < c.layers; ++i) {
         ModuleId layer = g.addModule(layers, std::to_string(i), c.prefix + "DecoderLayer");
@@ -410,6 +433,7 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
             ModuleId qkv = linear(attn, "qkv_proj", h, dq + 2 * dkv, false, true);
             std::swap(g.cost(o).mmOutputBytes, g.cost(qkv).mmOutputBytes);
         } else {
+            // Gemma's attention_bias covers all four projections, as Llama's does.
             linear(attn, "q_proj", h, dq, c.qkvBias, true);
             linear(attn, "k_proj", h, dkv, c.qkvBias, false, true);
             linear(attn, "v_proj", h, dkv, c.qkvBias, false, true);
@@ -433,7 +457,8 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
                  {std::pair{"q_norm", c.heads}, std::pair{"k_norm", c.kvHeads}}) {
                 ModuleId m = g.addModule(attn, name, c.prefix + "RMSNorm");
                 g.addParam(m, "weight", {c.headDim}, pd);
-                cb.rmsNorm(m, static_cast<double>(heads * c.headDim), static_cast<double>(heads));
+                cb.rmsNorm(m, static_cast<double>(heads * c.headDim), static_cast<double>(heads),
+                           c.gemma);
             }
         }
         // RoPE: q·cos + rotate_half(q)·sin saves only cos and sin (they need no gradient,
@@ -551,6 +576,12 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
             // gate/up read the residual stream itself (saved by q_proj and gate_proj).
             rmsNorm(layer, "post_attention_layernorm");
             rmsNorm(layer, "post_feedforward_layernorm");
+        } else if (c.gemma) {
+            // x + post_attention_layernorm(attn(input_layernorm(x))), then
+            // x + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(x))).
+            for (const char* name : {"input_layernorm", "post_attention_layernorm",
+                                     "pre_feedforward_layernorm", "post_feedforward_layernorm"})
+                rmsNorm(layer, name);
         } else {
             rmsNorm(layer, "input_layernorm");
             rmsNorm(layer, "post_attention_layernorm");
@@ -564,6 +595,15 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
     rmsNorm(model, "norm");
     ModuleId rope = g.addModule(model, "rotary_emb", c.prefix + "RotaryEmbedding");
     g.addBuffer(rope, {"inv_freq", {c.rotaryDim / 2}, DType::Float32, false});
+    if (c.gemma3) {
+        // The sliding-window layers' own cos and sin (rope_local_base_freq).
+        ModuleId local = g.addModule(model, "rotary_emb_local", c.prefix + "RotaryEmbedding");
+        g.addBuffer(local, {"inv_freq", {c.rotaryDim / 2}, DType::Float32, false});
+        g.cost(local).savedBytes.perToken += 2.0 * static_cast<double>(c.rotaryDim) * cb.e;
+        g.cost(local).outputBytes.perToken += 2.0 * static_cast<double>(c.rotaryDim) * cb.e;
+        g.cost(local).addGemm({1.0, static_cast<double>(c.headDim / 2), 1.0, 1, false});
+        g.cost(local).fwdMemKernels += 7 + (cb.e < 4 ? 2 : 0);
+    }
     // cos and sin in the compute dtype; DeepSeek-V2's one complex64 freqs_cis (fp32 pairs).
     if (c.deepseekV2)
         g.cost(rope).savedBytes.fixedPerToken += 4.0 * static_cast<double>(c.rotaryDim);
@@ -582,6 +622,16 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
         cb.linear(head, H, static_cast<double>(c.vocab), true);
     } else {
         linear(g.root(), "lm_head", h, c.vocab, false, true);
+    }
+    if (c.finalSoftcap > 0) {
+        // logits / cap, tanh (keeps its output), * cap, before the loss.
+        auto& rc = g.cost(g.root());
+        const double V = static_cast<double>(c.vocab);
+        rc.savedBytes.perToken += V * cb.e;
+        rc.fwdMemKernels += 3;
+        rc.bwdMemKernels += 3;
+        rc.fwdMemBytes.perToken += 6 * V * cb.e;
+        rc.bwdMemBytes.perToken += 7 * V * cb.e;
     }
     cb.causalLmLoss(g.root(), static_cast<double>(c.vocab));
     if (Status s = g.finalize(); !s) return Error{file + ":/: " + s.error()};
@@ -602,6 +652,8 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
                : family == "deepseek_v3" ? "DeepseekV3"
                : family == "deepseek_v2" ? "DeepseekV2"
                : family == "phi3"        ? "Phi3"
+               : family == "gemma2"      ? "Gemma2"
+               : family == "gemma3_text" ? "Gemma3"
                                          : "Mixtral";
     c.vocab = positive(r, "vocab_size");
     c.hidden = positive(r, "hidden_size");
@@ -626,6 +678,8 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
         c.headDim = c.ropeDim;  // the rotary embedding's size
     } else if (r.hasNonNull("head_dim")) {
         c.headDim = positive(r, "head_dim");
+    } else if (family == "gemma2" || family == "gemma3_text") {
+        c.headDim = 256;  // Gemma2Config's and Gemma3TextConfig's default
     } else {
         if (c.hidden % c.heads != 0)
             r.at("hidden_size")
@@ -635,7 +689,9 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
         c.headDim = c.hidden / c.heads;
     }
     c.rotaryDim = c.headDim;  // Phi-3's partial_rotary_factor narrows it below
-    c.tie = r.optBool("tie_word_embeddings").value_or(false);
+    c.gemma3 = family == "gemma3_text";
+    c.gemma = family == "gemma2" || c.gemma3;
+    c.tie = r.optBool("tie_word_embeddings").value_or(c.gemma);  // Gemma ties by default
     if (r.hasNonNull("max_position_embeddings"))
         c.maxPositions = positive(r, "max_position_embeddings");
     // Qwen2 always has q/k/v biases; Llama and Qwen3 have attention_bias (q, k, v and o),
@@ -648,6 +704,30 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
         (family == "llama" || family == "qwen3" || family == "qwen3_moe" || family == "olmo2") &&
         attnBias;
     if (c.deepseek) c.qkvBias = c.oBias = attnBias;  // q_a, kv_a and o projections
+    if (c.gemma) {
+        c.qkvBias = c.oBias = attnBias;
+        c.qkNorm = c.gemma3;
+        // transformers' ACT2FN classes for the activations Gemma configs use.
+        const char* key = r.hasNonNull("hidden_activation") ? "hidden_activation" : "hidden_act";
+        const std::string act =
+            r.hasNonNull(key) ? r.getString(key) : std::string("gelu_pytorch_tanh");
+        if (act == "gelu_pytorch_tanh")
+            c.actClass = "GELUTanh";
+        else if (act == "gelu")
+            c.actClass = "GELUActivation";
+        else
+            r.at(key).fail("unsupported activation \"" + act +
+                           "\" for Gemma (gelu_pytorch_tanh or gelu)");
+        // Gemma-2 caps the final logits at 30 unless the config says otherwise (null: off).
+        if (family == "gemma2" && !r.has("final_logit_softcapping"))
+            c.finalSoftcap = 30;
+        else if (r.hasNonNull("final_logit_softcapping"))
+            c.finalSoftcap = r.getNumber("final_logit_softcapping");
+        if (r.hasNonNull("final_logit_softcapping") && !(c.finalSoftcap > 0))
+            r.at("final_logit_softcapping").fail("final_logit_softcapping must be positive");
+        // Layers alternate (Gemma-2) or five in six (Gemma-3) attend to a sliding window.
+        c.slidingWindow = r.hasNonNull("sliding_window") ? positive(r, "sliding_window") : 4096;
+    }
     c.phi3 = family == "phi3";
     if (c.phi3) {
         c.qkvBias = c.oBias = false;
@@ -660,7 +740,7 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
             r.at("resid_pdrop").fail("resid_pdrop must be in [0, 1)");
         if (r.hasNonNull("sliding_window")) c.slidingWindow = positive(r, "sliding_window");
     }
-    c.qkNorm = family == "qwen3" || family == "qwen3_moe";
+    c.qkNorm = family == "qwen3" || family == "qwen3_moe" || c.gemma3;
     c.olmo2 = family == "olmo2";
     c.legacyQwen2MoeAttention = family == "qwen2_moe";
     if ((family == "qwen3" || family == "qwen2_moe" || family == "qwen3_moe") &&
@@ -861,15 +941,23 @@ Expected<ModelGraph> modelFromHfConfig(const nlohmann::json& j, const std::strin
         Expected<ModelGraph> g = Error{""};
         if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" ||
             type == "olmo2" || type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" ||
-            type == "deepseek_v3" || type == "deepseek_v2" || type == "phi3")
+            type == "deepseek_v3" || type == "deepseek_v2" || type == "phi3" || type == "gemma2" ||
+            type == "gemma3_text")
             g = loadLlamaLike(r, type, options);
+        else if (type == "gemma3")
+            r.at("model_type")
+                .fail(
+                    "a multimodal Gemma-3 config (Gemma3ForConditionalGeneration, with a "
+                    "vision tower): ShardScope loads Gemma-3's text model (model_type "
+                    "gemma3_text, Gemma3ForCausalLM) natively; export the multimodal model with "
+                    "scripts/export_model.py");
         else if (type == "gpt2")
             g = loadGpt2(r, options);
         else
             r.at("model_type")
                 .fail("unsupported model_type \"" + type +
                       "\" (supported: llama, mistral, qwen2, qwen3, olmo2, mixtral, qwen2_moe, "
-                      "qwen3_moe, deepseek_v2, deepseek_v3, phi3, gpt2; for "
+                      "qwen3_moe, deepseek_v2, deepseek_v3, phi3, gemma2, gemma3_text, gpt2; for "
                       "other models "
                       "export a ShardScope model JSON with scripts/export_model.py)");
         if (g.ok() && r.hasNonNull("_name_or_path")) g->name = r.getString("_name_or_path");

@@ -684,12 +684,14 @@ struct Resolver {
                             "long; set rope_scaling in the config if the run extends it");
         }
         if (g.slidingWindow > 0 && s > g.slidingWindow)
-            warning(at("/training/seq_len"),
-                    "seq_len " + std::to_string(s) + " exceeds the model's sliding window (" +
-                        std::to_string(g.slidingWindow) +
-                        "): transformers then builds a (batch, 1, seq, seq) attention mask that "
-                        "SDPA keeps for backward in every layer, which the memory model does not "
-                        "count, and attends to fewer positions than the FLOPs assume");
+            warning(
+                at("/training/seq_len"),
+                "seq_len " + std::to_string(s) + " exceeds the model's sliding window (" +
+                    std::to_string(g.slidingWindow) +
+                    "): transformers then builds a (batch, 1, seq, seq) attention mask that "
+                    "SDPA keeps for backward in every sliding-window layer, which the memory model "
+                    "does not "
+                    "count, and attends to fewer positions than the FLOPs assume");
         if (b > 0 && s > 0 && b > (int64_t{1} << 40) / s)
             error(at("/training"), "micro_batch_size x seq_len = " + std::to_string(b) + " x " +
                                        std::to_string(s) + " tokens per micro-batch: more than " +

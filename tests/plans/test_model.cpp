@@ -61,6 +61,8 @@ TEST(HfConfig, PublishedParameterCounts) {
         {"qwen3-30b-a3b", 30532122624},
         {"deepseek-v3", 671026404352},
         {"deepseek-v2-lite", 15706484224},
+        {"gemma2-9b", 9241705984},
+        {"gemma3-1b", 999885952},
         {"moonlight-16b-a3b", 15960108544},
         {"phi3-mini-4k", 3821079552},
         {"phi4", 14659507200},
@@ -209,6 +211,53 @@ TEST(HfConfig, DeepseekV2GateSharedExpertsAndTopkMethod) {
     EXPECT_EQ(withField("\"greedy\"", "\"noaux_tc\""),
               "config.json:/topk_method: unknown topk_method \"noaux_tc\" (DeepSeek-V2 has greedy "
               "and group_limited_greedy)");
+}
+
+// Gemma-2 and Gemma-3's text model: four (1 + weight) norms per layer, head_dim 256 and tied
+// embeddings by default, Gemma-2's final logit softcapping on by default (tanh keeps one
+// vocabulary-sized tensor per token), the multimodal Gemma-3 config refused with what to do.
+TEST(HfConfig, GemmaNormsDefaultsSoftcappingAndTheMultimodalConfig) {
+    const std::string g2 = R"({"model_type": "gemma2", "vocab_size": 1000, "hidden_size": 64,
+        "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2})";
+    const ModelGraph g = fromText(g2);
+    EXPECT_EQ(g.modules()[0].cls, "Gemma2ForCausalLM");
+    for (const char* n : {"input_layernorm", "post_attention_layernorm",
+                          "pre_feedforward_layernorm", "post_feedforward_layernorm"})
+        EXPECT_EQ(g.module(*g.findModule(std::string("model.layers.1.") + n)).cls, "Gemma2RMSNorm")
+            << n;
+    EXPECT_EQ(g.param(*g.findParam("model.layers.0.self_attn.q_proj.weight")).shape,
+              (Shape{4 * 256, 64}));
+    EXPECT_EQ(g.module(*g.findModule("model.layers.0.mlp.act_fn")).cls, "GELUTanh");
+    EXPECT_EQ(g.param(*g.findParam("lm_head.weight")).name, "model.embed_tokens.weight");
+    // Softcapping off: the root saves one vocabulary-sized tensor less per token (fp32).
+    const ModelGraph off = fromText(R"({"model_type": "gemma2", "vocab_size": 1000,
+        "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "final_logit_softcapping": null})");
+    EXPECT_DOUBLE_EQ(
+        g.modules()[0].cost.savedBytes.at(1, 10) - off.modules()[0].cost.savedBytes.at(1, 10),
+        10 * 1000 * 4.0);
+    auto withField = [&](const std::string& from, const std::string& to) {
+        return loadErrorWith(g2, from, to);
+    };
+    EXPECT_EQ(withField("\"num_key_value_heads\": 2",
+                        "\"num_key_value_heads\": 2, \"hidden_activation\": \"relu\""),
+              "config.json:/hidden_activation: unsupported activation \"relu\" for Gemma "
+              "(gelu_pytorch_tanh or gelu)");
+    EXPECT_EQ(withField("\"num_key_value_heads\": 2",
+                        "\"num_key_value_heads\": 2, \"final_logit_softcapping\": -1"),
+              "config.json:/final_logit_softcapping: final_logit_softcapping must be positive");
+    const std::string multimodal = loadErrorWith(g2, "\"gemma2\"", "\"gemma3\"");
+    EXPECT_NE(multimodal.find("config.json:/model_type: a multimodal Gemma-3 config"),
+              std::string::npos)
+        << multimodal;
+    const ModelGraph g3 = fromText(R"({"model_type": "gemma3_text", "vocab_size": 1000,
+        "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16})");
+    EXPECT_EQ(g3.module(*g3.findModule("model")).cls, "Gemma3TextModel");
+    EXPECT_EQ(g3.module(*g3.findModule("model.embed_tokens")).cls, "Gemma3TextScaledWordEmbedding");
+    EXPECT_EQ(g3.module(*g3.findModule("model.layers.0.self_attn.k_norm")).cls, "Gemma3RMSNorm");
+    EXPECT_TRUE(g3.findModule("model.rotary_emb_local").has_value());
 }
 
 TEST(HfConfig, Gpt2Conv1DWeightsAreInputMajor) {

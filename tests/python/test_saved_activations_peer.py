@@ -227,6 +227,24 @@ class SavedActivationsPeer(unittest.TestCase):
             {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "sliding_window": None,
              "partial_rotary_factor": 0.75})
 
+    def test_gemma2_matches_autograd(self):
+        # Four norms per layer computing (1 + weight) in fp32 (the multiply keeps the fp32
+        # normalized input), a GELU-tanh MLP, the embedding scaled by sqrt(hidden), the final
+        # logits capped by tanh (which keeps its vocabulary-sized output). Attention
+        # softcapping is dropped by SDPA (flash-attention 2 applies it, keeping no scores).
+        self.small_family_matches_autograd(
+            "gemma2", transformers.Gemma2Config, transformers.Gemma2ForCausalLM,
+            {"head_dim": 16, "query_pre_attn_scalar": 16, "hidden_activation": "gelu_pytorch_tanh",
+             "final_logit_softcapping": 30.0, "attn_logit_softcapping": 50.0, "sliding_window": 4096})
+
+    def test_gemma3_text_matches_autograd(self):
+        # Gemma-3's text model: Gemma-2's layer with q_norm/k_norm per head ((1 + weight) in
+        # fp32), the scaled embedding module, a second rotary embedding for the local layers,
+        # no softcapping.
+        self.small_family_matches_autograd(
+            "gemma3_text", transformers.Gemma3TextConfig, transformers.Gemma3ForCausalLM,
+            {"head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 4096, "sliding_window_pattern": 2})
+
     def test_deepseek_v3_matches_autograd(self):
         # Multi-head latent attention (a q bottleneck, the kv latent and its shared rotary
         # key, interleaved RoPE), a dense layer 0 and a DeepseekV3MoE layer 1: 8 routed
