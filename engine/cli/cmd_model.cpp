@@ -162,9 +162,9 @@ std::vector<Command> modelCommands() {
         "Show a model's module tree with parameter counts, sizes, FLOPs and activations.";
     show.description =
         "Reads a Hugging Face config.json (llama, mistral, qwen2, qwen3, olmo2, mixtral,\n"
-        "qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, phi3, gemma2, gemma3_text, gpt2)\n"
-        "or a ShardScope model JSON (scripts/export_model.py "
-        "writes one for any torch.nn.Module, mixture-of-experts models included).\n"
+        "qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, phi3, gemma2, gemma3_text, falcon,\n"
+        "gpt2) or a ShardScope model JSON (scripts/export_model.py writes one for any\n"
+        "torch.nn.Module, mixture-of-experts models included).\n"
         "Module names "
         "are the ones FSDP sees (named_modules()). Repeated siblings of the same shape are\n"
         "folded into one row; tied parameters are counted once, as model.parameters() does.\n"

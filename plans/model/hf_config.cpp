@@ -926,6 +926,161 @@ Expected<ModelGraph> loadGpt2(const JsonReader& r, const HfLoadOptions& o) {
     return g;
 }
 
+// Falcon (FalconForCausalLM, transformers 4.57) with rotary positions and parallel
+// attention, as Falcon-7B, -40B, -180B and Falcon2-11B: transformer.word_embeddings, blocks
+// in transformer.h whose attention and MLP both read the block's input (one input_layernorm,
+// or ln_attn and ln_mlp with new_decoder_architecture and num_ln_in_parallel_attn 2),
+// LayerNorms with biases, one fused query_key_value, a GELU MLP of ffn_hidden_size, tied
+// embeddings by default. Saved per block, measured with saved_tensors_hooks (fp32 and bf16):
+// the norm's input, mean and rstd; the rotated q and k, v and SDPA's output and logsumexp (k
+// and v broadcast to every query head first with new_decoder_architecture; one key/value
+// head with multi_query, as flash-attention 2 keeps them); GELU's input and the down
+// projection's input. ALiBi and the sequential (non-parallel) block are refused.
+Expected<ModelGraph> loadFalcon(const JsonReader& r, const HfLoadOptions& o) {
+    auto pick = [&](const char* a, const char* b) { return r.hasNonNull(a) ? a : b; };
+    const int64_t vocab = positive(r, "vocab_size");
+    const int64_t h = positive(r, "hidden_size");
+    const char* layersKey = pick("num_hidden_layers", "n_layer");
+    const char* headsKey = pick("num_attention_heads", "n_head");
+    const int64_t layers = positive(r, layersKey);
+    const int64_t heads = positive(r, headsKey);
+    if (h % heads != 0) r.at(headsKey).fail("the number of heads must divide hidden_size");
+    if (layers > 10000) r.at(layersKey).fail("implausibly many layers (more than 10000)");
+    const bool newArch = r.optBool("new_decoder_architecture").value_or(false);
+    const bool multiQuery = r.optBool("multi_query").value_or(true);
+    if (r.optBool("alibi").value_or(false))
+        r.at("alibi").fail(
+            "ALiBi attention is not modelled (SDPA keeps a (batch, heads, seq, seq) bias); "
+            "export the model with scripts/export_model.py");
+    if (!r.optBool("parallel_attn").value_or(true))
+        r.at("parallel_attn")
+            .fail(
+                "the sequential Falcon block (parallel_attn false) is not modelled; export the "
+                "model with scripts/export_model.py");
+    const char* kvKey = pick("num_kv_heads", "n_head_kv");
+    int64_t kvHeads = heads;
+    if (newArch) {
+        if (r.hasNonNull(kvKey)) kvHeads = positive(r, kvKey);
+        if (heads % kvHeads != 0)
+            r.at(kvKey).fail("the number of key/value heads must divide the number of heads");
+    } else if (multiQuery) {
+        kvHeads = 1;
+    }
+    const int64_t lnCount = !newArch ? 1
+                                     : (r.hasNonNull("num_ln_in_parallel_attn")
+                                            ? r.at("num_ln_in_parallel_attn").asIntAtLeast(1)
+                                            : 2);
+    if (lnCount > 2) r.at("num_ln_in_parallel_attn").fail("num_ln_in_parallel_attn must be 1 or 2");
+    const int64_t ffn = r.hasNonNull("ffn_hidden_size") ? positive(r, "ffn_hidden_size") : 4 * h;
+    const bool bias = r.optBool("bias").value_or(false);
+    const bool tie = r.optBool("tie_word_embeddings").value_or(true);
+    {
+        const std::string act = r.hasNonNull("activation") ? r.getString("activation") : "gelu";
+        if (act != "gelu")
+            r.at("activation").fail("unsupported activation \"" + act + "\" for Falcon (gelu)");
+    }
+    const int64_t d = h / heads, dq = h, dkv = kvHeads * d;
+    const int64_t qkvOut = newArch ? (2 * kvHeads + heads) * d : multiQuery ? h + 2 * d : 3 * h;
+
+    ModelGraph g;
+    g.name = "falcon";
+    g.source = "hf:falcon";
+    if (r.hasNonNull("max_position_embeddings"))
+        g.maxPositions = positive(r, "max_position_embeddings");
+    g.activationDtype = o.activationDtype;
+    g.setRootClass("FalconForCausalLM");
+    CostBuilder cb{g, static_cast<double>(dtypeSize(o.activationDtype))};
+    const DType pd = o.paramDtype;
+    const double H = static_cast<double>(h), Dq = static_cast<double>(dq);
+    // FalconLinear: input @ weight.T (an mm) and, with a bias, a separate add.
+    auto linear = [&](ModuleId parent, const char* name, int64_t in, int64_t out, bool saves) {
+        ModuleId m = g.addModule(parent, name, "FalconLinear");
+        g.addParam(m, "weight", {out, in}, pd);
+        cb.linear(m, static_cast<double>(in), static_cast<double>(out), saves);
+        if (bias) {
+            g.addParam(m, "bias", {out}, pd);
+            auto& c = g.cost(m);
+            c.fwdMemKernels += 1;
+            c.bwdMemKernels += 1;
+            c.fwdMemBytes.perToken += 3.0 * static_cast<double>(out) * cb.e;
+            c.bwdMemBytes.perToken += 2.0 * static_cast<double>(out) * cb.e;
+        }
+        return m;
+    };
+    auto layerNorm = [&](ModuleId parent, const char* name, bool savesInput) {
+        ModuleId m = g.addModule(parent, name, "LayerNorm");
+        g.addParam(m, "weight", {h}, pd);
+        g.addParam(m, "bias", {h}, pd);
+        cb.layerNorm(m, H);
+        if (!savesInput) g.cost(m).savedBytes.perToken -= H * cb.e;  // its input is saved
+    };
+    ModuleId tr = g.addModule(g.root(), "transformer", "FalconModel");
+    ModuleId emb = g.addModule(tr, "word_embeddings", "Embedding");
+    ParamId embW = g.addParam(emb, "weight", {vocab, h}, pd);
+    cb.embedding(emb, H);
+    ModuleId hl = g.addModule(tr, "h", "ModuleList", {"ModuleList"});
+    for (int64_t i = 0; i < layers; ++i) {
+        ModuleId blk = g.addModule(hl, std::to_string(i), "FalconDecoderLayer");
+        ModuleId attn = g.addModule(blk, "self_attention", "FalconAttention");
+        linear(attn, "query_key_value", h, qkvOut, true);
+        // dense's input is SDPA's output with its heads merged: a view of the flash kernels'
+        // (b, s, h, d) output.
+        linear(attn, "dense", h, h, false);
+        g.addModule(attn, "attention_dropout", "Dropout");
+        // Heads split out of the fused output (copies), RoPE on q and k (as Llama's), k and
+        // v broadcast to every head with new_decoder_architecture (copies).
+        const double kvWidth = static_cast<double>(newArch ? dq : dkv);
+        auto& ac = g.cost(attn);
+        ac.fwdMemBytes.perToken +=
+            (6.0 * (Dq + kvWidth) + 4.0 * Dq + 2.0 * (Dq + 2 * kvWidth)) * cb.e;
+        ac.bwdMemBytes.perToken +=
+            (6.0 * (Dq + kvWidth) + 4.0 * Dq + 2.0 * (Dq + 2 * kvWidth)) * cb.e;
+        ac.fwdMemKernels += 12 + 3;
+        ac.bwdMemKernels += 18 + 3;
+        ac.outputBytes.perToken += H * cb.e;
+        cb.sdpa(attn, static_cast<double>(heads), static_cast<double>(d), Dq + 2 * kvWidth);
+        ModuleId mlp = g.addModule(blk, "mlp", "FalconMLP");
+        // With one norm the MLP reads the attention's input (saved by query_key_value).
+        linear(mlp, "dense_h_to_4h", h, ffn, lnCount == 2);
+        ModuleId act = g.addModule(mlp, "act", "GELUActivation");
+        {
+            const double F = static_cast<double>(ffn);
+            auto& c = g.cost(act);
+            c.savedBytes.perToken += F * cb.e;  // GELU's input
+            c.fwdMemBytes.perToken += 2 * F * cb.e;
+            c.bwdMemBytes.perToken += 3 * F * cb.e;
+            c.fwdMemKernels += 1;
+            c.bwdMemKernels += 1;
+            c.outputBytes.perToken += F * cb.e;
+        }
+        linear(mlp, "dense_4h_to_h", ffn, h, true);
+        g.cost(mlp).outputBytes.perToken += H * cb.e;
+        if (lnCount == 2) {
+            layerNorm(blk, "ln_attn", true);
+            layerNorm(blk, "ln_mlp", false);
+        } else {
+            layerNorm(blk, "input_layernorm", true);
+        }
+        cb.residualAdds(blk, H, 2);  // mlp + attention, then the residual
+    }
+    layerNorm(tr, "ln_f", true);
+    ModuleId rope = g.addModule(tr, "rotary_emb", "FalconRotaryEmbedding");
+    g.addBuffer(rope, {"inv_freq", {d / 2}, DType::Float32, false});
+    g.cost(rope).savedBytes.perToken += 2.0 * static_cast<double>(d) * cb.e;
+    g.cost(rope).outputBytes.perToken += 2.0 * static_cast<double>(d) * cb.e;
+    g.cost(rope).addGemm({1.0, static_cast<double>(d / 2), 1.0, 1, false});
+    g.cost(rope).fwdMemKernels += 7 + (cb.e < 4 ? 2 : 0);
+    ModuleId head = g.addModule(g.root(), "lm_head", "Linear");
+    if (tie)
+        g.tieParam(embW, head, "weight");
+    else
+        g.addParam(head, "weight", {vocab, h}, pd);
+    cb.linear(head, H, static_cast<double>(vocab), true);
+    cb.causalLmLoss(g.root(), static_cast<double>(vocab));
+    if (Status s = g.finalize(); !s) return Error{r.file() + ":/: " + s.error()};
+    return g;
+}
+
 }  // namespace
 
 bool looksLikeHfConfig(const nlohmann::json& j) {
@@ -953,13 +1108,17 @@ Expected<ModelGraph> modelFromHfConfig(const nlohmann::json& j, const std::strin
                     "scripts/export_model.py");
         else if (type == "gpt2")
             g = loadGpt2(r, options);
+        else if (type == "falcon")
+            g = loadFalcon(r, options);
         else
             r.at("model_type")
-                .fail("unsupported model_type \"" + type +
-                      "\" (supported: llama, mistral, qwen2, qwen3, olmo2, mixtral, qwen2_moe, "
-                      "qwen3_moe, deepseek_v2, deepseek_v3, phi3, gemma2, gemma3_text, gpt2; for "
-                      "other models "
-                      "export a ShardScope model JSON with scripts/export_model.py)");
+                .fail(
+                    "unsupported model_type \"" + type +
+                    "\" (supported: llama, mistral, qwen2, qwen3, olmo2, mixtral, qwen2_moe, "
+                    "qwen3_moe, deepseek_v2, deepseek_v3, phi3, gemma2, gemma3_text, falcon, gpt2; "
+                    "for "
+                    "other models "
+                    "export a ShardScope model JSON with scripts/export_model.py)");
         if (g.ok() && r.hasNonNull("_name_or_path")) g->name = r.getString("_name_or_path");
         return g;
     } catch (const JsonError& e) {

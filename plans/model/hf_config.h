@@ -7,7 +7,8 @@
 //
 // Families: llama (Llama 2, 3, 3.1, 3.2), mistral, qwen2, qwen3, olmo2, mixtral, qwen2_moe,
 // qwen3_moe, deepseek_v2 (DeepSeek-V2, V2-Lite), deepseek_v3 (DeepSeek-V3, Moonlight), phi3
-// (Phi-3, Phi-4), gemma2 (Gemma-2), gemma3_text (Gemma-3 1B and the text model), gpt2.
+// (Phi-3, Phi-4), gemma2 (Gemma-2), gemma3_text (Gemma-3 1B and the text model), falcon
+// (Falcon-7B, -40B, -180B, Falcon2-11B: rotary, parallel attention), gpt2.
 // Per-operator cost formulas and their assumptions are documented in plans/README.md
 // ("Model costs") and next to each formula in hf_config.cpp.
 #include <nlohmann/json.hpp>

@@ -63,6 +63,8 @@ TEST(HfConfig, PublishedParameterCounts) {
         {"deepseek-v2-lite", 15706484224},
         {"gemma2-9b", 9241705984},
         {"gemma3-1b", 999885952},
+        {"falcon-7b", 6921720704},
+        {"falcon-40b", 41303293952},
         {"moonlight-16b-a3b", 15960108544},
         {"phi3-mini-4k", 3821079552},
         {"phi4", 14659507200},
@@ -258,6 +260,39 @@ TEST(HfConfig, GemmaNormsDefaultsSoftcappingAndTheMultimodalConfig) {
     EXPECT_EQ(g3.module(*g3.findModule("model.embed_tokens")).cls, "Gemma3TextScaledWordEmbedding");
     EXPECT_EQ(g3.module(*g3.findModule("model.layers.0.self_attn.k_norm")).cls, "Gemma3RMSNorm");
     EXPECT_TRUE(g3.findModule("model.rotary_emb_local").has_value());
+}
+
+// Falcon: the hub's n_head / n_layer / n_head_kv spellings, one norm or two, the fused
+// query_key_value sized by multi_query or new_decoder_architecture, and what is refused.
+TEST(HfConfig, FalconVariantsAndWhatIsRefused) {
+    const std::string f40 = R"({"model_type": "falcon", "vocab_size": 100, "hidden_size": 64,
+        "n_layer": 2, "n_head": 4, "n_head_kv": 2, "new_decoder_architecture": true,
+        "parallel_attn": true, "alibi": false})";
+    const ModelGraph g = fromText(f40);
+    EXPECT_EQ(g.modules()[0].cls, "FalconForCausalLM");
+    EXPECT_EQ(g.param(*g.findParam("transformer.h.1.self_attention.query_key_value.weight")).shape,
+              (Shape{(2 * 2 + 4) * 16, 64}));
+    EXPECT_TRUE(g.findModule("transformer.h.1.ln_mlp").has_value());
+    EXPECT_FALSE(g.findModule("transformer.h.1.input_layernorm").has_value());
+    EXPECT_EQ(g.param(*g.findParam("lm_head.weight")).name, "transformer.word_embeddings.weight");
+    const ModelGraph f7 = fromText(R"({"model_type": "falcon", "vocab_size": 100,
+        "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4})");
+    EXPECT_EQ(
+        f7.param(*f7.findParam("transformer.h.0.self_attention.query_key_value.weight")).shape,
+        (Shape{64 + 2 * 16, 64}));  // multi-query by default: one key/value head
+    EXPECT_TRUE(f7.findModule("transformer.h.0.input_layernorm").has_value());
+    auto withField = [&](const std::string& from, const std::string& to) {
+        return loadErrorWith(f40, from, to);
+    };
+    EXPECT_NE(withField("\"alibi\": false", "\"alibi\": true")
+                  .find("config.json:/alibi: ALiBi attention is not modelled"),
+              std::string::npos);
+    EXPECT_NE(withField("\"parallel_attn\": true", "\"parallel_attn\": false")
+                  .find("config.json:/parallel_attn: the sequential Falcon block"),
+              std::string::npos);
+    EXPECT_EQ(withField("\"n_head_kv\": 2", "\"n_head_kv\": 3"),
+              "config.json:/n_head_kv: the number of key/value heads must divide the number of "
+              "heads");
 }
 
 TEST(HfConfig, Gpt2Conv1DWeightsAreInputMajor) {

@@ -245,6 +245,56 @@ class SavedActivationsPeer(unittest.TestCase):
             "gemma3_text", transformers.Gemma3TextConfig, transformers.Gemma3ForCausalLM,
             {"head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 4096, "sliding_window_pattern": 2})
 
+    def test_falcon_matches_autograd(self):
+        # Falcon with rotary positions and parallel attention: Falcon-7B's multi-query block
+        # (one norm, one key/value head) and Falcon-40B's new_decoder_architecture (ln_attn
+        # and ln_mlp, key/value groups broadcast to every head before SDPA). One block's saved
+        # bytes against autograd, module by module. For multi-query, SDPA's own set is left
+        # out: transformers' SDPA call passes one key/value head without enable_gqa, which the
+        # flash and memory-efficient kernels refuse, so it runs the math kernel and keeps the
+        # s x s probabilities (flash-attention 2, as Falcon is trained, keeps what the
+        # formulas count) and dense then saves a copy of its input.
+        variants = {"multi_query": {"new_decoder_architecture": False, "multi_query": True},
+                    "new_decoder_architecture": {"new_decoder_architecture": True, "num_kv_heads": 2}}
+        for variant, extra in variants.items():
+            cfg = {"model_type": "falcon", "vocab_size": 256, "hidden_size": 64, "num_hidden_layers": 2,
+                   "num_attention_heads": 4, "parallel_attn": True, "bias": False, "alibi": False, **extra}
+            path = os.path.join(tempfile.mkdtemp(), "config.json")
+            with open(path, "w") as f:
+                json.dump(cfg, f)
+            for dtype, name in ((torch.float32, "float32"), (torch.bfloat16, "bfloat16")):
+                with self.subTest(variant=variant, dtype=name):
+                    config = transformers.FalconConfig(**{k: v for k, v in cfg.items() if k != "model_type"})
+                    config._attn_implementation = "sdpa"
+                    config.use_cache = False
+                    torch.manual_seed(0)
+                    model = transformers.FalconForCausalLM(config).to(dtype).train()
+                    ids = torch.randint(0, cfg["vocab_size"], (BATCH, SEQ))
+                    theirs = saved_bytes_by_module(model, ids)
+                    show = peer.shardscope("model", "show", "--model", path, "--batch", str(BATCH), "--seq",
+                                           str(SEQ), "--param-dtype", name, "--activation-dtype", name, "--json",
+                                           "--no-fold", "--depth", "99")
+                    ours = self_values(show, "saved_activation_bytes")
+                    block, attn = "transformer.h.1", "transformer.h.1.self_attention"
+                    skip = (attn, attn + ".dense") if variant == "multi_query" else ()
+                    part = lambda d: sum(v for n, v in d.items()  # noqa: E731
+                                         if n.startswith(block) and n not in skip)
+                    print("falcon %s %s: block formulas %d B, autograd %d B (%+.2f%%)"
+                          % (variant, name, part(ours), part(theirs), 100.0 * (part(ours) - part(theirs)) / part(theirs)))
+                    self.assertLess(abs(part(ours) - part(theirs)), 0.01 * part(theirs))
+                    if variant == "new_decoder_architecture":
+                        # FLOPs as torch.utils.flop_counter counts them (its SDPA formulas for
+                        # the CPU flash kernel, which its mode does not see).
+                        from torch.utils.flop_counter import (FlopCounterMode, sdpa_backward_flop_count,
+                                                              sdpa_flop_count)
+                        with FlopCounterMode(display=False) as fc:
+                            model(input_ids=ids, labels=ids).loss.backward()
+                        shape = (BATCH, cfg["num_attention_heads"], SEQ, 16)
+                        flops = fc.get_total_flops() + cfg["num_hidden_layers"] * (
+                            sdpa_flop_count(shape, shape, shape) + sdpa_backward_flop_count(shape, shape, shape, shape))
+                        root = next(m for m in show["modules"] if m["name"] == "")
+                        self.assertAlmostEqual(root["fwd_flops"] + root["bwd_flops"], flops, delta=1e-4 * flops)
+
     def test_deepseek_v3_matches_autograd(self):
         # Multi-head latent attention (a q bottleneck, the kv latent and its shared rotary
         # key, interleaved RoPE), a dense layer 0 and a DeepseekV3MoE layer 1: 8 routed
