@@ -683,15 +683,16 @@ struct Resolver {
                             " (max_position_embeddings): the model was not trained that "
                             "long; set rope_scaling in the config if the run extends it");
         }
-        if (g.slidingWindow > 0 && s > g.slidingWindow)
-            warning(
-                at("/training/seq_len"),
-                "seq_len " + std::to_string(s) + " exceeds the model's sliding window (" +
-                    std::to_string(g.slidingWindow) +
-                    "): transformers then builds a (batch, 1, seq, seq) attention mask that "
-                    "SDPA keeps for backward in every sliding-window layer, which the memory model "
-                    "does not "
-                    "count, and attends to fewer positions than the FLOPs assume");
+        // transformers builds the mask once kv_length reaches the window
+        // (masking_utils._ignore_causal_mask_sdpa needs kv_length < window to skip it).
+        if (g.slidingWindow > 0 && s >= g.slidingWindow)
+            warning(at("/training/seq_len"),
+                    "seq_len " + std::to_string(s) + " reaches the model's sliding window (" +
+                        std::to_string(g.slidingWindow) +
+                        "): transformers then builds a (batch, 1, seq, seq) attention mask that "
+                        "SDPA keeps for backward in every sliding-window layer, which the memory "
+                        "model does not count, and past the window attends to fewer positions "
+                        "than the FLOPs assume");
         if (b > 0 && s > 0 && b > (int64_t{1} << 40) / s)
             error(at("/training"), "micro_batch_size x seq_len = " + std::to_string(b) + " x " +
                                        std::to_string(s) + " tokens per micro-batch: more than " +
