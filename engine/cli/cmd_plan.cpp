@@ -257,6 +257,9 @@ int runPlanExport(const Args& a) {
     }
     if (!a.get("--output").empty() && a.get("--output") != "-")
         std::cerr << "wrote " << a.get("--output") << " (" << a.get("--format") << ")\n";
+    if (exported.contains("requires"))
+        std::cerr << "warning: this export needs " << exported["requires"].get<std::string>()
+                  << "\n";
     // What the target cannot express is named, never silently changed (also in the
     // export's "dropped" list).
     if (exported.contains("dropped"))
@@ -323,11 +326,16 @@ std::vector<Command> planCommands() {
     exp.description =
         "fsdp2: fully_shard calls in application order (children first, root last) with\n"
         "kwargs, the mesh, prefetch lists and activation checkpointing. fsdp1:\n"
-        "FullyShardedDataParallel kwargs with the auto-wrap policy. lightning: strategy\n"
-        "kwargs. shardscope: the plan itself, normalised. Written atomically.";
+        "FullyShardedDataParallel kwargs with the auto-wrap policy. lightning: Lightning's\n"
+        "strategy: ModelParallelStrategy with the fsdp2 export for an FSDP2 plan (apply it in\n"
+        "configure_model with samples/apply_lightning.py), FSDPStrategy kwargs for an FSDP1\n"
+        "plan. lightning-fsdp1: an FSDP2 plan as FSDPStrategy kwargs. shardscope: the plan\n"
+        "itself, normalised. What a format cannot express is listed under \"dropped\" and\n"
+        "warned about. Written atomically.";
     exp.options = planOptions();
-    exp.options.push_back(
-        {"--format", "FMT", "shardscope, fsdp2, fsdp1 or lightning", "fsdp2", false, "-f"});
+    exp.options.push_back({"--format", "FMT",
+                           "shardscope, fsdp2, fsdp1, lightning or lightning-fsdp1", "fsdp2", false,
+                           "-f"});
     exp.options.push_back({"--output", "FILE", "write here instead of stdout", "", false, "-o"});
     exp.examples = {
         "shardscope plan export -m config.json -p plan.json -c cluster.json -f fsdp1 -o "

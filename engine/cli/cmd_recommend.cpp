@@ -62,7 +62,8 @@ int runRecommend(const Args& a) {
     auto fmt = parseExportFormat(a.get("--format"));
     if (failed(fmt, "--format: ")) return kExitUsage;
     SearchOptions o;
-    o.fsdp1Compatible = *fmt == ExportFormat::Fsdp1 || *fmt == ExportFormat::Lightning;
+    // FSDPStrategy takes FSDP1's kwargs; ModelParallelStrategy (lightning) applies FSDP2's.
+    o.fsdp1Compatible = *fmt == ExportFormat::Fsdp1 || *fmt == ExportFormat::LightningFsdp1;
     auto seq = a.getInt("--seq", 1);
     if (failed(seq)) return kExitUsage;
     o.seqLen = *seq;
@@ -258,7 +259,8 @@ int runRecommend(const Args& a) {
     if (a.has("--output"))
         std::cout << "\nWrote " << a.get("--output") << " (" << a.get("--format") << ")\n";
     else
-        std::cout << "\nWrite the plan with -o FILE (--format shardscope|fsdp2|fsdp1|lightning).\n";
+        std::cout << "\nWrite the plan with -o FILE (--format "
+                     "shardscope|fsdp2|fsdp1|lightning|lightning-fsdp1).\n";
     return kExitOk;
 }
 
@@ -282,7 +284,8 @@ std::vector<Command> recommendCommands() {
         {"--global-batch", "G", "sequences per optimizer step [4Mi tokens, at least one per GPU]"});
     s.options.push_back({"--seq", "S", "sequence length", "8192"});
     s.options.push_back({"--memory-headroom", "H", "fraction of device memory kept free", "0.1"});
-    s.options.push_back({"--format", "FMT", "export format: shardscope, fsdp2, fsdp1, lightning",
+    s.options.push_back({"--format", "FMT",
+                         "export format: shardscope, fsdp2, fsdp1, lightning, lightning-fsdp1",
                          "shardscope", false, "-f"});
     s.options.push_back({"--output", "FILE", "write the recommended plan here", "", false, "-o"});
     s.options.push_back({"--json", "", "print the report as JSON (with the exported plan)"});

@@ -10,8 +10,9 @@ Expected<ExportFormat> parseExportFormat(const std::string& s) {
     if (s == "fsdp2") return ExportFormat::Fsdp2;
     if (s == "fsdp1") return ExportFormat::Fsdp1;
     if (s == "lightning") return ExportFormat::Lightning;
+    if (s == "lightning-fsdp1") return ExportFormat::LightningFsdp1;
     return Error{"unknown export format \"" + s +
-                 "\" (expected shardscope, fsdp2, fsdp1 or lightning)"};
+                 "\" (expected shardscope, fsdp2, fsdp1, lightning or lightning-fsdp1)"};
 }
 
 namespace {
@@ -263,12 +264,40 @@ nlohmann::json exportFsdp1(const ResolvedPlan& r) {
             {"dropped", droppedForFsdp1(r, strategy)}};
 }
 
-nlohmann::json exportLightning(const ResolvedPlan& r) {
+// Lightning's trainer arguments: accumulation, and precision for FSDPStrategy (FSDP2's
+// mp_policy casts under ModelParallelStrategy, so its trainer runs "32-true").
+nlohmann::json lightningTrainer(const ResolvedPlan& r, bool autocast) {
+    const auto& d = r.plan.defaults.mixedPrecision;
+    const char* precision = !autocast                                                 ? "32-true"
+                            : d && d->paramDtype && *d->paramDtype == DType::BFloat16 ? "bf16-mixed"
+                            : d && d->paramDtype && *d->paramDtype == DType::Float16  ? "16-mixed"
+                                                                                      : "32-true";
+    return {{"precision", precision}, {"accumulate_grad_batches", r.plan.microBatches}};
+}
+
+nlohmann::json exportLightning(const ResolvedPlan& r, bool fsdp1Strategy) {
     nlohmann::json j{
         {"format", "shardscope.export.lightning"}, {"version", 1}, {"plan", r.plan.name}};
+    if (r.plan.api == PlanApi::Fsdp2 && !fsdp1Strategy) {
+        // Lightning's FSDP2 strategy: ModelParallelStrategy over every rank as data parallel;
+        // the LightningModule's configure_model applies the FSDP2 export as it is
+        // (samples/apply_lightning.py), so nothing is dropped, and a callback sets gradient
+        // sync and resharding per micro-batch as the plan says (Lightning itself reduces on
+        // every micro-batch under this strategy).
+        j["strategy"] = "ModelParallelStrategy";
+        j["kwargs"] = {{"data_parallel_size", r.worldSize}, {"tensor_parallel_size", 1}};
+        j["fsdp2"] = exportFsdp2(r);
+        j["trainer"] = lightningTrainer(r, false);
+        j["dropped"] = nlohmann::json::array();
+        return j;
+    }
     if (r.plan.api == PlanApi::Lightning) {
         const auto& o = r.plan.lightning;
         j["strategy"] = "DDPFullyShardedStrategy";
+        // Removed from Lightning in 2.0 with its fairscale integration.
+        j["requires"] =
+            "pytorch_lightning 1.x with fairscale (Lightning 2.0 removed "
+            "DDPFullyShardedStrategy; plan against FSDP1 or FSDP2 for Lightning 2)";
         j["kwargs"] = {{"cpu_offload", o.cpuOffload},
                        {"flatten_parameters", o.flattenParameters},
                        {"reshard_after_forward", o.reshardAfterForward},
@@ -289,12 +318,7 @@ nlohmann::json exportLightning(const ResolvedPlan& r) {
     if (r.hsdp) kw["device_mesh"] = {r.replicateSize, r.shardSize};
     j["strategy"] = "FSDPStrategy";
     j["kwargs"] = kw;
-    const auto& d = r.plan.defaults.mixedPrecision;
-    j["trainer"] = {
-        {"precision", d && d->paramDtype && *d->paramDtype == DType::BFloat16  ? "bf16-mixed"
-                      : d && d->paramDtype && *d->paramDtype == DType::Float16 ? "16-mixed"
-                                                                               : "32-true"},
-        {"accumulate_grad_batches", r.plan.microBatches}};
+    j["trainer"] = lightningTrainer(r, true);
     return j;
 }
 
@@ -309,7 +333,9 @@ nlohmann::json exportPlan(const ResolvedPlan& r, ExportFormat f) {
         case ExportFormat::Fsdp1:
             return exportFsdp1(r);
         case ExportFormat::Lightning:
-            return exportLightning(r);
+            return exportLightning(r, false);
+        case ExportFormat::LightningFsdp1:
+            return exportLightning(r, true);
     }
     return nullptr;
 }

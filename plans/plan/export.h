@@ -4,8 +4,10 @@
 //  - fsdp2: the fully_shard calls in application order (children first, root last) with
 //    their kwargs, the mesh, explicit prefetch lists and activation checkpointing;
 //  - fsdp1: FullyShardedDataParallel constructor kwargs with the auto-wrap policy;
-//  - lightning: strategy kwargs (FSDPStrategy, or the fairscale DDPFullyShardedStrategy
-//    for plans written against it).
+//  - lightning: Lightning's strategy: ModelParallelStrategy with the fsdp2 export for FSDP2
+//    plans, FSDPStrategy kwargs for FSDP1 plans, the fairscale DDPFullyShardedStrategy
+//    (pytorch_lightning 1.x) for plans written against it;
+//  - lightning-fsdp1: an FSDP2 plan as FSDPStrategy kwargs, naming what FSDP1 drops.
 // Formats are documented in plans/README.md ("Exports").
 #include <nlohmann/json.hpp>
 
@@ -16,7 +18,7 @@
 
 namespace shardscope {
 
-enum class ExportFormat { ShardScope, Fsdp2, Fsdp1, Lightning };
+enum class ExportFormat { ShardScope, Fsdp2, Fsdp1, Lightning, LightningFsdp1 };
 
 [[nodiscard]] Expected<ExportFormat> parseExportFormat(const std::string& s);
 [[nodiscard]] nlohmann::json exportPlan(const ResolvedPlan& r, ExportFormat f);

@@ -289,8 +289,17 @@ TEST(Export, Fsdp2ListsCallsChildrenFirstWithEffectiveKwargs) {
     EXPECT_EQ(dropped["reshard_after_forward 4"], 33u);
     EXPECT_EQ(dropped["explicit prefetch lists"], 2u);
     EXPECT_EQ(dropped["activation_checkpointing selective_op"], 32u);
-    const auto lightning = exportPlan(r, ExportFormat::Lightning);
+    const auto lightning = exportPlan(r, ExportFormat::LightningFsdp1);
+    EXPECT_EQ(lightning["strategy"], "FSDPStrategy");
     EXPECT_EQ(lightning["dropped"], f1["dropped"]);
+    // Lightning's FSDP2 strategy takes the plan as it is: nothing dropped.
+    const auto mp = exportPlan(r, ExportFormat::Lightning);
+    EXPECT_EQ(mp["strategy"], "ModelParallelStrategy");
+    EXPECT_EQ(mp["kwargs"]["data_parallel_size"], 64);
+    EXPECT_EQ(mp["kwargs"]["tensor_parallel_size"], 1);
+    EXPECT_EQ(mp["fsdp2"], j);
+    EXPECT_TRUE(mp["dropped"].empty());
+    EXPECT_EQ(mp["trainer"]["precision"], "32-true");  // mp_policy casts, not autocast
 }
 
 TEST(Export, AnFsdp1PlanDropsNothingForFsdp1) {

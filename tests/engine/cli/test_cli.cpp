@@ -172,7 +172,7 @@ TEST(Cli, ExportWritesAtomicallyAndRefusesInvalidPlans) {
     const std::string dir = std::filesystem::temp_directory_path() / "shardscope_cli_export";
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
-    for (const char* f : {"fsdp2", "fsdp1", "lightning", "shardscope"}) {
+    for (const char* f : {"fsdp2", "fsdp1", "lightning", "lightning-fsdp1", "shardscope"}) {
         const std::string out = dir + "/plan." + f + ".json";
         auto r = runCommand(ss(
             std::string("plan export -m samples/models/llama3-8b/config.json -p "
@@ -190,7 +190,19 @@ TEST(Cli, ExportWritesAtomicallyAndRefusesInvalidPlans) {
         EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos);
         ++files;
     }
-    EXPECT_EQ(files, 4);
+    EXPECT_EQ(files, 5);
+    // A fairscale plan targets DDPFullyShardedStrategy, which only pytorch_lightning 1.x has:
+    // the export says so, and so does a warning.
+    {
+        auto fs = runCommand(ss("plan export -m samples/models/gpt2/config.json -p "
+                                "samples/plans/gpt2-lightning.json -c "
+                                "samples/clusters/a100-80gb-8x8.json -f lightning"),
+                             true);
+        ASSERT_EQ(fs.status, 0) << fs.out;
+        EXPECT_NE(fs.out.find("warning: this export needs pytorch_lightning 1.x with fairscale"),
+                  std::string::npos)
+            << fs.out;
+    }
     // A 2-rank mesh on a 64-GPU cluster is an error; nothing may be written.
     auto r = runCommand(ss("plan export -m samples/models/tiny-llama/config.json -p "
                            "samples/plans/tiny-llama-2rank.json "
