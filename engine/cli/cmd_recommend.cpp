@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
@@ -17,6 +18,7 @@
 #include "plans/core/strings.h"
 #include "plans/plan/export.h"
 #include "plans/plan/plan_json.h"
+#include "plans/plan/resolve.h"
 
 namespace shardscope::cli {
 
@@ -64,9 +66,27 @@ int runRecommend(const Args& a) {
     SearchOptions o;
     // FSDPStrategy takes FSDP1's kwargs; ModelParallelStrategy (lightning) applies FSDP2's.
     o.fsdp1Compatible = *fmt == ExportFormat::Fsdp1 || *fmt == ExportFormat::LightningFsdp1;
-    auto seq = a.getInt("--seq", 1);
-    if (failed(seq)) return kExitUsage;
-    o.seqLen = *seq;
+    // The plan the user runs now (e.g. `plan recover` of their trace): its sequence length
+    // and global batch are the search's unless given, and it is simulated beside the best.
+    std::optional<Plan> current;
+    if (a.has("--current")) {
+        auto p = loadPlanFile(a.get("--current"));
+        if (failed(p, "--current: ")) return kExitUsage;
+        current = std::move(*p);
+    }
+    o.seqLen = current && current->seqLen > 0 ? current->seqLen : 8192;
+    if (a.has("--seq")) {
+        auto seq = a.getInt("--seq", 1);
+        if (failed(seq)) return kExitUsage;
+        o.seqLen = *seq;
+    }
+    if (current && !a.has("--global-batch")) {
+        int64_t world = 1;
+        for (int64_t d : current->meshShape)
+            world *= d;
+        if (current->meshShape.empty()) world = cluster->worldSize();
+        o.globalBatch = current->microBatchSize * current->microBatches * world;
+    }
     if (a.has("--global-batch")) {
         auto gb = a.getInt("--global-batch", 1);
         if (!gb) {
@@ -114,6 +134,27 @@ int runRecommend(const Args& a) {
         std::fprintf(stderr, "\ninterrupted: reporting the best of %zu plans evaluated\n",
                      res.evaluated);
 
+    std::optional<Candidate> mine;
+    if (current) {
+        Plan p = *current;
+        p.seqLen = o.seqLen;
+        const ResolvedPlan r = resolvePlan(*g, p, &*cluster, a.get("--current"));
+        if (r.hasErrors()) {
+            for (const auto& pr : r.problems)
+                std::cerr << pr.toString() << "\n";
+            std::cerr << "error: --current: the plan has errors on this model and cluster\n";
+            return kExitUsage;
+        }
+        Candidate c;
+        c.plan = p;
+        c.summary = "the plan in " + a.get("--current");
+        SimOptions so;
+        so.keepTimeline = false;
+        c.sim =
+            simulate(buildStepProgram(r, stepOptionsFor(p, *cluster)), *cluster, r.worldSize, so);
+        c.fits = c.sim.peakReserved <= res.memoryBudget;
+        mine = std::move(c);
+    }
     const Candidate* chosen = res.best ? &*res.best : res.closest ? &*res.closest : nullptr;
     nlohmann::json exported;
     if (chosen) {
@@ -141,6 +182,7 @@ int runRecommend(const Args& a) {
                          {"baseline", candidateJson(res.baseline)},
                          {"pareto", pareto}};
         if (res.best) j["best"] = candidateJson(*res.best);
+        if (mine) j["current"] = candidateJson(*mine);
         if (res.closest) j["closest"] = candidateJson(*res.closest);
         if (chosen) j["export"] = exported;
         if (!emitJson(j, "").ok()) return kExitUsage;
@@ -201,6 +243,16 @@ int runRecommend(const Args& a) {
                       "            the best plan is %.2fx the default's throughput\n",
                       static_cast<double>(d.sim.stepNs) / static_cast<double>(b.sim.stepNs));
         std::cout << buf;
+    }
+    if (mine) {
+        std::cout << "Current:    " << mine->summary << "\n            " << line(*mine)
+                  << (mine->fits ? "" : "  (does not fit the budget)") << "\n";
+        if (mine->sim.tokensPerS > 0) {
+            std::snprintf(buf, sizeof buf,
+                          "            the best plan is %.2fx its throughput (tokens/s)\n",
+                          b.sim.tokensPerS / mine->sim.tokensPerS);
+            std::cout << buf;
+        }
     }
     std::cout << "\nWhere the memory goes at the peak (allocated "
               << formatBytes(b.sim.peakAllocated) << "):\n ";
@@ -276,13 +328,17 @@ std::vector<Command> recommendCommands() {
         "bf16 with fp32 or bf16 reduce, checkpointing none/selective/full, micro-batch with\n"
         "accumulation to the global batch; CPU offload only if nothing else fits), simulates\n"
         "each, and reports the fastest plan whose peak reserved memory fits the device with\n"
-        "the headroom, against the common default, with the Pareto front. Ctrl-C stops and\n"
-        "reports the best found so far. Exit 1 when no plan fits.";
+        "the headroom, against the common default (and --current, the plan you run now), with\n"
+        "the Pareto front. Ctrl-C stops and reports the best found so far. Exit 1 when no plan\n"
+        "fits.";
     s.options = modelOptions(true);
     s.options.push_back({"--cluster", "FILE", "cluster JSON", "", true, "-c"});
     s.options.push_back(
         {"--global-batch", "G", "sequences per optimizer step [4Mi tokens, at least one per GPU]"});
-    s.options.push_back({"--seq", "S", "sequence length", "8192"});
+    s.options.push_back({"--seq", "S", "sequence length [8192, or the --current plan's]"});
+    s.options.push_back({"--current", "PLAN",
+                         "the plan you run now (e.g. from `plan recover`): simulated beside the "
+                         "best; its seq_len and global batch are the search's unless given"});
     s.options.push_back({"--memory-headroom", "H", "fraction of device memory kept free", "0.1"});
     s.options.push_back({"--format", "FMT",
                          "export format: shardscope, fsdp2, fsdp1, lightning, lightning-fsdp1",
@@ -292,7 +348,10 @@ std::vector<Command> recommendCommands() {
     s.examples = {
         "shardscope recommend -m samples/models/llama3-8b/config.json -c "
         "samples/clusters/h100-sxm-8x8.json "
-        "-f fsdp2 -o plan.fsdp2.json"};
+        "-f fsdp2 -o plan.fsdp2.json",
+        "shardscope plan recover TRACES/ -m config.json -o current.json && shardscope calibrate "
+        "-t TRACES/ -m config.json -c base.json -o mine.json && shardscope recommend -m "
+        "config.json -c mine.json --current current.json -f fsdp2 -o better.fsdp2.json"};
     return {{s, runRecommend}};
 }
 

@@ -195,6 +195,48 @@ class FsdpTraces(unittest.TestCase):
         peer.shardscope("simulate", "-m", MODEL, "-p", os.path.join(self.dirs["per_block"], "plan.json"), "-c", out,
                         "--json")
 
+    def test_a_users_trace_to_a_better_plan_their_script_applies(self):
+        # The whole path from a job's profiler traces: the plan recovered, the cluster
+        # calibrated on the same traces, a search against the recovered plan (its sequence
+        # length and global batch), and the better plan exported as FSDP2 and applied by the
+        # training script's samples/apply_plan.py with the real fully_shard, unchanged.
+        traces = os.path.join(self.dirs["per_block"], "traces")
+        tmp = tempfile.mkdtemp(dir=self.tmp.name)
+        current, cluster = os.path.join(tmp, "current.json"), os.path.join(tmp, "mine.json")
+        better = os.path.join(tmp, "better.fsdp2.json")
+        peer.shardscope("plan", "recover", traces, "-m", MODEL, "-o", current)
+        peer.shardscope("calibrate", "-t", traces, "-m", MODEL, "-c", peer.sample("clusters", "cpu-2core.json"),
+                        "-o", cluster)
+        j = peer.shardscope("recommend", "-m", MODEL, "-c", cluster, "--current", current, "-f", "fsdp2",
+                            "-o", better, "--json")
+        self.assertEqual(j["seq_len"], 64)         # the recovered plan's
+        self.assertEqual(j["global_batch"], 2 * 2)  # micro-batch 2 on 2 ranks, one micro-batch
+        self.assertIn("current", j)
+        self.assertTrue(j["current"]["fits"])
+        print("current plan %.0f tokens/s, best %.0f tokens/s: %s"
+              % (j["current"]["tokens_per_s"], j["best"]["tokens_per_s"], j["best"]["summary"]))
+        self.assertGreaterEqual(j["best"]["tokens_per_s"], j["current"]["tokens_per_s"])
+        import torch.distributed as dist
+        import transformers
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+        sys.path.insert(0, peer.sample())
+        from apply_plan import apply_plan, prepare_micro_batch
+        with open(better) as f:
+            export = json.load(f)
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+        try:
+            cfg = transformers.AutoConfig.from_pretrained(MODEL)
+            model = apply_plan(transformers.AutoModelForCausalLM.from_config(cfg), export, device_type="cpu")
+            training = j["best"]["plan"]["training"]
+            optim = torch.optim.AdamW(model.parameters())
+            for mb in range(export["gradient_accumulation"]["micro_batches"]):
+                prepare_micro_batch(model, export, mb)
+                ids = torch.randint(0, cfg.vocab_size, (training["micro_batch_size"], training["seq_len"]))
+                model(ids, use_cache=False).logits.float().mean().backward()
+            optim.step()
+        finally:
+            dist.destroy_process_group()
+
     def test_export_keeps_what_the_fsdp_analysis_reads(self):
         # `trace export` writes what ShardScope read (FSDP labels, c10d shapes, Gloo
         # collectives): the per-unit analysis of the export equals that of the original.
