@@ -66,6 +66,7 @@ int runRecommend(const Args& a) {
     SearchOptions o;
     // FSDPStrategy takes FSDP1's kwargs; ModelParallelStrategy (lightning) applies FSDP2's.
     o.fsdp1Compatible = *fmt == ExportFormat::Fsdp1 || *fmt == ExportFormat::LightningFsdp1;
+    o.expandableSegments = a.flag("--expandable-segments");
     // The plan the user runs now (e.g. `plan recover` of their trace): its sequence length
     // and global batch are the search's unless given, and it is simulated beside the best.
     std::optional<Plan> current;
@@ -150,6 +151,7 @@ int runRecommend(const Args& a) {
         c.summary = "the plan in " + a.get("--current");
         SimOptions so;
         so.keepTimeline = false;
+        so.expandableSegments = o.expandableSegments;
         c.sim =
             simulate(buildStepProgram(r, stepOptionsFor(p, *cluster)), *cluster, r.worldSize, so);
         c.fits = c.sim.peakReserved <= res.memoryBudget;
@@ -340,6 +342,9 @@ std::vector<Command> recommendCommands() {
                          "the plan you run now (e.g. from `plan recover`): simulated beside the "
                          "best; its seq_len and global batch are the search's unless given"});
     s.options.push_back({"--memory-headroom", "H", "fraction of device memory kept free", "0.1"});
+    s.options.push_back({"--expandable-segments", "",
+                         "model the caching allocator with expandable segments "
+                         "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)"});
     s.options.push_back({"--format", "FMT",
                          "export format: shardscope, fsdp2, fsdp1, lightning, lightning-fsdp1",
                          "shardscope", false, "-f"});

@@ -316,6 +316,7 @@ private:
         SimOptions so;
         so.keepTimeline = false;
         so.reservedBudget = budget;
+        so.expandableSegments = o.expandableSegments;
         ResolvedPlan r = resolvePlan(g, structuralPlan(allStructures[sIdx]), &c, "search");
         size_t perVariant = 0;
         for (int64_t mb : microBatches)
@@ -493,7 +494,9 @@ private:
         cand.summary = summary;
         const ResolvedPlan r = resolvePlan(g, p, &c, "recommended");
         const StepOptions st = stepOptionsFor(p, c);
-        cand.sim = simulate(buildStepProgram(r, st), c, r.worldSize);
+        SimOptions so;
+        so.expandableSegments = o.expandableSegments;
+        cand.sim = simulate(buildStepProgram(r, st), c, r.worldSize, so);
         cand.fits = cand.sim.peakReserved <= budget;
         return cand;
     }
@@ -511,6 +514,7 @@ private:
         applyVariant(r, best.variant);
         SimOptions so;
         so.keepTimeline = false;
+        so.expandableSegments = o.expandableSegments;
         for (auto it = microBatches.rbegin(); it != microBatches.rend(); ++it) {
             const SimResult sim = simulateAccumulated(r, *it, perRank / *it, so);
             best.microBatch = *it;

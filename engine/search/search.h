@@ -40,6 +40,10 @@ struct SearchOptions {
     // Only what FSDP1 and Lightning express: one module per unit, reshard True or False,
     // implicit prefetch (FSDP1 BACKWARD_PRE), HSDP within a node.
     bool fsdp1Compatible = false;
+    // The caching allocator with expandable segments (PYTORCH_CUDA_ALLOC_CONF=
+    // expandable_segments:True, as torchtitan runs): reserved memory tracks the high-water
+    // mark instead of the per-stream pools' segments.
+    bool expandableSegments = false;
     unsigned threads = 0;                       // 0: all cores
     const std::atomic<bool>* cancel = nullptr;  // set to stop early and return the best so far
     std::function<void(size_t done, size_t total)> progress;

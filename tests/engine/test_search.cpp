@@ -157,6 +157,28 @@ TEST(Search, SaysByHowMuchTheClosestPlanMissesWhenNothingFits) {
     EXPECT_GT(res.closest->sim.peakReserved, res.memoryBudget);
 }
 
+TEST(Search, ExpandableSegmentsReserveWhatTheStepAllocatesInPages) {
+    // With expandable segments each stream grows one segment in 2 MiB pages, so the
+    // default's and the best plan's reserved bytes are their allocated high-water marks
+    // rounded to pages (at most one page per stream above), never more than with the
+    // default allocator.
+    const ModelGraph g =
+        std::move(loadModelFile(samplePath("models/tiny-llama/config.json"))).value();
+    const ClusterSpec c = smallCluster();
+    SearchOptions o;
+    o.seqLen = 512;
+    const SearchResult plain = searchPlans(g, c, o);
+    o.expandableSegments = true;
+    const SearchResult expandable = searchPlans(g, c, o);
+    ASSERT_TRUE(plain.best && expandable.best);
+    const int64_t streams = static_cast<int64_t>(Stream::Count);
+    for (const SimResult* s : {&expandable.baseline.sim, &expandable.best->sim}) {
+        EXPECT_GE(s->peakReserved, s->peakAllocated);
+        EXPECT_LE(s->peakReserved, s->peakAllocated + streams * (int64_t{2} << 20));
+    }
+    EXPECT_LE(expandable.baseline.sim.peakReserved, plain.baseline.sim.peakReserved);
+}
+
 TEST(Search, CancelReturnsTheBestSoFar) {
     const ModelGraph g =
         std::move(loadModelFile(samplePath("models/tiny-llama/config.json"))).value();
