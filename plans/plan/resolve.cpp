@@ -1,12 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "plans/plan/resolve.h"
 
-#include <set>
-
-#include <map>
-
 #include <algorithm>
+#include <map>
+#include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "plans/core/strings.h"
 #include "plans/plan/wrap_policy.h"
@@ -961,43 +960,45 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r) 
             if (mod.cls.find("Attention") != std::string::npos) hasAttention[m] = 1;
             if (hasAttention[m] && mod.parent.valid()) hasAttention[mod.parent.index()] = 1;
         }
+        // Children of a container with a sibling of their class (counted once per container:
+        // a list of thousands of experts stays linear).
+        std::vector<char> alike(n, 0);
+        std::unordered_map<std::string_view, int> classCount;
+        for (size_t m = 0; m < n; ++m) {
+            if (!g.isContainer(ModuleId(static_cast<int32_t>(m)))) continue;
+            classCount.clear();
+            for (ModuleId c : g.modules()[m].children)
+                ++classCount[g.module(c).cls];
+            for (ModuleId c : g.modules()[m].children)
+                alike[c.index()] = classCount[g.module(c).cls] >= 2;
+        }
         std::vector<int32_t> member(n, -1);
         for (size_t m = 1; m < n; ++m) {
             const ModuleNode& mod = g.modules()[m];
             if (hasAttention[m] || !mod.parent.valid()) continue;
             const size_t parent = mod.parent.index();
-            if (member[parent] >= 0) {
+            if (member[parent] >= 0)
                 member[m] = member[parent];
-            } else if (g.isContainer(mod.parent)) {
-                const auto& sib = g.modules()[parent].children;
-                const auto alike = std::count_if(
-                    sib.begin(), sib.end(), [&](ModuleId c) { return g.module(c).cls == mod.cls; });
-                if (alike >= 2) member[m] = static_cast<int32_t>(m);
-            }
+            else if (alike[m])
+                member[m] = static_cast<int32_t>(m);
         }
         for (size_t ri = 0; ri < runMods.size(); ++ri) {
             struct Loop {
-                size_t list;
                 ScaledCost saved;
                 int64_t grads = 0;
-                std::vector<int32_t> members;
+                std::unordered_set<int32_t> members;
             };
-            std::vector<Loop> loops;
+            std::unordered_map<size_t, Loop> loops;  // by the list holding the members
             for (int32_t x : runMods[ri]) {
                 const auto xi = static_cast<size_t>(x);
                 if (!afterAttn[xi] || member[xi] < 0) continue;
-                const size_t list = g.modules()[static_cast<size_t>(member[xi])].parent.index();
-                auto it = std::find_if(loops.begin(), loops.end(),
-                                       [&](const Loop& l) { return l.list == list; });
-                if (it == loops.end()) it = loops.insert(loops.end(), Loop{list, {}, 0, {}});
-                it->saved += g.modules()[xi].cost.savedBytes;
-                it->grads += gradOfMod[xi];
-                if (std::find(it->members.begin(), it->members.end(), member[xi]) ==
-                    it->members.end())
-                    it->members.push_back(member[xi]);
+                Loop& l = loops[g.modules()[static_cast<size_t>(member[xi])].parent.index()];
+                l.saved += g.modules()[xi].cost.savedBytes;
+                l.grads += gradOfMod[xi];
+                l.members.insert(member[xi]);
             }
             ModuleRun& run = runs[ri];
-            for (const Loop& l : loops)
+            for (const auto& [list, l] : loops)
                 if (l.members.size() >= 2 && l.grads > run.loopGradNumel) {
                     run.loopSaved = l.saved;
                     run.loopGradNumel = l.grads;
