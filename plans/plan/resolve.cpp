@@ -998,8 +998,13 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r) 
                 l.members.insert(member[xi]);
             }
             ModuleRun& run = runs[ri];
+            // The largest; between equal ones the first list in module order (deterministic
+            // whatever the hash map's order).
+            size_t chosen = n;
             for (const auto& [list, l] : loops)
-                if (l.members.size() >= 2 && l.grads > run.loopGradNumel) {
+                if (l.members.size() >= 2 && (l.grads > run.loopGradNumel ||
+                                              (l.grads == run.loopGradNumel && list < chosen))) {
+                    chosen = list;
                     run.loopSaved = l.saved;
                     run.loopGradNumel = l.grads;
                     run.loopMembers = static_cast<int32_t>(l.members.size());
