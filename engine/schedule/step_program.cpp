@@ -280,11 +280,15 @@ private:
             {
                 // A weight gradient made while its output's gradient is alive (ModuleRun):
                 // the part above the run's gradients.
+                // What the modules after that one saved is freed by then
+                // (ModuleRun::firstGradSavedAfter).
                 const auto d = static_cast<double>(gradSize);
                 const double all = static_cast<double>(run.gradNumel) * d;
-                const double moment = std::max(all + run.firstGradOutput.at(b, s, scale),
+                const double moment = std::max(all + run.firstGradOutput.at(b, s, scale) -
+                                                   run.firstGradSavedAfter.at(b, s, scale),
                                                static_cast<double>(run.largestOutGradNumel) * d +
-                                                   run.largestGradOutput.at(b, s, scale));
+                                                   run.largestGradOutput.at(b, s, scale) -
+                                                   run.largestGradSavedAfter.at(b, s, scale));
                 sg.bwdGradExtra = std::max(sg.bwdGradExtra, moment - all);
             }
             // Full and op-level checkpointing: what the recompute saves after the last

@@ -1017,17 +1017,23 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r) 
         ModuleRun& run = runs[ri];
         int64_t acc = 0;
         double largest = -1;
+        ScaledCost freed;  // saved by the modules backward has passed
         for (auto it = runMods[ri].rbegin(); it != runMods[ri].rend(); ++it) {
+            const ModuleCost& mc = g.modules()[static_cast<size_t>(*it)].cost;
             const int64_t own = gradOfMod[static_cast<size_t>(*it)];
-            if (own == 0) continue;
-            acc += own;
-            const ScaledCost& o = g.modules()[static_cast<size_t>(*it)].cost.outputBytes;
-            run.firstGradOutput = o;
-            if (const double size = o.perToken + o.fixedPerToken; size > largest) {
-                largest = size;
-                run.largestGradOutput = o;
-                run.largestOutGradNumel = acc;
+            if (own != 0) {
+                acc += own;
+                const ScaledCost& o = mc.outputBytes;
+                run.firstGradOutput = o;
+                run.firstGradSavedAfter = freed;
+                if (const double size = o.perToken + o.fixedPerToken; size > largest) {
+                    largest = size;
+                    run.largestGradOutput = o;
+                    run.largestOutGradNumel = acc;
+                    run.largestGradSavedAfter = freed;
+                }
             }
+            freed += mc.savedBytes;  // its own inputs live until its weight gradient is made
         }
     }
     // Runs alike in what their kernels depend on share a signature (decoder layers do), so

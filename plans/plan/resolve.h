@@ -99,6 +99,10 @@ struct ModuleRun {
     // alive; FSDPMemTracker peaks there.
     ScaledCost firstGradOutput, largestGradOutput;
     int64_t largestOutGradNumel = 0;
+    // At each moment, backward has already freed what the modules after that one in forward
+    // saved (the loss's log-probabilities and a softcap's tanh output when lm_head's weight
+    // gradient is made in the same run, as with tied embeddings): GPT-2's and Gemma's root.
+    ScaledCost firstGradSavedAfter, largestGradSavedAfter;
     // What comes after the run's last attention module in forward (a decoder layer's
     // post-attention norm and MLP): backward handles it before it reaches the attention, so
     // under selective checkpointing these are freed and produced before the recompute.
