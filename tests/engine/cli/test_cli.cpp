@@ -259,6 +259,15 @@ TEST(Cli, ImplausibleTrainingShapesAndMachinesAreRefused) {
     // kv_length < window to skip the mask): 2047 warns, 2046 does not.
     EXPECT_NE(phi3At(2047).out.find("reaches the model's sliding window"), std::string::npos);
     EXPECT_EQ(phi3At(2046).out.find("sliding window"), std::string::npos);
+    // recommend says so too: every plan it simulates runs at that seq.
+    {
+        auto rec = runCommand(ss("recommend -m samples/models/phi3-mini-4k/config.json -c "
+                                 "samples/clusters/cpu-2core.json --seq 2047 --global-batch 2"),
+                              true);
+        EXPECT_NE(rec.out.find("warning: seq 2047 reaches the model's sliding window (2047)"),
+                  std::string::npos)
+            << rec.out;
+    }
     // GPT-2's learned position table cannot go past n_positions: PyTorch fails.
     r = runCommand(ss("simulate -m samples/models/gpt2/config.json -p "
                       "samples/plans/tiny-llama-2rank.json -c samples/clusters/cpu-2core.json "
