@@ -56,7 +56,7 @@ RecommendView::RecommendView(QWidget* parent) : QWidget(parent) {
     m_batch = new QSpinBox;
     m_batch->setRange(0, 1 << 24);
     m_batch->setSpecialValueText("4Mi tokens");
-    m_fsdp1 = new QCheckBox("only what FSDP1 / Lightning express");
+    m_fsdp1 = new QCheckBox("only what FSDP1 (and Lightning's FSDPStrategy) express");
     m_search = new QPushButton("Search");
     m_stop = new QPushButton("Cancel");
     m_stop->setEnabled(false);
@@ -158,7 +158,7 @@ RecommendView::RecommendView(QWidget* parent) : QWidget(parent) {
     m_details->setTextInteractionFlags(Qt::TextSelectableByMouse);
     m_load = new QPushButton("Load in the Plan tab");
     m_format = new QComboBox;
-    m_format->addItems({"shardscope", "fsdp2", "fsdp1", "lightning"});
+    m_format->addItems({"shardscope", "fsdp2", "fsdp1", "lightning", "lightning-fsdp1"});
     m_export = new QPushButton("Export...");
     for (QPushButton* b : {m_load, m_export})
         b->setEnabled(false);
