@@ -81,12 +81,20 @@ int runRecommend(const Args& a) {
         if (failed(seq)) return kExitUsage;
         o.seqLen = *seq;
     }
-    if (current && !a.has("--global-batch")) {
-        int64_t world = 1;
-        for (int64_t d : current->meshShape)
-            world *= d;
-        if (current->meshShape.empty()) world = cluster->worldSize();
-        o.globalBatch = current->microBatchSize * current->microBatches * world;
+    // Resolved before the search, so that a plan with errors stops it from starting.
+    std::optional<ResolvedPlan> currentResolved;
+    if (current) {
+        current->seqLen = o.seqLen;
+        currentResolved = resolvePlan(*g, *current, &*cluster, a.get("--current"));
+        if (currentResolved->hasErrors()) {
+            for (const auto& pr : currentResolved->problems)
+                std::cerr << pr.toString() << "\n";
+            std::cerr << "error: --current: the plan has errors on this model and cluster\n";
+            return kExitUsage;
+        }
+        if (!a.has("--global-batch"))
+            o.globalBatch =
+                current->microBatchSize * current->microBatches * currentResolved->worldSize;
     }
     if (a.has("--global-batch")) {
         auto gb = a.getInt("--global-batch", 1);
@@ -145,23 +153,15 @@ int runRecommend(const Args& a) {
 
     std::optional<Candidate> mine;
     if (current) {
-        Plan p = *current;
-        p.seqLen = o.seqLen;
-        const ResolvedPlan r = resolvePlan(*g, p, &*cluster, a.get("--current"));
-        if (r.hasErrors()) {
-            for (const auto& pr : r.problems)
-                std::cerr << pr.toString() << "\n";
-            std::cerr << "error: --current: the plan has errors on this model and cluster\n";
-            return kExitUsage;
-        }
+        const ResolvedPlan& r = *currentResolved;
         Candidate c;
-        c.plan = p;
+        c.plan = *current;
         c.summary = "the plan in " + a.get("--current");
         SimOptions so;
         so.keepTimeline = false;
         so.expandableSegments = o.expandableSegments;
-        c.sim =
-            simulate(buildStepProgram(r, stepOptionsFor(p, *cluster)), *cluster, r.worldSize, so);
+        c.sim = simulate(buildStepProgram(r, stepOptionsFor(*current, *cluster)), *cluster,
+                         r.worldSize, so);
         c.fits = c.sim.peakReserved <= res.memoryBudget;
         mine = std::move(c);
     }

@@ -67,16 +67,24 @@ struct CostBuilder {
         c.savedBytes.fixedPerToken += 4 * h + 4 * rows;
         c.outputBytes.perToken += h * e;
     }
-    // nn.LayerNorm: native_layer_norm saves input, mean and rstd (fp32).
-    void layerNorm(ModuleId m, double h) {
+    // nn.LayerNorm (weight and bias) over h: native_layer_norm saves input, mean and rstd
+    // (fp32). `savesInput` is false when its input is already saved (Falcon's ln_mlp reads
+    // what ln_attn does).
+    ModuleId layerNorm(ModuleId parent, const char* name, int64_t h, DType pd,
+                       bool savesInput = true) {
+        ModuleId m = g.addModule(parent, name, "LayerNorm");
+        g.addParam(m, "weight", {h}, pd);
+        g.addParam(m, "bias", {h}, pd);
+        const auto H = static_cast<double>(h);
         auto& c = g.cost(m);
         c.fwdMemKernels += 1;  // native_layer_norm
         c.bwdMemKernels += 1;
-        c.fwdMemBytes.perToken += 2 * h * e;
-        c.bwdMemBytes.perToken += 4 * h * e;
-        c.savedBytes.perToken += h * e;
+        c.fwdMemBytes.perToken += 2 * H * e;
+        c.bwdMemBytes.perToken += 4 * H * e;
+        if (savesInput) c.savedBytes.perToken += H * e;
         c.savedBytes.fixedPerToken += 8;  // fp32 mean and rstd
-        c.outputBytes.perToken += h * e;
+        c.outputBytes.perToken += H * e;
+        return m;
     }
     // nn.Embedding: a gather; saves the int64 indices.
     void embedding(ModuleId m, double h) {
@@ -125,6 +133,26 @@ struct CostBuilder {
         c.fwdMemBytes.perToken += 3 * h * e * count;
         c.bwdMemBytes.perToken += 2 * h * e * count;
         c.outputBytes.perToken += h * e;
+    }
+    // A model's rotary embedding, run once per forward: inv_freq @ position_ids (a bmm of
+    // k = 1) after the position ids' arange, then cos, sin, two muls, cat, the fp32 expand's
+    // copy (and the casts of cos and sin to a lower compute dtype); no gradient. cos and sin
+    // are saved (by the attentions) in the compute dtype; DeepSeek-V2 keeps one complex64
+    // freqs_cis (fp32 pairs) instead (`complexFreqs`).
+    ModuleId rotaryEmbedding(ModuleId parent, const char* name, const std::string& cls,
+                             int64_t rotaryDim, int64_t headDim, bool complexFreqs = false) {
+        ModuleId m = g.addModule(parent, name, cls);
+        g.addBuffer(m, {"inv_freq", {rotaryDim / 2}, DType::Float32, false});
+        auto& c = g.cost(m);
+        const auto r = static_cast<double>(rotaryDim);
+        if (complexFreqs)
+            c.savedBytes.fixedPerToken += 4.0 * r;
+        else
+            c.savedBytes.perToken += 2.0 * r * e;
+        c.outputBytes.perToken += 2.0 * r * e;
+        c.addGemm({1.0, static_cast<double>(headDim / 2), 1.0, 1, false});
+        c.fwdMemKernels += 7 + (e < 4 ? 2 : 0);
+        return m;
     }
     // Causal-LM loss of transformers' ForCausalLMLoss (labels=): logits upcast to fp32
     // (whatever the compute dtype), log_softmax (saves its fp32 output) and nll_loss (saves
@@ -593,28 +621,11 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
         cb.residualAdds(layer, H, 2);
     }
     rmsNorm(model, "norm");
-    ModuleId rope = g.addModule(model, "rotary_emb", c.prefix + "RotaryEmbedding");
-    g.addBuffer(rope, {"inv_freq", {c.rotaryDim / 2}, DType::Float32, false});
-    if (c.gemma3) {
-        // The sliding-window layers' own cos and sin (rope_local_base_freq).
-        ModuleId local = g.addModule(model, "rotary_emb_local", c.prefix + "RotaryEmbedding");
-        g.addBuffer(local, {"inv_freq", {c.rotaryDim / 2}, DType::Float32, false});
-        g.cost(local).savedBytes.perToken += 2.0 * static_cast<double>(c.rotaryDim) * cb.e;
-        g.cost(local).outputBytes.perToken += 2.0 * static_cast<double>(c.rotaryDim) * cb.e;
-        g.cost(local).addGemm({1.0, static_cast<double>(c.headDim / 2), 1.0, 1, false});
-        g.cost(local).fwdMemKernels += 7 + (cb.e < 4 ? 2 : 0);
-    }
-    // cos and sin in the compute dtype; DeepSeek-V2's one complex64 freqs_cis (fp32 pairs).
-    if (c.deepseekV2)
-        g.cost(rope).savedBytes.fixedPerToken += 4.0 * static_cast<double>(c.rotaryDim);
-    else
-        g.cost(rope).savedBytes.perToken += 2.0 * static_cast<double>(c.rotaryDim) * cb.e;
-    g.cost(rope).outputBytes.perToken += 2.0 * static_cast<double>(c.rotaryDim) * cb.e;
-    // The model's position ids (arange), inv_freq @ position_ids (a bmm of k = 1), then
-    // cos, sin, two muls, cat, the fp32 expand's copy (and the casts of cos and sin to a
-    // lower compute dtype). No gradient.
-    g.cost(rope).addGemm({1.0, static_cast<double>(c.headDim / 2), 1.0, 1, false});
-    g.cost(rope).fwdMemKernels += 7 + (cb.e < 4 ? 2 : 0);
+    cb.rotaryEmbedding(model, "rotary_emb", c.prefix + "RotaryEmbedding", c.rotaryDim, c.headDim,
+                       c.deepseekV2);
+    if (c.gemma3)  // the sliding-window layers' own cos and sin (rope_local_base_freq)
+        cb.rotaryEmbedding(model, "rotary_emb_local", c.prefix + "RotaryEmbedding", c.rotaryDim,
+                           c.headDim);
     g.cost(model).outputBytes.perToken += H * cb.e;
     if (c.tie) {
         ModuleId head = g.addModule(g.root(), "lm_head", "Linear");
@@ -859,12 +870,7 @@ Expected<ModelGraph> loadGpt2(const JsonReader& r, const HfLoadOptions& o) {
         cb.linear(m, static_cast<double>(in), static_cast<double>(out), saves, /*addmm=*/true);
         return m;
     };
-    auto layerNorm = [&](ModuleId parent, const char* name) {
-        ModuleId m = g.addModule(parent, name, "LayerNorm");
-        g.addParam(m, "weight", {h}, pd);
-        g.addParam(m, "bias", {h}, pd);
-        cb.layerNorm(m, H);
-    };
+    auto layerNorm = [&](ModuleId parent, const char* name) { cb.layerNorm(parent, name, h, pd); };
     ModuleId tr = g.addModule(g.root(), "transformer", "GPT2Model");
     ModuleId wte = g.addModule(tr, "wte", "Embedding");
     ParamId wteW = g.addParam(wte, "weight", {vocab, h}, pd);
@@ -1008,11 +1014,7 @@ Expected<ModelGraph> loadFalcon(const JsonReader& r, const HfLoadOptions& o) {
         return m;
     };
     auto layerNorm = [&](ModuleId parent, const char* name, bool savesInput) {
-        ModuleId m = g.addModule(parent, name, "LayerNorm");
-        g.addParam(m, "weight", {h}, pd);
-        g.addParam(m, "bias", {h}, pd);
-        cb.layerNorm(m, H);
-        if (!savesInput) g.cost(m).savedBytes.perToken -= H * cb.e;  // its input is saved
+        cb.layerNorm(parent, name, h, pd, savesInput);
     };
     ModuleId tr = g.addModule(g.root(), "transformer", "FalconModel");
     ModuleId emb = g.addModule(tr, "word_embeddings", "Embedding");
@@ -1064,12 +1066,7 @@ Expected<ModelGraph> loadFalcon(const JsonReader& r, const HfLoadOptions& o) {
         cb.residualAdds(blk, H, 2);  // mlp + attention, then the residual
     }
     layerNorm(tr, "ln_f", true);
-    ModuleId rope = g.addModule(tr, "rotary_emb", "FalconRotaryEmbedding");
-    g.addBuffer(rope, {"inv_freq", {d / 2}, DType::Float32, false});
-    g.cost(rope).savedBytes.perToken += 2.0 * static_cast<double>(d) * cb.e;
-    g.cost(rope).outputBytes.perToken += 2.0 * static_cast<double>(d) * cb.e;
-    g.cost(rope).addGemm({1.0, static_cast<double>(d / 2), 1.0, 1, false});
-    g.cost(rope).fwdMemKernels += 7 + (cb.e < 4 ? 2 : 0);
+    cb.rotaryEmbedding(tr, "rotary_emb", "FalconRotaryEmbedding", d, d);
     ModuleId head = g.addModule(g.root(), "lm_head", "Linear");
     if (tie)
         g.tieParam(embW, head, "weight");

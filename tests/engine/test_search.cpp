@@ -17,6 +17,10 @@ using shardscope::test::samplePath;
 
 namespace {
 
+ModelGraph tinyLlama() {
+    return std::move(loadModelFile(samplePath("models/tiny-llama/config.json"))).value();
+}
+
 ClusterSpec smallCluster() {
     auto c = loadClusterFile(samplePath("clusters/h100-sxm-8x8.json"));
     EXPECT_TRUE(c.ok());
@@ -59,8 +63,7 @@ TEST(Search, FindsBlocksOfEveryFamily) {
 }
 
 TEST(Search, BestFitsAndBeatsIndependentPlansAndTheDefault) {
-    const ModelGraph g =
-        std::move(loadModelFile(samplePath("models/tiny-llama/config.json"))).value();
+    const ModelGraph g = tinyLlama();
     const ClusterSpec c = smallCluster();
     SearchOptions o;
     o.seqLen = 4096;
@@ -145,8 +148,7 @@ TEST(Search, BestFitsAndBeatsIndependentPlansAndTheDefault) {
 }
 
 TEST(Search, SaysByHowMuchTheClosestPlanMissesWhenNothingFits) {
-    const ModelGraph g =
-        std::move(loadModelFile(samplePath("models/tiny-llama/config.json"))).value();
+    const ModelGraph g = tinyLlama();
     ClusterSpec c = smallCluster();
     c.device.memoryBytes = 1 << 20;  // 1 MiB: nothing fits, not even with offload
     SearchOptions o;
@@ -162,8 +164,7 @@ TEST(Search, ExpandableSegmentsReserveWhatTheStepAllocatesInPages) {
     // default's and the best plan's reserved bytes are their allocated high-water marks
     // rounded to pages (at most one page per stream above), never more than with the
     // default allocator.
-    const ModelGraph g =
-        std::move(loadModelFile(samplePath("models/tiny-llama/config.json"))).value();
+    const ModelGraph g = tinyLlama();
     const ClusterSpec c = smallCluster();
     SearchOptions o;
     o.seqLen = 512;
@@ -180,8 +181,7 @@ TEST(Search, ExpandableSegmentsReserveWhatTheStepAllocatesInPages) {
 }
 
 TEST(Search, CancelReturnsTheBestSoFar) {
-    const ModelGraph g =
-        std::move(loadModelFile(samplePath("models/tiny-llama/config.json"))).value();
+    const ModelGraph g = tinyLlama();
     const ClusterSpec c = smallCluster();
     std::atomic<bool> cancel{false};
     SearchOptions o;

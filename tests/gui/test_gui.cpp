@@ -87,6 +87,14 @@ bool openAndWait(MainWindow& w, const QStringList& files, int timeoutMs = 20000)
     return QTest::qWaitFor([&] { return *done; }, timeoutMs);
 }
 
+// The Llama per-block plan on 64 H100s with a trace opened after it (the trace is then the
+// document's last).
+bool openLlamaPlanAndTrace(MainWindow& w, const std::string& trace) {
+    QStringList files = llamaOnH100("plans/llama-per-block.json");
+    files << QString::fromStdString(trace);
+    return openAndWait(w, files, 30000);
+}
+
 // Plan edits resolve and simulate in the background: waits until the window has the result.
 void settle(MainWindow& w) {
     ASSERT_TRUE(QTest::qWaitFor([&] { return !w.editing(); }, 20000));
@@ -1416,9 +1424,7 @@ TEST(GuiWindow, ComparePutsAMeasuredTraceBesideThePlanAsItIsEdited) {
     MainWindow w;
     w.resize(1400, 900);
     w.show();
-    QStringList files = llamaOnH100("plans/llama-per-block.json");
-    files << QString::fromStdString(path);
-    ASSERT_TRUE(openAndWait(w, files, 30000));
+    ASSERT_TRUE(openLlamaPlanAndTrace(w, path));
     w.showTab("compare");
     CompareView* c = w.compareView();
     const int trace = c->sourceA()->findText("trace: shardscope_gui_side.pt.trace.json");
@@ -1511,9 +1517,7 @@ TEST(GuiWindow, EditsAndWhatIfsShowTheirStepEvenOverAnOpenedTrace) {
     MainWindow w;
     w.resize(1400, 900);
     w.show();
-    QStringList files = llamaOnH100("plans/llama-per-block.json");
-    files << QString::fromStdString(path);
-    ASSERT_TRUE(openAndWait(w, files, 30000));
+    ASSERT_TRUE(openLlamaPlanAndTrace(w, path));
     ASSERT_TRUE(w.document().lastTrace());
     EXPECT_EQ(w.timeline()->data(), w.document().lastTrace()->timeline);  // the trace, last
     w.reshardBox()->setCurrentIndex(2);                                   // what if: False
