@@ -5,7 +5,7 @@ accounting (FSDPMemTracker under FakeTensorMode, scripts/memory_oracle.py) for f
 models, per case of a matrix of models, world sizes, batch shapes, checkpointing modes,
 reshard_after_forward and precision.
 
-    python scripts/bench_memory.py                 # the whole matrix (90 cases, about 40 minutes)
+    python scripts/bench_memory.py                 # the whole matrix (120 cases, about 50 minutes)
     python scripts/bench_memory.py --quick         # one case per model and mode
     python scripts/bench_memory.py --filter mixtral --json out.json
 
@@ -46,13 +46,14 @@ MODELS = {
     # math kernel, which keeps the s x s probabilities that CUDA's flash kernel does not.
     "gpt2-xl": ("GPT2Block", None, None),
     "llama3-70b": ("LlamaDecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
-    # Tied embeddings, as GPT-2: the root keeps embed_tokens and lm_head. Sequences stay below
-    # the sliding window (Gemma-2: 4096, so 2048; Gemma-3-1B: 512, so 256), from which on
-    # transformers gives SDPA a (b, 1, s, s) mask per sliding-window layer that the memory
-    # model does not count (a warning says so). At 2 x 4096 the tracker holds those masks:
-    # 2.62 GiB more than ours for Gemma-2-9B without checkpointing.
+    # Tied embeddings, as GPT-2: the root keeps embed_tokens and lm_head. At 8192 both run
+    # past their sliding windows (Gemma-2: 4096 on every other layer; Gemma-3-1B: 512 on
+    # five layers in six), where transformers gives those layers' SDPA a (b, 1, s, s) mask
+    # and repeats K and V to every query head (ModuleCost::windowSavedBytes).
     "gemma2-9b": ("Gemma2DecoderLayer", None, None),
     "gemma3-1b": ("Gemma3DecoderLayer", None, None),
+    # A 4096 sliding window on every layer (Mistral-7B-v0.1).
+    "mistral-7b-v0.1": ("MistralDecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
 }
 # Under the tracker these take about 13 minutes a case (FSDPMemTracker hooks every one of their
 # thousands of experts): in the matrix only when --filter names them.
@@ -98,12 +99,6 @@ def max_seq(model):
     with open(os.path.join(ROOT, "samples", "models", model, "config.json")) as f:
         cfg = json.load(f)
     limit = cfg.get("n_positions") or cfg.get("max_position_embeddings") or 1 << 20
-    # transformers builds the sliding-window mask once the sequence reaches the window
-    # (masking_utils._ignore_causal_mask_sdpa needs kv_length < window): stay below it, at a
-    # power of two.
-    window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
-    if window:
-        limit = min(limit, 1 << ((window - 1).bit_length() - 1))
     return limit
 
 

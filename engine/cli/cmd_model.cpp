@@ -34,10 +34,10 @@ void showModule(ShowContext& c, ModuleId m, int depth, const std::string& label,
     const ModuleCost cost = c.g.subtreeCost(m);
     const std::string indent(static_cast<size_t>(depth) * 2, ' ');
     const std::string count = repeat > 1 ? " x" + std::to_string(repeat) : "";
-    c.table.row({indent + label, node.cls + count, formatCount(c.g.subtreeNumel(m)),
-                 formatBytes(c.g.subtreeParamBytes(m)),
-                 formatFlops(cost.fwdFlops.at(c.batch, c.seq)),
-                 formatBytes(static_cast<int64_t>(cost.savedBytes.at(c.batch, c.seq)))});
+    c.table.row(
+        {indent + label, node.cls + count, formatCount(c.g.subtreeNumel(m)),
+         formatBytes(c.g.subtreeParamBytes(m)), formatFlops(cost.fwdFlops.at(c.batch, c.seq)),
+         formatBytes(static_cast<int64_t>(cost.savedAt(c.batch, c.seq, c.g.slidingWindow)))});
     nlohmann::json params = nlohmann::json::array();
     for (ParamId pid : node.params) {
         const auto& p = c.g.param(pid);
@@ -52,17 +52,21 @@ void showModule(ShowContext& c, ModuleId m, int depth, const std::string& label,
         if (p.tied()) pj["tied_to"] = p.name;
         params.push_back(pj);
     }
-    c.jsonModules.push_back({{"name", node.fqn},
-                             {"class", node.cls},
-                             {"depth", depth},
-                             {"params", c.g.subtreeNumel(m)},
-                             {"param_bytes", c.g.subtreeParamBytes(m)},
-                             {"direct_params", params},
-                             {"fwd_flops", cost.fwdFlops.at(c.batch, c.seq)},
-                             {"bwd_flops", cost.bwdFlops.at(c.batch, c.seq)},
-                             {"saved_activation_bytes", cost.savedBytes.at(c.batch, c.seq)},
-                             {"output_bytes", cost.outputBytes.at(c.batch, c.seq)},
-                             {"repeat", repeat}});
+    c.jsonModules.push_back(
+        {{"name", node.fqn},
+         {"class", node.cls},
+         {"depth", depth},
+         {"params", c.g.subtreeNumel(m)},
+         {"param_bytes", c.g.subtreeParamBytes(m)},
+         {"direct_params", params},
+         {"fwd_flops", cost.fwdFlops.at(c.batch, c.seq)},
+         {"bwd_flops", cost.bwdFlops.at(c.batch, c.seq)},
+         {"saved_activation_bytes", cost.savedAt(c.batch, c.seq, c.g.slidingWindow)},
+         {"output_bytes", cost.outputBytes.at(c.batch, c.seq)},
+         {"repeat", repeat}});
+    // Saved besides, from seq_len == sliding window on (in saved_activation_bytes then).
+    if (!cost.windowSavedBytes.isZero())
+        c.jsonModules.back()["window_saved_bytes"] = cost.windowSavedBytes.at(c.batch, c.seq);
     if (depth >= c.maxDepth || repeat > 1) return;  // folded rows repeat the first's children
     const auto& ch = node.children;
     for (size_t i = 0; i < ch.size();) {
@@ -122,6 +126,7 @@ int runModelShow(const Args& a) {
                          {"batch", *batch},
                          {"seq", *seq},
                          {"activation_dtype", std::string(dtypeName(g->activationDtype))},
+                         {"sliding_window", g->slidingWindow},
                          {"tied_params", tied},
                          {"modules", c.jsonModules}};
         if (Status s = emitJson(j, ""); !s) {
@@ -140,8 +145,8 @@ int runModelShow(const Args& a) {
               << "  per micro-batch of " << *batch << " x " << *seq << " tokens: forward "
               << formatFlops(total.fwdFlops.at(*batch, *seq)) << ", backward "
               << formatFlops(total.bwdFlops.at(*batch, *seq)) << ", saved activations "
-              << formatBytes(static_cast<int64_t>(total.savedBytes.at(*batch, *seq))) << " ("
-              << dtypeName(g->activationDtype) << ")\n";
+              << formatBytes(static_cast<int64_t>(total.savedAt(*batch, *seq, g->slidingWindow)))
+              << " (" << dtypeName(g->activationDtype) << ")\n";
     for (const auto& t : tied) {
         std::cout << "  tied        ";
         for (size_t i = 0; i < t["owners"].size(); ++i)

@@ -118,14 +118,6 @@ int runRecommend(const Args& a) {
     if (findBlocks(*g).empty())
         std::cerr << "note: no repeated blocks found (a ModuleList of one class); searching the "
                      "other choices\n";
-    // As plan validation warns (resolve.cpp): transformers builds the mask from
-    // kv_length == window on.
-    if (g->slidingWindow > 0 && o.seqLen >= g->slidingWindow)
-        std::cerr << "warning: seq " << o.seqLen << " reaches the model's sliding window ("
-                  << g->slidingWindow
-                  << "): transformers then gives SDPA a (batch, 1, seq, seq) mask in every "
-                     "sliding-window layer, which the memory model does not count; every plan's "
-                     "peak is low by that much\n";
     std::signal(SIGINT, onSigint);
     o.cancel = &g_interrupted;
     const bool tty = ::isatty(STDERR_FILENO);

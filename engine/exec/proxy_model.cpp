@@ -76,7 +76,7 @@ at::Tensor ProxyModel::forward(ModuleId m, const at::Tensor& in) {
 at::Tensor ProxyModel::own(ModuleId m, const at::Tensor& x) {
     const ModuleNode& node = g.module(m);
     const double flops = node.cost.fwdFlops.at(batch, seq);
-    const double saved = node.cost.savedBytes.at(batch, seq);
+    const double saved = node.cost.savedAt(batch, seq, g.slidingWindow);
     if (node.params.empty() && flops <= 0 && saved <= 0) return x;
     rt.noteCompute();
     // Every parameter enters through its mean: its gradient is full-size, as a layer's is.

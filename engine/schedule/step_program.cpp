@@ -240,8 +240,12 @@ private:
     void buildSegments() {
         std::vector<ModuleRun> computed;
         const std::vector<ModuleRun>* runs = &r.moduleRuns;
-        if (runs->empty()) {  // a plan not made by resolvePlan
-            computed = moduleRunsOf(g, r);
+        // The runs count sliding-window masks at the plan's seq_len (moduleRunsOf): another
+        // sequence on the other side of the window needs them counted again.
+        const int64_t w = g.slidingWindow;
+        const bool otherSide = w > 0 && (o.seqLen >= w) != (r.plan.seqLen >= w);
+        if (runs->empty() || otherSide) {  // or a plan not made by resolvePlan
+            computed = moduleRunsOf(g, r, o.seqLen);
             runs = &computed;
         }
         const auto b = o.microBatchSize;

@@ -224,6 +224,7 @@ struct LlamaLike {
     bool phi3 = false;
     int64_t rotaryDim = 0;  // RoPE's width per head: head_dim x partial_rotary_factor
     int64_t slidingWindow = 0;
+    std::vector<char> slidingLayers;  // per layer, when slidingWindow > 0
     double residDropout = 0;
     int64_t qLora = 0, kvLora = 0, ropeDim = 0, nopeDim = 0, vDim = 0, firstDense = 0;
     int64_t sharedExperts = 0;
@@ -511,6 +512,15 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
                     static_cast<double>(repeatKv ? 3 * dq
                                         : c.phi3 ? 2 * dq + 3 * dkv
                                                  : dq + 2 * dkv));
+            if (!c.slidingLayers.empty() && c.slidingLayers[static_cast<size_t>(i)]) {
+                ac.windowSavedBytes.perTokenSeq += cb.e;  // the mask in the compute dtype
+                // repeat_kv's copies at the query width replace k and v (Phi-3: replace the
+                // rotated k and the qkv_proj output that v is a view of). One key/value head
+                // repeats as a view (expand and reshape over a dimension of size 1): no copy.
+                if (c.kvHeads > 1 && c.kvHeads < c.heads && !repeatKv)
+                    ac.windowSavedBytes.perToken +=
+                        static_cast<double>(c.phi3 ? dq - 3 * dkv : 2 * (dq - dkv)) * cb.e;
+            }
             if (repeatKv) {
                 // repeat_kv's expand + reshape: one copy of K and one of V forward, their
                 // gradients summed back over the repeated heads.
@@ -754,12 +764,73 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
     c.qkNorm = family == "qwen3" || family == "qwen3_moe" || c.gemma3;
     c.olmo2 = family == "olmo2";
     c.legacyQwen2MoeAttention = family == "qwen2_moe";
-    if ((family == "qwen3" || family == "qwen2_moe" || family == "qwen3_moe") &&
-        r.optBool("use_sliding_window").value_or(false))
+    if (family == "qwen2_moe" && r.optBool("use_sliding_window").value_or(false))
         r.at("use_sliding_window")
             .fail(
-                "sliding-window attention is not modelled (its layers attend to fewer "
-                "positions); set it to false or export the model with scripts/export_model.py");
+                "sliding-window attention is not modelled for Qwen2-MoE (its legacy attention "
+                "builds its own masks); set it to false or export the model with "
+                "scripts/export_model.py");
+    // The sliding window and the layers that use it, as transformers' configs decide them
+    // (config.layer_types where the family has it): from seq_len == window on, each such
+    // layer's SDPA keeps a (b, 1, s, s) mask (ModuleCost::windowSavedBytes).
+    {
+        bool everyLayer = false;  // one mask for the whole model (no layer_types)
+        int64_t fullBelow = 0;    // Qwen2/Qwen3: the first max_window_layers attend fully
+        if (family == "mistral") {
+            // MistralConfig's default window is 4096; null turns it off.
+            c.slidingWindow = !r.has("sliding_window")         ? 4096
+                              : r.hasNonNull("sliding_window") ? positive(r, "sliding_window")
+                                                               : 0;
+            everyLayer = true;
+        } else if (family == "mixtral" || family == "qwen3_moe" || c.phi3) {
+            if (family == "qwen3_moe" && !r.optBool("use_sliding_window").value_or(false))
+                c.slidingWindow = 0;
+            else if (family == "qwen3_moe")
+                c.slidingWindow =
+                    r.hasNonNull("sliding_window") ? positive(r, "sliding_window") : 4096;
+            else
+                c.slidingWindow =
+                    r.hasNonNull("sliding_window") ? positive(r, "sliding_window") : 0;
+            everyLayer = true;
+        } else if (family == "qwen2" || family == "qwen3") {
+            c.slidingWindow = !r.optBool("use_sliding_window").value_or(false) ? 0
+                              : !r.has("sliding_window")                       ? 4096
+                              : r.hasNonNull("sliding_window") ? positive(r, "sliding_window")
+                                                               : 0;
+            fullBelow =
+                r.hasNonNull("max_window_layers") ? r.at("max_window_layers").asIntAtLeast(0) : 28;
+        } else if (!c.gemma) {
+            c.slidingWindow = 0;
+        }
+        if (c.slidingWindow > 0) {
+            c.slidingLayers.assign(static_cast<size_t>(c.layers), 0);
+            const bool listed = !everyLayer && r.hasNonNull("layer_types");
+            if (listed) {
+                const JsonReader list = r.at("layer_types");
+                list.requireArray();
+                if (static_cast<int64_t>(list.size()) != c.layers)
+                    list.fail("layer_types lists " + std::to_string(list.size()) +
+                              " layers, num_hidden_layers is " + std::to_string(c.layers));
+                for (size_t k = 0; k < list.size(); ++k) {
+                    const std::string t = list[k].asString();
+                    if (t != "sliding_attention" && t != "full_attention")
+                        list[k].fail("unknown layer type \"" + t +
+                                     "\" (sliding_attention or full_attention)");
+                    c.slidingLayers[k] = t == "sliding_attention";
+                }
+            }
+            // Gemma-2 alternates from layer 0; Gemma-3 makes every sliding_window_pattern-th
+            // layer (default 6) a full one.
+            const int64_t pattern = family == "gemma2" ? 2
+                                    : !c.gemma3        ? 0
+                                    : r.hasNonNull("sliding_window_pattern")
+                                        ? positive(r, "sliding_window_pattern")
+                                        : 6;
+            for (int64_t i = 0; !listed && i < c.layers; ++i)
+                c.slidingLayers[static_cast<size_t>(i)] =
+                    everyLayer || (pattern > 0 ? (i + 1) % pattern != 0 : i >= fullBelow);
+        }
+    }
     c.mlpBias = (family == "llama" || c.deepseekV2) && r.optBool("mlp_bias").value_or(false);
     // Each MoE family names its expert count differently.
     const char* expertsKey = family == "mixtral" ? "num_local_experts"

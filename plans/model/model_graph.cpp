@@ -32,6 +32,7 @@ ModuleCost& ModuleCost::operator+=(const ModuleCost& o) {
     fwdMemBytes += o.fwdMemBytes;
     bwdMemBytes += o.bwdMemBytes;
     savedBytes += o.savedBytes;
+    windowSavedBytes += o.windowSavedBytes;
     outputBytes += o.outputBytes;
     mmOutputBytes += o.mmOutputBytes;
     addmmOutputBytes += o.addmmOutputBytes;

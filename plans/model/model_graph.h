@@ -68,7 +68,19 @@ struct ModuleCost {
     ScaledCost bwdFlops;
     ScaledCost fwdMemBytes;
     ScaledCost bwdMemBytes;
-    ScaledCost savedBytes;   // tensors saved for backward, attributed to the first saver
+    ScaledCost savedBytes;  // tensors saved for backward, attributed to the first saver
+    // What a sliding-window layer's attention saves besides savedBytes once the sequence
+    // reaches the model's window (ModelGraph::slidingWindow), when transformers gives SDPA a
+    // (b, 1, s, s) boolean mask: SDPA converts it to the query's dtype and keeps that copy
+    // (perTokenSeq), and with a mask transformers repeats K and V to every query head
+    // instead of SDPA's GQA, so SDPA keeps the repeated copies (perToken). The resolver adds
+    // it to savedBytes when the plan's seq_len reaches the window.
+    ScaledCost windowSavedBytes;
+    // savedBytes at (batch, seq), with windowSavedBytes once seq reaches `window` (> 0).
+    [[nodiscard]] double savedAt(int64_t batch, int64_t seq, int64_t window) const {
+        return savedBytes.at(batch, seq) +
+               (window > 0 && seq >= window ? windowSavedBytes.at(batch, seq) : 0.0);
+    }
     ScaledCost outputBytes;  // the module's forward output
     // Outputs of the ops op-level selective checkpointing can keep (AcMode::SelectiveOp):
     // aten.mm (nn.Linear on 3-D input), aten.addmm (GPT-2's Conv1D), SDPA's output and
@@ -158,9 +170,11 @@ public:
     // it; rotary ones can, untrained.
     int64_t maxPositions = 0;
     bool learnedPositions = false;
-    // Sliding-window attention's window (Phi-3's sliding_window); 0 when none. Up to it
-    // attention is plain causal; past it transformers builds a (b, 1, s, s) mask that SDPA
-    // keeps for backward, which the costs do not count.
+    // Sliding-window attention's window (Phi-3's sliding_window); 0 when none. Below it
+    // attention is plain causal (SDPA's is_causal); from seq_len == window on transformers
+    // builds a (b, 1, s, s) mask, and each sliding-window layer's SDPA keeps a copy of it in
+    // the compute dtype (ModuleCost::windowSavedBytes, counted then). Attention is still
+    // priced over the whole causal triangle: SDPA's kernels with a mask skip no blocks.
     int64_t slidingWindow = 0;
     // The micro-batch the costs were measured at (exporter); 0 when costs are formulas.
     int64_t measuredBatch = 0;

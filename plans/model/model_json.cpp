@@ -83,13 +83,14 @@ nlohmann::json kernelsJson(const ModuleCost& c) {
 
 void readCost(const JsonReader& r, ModuleCost& c) {
     r.allowOnly({"fwd_flops", "bwd_flops", "fwd_mem_bytes", "bwd_mem_bytes", "saved_bytes",
-                 "output_bytes", "kernels"});
+                 "window_saved_bytes", "output_bytes", "kernels"});
     if (auto x = r.find("kernels")) readKernels(*x, c);
     if (auto x = r.find("fwd_flops")) c.fwdFlops = readScaled(*x);
     if (auto x = r.find("bwd_flops")) c.bwdFlops = readScaled(*x);
     if (auto x = r.find("fwd_mem_bytes")) c.fwdMemBytes = readScaled(*x);
     if (auto x = r.find("bwd_mem_bytes")) c.bwdMemBytes = readScaled(*x);
     if (auto x = r.find("saved_bytes")) c.savedBytes = readScaled(*x);
+    if (auto x = r.find("window_saved_bytes")) c.windowSavedBytes = readScaled(*x);
     if (auto x = r.find("output_bytes")) c.outputBytes = readScaled(*x);
 }
 
@@ -100,11 +101,12 @@ bool validLocalName(const std::string& s) {
 ModelGraph parseModel(const JsonReader& r) {
     r.checkFormat(kModelFormat, kModelVersion);
     r.allowOnly({"format", "version", "name", "source", "activation_dtype", "measured_at",
-                 "modules", "total_params"});
+                 "sliding_window", "modules", "total_params"});
     ModelGraph g;
     g.name = r.optString("name").value_or("");
     g.source = r.optString("source").value_or(kModelFormat);
     if (auto a = r.find("activation_dtype")) g.activationDtype = readDType(*a);
+    if (auto w = r.find("sliding_window")) g.slidingWindow = w->asIntAtLeast(1);
     if (auto m = r.find("measured_at")) {
         m->allowOnly({"batch", "seq"});
         g.measuredBatch = m->at("batch").asIntAtLeast(1);
@@ -223,6 +225,7 @@ nlohmann::json modelToJson(const ModelGraph& g) {
     j["activation_dtype"] = std::string(dtypeName(g.activationDtype));
     if (g.measuredBatch > 0)
         j["measured_at"] = {{"batch", g.measuredBatch}, {"seq", g.measuredSeq}};
+    if (g.slidingWindow > 0) j["sliding_window"] = g.slidingWindow;
     j["total_params"] = g.totalParams();
     auto& mods = j["modules"] = nlohmann::json::array();
     for (size_t i = 0; i < g.moduleCount(); ++i) {
@@ -267,6 +270,7 @@ nlohmann::json modelToJson(const ModelGraph& g) {
         put("fwd_mem_bytes", c.fwdMemBytes);
         put("bwd_mem_bytes", c.bwdMemBytes);
         put("saved_bytes", c.savedBytes);
+        put("window_saved_bytes", c.windowSavedBytes);
         put("output_bytes", c.outputBytes);
         if (c.hasKernels()) cj["kernels"] = kernelsJson(c);
         if (!cj.empty()) mj["cost"] = cj;

@@ -682,16 +682,6 @@ struct Resolver {
                             " (max_position_embeddings): the model was not trained that "
                             "long; set rope_scaling in the config if the run extends it");
         }
-        // transformers builds the mask once kv_length reaches the window
-        // (masking_utils._ignore_causal_mask_sdpa needs kv_length < window to skip it).
-        if (g.slidingWindow > 0 && s >= g.slidingWindow)
-            warning(at("/training/seq_len"),
-                    "seq_len " + std::to_string(s) + " reaches the model's sliding window (" +
-                        std::to_string(g.slidingWindow) +
-                        "): transformers then builds a (batch, 1, seq, seq) attention mask that "
-                        "SDPA keeps for backward in every sliding-window layer, which the memory "
-                        "model does not count, and past the window attends to fewer positions "
-                        "than the FLOPs assume");
         if (b > 0 && s > 0 && b > (int64_t{1} << 40) / s)
             error(at("/training"), "micro_batch_size x seq_len = " + std::to_string(b) + " x " +
                                        std::to_string(s) + " tokens per micro-batch: more than " +
@@ -845,7 +835,8 @@ std::vector<ModuleId> childrenInRunOrder(const ModelGraph& g, int32_t m) {
 }
 }  // namespace
 
-std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r) {
+std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r, int64_t seqLen) {
+    if (seqLen < 1) seqLen = r.plan.seqLen;
     const size_t n = g.moduleCount();
     const std::vector<int32_t> unitOf = unitOfModules(g, r);
     std::vector<ModuleRun> runs;
@@ -870,7 +861,15 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r) 
         const ModuleNode& mod = g.modules()[m];
         const int32_t u = unitOf[m];
         stack.pop_back();
-        const ModuleCost& c = mod.cost;
+        // A sliding-window layer's SDPA keeps its mask once the sequence reaches the window.
+        ModuleCost masked;
+        const bool windowed =
+            g.slidingWindow > 0 && seqLen >= g.slidingWindow && !mod.cost.windowSavedBytes.isZero();
+        if (windowed) {
+            masked = mod.cost;
+            masked.savedBytes += masked.windowSavedBytes;
+        }
+        const ModuleCost& c = windowed ? masked : mod.cost;
         if (c.fwdFlops.isZero() && c.savedBytes.isZero() && c.fwdMemBytes.isZero()) continue;
         if (runs.empty() || runs.back().unit != u) {
             runs.emplace_back().unit = u;

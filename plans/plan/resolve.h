@@ -151,8 +151,10 @@ struct ResolvedPlan {
     [[nodiscard]] int64_t maxUnshardedBytes() const;
 };
 
-[[nodiscard]] std::vector<ModuleRun> moduleRunsOf(const ModelGraph& model,
-                                                  const ResolvedPlan& plan);
+// Sliding-window masks (ModuleCost::windowSavedBytes) count when `seqLen` reaches the
+// model's window; seqLen < 1 takes the plan's.
+[[nodiscard]] std::vector<ModuleRun> moduleRunsOf(const ModelGraph& model, const ResolvedPlan& plan,
+                                                  int64_t seqLen = 0);
 
 [[nodiscard]] ResolvedPlan resolvePlan(const ModelGraph& model, const Plan& plan,
                                        const ClusterSpec* cluster = nullptr,

@@ -144,10 +144,64 @@ TEST(HfConfig, QwenMoeSparseAndDenseLayers) {
               "config.json:/: missing required field \"moe_intermediate_size\"");
     EXPECT_EQ(withField("\"num_experts_per_tok\": 2", "\"num_experts_per_tok\": 5"),
               "config.json:/num_experts_per_tok: num_experts_per_tok exceeds num_experts");
-    EXPECT_NE(
-        withField("\"num_experts\": 4", "\"num_experts\": 4, \"use_sliding_window\": true")
-            .find("config.json:/use_sliding_window: sliding-window attention is not modelled"),
-        std::string::npos);
+    EXPECT_NE(withField("\"num_experts\": 4", "\"num_experts\": 4, \"use_sliding_window\": true")
+                  .find("config.json:/use_sliding_window: sliding-window attention is not modelled "
+                        "for Qwen2-MoE"),
+              std::string::npos);
+}
+
+// Which layers attend to a sliding window, as transformers' configs decide
+// (config.layer_types; python_hf_modules compares the samples with transformers itself).
+TEST(HfConfig, SlidingWindowLayers) {
+    const std::string q3 = R"({"model_type": "qwen3", "vocab_size": 100, "hidden_size": 64,
+        "intermediate_size": 96, "num_hidden_layers": 4, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "use_sliding_window": true, "max_window_layers": 1})";
+    auto masked = [](const ModelGraph& g) {
+        std::string s;
+        for (int i = 0; i < 4; ++i)
+            s += g.module(*g.findModule("model.layers." + std::to_string(i) + ".self_attn"))
+                         .cost.windowSavedBytes.isZero()
+                     ? '.'
+                     : 'S';
+        return s;
+    };
+    // Qwen2/Qwen3: the first max_window_layers attend fully; the window defaults to 4096.
+    ModelGraph g = fromText(q3);
+    EXPECT_EQ(g.slidingWindow, 4096);
+    EXPECT_EQ(masked(g), ".SSS");
+    g = fromText(std::string(q3).replace(q3.find("\"max_window_layers\": 1"), 22,
+                                         "\"layer_types\": [\"sliding_attention\", "
+                                         "\"full_attention\", \"sliding_attention\", "
+                                         "\"full_attention\"]"));
+    EXPECT_EQ(masked(g), "S.S.");
+    g = fromText(std::string(q3).replace(q3.find("true"), 4, "false"));
+    EXPECT_EQ(g.slidingWindow, 0);
+    EXPECT_EQ(masked(g), "....");
+    // Mistral: every layer, 4096 when the config omits the window, none when it is null.
+    const std::string mistral = R"({"model_type": "mistral", "vocab_size": 100,
+        "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 4,
+        "num_attention_heads": 4})";
+    g = fromText(mistral);
+    EXPECT_EQ(g.slidingWindow, 4096);
+    EXPECT_EQ(masked(g), "SSSS");
+    g = fromText(
+        std::string(mistral).replace(mistral.size() - 1, 1, ", \"sliding_window\": null}"));
+    EXPECT_EQ(masked(g), "....");
+    // Gemma-3: every sliding_window_pattern-th layer is a full one.
+    const std::string gemma3 = R"({"model_type": "gemma3_text", "vocab_size": 100,
+        "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 4,
+        "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16,
+        "sliding_window": 512, "sliding_window_pattern": 2})";
+    EXPECT_EQ(masked(fromText(gemma3)), "S.S.");
+
+    EXPECT_EQ(
+        loadErrorWith(q3, "\"max_window_layers\": 1", "\"layer_types\": [\"full_attention\"]"),
+        "config.json:/layer_types: layer_types lists 1 layers, num_hidden_layers is 4");
+    EXPECT_NE(loadErrorWith(q3, "\"max_window_layers\": 1",
+                            "\"layer_types\": [\"full_attention\", \"chunked_attention\", "
+                            "\"full_attention\", \"full_attention\"]")
+                  .find("config.json:/layer_types/1: unknown layer type \"chunked_attention\""),
+              std::string::npos);
 }
 
 // DeepSeek-V3: dense layers before first_k_dense_replace, then DeepseekV3MoE (experts, the

@@ -390,3 +390,60 @@ TEST(ModuleRuns, AnExpertLoopAfterTheAttentionIsFoundAndADenseMlpIsNoLoop) {
     for (const ModuleRun& run : lr.moduleRuns)
         EXPECT_EQ(run.loopMembers, 0);
 }
+
+TEST(ModuleRuns, SlidingWindowMasksAreSavedFromTheWindowOnInTheLayersThatUseIt) {
+    // From seq_len == window on, transformers gives each sliding-window layer's SDPA a
+    // (b, 1, s, s) mask, which SDPA converts to the query's dtype and keeps for backward:
+    // b·s² elements per such layer (FSDPMemTracker, Gemma-3-1B at 2 x 2048: +0.01% with
+    // them). Which layers: transformers' config.layer_types rules (python_hf_modules checks
+    // them against transformers itself).
+    struct Case {
+        const char* sample;
+        const char* block;
+        int64_t window;
+        int slidingLayers;
+    };
+    for (const Case& c : {Case{"phi3-mini-4k", "Phi3DecoderLayer", 2047, 32},
+                          Case{"mistral-7b-v0.1", "MistralDecoderLayer", 4096, 32},
+                          Case{"gemma2-9b", "Gemma2DecoderLayer", 4096, 21},
+                          Case{"gemma3-1b", "Gemma3DecoderLayer", 512, 22}}) {
+        SCOPED_TRACE(c.sample);
+        const ModelGraph g =
+            std::move(loadModelFile(samplePath(std::string("models/") + c.sample + "/config.json")))
+                .value();
+        EXPECT_EQ(g.slidingWindow, c.window);
+        int masked = 0;
+        for (const ModuleNode& m : g.modules())
+            if (!m.cost.windowSavedBytes.isZero()) {
+                ++masked;
+                EXPECT_NE(m.cls.find("Attention"), std::string::npos) << m.fqn;
+                EXPECT_EQ(m.cost.windowSavedBytes.perTokenSeq, 4.0);  // fp32 activations
+            }
+        EXPECT_EQ(masked, c.slidingLayers);
+        Plan p = blockPlan({8});
+        p.wrap.classes = {c.block};
+        p.microBatchSize = 2;
+        auto savedSeqTerm = [&](int64_t seq) {
+            p.seqLen = seq;
+            const ResolvedPlan r = resolvePlan(g, p, nullptr, "plan.json");
+            EXPECT_FALSE(r.hasErrors());
+            double perTokenSeq = 0;
+            for (const ModuleRun& run : r.moduleRuns)
+                perTokenSeq += run.cost.savedBytes.perTokenSeq;
+            // Without the masks nothing saved grows with s² (flash/efficient SDPA).
+            return perTokenSeq;
+        };
+        EXPECT_EQ(savedSeqTerm(c.window - 1), 0.0);
+        EXPECT_EQ(savedSeqTerm(c.window), 4.0 * c.slidingLayers);
+        EXPECT_EQ(savedSeqTerm(8192), 4.0 * c.slidingLayers);
+    }
+    // No window (null, or Qwen's use_sliding_window false): no masks at any length.
+    for (const char* sample : {"phi4", "qwen3-8b", "llama3.1-8b"}) {
+        const ModelGraph g =
+            std::move(loadModelFile(samplePath(std::string("models/") + sample + "/config.json")))
+                .value();
+        EXPECT_EQ(g.slidingWindow, 0) << sample;
+        for (const ModuleNode& m : g.modules())
+            EXPECT_TRUE(m.cost.windowSavedBytes.isZero()) << sample << " " << m.fqn;
+    }
+}

@@ -51,6 +51,33 @@ class HfModules(unittest.TestCase):
                 tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
                 self.assertEqual(bool(ours["tied_params"]), tied)
 
+    def test_sliding_window_layers_are_transformers(self):
+        # The layers whose SDPA gets a sliding-window mask (and so keeps it, and repeated K
+        # and V, from seq_len == window on): config.layer_types where the family has it,
+        # every layer where the model builds one mask from config.sliding_window (Mistral,
+        # Mixtral, Phi-3, Qwen3-MoE), as transformers' configuration classes decide them
+        # (defaults, Gemma-3's pattern, Qwen's use_sliding_window and max_window_layers).
+        for name in MODELS:
+            with self.subTest(model=name):
+                cfg = transformers.AutoConfig.from_pretrained(peer.sample("models", name, "config.json"))
+                window = getattr(cfg, "sliding_window", None)
+                types = getattr(cfg, "layer_types", None)
+                layers = cfg.num_hidden_layers if hasattr(cfg, "num_hidden_layers") else cfg.n_layer
+                if not window:
+                    theirs = set()
+                elif types is not None:
+                    theirs = {i for i, t in enumerate(types) if t == "sliding_attention"}
+                else:
+                    theirs = set(range(layers))
+                ours = peer.shardscope("model", "show", "--model", peer.sample("models", name, "config.json"),
+                                       "--depth", "4", "--no-fold", "--json")
+                self.assertEqual(ours["sliding_window"], window or 0)
+                masked = {int(m["name"].split(".")[2]) for m in ours["modules"]
+                          if m.get("window_saved_bytes", 0) > 0 and m["name"].endswith("self_attn")}
+                self.assertEqual(masked, theirs)
+                if theirs:
+                    print("%s: window %d on %d of %d layers" % (name, window, len(theirs), layers))
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -97,6 +97,16 @@ class MemoryAtScale(unittest.TestCase):
                 r = self.case("gemma2-9b", precision=precision, batch=batch, seq=2048)
                 self.assertLess(abs(r["error"]), 0.01)
 
+    def test_past_the_sliding_window(self):
+        # From seq_len == window on, each sliding-window layer's SDPA keeps a (b, 1, s, s)
+        # mask in the compute dtype, and transformers repeats K and V to every query head
+        # (ModuleCost::windowSavedBytes). Before they were counted: Mistral-7B-v0.1 at
+        # 2 x 8192 (window 4096 on all 32 layers) -10.89%, Gemma-3-1B at 2 x 2048 (window 512
+        # on 22 of 26 layers; one key/value head, whose repeat is a view) -1.33%.
+        for model, seq in (("mistral-7b-v0.1", 8192), ("gemma3-1b", 2048)):
+            with self.subTest(model=model):
+                self.assertLess(abs(self.case(model, seq=seq)["error"]), 0.01)
+
     def test_phi4_bf16(self):
         # Phi-3's architecture (native loader since 2026-11-25): fused qkv_proj and
         # gate_up_proj, o_proj registered before qkv_proj (op-level checkpointing keeps every
