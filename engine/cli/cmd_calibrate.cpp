@@ -134,6 +134,7 @@ int finishKernelCalibration(const Args& a, const KernelSamples& samples, const C
          {{"compute_efficiency", fit->cluster.sim.computeEfficiency},
           {"memory_efficiency", fit->cluster.sim.memoryEfficiency},
           {"memory_efficiency_by_bytes", fit->cluster.sim.memoryEfficiencyByBytes},
+          {"memory_efficiency_by_op", fit->cluster.sim.memoryEfficiencyByOp},
           {"attention_efficiency", fit->cluster.sim.attentionEfficiency},
           {"cpu_launch_ns", fit->cluster.sim.cpuLaunchNs},
           {"launch_gaps",
@@ -157,6 +158,19 @@ int finishKernelCalibration(const Args& a, const KernelSamples& samples, const C
     std::cout << line;
     printCurve(fit->cluster.sim.memoryEfficiencyByBytes, "B");
     std::cout << "\n";
+    if (const auto& byOp = fit->cluster.sim.memoryEfficiencyByOp; !byOp.empty()) {
+        // The operators with their own curve (alphabetical, the first few named).
+        std::cout << "  per operator        " << byOp.size() << " with their own curve (";
+        size_t k = 0;
+        for (const auto& [op, curve] : byOp) {
+            if (k == 4) {
+                std::cout << ", ...";
+                break;
+            }
+            std::cout << (k++ ? ", " : "") << op;
+        }
+        std::cout << "); the others use the curve by bytes\n";
+    }
     if (fit->cluster.sources.count("/sim/attention_efficiency")) {
         std::cout << "  attention           ";
         printCurve(fit->cluster.sim.attentionEfficiency, "FLOP");

@@ -34,6 +34,13 @@ double SimParams::memoryEfficiencyFor(double bytes) const {
                                            : logInterpolate(memoryEfficiencyByBytes, bytes);
 }
 
+double SimParams::memoryEfficiencyFor(double bytes, const std::string& op) const {
+    if (!op.empty())
+        if (auto it = memoryEfficiencyByOp.find(op); it != memoryEfficiencyByOp.end())
+            return logInterpolate(it->second, bytes);
+    return memoryEfficiencyFor(bytes);
+}
+
 double SimParams::attentionEfficiencyFor(double flops) const {
     return attentionEfficiency.empty() ? efficiencyFor(flops)
                                        : logInterpolate(attentionEfficiency, flops);
@@ -73,14 +80,21 @@ std::vector<std::pair<double, double>> parseCurve(const JsonReader& c, const std
 SimParams parseSim(const JsonReader& r) {
     r.allowOnly({"compute_efficiency", "memory_efficiency", "memory_efficiency_by_bytes",
                  "overlap_slowdown", "intra_efficiency", "network_efficiency", "cpu_issue_ns",
-                 "host_optimizer_bytes_per_s", "protocols", "attention_efficiency",
-                 "cpu_launch_ns"});
+                 "host_optimizer_bytes_per_s", "protocols", "attention_efficiency", "cpu_launch_ns",
+                 "memory_efficiency_by_op"});
     SimParams s;
     if (auto c = r.find("compute_efficiency"))
         s.computeEfficiency = parseCurve(*c, "flops", "FLOPs");
     if (auto x = r.find("memory_efficiency")) s.memoryEfficiency = fraction(*x);
     if (auto c = r.find("memory_efficiency_by_bytes"))
         s.memoryEfficiencyByBytes = parseCurve(*c, "bytes", "bytes");
+    if (auto m = r.find("memory_efficiency_by_op")) {
+        m->requireObject();
+        for (const std::string& op : m->keys()) {
+            if (op.empty()) m->fail("an operator name may not be empty");
+            s.memoryEfficiencyByOp[op] = parseCurve(m->at(op), "bytes", "bytes");
+        }
+    }
     if (auto x = r.find("overlap_slowdown")) {
         s.overlapSlowdown = x->asNumber();
         if (s.overlapSlowdown < 0 || s.overlapSlowdown > 1)
@@ -139,6 +153,16 @@ nlohmann::json simJson(const SimParams& s) {
         for (const auto& [b, e] : s.memoryEfficiencyByBytes)
             mb.push_back({b, e});
         j["memory_efficiency_by_bytes"] = mb;
+    }
+    if (!s.memoryEfficiencyByOp.empty()) {
+        nlohmann::json mo = nlohmann::json::object();
+        for (const auto& [op, curve] : s.memoryEfficiencyByOp) {
+            nlohmann::json pts = nlohmann::json::array();
+            for (const auto& [b, e] : curve)
+                pts.push_back({b, e});
+            mo[op] = pts;
+        }
+        j["memory_efficiency_by_op"] = mo;
     }
     if (!s.attentionEfficiency.empty()) {
         nlohmann::json ae = nlohmann::json::array();

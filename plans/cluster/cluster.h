@@ -71,6 +71,11 @@ struct SimParams {
     // all. Single-kernel ops (copy-in, copy-out) use it; aggregated work (a unit's
     // elementwise bytes, the optimizer) keeps memoryEfficiency.
     std::vector<std::pair<double, double>> memoryEfficiencyByBytes;
+    // The same curve for one operator's kernels ("aten::add", "aten::native_layer_norm"):
+    // kernels of one size run at very different speeds by what they do (a strided copy, a
+    // norm's reductions, an add). Fitted by `calibrate --from-trace` for operators with
+    // enough kernels; kernels of other operators use memoryEfficiencyByBytes. Empty: none.
+    std::map<std::string, std::vector<std::pair<double, double>>> memoryEfficiencyByOp;
     // Achieved fraction of peak of one attention kernel (SDPA forward or backward) by its
     // FLOPs, as computeEfficiency. Empty (the default): computeEfficiency.
     std::vector<std::pair<double, double>> attentionEfficiency;
@@ -88,6 +93,8 @@ struct SimParams {
                                         {"Simple", 8400, 3400, 9600, 1.0}};
     [[nodiscard]] double efficiencyFor(double flops) const;
     [[nodiscard]] double memoryEfficiencyFor(double bytes) const;
+    // The operator's own curve where the cluster has one, else memoryEfficiencyFor(bytes).
+    [[nodiscard]] double memoryEfficiencyFor(double bytes, const std::string& op) const;
     [[nodiscard]] double attentionEfficiencyFor(double flops) const;
 };
 

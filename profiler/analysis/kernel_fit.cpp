@@ -53,7 +53,7 @@ double predictKernelNs(const ClusterSpec& c, const KernelSample& s) {
             if (s.flops <= 0) return 0;
             return s.flops / (c.device.peakFor(s.dtype) * c.sim.efficiencyFor(s.flops)) * 1e9;
         case KernelClass::MemoryBound: {
-            const double bw = c.device.hbmBandwidth * c.sim.memoryEfficiencyFor(s.bytes);
+            const double bw = c.device.hbmBandwidth * c.sim.memoryEfficiencyFor(s.bytes, s.op);
             return bw > 0 ? s.bytes / bw * 1e9 : 0;
         }
         case KernelClass::Collective: {
@@ -244,6 +244,32 @@ Expected<KernelFit> fitKernels(const KernelSamples& all, const ClusterSpec& base
                 from + " (" + std::to_string(mem.size()) + " memory-bound kernels)";
             c.sources["/sim/memory_efficiency"] = what;
             c.sources["/sim/memory_efficiency_by_bytes"] = what;
+            // 3b. Per operator: kernels of one size run at very different speeds by what
+            //     they do; an operator with kMinOpKernels fitted kernels gets its own curve
+            //     (at the bandwidth as raised above), the others keep the curve by bytes.
+            constexpr size_t kMinOpKernels = 4;
+            std::map<std::string, std::vector<std::pair<double, double>>> byOp;
+            for (const auto* s : mem)
+                if (s->durNs > 0 && !s->op.empty())
+                    byOp[s->op].push_back(
+                        {s->bytes, s->bytes / (c.device.hbmBandwidth *
+                                               static_cast<double>(s->durNs) * 1e-9)});
+            c.sim.memoryEfficiencyByOp.clear();
+            size_t kernels = 0;
+            for (auto& [op, pts] : byOp) {
+                if (pts.size() < kMinOpKernels) continue;
+                auto opCurve = halfDecadeMedians(pts, 1e-6);
+                for (auto& [b, e] : opCurve)
+                    e = std::min(e, 1.0);
+                if (opCurve.empty()) continue;
+                kernels += pts.size();
+                c.sim.memoryEfficiencyByOp[op] = std::move(opCurve);
+            }
+            if (!c.sim.memoryEfficiencyByOp.empty())
+                c.sources["/sim/memory_efficiency_by_op"] =
+                    from + " (" + std::to_string(c.sim.memoryEfficiencyByOp.size()) +
+                    " operators with at least " + std::to_string(kMinOpKernels) +
+                    " kernels each, " + std::to_string(kernels) + " kernels)";
         }
     } else {
         fit.notes.push_back(mem.empty() ? "memory efficiency kept: no memory-bound kernel with "

@@ -104,6 +104,57 @@ TEST(KernelFit, RecoversTheMachineFromItsKernels) {
     EXPECT_EQ(back->sim.cpuLaunchNs, 12000);
 }
 
+TEST(KernelFit, OperatorsOfOneSizeRunAtTheirOwnSpeed) {
+    // A copy and a norm of the same sizes: one curve by bytes cannot price both (its median
+    // lands on one of them); each operator with enough kernels gets its own curve, and an
+    // operator seen too rarely falls back to the curve by bytes.
+    ClusterSpec truth = machine();
+    truth.sim.memoryEfficiencyByOp = {{"aten::copy_", {{1e5, 0.3}, {1e7, 0.9}}},
+                                      {"aten::native_layer_norm", {{1e5, 0.05}, {1e7, 0.3}}}};
+    truth.sim.memoryEfficiencyByBytes = {{1e5, 0.1}, {1e7, 0.5}};
+    KernelSamples all;
+    for (int32_t step = 0; step < 4; ++step)
+        for (const char* op : {"aten::copy_", "aten::native_layer_norm", "aten::add"})
+            for (double b : {1e5, 1e6, 1e7}) {
+                if (std::string(op) == "aten::add" && (b != 1e6 || step % 2 == 0)) continue;
+                KernelSample s;
+                s.cls = KernelClass::MemoryBound;
+                s.step = step;
+                s.bytes = b;
+                s.op = op;
+                s.durNs = static_cast<int64_t>(predictKernelNs(truth, s));
+                all.samples.push_back(s);
+            }
+    ClusterSpec wrong = machine();
+    auto fit = fitKernels(all, wrong, "synthetic");
+    ASSERT_TRUE(fit.ok()) << fit.error();
+    const auto& byOp = fit->cluster.sim.memoryEfficiencyByOp;
+    ASSERT_EQ(byOp.size(), 2u);  // aten::add: no fitted kernel (held back only)
+    EXPECT_NEAR(fit->cluster.sim.memoryEfficiencyFor(1e6, "aten::copy_"), 0.6, 1e-3);
+    EXPECT_NEAR(fit->cluster.sim.memoryEfficiencyFor(1e6, "aten::native_layer_norm"), 0.175, 1e-3);
+    EXPECT_EQ(fit->cluster.sim.memoryEfficiencyFor(1e6, "aten::add"),
+              fit->cluster.sim.memoryEfficiencyFor(1e6));
+    const auto& mem = fit->classes[0];
+    ASSERT_EQ(mem.cls, KernelClass::MemoryBound);
+    // The copies and norms exact; the adds, priced by the pooled curve, are not.
+    EXPECT_LT(mem.afterMedianErr, 1e-3);
+    auto back = clusterFromJson(clusterToJson(fit->cluster), "fitted.json");
+    ASSERT_TRUE(back.ok()) << back.error();
+    EXPECT_EQ(back->sim.memoryEfficiencyByOp, byOp);
+
+    nlohmann::json j = clusterToJson(machine());
+    j["sim"]["memory_efficiency_by_op"] = {{"aten::add", {{1e6, 1.5}}}};
+    auto bad = clusterFromJson(j, "c.json");
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.error().find("c.json:/sim/memory_efficiency_by_op/aten::add/0/1"),
+              std::string::npos)
+        << bad.error();
+    j["sim"]["memory_efficiency_by_op"] = nlohmann::json::array();
+    bad = clusterFromJson(j, "c.json");
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.error().find("memory_efficiency_by_op"), std::string::npos) << bad.error();
+}
+
 TEST(KernelFit, NothingToPriceIsAnError) {
     KernelSamples none;
     none.deviceKernels = 12;
