@@ -16,6 +16,20 @@ constexpr int64_t kRoundLarge = 2 << 20;
 int64_t roundUp(int64_t v, int64_t m) {
     return (v + m - 1) / m * m;
 }
+// std::lower_bound over [first, last) without branches on the comparisons (conditional
+// moves): free lists hold tens of keys whose order the branch predictor cannot learn.
+using KeyIt = std::vector<uint64_t>::iterator;
+KeyIt lowerBound(KeyIt first, KeyIt last, uint64_t key) {
+    const uint64_t* base = &*first;
+    size_t n = static_cast<size_t>(last - first);
+    if (n == 0) return first;
+    while (n > 1) {
+        const size_t half = n / 2;
+        base = base[half] < key ? base + half : base;
+        n -= half;
+    }
+    return first + ((base - &*first) + (*base < key));
+}
 }  // namespace
 
 int64_t AllocatorModel::roundSize(int64_t bytes) {
@@ -24,13 +38,13 @@ int64_t AllocatorModel::roundSize(int64_t bytes) {
 
 void AllocatorModel::insertFree(FreeList& f, int64_t size, int32_t block) {
     const uint64_t key = freeKey(size, block);
-    f.insert(std::lower_bound(f.begin(), f.end(), key), key);
+    f.insert(lowerBound(f.begin(), f.end(), key), key);
 }
 
 void AllocatorModel::removeFree(int32_t b) {
     auto& f = pool(m_blocks[b].stream, m_blocks[b].small);
     const uint64_t key = freeKey(m_blocks[b].size, b);
-    auto it = std::lower_bound(f.begin(), f.end(), key);
+    auto it = lowerBound(f.begin(), f.end(), key);
     if (it != f.end() && *it == key) f.erase(it);
 }
 
@@ -53,7 +67,7 @@ int64_t AllocatorModel::allocate(int64_t bytes, int stream) {
     const bool small = size <= kSmallSize;
     auto& freeBlocks = pool(stream, small);
     // Best fit: the smallest free block that is large enough (ties: the oldest block).
-    auto it = std::lower_bound(freeBlocks.begin(), freeBlocks.end(), freeKey(size, 0));
+    auto it = lowerBound(freeBlocks.begin(), freeBlocks.end(), freeKey(size, 0));
     int32_t b;
     const bool reused = it != freeBlocks.end();
     if (reused) {
@@ -84,7 +98,7 @@ int64_t AllocatorModel::allocate(int64_t bytes, int stream) {
             // The remainder's key is below the taken block's: it takes the taken key's slot
             // with one shift of the keys in between, instead of an erase and an insert.
             const uint64_t key = freeKey(remaining, r);
-            auto pos = std::lower_bound(freeBlocks.begin(), it, key);
+            auto pos = lowerBound(freeBlocks.begin(), it, key);
             std::move_backward(pos, it, it + 1);
             *pos = key;
         } else {
@@ -134,8 +148,8 @@ void AllocatorModel::free(int64_t handle) {
         return;
     }
     const uint64_t key = freeKey(m_blocks[b].size, b);
-    auto old = std::lower_bound(f.begin(), f.end(), listedKey);
-    auto pos = std::lower_bound(old + 1, f.end(), key);
+    auto old = lowerBound(f.begin(), f.end(), listedKey);
+    auto pos = lowerBound(old + 1, f.end(), key);
     std::move(old + 1, pos, old);
     *(pos - 1) = key;
 }
