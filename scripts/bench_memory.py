@@ -5,7 +5,7 @@ accounting (FSDPMemTracker under FakeTensorMode, scripts/memory_oracle.py) for f
 models, per case of a matrix of models, world sizes, batch shapes, checkpointing modes,
 reshard_after_forward and precision.
 
-    python scripts/bench_memory.py                 # the whole matrix (120 cases, about 50 minutes)
+    python scripts/bench_memory.py                 # the whole matrix (130 cases, about 50 minutes)
     python scripts/bench_memory.py --quick         # one case per model and mode
     python scripts/bench_memory.py --filter mixtral --json out.json
 
@@ -52,6 +52,8 @@ MODELS = {
     # and repeats K and V to every query head (ModuleCost::windowSavedBytes).
     "gemma2-9b": ("Gemma2DecoderLayer", None, None),
     "gemma3-1b": ("Gemma3DecoderLayer", None, None),
+    # The sequential block and ALiBi (one (b, heads, s, s) bias for all layers); tied embeddings.
+    "falcon-rw-1b": ("FalconDecoderLayer", None, None),
     # A 4096 sliding window on every layer (Mistral-7B-v0.1).
     "mistral-7b-v0.1": ("MistralDecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
 }

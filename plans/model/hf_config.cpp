@@ -1012,7 +1012,9 @@ Expected<ModelGraph> loadGpt2(const JsonReader& r, const HfLoadOptions& o) {
 // the norm's input, mean and rstd; the rotated q and k, v and SDPA's output and logsumexp (k
 // and v broadcast to every query head first with new_decoder_architecture; one key/value
 // head with multi_query, as flash-attention 2 keeps them); GELU's input and the down
-// projection's input. ALiBi and the sequential (non-parallel) block are refused.
+// projection's input. falcon-rw's sequential block (parallel_attn false: input_layernorm,
+// attention, residual, post_attention_layernorm, MLP, residual) and ALiBi positions (one
+// (b, heads, s, s) bias for all layers, no RoPE) too.
 Expected<ModelGraph> loadFalcon(const JsonReader& r, const HfLoadOptions& o) {
     auto pick = [&](const char* a, const char* b) { return r.hasNonNull(a) ? a : b; };
     const int64_t vocab = positive(r, "vocab_size");
@@ -1025,15 +1027,8 @@ Expected<ModelGraph> loadFalcon(const JsonReader& r, const HfLoadOptions& o) {
     if (layers > 10000) r.at(layersKey).fail("implausibly many layers (more than 10000)");
     const bool newArch = r.optBool("new_decoder_architecture").value_or(false);
     const bool multiQuery = r.optBool("multi_query").value_or(true);
-    if (r.optBool("alibi").value_or(false))
-        r.at("alibi").fail(
-            "ALiBi attention is not modelled (SDPA keeps a (batch, heads, seq, seq) bias); "
-            "export the model with scripts/export_model.py");
-    if (!r.optBool("parallel_attn").value_or(true))
-        r.at("parallel_attn")
-            .fail(
-                "the sequential Falcon block (parallel_attn false) is not modelled; export the "
-                "model with scripts/export_model.py");
+    const bool alibi = r.optBool("alibi").value_or(false);
+    const bool parallel = r.optBool("parallel_attn").value_or(true);
     const char* kvKey = pick("num_kv_heads", "n_head_kv");
     int64_t kvHeads = heads;
     if (newArch) {
@@ -1100,21 +1095,21 @@ Expected<ModelGraph> loadFalcon(const JsonReader& r, const HfLoadOptions& o) {
         // (b, s, h, d) output.
         linear(attn, "dense", h, h, false);
         g.addModule(attn, "attention_dropout", "Dropout");
-        // Heads split out of the fused output (copies), RoPE on q and k (as Llama's), k and
-        // v broadcast to every head with new_decoder_architecture (copies).
+        // Heads split out of the fused output (copies), RoPE on q and k (as Llama's; none
+        // with ALiBi), k and v broadcast to every head with new_decoder_architecture (copies).
         const double kvWidth = static_cast<double>(newArch ? dq : dkv);
         auto& ac = g.cost(attn);
-        ac.fwdMemBytes.perToken +=
-            (6.0 * (Dq + kvWidth) + 4.0 * Dq + 2.0 * (Dq + 2 * kvWidth)) * cb.e;
-        ac.bwdMemBytes.perToken +=
-            (6.0 * (Dq + kvWidth) + 4.0 * Dq + 2.0 * (Dq + 2 * kvWidth)) * cb.e;
-        ac.fwdMemKernels += 12 + 3;
-        ac.bwdMemKernels += 18 + 3;
+        const double rope = alibi ? 0.0 : 6.0 * (Dq + kvWidth) + 4.0 * Dq;
+        ac.fwdMemBytes.perToken += (rope + 2.0 * (Dq + 2 * kvWidth)) * cb.e;
+        ac.bwdMemBytes.perToken += (rope + 2.0 * (Dq + 2 * kvWidth)) * cb.e;
+        ac.fwdMemKernels += (alibi ? 0 : 12) + 3;
+        ac.bwdMemKernels += (alibi ? 0 : 18) + 3;
         ac.outputBytes.perToken += H * cb.e;
         cb.sdpa(attn, static_cast<double>(heads), static_cast<double>(d), Dq + 2 * kvWidth);
         ModuleId mlp = g.addModule(blk, "mlp", "FalconMLP");
-        // With one norm the MLP reads the attention's input (saved by query_key_value).
-        linear(mlp, "dense_h_to_4h", h, ffn, lnCount == 2);
+        // With one norm the parallel MLP reads the attention's input (saved by
+        // query_key_value); the sequential one reads post_attention_layernorm's output.
+        linear(mlp, "dense_h_to_4h", h, ffn, lnCount == 2 || !parallel);
         ModuleId act = g.addModule(mlp, "act", "GELUActivation");
         {
             const double F = static_cast<double>(ffn);
@@ -1128,16 +1123,36 @@ Expected<ModelGraph> loadFalcon(const JsonReader& r, const HfLoadOptions& o) {
         }
         linear(mlp, "dense_4h_to_h", ffn, h, true);
         g.cost(mlp).outputBytes.perToken += H * cb.e;
-        if (lnCount == 2) {
+        if (!parallel) {
+            // Registered in this order; post_attention_layernorm normalises the residual
+            // sum after the attention (its input, saved).
+            layerNorm(blk, "post_attention_layernorm", true);
+            layerNorm(blk, "input_layernorm", true);
+        } else if (lnCount == 2) {
             layerNorm(blk, "ln_attn", true);
             layerNorm(blk, "ln_mlp", false);
         } else {
             layerNorm(blk, "input_layernorm", true);
         }
-        cb.residualAdds(blk, H, 2);  // mlp + attention, then the residual
+        // Parallel: mlp + attention, then the residual; sequential: the residual after the
+        // attention, then after the MLP.
+        cb.residualAdds(blk, H, 2);
     }
     layerNorm(tr, "ln_f", true);
-    cb.rotaryEmbedding(tr, "rotary_emb", "FalconRotaryEmbedding", d, d);
+    const ModuleId rot = cb.rotaryEmbedding(tr, "rotary_emb", "FalconRotaryEmbedding", d, d);
+    if (alibi) {
+        // FalconModel still computes cos and sin, which no attention reads (nothing keeps
+        // them). It builds the ALiBi bias once, (b, heads, 1, s) scaled and filled with the
+        // causal mask into one (b, heads, s, s) tensor in the compute dtype, which every
+        // layer's SDPA takes as attn_mask (a float mask is not converted) and keeps: one
+        // tensor for all layers, alive from the model's start to the end of backward,
+        // counted at the rotary module, which runs there (after the embedding).
+        auto& c = g.cost(rot);
+        c.savedBytes = {};
+        c.savedBytes.perTokenSeq += static_cast<double>(heads) * cb.e;
+        c.fwdMemKernels += 3;  // the scaling, the comparison with the causal mask, the fill
+        c.fwdMemBytes.perTokenSeq += (2.0 * static_cast<double>(heads) * cb.e + 1.0 + cb.e);
+    }
     ModuleId head = g.addModule(g.root(), "lm_head", "Linear");
     if (tie)
         g.tieParam(embW, head, "weight");

@@ -65,6 +65,7 @@ TEST(HfConfig, PublishedParameterCounts) {
         {"gemma3-1b", 999885952},
         {"falcon-7b", 6921720704},
         {"falcon-40b", 41303293952},
+        {"falcon-rw-1b", 1311625216},
         {"moonlight-16b-a3b", 15960108544},
         {"phi3-mini-4k", 3821079552},
         {"phi4", 14659507200},
@@ -317,7 +318,8 @@ TEST(HfConfig, GemmaNormsDefaultsSoftcappingAndTheMultimodalConfig) {
 }
 
 // Falcon: the hub's n_head / n_layer / n_head_kv spellings, one norm or two, the fused
-// query_key_value sized by multi_query or new_decoder_architecture, and what is refused.
+// query_key_value sized by multi_query or new_decoder_architecture, falcon-rw's sequential
+// block with ALiBi, and what is refused.
 TEST(HfConfig, FalconVariantsAndWhatIsRefused) {
     const std::string f40 = R"({"model_type": "falcon", "vocab_size": 100, "hidden_size": 64,
         "n_layer": 2, "n_head": 4, "n_head_kv": 2, "new_decoder_architecture": true,
@@ -338,12 +340,20 @@ TEST(HfConfig, FalconVariantsAndWhatIsRefused) {
     auto withField = [&](const std::string& from, const std::string& to) {
         return loadErrorWith(f40, from, to);
     };
-    EXPECT_NE(withField("\"alibi\": false", "\"alibi\": true")
-                  .find("config.json:/alibi: ALiBi attention is not modelled"),
-              std::string::npos);
-    EXPECT_NE(withField("\"parallel_attn\": true", "\"parallel_attn\": false")
-                  .find("config.json:/parallel_attn: the sequential Falcon block"),
-              std::string::npos);
+    // falcon-rw: the sequential block (post_attention_layernorm registered before
+    // input_layernorm) and ALiBi: one (b, heads, s, s) bias saved for all layers, no RoPE
+    // cos/sin kept (python_saved_activations_peer checks both against autograd).
+    const ModelGraph rw = fromText(R"({"model_type": "falcon", "vocab_size": 100,
+        "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "multi_query": false, "parallel_attn": false, "alibi": true, "bias": true})");
+    const ModuleNode& blk = rw.module(*rw.findModule("transformer.h.0"));
+    ASSERT_EQ(blk.children.size(), 4u);
+    EXPECT_EQ(rw.module(blk.children[2]).name, "post_attention_layernorm");
+    EXPECT_EQ(rw.module(blk.children[3]).name, "input_layernorm");
+    const ModuleCost& rot = rw.module(*rw.findModule("transformer.rotary_emb")).cost;
+    EXPECT_EQ(rot.savedBytes.perToken, 0.0);
+    EXPECT_EQ(rot.savedBytes.perTokenSeq, 4.0 * 4);  // heads x fp32
+    EXPECT_TRUE(rw.findParam("transformer.h.1.mlp.dense_4h_to_h.bias").has_value());
     EXPECT_EQ(withField("\"n_head_kv\": 2", "\"n_head_kv\": 3"),
               "config.json:/n_head_kv: the number of key/value heads must divide the number of "
               "heads");

@@ -281,8 +281,14 @@ class SavedActivationsPeer(unittest.TestCase):
         # flash and memory-efficient kernels refuse, so it runs the math kernel and keeps the
         # s x s probabilities (flash-attention 2, as Falcon is trained, keeps what the
         # formulas count) and dense then saves a copy of its input.
+        # falcon-rw's block: sequential (input_layernorm, attention, residual,
+        # post_attention_layernorm, MLP, residual), linear biases, ALiBi instead of RoPE: one
+        # (b, heads, s, s) bias for all layers, which layer 0's SDPA saves first (checked in
+        # the model's total).
         variants = {"multi_query": {"new_decoder_architecture": False, "multi_query": True},
-                    "new_decoder_architecture": {"new_decoder_architecture": True, "num_kv_heads": 2}}
+                    "new_decoder_architecture": {"new_decoder_architecture": True, "num_kv_heads": 2},
+                    "rw": {"new_decoder_architecture": False, "multi_query": False, "parallel_attn": False,
+                           "alibi": True, "bias": True}}
         for variant, extra in variants.items():
             cfg = {"model_type": "falcon", "vocab_size": 256, "hidden_size": 64, "num_hidden_layers": 2,
                    "num_attention_heads": 4, "parallel_attn": True, "bias": False, "alibi": False, **extra}
@@ -309,7 +315,12 @@ class SavedActivationsPeer(unittest.TestCase):
                     print("falcon %s %s: block formulas %d B, autograd %d B (%+.2f%%)"
                           % (variant, name, part(ours), part(theirs), 100.0 * (part(ours) - part(theirs)) / part(theirs)))
                     self.assertLess(abs(part(ours) - part(theirs)), 0.01 * part(theirs))
-                    if variant == "new_decoder_architecture":
+                    if variant == "rw":
+                        total, their_total = sum(ours.values()), sum(theirs.values())
+                        print("falcon rw %s: model formulas %d B, autograd %d B (%+.2f%%)"
+                              % (name, total, their_total, 100.0 * (total - their_total) / their_total))
+                        self.assertLess(abs(total - their_total), 0.01 * their_total)
+                    if variant in ("new_decoder_architecture", "rw"):
                         # FLOPs as torch.utils.flop_counter counts them (its SDPA formulas for
                         # the CPU flash kernel, which its mode does not see).
                         from torch.utils.flop_counter import (FlopCounterMode, sdpa_backward_flop_count,
