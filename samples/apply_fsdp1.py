@@ -6,6 +6,9 @@
     from apply_fsdp1 import apply_fsdp1
     export = json.load(open("plan.fsdp1.json"))      # shardscope plan export --format fsdp1
     model = apply_fsdp1(build_my_model(), export)      # wraps, checkpoints, returns the FSDP root
+    for mb, batch in enumerate(micro_batches):          # export["gradient_accumulation"]
+        with micro_batch_context(model, export, mb):     # no_sync() but on the last
+            loss_fn(model(batch)).backward()
 
 The export's kwargs are JSON: this turns them into what FullyShardedDataParallel takes
 (the sharding strategy and backward prefetch enums, the auto-wrap policy object from its
@@ -18,6 +21,7 @@ Settings the export lists under "dropped" are what FSDP1 cannot express of an FS
 Run under torchrun (or any launcher that initialises the default process group);
 `device_id` defaults to the current CUDA device when there is one, else the CPU.
 """
+import contextlib
 import functools
 import re
 
@@ -120,3 +124,14 @@ def apply_fsdp1(model, export, device_id=None):
                                                              checkpoint_impl=CheckpointImpl.NO_REENTRANT),
             check_fn=lambda m: isinstance(m, tuple(types)))
     return wrapped
+
+
+def micro_batch_context(model, export, micro_batch):
+    """The context for one micro-batch's forward and backward: FSDP1 reduces gradients on
+    the last of the export's micro-batches only (model.no_sync() before it), or on every one
+    with "sync_every_micro_batch"."""
+    acc = export.get("gradient_accumulation", {})
+    n = int(acc.get("micro_batches", 1))
+    if micro_batch < n - 1 and not acc.get("sync_every_micro_batch", False):
+        return model.no_sync()
+    return contextlib.nullcontext()

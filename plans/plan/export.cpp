@@ -261,6 +261,11 @@ nlohmann::json exportFsdp1(const ResolvedPlan& r) {
             {"device_mesh", mesh(r)},
             {"kwargs", kw},
             {"activation_checkpointing_classes", activationCheckpointingClasses(r)},
+            // FSDP1 accumulates in the training loop: no_sync() on all but the last
+            // micro-batch (samples/apply_fsdp1.py's micro_batch_context).
+            {"gradient_accumulation",
+             {{"micro_batches", r.plan.microBatches},
+              {"sync_every_micro_batch", r.plan.syncEveryMicroBatch}}},
             {"dropped", droppedForFsdp1(r, strategy)}};
 }
 
