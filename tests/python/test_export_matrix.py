@@ -12,7 +12,9 @@ exported in each format:
   offload policy, the HSDP mesh, the prefetch lists, and gradient sync per micro-batch;
 - lightning: ModelParallelStrategy carries that same fsdp2 export, nothing dropped;
 - fsdp1, lightning-fsdp1: what FSDP1 cannot express is named under "dropped" (int reshard,
-  explicit prefetch lists), and nothing else is dropped.
+  explicit prefetch lists, a unit of several modules), and nothing else is dropped; real
+  FSDP1 applies the plans it expresses whole, and Lightning builds both of its strategies
+  (FSDPStrategy fits only on CUDA, so its construction is what is checked here).
 """
 import json
 import os
@@ -159,6 +161,21 @@ class ExportMatrix(unittest.TestCase):
                 for fmt in ("fsdp1", "lightning-fsdp1"):
                     dropped = [d["setting"] for d in export(p, fmt)["dropped"]]
                     self.assertEqual(dropped, [FSDP1_DROPS[name]] if name in FSDP1_DROPS else [], fmt)
+                # Lightning builds both strategies from the exports (FSDPStrategy fits only
+                # on CUDA; its construction is checked here).
+                from apply_lightning import lightning_strategy
+                from torch.distributed.fsdp import ShardingStrategy
+                import lightning.pytorch as lp
+                model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(MODEL))
+                strategy, trainer = lightning_strategy(light, model)
+                self.assertIsInstance(strategy, lp.strategies.ModelParallelStrategy)
+                self.assertEqual(trainer["accumulate_grad_batches"], 2 if name == "micro_batches_2" else 1)
+                strategy, trainer = lightning_strategy(export(p, "lightning-fsdp1"), model)
+                self.assertIsInstance(strategy, lp.strategies.FSDPStrategy)
+                self.assertEqual(strategy.sharding_strategy, ShardingStrategy.HYBRID_SHARD if name == "hsdp_2x2"
+                                 else ShardingStrategy.FULL_SHARD)
+                self.assertEqual(strategy.cpu_offload.offload_params, name == "offload")
+                self.assertEqual(trainer["accumulate_grad_batches"], 2 if name == "micro_batches_2" else 1)
 
     def test_fsdp1_export_applied_by_real_fsdp1_equals_the_plan(self):
         # The plans FSDP1 expresses whole: real FullyShardedDataParallel wraps the same units
