@@ -234,6 +234,9 @@ struct LlamaLike {
 // Sizes beyond these would overflow parameter counts long before they describe a model
 // (the largest published decoders have hidden sizes near 2^14 and vocabularies near 2^18).
 constexpr int64_t kMaxDim = int64_t{1} << 22;
+// Experts over all layers (num_hidden_layers x experts per layer): 4x the largest published
+// mixtures, and a graph that builds in about a second.
+constexpr int64_t kMaxExperts = int64_t{1} << 16;
 
 int64_t positive(const JsonReader& r, std::string_view key) {
     const JsonReader v = r.at(key);
@@ -906,6 +909,14 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
     if (c.experts > 0 && c.topK > c.experts)
         r.at("num_experts_per_tok").fail(std::string("num_experts_per_tok exceeds ") + expertsKey);
     if (c.experts > 4096) r.at(expertsKey).fail("implausibly many experts (more than 4096)");
+    // Each expert is four modules (the MLP and its three projections), about 5 KB of graph:
+    // 10,000 layers of 4,096 experts would need hundreds of GB before anything is checked.
+    // The largest published mixtures have under 16,000 (DeepSeek-V3: 61 x 256).
+    if (c.experts > 0 && c.layers * c.experts > kMaxExperts)
+        r.at(expertsKey)
+            .fail("implausibly many experts in all: " + std::to_string(c.layers) + " layers x " +
+                  std::to_string(c.experts) + " = " + std::to_string(c.layers * c.experts) +
+                  " (more than " + std::to_string(kMaxExperts) + ")");
     return buildLlamaLike(c, r.file(), o);
 }
 
