@@ -910,7 +910,7 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
         r.at("num_experts_per_tok").fail(std::string("num_experts_per_tok exceeds ") + expertsKey);
     if (c.experts > 4096) r.at(expertsKey).fail("implausibly many experts (more than 4096)");
     // Each expert is four modules (the MLP and its three projections), about 5 KB of graph:
-    // 10,000 layers of 4,096 experts would need hundreds of GB before anything is checked.
+    // 10,000 layers of 4,096 experts would need over 100 GB before anything is checked.
     // The largest published mixtures have under 16,000 (DeepSeek-V3: 61 x 256).
     if (c.experts > 0 && c.layers * c.experts > kMaxExperts)
         r.at(expertsKey)

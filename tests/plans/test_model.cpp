@@ -147,7 +147,7 @@ TEST(HfConfig, QwenMoeSparseAndDenseLayers) {
               "config.json:/num_experts_per_tok: num_experts_per_tok exceeds num_experts");
     // A bound on the experts of all layers, checked before the graph is built (the fuzzer's
     // 4,100-layer, 128-expert config took 26 s under ASan; 10,000 x 4,096 would need
-    // hundreds of GB).
+    // over 100 GB).
     std::string many = q2;
     many.replace(many.find("\"num_hidden_layers\": 4"), 22, "\"num_hidden_layers\": 17");
     EXPECT_EQ(loadErrorWith(many, "\"num_experts\": 4,", "\"num_experts\": 4096,"),
