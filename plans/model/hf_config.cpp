@@ -762,7 +762,6 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
         c.residDropout = r.optNumber("resid_pdrop").value_or(0.0);
         if (c.residDropout < 0 || c.residDropout >= 1)
             r.at("resid_pdrop").fail("resid_pdrop must be in [0, 1)");
-        if (r.hasNonNull("sliding_window")) c.slidingWindow = positive(r, "sliding_window");
     }
     c.qkNorm = family == "qwen3" || family == "qwen3_moe" || c.gemma3;
     c.olmo2 = family == "olmo2";
