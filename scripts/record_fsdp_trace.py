@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Record real PyTorch FSDP profiler traces on local CPU ranks (Gloo), one file per rank.
+"""Record real PyTorch FSDP profiler traces on local CPU ranks (Gloo) or GPUs (NCCL, --device
+cuda), one file per rank.
 
     record_fsdp_trace.py --model samples/models/tiny-llama/config.json \\
         --plan samples/plans/tiny-llama-2rank.json --out /tmp/traces
@@ -54,21 +55,25 @@ def rank_main(rank, world, port, args, export, plan):
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    cuda = args.device == "cuda"
+    if cuda:
+        torch.cuda.set_device(rank)
+    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
     torch.set_num_threads(1)
     model, config = build_model(args.model, torch)
+    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
     if args.fsdp1:
         from apply_fsdp1 import apply_fsdp1
-        model = apply_fsdp1(model, export, device_id=torch.device("cpu"))
+        model = apply_fsdp1(model, export, device_id=device)
     else:
-        model = apply_plan(model, export, device_type="cpu")
+        model = apply_plan(model, export, device_type=device.type)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     training = plan.get("training", {})
     accumulation = plan.get("gradient_accumulation", {})
     micro = int(accumulation.get("micro_batches", 1))
     sync_every = bool(accumulation.get("sync_every_micro_batch", False))
-    batch = int(training.get("micro_batch_size", 1))
-    seq = int(training.get("seq_len", 64))
+    batch = args.batch or int(training.get("micro_batch_size", 1))
+    seq = args.seq or int(training.get("seq_len", 64))
     gen = torch.Generator().manual_seed(100 + rank)
 
     def step():
@@ -76,7 +81,7 @@ def rank_main(rank, world, port, args, export, plan):
             last = mb == micro - 1
             if not args.fsdp1:
                 prepare_micro_batch(model, export, mb)  # as a user's script applies the plan
-            tokens = torch.randint(0, config.vocab_size, (batch, seq), generator=gen)
+            tokens = torch.randint(0, config.vocab_size, (batch, seq), generator=gen).to(device)
             if args.fsdp1 and micro > 1 and not (last or sync_every):
                 with model.no_sync():
                     model(input_ids=tokens, labels=tokens).loss.backward()
@@ -87,7 +92,8 @@ def rank_main(rank, world, port, args, export, plan):
 
     sched = schedule(wait=0, warmup=1, active=args.steps, repeat=1)
     path = os.path.join(args.out, f"rank{rank}.pt.trace.json")
-    with profile(activities=[ProfilerActivity.CPU], schedule=sched, record_shapes=True,
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities, schedule=sched, record_shapes=True,
                  profile_memory=not args.no_profile_memory,
                  on_trace_ready=lambda p: p.export_chrome_trace(path)) as prof:
         for _ in range(1 + args.steps):
@@ -103,6 +109,10 @@ def main():
     ap.add_argument("--plan", required=True, help="ShardScope plan JSON (FSDP2 plans are exported and applied)")
     ap.add_argument("--out", required=True, help="folder for rank<R>.pt.trace.json and record.json")
     ap.add_argument("--steps", type=int, default=2, help="profiled steps after one warm-up step [2]")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="cpu: Gloo ranks on CPU; cuda: rank R on cuda:R with NCCL, GPU kernels profiled too [cpu]")
+    ap.add_argument("--batch", type=int, default=0, help="micro-batch size (default: the plan's)")
+    ap.add_argument("--seq", type=int, default=0, help="sequence length (default: the plan's)")
     ap.add_argument("--fsdp1", action="store_true", help="wrap with FSDP1 (ModuleWrapPolicy) instead of FSDP2")
     ap.add_argument("--no-profile-memory", action="store_true",
                     help="profile without memory events (profile_memory=False): less profiler work per allocation")
@@ -129,6 +139,7 @@ def main():
                        join=True, start_method="spawn")
     plan.pop("_path")
     record = {"format": "shardscope.recorded_fsdp_trace", "api": "fsdp1" if args.fsdp1 else "fsdp2",
+              "device": args.device, "batch": args.batch or None, "seq": args.seq or None,
               "world": world, "steps": args.steps, "plan": plan, "export": export,
               "files": [f"rank{r}.pt.trace.json" for r in range(world)]}
     with open(os.path.join(args.out, "record.json"), "w") as f:

@@ -840,7 +840,11 @@ struct FsdpRuntime::Impl {
         if (unit.explicitBackwardPrefetch) {
             for (UnitId t : unit.backwardPrefetch)
                 unshard(t.value, Phase::Backward);
-        } else if (!fsdp1() || r.plan.fsdp1.backwardPrefetch == "BACKWARD_PRE") {
+        } else if ((!fsdp1() || r.plan.fsdp1.backwardPrefetch == "BACKWARD_PRE") &&
+                   !unit.params.empty()) {
+            // The implicit prefetch is the parameter group's (FSDPParamGroup.pre_backward;
+            // FSDP1's from its handle): a unit without parameters, such as a root whose
+            // modules all have units of their own, prefetches nothing.
             if (const int32_t t = previousInPostForward(u); t >= 0) unshard(t, Phase::Backward);
         }
     }

@@ -94,6 +94,15 @@ MATRIX = {
         ],
     ),
     "world2_accumulate_2": plan([2], micro_batches=2),
+    # The root keeps no parameters (torchtitan's layout): it prefetches nothing before the
+    # loss's backward (FSDPParamGroup.pre_backward belongs to a parameter group). World 1
+    # so that a one-GPU machine runs it too.
+    "world1_root_without_parameters": plan(
+        [1], units=[{"modules": ["model.embed_tokens"]}, {"name": "norm+head", "modules": ["model.norm", "lm_head"]}]
+    ),
+    "world2_root_without_parameters": plan(
+        [2], units=[{"modules": ["model.embed_tokens"]}, {"name": "norm+head", "modules": ["model.norm", "lm_head"]}]
+    ),
     "fsdp1_world2_full_shard": plan([2], fsdp1={}),
     "fsdp1_world2_backward_post_forward_prefetch": plan(
         [2], fsdp1={"backward_prefetch": "BACKWARD_POST", "forward_prefetch": True}
