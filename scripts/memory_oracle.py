@@ -304,7 +304,11 @@ def oracle(model_path, plan_path, world, batch, seq, steps=2, track=True):
             net = transformers.AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
             net.train()
             apply_plan(net, export, device_type="cpu", mesh=mesh)
-            optim = torch.optim.AdamW(net.parameters(), lr=1e-4, foreach=False)
+            # foreach=True: what AdamW picks by default on a GPU (every parameter a DTensor on
+            # CUDA; _default_to_fused_or_foreach), which the simulator's GPU clusters model.
+            # Its sqrt of exp_avg_sq for all parameters at once can be the step's peak; on an
+            # H200 it was (35.88 GiB real, 35.82 GiB this tracker, docs/memory-fidelity.md).
+            optim = torch.optim.AdamW(net.parameters(), lr=1e-4, foreach=True)
             tokens = torch.randint(0, cfg.vocab_size, (batch, seq))
             tracker = FSDPMemTracker(net, optim) if track else None
             if tracker:

@@ -587,6 +587,10 @@ struct Resolver {
                     const int64_t c = ceilDiv(info.numel, N);
                     u.shardedNumel += c;
                     u.shardedBytes += c * osz;
+                    if (info.requiresGrad) {
+                        u.trainableShardedBytes += c * osz;
+                        u.largestShardBytes = std::max(u.largestShardBytes, c * osz);
+                    }
                     u.unshardedBytes += N * c * dtypeSize(ag);
                 } else {
                     if (info.shape.empty()) {
@@ -600,6 +604,10 @@ struct Resolver {
                     const int64_t c = ceilDiv(d0, N);
                     u.shardedNumel += c * rest;
                     u.shardedBytes += c * rest * osz;
+                    if (info.requiresGrad) {
+                        u.trainableShardedBytes += c * rest * osz;
+                        u.largestShardBytes = std::max(u.largestShardBytes, c * rest * osz);
+                    }
                     u.unshardedBytes += N * c * rest * dtypeSize(ag);
                     // int reshard: the kept copy is the original dim 0 chunked over the
                     // k-rank post-forward group (FSDPParam.sharded_post_forward_size in
@@ -616,6 +624,9 @@ struct Resolver {
                 u.shardedNumel = shard;
                 u.shardedBytes = shard * dtypeSize(orig);
                 u.unshardedBytes = N * shard * dtypeSize(u.allGatherDtype);
+                // One FlatParameter: trainable when any of its parameters is.
+                if (u.frozenNumel < u.numel)
+                    u.trainableShardedBytes = u.largestShardBytes = u.shardedBytes;
             }
         }
     }

@@ -46,9 +46,13 @@ struct ResolvedUnit {
     std::vector<ParamId> params;  // managed parameters, in named_parameters order
     int64_t numel = 0;
     int64_t frozenNumel = 0;
-    int64_t paramBytes = 0;        // unsharded, original dtype, no padding
-    int64_t shardedNumel = 0;      // per rank, with padding
-    int64_t shardedBytes = 0;      // per rank, original dtype, with padding
+    int64_t paramBytes = 0;    // unsharded, original dtype, no padding
+    int64_t shardedNumel = 0;  // per rank, with padding
+    int64_t shardedBytes = 0;  // per rank, original dtype, with padding
+    // What the optimizer sees per rank (original dtype, padded): the trainable part of
+    // shardedBytes, and its largest single parameter (a FlatParameter is one).
+    int64_t trainableShardedBytes = 0;
+    int64_t largestShardBytes = 0;
     int64_t unshardedBytes = 0;    // all-gather output per rank, all-gather dtype, padded
     int64_t postForwardBytes = 0;  // int reshard: the copy kept after forward, per rank
     ReshardSetting reshardDeclared;

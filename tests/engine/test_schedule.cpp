@@ -294,8 +294,9 @@ TEST(Memory, PeaksWithinPyTorchsFsdp2MemoryTestBounds) {
         } else {
             EXPECT_LE(pk[0], kLayers * block + block + 3 * sharded);
         }
-        // After the step: parameters, gradients and two Adam states, 4·sharded.
-        EXPECT_EQ(pk[2], 4 * sharded);
+        // After the step: parameters, gradients and two Adam states, 4·sharded; during it
+        // (the optimizer phase's peak) foreach AdamW's sqrt of exp_avg_sq, one more.
+        EXPECT_EQ(pk[2], 5 * sharded);
         std::printf(
             "reshard=%d: forward peak %.2f blocks, backward %.2f blocks (+ sharded state)\n",
             reshard, double(pk[0] - 3 * sharded) / block, double(pk[1] - 4 * sharded) / block);
