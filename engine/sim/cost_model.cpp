@@ -119,10 +119,17 @@ int64_t opDurationNs(const ClusterSpec& c, const Op& op, const StepProgram* prog
         }
         case OpKind::CopyIn:
         case OpKind::CopyOut:
-        case OpKind::ReduceScatterCopyIn:
             // One kernel each: priced by its size when the cluster has a by-bytes curve.
             t = op.memBytes / (c.device.hbmBandwidth *
                                c.sim.memoryEfficiencyFor(static_cast<double>(op.memBytes)));
+            break;
+        case OpKind::ReduceScatterCopyIn:
+            // FSDP2's torch._chunk_cat (casting to the reduce dtype on the way): its own
+            // curve where `calibrate --from-trace` fitted one (on an H200 it moved 1.8 TB/s
+            // where copies of its size moved 3.7).
+            t = op.memBytes /
+                (c.device.hbmBandwidth *
+                 c.sim.memoryEfficiencyFor(static_cast<double>(op.memBytes), "aten::_chunk_cat"));
             break;
         case OpKind::OptimizerStep:
             // On a CPU cluster the host is the device: the offloaded shards' step runs on

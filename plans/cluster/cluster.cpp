@@ -61,9 +61,10 @@ double fraction(const JsonReader& r) {
 }
 
 // [[x, efficiency], ...] in increasing x, at least one point: x is "flops" ("FLOPs") or
-// "bytes".
+// "bytes". `most` above 1: an efficiency against a FLOP count the kernel does not all do
+// (causal attention does about half of what the count says).
 std::vector<std::pair<double, double>> parseCurve(const JsonReader& c, const std::string& x,
-                                                  const std::string& xs) {
+                                                  const std::string& xs, double most = 1.0) {
     std::vector<std::pair<double, double>> curve;
     for (size_t i = 0; i < c.size(); ++i) {
         const JsonReader pt = c[i];
@@ -71,7 +72,15 @@ std::vector<std::pair<double, double>> parseCurve(const JsonReader& c, const std
         const double v = pt[0].asPositiveNumber();
         if (!curve.empty() && v <= curve.back().first)
             pt[0].fail("points must be in increasing " + xs);
-        curve.emplace_back(v, fraction(pt[1]));
+        if (most > 1.0) {
+            const double e = pt[1].asNumber();
+            if (!(e > 0 && e <= most))
+                pt[1].fail("expected an efficiency in (0, " + std::to_string(most).substr(0, 3) +
+                           "], got " + pt[1].json().dump());
+            curve.emplace_back(v, e);
+        } else {
+            curve.emplace_back(v, fraction(pt[1]));
+        }
     }
     if (curve.empty()) c.fail("give at least one [" + x + ", efficiency] point");
     return curve;
@@ -104,7 +113,7 @@ SimParams parseSim(const JsonReader& r) {
     if (auto x = r.find("network_efficiency")) s.networkEfficiency = fraction(*x);
     if (auto x = r.find("cpu_issue_ns")) s.cpuIssueNs = static_cast<double>(x->asIntAtLeast(0));
     if (auto c = r.find("attention_efficiency"))
-        s.attentionEfficiency = parseCurve(*c, "flops", "FLOPs");
+        s.attentionEfficiency = parseCurve(*c, "flops", "FLOPs", 2.0);
     if (auto x = r.find("cpu_launch_ns")) {
         s.cpuLaunchNs = static_cast<double>(x->asIntAtLeast(0));
         if (s.cpuLaunchNs > 1e9) x->fail("implausibly large (more than a second per kernel)");

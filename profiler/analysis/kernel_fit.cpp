@@ -45,6 +45,27 @@ std::string joinSteps(const std::vector<int32_t>& v) {
     return o.str();
 }
 
+// An operator's kernels run at very different rates by the ATen kernel template they use:
+// a contiguous same-dtype pass vectorises, a dtype cast or strided view does not. The key
+// of a memory-bound kernel's own curve names that template; "" when the name shows none
+// (a CPU trace's kernels are their ops).
+std::string kernelTemplate(const std::string& kernel) {
+    static const std::pair<const char*, const char*> kTemplates[] = {
+        {"vectorized_elementwise_kernel", "vectorized"},
+        {"unrolled_elementwise_kernel", "unrolled"},
+        {"elementwise_kernel", "strided"},
+        {"reduce_kernel", "reduce"},
+    };
+    for (const auto& [needle, name] : kTemplates)
+        if (kernel.find(needle) != std::string::npos) return name;
+    return {};
+}
+
+std::string memoryCurveKey(const KernelSample& s) {
+    const std::string t = kernelTemplate(s.kernel);
+    return t.empty() || s.op.empty() ? s.op : s.op + " [" + t + "]";
+}
+
 }  // namespace
 
 double predictKernelNs(const ClusterSpec& c, const KernelSample& s) {
@@ -53,7 +74,13 @@ double predictKernelNs(const ClusterSpec& c, const KernelSample& s) {
             if (s.flops <= 0) return 0;
             return s.flops / (c.device.peakFor(s.dtype) * c.sim.efficiencyFor(s.flops)) * 1e9;
         case KernelClass::MemoryBound: {
-            const double bw = c.device.hbmBandwidth * c.sim.memoryEfficiencyFor(s.bytes, s.op);
+            // The operator's curve for this kernel template, else the operator's, else
+            // the curve by bytes.
+            const std::string key = memoryCurveKey(s);
+            const double eff = c.sim.memoryEfficiencyByOp.count(key)
+                                   ? c.sim.memoryEfficiencyFor(s.bytes, key)
+                                   : c.sim.memoryEfficiencyFor(s.bytes, s.op);
+            const double bw = c.device.hbmBandwidth * eff;
             return bw > 0 ? s.bytes / bw * 1e9 : 0;
         }
         case KernelClass::Collective: {
@@ -167,8 +194,10 @@ Expected<KernelFit> fitKernels(const KernelSamples& all, const ClusterSpec& base
                 ++n;
             }
         auto curve = halfDecadeMedians(points, 1e-6);
+        // Up to twice the peak: a causal kernel does about half the counted FLOPs; above
+        // that only with a wrong peak.
         for (auto& [f, e] : curve)
-            e = std::min(e, 1.0);  // above the peak only with a wrong peak: GEMMs raised it
+            e = std::min(e, 2.0);
         if (!curve.empty()) {
             c.sim.attentionEfficiency = curve;
             c.sources["/sim/attention_efficiency"] =
@@ -250,10 +279,14 @@ Expected<KernelFit> fitKernels(const KernelSamples& all, const ClusterSpec& base
             constexpr size_t kMinOpKernels = 4;
             std::map<std::string, std::vector<std::pair<double, double>>> byOp;
             for (const auto* s : mem)
-                if (s->durNs > 0 && !s->op.empty())
-                    byOp[s->op].push_back(
-                        {s->bytes, s->bytes / (c.device.hbmBandwidth *
-                                               static_cast<double>(s->durNs) * 1e-9)});
+                if (s->durNs > 0 && !s->op.empty()) {
+                    const std::pair<double, double> pt{
+                        s->bytes,
+                        s->bytes / (c.device.hbmBandwidth * static_cast<double>(s->durNs) * 1e-9)};
+                    byOp[s->op].push_back(pt);
+                    if (const std::string key = memoryCurveKey(*s); key != s->op)
+                        byOp[key].push_back(pt);
+                }
             c.sim.memoryEfficiencyByOp.clear();
             size_t kernels = 0;
             for (auto& [op, pts] : byOp) {
