@@ -156,7 +156,8 @@ int runPyTorchTraceOverlap(const Args& a) {
     }
     std::cout << "PyTorch " << (first.api == "fsdp2" ? "FSDP2" : "FSDP1") << " trace"
               << (ranks->size() > 1 ? "s" : "") << " of " << ranks->size() << " rank"
-              << (ranks->size() > 1 ? "s" : "") << " (" << (first.gpu ? "NCCL kernels" : "Gloo")
+              << (ranks->size() > 1 ? "s" : "") << " ("
+              << (first.gpu ? (first.collectives.empty() ? "GPU" : "NCCL kernels") : "Gloo")
               << "), " << first.steps << " step" << (first.steps > 1 ? "s" : "") << " of "
               << first.microBatches << " micro-batch" << (first.microBatches > 1 ? "es" : "")
               << ", step " << formatMs(stepNs / n) << "\n";

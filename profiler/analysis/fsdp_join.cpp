@@ -53,7 +53,7 @@ void selfSegments(const Interval& region, const std::vector<Interval>& childSpan
 // the nested units' backwards.
 void fsdp1ComputeItems(const Trace& t, const FsdpTraceAnalysis& a, const ResolvedPlan& plan,
                        std::vector<Item>& items) {
-    const MainThreadWalk walk = mainThreadWalk(t, a.mainLane);
+    const MainThreadWalk walk = mainThreadWalk(t, a.hostLanes);
     struct Times {
         int64_t fwdStart = -1, fwdEnd = -1, preEnd = -1, postStart = -1;
         int64_t bwdPreStart = -1, bwdPreEnd = -1, bwdPostStart = -1, bwdPostEnd = -1;
@@ -166,6 +166,13 @@ std::vector<Item> itemsOf(const Trace& t, const FsdpTraceAnalysis& a, const Reso
                     it->second = static_cast<int32_t>(k);
             } else if (auto u = plan.findUnit(splitUnitModules(label).front())) {
                 it->second = static_cast<int32_t>(u->index());
+            } else if (plan.model) {
+                // FSDP labels a unit of several modules by their names ("model.norm,
+                // lm_head"); the plan may name it otherwise ("norm+head").
+                if (auto m = plan.model->findModule(splitUnitModules(label).front()))
+                    for (size_t k = 0; k < plan.units.size() && it->second < 0; ++k)
+                        for (ModuleId x : plan.units[k].modules)
+                            if (x == *m) it->second = static_cast<int32_t>(k);
             }
             if (it->second < 0)
                 notes.push_back("the trace's unit \"" + label + "\" is not a unit of the plan");
@@ -185,7 +192,7 @@ std::vector<Item> itemsOf(const Trace& t, const FsdpTraceAnalysis& a, const Reso
         fsdp1ComputeItems(t, a, plan, items);
         return items;
     }
-    const MainThreadWalk walk = mainThreadWalk(t, a.mainLane);
+    const MainThreadWalk walk = mainThreadWalk(t, a.hostLanes);
     // Per (step, micro-batch): each unit's forward and backward label times.
     struct UnitTimes {
         Interval preForward{-1, -1}, postForward{-1, -1}, preBackward{-1, -1};
@@ -327,6 +334,27 @@ Expected<FsdpJoin> joinFsdpTraces(const std::vector<std::pair<std::string, const
             peak = std::max(peak, m.allocated);
         j.file.peakAllocated = std::max(j.file.peakAllocated, static_cast<double>(peak));
         std::vector<Item> items = itemsOf(t, a, plan, notes);
+        // A GPU trace's host ranges time the launches: an op took what the work it launched
+        // took on the device (collectives are their kernels already).
+        if (const DeviceLaunches launched = deviceLaunches(t, a.hostLanes); !launched.empty()) {
+            int64_t none = 0;
+            for (Item& it : items) {
+                if (it.kind == OpKind::AllGather || it.kind == OpKind::ReduceScatter ||
+                    it.kind == OpKind::AllReduce)
+                    continue;
+                const Interval d = launched.spanOf(it.start, it.end);
+                if (d.first < 0) {
+                    it.end = it.start;  // launched nothing: no device time
+                    ++none;
+                    continue;
+                }
+                it.start = d.first;
+                it.end = d.second;
+            }
+            if (none > 0)
+                notes.push_back(std::to_string(none) +
+                                " host ranges launched no GPU work: 0 ms on the device");
+        }
         std::sort(items.begin(), items.end(),
                   [](const Item& x, const Item& y) { return x.start < y.start; });
         std::map<std::tuple<int32_t, int32_t, OpKind, Phase, int32_t>, size_t> next;

@@ -69,16 +69,29 @@ std::vector<std::string> splitUnitModules(const std::string& fqn) {
     return out;
 }
 
-std::vector<Interval> hostBusy(const Trace& t, int32_t lane) {
-    // The thread is busy while its innermost open range is an op that computes: an op's
-    // time less its children's. An op that only encloses FSDP's hook (autograd's
-    // evaluate_function around FSDP::pre_backward) is not busy while the hook waits.
+namespace {
+// The events of `lanes` in time order, a parent before its children. The threads of one
+// process that carry FSDP labels take turns (the main thread waits in backward() while
+// autograd's device thread runs it), so their events nest as one thread's would.
+std::vector<int32_t> eventsOfLanes(const Trace& t, const std::vector<int32_t>& lanes) {
+    std::vector<char> in(t.lanes.size(), 0);
+    for (int32_t l : lanes)
+        if (l >= 0 && static_cast<size_t>(l) < in.size()) in[static_cast<size_t>(l)] = 1;
     std::vector<int32_t> ev;
     for (size_t i = 0; i < t.size(); ++i)
-        if (t.lane[i] == lane) ev.push_back(static_cast<int32_t>(i));
+        if (in[static_cast<size_t>(t.lane[i])]) ev.push_back(static_cast<int32_t>(i));
     std::sort(ev.begin(), ev.end(), [&](int32_t x, int32_t y) {
         return t.start[x] != t.start[y] ? t.start[x] < t.start[y] : t.dur[x] > t.dur[y];
     });
+    return ev;
+}
+}  // namespace
+
+std::vector<Interval> hostBusy(const Trace& t, const std::vector<int32_t>& lanes) {
+    // The thread is busy while its innermost open range is an op that computes: an op's
+    // time less its children's. An op that only encloses FSDP's hook (autograd's
+    // evaluate_function around FSDP::pre_backward) is not busy while the hook waits.
+    const std::vector<int32_t> ev = eventsOfLanes(t, lanes);
     auto computes = [&](int32_t e) {
         if (t.cls[e] != EventClass::Cpu) return false;
         const std::string& cat = t.strings.at(t.category[e]);
@@ -116,13 +129,43 @@ std::vector<Interval> hostBusy(const Trace& t, int32_t lane) {
     return mergeIntervals(std::move(v));
 }
 
-MainThreadWalk mainThreadWalk(const Trace& t, int32_t lane) {
+DeviceLaunches deviceLaunches(const Trace& t, const std::vector<int32_t>& lanes) {
+    std::vector<char> in(t.lanes.size(), 0);
+    for (int32_t l : lanes)
+        if (l >= 0 && static_cast<size_t>(l) < in.size()) in[static_cast<size_t>(l)] = 1;
+    std::vector<std::pair<int64_t, Interval>> v;
+    for (const auto& [from, to] : t.flowEvents) {
+        const auto f = static_cast<size_t>(from), d = static_cast<size_t>(to);
+        if (!in[static_cast<size_t>(t.lane[f])] ||
+            t.lanes[static_cast<size_t>(t.lane[d])].kind != LaneKind::DeviceStream)
+            continue;
+        v.push_back({t.start[f], {t.start[d], t.start[d] + t.dur[d]}});
+    }
+    std::sort(v.begin(), v.end());
+    DeviceLaunches dl;
+    dl.launchStart.reserve(v.size());
+    dl.device.reserve(v.size());
+    for (const auto& [ls, iv] : v) {
+        dl.launchStart.push_back(ls);
+        dl.device.push_back(iv);
+    }
+    return dl;
+}
+
+Interval DeviceLaunches::spanOf(int64_t from, int64_t to) const {
+    Interval span{-1, -1};
+    for (auto i = static_cast<size_t>(
+             std::lower_bound(launchStart.begin(), launchStart.end(), from) - launchStart.begin());
+         i < launchStart.size() && launchStart[i] < to; ++i) {
+        span.first = span.first < 0 ? device[i].first : std::min(span.first, device[i].first);
+        span.second = std::max(span.second, device[i].second);
+    }
+    return span;
+}
+
+MainThreadWalk mainThreadWalk(const Trace& t, const std::vector<int32_t>& lanes) {
     MainThreadWalk w;
-    for (size_t i = 0; i < t.size(); ++i)
-        if (t.lane[i] == lane) w.order.push_back(static_cast<int32_t>(i));
-    std::sort(w.order.begin(), w.order.end(), [&](int32_t x, int32_t y) {
-        return t.start[x] != t.start[y] ? t.start[x] < t.start[y] : t.dur[x] > t.dur[y];
-    });
+    w.order = eventsOfLanes(t, lanes);
     int64_t first = INT64_MAX, last = 0;
     for (int32_t e : w.order) {
         first = std::min(first, t.start[e]);
@@ -170,14 +213,22 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
                      return x.second < y.second;
                  })->first;
 
-    const MainThreadWalk walk = mainThreadWalk(t, a.mainLane);
+    for (const auto& [lane, n] : labels)
+        if (t.lanes[static_cast<size_t>(lane)].pid == t.lanes[static_cast<size_t>(a.mainLane)].pid)
+            a.hostLanes.push_back(lane);
+    std::sort(a.hostLanes.begin(), a.hostLanes.end());
+    const MainThreadWalk walk = mainThreadWalk(t, a.hostLanes);
     const std::vector<int32_t>& order = walk.order;
     const std::vector<Interval>& steps = walk.steps;
     if (!walk.haveSteps)
         a.notes.push_back("no ProfilerStep ranges: the whole trace is taken as one step");
     a.steps = static_cast<int32_t>(steps.size());
-    for (const auto& s : steps)
-        a.stepNs += static_cast<double>(s.second - s.first);
+    // On a GPU the host runs ahead of the device: a step takes what its launches took there.
+    const DeviceLaunches launched = deviceLaunches(t, a.hostLanes);
+    for (const auto& s : steps) {
+        const Interval d = launched.spanOf(s.first, s.second);
+        a.stepNs += static_cast<double>(d.first >= 0 ? d.second - d.first : s.second - s.first);
+    }
     a.stepNs /= static_cast<double>(steps.size());
     auto stepOf = [&](int64_t ts) { return walk.stepOf(ts); };
 
@@ -396,9 +447,16 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
     std::vector<int32_t> comm;  // communication events (device kernels or Gloo ranges)
     for (size_t i = 0; i < t.size(); ++i)
         if (t.cls[i] == EventClass::Communication) comm.push_back(static_cast<int32_t>(i));
-    a.gpu = std::any_of(comm.begin(), comm.end(), [&](int32_t e) {
-        return t.lanes[static_cast<size_t>(t.lane[e])].kind == LaneKind::DeviceStream;
-    });
+    // A GPU run: collectives ran as device kernels, or (one rank, which FSDP2 does not
+    // gather for) the trace has device work at all.
+    a.gpu = std::any_of(comm.begin(), comm.end(),
+                        [&](int32_t e) {
+                            return t.lanes[static_cast<size_t>(t.lane[e])].kind ==
+                                   LaneKind::DeviceStream;
+                        }) ||
+            (comm.empty() && std::any_of(t.lane.begin(), t.lane.end(), [&](int32_t l) {
+                 return t.lanes[static_cast<size_t>(l)].kind == LaneKind::DeviceStream;
+             }));
     std::unordered_map<int32_t, const Collective*> collOfEvent;
     for (const auto& c : t.collectives)
         collOfEvent[c.event] = &c;
@@ -408,7 +466,8 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
         std::vector<std::pair<int32_t, int32_t>> flows;
         for (const auto& [from, to] : t.flowEvents)
             if (t.cls[static_cast<size_t>(to)] == EventClass::Communication &&
-                t.lane[static_cast<size_t>(from)] == a.mainLane)
+                std::find(a.hostLanes.begin(), a.hostLanes.end(),
+                          t.lane[static_cast<size_t>(from)]) != a.hostLanes.end())
                 flows.emplace_back(from, to);
         std::sort(flows.begin(), flows.end(), [&](const auto& x, const auto& y) {
             return t.start[x.first] < t.start[y.first];
@@ -463,7 +522,7 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
                 v.emplace_back(t.start[i], t.start[i] + t.dur[i]);
         busy = mergeIntervals(std::move(v));
     } else {
-        busy = hostBusy(t, a.mainLane);
+        busy = hostBusy(t, a.hostLanes);
     }
     std::vector<Interval> allComm;
     for (auto& c : a.collectives) {
@@ -742,7 +801,13 @@ RecoveredPlan recoverPlan(const FsdpTraceAnalysis& a, const std::string& source,
     // Units in forward order (the root, always a unit, implicitly).
     if (a.api == "fsdp2") p.wrap.kind = WrapPolicySpec::Kind::None;
     int trueCount = 0, falseCount = 0;
+    // Without any all-gather (one rank: FSDP2 gathers nothing) the trace cannot show it:
+    // PyTorch's default stands.
+    bool anyAllGather = false;
+    for (const auto& u : a.units)
+        anyAllGather = anyAllGather || u.forward.allGathers > 0 || u.backward.allGathers > 0;
     auto reshardOf = [&](const FsdpUnit& u) -> ReshardSetting {
+        if (!anyAllGather) return ReshardSetting::ofBool(true);
         if (u.backward.allGathers == 0) return ReshardSetting::ofBool(false);
         if (u.backwardGroup > 0 && u.forwardGroup > 0 && u.backwardGroup < u.forwardGroup)
             return ReshardSetting::ofInt(u.backwardGroup);
@@ -791,9 +856,14 @@ RecoveredPlan recoverPlan(const FsdpTraceAnalysis& a, const std::string& source,
     if (a.api == "fsdp2") {
         r.inferred.push_back("units: " + std::to_string(a.units.size()) +
                              " in forward order (FSDP::pre_forward labels)");
-        r.inferred.push_back(
-            "reshard_after_forward: per unit, from whether it all-gathers again in backward "
-            "(and over how many ranks)");
+        if (anyAllGather)
+            r.inferred.push_back(
+                "reshard_after_forward: per unit, from whether it all-gathers again in backward "
+                "(and over how many ranks)");
+        else
+            r.defaulted.push_back(
+                "reshard_after_forward: true, PyTorch's default (no all-gather in the trace: "
+                "one rank gathers nothing, so it cannot show)");
     } else {
         p.defaults.reshardAfterForward.reset();  // FSDP1: the sharding strategy says it
     }

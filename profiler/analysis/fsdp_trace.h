@@ -84,6 +84,10 @@ struct FsdpTraceAnalysis {
     int64_t microBatchSize = 0, seqLen = 0;  // from the first aten::embedding (0: unknown)
     int64_t worldSize = 0;
     int32_t mainLane = -1;
+    // Every host thread with FSDP labels, the main one included: on a GPU, autograd runs
+    // backward on its own device thread, so the backward hooks are on another lane than
+    // the forward's and the ProfilerStep ranges.
+    std::vector<int32_t> hostLanes;
     // FSDP1: backward prefetch as its labels show it ("BACKWARD_PRE": all-gathers issued
     // under _pre_backward_prefetch, "BACKWARD_POST": under _post_backward_prefetch, "NONE").
     std::string fsdp1BackwardPrefetch;
@@ -110,12 +114,24 @@ struct MainThreadWalk {
     bool haveSteps = false;
     [[nodiscard]] int32_t stepOf(int64_t ts) const;  // -1 outside every step
 };
-[[nodiscard]] MainThreadWalk mainThreadWalk(const Trace& t, int32_t lane);
+[[nodiscard]] MainThreadWalk mainThreadWalk(const Trace& t, const std::vector<int32_t>& lanes);
 [[nodiscard]] nlohmann::json fsdpAnalysisToJson(const FsdpTraceAnalysis& a);
+
+// The device work that host threads launched (Kineto's launch flows), by launch time: what
+// a host range ran on the GPU. A GPU trace's host ranges time the launches; the device
+// spans are what the step took.
+struct DeviceLaunches {
+    std::vector<int64_t> launchStart;  // sorted
+    std::vector<Interval> device;      // the launched work, in launchStart's order
+    [[nodiscard]] bool empty() const { return launchStart.empty(); }
+    // [first start, last end] of the work launched in [from, to); {-1, -1} when none was.
+    [[nodiscard]] Interval spanOf(int64_t from, int64_t to) const;
+};
+[[nodiscard]] DeviceLaunches deviceLaunches(const Trace& t, const std::vector<int32_t>& lanes);
 
 // The busy union of a host thread: its ops (cpu_op / Operator) other than collectives'
 // issuing calls (c10d::*, record_param_comms), which wait rather than compute.
-[[nodiscard]] std::vector<Interval> hostBusy(const Trace& t, int32_t lane);
+[[nodiscard]] std::vector<Interval> hostBusy(const Trace& t, const std::vector<int32_t>& lanes);
 
 // The plan that ran, as far as the trace shows it. `evidence` gets "field: how it was
 // inferred" lines; `defaulted` gets "field: why it was left at its default" lines.

@@ -153,7 +153,7 @@ TraceSummary summarize(const Trace& t, const SummaryOptions& o) {
                 })->first;
             const auto commU = mergeIntervals(std::move(comm));
             s.hostCommNs = totalLength(commU);
-            s.hostExposedNs = s.hostCommNs - intersectionLength(commU, hostBusy(t, main));
+            s.hostExposedNs = s.hostCommNs - intersectionLength(commU, hostBusy(t, {main}));
         }
     }
     for (const auto& m : t.hostMemory)

@@ -1,0 +1,132 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A real FSDP2 trace from an NVIDIA H200 (tests/data/h200-llama8b-4layers): what the trace
+tools and the simulator say about it, against what the trace itself records.
+
+The oracle is the trace: PyTorch's own memory events (the CUDA caching allocator's
+"Total Allocated") and its kernels, linked to the host ops that launched them by Kineto's
+correlation ids (the tools use the launch flows instead). On a GPU the host runs ahead of
+the device and autograd runs backward on its own thread, which the CPU traces this suite
+records never show:
+
+  * `trace overlap` finds the three ProfilerSteps and times each by the device work it
+    launched, not by the host's launches;
+  * `trace diff` joins every labelled FSDP op of the trace to the plan's program, reads the
+    GPU's peak, and the simulator's peak allocated equals it within 1 % (AdamW's foreach
+    step is the peak here: it takes the square roots of every exp_avg_sq at once);
+  * with the cluster `calibrate --measure` wrote on that machine, the simulated forward and
+    backward compute are within 10 % of the device's, the optimizer step within 15 %;
+  * `calibrate --from-trace` fitted on two steps predicts the held-back step's GEMM,
+    memory-bound and attention kernels within 10 % in total (GEMM median within 10 %).
+"""
+import gzip
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import peer  # noqa: E402
+
+BIN = os.environ.get("SHARDSCOPE_BIN", "")
+DATA = os.path.join(peer.SOURCE, "tests", "data", "h200-llama8b-4layers")
+TRACE = os.path.join(DATA, "rank0.pt.trace.json.gz")
+GIB = 1024.0 ** 3
+
+
+def run(*args):
+    r = subprocess.run([BIN, *args], capture_output=True, text=True, cwd=peer.SOURCE, timeout=600)
+    if r.returncode != 0:
+        raise AssertionError(f"shardscope {' '.join(args)} exited {r.returncode}:\n{r.stderr}{r.stdout}")
+    return json.loads(r.stdout)
+
+
+def trace_facts():
+    """Peak allocated and per-step device spans, read straight from the trace."""
+    with gzip.open(TRACE, "rt") as f:
+        ev = json.load(f)["traceEvents"]
+    mem = [e["args"] for e in ev if e.get("name") == "[memory]" and e["args"].get("Device Type") == 1]
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev
+                   if e.get("cat") == "user_annotation" and e.get("name", "").startswith("ProfilerStep#"))
+    launches = [(e["ts"], e["args"]["correlation"]) for e in ev
+                if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})]
+    device = {}
+    for e in ev:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "correlation" in e.get("args", {}):
+            device[e["args"]["correlation"]] = (e["ts"], e["ts"] + e["dur"])
+    spans = []
+    for s0, s1 in steps:
+        d = [device[c] for ts, c in launches if s0 <= ts < s1 and c in device]
+        spans.append(max(x[1] for x in d) - min(x[0] for x in d))
+    return {"peak_allocated": max(m["Total Allocated"] for m in mem),
+            "peak_reserved": max(m["Total Reserved"] for m in mem),
+            "steps": len(steps), "step_us": statistics.mean(spans)}
+
+
+@unittest.skipUnless(BIN and os.path.exists(BIN), "needs SHARDSCOPE_BIN (the shardscope binary)")
+class H200Trace(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.facts = trace_facts()
+        print("the trace: %d steps, %.2f ms of device time each, peak allocated %.2f GiB, reserved %.2f GiB"
+              % (cls.facts["steps"], cls.facts["step_us"] / 1e3, cls.facts["peak_allocated"] / GIB,
+                 cls.facts["peak_reserved"] / GIB))
+
+    def test_overlap_times_steps_on_the_device(self):
+        o = run("trace", "overlap", TRACE, "--json")
+        print("trace overlap: %d steps, %.2f ms a step" % (o["steps"], o["step_ns"] / 1e6))
+        self.assertEqual(o["steps"], self.facts["steps"])
+        self.assertEqual(o["steps"], 3)
+        self.assertAlmostEqual(o["step_ns"] / 1e3, self.facts["step_us"], delta=0.01 * self.facts["step_us"])
+        self.assertEqual(len(o["units"]), 6)
+
+    def test_diff_joins_every_op_and_predicts_the_gpus_peak(self):
+        d = run("trace", "diff", TRACE, "--model", os.path.join(DATA, "config.json"),
+                "--plan", os.path.join(DATA, "plan.json"), "--cluster", os.path.join(DATA, "cluster-measured.json"),
+                "--json")
+        print("trace diff: %d ops joined, %d only in the trace; step %+.1f%%, peak allocated %+.2f%%"
+              % (d["joined_ops"], d["only_in_a"], 100 * d["step_time_error"], 100 * d["peak_allocated_error"]))
+        for kind, v in sorted(d["by_kind"].items()):
+            print("  %-10s trace %8.3f ms  simulated %8.3f ms  %+.1f%%"
+                  % (kind, v["a_ns"] / 1e6, v["b_ns"] / 1e6, 100 * (v["b_ns"] / v["a_ns"] - 1)))
+        self.assertEqual(d["only_in_a"], 0)
+        self.assertGreaterEqual(d["joined_ops"], 18)  # 6 units x forward, backward; 6 chunk-cats; the step
+        self.assertAlmostEqual(d["a"]["peak_allocated_bytes"], self.facts["peak_allocated"], delta=1)
+        self.assertLess(abs(d["peak_allocated_error"]), 0.01)
+        for kind, tol in (("forward", 0.10), ("backward", 0.10), ("optimizer", 0.15)):
+            v = d["by_kind"][kind]
+            self.assertLess(abs(v["b_ns"] / v["a_ns"] - 1), tol, kind)
+
+    def test_recover_says_what_one_rank_cannot_show(self):
+        r = subprocess.run([BIN, "plan", "recover", TRACE, "--model", os.path.join(DATA, "config.json")],
+                           capture_output=True, text=True, cwd=peer.SOURCE, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        plan = json.loads(r.stdout)
+        self.assertEqual([u["modules"] for u in plan["units"]],
+                         [["model.embed_tokens"]] + [["model.layers.%d" % i] for i in range(4)]
+                         + [["model.norm", "lm_head"]])
+        self.assertEqual(plan["training"], {"micro_batch_size": 1, "seq_len": 4096})
+        self.assertIs(plan["defaults"]["reshard_after_forward"], True)
+        self.assertIn("no all-gather in the trace", r.stderr)
+
+    def test_kernel_fit_on_held_back_steps(self):
+        out = os.path.join(tempfile.mkdtemp(), "fitted.json")
+        f = run("calibrate", "--from-trace", TRACE, "--cluster", os.path.join(DATA, "cluster-measured.json"),
+                "--output", out, "--json")
+        classes = {c["class"]: c for c in f["classes"]}
+        for name in ("gemm", "memory-bound", "attention"):
+            c = classes[name]
+            print("%-12s held back %4d: total %+.1f%% (before %+.1f%%), median |error| %.1f%%"
+                  % (name, c["held_out"], 100 * c["after"]["total_error"], 100 * c["before"]["total_error"],
+                     100 * c["after"]["median_abs_error"]))
+            self.assertGreater(c["held_out"], 0)
+            self.assertLess(abs(c["after"]["total_error"]), 0.10, name)
+        self.assertLess(classes["gemm"]["after"]["median_abs_error"], 0.10)
+        with open(out) as fh:
+            self.assertIn("rank0.pt.trace.json.gz", json.dumps(json.load(fh)["sources"]))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
