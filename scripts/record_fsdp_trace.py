@@ -60,8 +60,11 @@ def rank_main(rank, world, port, args, export, plan):
         torch.cuda.set_device(rank)
     dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
     torch.set_num_threads(1)
-    model, config = build_model(args.model, torch)
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    # On a GPU the random initialisation runs there (a 2-billion-parameter model takes a
+    # minute on the host); fully_shard then shards the parameters where they are.
+    with torch.device(device):
+        model, config = build_model(args.model, torch)
     if args.fsdp1:
         from apply_fsdp1 import apply_fsdp1
         model = apply_fsdp1(model, export, device_id=device)

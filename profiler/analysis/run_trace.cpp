@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <map>
 #include <set>
+#include <tuple>
+#include <vector>
 
 #include "engine/schedule/step_program.h"
 #include "plans/core/intervals.h"
@@ -126,6 +128,37 @@ void appendDeviceActivity(nlohmann::json& ev, const nlohmann::json& r, int64_t t
         if (record::isHostSide(op.kind)) launched.insert(op.correlation);
         if (record::isDeviceWork(op.kind)) onDevice.insert(op.correlation);
     }
+    // The op each launch belongs to. The engine records a compute op (a unit's forward or
+    // backward segment) when it ends, so what its kernels were launched under is the op
+    // before; a launch inside a compute op's host span, outside the op it was launched
+    // under, is that compute op's (seen on an H200: every forward kernel was filed under
+    // the all-gather before it).
+    std::map<uint32_t, int64_t> launchAt;  // correlation -> host launch time
+    for (const auto& op : a.ops)
+        if (record::isHostSide(op.kind)) launchAt.emplace(op.correlation, op.startNs);
+    std::vector<std::tuple<int64_t, int64_t, int64_t>> computeSpans;  // start, end, op index
+    for (size_t i = 0; i < ops.size(); ++i) {
+        const auto k = opKindFromName(ops[i]["kind"].get<std::string>());
+        if (k && isComputeOp(*k))
+            computeSpans.emplace_back(ops[i]["start_ns"].get<int64_t>(),
+                                      ops[i]["end_ns"].get<int64_t>(), static_cast<int64_t>(i));
+    }
+    std::sort(computeSpans.begin(), computeSpans.end());
+    auto launchedUnder = [&](const record::DeviceOp& op) -> int64_t {
+        const auto at = launchAt.find(op.correlation);
+        if (at == launchAt.end()) return op.external;
+        const int64_t ts = at->second;
+        if (op.external >= 0 && static_cast<size_t>(op.external) < ops.size()) {
+            const auto& f = ops[static_cast<size_t>(op.external)];
+            if (f["start_ns"].get<int64_t>() <= ts && ts <= f["end_ns"].get<int64_t>())
+                return op.external;
+        }
+        auto it = std::upper_bound(computeSpans.begin(), computeSpans.end(),
+                                   std::make_tuple(ts, INT64_MAX, INT64_MAX));
+        if (it != computeSpans.begin() && std::get<1>(*std::prev(it)) >= ts)
+            return std::get<2>(*std::prev(it));
+        return op.external;
+    };
     for (const auto& op : a.ops) {
         const bool hostSide = record::isHostSide(op.kind);
         const char* cat = record::kinetoCategory(op.kind);
@@ -135,8 +168,9 @@ void appendDeviceActivity(nlohmann::json& ev, const nlohmann::json& r, int64_t t
         else
             args["stream"] = op.stream;
         if (op.bytes > 0) args["bytes"] = op.bytes;
-        if (op.external >= 0 && static_cast<size_t>(op.external) < ops.size()) {
-            const auto& fop = ops[static_cast<size_t>(op.external)];
+        if (const int64_t under = launchedUnder(op);
+            under >= 0 && static_cast<size_t>(under) < ops.size()) {
+            const auto& fop = ops[static_cast<size_t>(under)];
             const std::string unit = units[fop["unit"].get<int>()].get<std::string>();
             args["fsdp_op_id"] = fop["op_id"];
             args["fsdp_step"] = fop["step"];

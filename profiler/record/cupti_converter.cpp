@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "profiler/record/cupti_converter.h"
 
+#include <cxxabi.h>
+
+#include <cstdlib>
+
 #include <algorithm>
 
 namespace shardscope::record {
@@ -69,12 +73,24 @@ void CuptiConverter::addOp(DeviceOpKind kind, const std::string& name, uint64_t 
     m_out.ops.push_back(op);
 }
 
+// CUPTI names kernels by their mangled symbols; traces show them as Kineto does, demangled
+// ("void at::native::vectorized_elementwise_kernel<4, ...>(int, ...)"), which is also what
+// the kernel classes (GEMM, attention, NCCL) and `calibrate --from-trace` match on.
+std::string demangledKernelName(const char* name) {
+    if (!name) return "kernel";
+    int status = 0;
+    char* out = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+    std::string s = status == 0 && out ? std::string(out) : std::string(name);
+    std::free(out);
+    return s;
+}
+
 void CuptiConverter::add(const CUpti_Activity* record) {
     switch (record->kind) {
         case CUPTI_ACTIVITY_KIND_KERNEL:
         case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
             const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-            addOp(DeviceOpKind::Kernel, k->name ? k->name : "kernel", k->start, k->end, k->deviceId,
+            addOp(DeviceOpKind::Kernel, demangledKernelName(k->name), k->start, k->end, k->deviceId,
                   k->streamId, k->correlationId, 0);
             return;
         }

@@ -46,6 +46,8 @@ private:
 };
 
 [[nodiscard]] const char* memcpyKindName(uint8_t copyKind);
+// A kernel's name as Kineto shows it: demangled when it is a mangled C++ symbol.
+[[nodiscard]] std::string demangledKernelName(const char* name);
 [[nodiscard]] const char* synchronizationName(CUpti_ActivitySynchronizationType t);
 
 }  // namespace shardscope::record

@@ -164,6 +164,37 @@ TEST(RunTrace, CudaRanksCarryTheirGpuWorkInKinetoTerms) {
     EXPECT_EQ(lastReserved, 1 << 20);
 }
 
+TEST(RunTrace, AKernelLaunchedInsideAComputeOpIsThatOps) {
+    // The engine records a unit's forward when it ends, so CUPTI files the kernels launched
+    // during it under the op before (seen on an H200: every forward kernel under the last
+    // all-gather). A launch at 12 us lies in the forward's host span (10..20 us), outside the
+    // all-gather's (1..9 us): the trace names the forward. A launch inside the op it was
+    // filed under keeps it.
+    nlohmann::json r = rankResult(0, true);
+    DeviceActivity a = record::deviceActivityFromJson(r["device_activity"]);
+    const int64_t t = 1'000'000'000;
+    a.names.push_back("stale_kernel");
+    const auto name = static_cast<int32_t>(a.names.size() - 1);
+    a.ops.push_back(dop(DeviceOpKind::RuntimeApi, 0, t + 12000, t + 12100, 4242, 20, 0));
+    a.ops.push_back(dop(DeviceOpKind::Kernel, name, t + 12200, t + 12900, 7, 20, 0));
+    r["device_activity"] = record::toJson(a);
+    const nlohmann::json trace = mergedTrace({r}, "p", {{"device", "cuda"}});
+    int seen = 0;
+    for (const auto& e : trace["traceEvents"]) {
+        const std::string n = e.value("name", "");
+        if (n == "stale_kernel") {
+            EXPECT_EQ(e["args"]["fsdp_op_id"], 2);
+            EXPECT_EQ(e["args"]["fsdp_op"], "forward");
+            ++seen;
+        }
+        if (n == "ncclDevKernel_AllGather_RING_LL") {
+            EXPECT_EQ(e["args"]["fsdp_op_id"], 0);
+            ++seen;
+        }
+    }
+    EXPECT_EQ(seen, 2);
+}
+
 TEST(RunTrace, ACudaRanksBreakdownComesFromItsKernels) {
     nlohmann::json r = rankResult(0, true);
     r["step_time_ns"] = {30000};

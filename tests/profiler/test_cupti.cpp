@@ -77,6 +77,21 @@ const DeviceOp* findOp(const DeviceActivity& a, const std::string& name) {
     return nullptr;
 }
 
+TEST(CuptiConverter, KernelNamesAreDemangledAsKinetoShowsThem) {
+    // Names CUPTI gave on an H200 (shardscope run --device cuda), and how Kineto's traces of
+    // the same kernels name them.
+    EXPECT_EQ(demangledKernelName("_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_"
+                                  "13AUnaryFunctorIfffNS0_15binary_internal10MulFunctorIfEEEES"
+                                  "t5arrayIPcLm2EEEEviT0_T1_"),
+              "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, "
+              "float, float, at::native::binary_internal::MulFunctor<float> >, std::array<char*, "
+              "2ul> >(int, at::native::AUnaryFunctor<float, float, float, "
+              "at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul>)");
+    EXPECT_EQ(demangledKernelName("ncclDevKernel_AllGather_RING_LL"),
+              "ncclDevKernel_AllGather_RING_LL");  // extern "C": left as it is
+    EXPECT_EQ(demangledKernelName(nullptr), "kernel");
+}
+
 TEST(CuptiConverter, KernelsBindToTheirLaunchAndTheFsdpOp) {
     CuptiConverter c([](bool runtime, uint32_t cbid) {
         return runtime && cbid == 211 ? std::string("cudaLaunchKernel") : std::string();
