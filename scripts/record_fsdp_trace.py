@@ -61,6 +61,11 @@ def rank_main(rank, world, port, args, export, plan):
     dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
     torch.set_num_threads(1)
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    if cuda and args.memory_history:
+        # Every allocation and free of the caching allocator from the first one on, without
+        # stacks: what tests replay through ShardScope's allocator model.
+        torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python",
+                                                 max_entries=4_000_000)
     # On a GPU the random initialisation runs there (a 2-billion-parameter model takes a
     # minute on the host); fully_shard then shards the parameters where they are.
     with torch.device(device):
@@ -102,8 +107,27 @@ def rank_main(rank, world, port, args, export, plan):
         for _ in range(1 + args.steps):
             step()
             prof.step()
+    if cuda and args.memory_history and rank == 0:
+        write_memory_history(torch, args.memory_history)
     dist.barrier()
     dist.destroy_process_group()
+
+
+def write_memory_history(torch, path):
+    """The caching allocator's history as compact JSON (gzip when the name ends in .gz):
+    [action, address, size, stream] per event, and PyTorch's own peaks."""
+    import gzip
+    snap = torch.cuda.memory._snapshot()
+    events = [[e["action"], e["addr"], e["size"], e["stream"]] for e in snap["device_traces"][torch.cuda.current_device()]]
+    out = {"format": "shardscope.cuda_memory_history", "torch": torch.__version__,
+           "device": torch.cuda.get_device_name(), "events": events,
+           "max_memory_allocated": torch.cuda.max_memory_allocated(),
+           "max_memory_reserved": torch.cuda.max_memory_reserved(),
+           "segments_at_end": sum(s["total_size"] for s in snap["segments"])}
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "wt") as f:
+        json.dump(out, f, separators=(",", ":"))
+    print(f"wrote {len(events)} allocator events to {path}")
 
 
 def main():
@@ -114,6 +138,9 @@ def main():
     ap.add_argument("--steps", type=int, default=2, help="profiled steps after one warm-up step [2]")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                     help="cpu: Gloo ranks on CPU; cuda: rank R on cuda:R with NCCL, GPU kernels profiled too [cpu]")
+    ap.add_argument("--memory-history", metavar="FILE",
+                    help="with --device cuda: also write rank 0's caching-allocator history (every "
+                         "allocation and free from the first) as JSON, gzipped if FILE ends in .gz")
     ap.add_argument("--batch", type=int, default=0, help="micro-batch size (default: the plan's)")
     ap.add_argument("--seq", type=int, default=0, help="sequence length (default: the plan's)")
     ap.add_argument("--fsdp1", action="store_true", help="wrap with FSDP1 (ModuleWrapPolicy) instead of FSDP2")

@@ -184,74 +184,98 @@ int runTraceExport(const Args& a) {
     return kExitOk;
 }
 
+// One file's replay: a JSON object, or the report.
+void reportReplay(const Args& a, const std::string& f, int rank, const AllocatorReplay& r,
+                  nlohmann::json& all, bool history) {
+    if (a.flag("--json")) {
+        all.push_back({{"file", f},
+                       {"source", history ? "allocator history" : "profiler trace"},
+                       {"rank", rank},
+                       {"events", r.events},
+                       {"allocations", r.allocations},
+                       {"frees", r.frees},
+                       {"frees_of_earlier_blocks", r.freesOfEarlierBlocks},
+                       {"start_allocated_bytes", r.startAllocated},
+                       {"start_reserved_bytes", r.startReserved},
+                       {"trace_allocated_peak_bytes", r.traceAllocatedPeak},
+                       {"trace_reserved_peak_bytes", r.traceReservedPeak},
+                       {"model_allocated_peak_bytes", r.modelAllocatedPeak},
+                       {"model_reserved_peak_bytes", r.modelReservedPeak},
+                       {"allocated_mismatches", r.allocatedMismatches},
+                       {"largest_allocated_gap_bytes", r.largestAllocatedGap},
+                       {"largest_reserved_gap_bytes", r.largestReservedGap},
+                       {"trace_reserved_changed", r.reservedChanged},
+                       {"peak_reserved_error", r.peakReservedError()}});
+        return;
+    }
+    std::cout << f
+              << (history ? " (the allocator's history from its first allocation)\n"
+                          : " (rank " + std::to_string(rank) + ")\n");
+    if (r.events == 0) {
+        std::cout << "  no CUDA [memory] events with Addr and Bytes (profile with "
+                     "profile_memory=True on a GPU)\n";
+        return;
+    }
+    std::cout << "  " << withThousands(r.events)
+              << " allocator events: " << withThousands(r.allocations) << " allocations, "
+              << withThousands(r.frees) << " frees (" << r.freesOfEarlierBlocks
+              << " of blocks allocated before the trace began)\n";
+    std::cout << "  trace: allocated " << formatBytes(r.startAllocated) << " at the start, peak "
+              << formatBytes(r.traceAllocatedPeak) << "; reserved " << formatBytes(r.startReserved)
+              << " at the start, peak " << formatBytes(r.traceReservedPeak)
+              << (r.reservedChanged ? "" : " (it never moved during the trace)") << "\n";
+    char line[200];
+    std::snprintf(line, sizeof line, "%+.1f%%", 100.0 * r.peakReservedError());
+    std::cout << "  model: allocated peak " << formatBytes(r.modelAllocatedPeak)
+              << (r.allocatedMismatches == 0
+                      ? " (equal to the trace's at every event)"
+                      : " (differs from the trace's at " + withThousands(r.allocatedMismatches) +
+                            " events, by " + formatBytes(r.largestAllocatedGap) +
+                            " at most: blocks it left unsplit)")
+              << "; reserved peak " << formatBytes(r.modelReservedPeak) << " (" << line
+              << " against the trace), largest gap " << formatBytes(r.largestReservedGap) << "\n";
+    if (r.startReserved > r.startAllocated)
+        std::cout << "  note: the trace began with "
+                  << formatBytes(r.startReserved - r.startAllocated)
+                  << " cached but not allocated, from before profiling; the model "
+                     "starts without it, so a trace that starts mid-run bounds the "
+                     "model from below only\n";
+}
+
 int runTraceMemory(const Args& a) {
     if (a.positionals().empty()) {
-        std::cerr << "error: give one or more GPU profiler traces (profile_memory=True)\n";
+        std::cerr << "error: give one or more GPU profiler traces (profile_memory=True) or "
+                     "allocator histories\n";
         return kExitUsage;
     }
     nlohmann::json all = nlohmann::json::array();
     std::vector<std::string> skipped;
     const bool expandable = a.flag("--expandable-segments");
-    const Status st = forEachTrace(
-        a.positionals(), traceImportOptions(),
-        [&](const std::string& f, Trace&& t) -> Status {
-            const AllocatorReplay r = replayAllocator(t, expandable);
-            if (a.flag("--json")) {
-                all.push_back({{"file", f},
-                               {"rank", t.rank},
-                               {"events", r.events},
-                               {"allocations", r.allocations},
-                               {"frees", r.frees},
-                               {"frees_of_earlier_blocks", r.freesOfEarlierBlocks},
-                               {"start_allocated_bytes", r.startAllocated},
-                               {"start_reserved_bytes", r.startReserved},
-                               {"trace_allocated_peak_bytes", r.traceAllocatedPeak},
-                               {"trace_reserved_peak_bytes", r.traceReservedPeak},
-                               {"model_allocated_peak_bytes", r.modelAllocatedPeak},
-                               {"model_reserved_peak_bytes", r.modelReservedPeak},
-                               {"allocated_mismatches", r.allocatedMismatches},
-                               {"largest_allocated_gap_bytes", r.largestAllocatedGap},
-                               {"largest_reserved_gap_bytes", r.largestReservedGap},
-                               {"trace_reserved_changed", r.reservedChanged},
-                               {"peak_reserved_error", r.peakReservedError()}});
+    // Allocator histories (from the first allocation) first; the rest are profiler traces.
+    std::vector<std::string> traces;
+    for (const auto& f : a.positionals()) {
+        std::error_code ec;
+        if (!std::filesystem::is_regular_file(f, ec) || !looksLikeAllocatorHistory(f)) {
+            traces.push_back(f);
+            continue;
+        }
+        auto h = readAllocatorHistory(f);
+        if (!h) {
+            std::cerr << "error: " << h.error() << "\n";
+            return kExitUsage;
+        }
+        const AllocatorReplay r = replayAllocatorHistory(*h, expandable);
+        reportReplay(a, f, 0, r, all, true);
+    }
+    Status st;
+    if (!traces.empty())
+        st = forEachTrace(
+            traces, traceImportOptions(),
+            [&](const std::string& f, Trace&& t) -> Status {
+                reportReplay(a, f, t.rank, replayAllocator(t, expandable), all, false);
                 return {};
-            }
-            std::cout << f << " (rank " << t.rank << ")\n";
-            if (r.events == 0) {
-                std::cout << "  no CUDA [memory] events with Addr and Bytes (profile with "
-                             "profile_memory=True on a GPU)\n";
-                return {};
-            }
-            std::cout << "  " << withThousands(r.events)
-                      << " allocator events: " << withThousands(r.allocations) << " allocations, "
-                      << withThousands(r.frees) << " frees (" << r.freesOfEarlierBlocks
-                      << " of blocks allocated before the trace began)\n";
-            std::cout << "  trace: allocated " << formatBytes(r.startAllocated)
-                      << " at the start, peak " << formatBytes(r.traceAllocatedPeak)
-                      << "; reserved " << formatBytes(r.startReserved) << " at the start, peak "
-                      << formatBytes(r.traceReservedPeak)
-                      << (r.reservedChanged ? "" : " (it never moved during the trace)") << "\n";
-            char line[200];
-            std::snprintf(line, sizeof line, "%+.1f%%", 100.0 * r.peakReservedError());
-            std::cout << "  model: allocated peak " << formatBytes(r.modelAllocatedPeak)
-                      << (r.allocatedMismatches == 0
-                              ? " (equal to the trace's at every event)"
-                              : " (differs from the trace's at " +
-                                    withThousands(r.allocatedMismatches) + " events, by " +
-                                    formatBytes(r.largestAllocatedGap) +
-                                    " at most: blocks it left unsplit)")
-                      << "; reserved peak " << formatBytes(r.modelReservedPeak) << " (" << line
-                      << " against the trace), largest gap " << formatBytes(r.largestReservedGap)
-                      << "\n";
-            if (r.startReserved > r.startAllocated)
-                std::cout << "  note: the trace began with "
-                          << formatBytes(r.startReserved - r.startAllocated)
-                          << " cached but not allocated, from before profiling; the model "
-                             "starts without it, so a trace that starts mid-run bounds the "
-                             "model from below only\n";
-            return {};
-        },
-        &skipped);
+            },
+            &skipped);
     return finishTraceCommand(a, st, skipped, all);
 }
 
@@ -308,12 +332,18 @@ std::vector<Command> traceCommands() {
         "ShardScope's model of PyTorch's caching allocator (the one `simulate` uses for\n"
         "reserved memory) and prints its allocated and reserved peaks against the trace's.\n"
         "Blocks allocated before profiling began are seeded (those the trace frees at their\n"
-        "sizes); memory the allocator had cached before then is unknown and reported.";
+        "sizes); memory the allocator had cached before then is unknown and reported.\n\n"
+        "An allocator history replays from the first allocation instead, each event on its\n"
+        "stream, against the segments the allocator really reserved: record one with\n"
+        "torch.cuda.memory._record_memory_history() before the model is built and write\n"
+        "json.dump(torch.cuda.memory._snapshot()) (or scripts/record_fsdp_trace.py\n"
+        "--memory-history FILE), plain or gzipped.";
     m.positionalsMetavar = "FILE|DIR...";
     m.options = {
         {"--expandable-segments", "", "model PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"},
         {"--json", "", "print JSON, one object per file"}};
-    m.examples = {"shardscope trace memory rank0.pt.trace.json.gz"};
+    m.examples = {"shardscope trace memory rank0.pt.trace.json.gz",
+                  "shardscope trace memory memory-history.json.gz"};
     return {{s, runTraceSummary}, {x, runTraceExport}, {m, runTraceMemory}};
 }
 

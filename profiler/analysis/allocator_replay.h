@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "plans/core/expected.h"
 #include "profiler/trace/trace.h"
 
 namespace shardscope {
@@ -36,5 +37,27 @@ struct AllocatorReplay {
 };
 
 [[nodiscard]] AllocatorReplay replayAllocator(const Trace& t, bool expandableSegments = false);
+
+// The caching allocator's whole history, from its first allocation: what
+// torch.cuda.memory._record_memory_history records and _snapshot() returns. Unlike a
+// profiler trace it starts empty and names each event's stream and the segments the
+// allocator reserved, so the model's reserved bytes can be checked at every event.
+struct AllocatorHistoryEvent {
+    enum class Kind : uint8_t { Alloc, Free, SegmentAlloc, SegmentFree };
+    Kind kind = Kind::Alloc;
+    int64_t addr = 0, size = 0, stream = 0;
+};
+struct AllocatorHistory {
+    std::vector<AllocatorHistoryEvent> events;
+    int64_t maxAllocated = -1, maxReserved = -1;  // torch.cuda.max_memory_*(), when given
+    std::string device;
+};
+// Whether `path` (plain or gzip JSON) is such a history rather than a profiler trace: its
+// first key is "format": "shardscope.cuda_memory_history" (scripts/record_fsdp_trace.py
+// --memory-history) or "segments" (json.dump of torch.cuda.memory._snapshot()).
+[[nodiscard]] bool looksLikeAllocatorHistory(const std::string& path);
+[[nodiscard]] Expected<AllocatorHistory> readAllocatorHistory(const std::string& path);
+[[nodiscard]] AllocatorReplay replayAllocatorHistory(const AllocatorHistory& h,
+                                                     bool expandableSegments = false);
 
 }  // namespace shardscope
