@@ -80,7 +80,11 @@ def main():
         sys.exit(f"error: {BIN} is not built (cmake --build build)")
     tmp = tempfile.mkdtemp(prefix="shardscope-kfid-")
     rows = []
-    for rel, cluster, what in GPU_TRACES:
+    # The H200 traces this repository holds (tests/data), each against the H200 sample.
+    ours = [(os.path.join(ROOT, "tests", "data", "h200-llama8b-4layers", sub, "rank0.pt.trace.json.gz"),
+             "h200-8x8.json", "H200, FSDP2 Llama-3.1-8B with 4 layers, one rank, " + what)
+            for sub, what in (("", "1 x 4096"), ("seq8192", "1 x 8192"), ("ac-2x4096", "full AC, 2 x 4096"))]
+    for rel, cluster, what in GPU_TRACES + ours:
         path = os.path.join(a.traces, rel)
         if not os.path.exists(path):
             print(f"skipped {rel}: not at {a.traces}", file=sys.stderr)

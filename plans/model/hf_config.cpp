@@ -165,8 +165,8 @@ struct CostBuilder {
         // ones_like, nll_loss_backward, _log_softmax_backward_data (+ the cast back).
         c.fwdMemKernels += 4 + (e < 4 ? 1 : 0);
         c.bwdMemKernels += 3 + (e < 4 ? 1 : 0);  // and ones_like: backward's seed
-        c.fwdMemBytes.perToken += vocab * (e + 4) + vocab * 8;
-        c.bwdMemBytes.perToken += vocab * 16;
+        // Its bytes depend on the compute dtype the plan runs in (an fp32 run has no
+        // upcast): the step program adds them (ModuleCost::lossVocab).
         c.savedBytes.fixedPerToken += 4 * vocab + 8;
         c.outputBytes.fixedPerToken += 4 * vocab;
         c.lossVocab += vocab;

@@ -195,6 +195,19 @@ TEST(RunTrace, AKernelLaunchedInsideAComputeOpIsThatOps) {
     EXPECT_EQ(seen, 2);
 }
 
+TEST(RunTrace, ACudaRanksPeakIsTheDevicesNotTheHosts) {
+    // The host recorder sees none of the caching allocator's memory: a CUDA rank's peak
+    // (torch.cuda.max_memory_allocated) comes back from the trace, not the host counter's.
+    nlohmann::json r = rankResult(0, true);
+    r["peak_allocated_bytes"] = int64_t{38'533'842'432};  // measured on an H200
+    const auto path = std::filesystem::temp_directory_path() / "shardscope_cuda_peak_test.json";
+    std::ofstream(path) << mergedTrace({r}, "p", {{"device", "cuda"}}).dump();
+    auto f = readTraceFile(path.string());
+    std::filesystem::remove(path);
+    ASSERT_TRUE(f.ok()) << f.error();
+    EXPECT_EQ(f->peakAllocated, 38'533'842'432.0);
+}
+
 TEST(RunTrace, ACudaRanksBreakdownComesFromItsKernels) {
     nlohmann::json r = rankResult(0, true);
     r["step_time_ns"] = {30000};
