@@ -353,6 +353,13 @@ nlohmann::json mergedTrace(const std::vector<nlohmann::json>& ranks, const std::
         }
         if (r.contains("device_activity")) appendDeviceActivity(ev, r, t0);
     }
+    // A GPU rank's allocations are the caching allocator's, which the host recorder does
+    // not see: its peak (torch.cuda.max_memory_allocated) rides in the metadata.
+    nlohmann::json devicePeaks = nlohmann::json::array();
+    for (const auto& r : ranks)
+        if (r.contains("device_activity") && r.contains("peak_allocated_bytes"))
+            devicePeaks.push_back(r["peak_allocated_bytes"]);
+    if (!devicePeaks.empty()) run["device_peak_allocated_bytes"] = std::move(devicePeaks);
     return {{"traceEvents", ev},
             {"displayTimeUnit", "ns"},
             {"metadata",

@@ -92,6 +92,11 @@ Expected<TraceFile> stepTraceOf(const Trace& t, const std::string& path) {
                      "or `shardscope simulate --trace` (a PyTorch profiler trace? `trace "
                      "overlap`, `trace diff` and `calibrate` read those from FSDP's labels)"};
     f.peakAllocated = static_cast<double>(t.counterPeakAllocated);
+    // A CUDA run's device peaks (the host counter sees none of the GPU's allocations).
+    if (f.run.is_object() && f.run.contains("device_peak_allocated_bytes") &&
+        f.run["device_peak_allocated_bytes"].is_array())
+        for (const auto& v : f.run["device_peak_allocated_bytes"])
+            if (v.is_number()) f.peakAllocated = std::max(f.peakAllocated, v.get<double>());
     for (const auto& [_, s] : spans)
         f.stepNs = std::max(f.stepNs, s.first / std::max(1, s.second));
     // A simulated step starts at the file's time 0 (its first op may start later).
