@@ -93,9 +93,24 @@ struct RunMixes {
     }
 };
 
-void runKernels(const ModuleRun& run, int64_t b, int64_t s, double scale, const RunMixes& out) {
+// The causal-LM loss's memory-bound kernels (ModuleCost::lossVocab), in the compute dtype
+// of `e` bytes: the fp32 upcast (none in fp32) and log_softmax; in backward the gradient's
+// fill, log_softmax's backward and the cast back. Bytes per logit as Builder::segments
+// explains.
+void lossKernels(double logits, double e, const RunMixes& out) {
+    const double upcast = e < 4 ? e + 4.0 : 0.0;
+    if (upcast > 0) out.forward(KernelKind::MemoryBound, logits * upcast, 1);
+    out.forward(KernelKind::MemoryBound, logits * 12.0, 1);
+    addKernels(*out.bwd, KernelKind::MemoryBound, logits * 4.0, 1);
+    addKernels(*out.bwd, KernelKind::MemoryBound, logits * 12.0, 1);
+    if (upcast > 0) addKernels(*out.bwd, KernelKind::MemoryBound, logits * upcast, 1);
+}
+
+void runKernels(const ModuleRun& run, int64_t b, int64_t s, double scale, double computeBytes,
+                const RunMixes& out) {
     const ModuleCost& c = run.cost;
     const double tokens = static_cast<double>(b) * static_cast<double>(s);
+    if (c.lossVocab > 0) lossKernels(tokens * c.lossVocab, computeBytes, out);
     const double fwdMem = c.fwdMemBytes.at(b, s, scale), bwdMem = c.bwdMemBytes.at(b, s, scale);
     if (!c.hasKernels()) {
         const int32_t k = std::max(1, run.kernels);
@@ -566,7 +581,7 @@ private:
                            ac == AcMode::Attention ? &rec : nullptr};
         for (int32_t i = 0; i < sg.runCount; ++i)
             runKernels(runs[static_cast<size_t>(sg.firstRun + i)], o.microBatchSize, o.seqLen,
-                       scale, out);
+                       scale, static_cast<double>(dtypeSize(dt)), out);
         sg.fwdMixId = internMix(fwd, dt);
         sg.bwdMixId = internMix(bwd, dt);
         sg.recomputeMixId = internMix(rec, dt);

@@ -161,10 +161,12 @@ struct CostBuilder {
     // (FSDPMemTracker: two fp32 b·s·vocab temporaries at the start of backward).
     void causalLmLoss(ModuleId m, double vocab) {
         auto& c = g.cost(m);
-        // constant_pad_nd, clone, _log_softmax, nll_loss_forward (+ the fp32 upcast);
-        // ones_like, nll_loss_backward, _log_softmax_backward_data (+ the cast back).
-        c.fwdMemKernels += 4 + (e < 4 ? 1 : 0);
-        c.bwdMemKernels += 3 + (e < 4 ? 1 : 0);  // and ones_like: backward's seed
+        // The step program adds the fp32 upcast, _log_softmax, the gradient's fill,
+        // _log_softmax_backward_data and the cast back by their bytes; constant_pad_nd,
+        // clone, nll_loss_forward, ones_like (backward's seed) and nll_loss_backward's
+        // scatter move next to nothing.
+        c.fwdMemKernels += 3;
+        c.bwdMemKernels += 2;
         // Its bytes depend on the compute dtype the plan runs in (an fp32 run has no
         // upcast): the step program adds them (ModuleCost::lossVocab).
         c.savedBytes.fixedPerToken += 4 * vocab + 8;

@@ -53,14 +53,22 @@ TEST(AllocatorReplay, AllocatedCountsTheWholeBlockWhenTheRemainderIsNotSplit) {
     EXPECT_EQ(m.allocated(), 0);
 }
 
-TEST(AllocatorReplay, ReservedEqualsARealH200HistoryAtEveryEvent) {
+TEST(AllocatorReplay, ReservedFollowsRealH200HistoriesEventByEvent) {
     // torch.cuda.memory._record_memory_history from before the model was built, through a
-    // warm-up and two FSDP2 steps of a 4-layer Llama-3.1-8B on an H200 (tests/data, its
-    // README): every allocation and free on its stream, and the segments the allocator
-    // reserved. The model, fed the same allocations, reserves the same segments.
-    for (const char* name : {"memory-history.json.gz", "ac-2x4096/memory-history.json.gz"}) {
-        const std::string path =
-            std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/data/h200-llama8b-4layers/" + name;
+    // warm-up and two or three FSDP2 steps on an H200 (tests/data, their READMEs): every
+    // allocation and free on its stream, and the segments the allocator reserved. The
+    // model, fed the same allocations, reserves the same segments: exactly for the Llama
+    // runs (measured: a gap of 0 B at every event), within 144 MiB at any event and 0.3 % at
+    // the peak for Mistral past its window and 46 MiB for Qwen2-0.5B.
+    const struct {
+        const char* path;
+        int64_t gap;
+    } cases[] = {{"h200-llama8b-4layers/memory-history.json.gz", 2 << 20},
+                 {"h200-llama8b-4layers/ac-2x4096/memory-history.json.gz", 2 << 20},
+                 {"h200-mistral7b-4layers/memory-history.json.gz", 160 << 20},
+                 {"h200-qwen2-0.5b/memory-history.json.gz", 64 << 20}};
+    for (const auto& c : cases) {
+        const std::string path = std::string(SHARDSCOPE_SOURCE_DIR) + "/tests/data/" + c.path;
         ASSERT_TRUE(looksLikeAllocatorHistory(path)) << path;
         auto h = readAllocatorHistory(path);
         ASSERT_TRUE(h.ok()) << h.error();
@@ -68,16 +76,21 @@ TEST(AllocatorReplay, ReservedEqualsARealH200HistoryAtEveryEvent) {
         std::printf(
             "%s: %lld events; reserved peak %.3f GiB, model %.3f GiB, largest gap %lld B; "
             "allocated gap at most %lld B\n",
-            name, static_cast<long long>(r.events), r.traceReservedPeak / 1073741824.0,
+            c.path, static_cast<long long>(r.events), r.traceReservedPeak / 1073741824.0,
             r.modelReservedPeak / 1073741824.0, static_cast<long long>(r.largestReservedGap),
             static_cast<long long>(r.largestAllocatedGap));
-        EXPECT_EQ(r.freesOfEarlierBlocks, 0);
-        EXPECT_EQ(r.traceReservedPeak, h->maxReserved);  // the history's segments are PyTorch's
-        EXPECT_EQ(r.modelReservedPeak, r.traceReservedPeak);
-        EXPECT_LE(r.largestReservedGap, 2 << 20);  // measured: 0
-        // Allocated: the history sizes requests, the model counts whole blocks (a small
-        // block's unsplit tail): within 1 MiB (measured 772 KiB) of 36 GiB.
-        EXPECT_LT(r.largestAllocatedGap, 1 << 20);
+        EXPECT_EQ(r.freesOfEarlierBlocks, 0) << c.path;
+        EXPECT_EQ(r.traceReservedPeak, h->maxReserved) << c.path;  // the segments are PyTorch's
+        EXPECT_NEAR(static_cast<double>(r.modelReservedPeak),
+                    static_cast<double>(r.traceReservedPeak), 0.005 * r.traceReservedPeak)
+            << c.path;
+        EXPECT_LE(r.largestReservedGap, c.gap) << c.path;
+        // Allocated: the history sizes requests, the model counts whole blocks (a block's
+        // unsplit tail): within 16 MiB (measured 772 KiB; 13.6 MiB for Qwen2).
+        EXPECT_LT(r.largestAllocatedGap, 16 << 20) << c.path;
+        EXPECT_NEAR(static_cast<double>(r.modelAllocatedPeak), static_cast<double>(h->maxAllocated),
+                    0.001 * h->maxAllocated)
+            << c.path;
     }
 }
 
