@@ -30,6 +30,8 @@ import unittest
 sys.path.insert(0, os.path.dirname(__file__))
 import peer  # noqa: E402
 
+torch = peer.require("torch")  # torch.utils.flop_counter is the oracle for SDPA FLOPs
+
 BIN = os.environ.get("SHARDSCOPE_BIN", "")
 DATA = os.path.join(peer.SOURCE, "tests", "data", "h200-llama8b-4layers")
 TRACE = os.path.join(DATA, "rank0.pt.trace.json.gz")
@@ -129,6 +131,56 @@ class H200Trace(unittest.TestCase):
             self.assertLess(abs(e_peak), 0.01, sub)
             self.assertLess(abs(e_step), 0.20, sub)
             self.assertTrue(-0.02 < e_res < 0.12, sub)
+
+    def test_kernel_list_matches_the_gpus(self):
+        """The kernels the simulator's step launches against what the GPU run launched, per
+        step: GEMMs (aten::mm/addmm/bmm/baddbmm) by count and FLOPs from their input shapes,
+        SDPA calls (forward and backward) by count and by torch.utils.flop_counter's FLOPs,
+        for the three Llama plans (full checkpointing recomputes every unit's forward)."""
+        from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+        for sub in ("", "seq8192", "ac-2x4096"):
+            d = os.path.join(DATA, sub)
+            with gzip.open(os.path.join(d, "rank0.pt.trace.json.gz"), "rt") as f:
+                ev = json.load(f)["traceEvents"]
+            steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("cat") == "user_annotation"
+                           and e.get("name", "").startswith("ProfilerStep#"))
+            s0, s1 = steps[1]  # a middle step; every thread of the process (backward has its own)
+            gemm = [0, 0.0]
+            attn = [0, 0.0]
+            for e in ev:
+                if e.get("cat") != "cpu_op" or not (s0 <= e["ts"] < s1):
+                    continue
+                n, dims = e["name"], e.get("args", {}).get("Input Dims")
+                if n == "aten::mm":
+                    (m, k), (_, nn) = dims[0], dims[1]
+                    gemm[0] += 1
+                    gemm[1] += 2.0 * m * k * nn
+                elif n == "aten::addmm":
+                    (m, k), (_, nn) = dims[1], dims[2]
+                    gemm[0] += 1
+                    gemm[1] += 2.0 * m * k * nn
+                elif n in ("aten::bmm", "aten::baddbmm"):
+                    a, b = dims[-2], dims[-1]
+                    gemm[0] += 1
+                    gemm[1] += 2.0 * a[0] * a[1] * a[2] * b[2]
+                elif n.startswith("aten::_scaled_dot_product_") and n.endswith("_attention"):
+                    q, k_, v = dims[0], dims[1], dims[2]
+                    kv = [q[0], q[1], k_[2], k_[3]]  # GQA: flop_counter counts the expanded K/V
+                    attn[0] += 1
+                    attn[1] += sdpa_flop_count(q, kv, kv)
+                elif n.startswith("aten::_scaled_dot_product_") and n.endswith("_attention_backward"):
+                    go, q = dims[0], dims[1]
+                    kv = [q[0], q[1], dims[2][2], dims[2][3]]
+                    attn[0] += 1
+                    attn[1] += sdpa_backward_flop_count(go, q, kv, kv)
+            sim = run("simulate", "--model", os.path.join(DATA, "config.json"), "--plan",
+                      os.path.join(d, "plan.json"), "--cluster", os.path.join(DATA, "cluster-measured.json"),
+                      "--json")["kernels"]
+            for cls, ours, theirs in (("gemm", sim["gemm"], gemm), ("attention", sim["attention"], attn)):
+                print("%-10s %-9s trace %d calls %.4g FLOP a step; simulated %d, %.4g"
+                      % (sub or "1x4096", cls, theirs[0], theirs[1], ours["count"], ours["flops"]))
+                self.assertEqual(ours["count"], theirs[0], (sub, cls))
+                self.assertLess(abs(ours["flops"] / theirs[1] - 1), 0.01, (sub, cls))
 
     def test_two_more_families(self):
         """Mistral-7B (4 layers) past its 4,096-token window and Qwen2-0.5B with tied
