@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Step-time fidelity on real GPU runs: the simulator against every GPU trace we hold whose
+run we can describe (model, plan, batch, sequence: tests/data/h200-*).
+
+For each run it prints the measured step (the device time of a ProfilerStep: the span of
+the work it launched) and the GPU's time per kernel class (GEMM, attention, memory-bound:
+the trace's kernels by name, a middle step; memory-bound includes FSDP2's casts and
+AdamW's step), against `shardscope simulate`:
+
+  before  with the cluster `calibrate --measure` wrote on that machine
+  after   with that cluster calibrated on the trace's own kernels (`calibrate --from-trace`,
+          which fits on ProfilerSteps 1 and 3 and holds back step 2)
+
+    python scripts/step_fidelity.py            # the table (markdown)
+    python scripts/step_fidelity.py --json     # the figures
+
+The CPU runs' table is scripts/bench_sim_vs_measured.py's.
+"""
+import argparse
+import gzip
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+BIN = os.environ.get("SHARDSCOPE_BIN", os.path.join(ROOT, "build", "engine", "shardscope"))
+DATA = os.path.join(ROOT, "tests", "data")
+CLUSTER = os.path.join(DATA, "h200-llama8b-4layers", "cluster-measured.json")
+
+# (folder under tests/data, model config (None: the folder's config.json), what ran)
+RUNS = [
+    ("h200-llama8b-4layers", None, "Llama-3.1-8B, 4 layers, 1 x 4096"),
+    ("h200-llama8b-4layers/seq8192", "h200-llama8b-4layers/config.json", "Llama-3.1-8B, 4 layers, 1 x 8192"),
+    ("h200-llama8b-4layers/ac-2x4096", "h200-llama8b-4layers/config.json",
+     "Llama-3.1-8B, 4 layers, full AC, no reshard, 2 x 4096"),
+    ("h200-mistral7b-4layers", None, "Mistral-7B, 4 layers, 1 x 8192 (sliding window 4096)"),
+]
+
+
+def kernel_class(name):
+    n = name.lower()
+    if any(s in n for s in ("flash", "fmha", "attention", "sdpa", "cudnn::fusion", "dot_do_o", "dq_to_16")):
+        return "attention"
+    if any(s in n for s in ("gemm", "nvjet", "cutlass", "xmma", "cublas")):
+        return "gemm"
+    return "memory_bound"
+
+
+def measured(trace):
+    """Per-class kernel time (ms) and the device span (ms) of the middle ProfilerStep."""
+    with gzip.open(trace, "rt") as f:
+        ev = json.load(f)["traceEvents"]
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("cat") == "user_annotation"
+                   and e.get("name", "").startswith("ProfilerStep#"))
+    s0, s1 = steps[len(steps) // 2]
+    launched = {e["args"]["correlation"] for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                and "correlation" in e.get("args", {}) and s0 <= e["ts"] < s1}
+    dev = [e for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+           and e.get("args", {}).get("correlation") in launched]
+    by = {"gemm": 0.0, "attention": 0.0, "memory_bound": 0.0}
+    for e in dev:
+        if e.get("cat") == "kernel":
+            by[kernel_class(e["name"])] += e["dur"] / 1e3
+    span = (max(e["ts"] + e["dur"] for e in dev) - min(e["ts"] for e in dev)) / 1e3
+    return span, by
+
+
+def shardscope(*args):
+    r = subprocess.run([BIN, *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"error: shardscope {' '.join(args)}:\n{r.stderr}")
+    return json.loads(r.stdout)
+
+
+def simulated(model, plan, cluster, tmp):
+    """Step time and per-class device time: the compute ops' kernels, and, as memory-bound,
+    also FSDP2's copies (casts, chunk-cat) and the optimizer step, which are ops of their own
+    in the step program but memory-bound kernels on the GPU."""
+    trace = os.path.join(tmp, "sim.json")
+    s = shardscope("simulate", "-m", model, "-p", plan, "-c", cluster, "--json", "--trace", trace)
+    k = s["kernels"]
+    by = {c: k[c]["device_ns"] / 1e6 for c in ("gemm", "attention", "memory_bound")}
+    with open(trace) as f:
+        for e in json.load(f)["traceEvents"]:
+            if e.get("ph") == "X" and e.get("args", {}).get("kind") in ("copy_in", "copy_out", "rs_copy_in",
+                                                                          "optimizer"):
+                by["memory_bound"] += e["dur"] / 1e3
+    return s["step_time_ns"] / 1e6, by
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    a = ap.parse_args()
+    if not os.path.exists(BIN):
+        sys.exit(f"error: {BIN} is not built (bash scripts/setup.sh build)")
+    tmp = tempfile.mkdtemp(prefix="shardscope-stepfid-")
+    rows = []
+    for folder, model, what in RUNS:
+        d = os.path.join(DATA, folder)
+        trace = os.path.join(d, "rank0.pt.trace.json.gz")
+        model = os.path.join(DATA, model) if model else os.path.join(d, "config.json")
+        plan = os.path.join(d, "plan.json")
+        span, meas = measured(trace)
+        before = simulated(model, plan, CLUSTER, tmp)
+        fitted = os.path.join(tmp, folder.replace("/", "_") + ".json")
+        shardscope("calibrate", "--from-trace", trace, "-c", CLUSTER, "-o", fitted, "--json")
+        after = simulated(model, plan, fitted, tmp)
+        rows.append({"run": what, "measured_step_ms": span, "measured_ms": meas,
+                     "before": {"step_ms": before[0], "ms": before[1]},
+                     "after": {"step_ms": after[0], "ms": after[1]}})
+    if a.json:
+        print(json.dumps(rows, indent=1))
+        return
+    pct = lambda p, m: f"{100 * (p / m - 1):+.1f}%" if m else "-"  # noqa: E731
+    print("| run | | step | GEMM | attention | memory-bound |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        m = r["measured_ms"]
+        print(f"| {r['run']} | measured | {r['measured_step_ms']:.1f} ms | {m['gemm']:.1f} ms | "
+              f"{m['attention']:.1f} ms | {m['memory_bound']:.1f} ms |")
+        for when in ("before", "after"):
+            p = r[when]
+            print(f"| | {when} | {p['step_ms']:.1f} ms ({pct(p['step_ms'], r['measured_step_ms'])}) | "
+                  + " | ".join(f"{p['ms'][c]:.1f} ms ({pct(p['ms'][c], m[c])})"
+                               for c in ("gemm", "attention", "memory_bound")) + " |")
+
+
+if __name__ == "__main__":
+    main()
