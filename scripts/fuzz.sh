@@ -23,7 +23,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 seconds="${1:-60}"
 shift || true
 harnesses=("$@")
-[ ${#harnesses[@]} -gt 0 ] || harnesses=(plan model cluster kineto kineto_gz step_trace)
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(plan model cluster kineto kineto_gz step_trace alloc_history)
 build="$(realpath -m "${SHARDSCOPE_FUZZ_BUILD:-${SHARDSCOPE_BUILD:-$root/build}-fuzz}")"
 corpus="$(realpath -m "${SHARDSCOPE_FUZZ_CORPUS:-$HOME/.cache/shardscope/fuzz-corpus}")"
 traces="${SHARDSCOPE_SHARED_TRACES:-$root/../shared/data/traces}"
@@ -61,6 +61,7 @@ small_traces=("$traces/HolisticTraceAnalysis/tests/data/cpu_only/rank-34.Jul_15_
     "$traces/HolisticTraceAnalysis/tests/data/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz")
 seed kineto "${small_traces[@]}"
 seed kineto_gz "${small_traces[@]}"
+seed alloc_history "$root"/tests/data/h200-llama8b-4layers/memory-history.json.gz
 mkdir -p "$corpus/step_trace"
 if [ -x "$root/build/engine/shardscope" ] && [ ! -f "$corpus/step_trace/seed-tiny-llama-sim" ]; then
     "$root/build/engine/shardscope" simulate -m "$root/samples/models/tiny-llama/config.json" \

@@ -633,11 +633,19 @@ private:
                        MemCategory::Activations, Stream::Compute, r.units[sg.unit].allGatherDtype);
             c.allocs.push_back(savedBuf[i]);
             if (sg.fwdTransient > 0) {
-                const BufferId t =
-                    buffer(static_cast<int64_t>(sg.fwdTransient), MemCategory::Temporaries,
-                           Stream::Compute, r.units[sg.unit].allGatherDtype);
-                c.allocs.push_back(t);
-                c.frees.push_back(t);
+                // The loss's logits and their fp32 upcast: two tensors, which the caching
+                // allocator places apart (one block of both would need a segment neither
+                // freed block can serve later).
+                const int64_t all = static_cast<int64_t>(sg.fwdTransient);
+                const int64_t e = dtypeSize(r.units[sg.unit].allGatherDtype);
+                const int64_t first = e < 4 ? all / (e + 4) * e : all;
+                for (const int64_t part : {first, all - first}) {
+                    if (part <= 0) continue;
+                    const BufferId t = buffer(part, MemCategory::Temporaries, Stream::Compute,
+                                              r.units[sg.unit].allGatherDtype);
+                    c.allocs.push_back(t);
+                    c.frees.push_back(t);
+                }
             }
             savedLateBuf[i] = BufferId();
             if (late) {
@@ -841,10 +849,14 @@ private:
                                           static_cast<int64_t>(sg.bwdGradExtra)) +
                                  sg.tiedGradTemp;
                 tmp > 0) {
-                const BufferId t = buffer(tmp, MemCategory::Temporaries, Stream::Compute,
-                                          r.units[u].allGatherDtype);
-                c.allocs.push_back(t);
-                c.frees.push_back(t);
+                // Two tensors: the gradients of the op's output and of its input.
+                for (const int64_t part : {tmp / 2, tmp - tmp / 2}) {
+                    if (part <= 0) continue;
+                    const BufferId t = buffer(part, MemCategory::Temporaries, Stream::Compute,
+                                              r.units[u].allGatherDtype);
+                    c.allocs.push_back(t);
+                    c.frees.push_back(t);
+                }
             }
             c.frees.push_back(savedBuf[i]);
             for (BufferId t : savedTemp)

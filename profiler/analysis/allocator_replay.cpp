@@ -103,6 +103,13 @@ bool looksLikeAllocatorHistory(const std::string& path) {
            rest.find("shardscope.cuda_memory_history") < 64;
 }
 
+namespace {
+// Bounds on a history the replay accepts: sizes a device can hold, and events the model's
+// block indices can count (AllocatorModel packs a block's index into 24 bits).
+constexpr int64_t kMaxHistoryBytes = int64_t{1} << 50;
+constexpr size_t kMaxHistoryEvents = size_t{1} << 23;
+}  // namespace
+
 Expected<AllocatorHistory> readAllocatorHistory(const std::string& path) {
     std::string text;
     if (!readAll(path, text)) return Error{path + ": cannot read the file"};
@@ -135,7 +142,13 @@ Expected<AllocatorHistory> readAllocatorHistory(const std::string& path) {
         if (!addr.is_number_integer() || !size.is_number_integer() || !stream.is_number_integer() ||
             size.get<int64_t>() < 0)
             return where + ": expected an integer address, a size of at least 0 and a stream";
+        if (size.get<int64_t>() > kMaxHistoryBytes)
+            return where + ": a size of " + std::to_string(size.get<int64_t>()) +
+                   " B is larger than any device (at most 2^50 B)";
         if (k < 0) return {};
+        if (h.events.size() >= kMaxHistoryEvents)
+            return where + ": more than " + std::to_string(kMaxHistoryEvents) +
+                   " allocator events; the replay takes at most that many";
         h.events.push_back({static_cast<AllocatorHistoryEvent::Kind>(k), addr.get<int64_t>(),
                             size.get<int64_t>(), stream.get<int64_t>()});
         return {};

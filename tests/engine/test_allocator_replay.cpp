@@ -112,5 +112,19 @@ TEST(AllocatorReplay, AHistoryWithAMistakeIsRefusedNamingTheEvent) {
     EXPECT_NE(h.error().find("/events/0: expected an integer address, a size of at least 0"),
               std::string::npos)
         << h.error();
+    std::ofstream(path) << R"({"format": "shardscope.cuda_memory_history",
+        "events": [["alloc", 4096, 4611686018427387904, 0]]})";
+    h = readAllocatorHistory(path);
+    ASSERT_FALSE(h.ok());
+    EXPECT_NE(h.error().find("/events/0: a size of 4611686018427387904 B is larger than any "
+                             "device"),
+              std::string::npos)
+        << h.error();
+    std::ofstream(path) << R"({"segments": [], "device_traces": []})";  // recorded nothing
+    h = readAllocatorHistory(path);
+    ASSERT_FALSE(h.ok());
+    EXPECT_NE(h.error().find("no allocator events (was _record_memory_history on"),
+              std::string::npos)
+        << h.error();
     std::filesystem::remove_all(dir);
 }

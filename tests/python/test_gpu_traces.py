@@ -104,10 +104,10 @@ class H200Trace(unittest.TestCase):
     def test_simulate_predicts_three_real_runs(self):
         """Three configurations on the same H200, each predicted before it ran (the figures
         in the data's README): the GPU's peak allocated within 1 %, its step time within
-        20 % (measured -13.5, -1.0, +1.2 %), and reserved within -2..+12 % of what the
-        allocator reserved (measured +6.1, +8.9, +9.2 %: the caching allocator model is exact
-        on the same allocations, test_allocator_replay; the difference is the order and
-        sizes of what the program allocates)."""
+        20 % (measured -13.7, -1.2, +0.9 %), and reserved within 3 % of what the allocator
+        reserved (measured -0.9, +1.4, +1.1 %; +6.1, +8.9, +9.2 % while the loss's and a
+        backward's temporaries were one block each: the caching allocator model is exact
+        on the same allocations, test_allocator_replay)."""
         for sub in ("", "seq8192", "ac-2x4096"):
             d = os.path.join(DATA, sub)
             trace = os.path.join(d, "rank0.pt.trace.json.gz")
@@ -130,7 +130,7 @@ class H200Trace(unittest.TestCase):
                      sim["peak_reserved_bytes"] / GIB, reserved / GIB, 100 * e_res))
             self.assertLess(abs(e_peak), 0.01, sub)
             self.assertLess(abs(e_step), 0.20, sub)
-            self.assertTrue(-0.02 < e_res < 0.12, sub)
+            self.assertLess(abs(e_res), 0.03, sub)
 
     def test_kernel_list_matches_the_gpus(self):
         """The kernels the simulator's step launches against what the GPU run launched, per
@@ -199,7 +199,8 @@ class H200Trace(unittest.TestCase):
                   % (d, sim["peak_allocated_bytes"] / GIB, hist["max_memory_allocated"] / GIB, 100 * e,
                      sim["peak_reserved_bytes"] / GIB, hist["max_memory_reserved"] / GIB, 100 * r))
             self.assertLess(abs(e), 0.01, d)
-            self.assertTrue(-0.02 < r < 0.25, d)  # measured +2.3 % and +22 % (the program's sequence)
+            # Measured -1.0 % and +6.3 % (+2.3 and +22.1 % with each transient one block).
+            self.assertLess(abs(r), 0.03 if "mistral" in d else 0.10, d)
 
     def test_allocator_histories_replay_exactly(self):
         out = run("trace", "memory", os.path.join(DATA, "memory-history.json.gz"),
