@@ -90,6 +90,9 @@ LlamaModel::LlamaModel(LlamaConfig cfg, const ModelGraph& graph, FsdpRuntime& ru
         l.qB = par(p + "self_attn.q_proj.bias", false);
         l.kB = par(p + "self_attn.k_proj.bias", false);
         l.vB = par(p + "self_attn.v_proj.bias", false);
+        // The graph marks a sliding-window layer's attention by what its window makes SDPA
+        // keep (ModuleCost::windowSavedBytes), by transformers' rules per family.
+        l.sliding = g.slidingWindow > 0 && !g.module(l.attn).cost.windowSavedBytes.isZero();
         layers.push_back(l);
     }
 }
@@ -137,11 +140,31 @@ at::Tensor LlamaModel::attention(const Layer& l, const at::Tensor& h) {
         const at::Tensor cs = cos.to(q.scalar_type()), sn = sin.to(q.scalar_type());
         q = q * cs + rotateHalf(q) * sn;
         k = k * cs + rotateHalf(k) * sn;
-        // Grouped-query attention inside SDPA (enable_gqa), as transformers calls it without
-        // a padding mask: each key/value head serves heads/kv_heads queries, and autograd
-        // saves k and v at their own width instead of repeated copies.
-        at::Tensor o = at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, true,
-                                                        std::nullopt, c.kvHeads != c.heads);
+        at::Tensor o;
+        if (l.sliding && s >= g.slidingWindow) {
+            // A sliding-window layer from the window's length on, as transformers runs it
+            // with SDPA: a boolean (b, 1, s, s) mask (key j is seen by query i when
+            // i - window < j <= i), and keys and values repeated to every query head
+            // (repeat_kv), since transformers uses SDPA's own GQA only without a mask.
+            const auto idx = at::arange(s, at::TensorOptions(at::kLong).device(q.device()));
+            const at::Tensor i = idx.unsqueeze(1), j = idx.unsqueeze(0);
+            const at::Tensor mask =
+                ((j <= i) & (j > i - g.slidingWindow)).view({1, 1, s, s}).expand({b, 1, s, s});
+            const int64_t rep = c.heads / c.kvHeads;
+            auto repeatKv = [&](const at::Tensor& t) {
+                return rep == 1 ? t
+                                : t.unsqueeze(2)
+                                      .expand({b, c.kvHeads, rep, s, c.headDim})
+                                      .reshape({b, c.heads, s, c.headDim});
+            };
+            o = at::scaled_dot_product_attention(q, repeatKv(k), repeatKv(v), mask, 0.0, false);
+        } else {
+            // Grouped-query attention inside SDPA (enable_gqa), as transformers calls it
+            // without a padding mask: each key/value head serves heads/kv_heads queries, and
+            // autograd saves k and v at their own width instead of repeated copies.
+            o = at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, true, std::nullopt,
+                                                 c.kvHeads != c.heads);
+        }
         o = o.transpose(1, 2).reshape({b, s, c.heads * c.headDim});
         return linear(l.o, l.oW, ParamId(), o);
     });

@@ -37,7 +37,8 @@ private:
     struct Layer {
         ModuleId module, inNorm, postNorm, attn, mlp, q, k, v, o, gate, up, down;
         ParamId inNormW, postNormW, qW, kW, vW, oW, gateW, upW, downW;
-        ParamId qB, kB, vB;  // qwen2's attention biases (invalid when absent)
+        ParamId qB, kB, vB;    // qwen2's attention biases (invalid when absent)
+        bool sliding = false;  // a sliding-window layer (the model graph's window rules)
     };
     LlamaConfig c;
     const ModelGraph& g;

@@ -208,6 +208,56 @@ class EngineEquivalence(EngineRuns):
         print("engine reference vs transformers: losses", ["%.6f" % x for x in losses],
               "vs", ["%.6f" % x for x in hf_losses])
 
+    def test_sliding_window_is_transformers(self):
+        """Mistral past its sliding window (8 tokens at a sequence of 16): the engine's
+        unsharded reference trains as transformers' MistralForCausalLM does (SDPA with a
+        window mask), and a plain causal run would not (checked: it differs)."""
+        cfg = {k: v for k, v in CONFIG.items() if k not in ("attention_bias", "mlp_bias")}
+        cfg.update(architectures=["MistralForCausalLM"], model_type="mistral", sliding_window=8)
+        model_path = os.path.join(self.dir, "mistral.json")
+        with open(model_path, "w") as f:
+            json.dump(cfg, f)
+        path = self.write_plan("mistral_ref", plan([1]))
+        out, params_path, initial = (os.path.join(self.dir, n) for n in ("m.json", "mp.json", "mi.json"))
+        subprocess.run([ENGINE, "worker", "--model", model_path, "--plan", path, "--reference", "1",
+                        "--device", self.DEVICE, "--steps", str(STEPS), "--warmup", "0", "--out", out,
+                        "--dump-params", params_path, "--dump-initial", initial],
+                       check=True, capture_output=True, text=True)
+        with open(out) as f, open(params_path) as g, open(initial) as h:
+            losses, params, init = json.load(f)["losses"], json.load(g), json.load(h)
+        mcfg = transformers.MistralConfig(**{k: v for k, v in cfg.items() if k not in ("architectures", "model_type")})
+        mcfg._attn_implementation = "sdpa"
+
+        def train(model):
+            for name, t in model.named_parameters():
+                t.data.copy_(torch.tensor(init[name], dtype=torch.float64).view(t.shape).float())
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+            gen = torch.Generator().manual_seed(SEED)
+            data = torch.randint(0, cfg["vocab_size"], (STEPS, 1, 1, BATCH, SEQ), generator=gen)
+            out = []
+            for step in range(STEPS):
+                tokens = data[step][0][0]
+                loss = model(input_ids=tokens, labels=tokens).loss
+                out.append(loss.item())
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            return out
+
+        model = transformers.MistralForCausalLM(mcfg).float()
+        hf_losses = train(model)
+        for a, b in zip(losses, hf_losses):
+            self.assertLess(abs(a - b) / abs(b), TOL, (losses, hf_losses))
+        for name, t in model.named_parameters():
+            self.assertLess(rel(params[name], t.detach().double().flatten().tolist()), TOL, name)
+        # The window matters at this length: without it transformers trains otherwise.
+        mcfg.sliding_window = None
+        full = train(transformers.MistralForCausalLM(mcfg).float())
+        self.assertGreater(max(abs(a - b) / abs(b) for a, b in zip(full, hf_losses)), 10 * TOL)
+        print("engine reference vs transformers, Mistral past its window: losses",
+              ["%.6f" % x for x in losses], "vs", ["%.6f" % x for x in hf_losses],
+              "(without the window:", ["%.6f" % x for x in full], ")")
+
     def test_proxy_model_is_sharded_like_any_other(self):
         """A model the engine does not build layer by layer (here GPT-2's graph) runs as a
         proxy sized from its graph; sharded it still equals its unsharded self."""
