@@ -318,8 +318,12 @@ int runRun(const Args& a) {
         std::snprintf(b, sizeof b, "%.4f ", l.get<double>());
         std::cout << b;
     }
-    std::cout << "(warm-up included)\n  tokens/s     "
-              << static_cast<int64_t>(out["tokens_per_s"].get<double>()) << "\n  reserved     "
+    // Whole tokens a second, or three significant digits below 100 (a CPU run of a large
+    // model at a short sequence does less than one a second).
+    const double tps = out["tokens_per_s"].get<double>();
+    char tpsText[32];
+    std::snprintf(tpsText, sizeof tpsText, tps >= 100 ? "%.0f" : "%.3g", tps);
+    std::cout << "(warm-up included)\n  tokens/s     " << tpsText << "\n  reserved     "
               << (cuda ? formatMiB(static_cast<double>(peakReserved)) +
                              " peak (the CUDA caching allocator)"
                        : std::string("n/a on CPU (no caching allocator; allocated is what the "
