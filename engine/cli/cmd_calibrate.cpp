@@ -136,6 +136,7 @@ int finishKernelCalibration(const Args& a, const KernelSamples& samples, const C
           {"memory_efficiency_by_bytes", fit->cluster.sim.memoryEfficiencyByBytes},
           {"memory_efficiency_by_op", fit->cluster.sim.memoryEfficiencyByOp},
           {"attention_efficiency", fit->cluster.sim.attentionEfficiency},
+          {"masked_attention_efficiency", fit->cluster.sim.maskedAttentionEfficiency},
           {"cpu_launch_ns", fit->cluster.sim.cpuLaunchNs},
           {"launch_gaps",
            {{"fitted", fit->launchFitted},
@@ -174,6 +175,11 @@ int finishKernelCalibration(const Args& a, const KernelSamples& samples, const C
     if (fit->cluster.sources.count("/sim/attention_efficiency")) {
         std::cout << "  attention           ";
         printCurve(fit->cluster.sim.attentionEfficiency, "FLOP");
+        std::cout << "\n";
+    }
+    if (fit->cluster.sources.count("/sim/masked_attention_efficiency")) {
+        std::cout << "  masked attention    ";
+        printCurve(fit->cluster.sim.maskedAttentionEfficiency, "FLOP");
         std::cout << "\n";
     }
     if (fit->launchFitted > 0) {

@@ -67,15 +67,16 @@ struct Group {
     int32_t size = 1, nodes = 1, perNode = 1;
 };
 
-void addKernels(KernelMix& m, KernelKind kind, double perKernel, int64_t count) {
+void addKernels(KernelMix& m, KernelKind kind, double perKernel, int64_t count,
+                bool masked = false) {
     if (count <= 0 || !(perKernel > 0)) return;
     m.kernels += count;
     for (KernelEntry& e : m.entries)
-        if (e.kind == kind && e.perKernel == perKernel) {
+        if (e.kind == kind && e.perKernel == perKernel && e.masked == masked) {
             e.count += static_cast<int32_t>(count);
             return;
         }
-    m.entries.push_back({kind, static_cast<int32_t>(count), perKernel});
+    m.entries.push_back({kind, static_cast<int32_t>(count), perKernel, masked});
 }
 
 // The kernels of one module run at micro-batch b x s (docs/kernel-model.md): its GEMMs by
@@ -87,9 +88,9 @@ struct RunMixes {
     KernelMix* bwd;
     KernelMix* recomputeAll;        // full or op-level selective checkpointing: all of forward
     KernelMix* recomputeAttention;  // attention-only checkpointing: SDPA forward
-    void forward(KernelKind k, double per, int64_t n) const {
-        addKernels(*fwd, k, per, n);
-        if (recomputeAll) addKernels(*recomputeAll, k, per, n);
+    void forward(KernelKind k, double per, int64_t n, bool masked = false) const {
+        addKernels(*fwd, k, per, n, masked);
+        if (recomputeAll) addKernels(*recomputeAll, k, per, n, masked);
     }
 };
 
@@ -107,7 +108,7 @@ void lossKernels(double logits, double e, const RunMixes& out) {
 }
 
 void runKernels(const ModuleRun& run, int64_t b, int64_t s, double scale, double computeBytes,
-                const RunMixes& out) {
+                int64_t window, const RunMixes& out) {
     const ModuleCost& c = run.cost;
     const double tokens = static_cast<double>(b) * static_cast<double>(s);
     if (c.lossVocab > 0) lossKernels(tokens * c.lossVocab, computeBytes, out);
@@ -132,12 +133,15 @@ void runKernels(const ModuleRun& run, int64_t b, int64_t s, double scale, double
         const double seq = tokens * static_cast<double>(s);
         const double n = c.attentionCalls;
         attnFlops = c.fwdFlops.perTokenSeq * seq;
-        out.forward(KernelKind::Attention, attnFlops / n, c.attentionCalls);
-        addKernels(*out.bwd, KernelKind::Attention, c.bwdFlops.perTokenSeq * seq / n,
-                   c.attentionCalls);
-        if (out.recomputeAttention)
-            addKernels(*out.recomputeAttention, KernelKind::Attention, attnFlops / n,
-                       c.attentionCalls);
+        // Sliding-window layers from the window's length on run masked (ModuleCost).
+        const int32_t masked = window > 0 && s >= window ? c.windowAttentionCalls : 0;
+        for (const auto& [calls, m] :
+             {std::pair{c.attentionCalls - masked, false}, std::pair{masked, true}}) {
+            out.forward(KernelKind::Attention, attnFlops / n, calls, m);
+            addKernels(*out.bwd, KernelKind::Attention, c.bwdFlops.perTokenSeq * seq / n, calls, m);
+            if (out.recomputeAttention)
+                addKernels(*out.recomputeAttention, KernelKind::Attention, attnFlops / n, calls, m);
+        }
     }
     // FLOPs the GEMM list does not cover (a module without kernel counts beside ones with).
     const double fwdFlops = c.fwdFlops.at(b, s);
@@ -581,7 +585,8 @@ private:
                            ac == AcMode::Attention ? &rec : nullptr};
         for (int32_t i = 0; i < sg.runCount; ++i)
             runKernels(runs[static_cast<size_t>(sg.firstRun + i)], o.microBatchSize, o.seqLen,
-                       scale, static_cast<double>(dtypeSize(dt)), out);
+                       scale, static_cast<double>(dtypeSize(dt)),
+                       r.model ? r.model->slidingWindow : 0, out);
         sg.fwdMixId = internMix(fwd, dt);
         sg.bwdMixId = internMix(bwd, dt);
         sg.recomputeMixId = internMix(rec, dt);

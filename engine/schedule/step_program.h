@@ -94,6 +94,7 @@ struct KernelEntry {
     KernelKind kind = KernelKind::Gemm;
     int32_t count = 0;
     double perKernel = 0;  // FLOPs (GEMM, attention) or bytes moved (memory-bound) of one
+    bool masked = false;   // attention through a (sliding-window) mask: no causal skipping
     friend bool operator==(const KernelEntry&, const KernelEntry&) = default;
 };
 struct KernelMix {

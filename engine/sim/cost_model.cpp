@@ -41,7 +41,9 @@ double entrySeconds(const ClusterSpec& c, const KernelEntry& e, DType dtype) {
             return n * e.perKernel / (c.device.peakFor(dtype) * c.sim.efficiencyFor(e.perKernel));
         case KernelKind::Attention:
             return n * e.perKernel /
-                   (c.device.peakFor(dtype) * c.sim.attentionEfficiencyFor(e.perKernel));
+                   (c.device.peakFor(dtype) * (e.masked
+                                                   ? c.sim.maskedAttentionEfficiencyFor(e.perKernel)
+                                                   : c.sim.attentionEfficiencyFor(e.perKernel)));
         case KernelKind::MemoryBound:
             return n * e.perKernel /
                    (c.device.hbmBandwidth * c.sim.memoryEfficiencyFor(e.perKernel));

@@ -46,6 +46,11 @@ double SimParams::attentionEfficiencyFor(double flops) const {
                                        : logInterpolate(attentionEfficiency, flops);
 }
 
+double SimParams::maskedAttentionEfficiencyFor(double flops) const {
+    return maskedAttentionEfficiency.empty() ? 0.5 * attentionEfficiencyFor(flops)
+                                             : logInterpolate(maskedAttentionEfficiency, flops);
+}
+
 double SimParams::efficiencyFor(double flops) const {
     const auto& c = computeEfficiency;
     if (c.empty()) return 1.0;
@@ -89,8 +94,8 @@ std::vector<std::pair<double, double>> parseCurve(const JsonReader& c, const std
 SimParams parseSim(const JsonReader& r) {
     r.allowOnly({"compute_efficiency", "memory_efficiency", "memory_efficiency_by_bytes",
                  "overlap_slowdown", "intra_efficiency", "network_efficiency", "cpu_issue_ns",
-                 "host_optimizer_bytes_per_s", "protocols", "attention_efficiency", "cpu_launch_ns",
-                 "memory_efficiency_by_op"});
+                 "host_optimizer_bytes_per_s", "protocols", "attention_efficiency",
+                 "masked_attention_efficiency", "cpu_launch_ns", "memory_efficiency_by_op"});
     SimParams s;
     if (auto c = r.find("compute_efficiency"))
         s.computeEfficiency = parseCurve(*c, "flops", "FLOPs");
@@ -114,6 +119,8 @@ SimParams parseSim(const JsonReader& r) {
     if (auto x = r.find("cpu_issue_ns")) s.cpuIssueNs = static_cast<double>(x->asIntAtLeast(0));
     if (auto c = r.find("attention_efficiency"))
         s.attentionEfficiency = parseCurve(*c, "flops", "FLOPs", 2.0);
+    if (auto c = r.find("masked_attention_efficiency"))
+        s.maskedAttentionEfficiency = parseCurve(*c, "flops", "FLOPs", 2.0);
     if (auto x = r.find("cpu_launch_ns")) {
         s.cpuLaunchNs = static_cast<double>(x->asIntAtLeast(0));
         if (s.cpuLaunchNs > 1e9) x->fail("implausibly large (more than a second per kernel)");
@@ -178,6 +185,12 @@ nlohmann::json simJson(const SimParams& s) {
         for (const auto& [f, e] : s.attentionEfficiency)
             ae.push_back({f, e});
         j["attention_efficiency"] = ae;
+    }
+    if (!s.maskedAttentionEfficiency.empty()) {
+        nlohmann::json ae = nlohmann::json::array();
+        for (const auto& [f, e] : s.maskedAttentionEfficiency)
+            ae.push_back({f, e});
+        j["masked_attention_efficiency"] = ae;
     }
     if (s.cpuLaunchNs > 0) j["cpu_launch_ns"] = static_cast<int64_t>(s.cpuLaunchNs);
     return j;

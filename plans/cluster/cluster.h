@@ -79,6 +79,10 @@ struct SimParams {
     // Achieved fraction of peak of one attention kernel (SDPA forward or backward) by its
     // FLOPs, as computeEfficiency. Empty (the default): computeEfficiency.
     std::vector<std::pair<double, double>> attentionEfficiency;
+    // The same for attention through a mask (sliding-window layers past the window): the
+    // kernel does all s x s of the work, a causal one half. Empty (the default): half of
+    // attentionEfficiencyFor.
+    std::vector<std::pair<double, double>> maskedAttentionEfficiency;
     // CPU time eager PyTorch spends per kernel it launches (dispatch and launch): a unit's
     // compute cannot finish before its kernels are issued, so a small model shows as
     // CPU-bound. 0 (the default): not modelled beyond cpu_issue_ns per op.
@@ -96,6 +100,7 @@ struct SimParams {
     // The operator's own curve where the cluster has one, else memoryEfficiencyFor(bytes).
     [[nodiscard]] double memoryEfficiencyFor(double bytes, const std::string& op) const;
     [[nodiscard]] double attentionEfficiencyFor(double flops) const;
+    [[nodiscard]] double maskedAttentionEfficiencyFor(double flops) const;
 };
 
 struct ClusterSpec {

@@ -519,6 +519,7 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
                                                  : dq + 2 * dkv));
             if (!c.slidingLayers.empty() && c.slidingLayers[static_cast<size_t>(i)]) {
                 ac.windowSavedBytes.perTokenSeq += cb.e;  // the mask in the compute dtype
+                ac.windowAttentionCalls += 1;
                 // repeat_kv's copies at the query width replace k and v (Phi-3: replace the
                 // rotated k and the qkv_proj output that v is a view of). One key/value head
                 // repeats as a view (expand and reshape over a dimension of size 1): no copy.

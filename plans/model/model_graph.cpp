@@ -42,6 +42,7 @@ ModuleCost& ModuleCost::operator+=(const ModuleCost& o) {
     for (const Gemm& gm : o.gemms)
         addGemm(gm);
     attentionCalls += o.attentionCalls;
+    windowAttentionCalls += o.windowAttentionCalls;
     fwdMemKernels += o.fwdMemKernels;
     bwdMemKernels += o.bwdMemKernels;
     return *this;

@@ -113,6 +113,10 @@ struct ModuleCost {
     };
     std::vector<Gemm> gemms;
     int32_t attentionCalls = 0;
+    // Of attentionCalls, those of sliding-window layers: from the window's length on
+    // transformers gives them a mask, and SDPA's masked kernels do all s x s of the work
+    // (a causal one skips half) and read the mask.
+    int32_t windowAttentionCalls = 0;
     int32_t fwdMemKernels = 0, bwdMemKernels = 0;
     [[nodiscard]] bool hasKernels() const {
         return !gemms.empty() || attentionCalls > 0 || fwdMemKernels > 0 || bwdMemKernels > 0;

@@ -46,7 +46,7 @@ nlohmann::json scaledJson(const ScaledCost& c) {
 // "kernels": {"gemms": [[m_per_token, n, k, calls, backward], ...], "attention_calls": N,
 //              "mem": [forward, backward]}
 void readKernels(const JsonReader& r, ModuleCost& c) {
-    r.allowOnly({"gemms", "attention_calls", "mem"});
+    r.allowOnly({"gemms", "attention_calls", "window_attention_calls", "mem"});
     if (auto gs = r.find("gemms")) {
         for (size_t i = 0; i < gs->size(); ++i) {
             const JsonReader x = (*gs)[i];
@@ -61,6 +61,13 @@ void readKernels(const JsonReader& r, ModuleCost& c) {
     }
     if (auto a = r.find("attention_calls"))
         c.attentionCalls = static_cast<int32_t>(std::min<int64_t>(a->asIntAtLeast(0), 1 << 20));
+    if (auto a = r.find("window_attention_calls")) {
+        c.windowAttentionCalls =
+            static_cast<int32_t>(std::min<int64_t>(a->asIntAtLeast(0), 1 << 20));
+        if (c.windowAttentionCalls > c.attentionCalls)
+            a->fail("more window attention calls than attention_calls (" +
+                    std::to_string(c.attentionCalls) + ")");
+    }
     if (auto m = r.find("mem")) {
         if (m->size() != 2) m->failExpected("[forward, backward], two kernel counts");
         c.fwdMemKernels = static_cast<int32_t>(std::min<int64_t>((*m)[0].asIntAtLeast(0), 1 << 20));
@@ -76,6 +83,7 @@ nlohmann::json kernelsJson(const ModuleCost& c) {
             gs.push_back({gm.mPerToken, gm.n, gm.k, gm.calls, gm.backward});
     }
     if (c.attentionCalls > 0) k["attention_calls"] = c.attentionCalls;
+    if (c.windowAttentionCalls > 0) k["window_attention_calls"] = c.windowAttentionCalls;
     if (c.fwdMemKernels > 0 || c.bwdMemKernels > 0)
         k["mem"] = nlohmann::json::array({c.fwdMemKernels, c.bwdMemKernels});
     return k;

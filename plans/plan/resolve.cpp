@@ -1051,10 +1051,11 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r, 
     auto sameKernels = [](const ModuleRun& a, const ModuleRun& b) {
         const ModuleCost &x = a.cost, &y = b.cost;
         return a.kernels == b.kernels && x.gemms == y.gemms &&
-               x.attentionCalls == y.attentionCalls && x.fwdMemKernels == y.fwdMemKernels &&
-               x.bwdMemKernels == y.bwdMemKernels && x.fwdFlops == y.fwdFlops &&
-               x.bwdFlops == y.bwdFlops && x.fwdMemBytes == y.fwdMemBytes &&
-               x.bwdMemBytes == y.bwdMemBytes;
+               x.attentionCalls == y.attentionCalls &&
+               x.windowAttentionCalls == y.windowAttentionCalls &&
+               x.fwdMemKernels == y.fwdMemKernels && x.bwdMemKernels == y.bwdMemKernels &&
+               x.fwdFlops == y.fwdFlops && x.bwdFlops == y.bwdFlops &&
+               x.fwdMemBytes == y.fwdMemBytes && x.bwdMemBytes == y.bwdMemBytes;
     };
     std::vector<int32_t> distinct;
     for (size_t i = 0; i < runs.size(); ++i) {

@@ -93,7 +93,10 @@ double predictKernelNs(const ClusterSpec& c, const KernelSample& s) {
         }
         case KernelClass::Attention:
             if (s.flops <= 0) return 0;
-            return s.flops / (c.device.peakFor(s.dtype) * c.sim.attentionEfficiencyFor(s.flops)) *
+            return s.flops /
+                   (c.device.peakFor(s.dtype) * (s.masked
+                                                     ? c.sim.maskedAttentionEfficiencyFor(s.flops)
+                                                     : c.sim.attentionEfficiencyFor(s.flops))) *
                    1e9;
         case KernelClass::Other:
             break;
@@ -185,11 +188,13 @@ Expected<KernelFit> fitKernels(const KernelSamples& all, const ClusterSpec& base
     // 2b. Attention: its own curve, by FLOPs per SDPA op (forward or backward), as
     //     torch.utils.flop_counter counts them (causal kernels do about half of that work,
     //     which the curve absorbs, as the simulator counts the same FLOPs).
-    {
+    // Ops through a mask (a sliding window's) get a curve of their own: the kernel does all
+    // s x s of the work.
+    for (const bool masked : {false, true}) {
         std::vector<std::pair<double, double>> points;
         size_t n = 0;
         for (const auto* s : fitSet(KernelClass::Attention))
-            if (s->flops > 0 && s->durNs > 0) {
+            if (s->flops > 0 && s->durNs > 0 && s->masked == masked) {
                 points.push_back({s->flops, fractionOfPeak(*s)});
                 ++n;
             }
@@ -198,11 +203,12 @@ Expected<KernelFit> fitKernels(const KernelSamples& all, const ClusterSpec& base
         // that only with a wrong peak.
         for (auto& [f, e] : curve)
             e = std::min(e, 2.0);
+        const std::string key = masked ? "masked_attention_efficiency" : "attention_efficiency";
         if (!curve.empty()) {
-            c.sim.attentionEfficiency = curve;
-            c.sources["/sim/attention_efficiency"] =
-                from + " (" + std::to_string(n) + " attention ops)";
-        } else {
+            (masked ? c.sim.maskedAttentionEfficiency : c.sim.attentionEfficiency) = curve;
+            c.sources["/sim/" + key] = from + " (" + std::to_string(n) + " attention ops" +
+                                       (masked ? " with a mask)" : ")");
+        } else if (!masked) {
             fit.notes.push_back(
                 "attention efficiency kept: no attention op with record_shapes inputs among "
                 "the fitted kernels");

@@ -208,6 +208,20 @@ double attentionFlops(std::string_view name, const OpInputs& in) {
     return 2.0 * bh * sqk * (backward ? 3.0 * dq + 2.0 * dv : dq + dv);
 }
 
+// Whether an SDPA op ran through a mask or bias: a 4-D input after q, k and v whose last
+// two dimensions are the query and key lengths (a sliding window's (b, 1, s, s)).
+bool attentionMasked(std::string_view name, const OpInputs& in) {
+    const size_t q = name.find("backward") != std::string_view::npos ? 1 : 0;
+    if (in.dims.size() < q + 3 || in.dims[q].size() != 4 || in.dims[q + 1].size() != 4)
+        return false;
+    const int64_t sq = in.dims[q][2], sk = in.dims[q + 1][2];
+    for (size_t i = q + 3; i < in.dims.size(); ++i) {
+        const auto& d = in.dims[i];
+        if (d.size() == 4 && d[2] == sq && d[3] == sk) return true;
+    }
+    return false;
+}
+
 // Bytes an op with these inputs moves: every tensor input read, plus one output the size
 // of the largest input unless the op works in place (its name ends in '_', as copy_ and
 // fill_ do: their first input is the output). An input over 4x all the others together is
@@ -497,6 +511,7 @@ void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out
                     const std::string& sn = name(static_cast<size_t>(sdpaEvent));
                     if (const OpInputs* in = inputsOf(sdpaEvent)) {
                         s.flops = attentionFlops(sn, *in);
+                        s.masked = attentionMasked(sn, *in);
                         const auto dt = !in->types.empty() ? recordShapesDtype(in->types[0])
                                                            : std::optional<DType>{};
                         if (dt) s.dtype = *dt;

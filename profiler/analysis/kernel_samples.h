@@ -44,6 +44,7 @@ struct KernelSample {
     std::string collective;  // "allreduce", "allgather", "reduce_scatter", "broadcast", ...
     std::string op;          // the launching (or host) op, "aten::addmm"
     std::string kernel;      // the kernel's name (the op's on a CPU-only trace)
+    bool masked = false;     // attention: the SDPA op had a mask (no causal skipping)
 };
 
 struct KernelSamples {

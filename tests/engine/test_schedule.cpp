@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <random>
+#include <tuple>
 
 #include "engine/schedule/step_program.h"
 #include "engine/search/variant.h"
@@ -654,6 +655,47 @@ TEST(KernelModel, DecoderLayersShareOneMixPricedKernelByKernel) {
         expect += mixSeconds(*c, one, DType::Float32);
     }
     EXPECT_NEAR(mixSeconds(*c, mix, DType::Float32), expect, 1e-12);
+}
+
+TEST(KernelModel, SlidingWindowAttentionPastTheWindowRunsMasked) {
+    // Mistral-7B (window 4,096): at 8,192 tokens every layer's SDPA goes through the window
+    // mask, which SDPA's kernels cannot skip half of as a causal one does (on an H200 the
+    // masked layers' attention took 3.2x the causal time of the same FLOPs); at 4,095 none
+    // does. Masked entries are priced by masked_attention_efficiency, half the attention
+    // curve when the cluster has none.
+    auto g = loadModelFile(test::samplePath("models/mistral-7b-v0.1/config.json"));
+    ASSERT_TRUE(g.ok()) << g.error();
+    auto c = loadClusterFile(test::samplePath("clusters/h100-sxm-8x8.json"));
+    ASSERT_TRUE(c.ok());
+    Plan p;
+    p.wrap.kind = WrapPolicySpec::Kind::ModuleClass;
+    p.wrap.classes = {"MistralDecoderLayer"};
+    p.microBatchSize = 1;
+    auto attention = [&](int64_t seq, ClusterSpec cl) {
+        p.seqLen = seq;
+        const ResolvedPlan r = resolvePlan(*g, p, &cl, "window");
+        EXPECT_FALSE(r.hasErrors());
+        const StepProgram prog = buildStepProgram(r, stepOptionsFor(p, cl));
+        int64_t masked = 0, plain = 0;
+        for (const KernelMix& m : prog.mixes)
+            for (const KernelEntry& e : m.entries)
+                if (e.kind == KernelKind::Attention) (e.masked ? masked : plain) += e.count;
+        const auto& kt = kernelTotals(cl, prog).byKind[static_cast<int>(KernelKind::Attention)];
+        return std::tuple{masked, plain, kt.deviceSeconds};
+    };
+    const auto [m1, p1, t1] = attention(8192, *c);
+    EXPECT_GT(m1, 0);
+    EXPECT_EQ(p1, 0);
+    const auto [m2, p2, t2] = attention(4095, *c);
+    EXPECT_EQ(m2, 0);
+    EXPECT_GT(p2, 0);
+    ClusterSpec withCurve = *c;
+    withCurve.sim.maskedAttentionEfficiency = {{1e9, 0.2}};
+    const auto [m3, p3, t3] = attention(8192, withCurve);
+    EXPECT_EQ(m3, m1);
+    // The same kernels at 0.2 of the peak instead of half the attention curve's value.
+    const double half = 0.5 * c->sim.attentionEfficiencyFor(1e12);
+    EXPECT_NEAR(t3 / t1, half / 0.2, 0.15 * half / 0.2);
 }
 
 TEST(KernelModel, LaunchCostMakesASmallModelCpuBound) {

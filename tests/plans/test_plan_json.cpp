@@ -121,6 +121,28 @@ TEST(ClusterJson, ErrorsNameTheField) {
               "c.json:/node: missing required field \"devices_per_node\"");
 }
 
+TEST(ClusterJson, AttentionCurvesUpToTwiceThePeak) {
+    // flop_counter's FLOPs count all s x s of attention; a causal kernel does half, so its
+    // efficiency against them reaches up to 2. A masked (sliding-window) kernel has its own
+    // curve. Both load, round-trip, and refuse more than 2 naming the point.
+    auto j = readJsonFile(samplePath("clusters/h200-8x8.json"));
+    ASSERT_TRUE(j.ok());
+    (*j)["sim"]["attention_efficiency"] = {{1e11, 1.2}, {1e12, 1.36}};
+    (*j)["sim"]["masked_attention_efficiency"] = {{1e12, 0.45}};
+    auto c = clusterFromJson(*j, "c.json");
+    ASSERT_TRUE(c.ok()) << c.error();
+    EXPECT_DOUBLE_EQ(c->sim.attentionEfficiencyFor(1e12), 1.36);
+    EXPECT_DOUBLE_EQ(c->sim.maskedAttentionEfficiencyFor(1e12), 0.45);
+    EXPECT_EQ(clusterToJson(*clusterFromJson(clusterToJson(*c), "back.json")), clusterToJson(*c));
+    (*j)["sim"].erase("masked_attention_efficiency");
+    c = clusterFromJson(*j, "c.json");
+    EXPECT_DOUBLE_EQ(c->sim.maskedAttentionEfficiencyFor(1e12), 0.68);  // half, without a curve
+    (*j)["sim"]["masked_attention_efficiency"] = {{1e12, 2.5}};
+    EXPECT_EQ(clusterFromJson(*j, "c.json").error(),
+              "c.json:/sim/masked_attention_efficiency/0/1: expected an efficiency in (0, 2.0], "
+              "got 2.5");
+}
+
 // Activation checkpointing as users write it (issue 15): the spellings that load, and every
 // bad spec refused naming the field.
 TEST(PlanJson, ActivationCheckpointingSpellings) {
