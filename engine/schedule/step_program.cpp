@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <initializer_list>
 #include <sstream>
 
 namespace shardscope {
@@ -94,17 +95,27 @@ struct RunMixes {
     }
 };
 
-// The causal-LM loss's memory-bound kernels (ModuleCost::lossVocab), in the compute dtype
-// of `e` bytes: the fp32 upcast (none in fp32) and log_softmax; in backward the gradient's
-// fill, log_softmax's backward and the cast back. Bytes per logit as Builder::segments
-// explains.
-void lossKernels(double logits, double e, const RunMixes& out) {
+// The causal-LM loss's memory-bound kernels (ModuleCost::lossVocab) in a compute dtype of
+// `e` bytes, as bytes per logit. Forward: the fp32 upcast reads e and writes 4 (none in
+// fp32); log_softmax reads its input twice (the row's max, then the sum of exponentials)
+// and writes once. Backward: nll_loss_backward fills the fp32 gradient (4),
+// _log_softmax_backward_data reads it and the output and writes (12), the cast back reads 4
+// and writes e. On an H200 (4,096 tokens, a vocabulary of 128,256) log_softmax and its
+// backward took 2.06 and 2.13 ms, the rate of copies of their size. 0: no such kernel.
+struct LossKernels {
+    double fwd[2], bwd[3];
+};
+LossKernels lossKernelsPerLogit(double e) {
     const double upcast = e < 4 ? e + 4.0 : 0.0;
-    if (upcast > 0) out.forward(KernelKind::MemoryBound, logits * upcast, 1);
-    out.forward(KernelKind::MemoryBound, logits * 12.0, 1);
-    addKernels(*out.bwd, KernelKind::MemoryBound, logits * 4.0, 1);
-    addKernels(*out.bwd, KernelKind::MemoryBound, logits * 12.0, 1);
-    if (upcast > 0) addKernels(*out.bwd, KernelKind::MemoryBound, logits * upcast, 1);
+    return {{upcast, 12.0}, {4.0, 12.0, upcast}};
+}
+
+void lossKernels(double logits, double e, const RunMixes& out) {
+    const LossKernels k = lossKernelsPerLogit(e);
+    for (double b : k.fwd)
+        out.forward(KernelKind::MemoryBound, logits * b, b > 0 ? 1 : 0);
+    for (double b : k.bwd)
+        addKernels(*out.bwd, KernelKind::MemoryBound, logits * b, b > 0 ? 1 : 0);
 }
 
 void runKernels(const ModuleRun& run, int64_t b, int64_t s, double scale, double computeBytes,
@@ -207,6 +218,18 @@ private:
 
     bool fsdp1() const { return r.plan.api == PlanApi::Fsdp1; }
 
+    // Tensors op `c` allocates and frees within itself, each its own block (the caching
+    // allocator places separate tensors apart; one block of their sum would need a segment
+    // neither freed block could serve later). Sizes of 0 or less are skipped.
+    void temporaries(Op& c, std::initializer_list<int64_t> sizes, MemCategory cat, DType d) {
+        for (const int64_t bytes : sizes) {
+            if (bytes <= 0) continue;
+            const BufferId t = buffer(bytes, cat, Stream::Compute, d);
+            c.allocs.push_back(t);
+            c.frees.push_back(t);
+        }
+    }
+
     BufferId buffer(int64_t bytes, MemCategory c, Stream s, DType d) {
         p.buffers.push_back({bytes, c, d, s});
         return BufferId(static_cast<int32_t>(p.buffers.size() - 1));
@@ -299,16 +322,12 @@ private:
                 const double tokens = static_cast<double>(b) * static_cast<double>(s);
                 sg.fwdTransient =
                     std::max(sg.fwdTransient, tokens * c.lossVocab * (e < 4 ? e + 4.0 : e));
-                // Its bytes per logit: the upcast reads e and writes 4 (none in fp32);
-                // log_softmax reads its input twice (the row's max, then the sum of
-                // exponentials) and writes once. Backward: nll_loss_backward fills the fp32
-                // gradient (4), _log_softmax_backward_data reads it and the output and writes
-                // (12), the cast back reads 4 and writes e. On an H200 (4,096 tokens, a
-                // vocabulary of 128,256) log_softmax and its backward took 2.06 and 2.13 ms,
-                // the rate of copies of their size.
-                const double upcast = e < 4 ? e + 4.0 : 0.0;
-                sg.fwdMem += tokens * c.lossVocab * (upcast + 12.0);
-                sg.bwdMem += tokens * c.lossVocab * (4.0 + 12.0 + upcast);
+                // The bytes its kernels move (lossKernelsPerLogit), as the op's memory bytes.
+                const LossKernels k = lossKernelsPerLogit(e);
+                for (double b : k.fwd)
+                    sg.fwdMem += tokens * c.lossVocab * b;
+                for (double b : k.bwd)
+                    sg.bwdMem += tokens * c.lossVocab * b;
             }
             {
                 // A weight gradient made while its output's gradient is alive (ModuleRun):
@@ -638,19 +657,12 @@ private:
                        MemCategory::Activations, Stream::Compute, r.units[sg.unit].allGatherDtype);
             c.allocs.push_back(savedBuf[i]);
             if (sg.fwdTransient > 0) {
-                // The loss's logits and their fp32 upcast: two tensors, which the caching
-                // allocator places apart (one block of both would need a segment neither
-                // freed block can serve later).
+                // The loss's logits and their fp32 upcast: two tensors.
                 const int64_t all = static_cast<int64_t>(sg.fwdTransient);
-                const int64_t e = dtypeSize(r.units[sg.unit].allGatherDtype);
-                const int64_t first = e < 4 ? all / (e + 4) * e : all;
-                for (const int64_t part : {first, all - first}) {
-                    if (part <= 0) continue;
-                    const BufferId t = buffer(part, MemCategory::Temporaries, Stream::Compute,
-                                              r.units[sg.unit].allGatherDtype);
-                    c.allocs.push_back(t);
-                    c.frees.push_back(t);
-                }
+                const DType dt = r.units[sg.unit].allGatherDtype;
+                const int64_t e = dtypeSize(dt);
+                const int64_t logits = e < 4 ? all / (e + 4) * e : all;
+                temporaries(c, {logits, all - logits}, MemCategory::Temporaries, dt);
             }
             savedLateBuf[i] = BufferId();
             if (late) {
@@ -853,16 +865,9 @@ private:
             if (const auto tmp = std::max(static_cast<int64_t>(sg.bwdTransient) - newGrads,
                                           static_cast<int64_t>(sg.bwdGradExtra)) +
                                  sg.tiedGradTemp;
-                tmp > 0) {
-                // Two tensors: the gradients of the op's output and of its input.
-                for (const int64_t part : {tmp / 2, tmp - tmp / 2}) {
-                    if (part <= 0) continue;
-                    const BufferId t = buffer(part, MemCategory::Temporaries, Stream::Compute,
-                                              r.units[u].allGatherDtype);
-                    c.allocs.push_back(t);
-                    c.frees.push_back(t);
-                }
-            }
+                tmp > 0)  // two tensors: the gradients of the op's output and of its input
+                temporaries(c, {tmp / 2, tmp - tmp / 2}, MemCategory::Temporaries,
+                            r.units[u].allGatherDtype);
             c.frees.push_back(savedBuf[i]);
             for (BufferId t : savedTemp)
                 c.frees.push_back(t);
@@ -893,13 +898,6 @@ private:
     }
     std::vector<BufferId> savedTemp;
 
-    // torch.optim.AdamW's temporaries with its defaults, on the device. It takes the foreach
-    // path when every parameter is a Tensor, nn.Parameter or DTensor on a CUDA device
-    // (_default_to_fused_or_foreach): exp_avg_sq's square roots for all parameters at once
-    // (_multi_tensor_adam's exp_avg_sq_sqrt). Otherwise, on a CPU, with a FlatParameter
-    // (FSDP1 without use_orig_params, fairscale's flattening) or with a parameter offloaded
-    // to the host, the single-tensor path: one parameter at a time, exp_avg_sq.sqrt() and
-    // its quotient by the bias correction live together.
     // The bytes torch.optim.AdamW moves per byte of parameters, foreach or single-tensor
     // alike: weight decay p *= (1 - lr wd) 2, exp_avg.lerp_(g) 3, exp_avg_sq *= beta2 2,
     // exp_avg_sq.addcmul_(g, g) 3, sqrt 2, / bias correction 2, + eps 2, p.addcdiv_ 4. Each
@@ -907,6 +905,13 @@ private:
     // step for 1.92 G parameters: seven passes (a fused kernel's) predicted a third of it.
     static constexpr double kAdamWPasses = 20.0;
 
+    // torch.optim.AdamW's temporaries with its defaults, on the device. It takes the foreach
+    // path when every parameter is a Tensor, nn.Parameter or DTensor on a CUDA device
+    // (_default_to_fused_or_foreach): exp_avg_sq's square roots for all parameters at once
+    // (_multi_tensor_adam's exp_avg_sq_sqrt), one block per unit here. Otherwise, on a CPU,
+    // with a FlatParameter (FSDP1 without use_orig_params, fairscale's flattening) or with a
+    // parameter offloaded to the host, the single-tensor path: one parameter at a time,
+    // exp_avg_sq.sqrt() and its quotient by the bias correction live together.
     std::vector<int64_t> optimizerTemporaries() const {
         bool offloaded = false;
         int64_t largest = 0;
@@ -936,14 +941,8 @@ private:
         Op st{OpKind::OptimizerStep, Phase::Optimizer, Stream::Compute, UnitId(0),
               static_cast<int32_t>(o.microBatches - 1)};
         st.memBytes = kAdamWPasses * static_cast<double>(sharded);
-        // One block per unit: the caching allocator places each parameter's temporary on
-        // its own, in blocks the backward left free.
-        for (const int64_t tmp : optimizerTemporaries()) {
-            const BufferId t =
-                buffer(tmp, MemCategory::OptimizerState, Stream::Compute, DType::Float32);
-            st.allocs.push_back(t);
-            st.frees.push_back(t);
-        }
+        for (const int64_t tmp : optimizerTemporaries())
+            temporaries(st, {tmp}, MemCategory::OptimizerState, DType::Float32);
         for (OpId w : reduceOps)
             st.waits.push_back(w);
         for (BufferId b : shardedGrads)

@@ -336,7 +336,7 @@ Expected<FsdpJoin> joinFsdpTraces(const std::vector<std::pair<std::string, const
         std::vector<Item> items = itemsOf(t, a, plan, notes);
         // A GPU trace's host ranges time the launches: an op took what the work it launched
         // took on the device (collectives are their kernels already).
-        if (const DeviceLaunches launched = deviceLaunches(t, a.hostLanes); !launched.empty()) {
+        if (const DeviceLaunches& launched = a.launched; !launched.empty()) {
             int64_t none = 0;
             for (Item& it : items) {
                 if (it.kind == OpKind::AllGather || it.kind == OpKind::ReduceScatter ||

@@ -224,9 +224,9 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
         a.notes.push_back("no ProfilerStep ranges: the whole trace is taken as one step");
     a.steps = static_cast<int32_t>(steps.size());
     // On a GPU the host runs ahead of the device: a step takes what its launches took there.
-    const DeviceLaunches launched = deviceLaunches(t, a.hostLanes);
+    a.launched = deviceLaunches(t, a.hostLanes);
     for (const auto& s : steps) {
-        const Interval d = launched.spanOf(s.first, s.second);
+        const Interval d = a.launched.spanOf(s.first, s.second);
         a.stepNs += static_cast<double>(d.first >= 0 ? d.second - d.first : s.second - s.first);
     }
     a.stepNs /= static_cast<double>(steps.size());

@@ -71,6 +71,18 @@ struct FsdpUnit {
     [[nodiscard]] std::string displayName() const { return name.empty() ? "<root>" : name; }
 };
 
+// The device work that host threads launched (Kineto's launch flows), by launch time: what
+// a host range ran on the GPU. A GPU trace's host ranges time the launches; the device
+// spans are what the step took.
+struct DeviceLaunches {
+    std::vector<int64_t> launchStart;  // sorted
+    std::vector<Interval> device;      // the launched work, in launchStart's order
+    [[nodiscard]] bool empty() const { return launchStart.empty(); }
+    // [first start, last end] of the work launched in [from, to); {-1, -1} when none was.
+    [[nodiscard]] Interval spanOf(int64_t from, int64_t to) const;
+};
+[[nodiscard]] DeviceLaunches deviceLaunches(const Trace& t, const std::vector<int32_t>& lanes);
+
 struct FsdpTraceAnalysis {
     std::string api;              // "fsdp2", "fsdp1", or "" when the trace has no FSDP labels
     bool gpu = false;             // collectives ran as device kernels
@@ -88,6 +100,7 @@ struct FsdpTraceAnalysis {
     // backward on its own device thread, so the backward hooks are on another lane than
     // the forward's and the ProfilerStep ranges.
     std::vector<int32_t> hostLanes;
+    DeviceLaunches launched;  // what hostLanes launched on the device (empty: a CPU trace)
     // FSDP1: backward prefetch as its labels show it ("BACKWARD_PRE": all-gathers issued
     // under _pre_backward_prefetch, "BACKWARD_POST": under _post_backward_prefetch, "NONE").
     std::string fsdp1BackwardPrefetch;
@@ -116,18 +129,6 @@ struct MainThreadWalk {
 };
 [[nodiscard]] MainThreadWalk mainThreadWalk(const Trace& t, const std::vector<int32_t>& lanes);
 [[nodiscard]] nlohmann::json fsdpAnalysisToJson(const FsdpTraceAnalysis& a);
-
-// The device work that host threads launched (Kineto's launch flows), by launch time: what
-// a host range ran on the GPU. A GPU trace's host ranges time the launches; the device
-// spans are what the step took.
-struct DeviceLaunches {
-    std::vector<int64_t> launchStart;  // sorted
-    std::vector<Interval> device;      // the launched work, in launchStart's order
-    [[nodiscard]] bool empty() const { return launchStart.empty(); }
-    // [first start, last end] of the work launched in [from, to); {-1, -1} when none was.
-    [[nodiscard]] Interval spanOf(int64_t from, int64_t to) const;
-};
-[[nodiscard]] DeviceLaunches deviceLaunches(const Trace& t, const std::vector<int32_t>& lanes);
 
 // The busy union of a host thread: its ops (cpu_op / Operator) other than collectives'
 // issuing calls (c10d::*, record_param_comms), which wait rather than compute.

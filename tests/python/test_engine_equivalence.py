@@ -125,6 +125,25 @@ MATRIX = {
 }
 
 
+def train_hf(model, init, vocab):
+    """Trains a transformers model from the engine's initial parameters (`--dump-initial`)
+    as the engine's reference does (AdamW, the same synthetic tokens); its losses."""
+    for name, t in model.named_parameters():
+        t.data.copy_(torch.tensor(init[name], dtype=torch.float64).view(t.shape).float())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    gen = torch.Generator().manual_seed(SEED)
+    data = torch.randint(0, vocab, (STEPS, 1, 1, BATCH, SEQ), generator=gen)
+    losses = []
+    for step in range(STEPS):
+        tokens = data[step][0][0]
+        loss = model(input_ids=tokens, labels=tokens).loss
+        losses.append(loss.item())
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return losses
+
+
 def rel(a, b):
     a = torch.tensor(a, dtype=torch.float64)
     b = torch.tensor(b, dtype=torch.float64)
@@ -185,22 +204,8 @@ class EngineEquivalence(EngineRuns):
         cfg = transformers.LlamaConfig(**{k: v for k, v in CONFIG.items() if k not in ("architectures", "model_type")})
         torch.manual_seed(0)
         model = transformers.LlamaForCausalLM(cfg).float()
-        sd = model.state_dict()
-        for name, t in model.named_parameters():
-            t.data.copy_(torch.tensor(init[name], dtype=torch.float64).view(t.shape).float())
         self.assertEqual(set(n for n, _ in model.named_parameters()), set(init))
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
-        gen = torch.Generator().manual_seed(SEED)
-        data = torch.randint(0, CONFIG["vocab_size"], (STEPS, 1, 1, BATCH, SEQ), generator=gen)
-        hf_losses = []
-        for step in range(STEPS):
-            tokens = data[step][0][0]
-            loss = model(input_ids=tokens, labels=tokens).loss
-            hf_losses.append(loss.item())
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-        del sd
+        hf_losses = train_hf(model, init, CONFIG["vocab_size"])
         for a, b in zip(losses, hf_losses):
             self.assertLess(abs(a - b) / abs(b), TOL, (losses, hf_losses))
         for name, t in model.named_parameters():
@@ -227,32 +232,15 @@ class EngineEquivalence(EngineRuns):
             losses, params, init = json.load(f)["losses"], json.load(g), json.load(h)
         mcfg = transformers.MistralConfig(**{k: v for k, v in cfg.items() if k not in ("architectures", "model_type")})
         mcfg._attn_implementation = "sdpa"
-
-        def train(model):
-            for name, t in model.named_parameters():
-                t.data.copy_(torch.tensor(init[name], dtype=torch.float64).view(t.shape).float())
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
-            gen = torch.Generator().manual_seed(SEED)
-            data = torch.randint(0, cfg["vocab_size"], (STEPS, 1, 1, BATCH, SEQ), generator=gen)
-            out = []
-            for step in range(STEPS):
-                tokens = data[step][0][0]
-                loss = model(input_ids=tokens, labels=tokens).loss
-                out.append(loss.item())
-                loss.backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-            return out
-
         model = transformers.MistralForCausalLM(mcfg).float()
-        hf_losses = train(model)
+        hf_losses = train_hf(model, init, cfg["vocab_size"])
         for a, b in zip(losses, hf_losses):
             self.assertLess(abs(a - b) / abs(b), TOL, (losses, hf_losses))
         for name, t in model.named_parameters():
             self.assertLess(rel(params[name], t.detach().double().flatten().tolist()), TOL, name)
         # The window matters at this length: without it transformers trains otherwise.
         mcfg.sliding_window = None
-        full = train(transformers.MistralForCausalLM(mcfg).float())
+        full = train_hf(transformers.MistralForCausalLM(mcfg).float(), init, cfg["vocab_size"])
         self.assertGreater(max(abs(a - b) / abs(b) for a, b in zip(full, hf_losses)), 10 * TOL)
         print("engine reference vs transformers, Mistral past its window: losses",
               ["%.6f" % x for x in losses], "vs", ["%.6f" % x for x in hf_losses],
