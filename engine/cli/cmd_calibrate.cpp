@@ -525,8 +525,9 @@ int runCalibrate(const Args& a) {
     for (const TraceOp& op : measured->ops)
         ops.push_back({op.opId, op.rank, op.step, op.startNs, op.endNs});
     const ResolvedPlan& r = *resolved;
-    const StepProgram prog =
-        torchRun ? *torchRun->program : buildStepProgram(r, stepOptionsFor(*plan, *cluster));
+    StepOptions so = stepOptionsFor(*plan, *cluster);
+    so.recomputeEarlyStop = false;  // a ShardScope trace: the engine recomputes all of forward
+    const StepProgram prog = torchRun ? *torchRun->program : buildStepProgram(r, so);
     auto fit = calibrate(prog, *cluster, ops, tracePath);
     if (failed(fit)) return kExitFailed;
     fit->cluster.sources.erase("/sim");  // the estimates it described are replaced

@@ -240,7 +240,9 @@ int runRun(const Args& a) {
     nlohmann::json predicted;
     if (cluster) {
         const ResolvedPlan rc = resolvePlan(*g, *plan, &*cluster, a.get("--plan"));
-        const StepProgram prog = buildStepProgram(rc, stepOptionsFor(*plan, *cluster));
+        StepOptions so = stepOptionsFor(*plan, *cluster);
+        so.recomputeEarlyStop = false;  // the engine's checkpoint recomputes all of forward
+        const StepProgram prog = buildStepProgram(rc, so);
         const SimResult s = simulate(prog, *cluster, nproc);
         predicted = {{"cluster", cluster->name},
                      {"step_time_ns", s.stepNs},

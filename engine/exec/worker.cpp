@@ -524,7 +524,9 @@ int runWorker(const std::vector<std::string>& argv) {
     }
 
     // Op order of every step against the step program.
-    const StepProgram prog = buildStepProgram(r, stepOptionsFor(*plan, world));
+    StepOptions so = stepOptionsFor(*plan, world);
+    so.recomputeEarlyStop = false;  // its checkpoint is reentrant: all of forward again
+    const StepProgram prog = buildStepProgram(r, so);
     const auto ops = rec.ops();
     std::vector<int64_t> opIds(ops.size(), -1);
     nlohmann::json order = nlohmann::json::array();

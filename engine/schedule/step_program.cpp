@@ -80,6 +80,19 @@ void addKernels(KernelMix& m, KernelKind kind, double perKernel, int64_t count,
     m.entries.push_back({kind, static_cast<int32_t>(count), perKernel, masked});
 }
 
+// Takes back up to `count` kernels addKernels put in (a recompute's early stop).
+void removeKernels(KernelMix& m, KernelKind kind, double perKernel, int64_t count) {
+    for (size_t i = 0; i < m.entries.size(); ++i) {
+        KernelEntry& e = m.entries[i];
+        if (e.kind != kind || e.perKernel != perKernel || e.masked) continue;
+        const auto n = static_cast<int32_t>(std::min<int64_t>(count, e.count));
+        e.count -= n;
+        m.kernels -= n;
+        if (e.count == 0) m.entries.erase(m.entries.begin() + static_cast<std::ptrdiff_t>(i));
+        return;
+    }
+}
+
 // The kernels of one module run at micro-batch b x s (docs/kernel-model.md): its GEMMs by
 // shape, SDPA calls, and memory-bound kernels sharing the run's bytes. A run whose modules
 // carry no kernel counts (a model JSON without them) is one GEMM kernel per module with
@@ -89,6 +102,7 @@ struct RunMixes {
     KernelMix* bwd;
     KernelMix* recomputeAll;        // full or op-level selective checkpointing: all of forward
     KernelMix* recomputeAttention;  // attention-only checkpointing: SDPA forward
+    bool earlyStop;                 // full checkpointing: ModuleRun::recomputeSkips are not run
     void forward(KernelKind k, double per, int64_t n, bool masked = false) const {
         addKernels(*fwd, k, per, n, masked);
         if (recomputeAll) addKernels(*recomputeAll, k, per, n, masked);
@@ -164,6 +178,19 @@ void runKernels(const ModuleRun& run, int64_t b, int64_t s, double scale, double
     const int32_t fk = std::max(1, c.fwdMemKernels), bk = std::max(1, c.bwdMemKernels);
     out.forward(KernelKind::MemoryBound, fwdMem / fk, fk);
     addKernels(*out.bwd, KernelKind::MemoryBound, bwdMem / bk, bk);
+    if (out.earlyStop && out.recomputeAll)
+        for (const ModuleCost::Gemm& gm : run.recomputeSkips)
+            removeKernels(*out.recomputeAll, KernelKind::Gemm,
+                          2.0 * tokens * gm.mPerToken * gm.n * gm.k, gm.calls);
+}
+
+// The forward FLOPs full checkpointing's recompute does not redo (ModuleRun::recomputeSkips).
+double recomputeSkippedFlops(const ModuleRun& run, int64_t b, int64_t s) {
+    const double tokens = static_cast<double>(b) * static_cast<double>(s);
+    double f = 0;
+    for (const ModuleCost::Gemm& gm : run.recomputeSkips)
+        f += 2.0 * tokens * gm.mPerToken * gm.n * gm.k * gm.calls;
+    return f;
 }
 
 class Builder {
@@ -365,7 +392,8 @@ private:
             };
             switch (unit.activationCheckpointing) {
                 case AcMode::Full:
-                    sg.recomputeFlops += fwd;
+                    sg.recomputeFlops +=
+                        fwd - (o.recomputeEarlyStop ? recomputeSkippedFlops(run, b, s) : 0.0);
                     sg.recomputeSaved += saved;
                     splitRecompute();
                     break;
@@ -601,7 +629,8 @@ private:
         KernelMix fwd, bwd, rec;
         const bool all = ac == AcMode::Full || ac == AcMode::SelectiveOp;
         const RunMixes out{&fwd, &bwd, all ? &rec : nullptr,
-                           ac == AcMode::Attention ? &rec : nullptr};
+                           ac == AcMode::Attention ? &rec : nullptr,
+                           ac == AcMode::Full && o.recomputeEarlyStop};
         for (int32_t i = 0; i < sg.runCount; ++i)
             runKernels(runs[static_cast<size_t>(sg.firstRun + i)], o.microBatchSize, o.seqLen,
                        scale, static_cast<double>(dtypeSize(dt)),

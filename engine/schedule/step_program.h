@@ -156,6 +156,12 @@ struct StepOptions {
     // The "device" is the host (a CPU cluster): CPU-offloaded state lives in the memory the
     // peak counts, so it is counted.
     bool hostIsDevice = false;
+    // Full checkpointing's recompute stops once it has remade what forward saved
+    // (ModuleRun::recomputeSkips), as torch.utils.checkpoint does without reentrance, the
+    // default of torchtitan, checkpoint_wrapper and Lightning. Our engine's checkpoint is
+    // reentrant and recomputes the whole forward: its runs and traces are simulated with
+    // false.
+    bool recomputeEarlyStop = true;
 };
 
 struct StepProgram {

@@ -846,6 +846,53 @@ std::vector<ModuleId> childrenInRunOrder(const ModelGraph& g, int32_t m) {
 }
 }  // namespace
 
+namespace {
+// The module whose GEMM ends region `m`'s saving ops (recomputeStopGemm), or -1.
+int32_t recomputeStopModule(const ModelGraph& g, ModuleId m) {
+    const ModuleNode& mod = g.module(m);
+    auto isLinear = [&](const ModuleNode& x) {
+        return (x.cls == "Linear" || x.cls == "Conv1D") && x.children.empty() &&
+               x.cost.gemms.size() == 1 && x.cost.gemms[0].calls == 1 && x.cost.attentionCalls == 0;
+    };
+    if (isLinear(mod)) return m.value;
+    const auto endsWith = [](const std::string& s, std::string_view tail) {
+        return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+    };
+    // A dense decoder layer: attention, its two norms and the MLP, then the residual adds
+    // (which save nothing); the MLP's last registered Linear, its down projection, runs last.
+    if (!endsWith(mod.cls, "DecoderLayer") || !mod.cost.savedBytes.isZero()) return -1;
+    int32_t mlp = -1;
+    for (ModuleId c : mod.children) {
+        const ModuleNode& x = g.module(c);
+        const bool idle = x.cost.fwdFlops.isZero() && x.cost.savedBytes.isZero() &&
+                          x.cost.fwdMemBytes.isZero() && x.children.empty();
+        if (x.name == "mlp" && endsWith(x.cls, "MLP"))
+            mlp = c.value;
+        else if (x.name != "self_attn" && x.name != "input_layernorm" &&
+                 x.name != "post_attention_layernorm" && !idle)
+            return -1;  // a post-feed-forward norm, a dropout that keeps its mask, ...
+    }
+    if (mlp < 0) return -1;
+    int32_t down = -1;
+    for (ModuleId c : g.modules()[static_cast<size_t>(mlp)].children) {
+        const ModuleNode& x = g.module(c);
+        if (isLinear(x))
+            down = c.value;
+        else if (x.cls.find("Dropout") != std::string::npos && !x.cost.savedBytes.isZero())
+            return -1;
+    }
+    if (down < 0) return -1;
+    const std::string& name = g.modules()[static_cast<size_t>(down)].name;
+    return name == "down_proj" || name == "c_proj" || name == "fc2" ? down : -1;
+}
+}  // namespace
+
+std::optional<ModuleCost::Gemm> recomputeStopGemm(const ModelGraph& g, ModuleId m) {
+    const int32_t s = recomputeStopModule(g, m);
+    if (s < 0) return std::nullopt;
+    return g.modules()[static_cast<size_t>(s)].cost.gemms[0];
+}
+
 std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r, int64_t seqLen) {
     if (seqLen < 1) seqLen = r.plan.seqLen;
     const size_t n = g.moduleCount();
@@ -931,6 +978,26 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r, 
         } else if (run.hasAttn) {
             run.savedAfterAttn += c.savedBytes;
             afterAttn[static_cast<size_t>(m)] = 1;
+        }
+        // A checkpoint region (one of its unit's modules) whose recompute stops before its
+        // last GEMM, which ran in this run (the region is the unit's and ends here).
+        if (u > 0) {
+            const auto& mods = r.units[static_cast<size_t>(u)].modules;
+            const int32_t stop = std::find(mods.begin(), mods.end(), ModuleId(m)) != mods.end()
+                                     ? recomputeStopModule(g, ModuleId(m))
+                                     : -1;
+            if (stop >= 0 &&
+                runOf[static_cast<size_t>(stop)] == static_cast<int32_t>(runs.size() - 1)) {
+                const ModuleCost::Gemm& gm = g.modules()[static_cast<size_t>(stop)].cost.gemms[0];
+                auto& skips = run.recomputeSkips;
+                auto it = std::find_if(skips.begin(), skips.end(), [&](const ModuleCost::Gemm& x) {
+                    return x.mPerToken == gm.mPerToken && x.n == gm.n && x.k == gm.k;
+                });
+                if (it != skips.end())
+                    it->calls += gm.calls;
+                else
+                    skips.push_back(gm);
+            }
         }
         runMods.back().push_back(m);
     }
@@ -1051,7 +1118,7 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r, 
     auto sameKernels = [](const ModuleRun& a, const ModuleRun& b) {
         const ModuleCost &x = a.cost, &y = b.cost;
         return a.kernels == b.kernels && x.gemms == y.gemms &&
-               x.attentionCalls == y.attentionCalls &&
+               a.recomputeSkips == b.recomputeSkips && x.attentionCalls == y.attentionCalls &&
                x.windowAttentionCalls == y.windowAttentionCalls &&
                x.fwdMemKernels == y.fwdMemKernels && x.bwdMemKernels == y.bwdMemKernels &&
                x.fwdFlops == y.fwdFlops && x.bwdFlops == y.bwdFlops &&

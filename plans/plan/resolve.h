@@ -126,6 +126,13 @@ struct ModuleRun {
     // keeps (SDPA's, and each odd-numbered mm of the unit's forward), and per op kind.
     ScaledCost sacPresetSaved;
     ScaledCost mmSaved, addmmSaved, sdpaSaved;
+    // Full checkpointing's recompute stops as soon as it has remade every tensor the
+    // forward saved (torch.utils.checkpoint's early stop, non-reentrant): a GEMM saves its
+    // inputs before it runs, so a checkpointed region whose last saving op is a GEMM never
+    // runs that GEMM again. An H200 trace of Llama-3.1-8B under full checkpointing shows
+    // those mm calls with no kernel: each layer's down_proj and the lm_head. One entry per
+    // such region of the run (recomputeStopGemm), merged by shape.
+    std::vector<ModuleCost::Gemm> recomputeSkips;
     // The first run whose kernels are the same as this one's (its own index if none).
     int32_t kernelSignature = -1;
 };
@@ -159,6 +166,15 @@ struct ResolvedPlan {
 // model's window; seqLen < 1 takes the plan's.
 [[nodiscard]] std::vector<ModuleRun> moduleRunsOf(const ModelGraph& model, const ResolvedPlan& plan,
                                                   int64_t seqLen = 0);
+
+// The GEMM that full checkpointing's recompute of module `m` (a region torch.utils.checkpoint
+// wraps) stops before (ModuleRun::recomputeSkips): a Linear or Conv1D alone, or a dense
+// decoder layer ending in its MLP's down projection and residual adds (Llama, Mistral,
+// Qwen, Phi-3, DeepSeek's dense layers). None where a saving op follows the last GEMM (a
+// post-feed-forward norm, a mixture of experts' weighting, a dropout) or the layout is not
+// one we know.
+[[nodiscard]] std::optional<ModuleCost::Gemm> recomputeStopGemm(const ModelGraph& model,
+                                                                ModuleId m);
 
 [[nodiscard]] ResolvedPlan resolvePlan(const ModelGraph& model, const Plan& plan,
                                        const ClusterSpec* cluster = nullptr,

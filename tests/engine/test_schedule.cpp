@@ -698,6 +698,72 @@ TEST(KernelModel, SlidingWindowAttentionPastTheWindowRunsMasked) {
     EXPECT_NEAR(t3 / t1, half / 0.2, 0.15 * half / 0.2);
 }
 
+TEST(KernelModel, FullCheckpointingsRecomputeStopsBeforeTheLastSavingGemm) {
+    // torch.utils.checkpoint (non-reentrant) stops the recompute once it has remade every
+    // saved tensor; a GEMM saves its inputs before it runs, so a Llama layer's down_proj
+    // and a checkpointed lm_head never run again (an H200 trace shows those mm calls
+    // without a kernel). A layer whose last saving op is not a GEMM (Gemma-2's
+    // post-feed-forward norm, Mixtral's expert weighting) recomputes all its GEMMs; so does
+    // our engine's reentrant checkpoint (recomputeEarlyStop false).
+    auto c = loadClusterFile(test::samplePath("clusters/h100-sxm-8x8.json"));
+    ASSERT_TRUE(c.ok());
+    auto gemms = [&](const char* model, const char* layerClass, bool earlyStop,
+                     bool headUnit = true) {
+        auto g = loadModelFile(test::samplePath(model));
+        EXPECT_TRUE(g.ok()) << g.error();
+        Plan p;
+        p.wrap.kind = WrapPolicySpec::Kind::ModuleClass;
+        p.wrap.classes = {layerClass};
+        p.microBatchSize = 1;
+        p.seqLen = 2048;
+        p.defaults.activationCheckpointing = AcMode::Full;
+        UnitSpec head;
+        head.modules = {"lm_head"};
+        if (headUnit) p.units.push_back(head);
+        const ResolvedPlan r = resolvePlan(*g, p, &*c, "early stop");
+        EXPECT_FALSE(r.hasErrors()) << model;
+        StepOptions o = stepOptionsFor(p, *c);
+        o.recomputeEarlyStop = earlyStop;
+        const StepProgram prog = buildStepProgram(r, o);
+        struct Count {
+            int64_t fwd = 0, rec = 0;
+            double fwdFlops = 0, recFlops = 0;
+        } n;
+        for (const Op& op : prog.ops) {
+            if (op.kind != OpKind::Forward && op.kind != OpKind::Recompute) continue;
+            if (op.mix >= 0)
+                for (const KernelEntry& e : prog.mixes[static_cast<size_t>(op.mix)].entries)
+                    if (e.kind == KernelKind::Gemm)
+                        (op.kind == OpKind::Forward ? n.fwd : n.rec) += e.count;
+            if (op.kind == OpKind::Recompute) n.recFlops += op.flops;
+            if (op.kind == OpKind::Forward && !r.units[op.unit.index()].isRoot)
+                n.fwdFlops += op.flops;
+        }
+        return n;
+    };
+    // Llama-3-8B: 32 layers of 7 GEMMs, lm_head its own unit; the root is not checkpointed.
+    const auto llama = gemms("models/llama3-8b/config.json", "LlamaDecoderLayer", true);
+    const auto full = gemms("models/llama3-8b/config.json", "LlamaDecoderLayer", false);
+    EXPECT_EQ(full.rec, 32 * 7 + 1);
+    EXPECT_EQ(llama.rec, 32 * 6);
+    EXPECT_DOUBLE_EQ(full.recFlops, full.fwdFlops);
+    const double tokens = 2048, down = 2.0 * tokens * 14336 * 4096,
+                 head = 2.0 * tokens * 4096 * 128256;
+    EXPECT_NEAR(llama.recFlops, full.recFlops - 32 * down - head, 1e-9 * full.recFlops);
+    // Mixtral: the experts' outputs are weighted (saved) after their last GEMM; only the
+    // lm_head stops early.
+    const auto mixtral = gemms("models/mixtral-8x7b/config.json", "MixtralDecoderLayer", true);
+    const auto mixtralFull = gemms("models/mixtral-8x7b/config.json", "MixtralDecoderLayer", false);
+    EXPECT_EQ(mixtral.rec, mixtralFull.rec - 1);
+    // Gemma-2 ends each layer in a norm, which saves (its lm_head is tied to the
+    // embedding, in the root unit).
+    const auto gemma = gemms("models/gemma2-9b/config.json", "Gemma2DecoderLayer", true, false);
+    const auto gemmaFull =
+        gemms("models/gemma2-9b/config.json", "Gemma2DecoderLayer", false, false);
+    EXPECT_GT(gemma.rec, 0);
+    EXPECT_EQ(gemma.rec, gemmaFull.rec);
+}
+
 TEST(KernelModel, LaunchCostMakesASmallModelCpuBound) {
     // The tiny Llama on a fast GPU: its kernels take microseconds, so at 20 us per launch
     // the step is the CPU's, not the device's.

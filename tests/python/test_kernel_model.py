@@ -221,5 +221,87 @@ class DecoderKernels(unittest.TestCase):
         self.compare("bfloat16")
 
 
+CHECKPOINTED = r"""
+import functools, json, sys, torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.checkpoint import checkpoint
+from transformers import LlamaConfig, LlamaForCausalLM
+config_path, batch, seq, out = sys.argv[1:5]
+batch, seq = int(batch), int(seq)
+torch.manual_seed(0)
+cfg = LlamaConfig.from_dict(json.load(open(config_path)))
+cfg._attn_implementation = "sdpa"
+cfg.use_cache = False  # training under checkpointing (a cache would grow in the recompute)
+model = LlamaForCausalLM(cfg)
+model.config._attn_implementation = "sdpa"
+# As samples/apply_plan.py (and torchtitan, checkpoint_wrapper) checkpoint a module: its
+# forward under non-reentrant torch.utils.checkpoint, every decoder layer and the lm_head.
+def wrap(module):
+    forward = module.forward
+    @functools.wraps(forward)
+    def checkpointed(*args, **kwargs):
+        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+    module.forward = checkpointed
+for layer in model.model.layers:
+    wrap(layer)
+wrap(model.lm_head)
+ids = torch.randint(0, cfg.vocab_size, (batch, seq))
+class Gemms(TorchDispatchMode):
+    # Below autograd: the GEMMs that really run (a recompute stopped early never gets here).
+    def __init__(self):
+        super().__init__()
+        self.calls, self.flops = 0, 0.0
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name in ("mm", "addmm", "bmm", "baddbmm"):
+            a, b = (args[1], args[2]) if name in ("addmm", "baddbmm") else (args[0], args[1])
+            self.calls += 1
+            self.flops += 2.0 * a.numel() * b.shape[-1]
+        return func(*args, **(kwargs or {}))
+with Gemms() as g:
+    model(input_ids=ids, labels=ids).loss.backward()
+json.dump({"calls": g.calls, "flops": g.flops}, open(out, "w"))
+"""
+
+
+class CheckpointedKernels(unittest.TestCase):
+    def test_full_checkpointing_recomputes_up_to_the_last_saved_tensor(self):
+        """Full checkpointing's recompute, against PyTorch's own: transformers' tiny Llama with
+        every decoder layer and the lm_head under non-reentrant torch.utils.checkpoint, one
+        training step, its GEMMs counted below autograd (a TorchDispatchMode sees what runs).
+        The recompute stops once every saved tensor is remade, before each layer's down_proj
+        and the lm_head run again. The simulator's GEMM count and FLOPs for the same plan must
+        equal PyTorch's; recomputing all of forward would be 5 GEMMs too many here (one per
+        layer and the lm_head)."""
+        d = tempfile.mkdtemp(prefix="shardscope-ac-")
+        config = peer.sample("models", "tiny-llama", "config.json")
+        with open(config) as f:
+            layers = json.load(f)["num_hidden_layers"]
+        batch, seq = 2, 128
+        out = os.path.join(d, "gemms.json")
+        r = subprocess.run([sys.executable, "-c", CHECKPOINTED, config, str(batch), str(seq), out],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        with open(out) as f:
+            torch_gemms = json.load(f)
+        plan = os.path.join(d, "plan.json")
+        with open(plan, "w") as f:
+            json.dump({"format": "shardscope.plan", "version": 1, "api": "fsdp2",
+                       "mesh": {"shape": [2]},
+                       "wrap": {"policy": "module_class", "classes": ["LlamaDecoderLayer"]},
+                       "defaults": {"activation_checkpointing": "full"},
+                       "units": [{"modules": ["lm_head"]}],
+                       "training": {"micro_batch_size": batch, "seq_len": seq}}, f)
+        r = run("simulate", "-m", config, "-p", plan, "-c", peer.sample("clusters", "cpu-2core.json"),
+                "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        ours = json.loads(r.stdout)["kernels"]["gemm"]
+        print(f"\nfull checkpointing, tiny Llama ({layers} layers, {batch}x{seq}): PyTorch ran "
+              f"{torch_gemms['calls']} GEMMs, {torch_gemms['flops']:.6g} FLOP; simulated "
+              f"{ours['count']}, {ours['flops']:.6g}")
+        self.assertEqual(ours["count"], torch_gemms["calls"])
+        self.assertLess(abs(ours["flops"] / torch_gemms["flops"] - 1), 1e-5)
+
+
 if __name__ == "__main__":
     unittest.main()
