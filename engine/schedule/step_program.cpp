@@ -261,7 +261,7 @@ private:
         p.buffers.push_back({bytes, c, d, s});
         return BufferId(static_cast<int32_t>(p.buffers.size() - 1));
     }
-    OpId add(Op op) {
+    OpId add(Op&& op) {
         p.ops.push_back(std::move(op));
         return OpId(static_cast<int32_t>(p.ops.size() - 1));
     }

@@ -16,19 +16,18 @@ constexpr int64_t kRoundLarge = 2 << 20;
 int64_t roundUp(int64_t v, int64_t m) {
     return (v + m - 1) / m * m;
 }
-// std::lower_bound over [first, last) without branches on the comparisons (conditional
-// moves): free lists hold tens of keys whose order the branch predictor cannot learn.
-using KeyIt = std::vector<uint64_t>::iterator;
-KeyIt lowerBound(KeyIt first, KeyIt last, uint64_t key) {
-    const uint64_t* base = &*first;
-    size_t n = static_cast<size_t>(last - first);
-    if (n == 0) return first;
-    while (n > 1) {
-        const size_t half = n / 2;
-        base = base[half] < key ? base + half : base;
-        n -= half;
-    }
-    return first + ((base - &*first) + (*base < key));
+// The first group of at least `size` bytes. A pool holds about ten sizes at a time, where a
+// scan from the smallest beats halving (`shardscope bench simulate`); one of many sizes
+// (hundreds of distinct remainders) is halved.
+template <typename List>
+auto firstFitting(List& f, int64_t size) {
+    if (f.size() > 32)
+        return std::lower_bound(f.begin(), f.end(), size,
+                                [](const auto& g, int64_t s) { return g.size < s; });
+    auto it = f.begin();
+    while (it != f.end() && it->size < size)
+        ++it;
+    return it;
 }
 }  // namespace
 
@@ -36,16 +35,53 @@ int64_t AllocatorModel::roundSize(int64_t bytes) {
     return bytes < kMinBlock ? kMinBlock : roundUp(bytes, kMinBlock);
 }
 
-void AllocatorModel::insertFree(FreeList& f, int64_t size, int32_t block) {
-    const uint64_t key = freeKey(size, block);
-    f.insert(lowerBound(f.begin(), f.end(), key), key);
+void AllocatorModel::reset(bool expandableSegments) {
+    m_expandable = expandableSegments;
+    m_blocks.clear();
+    for (FreeList& f : m_free) {
+        for (const FreeGroup& g : f) {
+            m_lists[static_cast<size_t>(g.list)].clear();
+            m_spareLists.push_back(g.list);
+        }
+        f.clear();
+    }
+    std::fill(std::begin(m_streamHigh), std::end(m_streamHigh), 0);
+    std::fill(std::begin(m_streamUsed), std::end(m_streamUsed), 0);
+    m_segments = 0;
+    m_reserved = 0;
+    m_allocated = 0;
 }
 
-void AllocatorModel::removeFree(int32_t b) {
-    auto& f = pool(m_blocks[b].stream, m_blocks[b].small);
-    const uint64_t key = freeKey(m_blocks[b].size, b);
-    auto it = lowerBound(f.begin(), f.end(), key);
-    if (it != f.end() && *it == key) f.erase(it);
+int32_t AllocatorModel::takeList() {
+    if (m_spareLists.empty()) {
+        m_lists.emplace_back();
+        return static_cast<int32_t>(m_lists.size() - 1);
+    }
+    const int32_t l = m_spareLists.back();
+    m_spareLists.pop_back();
+    return l;
+}
+
+void AllocatorModel::dropGroup(FreeList& f, FreeList::iterator g) {
+    m_spareLists.push_back(g->list);
+    f.erase(g);
+}
+
+void AllocatorModel::insertFree(FreeList& f, int64_t size, int32_t block) {
+    auto g = firstFitting(f, size);
+    if (g == f.end() || g->size != size) g = f.insert(g, FreeGroup{size, takeList()});
+    auto& b = m_lists[static_cast<size_t>(g->list)];
+    b.insert(std::upper_bound(b.begin(), b.end(), block), block);
+}
+
+void AllocatorModel::removeFree(FreeList& f, int64_t size, int32_t block) {
+    const auto g = firstFitting(f, size);
+    if (g == f.end() || g->size != size) return;
+    auto& b = m_lists[static_cast<size_t>(g->list)];
+    const auto it = std::lower_bound(b.begin(), b.end(), block);
+    if (it == b.end() || *it != block) return;
+    b.erase(it);
+    if (b.empty()) dropGroup(f, g);
 }
 
 int64_t AllocatorModel::allocate(int64_t bytes, int stream) {
@@ -67,17 +103,19 @@ int64_t AllocatorModel::allocate(int64_t bytes, int stream) {
     const bool small = size <= kSmallSize;
     auto& freeBlocks = pool(stream, small);
     // Best fit: the smallest free block that is large enough (ties: the oldest block).
-    auto it = lowerBound(freeBlocks.begin(), freeBlocks.end(), freeKey(size, 0));
+    const auto g = firstFitting(freeBlocks, size);
     int32_t b;
-    const bool reused = it != freeBlocks.end();
-    if (reused) {
-        b = static_cast<int32_t>(*it & ((uint64_t{1} << kBlockBits) - 1));
+    if (g != freeBlocks.end()) {
+        auto& list = m_lists[static_cast<size_t>(g->list)];
+        b = list.front();
+        list.erase(list.begin());
+        if (list.empty()) dropGroup(freeBlocks, g);
     } else {
         const int64_t seg = small                   ? kSmallBuffer
                             : size < kMinLargeAlloc ? kLargeBuffer
                                                     : roundUp(size, kRoundLarge);
         m_reserved += seg;
-        if (m_blocks.size() + 2 >= (size_t{1} << kBlockBits))
+        if (m_blocks.size() + 2 >= (size_t{1} << 24))
             throw std::length_error("allocator model: more than 16M blocks");
         m_blocks.push_back({seg, 0, m_segments++, -1, -1, true, small, stream});
         b = static_cast<int32_t>(m_blocks.size() - 1);
@@ -94,18 +132,7 @@ int64_t AllocatorModel::allocate(int64_t bytes, int stream) {
         if (rest.next >= 0) m_blocks[rest.next].prev = r;
         m_blocks[b].next = r;
         m_blocks[b].size = size;
-        if (reused) {
-            // The remainder's key is below the taken block's: it takes the taken key's slot
-            // with one shift of the keys in between, instead of an erase and an insert.
-            const uint64_t key = freeKey(remaining, r);
-            auto pos = lowerBound(freeBlocks.begin(), it, key);
-            std::move_backward(pos, it, it + 1);
-            *pos = key;
-        } else {
-            insertFree(freeBlocks, remaining, r);
-        }
-    } else if (reused) {
-        freeBlocks.erase(it);
+        insertFree(freeBlocks, remaining, r);
     }
     m_blocks[b].free = false;
     // Allocated counts the block handed out, remainder included when it was not split off
@@ -124,18 +151,10 @@ void AllocatorModel::free(int64_t handle) {
     }
     m_blocks[b].free = true;
     FreeList& f = pool(m_blocks[b].stream, m_blocks[b].small);
-    // Merge with free neighbours in the same segment. The merged block takes over the
-    // first neighbour's key (it only grows, so its key moves right).
-    bool listed = false;
-    uint64_t listedKey = 0;
+    // Merge with free neighbours in the same segment; the merged block is listed once.
     for (int32_t nb : {m_blocks[b].prev, m_blocks[b].next}) {
         if (nb < 0 || !m_blocks[nb].free) continue;
-        if (!listed) {
-            listed = true;
-            listedKey = freeKey(m_blocks[nb].size, nb);
-        } else {
-            removeFree(nb);
-        }
+        removeFree(f, m_blocks[nb].size, nb);
         const int32_t lo = m_blocks[nb].offset < m_blocks[b].offset ? nb : b;
         const int32_t hi = lo == nb ? b : nb;
         m_blocks[lo].size += m_blocks[hi].size;
@@ -143,15 +162,7 @@ void AllocatorModel::free(int64_t handle) {
         if (m_blocks[hi].next >= 0) m_blocks[m_blocks[hi].next].prev = lo;
         b = lo;
     }
-    if (!listed) {
-        insertFree(f, m_blocks[b].size, b);
-        return;
-    }
-    const uint64_t key = freeKey(m_blocks[b].size, b);
-    auto old = lowerBound(f.begin(), f.end(), listedKey);
-    auto pos = lowerBound(old + 1, f.end(), key);
-    std::move(old + 1, pos, old);
-    *(pos - 1) = key;
+    insertFree(f, m_blocks[b].size, b);
 }
 
 }  // namespace shardscope

@@ -21,6 +21,8 @@ public:
     int64_t allocate(int64_t bytes, int stream);
     void free(int64_t handle);
     void reserve(size_t blocks) { m_blocks.reserve(blocks); }
+    // Empty again, keeping the storage (a search simulates thousands of steps in a row).
+    void reset(bool expandableSegments);
     [[nodiscard]] int64_t reserved() const { return m_reserved; }
     [[nodiscard]] int64_t allocated() const { return m_allocated; }
     [[nodiscard]] static int64_t roundSize(int64_t bytes);
@@ -38,22 +40,28 @@ private:
     static constexpr int kMaxStreams = 16;
     bool m_expandable;
     std::vector<Block> m_blocks;
-    // Free blocks sorted by (size, block), per (stream, small pool), indexed stream * 2 + small.
-    // Flat vectors: pools hold tens of blocks, where a sorted vector beats a tree. Each
-    // entry packs (size / 512, block) into one integer, so that lookups compare one word
-    // and inserts are a memmove.
-    using FreeList = std::vector<uint64_t>;
-    static constexpr int kBlockBits = 24;
-    static uint64_t freeKey(int64_t size, int32_t block) {
-        return (static_cast<uint64_t>(size) / 512) << kBlockBits | static_cast<uint64_t>(block);
-    }
+    // Free blocks per (stream, small pool), indexed stream * 2 + small: groups of one size,
+    // by size, each holding its blocks by index (best fit takes the smallest size that fits,
+    // then its oldest block). A step's large pool holds about a hundred free blocks of ten
+    // sizes (80-block Llama-3-70B plan): a search looks at the sizes, not at every block.
+    // A group is a size and its blocks' list, kept apart (m_lists) so that inserting a
+    // group moves 16 plain bytes per group after it.
+    struct FreeGroup {
+        int64_t size = 0;
+        int32_t list = 0;  // index into m_lists: the blocks, ascending
+    };
+    using FreeList = std::vector<FreeGroup>;
     FreeList m_free[2 * kMaxStreams];
+    std::vector<std::vector<int32_t>> m_lists;
+    std::vector<int32_t> m_spareLists;  // lists of emptied groups, reused
+    int32_t takeList();
+    void dropGroup(FreeList& f, FreeList::iterator g);
     int64_t m_streamHigh[kMaxStreams] = {}, m_streamUsed[kMaxStreams] = {};  // expandable segments
     FreeList& pool(int stream, bool small) { return m_free[2 * (stream % kMaxStreams) + small]; }
-    static void insertFree(FreeList& f, int64_t size, int32_t block);
+    void insertFree(FreeList& f, int64_t size, int32_t block);
+    void removeFree(FreeList& f, int64_t size, int32_t block);
     int32_t m_segments = 0;
     int64_t m_reserved = 0, m_allocated = 0;
-    void removeFree(int32_t b);
 };
 
 }  // namespace shardscope

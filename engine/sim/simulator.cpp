@@ -211,7 +211,9 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
 
     // Memory: issue order; frees of a copy-out (the previous all-gather buffer is released
     // before copying out) come first, otherwise allocations first.
-    AllocatorModel alloc(o.expandableSegments);
+    // One model per thread, emptied for each step: its storage outlives the call.
+    thread_local AllocatorModel alloc;
+    alloc.reset(o.expandableSegments);
     alloc.reserve(2 * p.buffers.size() + static_cast<size_t>(MemCategory::Count));
     std::vector<int64_t> handle(p.buffers.size(), -1);
     std::array<int64_t, static_cast<size_t>(MemCategory::Count)> cat{};
