@@ -2,6 +2,7 @@
 #include "engine/sim/simulator.h"
 
 #include <algorithm>
+#include <array>
 
 #include "plans/core/intervals.h"
 
@@ -91,16 +92,40 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
     SimResult r;
     const size_t n = p.ops.size();
     std::vector<int64_t> dur(n);
-    // Decoder layers share their kernel mixes: price each mix once.
+    // Decoder layers share their kernel mixes: price each mix once. Their collectives and
+    // copies repeat too (a few distinct ones a layer): each distinct one is priced once.
     std::vector<int64_t> mixNs(p.mixes.size(), -1);
+    struct Priced {
+        const Op* op;
+        int64_t ns;
+    };
+    std::array<Priced, 32> priced{};
+    size_t pricedCount = 0, pricedNext = 0;
+    auto sameCost = [](const Op& a, const Op& b) {
+        return a.kind == b.kind && a.stream == b.stream && a.memBytes == b.memBytes &&
+               a.commBytes == b.commBytes && a.groupSize == b.groupSize &&
+               a.groupNodes == b.groupNodes && a.ranksPerNode == b.ranksPerNode;
+    };
     for (size_t i = 0; i < n; ++i) {
         const Op& op = p.ops[i];
         if (op.mix >= 0 && static_cast<size_t>(op.mix) < mixNs.size()) {
             int64_t& m = mixNs[static_cast<size_t>(op.mix)];
             if (m < 0) m = opDurationNs(c, op, &p);
             dur[i] = m;
-        } else {
+        } else if (isComputeKind(op.kind)) {
             dur[i] = opDurationNs(c, op, &p);
+        } else {
+            size_t k = 0;
+            while (k < pricedCount && !sameCost(*priced[k].op, op))
+                ++k;
+            if (k < pricedCount) {
+                dur[i] = priced[k].ns;
+            } else {
+                dur[i] = opDurationNs(c, op, &p);
+                priced[pricedNext] = {&op, dur[i]};
+                pricedNext = (pricedNext + 1) % priced.size();
+                pricedCount = std::min(pricedCount + 1, priced.size());
+            }
         }
     }
     const std::vector<int64_t> launch = launchCosts(p, c);
