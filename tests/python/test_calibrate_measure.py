@@ -68,6 +68,18 @@ class Measure(unittest.TestCase):
         self.assertGreater(ours / best, 0.5)
         self.assertLess(ours / best, 2.0)
 
+    def test_attention_flops_are_pytorchs(self):
+        """The attention sweep's FLOPs are torch.utils.flop_counter's for the same SDPA call
+        (4 b h s^2 d, causal or not), the count `calibrate --from-trace` and the simulator
+        price attention with; a cluster written with half of it (the causal kernels' own
+        work, as before 2026-11-26) made the simulator price attention at twice its time."""
+        from torch.utils.flop_counter import sdpa_flop_count
+        curve = self.cluster["sim"]["attention_efficiency"]
+        expected = [sdpa_flop_count((1, 8, s, 64), (1, 8, s, 64), (1, 8, s, 64)) for s in (256, 512, 1024)]
+        print("attention curve (FLOPs a call, efficiency): " +
+              ", ".join(f"({x:.4g}, {e:.3f})" for x, e in curve) + f"; flop_counter {expected}")
+        self.assertEqual(sorted(x for x, _ in curve), sorted(float(f) for f in expected))
+
     def test_held_back_gemms(self):
         g = next(c for c in self.result["classes"] if c["class"] == "gemm")
         print(f"held-back GEMMs {g['held_out']}: total {g['after']['total_error']:+.1%}, "
