@@ -35,10 +35,15 @@ double medianOf(std::vector<double> v) {
 
 std::vector<std::pair<double, double>> halfDecadeMedians(
     const std::vector<std::pair<double, double>>& samples, double floor) {
+    return binMedians(samples, floor, 2);
+}
+
+std::vector<std::pair<double, double>> binMedians(
+    const std::vector<std::pair<double, double>>& samples, double floor, int binsPerDecade) {
     std::map<int, std::pair<std::vector<double>, std::vector<double>>> buckets;
     for (const auto& [x, e] : samples)
         if (x > 0) {
-            auto& b = buckets[static_cast<int>(std::floor(std::log10(x) * 2))];
+            auto& b = buckets[static_cast<int>(std::floor(std::log10(x) * binsPerDecade))];
             b.first.push_back(x);
             b.second.push_back(e);
         }

@@ -48,6 +48,9 @@ struct CalibrationFit {
 // moves no point.
 [[nodiscard]] std::vector<std::pair<double, double>> halfDecadeMedians(
     const std::vector<std::pair<double, double>>& samples, double floor);
+// The same with `binsPerDecade` points a decade (halfDecadeMedians: 2).
+[[nodiscard]] std::vector<std::pair<double, double>> binMedians(
+    const std::vector<std::pair<double, double>>& samples, double floor, int binsPerDecade);
 
 // Scales a curve so that no point is above 1; returns the factor (1 when none was): the
 // caller raises the peak the efficiencies are fractions of by it.

@@ -497,7 +497,13 @@ void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out
             s.step = step;
             s.durNs = t.dur[i];
             s.kernel = name(i);
-            if (attentionEvent >= 0 || isAttentionKernel(kname)) {
+            // A kernel the public SDPA op launches itself, outside its backend op, that is no
+            // attention kernel prepares the inputs (cuDNN's fill of a converted mask, 0.15 ms
+            // beside a 3 ms forward on an H200): memory-bound, not a second attention call.
+            const bool preparation =
+                sdpaEvent >= 0 && !isAttentionKernel(kname) &&
+                name(static_cast<size_t>(sdpaEvent)) == "aten::scaled_dot_product_attention";
+            if ((attentionEvent >= 0 || isAttentionKernel(kname)) && !preparation) {
                 s.cls = KernelClass::Attention;
                 s.op = attentionEvent >= 0 ? name(static_cast<size_t>(attentionEvent)) : "";
                 // Priced per SDPA op (flash backward launches two or three kernels): the
