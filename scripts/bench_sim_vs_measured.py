@@ -116,8 +116,9 @@ def main():
         for cluster in (CLUSTER, calibrated):
             sim = os.path.join(out, os.path.basename(path) + (".sim-after.json" if cluster == calibrated
                                                               else ".sim-before.json"))
+            # The engine's checkpoint is reentrant: all of forward again (no early stop).
             shardscope(a.bin, "simulate", "-m", MODEL, "-p", path, "-c", cluster, "--seq", str(a.seq),
-                       "--trace", sim, "--json")
+                       "--reentrant-checkpointing", "--trace", sim, "--json")
             d = json.loads(shardscope(a.bin, "trace", "diff", sim, measured, "--json"))
             # trace diff reports B (measured) relative to A (simulated); say it the other way:
             # predicted relative to measured.

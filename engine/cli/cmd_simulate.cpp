@@ -176,7 +176,8 @@ int runSimulate(const Args& a) {
     }
     for (const auto& pr : r.problems)  // warnings: simulated, but said
         std::cerr << pr.toString() << "\n";
-    const StepOptions so = stepOptionsFor(*plan, *cluster);
+    StepOptions so = stepOptionsFor(*plan, *cluster);
+    so.recomputeEarlyStop = !a.flag("--reentrant-checkpointing");
     const StepProgram prog = buildStepProgram(r, so);
     SimOptions opts;
     opts.expandableSegments = a.flag("--expandable-segments");
@@ -306,6 +307,10 @@ std::vector<Command> simulateCommands() {
         {"--micro-batches", "N", "gradient accumulation steps (overrides the plan)"});
     s.options.push_back(
         {"--expandable-segments", "", "model PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"});
+    s.options.push_back({"--reentrant-checkpointing", "",
+                         "full checkpointing recomputes all of forward (use_reentrant=True, "
+                         "CheckpointImpl.REENTRANT, ShardScope's engine); by default the "
+                         "recompute stops where non-reentrant torch.utils.checkpoint does"});
     s.options.push_back({"--trace", "FILE", "write a Chrome/Perfetto trace of the simulated step"});
     s.options.push_back(
         {"--program", "", "print the step program (one op per line) instead of the summary"});

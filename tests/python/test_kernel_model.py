@@ -226,8 +226,8 @@ import functools, json, sys, torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.checkpoint import checkpoint
 from transformers import LlamaConfig, LlamaForCausalLM
-config_path, batch, seq, out = sys.argv[1:5]
-batch, seq = int(batch), int(seq)
+config_path, batch, seq, out, reentrant = sys.argv[1:6]
+batch, seq, reentrant = int(batch), int(seq), reentrant == "1"
 torch.manual_seed(0)
 cfg = LlamaConfig.from_dict(json.load(open(config_path)))
 cfg._attn_implementation = "sdpa"
@@ -240,12 +240,16 @@ def wrap(module):
     forward = module.forward
     @functools.wraps(forward)
     def checkpointed(*args, **kwargs):
+        if reentrant:  # takes no keyword arguments: they ride in a closure
+            return checkpoint(lambda *a: forward(*a, **kwargs), *args, use_reentrant=True)
         return checkpoint(forward, *args, use_reentrant=False, **kwargs)
     module.forward = checkpointed
 for layer in model.model.layers:
     wrap(layer)
 wrap(model.lm_head)
 ids = torch.randint(0, cfg.vocab_size, (batch, seq))
+if reentrant:  # a reentrant checkpoint recomputes only for inputs that require grad
+    model.model.embed_tokens.weight.requires_grad_(True)
 class Gemms(TorchDispatchMode):
     # Below autograd: the GEMMs that really run (a recompute stopped early never gets here).
     def __init__(self):
@@ -278,12 +282,14 @@ class CheckpointedKernels(unittest.TestCase):
         with open(config) as f:
             layers = json.load(f)["num_hidden_layers"]
         batch, seq = 2, 128
-        out = os.path.join(d, "gemms.json")
-        r = subprocess.run([sys.executable, "-c", CHECKPOINTED, config, str(batch), str(seq), out],
-                           capture_output=True, text=True)
-        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
-        with open(out) as f:
-            torch_gemms = json.load(f)
+        def torch_run(reentrant):
+            out = os.path.join(d, f"gemms-{reentrant}.json")
+            r = subprocess.run([sys.executable, "-c", CHECKPOINTED, config, str(batch), str(seq), out,
+                                "1" if reentrant else "0"], capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+            with open(out) as f:
+                return json.load(f)
+        torch_gemms = torch_run(False)
         plan = os.path.join(d, "plan.json")
         with open(plan, "w") as f:
             json.dump({"format": "shardscope.plan", "version": 1, "api": "fsdp2",
@@ -301,6 +307,18 @@ class CheckpointedKernels(unittest.TestCase):
               f"{ours['count']}, {ours['flops']:.6g}")
         self.assertEqual(ours["count"], torch_gemms["calls"])
         self.assertLess(abs(ours["flops"] / torch_gemms["flops"] - 1), 1e-5)
+        # use_reentrant=True (and our engine's checkpoint) recomputes all of forward:
+        # `simulate --reentrant-checkpointing` against PyTorch run that way.
+        torch_full = torch_run(True)
+        r = run("simulate", "-m", config, "-p", plan, "-c", peer.sample("clusters", "cpu-2core.json"),
+                "--reentrant-checkpointing", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        full = json.loads(r.stdout)["kernels"]["gemm"]
+        print(f"reentrant: PyTorch ran {torch_full['calls']} GEMMs, {torch_full['flops']:.6g} FLOP; "
+              f"simulated {full['count']}, {full['flops']:.6g}")
+        self.assertEqual(full["count"], torch_full["calls"])
+        self.assertEqual(full["count"], ours["count"] + layers + 1)
+        self.assertLess(abs(full["flops"] / torch_full["flops"] - 1), 1e-5)
 
 
 if __name__ == "__main__":
