@@ -903,6 +903,10 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r, 
     std::vector<char> afterAttn(n, 0);                // after its run's last attention module
     std::vector<std::vector<int32_t>> runMods;        // each run's modules, in post-order
     std::vector<std::vector<ModuleId>> reordered(n);  // where the run order differs
+    std::vector<char> regionRoot(n, 0);  // a unit's own module: what checkpointing wraps
+    for (size_t u = 1; u < r.units.size(); ++u)
+        for (ModuleId m : r.units[u].modules)
+            if (m.index() < n) regionRoot[m.index()] = 1;
     for (size_t m = 0; m < n; ++m)
         reordered[m] = childrenInRunOrder(g, static_cast<int32_t>(m));
     std::vector<std::pair<int32_t, size_t>> stack{{0, 0}};
@@ -981,11 +985,8 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r, 
         }
         // A checkpoint region (one of its unit's modules) whose recompute stops before its
         // last GEMM, which ran in this run (the region is the unit's and ends here).
-        if (u > 0) {
-            const auto& mods = r.units[static_cast<size_t>(u)].modules;
-            const int32_t stop = std::find(mods.begin(), mods.end(), ModuleId(m)) != mods.end()
-                                     ? recomputeStopModule(g, ModuleId(m))
-                                     : -1;
+        if (u > 0 && regionRoot[static_cast<size_t>(m)]) {
+            const int32_t stop = recomputeStopModule(g, ModuleId(m));
             if (stop >= 0 &&
                 runOf[static_cast<size_t>(stop)] == static_cast<int32_t>(runs.size() - 1)) {
                 const ModuleCost::Gemm& gm = g.modules()[static_cast<size_t>(stop)].cost.gemms[0];
