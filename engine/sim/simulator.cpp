@@ -96,15 +96,21 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
     // copies repeat too (a few distinct ones a layer): each distinct one is priced once.
     std::vector<int64_t> mixNs(p.mixes.size(), -1);
     struct Priced {
-        const Op* op;
-        int64_t ns;
+        const Op* op = nullptr;
+        int64_t ns = 0;
     };
-    std::array<Priced, 32> priced{};
-    size_t pricedCount = 0, pricedNext = 0;
+    std::array<Priced, 64> priced{};  // by a hash of what the price depends on
     auto sameCost = [](const Op& a, const Op& b) {
         return a.kind == b.kind && a.stream == b.stream && a.memBytes == b.memBytes &&
                a.commBytes == b.commBytes && a.groupSize == b.groupSize &&
                a.groupNodes == b.groupNodes && a.ranksPerNode == b.ranksPerNode;
+    };
+    auto slotOf = [](const Op& op) {
+        uint64_t h = static_cast<uint64_t>(op.kind) * 0x9E3779B97F4A7C15ull;
+        h ^= static_cast<uint64_t>(op.commBytes) + 0x632BE59BD9B4E019ull + (h << 6) + (h >> 2);
+        h ^= static_cast<uint64_t>(op.memBytes) + 0x94D049BB133111EBull + (h << 6) + (h >> 2);
+        h ^= static_cast<uint64_t>(op.groupSize) * 0xBF58476D1CE4E5B9ull;
+        return static_cast<size_t>((h ^ (h >> 29)) & 63);
     };
     for (size_t i = 0; i < n; ++i) {
         const Op& op = p.ops[i];
@@ -115,16 +121,12 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
         } else if (isComputeKind(op.kind)) {
             dur[i] = opDurationNs(c, op, &p);
         } else {
-            size_t k = 0;
-            while (k < pricedCount && !sameCost(*priced[k].op, op))
-                ++k;
-            if (k < pricedCount) {
-                dur[i] = priced[k].ns;
+            Priced& slot = priced[slotOf(op)];
+            if (slot.op && sameCost(*slot.op, op)) {
+                dur[i] = slot.ns;
             } else {
                 dur[i] = opDurationNs(c, op, &p);
-                priced[pricedNext] = {&op, dur[i]};
-                pricedNext = (pricedNext + 1) % priced.size();
-                pricedCount = std::min(pricedCount + 1, priced.size());
+                slot = {&op, dur[i]};
             }
         }
     }
