@@ -251,6 +251,19 @@ int runSimulate(const Args& a) {
         if (kt.launchSeconds > 0) std::cout << "; CPU launches " << sec(kt.launchSeconds);
         std::cout << "\n";
     }
+    if (so.recomputeEarlyStop) {
+        // What full checkpointing's early stop leaves out (docs/kernel-model.md).
+        int64_t skipped = 0;
+        for (const ModuleRun& run : r.moduleRuns)
+            if (r.units[static_cast<size_t>(run.unit)].activationCheckpointing == AcMode::Full)
+                for (const auto& gm : run.recomputeSkips)
+                    skipped += gm.calls;
+        if (skipped > 0)
+            std::cout << "  recompute     stops before " << skipped << " GEMM"
+                      << (skipped == 1 ? "" : "s")
+                      << " a micro-batch, as non-reentrant torch.utils.checkpoint does "
+                         "(--reentrant-checkpointing: all of forward)\n";
+    }
     std::cout << "  peak memory   allocated " << formatBytes(s.peakAllocated) << ", reserved "
               << formatBytes(s.peakReserved) << " of " << formatBytes(cluster->device.memoryBytes)
               << (s.oom ? "  -> OUT OF MEMORY by " +

@@ -39,8 +39,9 @@ namespace {
 struct Segment {
     int32_t unit = 0;
     double fwdFlops = 0, bwdFlops = 0, fwdMem = 0, bwdMem = 0, saved = 0;
-    double recomputeFlops = 0, recomputeSaved = 0;              // activation checkpointing
-    int32_t kernels = 0;                                        // modules with matmul work
+    double recomputeFlops = 0, recomputeSaved = 0;  // activation checkpointing
+    bool recomputes = false;  // backward recomputes (even if an early stop leaves no FLOPs)
+    int32_t kernels = 0;      // modules with matmul work
     int32_t firstRun = -1, runCount = 0;                        // its module runs
     int32_t fwdMixId = -1, bwdMixId = -1, recomputeMixId = -1;  // in StepProgram::mixes
     int64_t gradBytes = 0;  // unsharded gradients its backward produces first
@@ -392,6 +393,7 @@ private:
             };
             switch (unit.activationCheckpointing) {
                 case AcMode::Full:
+                    sg.recomputes = sg.recomputes || fwd > 0;
                     sg.recomputeFlops +=
                         fwd - (o.recomputeEarlyStop ? recomputeSkippedFlops(run, b, s) : 0.0);
                     sg.recomputeSaved += saved;
@@ -414,6 +416,7 @@ private:
                         if (has("sdpa")) kept += run.sdpaSaved.at(b, s, scale);
                     }
                     sg.saved += kept;
+                    sg.recomputes = sg.recomputes || fwd > 0;
                     sg.recomputeFlops += fwd;
                     sg.recomputeSaved += saved;
                     splitRecompute();
@@ -422,6 +425,7 @@ private:
                 case AcMode::Attention: {
                     const double attnFwd = run.attnFwdFlops.at(b, s);
                     const double attnSaved = run.attnSavedBytes.at(b, s, scale);
+                    sg.recomputes = sg.recomputes || attnFwd > 0;
                     sg.recomputeFlops += attnFwd;
                     sg.recomputeSaved += attnSaved;
                     sg.saved += saved - attnSaved;
@@ -680,7 +684,7 @@ private:
                 prefetchForward(sg.unit, mb);
             }
             Op c = computeOp(OpKind::Forward, Phase::Forward, sg, mb, sg.fwdFlops, sg.fwdMem);
-            const bool late = sg.recomputeFlops > 0 && sg.savedLate > 0;
+            const bool late = sg.recomputes && sg.savedLate > 0;
             savedBuf[i] =
                 buffer(static_cast<int64_t>(sg.saved - (late ? sg.savedLate : 0.0)),
                        MemCategory::Activations, Stream::Compute, r.units[sg.unit].allGatherDtype);
@@ -848,7 +852,7 @@ private:
             }
             int64_t lateGrads = 0;
             BufferId lateTemp;
-            if (sg.recomputeFlops > 0) {
+            if (sg.recomputes) {
                 Op rc = computeOp(OpKind::Recompute, Phase::Backward, sg, mb, sg.recomputeFlops, 0);
                 const BufferId tmp = buffer(
                     static_cast<int64_t>(sg.recomputeSaved - sg.recomputeLate),
@@ -880,7 +884,7 @@ private:
                 lateTemp = BufferId();
             }
             int64_t newGrads = 0;
-            const int64_t restGrads = sg.gradBytes - (sg.recomputeFlops > 0 ? sg.gradLateBytes : 0);
+            const int64_t restGrads = sg.gradBytes - (sg.recomputes ? sg.gradLateBytes : 0);
             if (!gradSegBuf[i].valid() && restGrads > 0) {
                 gradSegBuf[i] = buffer(restGrads, MemCategory::Gradients, Stream::Compute,
                                        r.units[u].allGatherDtype);

@@ -728,16 +728,20 @@ TEST(KernelModel, FullCheckpointingsRecomputeStopsBeforeTheLastSavingGemm) {
         o.recomputeEarlyStop = earlyStop;
         const StepProgram prog = buildStepProgram(r, o);
         struct Count {
-            int64_t fwd = 0, rec = 0;
+            int64_t fwd = 0, rec = 0, ops = 0, recomputeOps = 0;
             double fwdFlops = 0, recFlops = 0;
         } n;
+        n.ops = static_cast<int64_t>(prog.ops.size());
         for (const Op& op : prog.ops) {
             if (op.kind != OpKind::Forward && op.kind != OpKind::Recompute) continue;
             if (op.mix >= 0)
                 for (const KernelEntry& e : prog.mixes[static_cast<size_t>(op.mix)].entries)
                     if (e.kind == KernelKind::Gemm)
                         (op.kind == OpKind::Forward ? n.fwd : n.rec) += e.count;
-            if (op.kind == OpKind::Recompute) n.recFlops += op.flops;
+            if (op.kind == OpKind::Recompute) {
+                n.recFlops += op.flops;
+                ++n.recomputeOps;
+            }
             if (op.kind == OpKind::Forward && !r.units[op.unit.index()].isRoot)
                 n.fwdFlops += op.flops;
         }
@@ -748,6 +752,11 @@ TEST(KernelModel, FullCheckpointingsRecomputeStopsBeforeTheLastSavingGemm) {
     const auto full = gemms("models/llama3-8b/config.json", "LlamaDecoderLayer", false);
     EXPECT_EQ(full.rec, 32 * 7 + 1);
     EXPECT_EQ(llama.rec, 32 * 6);
+    // The same ops either way: the lm_head unit still recomputes (nothing on the device),
+    // its buffers as before; only the recompute's kernels and FLOPs differ.
+    EXPECT_EQ(llama.ops, full.ops);
+    EXPECT_EQ(llama.recomputeOps, full.recomputeOps);
+    EXPECT_EQ(llama.recomputeOps, 33);
     EXPECT_DOUBLE_EQ(full.recFlops, full.fwdFlops);
     const double tokens = 2048, down = 2.0 * tokens * 14336 * 4096,
                  head = 2.0 * tokens * 4096 * 128256;
