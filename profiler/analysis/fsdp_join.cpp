@@ -206,6 +206,8 @@ std::vector<Item> itemsOf(const Trace& t, const FsdpTraceAnalysis& a, const Reso
     std::vector<Open> stack;
     std::vector<int32_t> micro(walk.steps.size(), -1);
     bool inBackward = false;
+    // Forward-only ops seen in backward (a checkpoint's recompute), per (step, micro-batch).
+    std::map<std::pair<int32_t, int32_t>, std::vector<Interval>> recomputedOps;
     for (int32_t e : walk.order) {
         const int64_t s = t.start[e], end = s + t.dur[e];
         while (!stack.empty() && stack.back().end <= s)
@@ -258,6 +260,9 @@ std::vector<Item> itemsOf(const Trace& t, const FsdpTraceAnalysis& a, const Reso
                 if (auto fqn = enclosing("FSDP::post_backward_reduce"))
                     items.push_back({OpKind::ReduceScatterCopyIn, Phase::Backward, planUnit(*fqn),
                                      step, mb, s, end});
+            } else if (inBackward && (name == "aten::linear" || name == "aten::embedding" ||
+                                      name == "aten::scaled_dot_product_attention")) {
+                recomputedOps[{step, mb}].emplace_back(s, end);
             } else if (startsWith(name, "Optimizer.step#")) {
                 items.push_back({OpKind::OptimizerStep, Phase::Optimizer, 0, step, 0, s, end});
             }
@@ -294,7 +299,36 @@ std::vector<Item> itemsOf(const Trace& t, const FsdpTraceAnalysis& a, const Reso
                 std::vector<Interval> children;
                 for (const auto& c : backwardSpans)
                     if (c != Interval{u.preBackward.first, u.backwardEnd}) children.push_back(c);
-                selfSegments({u.preBackward.second, u.accumulateStart}, children, segs);
+                // A recompute: from the first forward op that ran again in this unit's own
+                // backward to the last (non-reentrant checkpointing recomputes in one go, at
+                // the first saved tensor it needs, and stops at the last one forward saved).
+                Interval recompute{-1, -1};
+                if (auto it = recomputedOps.find(slot); it != recomputedOps.end())
+                    for (const Interval& op : it->second) {
+                        if (op.first < u.preBackward.second || op.second > u.accumulateStart)
+                            continue;
+                        // In a unit nested in this one's backward (as selfSegments counts
+                        // children: those inside the window).
+                        const bool inChild =
+                            std::any_of(children.begin(), children.end(), [&](const Interval& c) {
+                                return c.first >= u.preBackward.second &&
+                                       c.second <= u.accumulateStart && op.first >= c.first &&
+                                       op.second <= c.second;
+                            });
+                        if (inChild) continue;
+                        recompute.first =
+                            recompute.first < 0 ? op.first : std::min(recompute.first, op.first);
+                        recompute.second = std::max(recompute.second, op.second);
+                    }
+                // The recompute runs first (from the unit's pre-backward: its norms come
+                // before the first forward op counted); the backward is the rest, in one piece.
+                int64_t backwardFrom = u.preBackward.second;
+                if (recompute.first >= 0) {
+                    items.push_back({OpKind::Recompute, Phase::Backward, unit, slot.first,
+                                     slot.second, u.preBackward.second, recompute.second});
+                    backwardFrom = recompute.second;
+                }
+                selfSegments({backwardFrom, u.accumulateStart}, children, segs);
                 for (const auto& g : segs)
                     items.push_back({OpKind::Backward, Phase::Backward, unit, slot.first,
                                      slot.second, g.first, g.second});

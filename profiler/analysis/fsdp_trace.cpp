@@ -252,7 +252,8 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
     std::vector<int32_t> microOfStep(steps.size(), 0);
     int32_t fwdCounter = 0, bwdCounter = 0, postFwdCounter = 0;
     int32_t lastPreForward = -1, lastPreBackward = -1;  // the latest pre hook's unit
-    bool inBackward = false;  // since the micro-batch's first backward hook
+    bool inBackward = false;            // since the micro-batch's first backward hook
+    std::vector<int32_t> forwardStack;  // units between their pre_forward and post_forward
     struct Open {
         int32_t event;
         int64_t end;
@@ -272,15 +273,33 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
                 ++microOfStep[static_cast<size_t>(step)];
                 inBackward = false;
                 lastPreForward = lastPreBackward = -1;
+                forwardStack.clear();
+            }
+            // Forward-only ops: in forward, the unit's own; in backward, a recompute's.
+            const bool linearLike = name == "aten::linear" || name == "aten::embedding";
+            const bool sdpa = name == "aten::scaled_dot_product_attention";
+            if (linearLike || sdpa) {
+                const int32_t u = inBackward             ? lastPreBackward
+                                  : forwardStack.empty() ? -1
+                                                         : forwardStack.back();
+                if (u >= 0) {
+                    FsdpUnit& unit = a.units[static_cast<size_t>(u)];
+                    (inBackward ? unit.recomputedOps : unit.forwardOps) += linearLike;
+                    (inBackward ? unit.recomputedAttention : unit.forwardAttention) += sdpa;
+                }
             }
             if (startsWith(name, "FSDP::post_backward")) inBackward = true;
             if (const auto l = parseFsdp2Label(name)) {
                 if (l->op == "FSDP::pre_forward") {
                     lastPreForward = unitOf(l->fqn);
+                    forwardStack.push_back(lastPreForward);
                     FsdpUnit& u = a.units[static_cast<size_t>(lastPreForward)];
                     if (u.forwardPos < 0) u.forwardPos = fwdCounter++;
                 } else if (l->op == "FSDP::post_forward") {
-                    FsdpUnit& u = a.units[static_cast<size_t>(unitOf(l->fqn))];
+                    const int32_t done = unitOf(l->fqn);
+                    const auto it = std::find(forwardStack.rbegin(), forwardStack.rend(), done);
+                    if (it != forwardStack.rend()) forwardStack.erase(std::next(it).base());
+                    FsdpUnit& u = a.units[static_cast<size_t>(done)];
                     if (u.postForwardPos < 0) u.postForwardPos = postFwdCounter++;
                 } else if (l->op == "FSDP::pre_backward") {
                     lastPreBackward = unitOf(l->fqn);
@@ -923,9 +942,52 @@ RecoveredPlan recoverPlan(const FsdpTraceAnalysis& a, const std::string& source,
             "training: micro_batch_size and seq_len (no aten::embedding "
             "shapes: profile with record_shapes=True)");
     }
-    r.defaulted.push_back(
-        "activation_checkpointing: none (a trace does not show it reliably; "
-        "set it if the job checkpoints)");
+    if (a.api == "fsdp2") {
+        // A unit whose forward-only ops all run again in its backward recomputes its forward:
+        // torch.utils.checkpoint enters each op of the recompute, the one its early stop ends
+        // at included. Op-level selective policies (torchtitan's, "attention") enter the
+        // same ops and return the saved outputs: by op names they look the same.
+        int64_t full = 0, partial = 0, units = 0;
+        std::vector<std::string> fullUnits;
+        for (const auto& u : a.units) {
+            if (u.name.empty()) continue;  // the root is not checkpointed
+            ++units;
+            const bool all = u.forwardOps > 0 && u.recomputedOps >= u.forwardOps &&
+                             u.recomputedAttention >= u.forwardAttention;
+            if (all) {
+                ++full;
+                fullUnits.push_back(splitUnitModules(u.name).front());
+            } else if (u.recomputedOps > 0 || u.recomputedAttention > 0) {
+                ++partial;
+            }
+        }
+        if (full == 0) {
+            r.inferred.push_back(
+                "activation_checkpointing: none (no forward op of a unit ran again in its "
+                "backward)");
+        } else {
+            if (full == units) {
+                p.defaults.activationCheckpointing = AcSpec(AcMode::Full);
+            } else {
+                for (auto& spec : p.units)
+                    if (!spec.modules.empty() && std::find(fullUnits.begin(), fullUnits.end(),
+                                                           spec.modules.front()) != fullUnits.end())
+                        spec.settings.activationCheckpointing = AcSpec(AcMode::Full);
+            }
+            r.inferred.push_back("activation_checkpointing: full on " + std::to_string(full) +
+                                 " of " + std::to_string(units) +
+                                 " units (each forward op ran again in the unit's backward: a "
+                                 "recompute; an op-level selective policy looks the same)");
+        }
+        if (partial > 0)
+            r.defaulted.push_back("activation_checkpointing: " + std::to_string(partial) +
+                                  " unit(s) recomputed part of their forward (a checkpointed "
+                                  "submodule): left unset");
+    } else {
+        r.defaulted.push_back(
+            "activation_checkpointing: none (FSDP1's traces are not read for it; set it if the "
+            "job checkpoints)");
+    }
     r.defaulted.push_back("offload, reshard_after_backward, gradient_divide_factor: defaults");
     return r;
 }

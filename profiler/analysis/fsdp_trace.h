@@ -68,6 +68,11 @@ struct FsdpUnit {
     int32_t forwardGroup = 0, backwardGroup = 0;
     std::string allGatherDtype, reduceDtype;
     int32_t forwardPos = -1, backwardPos = -1, postForwardPos = -1;
+    // Activation checkpointing, as the trace shows it: forward-only ops (aten::linear,
+    // aten::embedding, the public SDPA op) between the unit's pre_forward and post_forward,
+    // and again in its backward, where only a recompute runs them (all steps together).
+    int64_t forwardOps = 0, recomputedOps = 0;
+    int64_t forwardAttention = 0, recomputedAttention = 0;
     [[nodiscard]] std::string displayName() const { return name.empty() ? "<root>" : name; }
 };
 

@@ -59,6 +59,8 @@ CASES = {
         {"modules": ["model.layers.3"], "backward_prefetch": ["model.layers.2", "model.layers.1"]}]),
     "hsdp_2x2": plan("hsdp_2x2", mesh={"shape": [2, 2], "dim_names": ["replicate", "shard"]}),
     "two_micro_batches": plan("two_micro_batches", gradient_accumulation={"micro_batches": 2}),
+    "full_checkpointing": plan("full_checkpointing", defaults={"reshard_after_forward": True,
+                                                               "activation_checkpointing": "full"}),
     "fsdp1_per_block": plan("fsdp1_per_block", api="fsdp1", defaults={},
                             fsdp1={"sharding_strategy": "FULL_SHARD", "backward_prefetch": "BACKWARD_PRE"}),
 }
@@ -111,6 +113,9 @@ class FsdpTraces(unittest.TestCase):
                 self.assertEqual(rec["gradient_accumulation"]["micro_batches"],
                                  p.get("gradient_accumulation", {}).get("micro_batches", 1))
                 self.assertEqual(rec["training"], p["training"])
+                if p["api"] == "fsdp2":  # checkpointing as it ran: a recompute in backward
+                    self.assertEqual(rec["defaults"].get("activation_checkpointing"),
+                                     p["defaults"].get("activation_checkpointing"), name)
                 if p["api"] == "fsdp1":
                     self.assertEqual(rec["fsdp1"]["sharding_strategy"], "FULL_SHARD")
                     self.assertEqual(rec["fsdp1"]["backward_prefetch"], "BACKWARD_PRE")

@@ -287,6 +287,30 @@ class H200Trace(unittest.TestCase):
         self.assertEqual(plan["training"], {"micro_batch_size": 1, "seq_len": 4096})
         self.assertIs(plan["defaults"]["reshard_after_forward"], True)
         self.assertIn("no all-gather in the trace", r.stderr)
+        self.assertNotIn("activation_checkpointing", plan["defaults"])
+
+    def test_recover_finds_full_checkpointing(self):
+        """The fully checkpointed run: every unit's forward ops (aten::linear, aten::embedding,
+        SDPA) run again in its backward, which only a recompute does; the plan that ran
+        checkpoints every unit (record.json), and so does the recovered one."""
+        d = os.path.join(DATA, "ac-2x4096")
+        r = subprocess.run([BIN, "plan", "recover", os.path.join(d, "rank0.pt.trace.json.gz")],
+                           capture_output=True, text=True, cwd=peer.SOURCE, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(d, "record.json")) as f:
+            ran = json.load(f)["plan"]
+        self.assertEqual(ran["defaults"]["activation_checkpointing"], "full")
+        self.assertEqual(json.loads(r.stdout)["defaults"]["activation_checkpointing"], "full")
+        self.assertIn("full on 6 of 6 units", r.stderr)
+        # trace diff joins each unit's recompute (from its pre-backward to the last forward op
+        # that ran again) apart from its backward: both within 10 % of the simulation here.
+        j = run("trace", "diff", os.path.join(d, "rank0.pt.trace.json.gz"), "-m", os.path.join(DATA, "config.json"),
+                "-p", os.path.join(d, "plan.json"), "-c", os.path.join(DATA, "cluster-measured.json"), "--json")
+        self.assertEqual(j["only_in_a"], 0)
+        for kind in ("recompute", "backward"):
+            k = j["by_kind"][kind]
+            print("%-9s measured %.1f ms, simulated %.1f ms" % (kind, k["a_ns"] / 1e6, k["b_ns"] / 1e6))
+            self.assertLess(abs(k["b_ns"] / k["a_ns"] - 1), 0.10, kind)
 
     def test_kernel_fit_on_held_back_steps(self):
         out = os.path.join(tempfile.mkdtemp(), "fitted.json")
