@@ -303,17 +303,16 @@ std::vector<Item> itemsOf(const Trace& t, const FsdpTraceAnalysis& a, const Reso
                 // backward to the last (non-reentrant checkpointing recomputes in one go, at
                 // the first saved tensor it needs, and stops at the last one forward saved).
                 Interval recompute{-1, -1};
+                const Interval window{u.preBackward.second, u.accumulateStart};
                 if (auto it = recomputedOps.find(slot); it != recomputedOps.end())
                     for (const Interval& op : it->second) {
-                        if (op.first < u.preBackward.second || op.second > u.accumulateStart)
-                            continue;
+                        if (op.first < window.first || op.second > window.second) continue;
                         // In a unit nested in this one's backward (as selfSegments counts
                         // children: those inside the window).
                         const bool inChild =
                             std::any_of(children.begin(), children.end(), [&](const Interval& c) {
-                                return c.first >= u.preBackward.second &&
-                                       c.second <= u.accumulateStart && op.first >= c.first &&
-                                       op.second <= c.second;
+                                return c.first >= window.first && c.second <= window.second &&
+                                       op.first >= c.first && op.second <= c.second;
                             });
                         if (inChild) continue;
                         recompute.first =
