@@ -96,14 +96,15 @@ int runBenchSimulate(const Args& a) {
         c.nodes = gpus / c.node.devicesPerNode;
         return c;
     };
+    SimOptions quietSim;
+    quietSim.keepTimeline = false;
     auto oneStep = [&](const ModelGraph& g, const ClusterSpec& c, const Plan& p,
-                       const ResolvedPlan& r) {
+                       const ResolvedPlan& r, const SimOptions& so) {
         const StepProgram prog = buildStepProgram(r, stepOptionsFor(p, c));
-        SimOptions so;
-        so.keepTimeline = false;
-        const SimResult s = simulate(prog, c, r.worldSize, so);
+        SimResult s = simulate(prog, c, r.worldSize, so);
         g_sink = g_sink + s.stepNs + static_cast<int64_t>(prog.ops.size());
         (void)g;
+        return s;
     };
 
     std::printf("shardscope bench simulate (one core, %.1f s per figure; model %s)\n\n", budget,
@@ -113,7 +114,7 @@ int runBenchSimulate(const Args& a) {
     const Plan p = perBlock(1024);
     const ResolvedPlan r = resolvePlan(g80, p, &c1024, "bench");
     const StepProgram prog = buildStepProgram(r, stepOptionsFor(p, c1024));
-    const double tSim = timeIt([&] { oneStep(g80, c1024, p, r); }, budget);
+    const double tSim = timeIt([&] { oneStep(g80, c1024, p, r, quietSim); }, budget);
     std::printf("Llama-3-70B shape (80 blocks, %zu ops per step) on 1,024 GPUs (128 nodes x 8):\n",
                 prog.ops.size());
     std::printf(
@@ -122,10 +123,8 @@ int runBenchSimulate(const Args& a) {
     const double tBuild =
         timeIt([&] { g_sink = g_sink + buildStepProgram(r, stepOptionsFor(p, c1024)).ops.size(); },
                budget);
-    SimOptions quiet;
-    quiet.keepTimeline = false;
-    const double tSimOnly =
-        timeIt([&] { g_sink = g_sink + simulate(prog, c1024, r.worldSize, quiet).stepNs; }, budget);
+    const double tSimOnly = timeIt(
+        [&] { g_sink = g_sink + simulate(prog, c1024, r.worldSize, quietSim).stepNs; }, budget);
     std::printf("    of which program build %.1f us, simulation with memory model %.1f us\n",
                 tBuild * 1e6, tSimOnly * 1e6);
     const double tResolve = timeIt(
@@ -161,7 +160,7 @@ int runBenchSimulate(const Args& a) {
         [&] {
             const Plan& v = variants[k++ % variants.size()];
             const ResolvedPlan rv = resolvePlan(g80, v, &c1024, "bench");
-            oneStep(g80, c1024, v, rv);
+            oneStep(g80, c1024, v, rv, quietSim);
         },
         budget * 2);
     std::printf(
@@ -184,15 +183,15 @@ int runBenchSimulate(const Args& a) {
                     fast.push_back({v, mbs});
                 }
     ResolvedPlan work = r;
-    const double tFast = timeIt(
-        [&] {
-            const auto& [v, mbs] = fast[k++ % fast.size()];
-            applyVariant(work, v);
-            Plan pv = p;
-            pv.microBatchSize = mbs;
-            oneStep(g80, c1024, pv, work);
-        },
-        budget * 2);
+    // One of the variants applied to the resolved plan, built and simulated.
+    auto variantStep = [&](size_t i, const SimOptions& so) {
+        const auto& [v, mbs] = fast[i % fast.size()];
+        applyVariant(work, v);
+        Plan pv = p;
+        pv.microBatchSize = mbs;
+        return oneStep(g80, c1024, pv, work, so);
+    };
+    const double tFast = timeIt([&] { variantStep(k++, quietSim); }, budget * 2);
     std::printf(
         "    %8.0f simulations/s applying the same %zu variants to the resolved plan (the search's "
         "path)\n",
@@ -207,24 +206,9 @@ int runBenchSimulate(const Args& a) {
         so.keepTimeline = false;
         so.reservedBudget = memBudget;
         size_t over = 0;
-        for (const auto& [v, mbs] : fast) {
-            applyVariant(work, v);
-            Plan pv = p;
-            pv.microBatchSize = mbs;
-            over += simulate(buildStepProgram(work, stepOptionsFor(pv, c1024)), c1024,
-                             work.worldSize, so)
-                        .reservedIsLowerBound;
-        }
-        const double tBudget = timeIt(
-            [&] {
-                const auto& [v, mbs] = fast[k++ % fast.size()];
-                applyVariant(work, v);
-                Plan pv = p;
-                pv.microBatchSize = mbs;
-                const StepProgram prog = buildStepProgram(work, stepOptionsFor(pv, c1024));
-                g_sink = g_sink + simulate(prog, c1024, work.worldSize, so).stepNs;
-            },
-            budget * 2);
+        for (size_t i = 0; i < fast.size(); ++i)
+            over += variantStep(i, so).reservedIsLowerBound;
+        const double tBudget = timeIt([&] { variantStep(k++, so); }, budget * 2);
         std::printf(
             "    %8.0f simulations/s the same, with the search's memory budget (%.1f GiB: %zu of "
             "the %zu\n"
@@ -240,7 +224,7 @@ int runBenchSimulate(const Args& a) {
         const Plan pg = perBlock(gpus);
         const ResolvedPlan rg = resolvePlan(g80, pg, &c, "bench");
         std::printf("  %8lld %10.1f\n", static_cast<long long>(gpus),
-                    1e6 * timeIt([&] { oneStep(g80, c, pg, rg); }, budget / 3));
+                    1e6 * timeIt([&] { oneStep(g80, c, pg, rg, quietSim); }, budget / 3));
     }
     std::printf("\nCost by block count (1,024 GPUs)\n  %8s %8s %10s\n", "blocks", "ops", "us/step");
     for (int64_t layers : {2, 10, 20, 40, 80, 160}) {
@@ -248,7 +232,7 @@ int runBenchSimulate(const Args& a) {
         const ResolvedPlan rl = resolvePlan(g, p, &c1024, "bench");
         const size_t ops = buildStepProgram(rl, stepOptionsFor(p, c1024)).ops.size();
         std::printf("  %8lld %8zu %10.1f\n", static_cast<long long>(layers), ops,
-                    1e6 * timeIt([&] { oneStep(g, c1024, p, rl); }, budget / 3));
+                    1e6 * timeIt([&] { oneStep(g, c1024, p, rl, quietSim); }, budget / 3));
     }
     return kExitOk;
 }

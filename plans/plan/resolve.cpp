@@ -855,9 +855,6 @@ int32_t recomputeStopModule(const ModelGraph& g, ModuleId m) {
                x.cost.gemms.size() == 1 && x.cost.gemms[0].calls == 1 && x.cost.attentionCalls == 0;
     };
     if (isLinear(mod)) return m.value;
-    const auto endsWith = [](const std::string& s, std::string_view tail) {
-        return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-    };
     // A dense decoder layer: attention, its two norms and the MLP, then the residual adds
     // (which save nothing); the MLP's last registered Linear, its down projection, runs last.
     if (!endsWith(mod.cls, "DecoderLayer") || !mod.cost.savedBytes.isZero()) return -1;

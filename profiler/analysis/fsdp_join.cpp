@@ -260,8 +260,7 @@ std::vector<Item> itemsOf(const Trace& t, const FsdpTraceAnalysis& a, const Reso
                 if (auto fqn = enclosing("FSDP::post_backward_reduce"))
                     items.push_back({OpKind::ReduceScatterCopyIn, Phase::Backward, planUnit(*fqn),
                                      step, mb, s, end});
-            } else if (inBackward && (name == "aten::linear" || name == "aten::embedding" ||
-                                      name == "aten::scaled_dot_product_attention")) {
+            } else if (inBackward && isForwardOnlyOp(name)) {
                 recomputedOps[{step, mb}].emplace_back(s, end);
             } else if (startsWith(name, "Optimizer.step#")) {
                 items.push_back({OpKind::OptimizerStep, Phase::Optimizer, 0, step, 0, s, end});

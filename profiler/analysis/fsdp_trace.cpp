@@ -185,6 +185,12 @@ int32_t MainThreadWalk::stepOf(int64_t ts) const {
     return ts < it->second ? static_cast<int32_t>(it - steps.begin()) : -1;
 }
 
+bool isForwardOnlyOp(std::string_view name, bool* attention) {
+    const bool sdpa = name == "aten::scaled_dot_product_attention";
+    if (attention) *attention = sdpa;
+    return sdpa || name == "aten::linear" || name == "aten::embedding";
+}
+
 FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
     FsdpTraceAnalysis a;
     a.worldSize = t.worldSize;
@@ -276,9 +282,9 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
                 forwardStack.clear();
             }
             // Forward-only ops: in forward, the unit's own; in backward, a recompute's.
-            const bool linearLike = name == "aten::linear" || name == "aten::embedding";
-            const bool sdpa = name == "aten::scaled_dot_product_attention";
-            if (linearLike || sdpa) {
+            bool sdpa = false;
+            if (isForwardOnlyOp(name, &sdpa)) {
+                const bool linearLike = !sdpa;
                 const int32_t u = inBackward             ? lastPreBackward
                                   : forwardStack.empty() ? -1
                                                          : forwardStack.back();

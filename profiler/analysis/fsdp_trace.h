@@ -115,6 +115,11 @@ struct FsdpTraceAnalysis {
 
 [[nodiscard]] FsdpTraceAnalysis analyzeFsdp(const Trace& t);
 
+// Ops only a forward runs (FsdpUnit::forwardOps): aten::linear and aten::embedding (their
+// backward calls other ops); `attention` sets whether it is the public SDPA op. Seen in a
+// unit's backward, they are a checkpoint's recompute.
+[[nodiscard]] bool isForwardOnlyOp(std::string_view name, bool* attention = nullptr);
+
 // An FSDP2 label: "FSDP::op (fqn)", "FSDP::op" (the root, fqn ""), "FSDP::x_prefetch for fqn".
 struct Fsdp2Label {
     std::string_view op;  // "FSDP::pre_forward"
