@@ -268,7 +268,8 @@ struct FsdpRuntime::Impl {
         at::Tensor out;    // this rank's reduced shard, flat, reduce dtype
         at::Tensor input;  // the whole input until the reduction is done
         int64_t chunk = 0, me = 0;
-        bool inPlace = false;  // Gloo: N in-place reduces, the result copied out of the input
+        bool inPlace = false;   // Gloo: N in-place reduces, the result copied out of the input
+        bool averaged = false;  // reduced with ReduceOp::AVG: already divided by the ranks
     };
     // Copies an in-place reduce-scatter's chunk out and frees its input (after it completed).
     // Also frees the input's memory: the works may keep their tensors for a while after
@@ -400,6 +401,15 @@ struct FsdpRuntime::Impl {
     // Blocking collectives use the calls FSDP2 makes, temporaries included.
     [[nodiscard]] bool inPlaceChunks(const c10d::Backend& pg) const {
         return !o.blockingCollectives && pg.getBackendName() == "gloo";
+    }
+
+    // FSDP2 (_get_gradient_divide_factors) averages fp32 and bf16 gradients inside the
+    // collective (ReduceOp::AVG, on Gloo a division on its worker thread, inside its span);
+    // other reduce dtypes are summed and divided afterwards. The in-place chunked reduces
+    // stay summed (the division follows, before the optimizer step).
+    [[nodiscard]] bool averageInCollective(at::ScalarType reduceType) const {
+        return (reduceType == at::kFloat || reduceType == at::kBFloat16) &&
+               groups->shardSize * groups->replicateSize > 1 && !inPlaceChunks(*groups->shard);
     }
 
     Collective allGather(c10d::Backend& pg, at::Tensor& out, at::Tensor& input, int64_t chunk) {
@@ -902,7 +912,10 @@ struct FsdpRuntime::Impl {
                 beginCollective(OpKind::AllReduce, Phase::Backward, Stream::ReduceScatter, u);
             Reduction red{u, {}, input, {}, in, 0};
             std::vector<at::Tensor> t{input};
-            red.work.works.push_back(groups->replicate->allreduce(t));
+            c10d::AllreduceOptions ao;
+            red.averaged = averageInCollective(s.reduceType);
+            if (red.averaged) ao.reduceOp = c10d::ReduceOp::AVG;
+            red.work.works.push_back(groups->replicate->allreduce(t, ao));
             issued(red.work, ar);
             reductions.push_back(std::move(red));
             return;
@@ -926,7 +939,8 @@ struct FsdpRuntime::Impl {
         } else {
             red.out = at::empty({in}, on(s.reduceType));
             c10d::ReduceScatterOptions ro;
-            ro.reduceOp = c10d::ReduceOp::SUM;
+            red.averaged = averageInCollective(s.reduceType);
+            ro.reduceOp = red.averaged ? c10d::ReduceOp::AVG : c10d::ReduceOp::SUM;
             red.work.works.push_back(pg._reduce_scatter_base(red.out, input, ro));
         }
         red.input = input;
@@ -946,7 +960,9 @@ struct FsdpRuntime::Impl {
                 beginCollective(OpKind::AllReduce, Phase::Backward, Stream::AllReduce, u);
             std::vector<at::Tensor> t{red.out};
             red.work = Collective();
-            red.work.works.push_back(groups->replicate->allreduce(t));
+            c10d::AllreduceOptions ao;
+            if (red.averaged) ao.reduceOp = c10d::ReduceOp::AVG;
+            red.work.works.push_back(groups->replicate->allreduce(t, ao));
             issued(red.work, ar);
         } else {
             issued(red.work, rs);
@@ -1150,7 +1166,7 @@ void FsdpRuntime::optimizerStep() {
         for (auto& red : s.reductions) {
             red.work.wait();
             Impl::retire(red);
-            red.out.div_(divide);
+            if (!red.averaged) red.out.div_(divide);
             auto& us = s.us[red.unit];
             if (s.r.noShard) {
                 for (size_t q = 0; q < us.params.size(); ++q) {
