@@ -267,6 +267,7 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
     std::vector<Open> stack;
     std::unordered_map<int32_t, int32_t> fsdp1UnitOf;  // FSDP1 forward / hook range -> unit
     int32_t fsdp1Hook = 0;                             // pre-backward hooks this micro-batch
+    int32_t fsdp1LastPreBackward = -1;                 // the unit of the latest one
     for (int32_t e : order) {
         const int64_t s = t.start[e];
         while (!stack.empty() && stack.back().end <= s)
@@ -327,6 +328,25 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
                 }
             }
         }
+        // FSDP1's forward-only ops: in forward, those of the innermost unit whose forward
+        // range holds them; in backward, a recompute's, in the unit whose pre-backward hook
+        // fired last (it fires as the unit's output gradient is made, before autograd
+        // reaches the saved tensors that start a non-reentrant recompute).
+        if (step >= 0 && a.api == "fsdp1") {
+            bool sdpa = false;
+            if (isForwardOnlyOp(name, &sdpa)) {
+                int32_t u = inBackward ? fsdp1LastPreBackward : -1;
+                if (!inBackward)
+                    for (auto it = stack.rbegin(); it != stack.rend() && u < 0; ++it)
+                        if (const auto f = fsdp1UnitOf.find(it->event); f != fsdp1UnitOf.end())
+                            u = f->second;
+                if (u >= 0) {
+                    FsdpUnit& unit = a.units[static_cast<size_t>(u)];
+                    (inBackward ? unit.recomputedOps : unit.forwardOps) += !sdpa;
+                    (inBackward ? unit.recomputedAttention : unit.forwardAttention) += sdpa;
+                }
+            }
+        }
         // FSDP1: every FSDP instance's forward is a FullyShardedDataParallel.forward range;
         // the outermost is the root (a micro-batch), nested ones are the units in order.
         if (step >= 0 && a.api == "fsdp1" && name == "FullyShardedDataParallel.forward") {
@@ -337,6 +357,7 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
                 ++microOfStep[static_cast<size_t>(step)];
                 fsdp1Forward = 0;
                 inBackward = false;
+                fsdp1LastPreBackward = -1;
             }
             const int32_t u = unitOf("unit " + std::to_string(nested ? ++fsdp1Forward : 0));
             fsdp1UnitOf[e] = u;
@@ -357,6 +378,7 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
             if (k >= 0) {
                 const int32_t u = unitOf("unit " + std::to_string(k));
                 fsdp1UnitOf[e] = u;
+                fsdp1LastPreBackward = u;
                 if (a.units[static_cast<size_t>(u)].backwardPos < 0)
                     a.units[static_cast<size_t>(u)].backwardPos = bwdCounter++;
             }
@@ -948,15 +970,17 @@ RecoveredPlan recoverPlan(const FsdpTraceAnalysis& a, const std::string& source,
             "training: micro_batch_size and seq_len (no aten::embedding "
             "shapes: profile with record_shapes=True)");
     }
-    if (a.api == "fsdp2") {
+    {
         // A unit whose forward-only ops all run again in its backward recomputes its forward:
         // torch.utils.checkpoint enters each op of the recompute, the one its early stop ends
         // at included. Op-level selective policies (torchtitan's, "attention") enter the
         // same ops and return the saved outputs: by op names they look the same.
+        const bool fsdp1 = a.api == "fsdp1";
         int64_t full = 0, partial = 0, units = 0;
         std::vector<std::string> fullUnits;
         for (const auto& u : a.units) {
-            if (u.name.empty()) continue;  // the root is not checkpointed
+            // The root is not checkpointed (FSDP1 numbers it unit 0).
+            if (u.name.empty() || (fsdp1 && u.name == "unit 0")) continue;
             ++units;
             const bool all = u.forwardOps > 0 && u.recomputedOps >= u.forwardOps &&
                              u.recomputedAttention >= u.forwardAttention;
@@ -971,15 +995,22 @@ RecoveredPlan recoverPlan(const FsdpTraceAnalysis& a, const std::string& source,
             r.inferred.push_back(
                 "activation_checkpointing: none (no forward op of a unit ran again in its "
                 "backward)");
+        } else if (full == units) {
+            p.defaults.activationCheckpointing = AcSpec(AcMode::Full);
+            r.inferred.push_back("activation_checkpointing: full on " + std::to_string(full) +
+                                 " of " + std::to_string(units) +
+                                 " units (each forward op ran again in the unit's backward: a "
+                                 "recompute; an op-level selective policy looks the same)");
+        } else if (fsdp1) {
+            // FSDP1 names no unit in its trace: the units cannot be listed in the plan.
+            r.defaulted.push_back("activation_checkpointing: full on " + std::to_string(full) +
+                                  " of " + std::to_string(units) +
+                                  " units by the trace, which FSDP1 does not name: left unset");
         } else {
-            if (full == units) {
-                p.defaults.activationCheckpointing = AcSpec(AcMode::Full);
-            } else {
-                for (auto& spec : p.units)
-                    if (!spec.modules.empty() && std::find(fullUnits.begin(), fullUnits.end(),
-                                                           spec.modules.front()) != fullUnits.end())
-                        spec.settings.activationCheckpointing = AcSpec(AcMode::Full);
-            }
+            for (auto& spec : p.units)
+                if (!spec.modules.empty() && std::find(fullUnits.begin(), fullUnits.end(),
+                                                       spec.modules.front()) != fullUnits.end())
+                    spec.settings.activationCheckpointing = AcSpec(AcMode::Full);
             r.inferred.push_back("activation_checkpointing: full on " + std::to_string(full) +
                                  " of " + std::to_string(units) +
                                  " units (each forward op ran again in the unit's backward: a "
@@ -989,10 +1020,6 @@ RecoveredPlan recoverPlan(const FsdpTraceAnalysis& a, const std::string& source,
             r.defaulted.push_back("activation_checkpointing: " + std::to_string(partial) +
                                   " unit(s) recomputed part of their forward (a checkpointed "
                                   "submodule): left unset");
-    } else {
-        r.defaulted.push_back(
-            "activation_checkpointing: none (FSDP1's traces are not read for it; set it if the "
-            "job checkpoints)");
     }
     r.defaulted.push_back("offload, reshard_after_backward, gradient_divide_factor: defaults");
     return r;

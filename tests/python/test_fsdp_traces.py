@@ -63,6 +63,10 @@ CASES = {
                                                                "activation_checkpointing": "full"}),
     "fsdp1_per_block": plan("fsdp1_per_block", api="fsdp1", defaults={},
                             fsdp1={"sharding_strategy": "FULL_SHARD", "backward_prefetch": "BACKWARD_PRE"}),
+    # torch's apply_activation_checkpointing (non-reentrant checkpoint_wrapper) inside each unit
+    "fsdp1_full_checkpointing": plan("fsdp1_full_checkpointing", api="fsdp1",
+                                     defaults={"activation_checkpointing": "full"},
+                                     fsdp1={"sharding_strategy": "FULL_SHARD", "backward_prefetch": "BACKWARD_PRE"}),
 }
 
 
@@ -113,9 +117,9 @@ class FsdpTraces(unittest.TestCase):
                 self.assertEqual(rec["gradient_accumulation"]["micro_batches"],
                                  p.get("gradient_accumulation", {}).get("micro_batches", 1))
                 self.assertEqual(rec["training"], p["training"])
-                if p["api"] == "fsdp2":  # checkpointing as it ran: a recompute in backward
-                    self.assertEqual(rec["defaults"].get("activation_checkpointing"),
-                                     p["defaults"].get("activation_checkpointing"), name)
+                # checkpointing as it ran: a recompute in backward (FSDP2 and FSDP1)
+                self.assertEqual(rec["defaults"].get("activation_checkpointing"),
+                                 p["defaults"].get("activation_checkpointing"), name)
                 if p["api"] == "fsdp1":
                     self.assertEqual(rec["fsdp1"]["sharding_strategy"], "FULL_SHARD")
                     self.assertEqual(rec["fsdp1"]["backward_prefetch"], "BACKWARD_PRE")
