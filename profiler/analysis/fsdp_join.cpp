@@ -43,6 +43,30 @@ void selfSegments(const Interval& region, const std::vector<Interval>& childSpan
     if (region.second > lastChild) out.emplace_back(lastChild, region.second);
 }
 
+// A unit's recompute in its backward `window`: from the first to the last forward-only op
+// (`ops`, by start) that ran in it outside the nested units' spans (`children`, as
+// selfSegments counts them: those inside the window); {-1, -1} when none did.
+// Non-reentrant checkpointing recomputes in one go, at the first saved tensor it needs, and
+// stops at the last one forward saved.
+Interval recomputeIn(const std::map<std::pair<int32_t, int32_t>, std::vector<Interval>>& ops,
+                     std::pair<int32_t, int32_t> slot, Interval window,
+                     const std::vector<Interval>& children) {
+    Interval recompute{-1, -1};
+    const auto it = ops.find(slot);
+    if (it == ops.end()) return recompute;
+    for (const Interval& op : it->second) {
+        if (op.first < window.first || op.second > window.second) continue;
+        const bool inChild = std::any_of(children.begin(), children.end(), [&](const Interval& c) {
+            return c.first >= window.first && c.second <= window.second && op.first >= c.first &&
+                   op.second <= c.second;
+        });
+        if (inChild) continue;
+        recompute.first = recompute.first < 0 ? op.first : std::min(recompute.first, op.first);
+        recompute.second = std::max(recompute.second, op.second);
+    }
+    return recompute;
+}
+
 // FSDP1's compute and optimizer step, from its own ranges (its copies are not labelled, so
 // the program's copy-in and copy-out ops stay unjoined). Forward: each
 // FullyShardedDataParallel.forward range is a unit (the outermost the root, nested ones in order);
@@ -68,6 +92,8 @@ void fsdp1ComputeItems(const Trace& t, const FsdpTraceAnalysis& a, const Resolve
     std::vector<Open> stack;
     std::vector<int32_t> micro(walk.steps.size(), -1);
     int32_t nested = 0, preHooks = 0, postHooks = 0;
+    // Forward-only ops after the micro-batch's first backward hook: a checkpoint's recompute.
+    std::map<std::pair<int32_t, int32_t>, std::vector<Interval>> recomputedOps;
     for (int32_t e : walk.order) {
         const int64_t s = t.start[e], end = s + t.dur[e];
         while (!stack.empty() && stack.back().end <= s)
@@ -77,6 +103,9 @@ void fsdp1ComputeItems(const Trace& t, const FsdpTraceAnalysis& a, const Resolve
         int32_t unit = -1;
         if (step >= 0 && startsWith(name, "Optimizer.step#"))
             items.push_back({OpKind::OptimizerStep, Phase::Optimizer, 0, step, 0, s, end});
+        if (step >= 0 && (preHooks > 0 || postHooks > 0) && isForwardOnlyOp(name))
+            recomputedOps[{step, std::max(0, micro[static_cast<size_t>(step)])}].emplace_back(s,
+                                                                                              end);
         if (step >= 0 && startsWith(name, "FullyShardedDataParallel.")) {
             int32_t& m = micro[static_cast<size_t>(step)];
             int32_t openUnit = -1;
@@ -142,7 +171,17 @@ void fsdp1ComputeItems(const Trace& t, const FsdpTraceAnalysis& a, const Resolve
             if (x.bwdPreEnd >= 0 && x.bwdPostStart >= 0) {
                 for (const auto& c : bwdSpans)
                     if (c != Interval{x.bwdPreStart, x.bwdPostEnd}) children.push_back(c);
-                selfSegments({x.bwdPreEnd, x.bwdPostStart}, children, segs);
+                // A recompute, as in FSDP2's join: the unit's own forward-only ops between its
+                // pre-backward hook and its post-backward hook, outside nested units.
+                const Interval window{x.bwdPreEnd, x.bwdPostStart};
+                const Interval recompute = recomputeIn(recomputedOps, slot, window, children);
+                int64_t backwardFrom = window.first;
+                if (recompute.first >= 0) {
+                    items.push_back({OpKind::Recompute, Phase::Backward, u, slot.first, slot.second,
+                                     window.first, recompute.second});
+                    backwardFrom = recompute.second;
+                }
+                selfSegments({backwardFrom, x.bwdPostStart}, children, segs);
                 for (const auto& g : segs)
                     items.push_back({OpKind::Backward, Phase::Backward, u, slot.first, slot.second,
                                      g.first, g.second});
@@ -298,26 +337,9 @@ std::vector<Item> itemsOf(const Trace& t, const FsdpTraceAnalysis& a, const Reso
                 std::vector<Interval> children;
                 for (const auto& c : backwardSpans)
                     if (c != Interval{u.preBackward.first, u.backwardEnd}) children.push_back(c);
-                // A recompute: from the first forward op that ran again in this unit's own
-                // backward to the last (non-reentrant checkpointing recomputes in one go, at
-                // the first saved tensor it needs, and stops at the last one forward saved).
-                Interval recompute{-1, -1};
-                const Interval window{u.preBackward.second, u.accumulateStart};
-                if (auto it = recomputedOps.find(slot); it != recomputedOps.end())
-                    for (const Interval& op : it->second) {
-                        if (op.first < window.first || op.second > window.second) continue;
-                        // In a unit nested in this one's backward (as selfSegments counts
-                        // children: those inside the window).
-                        const bool inChild =
-                            std::any_of(children.begin(), children.end(), [&](const Interval& c) {
-                                return c.first >= window.first && c.second <= window.second &&
-                                       op.first >= c.first && op.second <= c.second;
-                            });
-                        if (inChild) continue;
-                        recompute.first =
-                            recompute.first < 0 ? op.first : std::min(recompute.first, op.first);
-                        recompute.second = std::max(recompute.second, op.second);
-                    }
+                // A recompute: the forward ops that ran again in this unit's own backward.
+                const Interval recompute = recomputeIn(
+                    recomputedOps, slot, {u.preBackward.second, u.accumulateStart}, children);
                 // The recompute runs first (from the unit's pre-backward: its norms come
                 // before the first forward op counted); the backward is the rest, in one piece.
                 int64_t backwardFrom = u.preBackward.second;

@@ -181,6 +181,9 @@ class FsdpTraces(unittest.TestCase):
                     kinds = {o["kind"] for o in j["ops"]}
                     self.assertTrue({"all_gather", "reduce_scatter", "forward", "backward", "optimizer"} <= kinds,
                                     kinds)
+                    # under checkpointing each unit's recompute joins as its own op
+                    self.assertEqual("recompute" in kinds,
+                                     p["defaults"].get("activation_checkpointing") == "full", kinds)
                 elif name == "grouped":
                     # the program splits the (norm, lm_head) unit around the root's code between
                     # them; FSDP's labels bracket the unit once
