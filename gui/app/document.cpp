@@ -24,6 +24,14 @@ namespace shardscope::gui {
 
 namespace {
 
+// An empty row with its name and rank group (the other members at their defaults).
+TimelineRow namedRow(std::string name, std::string group) {
+    TimelineRow row;
+    row.name = std::move(name);
+    row.group = std::move(group);
+    return row;
+}
+
 // Kineto traces are gzip files or JSON with "traceEvents": sniffed from the first bytes, then
 // imported streaming rather than parsed whole.
 // A Chrome/Kineto trace by its content: gzip; a top-level array; or an object whose keys
@@ -95,7 +103,7 @@ TimelineData timelineFromTrace(const std::shared_ptr<const Trace>& trace,
                 const std::string prefix = group + " \u00b7 ";
                 if (name.rfind(prefix, 0) == 0) name = name.substr(prefix.size());
             }
-            d.rows.push_back({name, {}, group});
+            d.rows.push_back(namedRow(name, group));
         }
     // Launches that start a flow: one host row per thread (shown with the flows only);
     // launches on one thread do not overlap.
@@ -164,7 +172,8 @@ TimelineData timelineFromTrace(const std::shared_ptr<const Trace>& trace,
     if (fsdp && !fsdp->api.empty()) {
         const std::string group =
             ranks.size() > 1 ? "rank " + std::to_string(t.rank) : std::string();
-        TimelineRow ag{"FSDP all-gathers", {}, group}, rs{"FSDP reduce-scatters", {}, group};
+        TimelineRow ag = namedRow("FSDP all-gathers", group),
+                    rs = namedRow("FSDP reduce-scatters", group);
         std::unordered_map<std::string, int32_t> unitByName;
         for (size_t u = 0; u < d.units.size(); ++u)
             unitByName.emplace(d.units[u], static_cast<int32_t>(u));
@@ -192,7 +201,7 @@ TimelineData timelineFromTrace(const std::shared_ptr<const Trace>& trace,
         // Each unit's forward (pre_forward to post_forward) and backward (pre_backward to
         // its last post_backward hook) from FSDP2's labels: the root's encloses the others,
         // so the track nests.
-        TimelineRow units{"FSDP units", {}, group};
+        TimelineRow units = namedRow("FSDP units", group);
         if (fsdp->api == "fsdp2") {
             struct Open {
                 // (start, event) of each pre_forward / pre_backward: the span's op is that

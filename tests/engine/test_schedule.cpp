@@ -264,7 +264,9 @@ TEST(Memory, AnExpertLoopNeverHoldsAllItsRecomputedActivationsAndGradients) {
     const SimRun flat = run(expertBlocks(false), p, cluster(1, 1));
     const double mib = 1 << 20;
     for (const ModuleRun& r : loop.plan.moduleRuns) {
-        if (r.hasAttn) EXPECT_EQ(r.loopMembers, 4);
+        if (r.hasAttn) {
+            EXPECT_EQ(r.loopMembers, 4);
+        }
     }
     for (const ModuleRun& r : flat.plan.moduleRuns)
         EXPECT_EQ(r.loopMembers, 0);
@@ -815,8 +817,12 @@ TEST(StepProgram, RotaryEmbeddingsRunWhereTransformersRunsThem) {
     Plan p;
     p.wrap.kind = WrapPolicySpec::Kind::ModuleClass;
     p.wrap.classes = {"LlamaDecoderLayer"};
-    p.units.push_back({.name = "", .modules = {"model.embed_tokens"}});
-    p.units.push_back({.name = "", .modules = {"model.norm", "lm_head"}});
+    for (std::vector<std::string> mods : {std::vector<std::string>{"model.embed_tokens"},
+                                          std::vector<std::string>{"model.norm", "lm_head"}}) {
+        UnitSpec u;
+        u.modules = std::move(mods);
+        p.units.push_back(u);
+    }
     p.microBatchSize = 1;
     p.seqLen = 64;
     p.meshShape = {2};

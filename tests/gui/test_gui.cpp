@@ -177,7 +177,8 @@ TEST(GuiWindow, OpensSamplesOffTheGuiThreadAndShowsProblems) {
 
 namespace {
 std::vector<TimelineRow> denseRow(int n, int64_t len, int64_t gap) {
-    TimelineRow r{"compute", {}, {}, false};
+    TimelineRow r;
+    r.name = "compute";
     int64_t t = 0;
     for (int i = 0; i < n; ++i) {
         r.events.push_back({t, t + len, EventKind::Compute, i, "op " + std::to_string(i)});
@@ -228,7 +229,9 @@ TEST(DrawList, FoldedBlocksTakeTheKindCoveringMostOfTheirTime) {
     const Viewport v{0, 110000, 500};
     // Without the rows' kind index (rows built by hand): mixed blocks stay Other.
     for (const auto& d : buildDrawList(rows, v))
-        if (d.folded > 1) EXPECT_EQ(d.kind, EventKind::Other);
+        if (d.folded > 1) {
+            EXPECT_EQ(d.kind, EventKind::Other);
+        }
     sortEventsByStart(rows);
     const auto dl = buildDrawList(rows, v);
     int64_t folded[2] = {0, 0};
@@ -536,9 +539,15 @@ std::shared_ptr<TimelineData> twoRanks() {
     for (int r = 0; r < 2; ++r) {
         const std::string g = "rank " + std::to_string(r);
         const int64_t o = r * ms;
-        d->rows.push_back({"compute", {{o, o + 10 * ms, EventKind::Compute, 0, "fwd", 1}}, g});
-        d->rows.push_back(
-            {"all_gather", {{o + 5 * ms, o + 15 * ms, EventKind::AllGather, 1, "ag", 1}}, g});
+        TimelineRow compute, allGather;
+        compute.name = "compute";
+        compute.events = {{o, o + 10 * ms, EventKind::Compute, 0, "fwd", 1}};
+        compute.group = g;
+        allGather.name = "all_gather";
+        allGather.events = {{o + 5 * ms, o + 15 * ms, EventKind::AllGather, 1, "ag", 1}};
+        allGather.group = g;
+        d->rows.push_back(std::move(compute));
+        d->rows.push_back(std::move(allGather));
     }
     d->endNs = 16 * ms;
     return d;
