@@ -77,6 +77,12 @@ def exposed_by_unit(j, rnd):
     return out
 
 
+def compare(theirs, ours):
+    """Medians of both sides' samples (ms), their difference (%) and PyTorch's range (ms)."""
+    a, b = statistics.median(theirs) * 1e-6, statistics.median(ours) * 1e-6
+    return a, b, (b - a) / a * 100 if a > 0 else 0.0, min(theirs) * 1e-6, max(theirs) * 1e-6
+
+
 def bootstrap_diff(theirs, ours, draws=2000, seed=1):
     """95 % interval of (median(ours) - median(theirs)) / median(theirs), in %, resampling each
     side's samples with replacement: how far the two medians could be apart by noise alone."""
@@ -106,12 +112,7 @@ def main():
     args = ap.parse_args()
     env = dict(os.environ)
     if not args.glibc_dynamic_mmap:
-        # glibc raises its mmap threshold the first time a process frees a mapped block of up
-        # to 32 MiB; from then on such blocks come from the heap. A PyTorch FSDP2 process
-        # crosses that line after a few steps and its large all-gather copies slow down 2-8x
-        # (copy out of Gloo's flat buffer: ~10 ms -> ~75 ms for 51 MB); the engine's
-        # allocation history differs, so the two would be compared in different allocator
-        # regimes. Fixed at glibc's starting value, both stay in the same one throughout.
+        # Both sides in one allocator regime throughout (why: the docstring above).
         env.setdefault("MALLOC_MMAP_THRESHOLD_", "131072")
     tmp = tempfile.mkdtemp(prefix="shardscope-exposed-")
     model = args.model
@@ -162,14 +163,12 @@ def main():
     print(f"{'UNIT':18} {'PHASE':9} {'COLLECTIVE':15} {'PYTORCH':>9} {'OURS':>9} {'DIFF':>8}   PYTORCH RANGE")
     worst = 0.0
     for key in sorted(theirs):
-        a = statistics.median(theirs[key]) * 1e-6
         if key not in mine:
+            a = statistics.median(theirs[key]) * 1e-6
             print(f"{key[0] or '<root>':18} {key[1]:9} {key[2]:15} {a:9.2f} {'-':>9}   not in our trace")
             continue
-        b = statistics.median(mine[key]) * 1e-6
-        diff = (b - a) / a * 100 if a > 0 else 0.0
+        a, b, diff, lo, hi = compare(theirs[key], mine[key])
         worst = max(worst, abs(diff))
-        lo, hi = min(theirs[key]) * 1e-6, max(theirs[key]) * 1e-6
         print(f"{key[0] or '<root>':18} {key[1]:9} {key[2]:15} {a:9.2f} {b:9.2f} {diff:+7.1f}%   {lo:.1f}-{hi:.1f}")
     print(f"\nlargest difference per collective: {worst:.1f}%")
     print("\nper unit: median over rounds, steps and ranks of the unit's exposed time in a step "
@@ -177,15 +176,14 @@ def main():
     print(f"{'UNIT':18} {'PYTORCH':>9} {'OURS':>9} {'DIFF':>8} {'95% INTERVAL':>17}   PYTORCH RANGE")
     worst_unit = 0.0
     for unit in sorted(their_units):
-        a = statistics.median(their_units[unit].values()) * 1e-6
+        theirs_u = list(their_units[unit].values())
         if unit not in my_units:
-            print(f"{unit or '<root>':18} {a:9.2f} {'-':>9}   not in our trace")
+            print(f"{unit or '<root>':18} {statistics.median(theirs_u) * 1e-6:9.2f} {'-':>9}   not in our trace")
             continue
-        b = statistics.median(my_units[unit].values()) * 1e-6
-        diff = (b - a) / a * 100 if a > 0 else 0.0
+        ours_u = list(my_units[unit].values())
+        a, b, diff, lo, hi = compare(theirs_u, ours_u)
         worst_unit = max(worst_unit, abs(diff))
-        lo, hi = min(their_units[unit].values()) * 1e-6, max(their_units[unit].values()) * 1e-6
-        ci = bootstrap_diff(list(their_units[unit].values()), list(my_units[unit].values()))
+        ci = bootstrap_diff(theirs_u, ours_u)
         print(f"{unit or '<root>':18} {a:9.2f} {b:9.2f} {diff:+7.1f}% {f'[{ci[0]:+.1f}, {ci[1]:+.1f}]':>17}   "
               f"{lo:.1f}-{hi:.1f}")
     print(f"\nlargest difference per unit: {worst_unit:.1f}% (the issue's bar: 10% per unit; the interval is a "

@@ -268,6 +268,14 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
     std::unordered_map<int32_t, int32_t> fsdp1UnitOf;  // FSDP1 forward / hook range -> unit
     int32_t fsdp1Hook = 0;                             // pre-backward hooks this micro-batch
     int32_t fsdp1LastPreBackward = -1;                 // the unit of the latest one
+    // A forward-only op (isForwardOnlyOp) that ran in unit u: in forward, the unit's own; in
+    // backward, its recompute's. u -1: none.
+    auto countForwardOnly = [&](int32_t u, bool sdpa) {
+        if (u < 0) return;
+        FsdpUnit& unit = a.units[static_cast<size_t>(u)];
+        (inBackward ? unit.recomputedOps : unit.forwardOps) += !sdpa;
+        (inBackward ? unit.recomputedAttention : unit.forwardAttention) += sdpa;
+    };
     for (int32_t e : order) {
         const int64_t s = t.start[e];
         while (!stack.empty() && stack.back().end <= s)
@@ -283,18 +291,11 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
                 forwardStack.clear();
             }
             // Forward-only ops: in forward, the unit's own; in backward, a recompute's.
-            bool sdpa = false;
-            if (isForwardOnlyOp(name, &sdpa)) {
-                const bool linearLike = !sdpa;
-                const int32_t u = inBackward             ? lastPreBackward
-                                  : forwardStack.empty() ? -1
-                                                         : forwardStack.back();
-                if (u >= 0) {
-                    FsdpUnit& unit = a.units[static_cast<size_t>(u)];
-                    (inBackward ? unit.recomputedOps : unit.forwardOps) += linearLike;
-                    (inBackward ? unit.recomputedAttention : unit.forwardAttention) += sdpa;
-                }
-            }
+            if (bool sdpa = false; isForwardOnlyOp(name, &sdpa))
+                countForwardOnly(inBackward             ? lastPreBackward
+                                 : forwardStack.empty() ? -1
+                                                        : forwardStack.back(),
+                                 sdpa);
             if (startsWith(name, "FSDP::post_backward")) inBackward = true;
             if (const auto l = parseFsdp2Label(name)) {
                 if (l->op == "FSDP::pre_forward") {
@@ -332,20 +333,13 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
         // range holds them; in backward, a recompute's, in the unit whose pre-backward hook
         // fired last (it fires as the unit's output gradient is made, before autograd
         // reaches the saved tensors that start a non-reentrant recompute).
-        if (step >= 0 && a.api == "fsdp1") {
-            bool sdpa = false;
-            if (isForwardOnlyOp(name, &sdpa)) {
-                int32_t u = inBackward ? fsdp1LastPreBackward : -1;
-                if (!inBackward)
-                    for (auto it = stack.rbegin(); it != stack.rend() && u < 0; ++it)
-                        if (const auto f = fsdp1UnitOf.find(it->event); f != fsdp1UnitOf.end())
-                            u = f->second;
-                if (u >= 0) {
-                    FsdpUnit& unit = a.units[static_cast<size_t>(u)];
-                    (inBackward ? unit.recomputedOps : unit.forwardOps) += !sdpa;
-                    (inBackward ? unit.recomputedAttention : unit.forwardAttention) += sdpa;
-                }
-            }
+        if (bool sdpa = false; step >= 0 && a.api == "fsdp1" && isForwardOnlyOp(name, &sdpa)) {
+            int32_t u = inBackward ? fsdp1LastPreBackward : -1;
+            if (!inBackward)
+                for (auto it = stack.rbegin(); it != stack.rend() && u < 0; ++it)
+                    if (const auto f = fsdp1UnitOf.find(it->event); f != fsdp1UnitOf.end())
+                        u = f->second;
+            countForwardOnly(u, sdpa);
         }
         // FSDP1: every FSDP instance's forward is a FullyShardedDataParallel.forward range;
         // the outermost is the root (a micro-batch), nested ones are the units in order.
@@ -991,29 +985,25 @@ RecoveredPlan recoverPlan(const FsdpTraceAnalysis& a, const std::string& source,
                 ++partial;
             }
         }
+        const std::string fullOn = "activation_checkpointing: full on " + std::to_string(full) +
+                                   " of " + std::to_string(units) + " units";
         if (full == 0) {
             r.inferred.push_back(
                 "activation_checkpointing: none (no forward op of a unit ran again in its "
                 "backward)");
-        } else if (full == units) {
-            p.defaults.activationCheckpointing = AcSpec(AcMode::Full);
-            r.inferred.push_back("activation_checkpointing: full on " + std::to_string(full) +
-                                 " of " + std::to_string(units) +
-                                 " units (each forward op ran again in the unit's backward: a "
-                                 "recompute; an op-level selective policy looks the same)");
-        } else if (fsdp1) {
+        } else if (full < units && fsdp1) {
             // FSDP1 names no unit in its trace: the units cannot be listed in the plan.
-            r.defaulted.push_back("activation_checkpointing: full on " + std::to_string(full) +
-                                  " of " + std::to_string(units) +
-                                  " units by the trace, which FSDP1 does not name: left unset");
+            r.defaulted.push_back(fullOn + " by the trace, which FSDP1 does not name: left unset");
         } else {
-            for (auto& spec : p.units)
-                if (!spec.modules.empty() && std::find(fullUnits.begin(), fullUnits.end(),
-                                                       spec.modules.front()) != fullUnits.end())
-                    spec.settings.activationCheckpointing = AcSpec(AcMode::Full);
-            r.inferred.push_back("activation_checkpointing: full on " + std::to_string(full) +
-                                 " of " + std::to_string(units) +
-                                 " units (each forward op ran again in the unit's backward: a "
+            if (full == units)
+                p.defaults.activationCheckpointing = AcSpec(AcMode::Full);
+            else
+                for (auto& spec : p.units)
+                    if (!spec.modules.empty() && std::find(fullUnits.begin(), fullUnits.end(),
+                                                           spec.modules.front()) != fullUnits.end())
+                        spec.settings.activationCheckpointing = AcSpec(AcMode::Full);
+            r.inferred.push_back(fullOn +
+                                 " (each forward op ran again in the unit's backward: a "
                                  "recompute; an op-level selective policy looks the same)");
         }
         if (partial > 0)
