@@ -37,6 +37,9 @@ RUNS = [
     ("h200-llama8b-4layers/seq8192", "h200-llama8b-4layers/config.json", "Llama-3.1-8B, 4 layers, 1 x 8192"),
     ("h200-llama8b-4layers/ac-2x4096", "h200-llama8b-4layers/config.json",
      "Llama-3.1-8B, 4 layers, full AC, no reshard, 2 x 4096"),
+    ("h200-llama8b-4layers/sac-2x4096", "h200-llama8b-4layers/config.json",
+     "Llama-3.1-8B, 4 layers, op-level selective AC (torchtitan's preset), no reshard, 2 x 4096"),
+    ("h200-llama8b-4layers/fsdp1", "h200-llama8b-4layers/config.json", "Llama-3.1-8B, 4 layers, FSDP1, 1 x 4096"),
     ("h200-mistral7b-4layers", None, "Mistral-7B, 4 layers, 1 x 8192 (sliding window 4096)"),
 ]
 
@@ -95,6 +98,10 @@ def simulated(model, plan, cluster, tmp):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument("--cluster", default=CLUSTER,
+                    help="the 'before' cluster (default: calibrate --measure's on the H200, the first; "
+                         "tests/data/h200-llama8b-4layers/cluster-remeasured.json is the second, with "
+                         "attention FLOPs counted as torch.utils.flop_counter counts them)")
     a = ap.parse_args()
     if not os.path.exists(BIN):
         sys.exit(f"error: {BIN} is not built (bash scripts/setup.sh build)")
@@ -106,9 +113,9 @@ def main():
         model = os.path.join(DATA, model) if model else os.path.join(d, "config.json")
         plan = os.path.join(d, "plan.json")
         span, meas = measured(trace)
-        before = simulated(model, plan, CLUSTER, tmp)
+        before = simulated(model, plan, a.cluster, tmp)
         fitted = os.path.join(tmp, folder.replace("/", "_") + ".json")
-        shardscope("calibrate", "--from-trace", trace, "-c", CLUSTER, "-o", fitted, "--json")
+        shardscope("calibrate", "--from-trace", trace, "-c", a.cluster, "-o", fitted, "--json")
         after = simulated(model, plan, fitted, tmp)
         rows.append({"run": what, "measured_step_ms": span, "measured_ms": meas,
                      "before": {"step_ms": before[0], "ms": before[1]},

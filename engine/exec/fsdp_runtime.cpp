@@ -250,6 +250,10 @@ struct FsdpRuntime::Impl {
         int64_t agIn = 0, agGroup = 1;
         bool postBackwardDone = false;
         bool backwardBegun = false;
+        // A unit of several checkpointed modules (norm + lm_head) recomputes each in its own
+        // checkpoint; the step program has one recompute op a micro-batch, the first of them
+        // (the others count in the unit's backward).
+        bool recomputeRecorded = false;
         bool postForwardCopy = false;
         // Modules of the unit still to run forward: FSDP2 runs a group's pre-forward before
         // the first of its modules and its post-forward after the last (fully_shard of a
@@ -1063,8 +1067,12 @@ at::Tensor FsdpRuntime::checkpoint(const at::Tensor& x,
             const at::Tensor x = ctx->get_saved_variables()[0];
             const auto bodyIndex = static_cast<size_t>(ctx->saved_data["body"].toInt());
             const auto unit = static_cast<int32_t>(ctx->saved_data["unit"].toInt());
-            const size_t rc =
-                s.rec->begin(OpKind::Recompute, Phase::Backward, Stream::Compute, unit, s.mb);
+            bool& recorded = s.us[static_cast<size_t>(unit)].recomputeRecorded;
+            const bool record = !recorded;
+            recorded = true;
+            const size_t rc = record ? s.rec->begin(OpKind::Recompute, Phase::Backward,
+                                                    Stream::Compute, unit, s.mb)
+                                     : Recorder::kNone;
             at::Tensor xd = x.detach().requires_grad_(x.requires_grad());
             at::Tensor y;
             {
@@ -1073,8 +1081,10 @@ at::Tensor FsdpRuntime::checkpoint(const at::Tensor& x,
                 y = s.bodies[bodyIndex](xd);
                 s.recomputing = false;
             }
-            s.rec->end(rc);
-            s.lastBwdMark = nowNs();
+            if (record) {
+                s.rec->end(rc);
+                s.lastBwdMark = nowNs();
+            }
             torch::autograd::backward({y}, {grads[0]});
             return {xd.requires_grad() ? xd.grad() : at::Tensor(), at::Tensor(), at::Tensor(),
                     at::Tensor()};
@@ -1118,7 +1128,7 @@ void FsdpRuntime::beginMicroBatch(int32_t mb, bool syncGradients) {
     s.postForwardOrder.clear();
     s.bodies.clear();
     for (auto& u : s.us)
-        u.postBackwardDone = u.backwardBegun = false;
+        u.postBackwardDone = u.backwardBegun = u.recomputeRecorded = false;
     m_segHasCompute = false;
 }
 

@@ -113,14 +113,15 @@ ParamId LlamaModel::par(const std::string& name, bool required) const {
 }
 
 at::Tensor LlamaModel::linear(ModuleId m, ParamId w, ParamId b, const at::Tensor& x) {
-    return rt.callModule(m, x, [&](const at::Tensor& in) {
+    // By value: a checkpointed module's body runs again in backward, after this returns.
+    return rt.callModule(m, x, [this, w, b](const at::Tensor& in) {
         rt.noteCompute();
         return at::linear(in, rt.param(w), b.valid() ? rt.param(b) : at::Tensor());
     });
 }
 
 at::Tensor LlamaModel::rmsNorm(ModuleId m, ParamId w, const at::Tensor& x) {
-    return rt.callModule(m, x, [&](const at::Tensor& in) {
+    return rt.callModule(m, x, [this, w](const at::Tensor& in) {
         rt.noteCompute();
         at::Tensor h = in.to(at::kFloat);
         h = h * at::rsqrt(h.pow(2).mean({-1}, true) + c.eps);

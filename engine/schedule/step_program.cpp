@@ -94,6 +94,57 @@ void removeKernels(KernelMix& m, KernelKind kind, double perKernel, int64_t coun
     }
 }
 
+// What op-level selective checkpointing keeps (ModuleRun::sacKeptGemms): its GEMMs, and
+// whether SDPA's outputs.
+struct SacKept {
+    const std::vector<ModuleCost::Gemm>* gemms[2] = {nullptr, nullptr};
+    bool sdpa = false;
+};
+SacKept sacKept(const ModuleRun& run, const std::vector<std::string>& save) {
+    SacKept k;
+    if (save.empty()) {  // torchtitan's preset: every second mm, SDPA
+        k.gemms[0] = &run.sacKeptGemms;
+        k.sdpa = true;
+        return k;
+    }
+    const auto has = [&](const char* op) {
+        return std::find(save.begin(), save.end(), op) != save.end();
+    };
+    if (has("mm")) k.gemms[0] = &run.mmGemms;
+    if (has("addmm")) k.gemms[1] = &run.addmmGemms;
+    k.sdpa = has("sdpa");
+    return k;
+}
+
+// Calls f(gemm, calls) for each GEMM shape a recompute does not run: the kept ones (`kept`,
+// may be null) and, with early stop, ModuleRun::recomputeSkips; a shape in both counts the
+// larger number (the region's last GEMM is often kept as well).
+template <class F>
+void notRecomputed(const ModuleRun& run, const SacKept* kept, bool earlyStop, F&& f) {
+    const std::vector<ModuleCost::Gemm>* lists[3] = {kept ? kept->gemms[0] : nullptr,
+                                                     kept ? kept->gemms[1] : nullptr,
+                                                     earlyStop ? &run.recomputeSkips : nullptr};
+    const auto callsIn = [](const std::vector<ModuleCost::Gemm>* l, const ModuleCost::Gemm& g) {
+        if (l)
+            for (const ModuleCost::Gemm& x : *l)
+                if (x.mPerToken == g.mPerToken && x.n == g.n && x.k == g.k) return x.calls;
+        return 0;
+    };
+    for (int i = 0; i < 3; ++i) {
+        if (!lists[i]) continue;
+        for (const ModuleCost::Gemm& g : *lists[i]) {
+            bool seen = false;
+            for (int j = 0; j < i; ++j)
+                seen = seen || callsIn(lists[j], g) > 0;
+            if (seen) continue;  // counted with the first list that holds its shape
+            int32_t keptCalls = 0;
+            for (int j = 0; j < 2; ++j)
+                keptCalls += callsIn(lists[j], g);
+            f(g, std::max(keptCalls, callsIn(lists[2], g)));
+        }
+    }
+}
+
 // The kernels of one module run at micro-batch b x s (docs/kernel-model.md): its GEMMs by
 // shape, SDPA calls, and memory-bound kernels sharing the run's bytes. A run whose modules
 // carry no kernel counts (a model JSON without them) is one GEMM kernel per module with
@@ -103,7 +154,10 @@ struct RunMixes {
     KernelMix* bwd;
     KernelMix* recomputeAll;        // full or op-level selective checkpointing: all of forward
     KernelMix* recomputeAttention;  // attention-only checkpointing: SDPA forward
-    bool earlyStop;                 // full checkpointing: ModuleRun::recomputeSkips are not run
+    bool earlyStop;                 // checkpointing: ModuleRun::recomputeSkips are not run
+    // Op-level selective checkpointing: its save list (empty: torchtitan's preset); the
+    // kept ops are not run again (notRecomputed).
+    const std::vector<std::string>* sacSave = nullptr;
     void forward(KernelKind k, double per, int64_t n, bool masked = false) const {
         addKernels(*fwd, k, per, n, masked);
         if (recomputeAll) addKernels(*recomputeAll, k, per, n, masked);
@@ -154,6 +208,9 @@ void runKernels(const ModuleRun& run, int64_t b, int64_t s, double scale, double
         if (gm.backward) addKernels(*out.bwd, KernelKind::Gemm, f, 2 * int64_t{gm.calls});
         gemmFlops += f * gm.calls;
     }
+    SacKept kept;
+    if (out.sacSave) kept = sacKept(run, *out.sacSave);
+    const bool sdpaKept = out.sacSave && kept.sdpa && out.recomputeAll;
     double attnFlops = 0;
     if (c.attentionCalls > 0) {
         const double seq = tokens * static_cast<double>(s);
@@ -163,7 +220,10 @@ void runKernels(const ModuleRun& run, int64_t b, int64_t s, double scale, double
         const int32_t masked = window > 0 && s >= window ? c.windowAttentionCalls : 0;
         for (const auto& [calls, m] :
              {std::pair{c.attentionCalls - masked, false}, std::pair{masked, true}}) {
-            out.forward(KernelKind::Attention, attnFlops / n, calls, m);
+            if (sdpaKept)  // the recompute hands back SDPA's stored output
+                addKernels(*out.fwd, KernelKind::Attention, attnFlops / n, calls, m);
+            else
+                out.forward(KernelKind::Attention, attnFlops / n, calls, m);
             addKernels(*out.bwd, KernelKind::Attention, c.bwdFlops.perTokenSeq * seq / n, calls, m);
             if (out.recomputeAttention)
                 addKernels(*out.recomputeAttention, KernelKind::Attention, attnFlops / n, calls, m);
@@ -179,18 +239,24 @@ void runKernels(const ModuleRun& run, int64_t b, int64_t s, double scale, double
     const int32_t fk = std::max(1, c.fwdMemKernels), bk = std::max(1, c.bwdMemKernels);
     out.forward(KernelKind::MemoryBound, fwdMem / fk, fk);
     addKernels(*out.bwd, KernelKind::MemoryBound, bwdMem / bk, bk);
-    if (out.earlyStop && out.recomputeAll)
-        for (const ModuleCost::Gemm& gm : run.recomputeSkips)
-            removeKernels(*out.recomputeAll, KernelKind::Gemm,
-                          2.0 * tokens * gm.mPerToken * gm.n * gm.k, gm.calls);
+    if (out.recomputeAll)
+        notRecomputed(run, out.sacSave ? &kept : nullptr, out.earlyStop,
+                      [&](const ModuleCost::Gemm& gm, int32_t calls) {
+                          removeKernels(*out.recomputeAll, KernelKind::Gemm,
+                                        2.0 * tokens * gm.mPerToken * gm.n * gm.k, calls);
+                      });
 }
 
-// The forward FLOPs full checkpointing's recompute does not redo (ModuleRun::recomputeSkips).
-double recomputeSkippedFlops(const ModuleRun& run, int64_t b, int64_t s) {
+// The forward FLOPs a recompute does not redo (notRecomputed), SDPA's when it is kept.
+double recomputeSkippedFlops(const ModuleRun& run, int64_t b, int64_t s, const SacKept* kept,
+                             bool earlyStop) {
     const double tokens = static_cast<double>(b) * static_cast<double>(s);
-    double f = 0;
-    for (const ModuleCost::Gemm& gm : run.recomputeSkips)
-        f += 2.0 * tokens * gm.mPerToken * gm.n * gm.k * gm.calls;
+    // SDPA's FLOPs are the run's per-token-per-position ones (runKernels).
+    double f =
+        kept && kept->sdpa ? run.cost.fwdFlops.perTokenSeq * tokens * static_cast<double>(s) : 0.0;
+    notRecomputed(run, kept, earlyStop, [&](const ModuleCost::Gemm& gm, int32_t calls) {
+        f += 2.0 * tokens * gm.mPerToken * gm.n * gm.k * calls;
+    });
     return f;
 }
 
@@ -393,9 +459,11 @@ private:
             };
             switch (unit.activationCheckpointing) {
                 case AcMode::Full:
-                    sg.recomputes = sg.recomputes || fwd > 0;
+                    // A run with no FLOPs (an embedding lookup) still runs again: backward
+                    // unpacks what it saved (the ids) through the checkpoint.
+                    sg.recomputes = sg.recomputes || fwd > 0 || !c.fwdMemBytes.isZero();
                     sg.recomputeFlops +=
-                        fwd - (o.recomputeEarlyStop ? recomputeSkippedFlops(run, b, s) : 0.0);
+                        fwd - recomputeSkippedFlops(run, b, s, nullptr, o.recomputeEarlyStop);
                     sg.recomputeSaved += saved;
                     splitRecompute();
                     break;
@@ -416,8 +484,10 @@ private:
                         if (has("sdpa")) kept += run.sdpaSaved.at(b, s, scale);
                     }
                     sg.saved += kept;
-                    sg.recomputes = sg.recomputes || fwd > 0;
-                    sg.recomputeFlops += fwd;
+                    sg.recomputes = sg.recomputes || fwd > 0 || !c.fwdMemBytes.isZero();
+                    const SacKept k = sacKept(run, save);
+                    sg.recomputeFlops +=
+                        fwd - recomputeSkippedFlops(run, b, s, &k, o.recomputeEarlyStop);
                     sg.recomputeSaved += saved;
                     splitRecompute();
                     break;
@@ -613,6 +683,7 @@ private:
         DType dtype;
         double scale;
         int32_t ids[3];
+        std::vector<std::string> save;  // AcMode::SelectiveOp's list
     };
     std::vector<MixKey> mixCache;
     void segmentKernels(Segment& sg, const std::vector<ModuleRun>& runs) {
@@ -624,7 +695,8 @@ private:
             sg.runCount == 1 ? runs[static_cast<size_t>(sg.firstRun)].kernelSignature : -1;
         if (sig >= 0)
             for (const MixKey& k : mixCache)
-                if (k.signature == sig && k.ac == ac && k.dtype == dt && k.scale == scale) {
+                if (k.signature == sig && k.ac == ac && k.dtype == dt && k.scale == scale &&
+                    (ac != AcMode::SelectiveOp || k.save == unit.acSave)) {
                     sg.fwdMixId = k.ids[0];
                     sg.bwdMixId = k.ids[1];
                     sg.recomputeMixId = k.ids[2];
@@ -632,9 +704,12 @@ private:
                 }
         KernelMix fwd, bwd, rec;
         const bool all = ac == AcMode::Full || ac == AcMode::SelectiveOp;
-        const RunMixes out{&fwd, &bwd, all ? &rec : nullptr,
+        const RunMixes out{&fwd,
+                           &bwd,
+                           all ? &rec : nullptr,
                            ac == AcMode::Attention ? &rec : nullptr,
-                           ac == AcMode::Full && o.recomputeEarlyStop};
+                           all && o.recomputeEarlyStop,
+                           ac == AcMode::SelectiveOp ? &unit.acSave : nullptr};
         for (int32_t i = 0; i < sg.runCount; ++i)
             runKernels(runs[static_cast<size_t>(sg.firstRun + i)], o.microBatchSize, o.seqLen,
                        scale, static_cast<double>(dtypeSize(dt)),
@@ -643,7 +718,13 @@ private:
         sg.bwdMixId = internMix(bwd, dt);
         sg.recomputeMixId = internMix(rec, dt);
         if (sig >= 0)
-            mixCache.push_back({sig, ac, dt, scale, {sg.fwdMixId, sg.bwdMixId, sg.recomputeMixId}});
+            mixCache.push_back(
+                {sig,
+                 ac,
+                 dt,
+                 scale,
+                 {sg.fwdMixId, sg.bwdMixId, sg.recomputeMixId},
+                 ac == AcMode::SelectiveOp ? unit.acSave : std::vector<std::string>{}});
     }
 
     // Index of an equal mix in the program (decoder layers share theirs), or a new one.
@@ -941,8 +1022,11 @@ private:
     // torch.optim.AdamW's temporaries with its defaults, on the device. It takes the foreach
     // path when every parameter is a Tensor, nn.Parameter or DTensor on a CUDA device
     // (_default_to_fused_or_foreach): exp_avg_sq's square roots for all parameters at once
-    // (_multi_tensor_adam's exp_avg_sq_sqrt), one block per unit here. Otherwise, on a CPU,
-    // with a FlatParameter (FSDP1 without use_orig_params, fairscale's flattening) or with a
+    // (_multi_tensor_adam's exp_avg_sq_sqrt), one block per unit here. FSDP1's FlatParameter
+    // is a plain nn.Parameter object (FlatParameter.__new__; the class only answers
+    // isinstance), so FSDP1 takes it too, with or without use_orig_params: two H200 runs
+    // peaked at the step exactly as FSDP2 does. Otherwise, on a CPU, with fairscale's
+    // FlatParameter (a true subclass, which _default_to_fused_or_foreach refuses) or with a
     // parameter offloaded to the host, the single-tensor path: one parameter at a time,
     // exp_avg_sq.sqrt() and its quotient by the bias correction live together.
     std::vector<int64_t> optimizerTemporaries() const {
@@ -957,7 +1041,8 @@ private:
             if (u.trainableShardedBytes > 0) perUnit.push_back(u.trainableShardedBytes);
             largest = std::max(largest, u.largestShardBytes);
         }
-        if (!o.hostIsDevice && !offloaded && !r.flatParams) return perUnit;  // foreach
+        const bool flatToOptimizer = r.flatParams && r.plan.api != PlanApi::Fsdp1;
+        if (!o.hostIsDevice && !offloaded && !flatToOptimizer) return perUnit;  // foreach
         if (largest == 0) return {};
         return {largest, largest};
     }

@@ -890,13 +890,29 @@ std::optional<ModuleCost::Gemm> recomputeStopGemm(const ModelGraph& g, ModuleId 
     return g.modules()[static_cast<size_t>(s)].cost.gemms[0];
 }
 
+namespace {
+// Adds `gm` to a list of GEMMs merged by shape.
+void addMerged(std::vector<ModuleCost::Gemm>& list, const ModuleCost::Gemm& gm) {
+    auto it = std::find_if(list.begin(), list.end(), [&](const ModuleCost::Gemm& x) {
+        return x.mPerToken == gm.mPerToken && x.n == gm.n && x.k == gm.k &&
+               x.backward == gm.backward;
+    });
+    if (it != list.end())
+        it->calls += gm.calls;
+    else
+        list.push_back(gm);
+}
+}  // namespace
+
 std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r, int64_t seqLen) {
     if (seqLen < 1) seqLen = r.plan.seqLen;
     const size_t n = g.moduleCount();
     const std::vector<int32_t> unitOf = unitOfModules(g, r);
     std::vector<ModuleRun> runs;
     std::vector<int32_t> runOf(n, -1);
-    std::vector<int64_t> mmSeen(r.units.size(), 0);   // mm calls so far in each unit's forward
+    // mm calls so far in each unit's checkpointed module (torchtitan counts per checkpointed
+    // call, and each of a unit's modules is checkpointed on its own)
+    std::vector<int64_t> mmSeen(r.units.size(), 0);
     std::vector<char> afterAttn(n, 0);                // after its run's last attention module
     std::vector<std::vector<int32_t>> runMods;        // each run's modules, in post-order
     std::vector<std::vector<ModuleId>> reordered(n);  // where the run order differs
@@ -914,6 +930,8 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r, 
                              : reordered[static_cast<size_t>(m)];
         if (child < ch.size()) {
             const int32_t c = ch[child++].value;
+            if (regionRoot[static_cast<size_t>(c)] && unitOf[c] >= 0)
+                mmSeen[static_cast<size_t>(unitOf[c])] = 0;
             stack.push_back({c, 0});
             continue;
         }
@@ -957,6 +975,25 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r, 
         run.sacPresetSaved += c.sdpaOutputBytes;
         // torchtitan counts mm calls per checkpointed forward and recomputes the even ones;
         // a module's mm calls are split evenly between kept and recomputed after its first.
+        {
+            int64_t calls = 0;
+            for (const ModuleCost::Gemm& gm : c.gemms)
+                calls += gm.calls;
+            if (c.mmCount > 0 && c.mmCount == calls) {  // every GEMM call an mm
+                int64_t idx = mmSeen[static_cast<size_t>(u)];
+                for (const ModuleCost::Gemm& gm : c.gemms) {
+                    addMerged(run.mmGemms, gm);
+                    // Calls idx .. idx + calls - 1 (0-based): the even ones are kept.
+                    ModuleCost::Gemm kept = gm;
+                    kept.calls = static_cast<int32_t>((idx + gm.calls + 1) / 2 - (idx + 1) / 2);
+                    if (kept.calls > 0) addMerged(run.sacKeptGemms, kept);
+                    idx += gm.calls;
+                }
+            } else if (c.mmCount == 0 && !c.addmmOutputBytes.isZero()) {
+                for (const ModuleCost::Gemm& gm : c.gemms)
+                    addMerged(run.addmmGemms, gm);
+            }
+        }
         if (c.mmCount > 0) {
             int64_t& n = mmSeen[static_cast<size_t>(u)];
             const int64_t keep = (n % 2 == 0 ? (c.mmCount + 1) / 2 : c.mmCount / 2);
@@ -987,14 +1024,7 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r, 
             if (stop >= 0 &&
                 runOf[static_cast<size_t>(stop)] == static_cast<int32_t>(runs.size() - 1)) {
                 const ModuleCost::Gemm& gm = g.modules()[static_cast<size_t>(stop)].cost.gemms[0];
-                auto& skips = run.recomputeSkips;
-                auto it = std::find_if(skips.begin(), skips.end(), [&](const ModuleCost::Gemm& x) {
-                    return x.mPerToken == gm.mPerToken && x.n == gm.n && x.k == gm.k;
-                });
-                if (it != skips.end())
-                    it->calls += gm.calls;
-                else
-                    skips.push_back(gm);
+                addMerged(run.recomputeSkips, gm);
             }
         }
         runMods.back().push_back(m);
@@ -1116,7 +1146,9 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r, 
     auto sameKernels = [](const ModuleRun& a, const ModuleRun& b) {
         const ModuleCost &x = a.cost, &y = b.cost;
         return a.kernels == b.kernels && x.gemms == y.gemms &&
-               a.recomputeSkips == b.recomputeSkips && x.attentionCalls == y.attentionCalls &&
+               a.recomputeSkips == b.recomputeSkips && a.sacKeptGemms == b.sacKeptGemms &&
+               a.mmGemms == b.mmGemms && a.addmmGemms == b.addmmGemms &&
+               x.attentionCalls == y.attentionCalls &&
                x.windowAttentionCalls == y.windowAttentionCalls &&
                x.fwdMemKernels == y.fwdMemKernels && x.bwdMemKernels == y.bwdMemKernels &&
                x.fwdFlops == y.fwdFlops && x.bwdFlops == y.bwdFlops &&

@@ -133,6 +133,12 @@ struct ModuleRun {
     // those mm calls with no kernel: each layer's down_proj and the lm_head. One entry per
     // such region of the run (recomputeStopGemm), merged by shape.
     std::vector<ModuleCost::Gemm> recomputeSkips;
+    // Op-level selective checkpointing's recompute does not run a kept op again
+    // (torch.utils.checkpoint hands back its stored output): the GEMMs whose outputs the
+    // preset keeps (each odd-numbered mm of a checkpointed module's forward), all mm GEMMs
+    // and all addmm GEMMs (for an explicit save list), merged by shape. On an H200, Llama-3.1-8B
+    // under torchtitan's preset ran 3 of a layer's 7 GEMMs again (k, o and up), no SDPA.
+    std::vector<ModuleCost::Gemm> sacKeptGemms, mmGemms, addmmGemms;
     // The first run whose kernels are the same as this one's (its own index if none).
     int32_t kernelSignature = -1;
 };

@@ -119,6 +119,15 @@ MATRIX = {
     "world2_cpu_offload": plan([2], {"offload": {"pin_memory": True}}),
     "world2_cpu_offload_one_unit": plan([2], units=[{"modules": ["model.layers.1"], "offload": {"pin_memory": True}}]),
     "fsdp1_world2_cpu_offload": plan([2], {"offload": {"pin_memory": True}}, fsdp1={}),
+    # Full checkpointing on every unit, embed_tokens and a unit of two modules among them:
+    # the embedding's lookup runs again in backward (it saved the ids), and norm and lm_head
+    # are checkpointed one by one, as per-module checkpoint_wrapper does. World 1 so that a
+    # one-GPU machine runs it too (on the H200 its lm_head once recomputed a dangling body).
+    "world1_checkpointing_every_unit": plan(
+        [1],
+        {"activation_checkpointing": "full"},
+        units=[{"modules": ["model.embed_tokens"]}, {"name": "norm+head", "modules": ["model.norm", "lm_head"]}],
+    ),
     "world2_checkpointing": plan(
         [2], units=[{"modules": ["model.layers.%d" % i], "activation_checkpointing": "full"} for i in range(3)]
     ),
