@@ -185,6 +185,11 @@ int32_t MainThreadWalk::stepOf(int64_t ts) const {
     return ts < it->second ? static_cast<int32_t>(it - steps.begin()) : -1;
 }
 
+bool isSdpaKernelOp(std::string_view name) {
+    return startsWith(name, "aten::_scaled_dot_product_") &&
+           name.find("backward") == std::string_view::npos;
+}
+
 bool isForwardOnlyOp(std::string_view name, bool* attention) {
     const bool sdpa = name == "aten::scaled_dot_product_attention";
     if (attention) *attention = sdpa;
@@ -276,6 +281,23 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
         (inBackward ? unit.recomputedOps : unit.forwardOps) += !sdpa;
         (inBackward ? unit.recomputedAttention : unit.forwardAttention) += sdpa;
     };
+    // A record inside a record of itself on its thread: a selective policy's dispatch mode
+    // records an op around the op's own record (FsdpUnit::policyForwardMm).
+    auto nestedInItself = [&](int32_t e, int64_t end) {
+        for (auto it = stack.rbegin(); it != stack.rend(); ++it)
+            if (t.lane[it->event] == t.lane[e] && t.name[it->event] == t.name[e] && it->end >= end)
+                return true;  // the mode's own records may lie between the two
+        return false;
+    };
+    // An mm or SDPA kernel op that ran under a selective policy, counted in unit u.
+    auto countPolicyOp = [&](int32_t u, int32_t e, const std::string& name, int64_t end) {
+        const bool mm = name == "aten::mm";
+        if (u < 0 || !(mm || isSdpaKernelOp(name)) || !nestedInItself(e, end)) return;
+        FsdpUnit& unit = a.units[static_cast<size_t>(u)];
+        (mm ? (inBackward ? unit.policyRecomputedMm : unit.policyForwardMm)
+            : (inBackward ? unit.policyRecomputedSdpa : unit.policyForwardSdpa)) += 1;
+        if (!inBackward) ++unit.policyForwardNested;
+    };
     for (int32_t e : order) {
         const int64_t s = t.start[e];
         while (!stack.empty() && stack.back().end <= s)
@@ -291,11 +313,17 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
                 forwardStack.clear();
             }
             // Forward-only ops: in forward, the unit's own; in backward, a recompute's.
-            if (bool sdpa = false; isForwardOnlyOp(name, &sdpa))
-                countForwardOnly(inBackward             ? lastPreBackward
+            const int32_t here = inBackward             ? lastPreBackward
                                  : forwardStack.empty() ? -1
-                                                        : forwardStack.back(),
-                                 sdpa);
+                                                        : forwardStack.back();
+            // (aten::embedding goes through a policy's mode too: its inner record is not counted)
+            if (bool sdpa = false; isForwardOnlyOp(name, &sdpa)) {
+                if (!nestedInItself(e, end))
+                    countForwardOnly(here, sdpa);
+                else if (here >= 0 && !inBackward)
+                    ++a.units[static_cast<size_t>(here)].policyForwardNested;
+            }
+            countPolicyOp(here, e, name, end);
             if (startsWith(name, "FSDP::post_backward")) inBackward = true;
             if (const auto l = parseFsdp2Label(name)) {
                 if (l->op == "FSDP::pre_forward") {
@@ -333,13 +361,20 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
         // range holds them; in backward, a recompute's, in the unit whose pre-backward hook
         // fired last (it fires as the unit's output gradient is made, before autograd
         // reaches the saved tensors that start a non-reentrant recompute).
-        if (bool sdpa = false; step >= 0 && a.api == "fsdp1" && isForwardOnlyOp(name, &sdpa)) {
+        if (bool sdpa = false;
+            step >= 0 && a.api == "fsdp1" &&
+            (isForwardOnlyOp(name, &sdpa) || name == "aten::mm" || isSdpaKernelOp(name))) {
             int32_t u = inBackward ? fsdp1LastPreBackward : -1;
             if (!inBackward)
                 for (auto it = stack.rbegin(); it != stack.rend() && u < 0; ++it)
                     if (const auto f = fsdp1UnitOf.find(it->event); f != fsdp1UnitOf.end())
                         u = f->second;
-            countForwardOnly(u, sdpa);
+            if (!isForwardOnlyOp(name, &sdpa))
+                countPolicyOp(u, e, name, end);
+            else if (!nestedInItself(e, end))
+                countForwardOnly(u, sdpa);
+            else if (u >= 0 && !inBackward)
+                ++a.units[static_cast<size_t>(u)].policyForwardNested;
         }
         // FSDP1: every FSDP instance's forward is a FullyShardedDataParallel.forward range;
         // the outermost is the root (a micro-batch), nested ones are the units in order.
@@ -968,10 +1003,13 @@ RecoveredPlan recoverPlan(const FsdpTraceAnalysis& a, const std::string& source,
         // A unit whose forward-only ops all run again in its backward recomputes its forward:
         // torch.utils.checkpoint enters each op of the recompute, the one its early stop ends
         // at included. Op-level selective policies (torchtitan's, "attention") enter the
-        // same ops and return the saved outputs: by op names they look the same.
+        // same ops and hand back the kept ones' outputs; their dispatch mode shows in nested
+        // records of mm and SDPA (FsdpUnit::policyForwardMm), which tell what was kept.
         const bool fsdp1 = a.api == "fsdp1";
         int64_t full = 0, partial = 0, units = 0;
         std::vector<std::string> fullUnits;
+        int64_t policyMm = 0, policyMmAgain = 0, policySdpa = 0, policySdpaAgain = 0;
+        int64_t policyUnits = 0;
         for (const auto& u : a.units) {
             // The root is not checkpointed (FSDP1 numbers it unit 0).
             if (u.name.empty() || (fsdp1 && u.name == "unit 0")) continue;
@@ -981,12 +1019,43 @@ RecoveredPlan recoverPlan(const FsdpTraceAnalysis& a, const std::string& source,
             if (all) {
                 ++full;
                 fullUnits.push_back(splitUnitModules(u.name).front());
+                if (u.policyForwardNested > 0) ++policyUnits;
+                policyMm += u.policyForwardMm;
+                policyMmAgain += u.policyRecomputedMm;
+                policySdpa += u.policyForwardSdpa;
+                policySdpaAgain += u.policyRecomputedSdpa;
             } else if (u.recomputedOps > 0 || u.recomputedAttention > 0) {
                 ++partial;
             }
         }
-        const std::string fullOn = "activation_checkpointing: full on " + std::to_string(full) +
-                                   " of " + std::to_string(units) + " units";
+        // Which policy: torchtitan's preset runs about every second mm again and no SDPA; a
+        // list that keeps every mm runs none; "attention" keeps all but SDPA.
+        AcSpec mode(AcMode::Full);
+        std::string modeText = "full";
+        std::string policyText;
+        if (policyUnits > 0 && policyUnits == full) {
+            const bool sdpaKept = policySdpa > 0 && policySdpaAgain == 0;
+            const bool mmAllKept = policyMm > 0 && policyMmAgain == 0;
+            const bool mmSomeKept = policyMm > 0 && policyMmAgain > 0 && policyMmAgain < policyMm;
+            policyText = " (an op-level selective policy: " + std::to_string(policyMmAgain) +
+                         " of " + std::to_string(policyMm) + " mm calls and " +
+                         std::to_string(policySdpaAgain) + " of " + std::to_string(policySdpa) +
+                         " SDPA calls ran again in the recompute)";
+            if (mmSomeKept && (sdpaKept || policySdpa == 0)) {
+                mode = AcSpec(AcMode::SelectiveOp);
+                modeText = "selective_op (torchtitan's preset: every second mm and SDPA kept)";
+            } else if (mmAllKept && policySdpa > 0 && !sdpaKept) {
+                mode = AcSpec(AcMode::Attention);
+                modeText = "attention (everything kept but SDPA)";
+            } else {
+                mode = AcSpec(AcMode::SelectiveOp);
+                if (mmAllKept) mode.save.push_back("mm");
+                if (sdpaKept) mode.save.push_back("sdpa");
+                modeText = mode.toString();
+            }
+        }
+        const std::string fullOn = "activation_checkpointing: " + modeText + " on " +
+                                   std::to_string(full) + " of " + std::to_string(units) + " units";
         if (full == 0) {
             r.inferred.push_back(
                 "activation_checkpointing: none (no forward op of a unit ran again in its "
@@ -996,15 +1065,16 @@ RecoveredPlan recoverPlan(const FsdpTraceAnalysis& a, const std::string& source,
             r.defaulted.push_back(fullOn + " by the trace, which FSDP1 does not name: left unset");
         } else {
             if (full == units)
-                p.defaults.activationCheckpointing = AcSpec(AcMode::Full);
+                p.defaults.activationCheckpointing = mode;
             else
                 for (auto& spec : p.units)
                     if (!spec.modules.empty() && std::find(fullUnits.begin(), fullUnits.end(),
                                                            spec.modules.front()) != fullUnits.end())
-                        spec.settings.activationCheckpointing = AcSpec(AcMode::Full);
+                        spec.settings.activationCheckpointing = mode;
             r.inferred.push_back(fullOn +
                                  " (each forward op ran again in the unit's backward: a "
-                                 "recompute; an op-level selective policy looks the same)");
+                                 "recompute" +
+                                 (policyText.empty() ? std::string(")") : ")" + policyText));
         }
         if (partial > 0)
             r.defaulted.push_back("activation_checkpointing: " + std::to_string(partial) +

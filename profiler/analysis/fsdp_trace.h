@@ -73,6 +73,15 @@ struct FsdpUnit {
     // and again in its backward, where only a recompute runs them (all steps together).
     int64_t forwardOps = 0, recomputedOps = 0;
     int64_t forwardAttention = 0, recomputedAttention = 0;
+    // An op-level selective policy (torch.utils.checkpoint with a context_fn) runs each op
+    // of the checkpointed forward through its dispatch mode, which the profiler records as
+    // the op around the op's own record: aten::mm and SDPA's kernel op
+    // (aten::_scaled_dot_product_*_attention) nested in a record of themselves. In the
+    // recompute a kept op is the outer record alone: its inner ones count the ops that ran
+    // again. No policy: no such nesting.
+    int64_t policyForwardMm = 0, policyRecomputedMm = 0;
+    int64_t policyForwardSdpa = 0, policyRecomputedSdpa = 0;
+    int64_t policyForwardNested = 0;  // any op of the unit's forward nested in itself
     [[nodiscard]] std::string displayName() const { return name.empty() ? "<root>" : name; }
 };
 
@@ -119,6 +128,9 @@ struct FsdpTraceAnalysis {
 // backward calls other ops); `attention` sets whether it is the public SDPA op. Seen in a
 // unit's backward, they are a checkpoint's recompute.
 [[nodiscard]] bool isForwardOnlyOp(std::string_view name, bool* attention = nullptr);
+// SDPA's kernel op below the public one: aten::_scaled_dot_product_{flash,efficient,cudnn,
+// ...}_attention, _flash_attention_for_cpu (not a backward).
+[[nodiscard]] bool isSdpaKernelOp(std::string_view name);
 
 // An FSDP2 label: "FSDP::op (fqn)", "FSDP::op" (the root, fqn ""), "FSDP::x_prefetch for fqn".
 struct Fsdp2Label {

@@ -61,6 +61,13 @@ CASES = {
     "two_micro_batches": plan("two_micro_batches", gradient_accumulation={"micro_batches": 2}),
     "full_checkpointing": plan("full_checkpointing", defaults={"reshard_after_forward": True,
                                                                "activation_checkpointing": "full"}),
+    # op-level selective checkpointing (torch.utils.checkpoint with a policy's context_fn):
+    # torchtitan's preset, and a list that keeps every mm and SDPA output
+    "selective_checkpointing": plan("selective_checkpointing", defaults={
+        "reshard_after_forward": True, "activation_checkpointing": "selective_op"}),
+    "selective_checkpointing_keep_mm": plan("selective_checkpointing_keep_mm", defaults={
+        "reshard_after_forward": True,
+        "activation_checkpointing": {"mode": "selective_op", "save": ["mm", "sdpa"]}}),
     "fsdp1_per_block": plan("fsdp1_per_block", api="fsdp1", defaults={},
                             fsdp1={"sharding_strategy": "FULL_SHARD", "backward_prefetch": "BACKWARD_PRE"}),
     # torch's apply_activation_checkpointing (non-reentrant checkpoint_wrapper) inside each unit
@@ -288,6 +295,8 @@ class FsdpTraces(unittest.TestCase):
         for name, p in CASES.items():
             if p["api"] != "fsdp2":
                 continue
+            if name.startswith("selective"):
+                continue  # the engine runs full and attention checkpointing, not op-level policies
             with self.subTest(case=name):
                 d = self.dirs[name]
                 trace = os.path.join(d, "engine-blocking.json")

@@ -101,14 +101,16 @@ class H200Trace(unittest.TestCase):
             v = d["by_kind"][kind]
             self.assertLess(abs(v["b_ns"] / v["a_ns"] - 1), tol, kind)
 
-    def test_simulate_predicts_three_real_runs(self):
-        """Three configurations on the same H200, each predicted before it ran (the figures
-        in the data's README): the GPU's peak allocated within 1 %, its step time within
-        20 % (measured -13.7, -1.2, +0.9 %), and reserved within 3 % of what the allocator
-        reserved (measured -0.9, +1.4, +1.1 %; +6.1, +8.9, +9.2 % while the loss's and a
-        backward's temporaries were one block each: the caching allocator model is exact
-        on the same allocations, test_allocator_replay)."""
-        for sub in ("", "seq8192", "ac-2x4096"):
+    def test_simulate_predicts_real_runs(self):
+        """Seven configurations on the same H200, the first three predicted before they ran
+        (the figures in the data's README), the next four recorded in a later session: the
+        GPU's peak allocated within 1 %, its step time within 20 %, and for the first three
+        reserved within 3 % of what the allocator reserved (+6.1, +8.9, +9.2 % while the
+        loss's and a backward's temporaries were one block each: the caching allocator model
+        is exact on the same allocations, test_allocator_replay). The later four's reserved is
+        printed, not checked: the model reserves +5.5 % (selective checkpointing) and
+        -10 to -15 % (FSDP1) of what they did (docs/memory-fidelity.md)."""
+        for sub in ("", "seq8192", "ac-2x4096", "sac-2x4096", "sac-1x8192", "fsdp1", "fsdp1-flat"):
             d = os.path.join(DATA, sub)
             trace = os.path.join(d, "rank0.pt.trace.json.gz")
             facts = trace_facts(trace)
@@ -130,7 +132,8 @@ class H200Trace(unittest.TestCase):
                      sim["peak_reserved_bytes"] / GIB, reserved / GIB, 100 * e_res))
             self.assertLess(abs(e_peak), 0.01, sub)
             self.assertLess(abs(e_step), 0.20, sub)
-            self.assertLess(abs(e_res), 0.03, sub)
+            if sub in ("", "seq8192", "ac-2x4096"):
+                self.assertLess(abs(e_res), 0.03, sub)
 
     def test_kernel_list_matches_the_gpus(self):
         """The kernels the simulator's step launches against what the GPU run launched, per
@@ -140,9 +143,14 @@ class H200Trace(unittest.TestCase):
         recomputes every unit's forward but stops once it has remade what forward saved
         (torch.utils.checkpoint's early stop): the checkpointed run's trace has 117 mm calls a
         step of which 5 launch nothing, each layer's down_proj and the lm_head, whose inputs
-        were the last tensors saved."""
+        were the last tensors saved. Op-level selective checkpointing (torchtitan's preset)
+        recomputes only what it did not keep: its trace runs 12 of the 28 layer GEMMs again (each
+        layer's k_proj, o_proj and up_proj) and no SDPA. Its policy's dispatch mode records
+        each op it handles around the op's own run, and a kept op's recompute as that outer op
+        alone, so an SDPA call counts when it launched work and encloses no call of itself.
+        FSDP1 (use_orig_params) runs the same kernels as FSDP2."""
         from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
-        for sub in ("", "seq8192", "ac-2x4096"):
+        for sub in ("", "seq8192", "ac-2x4096", "sac-2x4096", "sac-1x8192", "fsdp1", "fsdp1-flat"):
             d = os.path.join(DATA, sub)
             with gzip.open(os.path.join(d, "rank0.pt.trace.json.gz"), "rt") as f:
                 ev = json.load(f)["traceEvents"]
@@ -150,6 +158,17 @@ class H200Trace(unittest.TestCase):
                            and e.get("name", "").startswith("ProfilerStep#"))
             s0, s1 = steps[1]  # a middle step; every thread of the process (backward has its own)
             launched = {e["args"].get("External id") for e in ev if e.get("cat") == "kernel"}
+            launches = {}  # per thread, the times of its kernel launches
+            for e in ev:
+                if e.get("cat") in ("cuda_runtime", "cuda_driver") and "Launch" in e.get("name", ""):
+                    launches.setdefault(e["tid"], []).append(e["ts"])
+            sdpa = [e for e in ev if e.get("cat") == "cpu_op" and s0 <= e["ts"] < s1
+                    and e["name"].startswith("aten::_scaled_dot_product_")]
+
+            def runs_sdpa(e):
+                inner = any(x is not e and x["name"] == e["name"] and x["tid"] == e["tid"]
+                            and e["ts"] <= x["ts"] and x["ts"] + x["dur"] <= e["ts"] + e["dur"] for x in sdpa)
+                return not inner and any(e["ts"] <= t <= e["ts"] + e["dur"] for t in launches.get(e["tid"], ()))
             gemm = [0, 0.0]
             attn = [0, 0.0]
             for e in ev:
@@ -171,6 +190,8 @@ class H200Trace(unittest.TestCase):
                     a, b = dims[-2], dims[-1]
                     gemm[0] += 1
                     gemm[1] += 2.0 * a[0] * a[1] * a[2] * b[2]
+                elif n.startswith("aten::_scaled_dot_product_") and not runs_sdpa(e):
+                    continue  # a recompute handed back its stored output, or the policy's outer record
                 elif n.startswith("aten::_scaled_dot_product_") and n.endswith("_attention"):
                     q, k_, v = dims[0], dims[1], dims[2]
                     kv = [q[0], q[1], k_[2], k_[3]]  # GQA: flop_counter counts the expanded K/V
@@ -294,14 +315,7 @@ class H200Trace(unittest.TestCase):
         SDPA) run again in its backward, which only a recompute does; the plan that ran
         checkpoints every unit (record.json), and so does the recovered one."""
         d = os.path.join(DATA, "ac-2x4096")
-        r = subprocess.run([BIN, "plan", "recover", os.path.join(d, "rank0.pt.trace.json.gz")],
-                           capture_output=True, text=True, cwd=peer.SOURCE, timeout=600)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        with open(os.path.join(d, "record.json")) as f:
-            ran = json.load(f)["plan"]
-        self.assertEqual(ran["defaults"]["activation_checkpointing"], "full")
-        self.assertEqual(json.loads(r.stdout)["defaults"]["activation_checkpointing"], "full")
-        self.assertIn("full on 6 of 6 units", r.stderr)
+        self.assertIn("full on 6 of 6 units", self.recovered_checkpointing(d, "full"))
         # trace diff joins each unit's recompute (from its pre-backward to the last forward op
         # that ran again) apart from its backward: both within 10 % of the simulation here.
         j = run("trace", "diff", os.path.join(d, "rank0.pt.trace.json.gz"), "-m", os.path.join(DATA, "config.json"),
@@ -311,6 +325,28 @@ class H200Trace(unittest.TestCase):
             k = j["by_kind"][kind]
             print("%-9s measured %.1f ms, simulated %.1f ms" % (kind, k["a_ns"] / 1e6, k["b_ns"] / 1e6))
             self.assertLess(abs(k["b_ns"] / k["a_ns"] - 1), 0.10, kind)
+
+    def test_recover_finds_selective_checkpointing(self):
+        """torchtitan's op-level selective policy on every unit (two runs): each forward op runs
+        again in backward as under full checkpointing, but the policy's dispatch mode records
+        every mm and SDPA call of the checkpointed forward nested in a record of itself, and
+        in the recompute only the calls it did not keep (12 of a step's 29 mm, no SDPA). The
+        recovered plan says selective_op, the plan that ran (record.json)."""
+        for sub in ("sac-2x4096", "sac-1x8192"):
+            said = self.recovered_checkpointing(os.path.join(DATA, sub), "selective_op")
+            print(sub, [x for x in said.splitlines() if "activation_checkpointing" in x])
+            self.assertIn("36 of 87 mm calls and 0 of 12 SDPA calls ran again", said)
+
+    def recovered_checkpointing(self, d, mode):
+        """plan recover on the run in folder d: the checkpointing that ran (record.json) is
+        `mode`, and so is the recovered plan's; what recover said."""
+        r = subprocess.run([BIN, "plan", "recover", os.path.join(d, "rank0.pt.trace.json.gz")],
+                           capture_output=True, text=True, cwd=peer.SOURCE, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(os.path.join(d, "record.json")) as f:
+            self.assertEqual(json.load(f)["plan"]["defaults"]["activation_checkpointing"], mode)
+        self.assertEqual(json.loads(r.stdout)["defaults"]["activation_checkpointing"], mode, d)
+        return r.stderr
 
     def test_kernel_fit_on_held_back_steps(self):
         out = os.path.join(tempfile.mkdtemp(), "fitted.json")
