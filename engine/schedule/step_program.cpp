@@ -229,6 +229,18 @@ void runKernels(const ModuleRun& run, int64_t b, int64_t s, double scale, double
                 addKernels(*out.recomputeAttention, KernelKind::Attention, attnFlops / n, calls, m);
         }
     }
+    if (out.recomputeAttention) {  // the rest of the attention modules' subtrees
+        for (const ModuleCost::Gemm& gm : run.attnGemms)
+            addKernels(*out.recomputeAttention, KernelKind::Gemm,
+                       2.0 * tokens * gm.mPerToken * gm.n * gm.k, gm.calls);
+        if (out.earlyStop)
+            for (const ModuleCost::Gemm& gm : run.attnStopGemms)
+                removeKernels(*out.recomputeAttention, KernelKind::Gemm,
+                              2.0 * tokens * gm.mPerToken * gm.n * gm.k, gm.calls);
+        if (run.attnMemKernels > 0)
+            addKernels(*out.recomputeAttention, KernelKind::MemoryBound,
+                       run.attnMemBytes.at(b, s, scale) / run.attnMemKernels, run.attnMemKernels);
+    }
     // FLOPs the GEMM list does not cover (a module without kernel counts beside ones with).
     const double fwdFlops = c.fwdFlops.at(b, s);
     const double rest = fwdFlops - gemmFlops - attnFlops;
@@ -245,6 +257,15 @@ void runKernels(const ModuleRun& run, int64_t b, int64_t s, double scale, double
                           removeKernels(*out.recomputeAll, KernelKind::Gemm,
                                         2.0 * tokens * gm.mPerToken * gm.n * gm.k, calls);
                       });
+}
+
+// The FLOPs of a list of GEMMs at micro-batch b x s.
+double gemmFlops(const std::vector<ModuleCost::Gemm>& list, int64_t b, int64_t s) {
+    const double tokens = static_cast<double>(b) * static_cast<double>(s);
+    double f = 0;
+    for (const ModuleCost::Gemm& gm : list)
+        f += 2.0 * tokens * gm.mPerToken * gm.n * gm.k * gm.calls;
+    return f;
 }
 
 // The forward FLOPs a recompute does not redo (notRecomputed), SDPA's when it is kept.
@@ -493,7 +514,9 @@ private:
                     break;
                 }
                 case AcMode::Attention: {
-                    const double attnFwd = run.attnFwdFlops.at(b, s);
+                    const double attnFwd =
+                        run.attnFwdFlops.at(b, s) -
+                        (o.recomputeEarlyStop ? gemmFlops(run.attnStopGemms, b, s) : 0.0);
                     const double attnSaved = run.attnSavedBytes.at(b, s, scale);
                     sg.recomputes = sg.recomputes || attnFwd > 0;
                     sg.recomputeFlops += attnFwd;
@@ -708,7 +731,7 @@ private:
                            &bwd,
                            all ? &rec : nullptr,
                            ac == AcMode::Attention ? &rec : nullptr,
-                           all && o.recomputeEarlyStop,
+                           (all || ac == AcMode::Attention) && o.recomputeEarlyStop,
                            ac == AcMode::SelectiveOp ? &unit.acSave : nullptr};
         for (int32_t i = 0; i < sg.runCount; ++i)
             runKernels(runs[static_cast<size_t>(sg.firstRun + i)], o.microBatchSize, o.seqLen,

@@ -1006,8 +1006,33 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r, 
             n += c.mmCount;
         }
         if (mod.cls.find("Attention") != std::string::npos) {
-            run.attnFwdFlops += c.fwdFlops;
-            run.attnSavedBytes += c.savedBytes;
+            // Its subtree (ModuleRun::attnFwdFlops): its descendants ran before it in this run.
+            ModuleCost sub = c;
+            int32_t first = -1, lastGemm = -1;
+            for (int32_t x : runMods.back())
+                if (g.isAncestorOrSelf(ModuleId(m), ModuleId(x))) {
+                    const ModuleCost& xc = g.modules()[static_cast<size_t>(x)].cost;
+                    sub += xc;
+                    if (first < 0) first = x;
+                    if (!xc.gemms.empty()) lastGemm = x;
+                }
+            run.attnFwdFlops += sub.fwdFlops;
+            ScaledCost freed = sub.savedBytes;
+            if (first >= 0) {  // the checkpoint keeps the module's input, which its first saved
+                const ScaledCost& in = g.modules()[static_cast<size_t>(first)].cost.savedBytes;
+                freed.perToken -= in.perToken;
+                freed.perTokenSeq -= in.perTokenSeq;
+                freed.fixedPerToken -= in.fixedPerToken;
+            }
+            run.attnSavedBytes += freed;
+            for (const ModuleCost::Gemm& gm : sub.gemms)
+                addMerged(run.attnGemms, gm);
+            if (lastGemm >= 0)
+                for (const ModuleCost::Gemm& gm :
+                     g.modules()[static_cast<size_t>(lastGemm)].cost.gemms)
+                    addMerged(run.attnStopGemms, gm);
+            run.attnMemBytes += sub.fwdMemBytes;
+            run.attnMemKernels += sub.fwdMemKernels;
             // Everything so far (its projections included) comes before this attention.
             run.hasAttn = true;
             run.savedAfterAttn = {};
@@ -1148,6 +1173,8 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r, 
         return a.kernels == b.kernels && x.gemms == y.gemms &&
                a.recomputeSkips == b.recomputeSkips && a.sacKeptGemms == b.sacKeptGemms &&
                a.mmGemms == b.mmGemms && a.addmmGemms == b.addmmGemms &&
+               a.attnGemms == b.attnGemms && a.attnStopGemms == b.attnStopGemms &&
+               a.attnMemKernels == b.attnMemKernels && a.attnMemBytes == b.attnMemBytes &&
                x.attentionCalls == y.attentionCalls &&
                x.windowAttentionCalls == y.windowAttentionCalls &&
                x.fwdMemKernels == y.fwdMemKernels && x.bwdMemKernels == y.bwdMemKernels &&

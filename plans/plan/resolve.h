@@ -78,9 +78,19 @@ struct ResolvedUnit {
 // compute segments from these, so a plan variant's program does not walk every module.
 struct ModuleRun {
     int32_t unit = 0;
-    ModuleCost cost;          // summed over the run's modules
-    ScaledCost attnFwdFlops;  // of those whose class names attention (selective checkpointing)
+    ModuleCost cost;  // summed over the run's modules
+    // Attention-only checkpointing wraps each module whose class names attention in
+    // torch.utils.checkpoint (samples/apply_plan.py; the engine's checkpoint): its subtree
+    // runs again, its projections included. Its forward FLOPs, the GEMMs and memory-bound
+    // bytes and kernels of its subtree, what the checkpoint frees (the subtree's saved bytes
+    // but its first module's, the module's input, which the checkpoint keeps), and the
+    // GEMM non-reentrant early stop ends before (the last one, o_proj: its input is the last
+    // tensor saved).
+    ScaledCost attnFwdFlops;
     ScaledCost attnSavedBytes;
+    std::vector<ModuleCost::Gemm> attnGemms, attnStopGemms;
+    ScaledCost attnMemBytes;
+    int32_t attnMemKernels = 0;
     int32_t kernels = 0;  // modules with forward FLOPs
     // Trainable parameter elements of the run's unit whose gradient backward produces first
     // here: those whose last forward use is in this run (a tied weight at its last user).

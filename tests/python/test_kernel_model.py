@@ -226,8 +226,8 @@ import functools, json, sys, torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.checkpoint import checkpoint
 from transformers import LlamaConfig, LlamaForCausalLM
-config_path, batch, seq, out, reentrant = sys.argv[1:6]
-batch, seq, reentrant = int(batch), int(seq), reentrant == "1"
+config_path, batch, seq, out, mode = sys.argv[1:6]
+batch, seq, reentrant = int(batch), int(seq), mode == "1"
 torch.manual_seed(0)
 cfg = LlamaConfig.from_dict(json.load(open(config_path)))
 cfg._attn_implementation = "sdpa"
@@ -244,9 +244,15 @@ def wrap(module):
             return checkpoint(lambda *a: forward(*a, **kwargs), *args, use_reentrant=True)
         return checkpoint(forward, *args, use_reentrant=False, **kwargs)
     module.forward = checkpointed
-for layer in model.model.layers:
-    wrap(layer)
-wrap(model.lm_head)
+if mode == "attention":  # the attention submodules, as samples/apply_plan.py applies "attention"
+    sys.path.insert(0, sys.argv[6])
+    from apply_plan import _checkpoint
+    for layer in model.model.layers:
+        _checkpoint(layer, "attention")
+else:
+    for layer in model.model.layers:
+        wrap(layer)
+    wrap(model.lm_head)
 ids = torch.randint(0, cfg.vocab_size, (batch, seq))
 if reentrant:  # a reentrant checkpoint recomputes only for inputs that require grad
     model.model.embed_tokens.weight.requires_grad_(True)
@@ -319,6 +325,35 @@ class CheckpointedKernels(unittest.TestCase):
         self.assertEqual(full["count"], torch_full["calls"])
         self.assertEqual(full["count"], ours["count"] + layers + 1)
         self.assertLess(abs(full["flops"] / torch_full["flops"] - 1), 1e-5)
+
+    def test_attention_checkpointing_recomputes_the_attention_module(self):
+        """"attention" as samples/apply_plan.py applies it (each decoder layer's self_attn under
+        non-reentrant checkpoint) on transformers' tiny Llama, its GEMMs counted below autograd:
+        q, k and v run again, o_proj does not (its input is the last tensor saved). The
+        simulator's count and FLOPs for the same plan must equal PyTorch's (recomputing only
+        SDPA, as it did before, was 3 GEMMs a layer too few)."""
+        d = tempfile.mkdtemp(prefix="shardscope-ac-")
+        config = peer.sample("models", "tiny-llama", "config.json")
+        batch, seq = 2, 128
+        out = os.path.join(d, "gemms.json")
+        r = subprocess.run([sys.executable, "-c", CHECKPOINTED, config, str(batch), str(seq), out, "attention",
+                            os.path.join(peer.SOURCE, "samples")], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        with open(out) as f:
+            torch_gemms = json.load(f)
+        plan = os.path.join(d, "plan.json")
+        with open(plan, "w") as f:
+            json.dump({"format": "shardscope.plan", "version": 1, "api": "fsdp2", "mesh": {"shape": [2]},
+                       "wrap": {"policy": "module_class", "classes": ["LlamaDecoderLayer"]},
+                       "defaults": {"activation_checkpointing": "attention"},
+                       "training": {"micro_batch_size": batch, "seq_len": seq}}, f)
+        r = run("simulate", "-m", config, "-p", plan, "-c", peer.sample("clusters", "cpu-2core.json"), "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        ours = json.loads(r.stdout)["kernels"]["gemm"]
+        print(f"\nattention checkpointing, tiny Llama ({batch}x{seq}): PyTorch ran {torch_gemms['calls']} GEMMs, "
+              f"{torch_gemms['flops']:.6g} FLOP; simulated {ours['count']}, {ours['flops']:.6g}")
+        self.assertEqual(ours["count"], torch_gemms["calls"])
+        self.assertLess(abs(ours["flops"] / torch_gemms["flops"] - 1), 1e-5)
 
 
 if __name__ == "__main__":
