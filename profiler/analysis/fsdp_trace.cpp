@@ -1010,10 +1010,22 @@ RecoveredPlan recoverPlan(const FsdpTraceAnalysis& a, const std::string& source,
         std::vector<std::string> fullUnits;
         int64_t policyMm = 0, policyMmAgain = 0, policySdpa = 0, policySdpaAgain = 0;
         int64_t policyUnits = 0;
+        // A checkpointed attention module ("attention", as samples/apply_plan.py and the
+        // engine run it): every SDPA call of the unit and some of its other forward ops ran
+        // again, not all of them (the MLP's did not).
+        std::vector<std::string> attentionUnits;
+        int64_t withAttention = 0;
         for (const auto& u : a.units) {
             // The root is not checkpointed (FSDP1 numbers it unit 0).
             if (u.name.empty() || (fsdp1 && u.name == "unit 0")) continue;
             ++units;
+            withAttention += u.forwardAttention > 0;
+            if (u.forwardAttention > 0 && u.recomputedAttention >= u.forwardAttention &&
+                u.recomputedOps > 0 && u.recomputedOps < u.forwardOps &&
+                u.policyForwardNested == 0) {
+                attentionUnits.push_back(splitUnitModules(u.name).front());
+                continue;
+            }
             const bool all = u.forwardOps > 0 && u.recomputedOps >= u.forwardOps &&
                              u.recomputedAttention >= u.forwardAttention;
             if (all) {
@@ -1057,9 +1069,10 @@ RecoveredPlan recoverPlan(const FsdpTraceAnalysis& a, const std::string& source,
         const std::string fullOn = "activation_checkpointing: " + modeText + " on " +
                                    std::to_string(full) + " of " + std::to_string(units) + " units";
         if (full == 0) {
-            r.inferred.push_back(
-                "activation_checkpointing: none (no forward op of a unit ran again in its "
-                "backward)");
+            if (attentionUnits.empty())
+                r.inferred.push_back(
+                    "activation_checkpointing: none (no forward op of a unit ran again in its "
+                    "backward)");
         } else if (full < units && fsdp1) {
             // FSDP1 names no unit in its trace: the units cannot be listed in the plan.
             r.defaulted.push_back(fullOn + " by the trace, which FSDP1 does not name: left unset");
@@ -1075,6 +1088,27 @@ RecoveredPlan recoverPlan(const FsdpTraceAnalysis& a, const std::string& source,
                                  " (each forward op ran again in the unit's backward: a "
                                  "recompute" +
                                  (policyText.empty() ? std::string(")") : ")" + policyText));
+        }
+        if (!attentionUnits.empty()) {
+            const std::string on = "activation_checkpointing: attention on " +
+                                   std::to_string(attentionUnits.size()) + " of " +
+                                   std::to_string(units) + " units";
+            if (fsdp1) {
+                r.defaulted.push_back(on + " by the trace, which FSDP1 does not name: left unset");
+            } else {
+                if (full == 0 && static_cast<int64_t>(attentionUnits.size()) == withAttention)
+                    p.defaults.activationCheckpointing = AcSpec(AcMode::Attention);
+                else
+                    for (auto& spec : p.units)
+                        if (!spec.modules.empty() &&
+                            std::find(attentionUnits.begin(), attentionUnits.end(),
+                                      spec.modules.front()) != attentionUnits.end())
+                            spec.settings.activationCheckpointing = AcSpec(AcMode::Attention);
+                r.inferred.push_back(on +
+                                     " (every SDPA call and some of the unit's other forward "
+                                     "ops ran again in its backward, not all: a checkpointed "
+                                     "attention module)");
+            }
         }
         if (partial > 0)
             r.defaulted.push_back("activation_checkpointing: " + std::to_string(partial) +

@@ -68,6 +68,9 @@ CASES = {
     "selective_checkpointing_keep_mm": plan("selective_checkpointing_keep_mm", defaults={
         "reshard_after_forward": True,
         "activation_checkpointing": {"mode": "selective_op", "save": ["mm", "sdpa"]}}),
+    # attention-only: each layer's self_attn under torch.utils.checkpoint
+    "attention_checkpointing": plan("attention_checkpointing", defaults={
+        "reshard_after_forward": True, "activation_checkpointing": "attention"}),
     "fsdp1_per_block": plan("fsdp1_per_block", api="fsdp1", defaults={},
                             fsdp1={"sharding_strategy": "FULL_SHARD", "backward_prefetch": "BACKWARD_PRE"}),
     # torch's apply_activation_checkpointing (non-reentrant checkpoint_wrapper) inside each unit
