@@ -10,6 +10,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -183,28 +184,54 @@ int runMeasure(const std::vector<std::string>& argv) {
                 samples.push_back(s);
             }
         }
-        // Causal attention: on a GPU 32 heads of 128 (a Llama-3-8B layer's queries) from
-        // 1,024 to 8,192 tokens, 1.7e10 to 1.1e12 FLOPs a call, the sizes of the layers the
-        // simulator prices; on a CPU 8 heads of 64 and shorter sequences. FLOPs as
-        // torch.utils.flop_counter counts SDPA (4 b h s^2 d, the causal mask not halving
-        // them), as `calibrate --from-trace` and the simulator count them: the fitted
-        // efficiency of a causal kernel may pass 1.
+        // Causal attention with grouped-query keys and values, as decoder layers call SDPA
+        // (enable_gqa, 4 query heads to a key/value head): on a GPU 32 query heads of 128 (a
+        // Llama-3-8B layer) from 1,024 to 8,192 tokens, 1.7e10 to 1.1e12 FLOPs a call, the
+        // sizes of the layers the simulator prices, forward and backward; on a CPU 8 heads of
+        // 64, shorter sequences, forward. FLOPs as torch.utils.flop_counter counts SDPA (4 b h
+        // s^2 d forward, 10 b h s^2 d backward, the causal mask not halving them), as
+        // `calibrate --from-trace` and the simulator count them: the fitted efficiency of a
+        // causal kernel may pass 1.
         say("attention");
-        const int64_t heads = cuda ? 32 : 8, headDim = cuda ? 128 : 64;
+        const int64_t heads = cuda ? 32 : 8, kvHeads = heads / 4, headDim = cuda ? 128 : 64;
         for (int64_t seq : cuda ? std::vector<int64_t>{1024, 2048, 4096, 8192}
                                 : std::vector<int64_t>{256, 512, 1024}) {
             const auto dt = cuda ? at::kBFloat16 : at::kFloat;
             const at::Tensor q = at::randn({1, heads, seq, headDim}, opts.dtype(dt));
+            const at::Tensor k = at::randn({1, kvHeads, seq, headDim}, opts.dtype(dt));
+            const at::Tensor v = at::randn({1, kvHeads, seq, headDim}, opts.dtype(dt));
+            const double fwdFlops = 4.0 * static_cast<double>(heads) * static_cast<double>(seq) *
+                                    static_cast<double>(seq) * static_cast<double>(headDim);
+            at::Tensor qg, kg, vg, out, grad;
+            if (cuda) {  // a graph to run backward through, again and again
+                qg = q.detach().requires_grad_(true);
+                kg = k.detach().requires_grad_(true);
+                vg = v.detach().requires_grad_(true);
+                out = at::scaled_dot_product_attention(qg, kg, vg, {}, 0.0, true, std::nullopt,
+                                                       true);
+                grad = at::randn_like(out);
+            }
             for (int64_t r = 0; r < o.reps; ++r) {
-                auto s =
-                    sample("attention", "aten::scaled_dot_product_attention", r, timer.perCall([&] {
-                        (void)at::scaled_dot_product_attention(q, q, q, {}, 0.0, true);
-                    }));
-                s["flops"] = 4.0 * static_cast<double>(heads) * static_cast<double>(seq) *
-                             static_cast<double>(seq) * static_cast<double>(headDim);
+                auto s = sample("attention", "aten::scaled_dot_product_attention", r,
+                                timer.perCall([&] {
+                                    at::NoGradGuard ng;
+                                    (void)at::scaled_dot_product_attention(
+                                        q, k, v, {}, 0.0, true, std::nullopt, true);
+                                }));
+                s["flops"] = fwdFlops;
                 s["dtype"] = cuda ? "bfloat16" : "float32";
                 s["shape"] = {1, heads, seq, headDim};
                 samples.push_back(s);
+                if (!cuda) continue;
+                auto b = sample("attention", "aten::_scaled_dot_product_attention_backward", r,
+                                timer.perCall([&] {
+                                    (void)torch::autograd::grad({out}, {qg, kg, vg}, {grad},
+                                                                /*retain_graph=*/true);
+                                }));
+                b["flops"] = 2.5 * fwdFlops;
+                b["dtype"] = "bfloat16";
+                b["shape"] = {1, heads, seq, headDim};
+                samples.push_back(b);
             }
         }
         // The cost of one tiny op, launch included.
