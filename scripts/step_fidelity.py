@@ -40,6 +40,10 @@ RUNS = [
     ("h200-llama8b-4layers/sac-2x4096", "h200-llama8b-4layers/config.json",
      "Llama-3.1-8B, 4 layers, op-level selective AC (torchtitan's preset), no reshard, 2 x 4096"),
     ("h200-llama8b-4layers/fsdp1", "h200-llama8b-4layers/config.json", "Llama-3.1-8B, 4 layers, FSDP1, 1 x 4096"),
+    ("h200-llama8b-4layers/attn-2x4096", "h200-llama8b-4layers/config.json",
+     "Llama-3.1-8B, 4 layers, attention-only AC, no reshard, 2 x 4096"),
+    ("h200-llama8b-4layers/attn-2x8192", "h200-llama8b-4layers/config.json",
+     "Llama-3.1-8B, 4 layers, attention-only AC, 2 x 8192"),
     ("h200-mistral7b-4layers", None, "Mistral-7B, 4 layers, 1 x 8192 (sliding window 4096)"),
 ]
 
