@@ -256,9 +256,11 @@ class H200Trace(unittest.TestCase):
             self.assertLess(abs(r), 0.03 if "mistral" in d else 0.10, d)
 
     def test_allocator_histories_replay_exactly(self):
-        out = run("trace", "memory", os.path.join(DATA, "memory-history.json.gz"),
-                  os.path.join(DATA, "ac-2x4096", "memory-history.json.gz"), "--json")
-        self.assertEqual(len(out), 2)
+        # (fsdp1/memory-history.json.gz is not exact: -0.2 % at its peak, a gap of 224 MiB
+        # on the way; docs/memory-fidelity.md)
+        out = run("trace", "memory", *(os.path.join(DATA, d, "memory-history.json.gz")
+                                       for d in ("", "ac-2x4096", "sac-2x4096", "fsdp1-flat")), "--json")
+        self.assertEqual(len(out), 4)
         for r in out:
             print("%s: reserved %.3f GiB, model %+.2f%%, largest gap %d B"
                   % (os.path.basename(os.path.dirname(r["file"])), r["trace_reserved_peak_bytes"] / GIB,
