@@ -83,7 +83,11 @@ def main():
     # The H200 traces this repository holds (tests/data), each against the H200 sample.
     ours = [(os.path.join(ROOT, "tests", "data", "h200-llama8b-4layers", sub, "rank0.pt.trace.json.gz"),
              "h200-8x8.json", "H200, FSDP2 Llama-3.1-8B with 4 layers, one rank, " + what)
-            for sub, what in (("", "1 x 4096"), ("seq8192", "1 x 8192"), ("ac-2x4096", "full AC, 2 x 4096"))]
+            for sub, what in (("", "1 x 4096"), ("seq8192", "1 x 8192"), ("ac-2x4096", "full AC, 2 x 4096"),
+                              ("sac-2x4096", "selective AC, 2 x 4096"), ("sac-1x8192", "selective AC, 1 x 8192"),
+                              ("attn-2x4096", "attention-only AC, 2 x 4096"),
+                              ("attn-2x8192", "attention-only AC, 2 x 8192"),
+                              ("fsdp1", "FSDP1, 1 x 4096"), ("fsdp1-flat", "FSDP1 flat, 1 x 4096"))]
     for rel, cluster, what in GPU_TRACES + ours:
         path = os.path.join(a.traces, rel)
         if not os.path.exists(path):

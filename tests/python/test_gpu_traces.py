@@ -361,20 +361,24 @@ class H200Trace(unittest.TestCase):
         return r.stderr
 
     def test_kernel_fit_on_held_back_steps(self):
-        out = os.path.join(tempfile.mkdtemp(), "fitted.json")
-        f = run("calibrate", "--from-trace", TRACE, "--cluster", os.path.join(DATA, "cluster-measured.json"),
-                "--output", out, "--json")
-        classes = {c["class"]: c for c in f["classes"]}
-        for name in ("gemm", "memory-bound", "attention"):
-            c = classes[name]
-            print("%-12s held back %4d: total %+.1f%% (before %+.1f%%), median |error| %.1f%%"
-                  % (name, c["held_out"], 100 * c["after"]["total_error"], 100 * c["before"]["total_error"],
-                     100 * c["after"]["median_abs_error"]))
-            self.assertGreater(c["held_out"], 0)
-            self.assertLess(abs(c["after"]["total_error"]), 0.10, name)
-        self.assertLess(classes["gemm"]["after"]["median_abs_error"], 0.10)
-        with open(out) as fh:
-            self.assertIn("rank0.pt.trace.json.gz", json.dumps(json.load(fh)["sources"]))
+        """calibrate --from-trace on each of the nine Llama runs, fitted on steps 1 and 3:
+        every class of the held-back step's kernels within 10 % in total, GEMMs' median too."""
+        for sub in ("", "seq8192", "ac-2x4096", "sac-2x4096", "sac-1x8192", "attn-2x4096", "attn-2x8192",
+                    "fsdp1", "fsdp1-flat"):
+            out = os.path.join(tempfile.mkdtemp(), "fitted.json")
+            f = run("calibrate", "--from-trace", os.path.join(DATA, sub, "rank0.pt.trace.json.gz"), "--cluster",
+                    os.path.join(DATA, "cluster-measured.json"), "--output", out, "--json")
+            classes = {c["class"]: c for c in f["classes"]}
+            for name in ("gemm", "memory-bound", "attention"):
+                c = classes[name]
+                print("%-11s %-12s held back %4d: total %+.1f%% (before %+.1f%%), median |error| %.1f%%"
+                      % (sub or "1x4096", name, c["held_out"], 100 * c["after"]["total_error"],
+                         100 * c["before"]["total_error"], 100 * c["after"]["median_abs_error"]))
+                self.assertGreater(c["held_out"], 0)
+                self.assertLess(abs(c["after"]["total_error"]), 0.10, (sub, name))
+            self.assertLess(classes["gemm"]["after"]["median_abs_error"], 0.10, sub)
+            with open(out) as fh:
+                self.assertIn("rank0.pt.trace.json.gz", json.dumps(json.load(fh)["sources"]))
 
 
 if __name__ == "__main__":
