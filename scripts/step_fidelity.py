@@ -45,6 +45,7 @@ RUNS = [
     ("h200-llama8b-4layers/attn-2x8192", "h200-llama8b-4layers/config.json",
      "Llama-3.1-8B, 4 layers, attention-only AC, 2 x 8192"),
     ("h200-mistral7b-4layers", None, "Mistral-7B, 4 layers, 1 x 8192 (sliding window 4096)"),
+    ("h200-qwen3-8b-4layers-sac", None, "Qwen3-8B, 4 layers, selective AC, 1 x 4096"),
 ]
 
 
