@@ -356,7 +356,8 @@ class H200Trace(unittest.TestCase):
         GPU's, its allocator history replayed exactly, the plan recovered as selective_op,
         GEMM and SDPA calls as simulated, and the kernel fit within 10 % on the held-back step.
         Its step time is printed, not checked: -25.5 % (-11.7 % calibrated on its other steps),
-        a step with 31 ms of the device idle that the simulator does not show."""
+        a step with 23 ms of the device idle (most of it waiting for launches) that the
+        simulator does not show."""
         d = os.path.join(peer.SOURCE, "tests", "data", "h200-qwen3-8b-4layers-sac")
         trace = os.path.join(d, "rank0.pt.trace.json.gz")
         facts = trace_facts(trace)
