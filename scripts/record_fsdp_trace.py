@@ -98,6 +98,27 @@ def rank_main(rank, world, port, args, export, plan):
         opt.step()
         opt.zero_grad(set_to_none=True)
 
+    if args.time_only:
+        # No profiler: the steps as the training job runs them, each timed from a device
+        # synchronisation to the next (rank 0 prints them; the warm-up step is not timed).
+        import time
+        step()
+        if cuda:
+            torch.cuda.synchronize()
+        times = []
+        for _ in range(args.steps):
+            t0 = time.perf_counter()
+            step()
+            if cuda:
+                torch.cuda.synchronize()
+            times.append(1e3 * (time.perf_counter() - t0))
+        if rank == 0:
+            print("unprofiled steps (ms): " + " ".join(f"{t:.2f}" for t in times))
+            with open(os.path.join(args.out, "steps.json"), "w") as f:
+                json.dump({"step_ms": times}, f)
+        dist.barrier()
+        dist.destroy_process_group()
+        return
     sched = schedule(wait=0, warmup=1, active=args.steps, repeat=1)
     path = os.path.join(args.out, f"rank{rank}.pt.trace.json")
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
@@ -146,6 +167,9 @@ def main():
     ap.add_argument("--fsdp1", action="store_true", help="wrap with FSDP1 (ModuleWrapPolicy) instead of FSDP2")
     ap.add_argument("--no-profile-memory", action="store_true",
                     help="profile without memory events (profile_memory=False): less profiler work per allocation")
+    ap.add_argument("--time-only", action="store_true",
+                    help="no profiler: time --steps steps after a warm-up one (device-synchronised) and "
+                         "write steps.json instead of traces")
     ap.add_argument("--shardscope", default=os.path.join(ROOT, "build", "engine", "shardscope"),
                     help="the shardscope binary used to export the plan")
     args = ap.parse_args()
@@ -168,6 +192,8 @@ def main():
     mp.start_processes(rank_main, args=(world, free_port(), args, export, plan), nprocs=world,
                        join=True, start_method="spawn")
     plan.pop("_path")
+    if args.time_only:
+        return
     record = {"format": "shardscope.recorded_fsdp_trace", "api": "fsdp1" if args.fsdp1 else "fsdp2",
               "device": args.device, "batch": args.batch or None, "seq": args.seq or None,
               "world": world, "steps": args.steps, "plan": plan, "export": export,
