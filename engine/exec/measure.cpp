@@ -207,17 +207,17 @@ int runMeasure(const std::vector<std::string>& argv) {
                 qg = q.detach().requires_grad_(true);
                 kg = k.detach().requires_grad_(true);
                 vg = v.detach().requires_grad_(true);
-                out = at::scaled_dot_product_attention(qg, kg, vg, {}, 0.0, true, std::nullopt,
-                                                       true);
+                out =
+                    at::scaled_dot_product_attention(qg, kg, vg, {}, 0.0, true, std::nullopt, true);
                 grad = at::randn_like(out);
             }
             for (int64_t r = 0; r < o.reps; ++r) {
-                auto s = sample("attention", "aten::scaled_dot_product_attention", r,
-                                timer.perCall([&] {
-                                    at::NoGradGuard ng;
-                                    (void)at::scaled_dot_product_attention(
-                                        q, k, v, {}, 0.0, true, std::nullopt, true);
-                                }));
+                auto s =
+                    sample("attention", "aten::scaled_dot_product_attention", r, timer.perCall([&] {
+                        at::NoGradGuard ng;
+                        (void)at::scaled_dot_product_attention(q, k, v, {}, 0.0, true, std::nullopt,
+                                                               true);
+                    }));
                 s["flops"] = fwdFlops;
                 s["dtype"] = cuda ? "bfloat16" : "float32";
                 s["shape"] = {1, heads, seq, headDim};

@@ -94,6 +94,11 @@ void removeKernels(KernelMix& m, KernelKind kind, double perKernel, int64_t coun
     }
 }
 
+// One call of a GEMM at `tokens` tokens.
+double gemmFlopsOf(const ModuleCost::Gemm& gm, double tokens) {
+    return 2.0 * tokens * gm.mPerToken * gm.n * gm.k;
+}
+
 // What op-level selective checkpointing keeps (ModuleRun::sacKeptGemms): its GEMMs, and
 // whether SDPA's outputs.
 struct SacKept {
@@ -203,7 +208,7 @@ void runKernels(const ModuleRun& run, int64_t b, int64_t s, double scale, double
     }
     double gemmFlops = 0;
     for (const ModuleCost::Gemm& gm : c.gemms) {
-        const double f = 2.0 * tokens * gm.mPerToken * gm.n * gm.k;
+        const double f = gemmFlopsOf(gm, tokens);
         out.forward(KernelKind::Gemm, f, gm.calls);
         if (gm.backward) addKernels(*out.bwd, KernelKind::Gemm, f, 2 * int64_t{gm.calls});
         gemmFlops += f * gm.calls;
@@ -231,12 +236,12 @@ void runKernels(const ModuleRun& run, int64_t b, int64_t s, double scale, double
     }
     if (out.recomputeAttention) {  // the rest of the attention modules' subtrees
         for (const ModuleCost::Gemm& gm : run.attnGemms)
-            addKernels(*out.recomputeAttention, KernelKind::Gemm,
-                       2.0 * tokens * gm.mPerToken * gm.n * gm.k, gm.calls);
+            addKernels(*out.recomputeAttention, KernelKind::Gemm, gemmFlopsOf(gm, tokens),
+                       gm.calls);
         if (out.earlyStop)
             for (const ModuleCost::Gemm& gm : run.attnStopGemms)
-                removeKernels(*out.recomputeAttention, KernelKind::Gemm,
-                              2.0 * tokens * gm.mPerToken * gm.n * gm.k, gm.calls);
+                removeKernels(*out.recomputeAttention, KernelKind::Gemm, gemmFlopsOf(gm, tokens),
+                              gm.calls);
         if (run.attnMemKernels > 0)
             addKernels(*out.recomputeAttention, KernelKind::MemoryBound,
                        run.attnMemBytes.at(b, s, scale) / run.attnMemKernels, run.attnMemKernels);
@@ -255,7 +260,7 @@ void runKernels(const ModuleRun& run, int64_t b, int64_t s, double scale, double
         notRecomputed(run, out.sacSave ? &kept : nullptr, out.earlyStop,
                       [&](const ModuleCost::Gemm& gm, int32_t calls) {
                           removeKernels(*out.recomputeAll, KernelKind::Gemm,
-                                        2.0 * tokens * gm.mPerToken * gm.n * gm.k, calls);
+                                        gemmFlopsOf(gm, tokens), calls);
                       });
 }
 
@@ -264,7 +269,7 @@ double gemmFlops(const std::vector<ModuleCost::Gemm>& list, int64_t b, int64_t s
     const double tokens = static_cast<double>(b) * static_cast<double>(s);
     double f = 0;
     for (const ModuleCost::Gemm& gm : list)
-        f += 2.0 * tokens * gm.mPerToken * gm.n * gm.k * gm.calls;
+        f += gemmFlopsOf(gm, tokens) * gm.calls;
     return f;
 }
 
@@ -276,7 +281,7 @@ double recomputeSkippedFlops(const ModuleRun& run, int64_t b, int64_t s, const S
     double f =
         kept && kept->sdpa ? run.cost.fwdFlops.perTokenSeq * tokens * static_cast<double>(s) : 0.0;
     notRecomputed(run, kept, earlyStop, [&](const ModuleCost::Gemm& gm, int32_t calls) {
-        f += 2.0 * tokens * gm.mPerToken * gm.n * gm.k * calls;
+        f += gemmFlopsOf(gm, tokens) * calls;
     });
     return f;
 }
@@ -706,7 +711,7 @@ private:
         DType dtype;
         double scale;
         int32_t ids[3];
-        std::vector<std::string> save;  // AcMode::SelectiveOp's list
+        const std::vector<std::string>* save;  // AcMode::SelectiveOp's list (the unit's)
     };
     std::vector<MixKey> mixCache;
     void segmentKernels(Segment& sg, const std::vector<ModuleRun>& runs) {
@@ -719,7 +724,7 @@ private:
         if (sig >= 0)
             for (const MixKey& k : mixCache)
                 if (k.signature == sig && k.ac == ac && k.dtype == dt && k.scale == scale &&
-                    (ac != AcMode::SelectiveOp || k.save == unit.acSave)) {
+                    (ac != AcMode::SelectiveOp || *k.save == unit.acSave)) {
                     sg.fwdMixId = k.ids[0];
                     sg.bwdMixId = k.ids[1];
                     sg.recomputeMixId = k.ids[2];
@@ -742,12 +747,7 @@ private:
         sg.recomputeMixId = internMix(rec, dt);
         if (sig >= 0)
             mixCache.push_back(
-                {sig,
-                 ac,
-                 dt,
-                 scale,
-                 {sg.fwdMixId, sg.bwdMixId, sg.recomputeMixId},
-                 ac == AcMode::SelectiveOp ? unit.acSave : std::vector<std::string>{}});
+                {sig, ac, dt, scale, {sg.fwdMixId, sg.bwdMixId, sg.recomputeMixId}, &unit.acSave});
     }
 
     // Index of an equal mix in the program (decoder layers share theirs), or a new one.

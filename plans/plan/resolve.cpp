@@ -891,6 +891,12 @@ std::optional<ModuleCost::Gemm> recomputeStopGemm(const ModelGraph& g, ModuleId 
 }
 
 namespace {
+// torchtitan's preset keeps the even (0-based) ones of a checkpointed call's mm calls: of
+// calls idx .. idx + n - 1, how many.
+int64_t keptMmCalls(int64_t idx, int64_t n) {
+    return (idx + n + 1) / 2 - (idx + 1) / 2;
+}
+
 // Adds `gm` to a list of GEMMs merged by shape.
 void addMerged(std::vector<ModuleCost::Gemm>& list, const ModuleCost::Gemm& gm) {
     auto it = std::find_if(list.begin(), list.end(), [&](const ModuleCost::Gemm& x) {
@@ -983,9 +989,8 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r, 
                 int64_t idx = mmSeen[static_cast<size_t>(u)];
                 for (const ModuleCost::Gemm& gm : c.gemms) {
                     addMerged(run.mmGemms, gm);
-                    // Calls idx .. idx + calls - 1 (0-based): the even ones are kept.
                     ModuleCost::Gemm kept = gm;
-                    kept.calls = static_cast<int32_t>((idx + gm.calls + 1) / 2 - (idx + 1) / 2);
+                    kept.calls = static_cast<int32_t>(keptMmCalls(idx, gm.calls));
                     if (kept.calls > 0) addMerged(run.sacKeptGemms, kept);
                     idx += gm.calls;
                 }
@@ -996,7 +1001,7 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r, 
         }
         if (c.mmCount > 0) {
             int64_t& n = mmSeen[static_cast<size_t>(u)];
-            const int64_t keep = (n % 2 == 0 ? (c.mmCount + 1) / 2 : c.mmCount / 2);
+            const int64_t keep = keptMmCalls(n, c.mmCount);
             ScaledCost kept = c.mmOutputBytes;
             const double share = static_cast<double>(keep) / static_cast<double>(c.mmCount);
             kept.perToken *= share;

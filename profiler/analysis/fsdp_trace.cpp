@@ -298,6 +298,16 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
             : (inBackward ? unit.policyRecomputedSdpa : unit.policyForwardSdpa)) += 1;
         if (!inBackward) ++unit.policyForwardNested;
     };
+    // A forward-only op (counted once: a policy's inner record of it only marks the unit) or
+    // an op a policy handles, in unit u.
+    auto countForwardOp = [&](int32_t u, int32_t e, const std::string& name, int64_t end) {
+        if (bool sdpa = false; !isForwardOnlyOp(name, &sdpa))
+            countPolicyOp(u, e, name, end);
+        else if (!nestedInItself(e, end))
+            countForwardOnly(u, sdpa);
+        else if (u >= 0 && !inBackward)
+            ++a.units[static_cast<size_t>(u)].policyForwardNested;
+    };
     for (int32_t e : order) {
         const int64_t s = t.start[e];
         while (!stack.empty() && stack.back().end <= s)
@@ -313,17 +323,10 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
                 forwardStack.clear();
             }
             // Forward-only ops: in forward, the unit's own; in backward, a recompute's.
-            const int32_t here = inBackward             ? lastPreBackward
-                                 : forwardStack.empty() ? -1
-                                                        : forwardStack.back();
-            // (aten::embedding goes through a policy's mode too: its inner record is not counted)
-            if (bool sdpa = false; isForwardOnlyOp(name, &sdpa)) {
-                if (!nestedInItself(e, end))
-                    countForwardOnly(here, sdpa);
-                else if (here >= 0 && !inBackward)
-                    ++a.units[static_cast<size_t>(here)].policyForwardNested;
-            }
-            countPolicyOp(here, e, name, end);
+            countForwardOp(inBackward             ? lastPreBackward
+                           : forwardStack.empty() ? -1
+                                                  : forwardStack.back(),
+                           e, name, end);
             if (startsWith(name, "FSDP::post_backward")) inBackward = true;
             if (const auto l = parseFsdp2Label(name)) {
                 if (l->op == "FSDP::pre_forward") {
@@ -361,20 +364,14 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
         // range holds them; in backward, a recompute's, in the unit whose pre-backward hook
         // fired last (it fires as the unit's output gradient is made, before autograd
         // reaches the saved tensors that start a non-reentrant recompute).
-        if (bool sdpa = false;
-            step >= 0 && a.api == "fsdp1" &&
-            (isForwardOnlyOp(name, &sdpa) || name == "aten::mm" || isSdpaKernelOp(name))) {
+        if (step >= 0 && a.api == "fsdp1" &&
+            (isForwardOnlyOp(name) || name == "aten::mm" || isSdpaKernelOp(name))) {
             int32_t u = inBackward ? fsdp1LastPreBackward : -1;
             if (!inBackward)
                 for (auto it = stack.rbegin(); it != stack.rend() && u < 0; ++it)
                     if (const auto f = fsdp1UnitOf.find(it->event); f != fsdp1UnitOf.end())
                         u = f->second;
-            if (!isForwardOnlyOp(name, &sdpa))
-                countPolicyOp(u, e, name, end);
-            else if (!nestedInItself(e, end))
-                countForwardOnly(u, sdpa);
-            else if (u >= 0 && !inBackward)
-                ++a.units[static_cast<size_t>(u)].policyForwardNested;
+            countForwardOp(u, e, name, end);
         }
         // FSDP1: every FSDP instance's forward is a FullyShardedDataParallel.forward range;
         // the outermost is the root (a micro-batch), nested ones are the units in order.
@@ -1066,6 +1063,19 @@ RecoveredPlan recoverPlan(const FsdpTraceAnalysis& a, const std::string& source,
                 modeText = mode.toString();
             }
         }
+        // `mode` on the units whose first modules are `names`: the plan's default when they
+        // are all the units that could take it.
+        auto checkpoint = [&](const std::vector<std::string>& names, bool everyUnit,
+                              const AcSpec& mode) {
+            if (everyUnit) {
+                p.defaults.activationCheckpointing = mode;
+                return;
+            }
+            for (auto& spec : p.units)
+                if (!spec.modules.empty() &&
+                    std::find(names.begin(), names.end(), spec.modules.front()) != names.end())
+                    spec.settings.activationCheckpointing = mode;
+        };
         const std::string fullOn = "activation_checkpointing: " + modeText + " on " +
                                    std::to_string(full) + " of " + std::to_string(units) + " units";
         if (full == 0) {
@@ -1077,13 +1087,7 @@ RecoveredPlan recoverPlan(const FsdpTraceAnalysis& a, const std::string& source,
             // FSDP1 names no unit in its trace: the units cannot be listed in the plan.
             r.defaulted.push_back(fullOn + " by the trace, which FSDP1 does not name: left unset");
         } else {
-            if (full == units)
-                p.defaults.activationCheckpointing = mode;
-            else
-                for (auto& spec : p.units)
-                    if (!spec.modules.empty() && std::find(fullUnits.begin(), fullUnits.end(),
-                                                           spec.modules.front()) != fullUnits.end())
-                        spec.settings.activationCheckpointing = mode;
+            checkpoint(fullUnits, full == units, mode);
             r.inferred.push_back(fullOn +
                                  " (each forward op ran again in the unit's backward: a "
                                  "recompute" +
@@ -1096,14 +1100,10 @@ RecoveredPlan recoverPlan(const FsdpTraceAnalysis& a, const std::string& source,
             if (fsdp1) {
                 r.defaulted.push_back(on + " by the trace, which FSDP1 does not name: left unset");
             } else {
-                if (full == 0 && static_cast<int64_t>(attentionUnits.size()) == withAttention)
-                    p.defaults.activationCheckpointing = AcSpec(AcMode::Attention);
-                else
-                    for (auto& spec : p.units)
-                        if (!spec.modules.empty() &&
-                            std::find(attentionUnits.begin(), attentionUnits.end(),
-                                      spec.modules.front()) != attentionUnits.end())
-                            spec.settings.activationCheckpointing = AcSpec(AcMode::Attention);
+                checkpoint(
+                    attentionUnits,
+                    full == 0 && static_cast<int64_t>(attentionUnits.size()) == withAttention,
+                    AcSpec(AcMode::Attention));
                 r.inferred.push_back(on +
                                      " (every SDPA call and some of the unit's other forward "
                                      "ops ran again in its backward, not all: a checkpointed "
