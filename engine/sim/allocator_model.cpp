@@ -39,10 +39,11 @@ void AllocatorModel::reset(bool expandableSegments) {
     m_expandable = expandableSegments;
     m_blocks.clear();
     for (FreeList& f : m_free) {
-        for (const FreeGroup& g : f) {
-            m_lists[static_cast<size_t>(g.list)].clear();
-            m_spareLists.push_back(g.list);
-        }
+        for (const FreeGroup& g : f)
+            if (g.list >= 0) {
+                m_lists[static_cast<size_t>(g.list)].clear();
+                m_spareLists.push_back(g.list);
+            }
         f.clear();
     }
     std::fill(std::begin(m_streamHigh), std::end(m_streamHigh), 0);
@@ -62,14 +63,29 @@ int32_t AllocatorModel::takeList() {
     return l;
 }
 
-void AllocatorModel::dropGroup(FreeList& f, FreeList::iterator g) {
-    m_spareLists.push_back(g->list);
-    f.erase(g);
+void AllocatorModel::leaveOne(FreeGroup& g) {
+    auto& b = m_lists[static_cast<size_t>(g.list)];
+    if (b.size() != 1) return;
+    m_spareLists.push_back(g.list);
+    g.list = ~b.front();
+    b.clear();
 }
 
 void AllocatorModel::insertFree(FreeList& f, int64_t size, int32_t block) {
     auto g = firstFitting(f, size);
-    if (g == f.end() || g->size != size) g = f.insert(g, FreeGroup{size, takeList()});
+    if (g == f.end() || g->size != size) {  // most free sizes are a remainder of their own
+        f.insert(g, FreeGroup{size, ~block});
+        return;
+    }
+    if (g->list < 0) {  // a second block of this size: the group gets a list
+        const int32_t other = ~g->list;
+        const int32_t l = takeList();
+        auto& b = m_lists[static_cast<size_t>(l)];
+        b.push_back(std::min(other, block));
+        b.push_back(std::max(other, block));
+        g->list = l;
+        return;
+    }
     auto& b = m_lists[static_cast<size_t>(g->list)];
     b.insert(std::upper_bound(b.begin(), b.end(), block), block);
 }
@@ -77,11 +93,15 @@ void AllocatorModel::insertFree(FreeList& f, int64_t size, int32_t block) {
 void AllocatorModel::removeFree(FreeList& f, int64_t size, int32_t block) {
     const auto g = firstFitting(f, size);
     if (g == f.end() || g->size != size) return;
+    if (g->list < 0) {
+        if (~g->list == block) f.erase(g);
+        return;
+    }
     auto& b = m_lists[static_cast<size_t>(g->list)];
     const auto it = std::lower_bound(b.begin(), b.end(), block);
     if (it == b.end() || *it != block) return;
     b.erase(it);
-    if (b.empty()) dropGroup(f, g);
+    leaveOne(*g);
 }
 
 int64_t AllocatorModel::allocate(int64_t bytes, int stream) {
@@ -105,11 +125,14 @@ int64_t AllocatorModel::allocate(int64_t bytes, int stream) {
     // Best fit: the smallest free block that is large enough (ties: the oldest block).
     const auto g = firstFitting(freeBlocks, size);
     int32_t b;
-    if (g != freeBlocks.end()) {
+    if (g != freeBlocks.end() && g->list < 0) {
+        b = ~g->list;
+        freeBlocks.erase(g);
+    } else if (g != freeBlocks.end()) {
         auto& list = m_lists[static_cast<size_t>(g->list)];
         b = list.front();
         list.erase(list.begin());
-        if (list.empty()) dropGroup(freeBlocks, g);
+        leaveOne(*g);
     } else {
         const int64_t seg = small                   ? kSmallBuffer
                             : size < kMinLargeAlloc ? kLargeBuffer

@@ -46,16 +46,19 @@ private:
     // sizes (80-block Llama-3-70B plan): a search looks at the sizes, not at every block.
     // A group is a size and its blocks' list, kept apart (m_lists) so that inserting a
     // group moves 16 plain bytes per group after it.
+    // Most free sizes are held by one block (a split's remainder): such a group names its
+    // block itself, and only a size held by two or more gets a list.
     struct FreeGroup {
         int64_t size = 0;
-        int32_t list = 0;  // index into m_lists: the blocks, ascending
+        // >= 0: index into m_lists, the blocks ascending; < 0: the one block, ~list
+        int32_t list = 0;
     };
     using FreeList = std::vector<FreeGroup>;
     FreeList m_free[2 * kMaxStreams];
     std::vector<std::vector<int32_t>> m_lists;
     std::vector<int32_t> m_spareLists;  // lists of emptied groups, reused
     int32_t takeList();
-    void dropGroup(FreeList& f, FreeList::iterator g);
+    void leaveOne(FreeGroup& g);  // a list down to one block: back to naming it
     int64_t m_streamHigh[kMaxStreams] = {}, m_streamUsed[kMaxStreams] = {};  // expandable segments
     FreeList& pool(int stream, bool small) { return m_free[2 * (stream % kMaxStreams) + small]; }
     void insertFree(FreeList& f, int64_t size, int32_t block);
