@@ -80,7 +80,7 @@ int finishKernelCalibration(const Args& a, const KernelSamples& samples, const C
         std::ostringstream csv;
         csv.precision(17);
         csv << "trace,step,class,held_out,op,kernel,dtype,flops,bytes,group_size,collective,"
-               "measured_ns,before_ns,after_ns\n";
+               "measured_ns,before_ns,after_ns,m,n,k\n";
         auto quoted = [](const std::string& v) {
             std::string q = "\"";
             for (char ch : v)
@@ -93,7 +93,8 @@ int finishKernelCalibration(const Args& a, const KernelSamples& samples, const C
                 << (fit->heldOut[i] ? 1 : 0) << "," << quoted(k.op) << "," << quoted(k.kernel)
                 << "," << dtypeName(k.dtype) << "," << k.flops << "," << k.bytes << ","
                 << k.groupSize << "," << k.collective << "," << k.durNs << ","
-                << predictKernelNs(base, k) << "," << predictKernelNs(fit->cluster, k) << "\n";
+                << predictKernelNs(base, k) << "," << predictKernelNs(fit->cluster, k) << "," << k.m
+                << "," << k.n << "," << k.k << "\n";
         }
         if (Status w = writeFileAtomically(a.get("--samples"), csv.str()); !w) {
             std::cerr << "error: " << w.error() << "\n";

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <map>
+#include <tuple>
 
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
@@ -35,6 +37,21 @@ nlohmann::json kernelsJson(const ClusterSpec& c, const StepProgram& p) {
                                 {"device_ns", static_cast<int64_t>(x.deviceSeconds * 1e9)}};
     }
     j["cpu_launch_ns"] = static_cast<int64_t>(t.launchSeconds * 1e9);
+    // The GEMMs by shape (M x K by K x N, as aten::mm's inputs): what a cluster's
+    // gemm_efficiency_by_shape prices; GEMMs of no known shape are left out.
+    std::map<std::tuple<int64_t, int64_t, int64_t>, int64_t> shapes;
+    for (const Op& op : p.ops)
+        if (op.mix >= 0 && static_cast<size_t>(op.mix) < p.mixes.size())
+            for (const KernelEntry& e : p.mixes[static_cast<size_t>(op.mix)].entries)
+                if (e.kind == KernelKind::Gemm && e.shape.m > 0)
+                    shapes[{e.shape.m, e.shape.n, e.shape.k}] += e.count;
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& [key, count] : shapes)
+        list.push_back({{"m", std::get<0>(key)},
+                        {"n", std::get<1>(key)},
+                        {"k", std::get<2>(key)},
+                        {"count", count}});
+    j["gemm"]["shapes"] = list;
     return j;
 }
 

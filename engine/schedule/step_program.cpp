@@ -2,6 +2,7 @@
 #include "engine/schedule/step_program.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <initializer_list>
 #include <sstream>
@@ -69,23 +70,24 @@ struct Group {
     int32_t size = 1, nodes = 1, perNode = 1;
 };
 
-void addKernels(KernelMix& m, KernelKind kind, double perKernel, int64_t count,
-                bool masked = false) {
+void addKernels(KernelMix& m, KernelKind kind, double perKernel, int64_t count, bool masked = false,
+                GemmShape shape = {}) {
     if (count <= 0 || !(perKernel > 0)) return;
     m.kernels += count;
     for (KernelEntry& e : m.entries)
-        if (e.kind == kind && e.perKernel == perKernel && e.masked == masked) {
+        if (e.kind == kind && e.perKernel == perKernel && e.masked == masked && e.shape == shape) {
             e.count += static_cast<int32_t>(count);
             return;
         }
-    m.entries.push_back({kind, static_cast<int32_t>(count), perKernel, masked});
+    m.entries.push_back({kind, static_cast<int32_t>(count), perKernel, masked, shape});
 }
 
 // Takes back up to `count` kernels addKernels put in (a recompute's early stop).
-void removeKernels(KernelMix& m, KernelKind kind, double perKernel, int64_t count) {
+void removeKernels(KernelMix& m, KernelKind kind, double perKernel, int64_t count,
+                   GemmShape shape = {}) {
     for (size_t i = 0; i < m.entries.size(); ++i) {
         KernelEntry& e = m.entries[i];
-        if (e.kind != kind || e.perKernel != perKernel || e.masked) continue;
+        if (e.kind != kind || e.perKernel != perKernel || e.masked || e.shape != shape) continue;
         const auto n = static_cast<int32_t>(std::min<int64_t>(count, e.count));
         e.count -= n;
         m.kernels -= n;
@@ -97,6 +99,24 @@ void removeKernels(KernelMix& m, KernelKind kind, double perKernel, int64_t coun
 // One call of a GEMM at `tokens` tokens.
 double gemmFlopsOf(const ModuleCost::Gemm& gm, double tokens) {
     return 2.0 * tokens * gm.mPerToken * gm.n * gm.k;
+}
+
+// Its forward shape, and its two backward GEMMs' (a linear layer, y = x W^T: the input
+// gradient dy W is M x N by N x K; the weight gradient, as PyTorch's mm backward makes it
+// for a transposed weight, dy^T x: N x M by M x K). 0s where M is not a whole number (a
+// mixture-of-experts expert's share of the tokens) and for RoPE's table (no backward), a
+// batched outer product whose shape takes batch and sequence apart.
+struct GemmShapes {
+    GemmShape fwd, dgrad, wgrad;
+};
+GemmShapes gemmShapesOf(const ModuleCost::Gemm& gm, double tokens) {
+    if (!gm.backward) return {};
+    const double m = tokens * gm.mPerToken;
+    const auto whole = [](double v) { return v >= 1 && v == std::floor(v) && v < 9e15; };
+    if (!whole(m) || !whole(gm.n) || !whole(gm.k)) return {};
+    const auto M = static_cast<int64_t>(m), N = static_cast<int64_t>(gm.n),
+               K = static_cast<int64_t>(gm.k);
+    return {{M, N, K}, {M, K, N}, {N, K, M}};
 }
 
 // What op-level selective checkpointing keeps (ModuleRun::sacKeptGemms): its GEMMs, and
@@ -163,9 +183,10 @@ struct RunMixes {
     // Op-level selective checkpointing: its save list (empty: torchtitan's preset); the
     // kept ops are not run again (notRecomputed).
     const std::vector<std::string>* sacSave = nullptr;
-    void forward(KernelKind k, double per, int64_t n, bool masked = false) const {
-        addKernels(*fwd, k, per, n, masked);
-        if (recomputeAll) addKernels(*recomputeAll, k, per, n, masked);
+    void forward(KernelKind k, double per, int64_t n, bool masked = false,
+                 GemmShape shape = {}) const {
+        addKernels(*fwd, k, per, n, masked, shape);
+        if (recomputeAll) addKernels(*recomputeAll, k, per, n, masked, shape);
     }
 };
 
@@ -209,8 +230,12 @@ void runKernels(const ModuleRun& run, int64_t b, int64_t s, double scale, double
     double gemmFlops = 0;
     for (const ModuleCost::Gemm& gm : c.gemms) {
         const double f = gemmFlopsOf(gm, tokens);
-        out.forward(KernelKind::Gemm, f, gm.calls);
-        if (gm.backward) addKernels(*out.bwd, KernelKind::Gemm, f, 2 * int64_t{gm.calls});
+        const GemmShapes sh = gemmShapesOf(gm, tokens);
+        out.forward(KernelKind::Gemm, f, gm.calls, false, sh.fwd);
+        if (gm.backward) {
+            addKernels(*out.bwd, KernelKind::Gemm, f, gm.calls, false, sh.dgrad);
+            addKernels(*out.bwd, KernelKind::Gemm, f, gm.calls, false, sh.wgrad);
+        }
         gemmFlops += f * gm.calls;
     }
     SacKept kept;
@@ -236,12 +261,12 @@ void runKernels(const ModuleRun& run, int64_t b, int64_t s, double scale, double
     }
     if (out.recomputeAttention) {  // the rest of the attention modules' subtrees
         for (const ModuleCost::Gemm& gm : run.attnGemms)
-            addKernels(*out.recomputeAttention, KernelKind::Gemm, gemmFlopsOf(gm, tokens),
-                       gm.calls);
+            addKernels(*out.recomputeAttention, KernelKind::Gemm, gemmFlopsOf(gm, tokens), gm.calls,
+                       false, gemmShapesOf(gm, tokens).fwd);
         if (out.earlyStop)
             for (const ModuleCost::Gemm& gm : run.attnStopGemms)
                 removeKernels(*out.recomputeAttention, KernelKind::Gemm, gemmFlopsOf(gm, tokens),
-                              gm.calls);
+                              gm.calls, gemmShapesOf(gm, tokens).fwd);
         if (run.attnMemKernels > 0)
             addKernels(*out.recomputeAttention, KernelKind::MemoryBound,
                        run.attnMemBytes.at(b, s, scale) / run.attnMemKernels, run.attnMemKernels);
@@ -260,7 +285,8 @@ void runKernels(const ModuleRun& run, int64_t b, int64_t s, double scale, double
         notRecomputed(run, out.sacSave ? &kept : nullptr, out.earlyStop,
                       [&](const ModuleCost::Gemm& gm, int32_t calls) {
                           removeKernels(*out.recomputeAll, KernelKind::Gemm,
-                                        gemmFlopsOf(gm, tokens), calls);
+                                        gemmFlopsOf(gm, tokens), calls,
+                                        gemmShapesOf(gm, tokens).fwd);
                       });
 }
 

@@ -90,11 +90,18 @@ enum class MemCategory : uint8_t {
 // The kernels one compute op launches, by class, identical kernels folded into one entry:
 // what the cost model prices kernel by kernel and the CPU pays a launch for each of.
 enum class KernelKind : uint8_t { Gemm, Attention, MemoryBound };
+// A GEMM's M x K by K x N as PyTorch calls it (aten::mm's input dims); 0s when unknown.
+// A linear layer's forward, input gradient and weight gradient are three shapes.
+struct GemmShape {
+    int64_t m = 0, n = 0, k = 0;
+    friend bool operator==(const GemmShape&, const GemmShape&) = default;
+};
 struct KernelEntry {
     KernelKind kind = KernelKind::Gemm;
     int32_t count = 0;
     double perKernel = 0;  // FLOPs (GEMM, attention) or bytes moved (memory-bound) of one
     bool masked = false;   // attention through a (sliding-window) mask: no causal skipping
+    GemmShape shape{};     // GEMM: its shape where the model gives it
     friend bool operator==(const KernelEntry&, const KernelEntry&) = default;
 };
 struct KernelMix {

@@ -38,7 +38,9 @@ double entrySeconds(const ClusterSpec& c, const KernelEntry& e, DType dtype) {
     const double n = e.count;
     switch (e.kind) {
         case KernelKind::Gemm:
-            return n * e.perKernel / (c.device.peakFor(dtype) * c.sim.efficiencyFor(e.perKernel));
+            return n * e.perKernel /
+                   (c.device.peakFor(dtype) *
+                    c.sim.gemmEfficiencyFor(e.perKernel, e.shape.m, e.shape.n, e.shape.k, dtype));
         case KernelKind::Attention:
             return n * e.perKernel /
                    (c.device.peakFor(dtype) * (e.masked

@@ -51,6 +51,14 @@ double SimParams::maskedAttentionEfficiencyFor(double flops) const {
                                              : logInterpolate(maskedAttentionEfficiency, flops);
 }
 
+double SimParams::gemmEfficiencyFor(double flops, int64_t m, int64_t n, int64_t k,
+                                    DType dtype) const {
+    if (m > 0 && n > 0 && k > 0)
+        for (const GemmShapeEfficiency& g : gemmEfficiencyByShape)
+            if (g.m == m && g.n == n && g.k == k && g.dtype == dtype) return g.efficiency;
+    return efficiencyFor(flops);
+}
+
 double SimParams::efficiencyFor(double flops) const {
     const auto& c = computeEfficiency;
     if (c.empty()) return 1.0;
@@ -95,10 +103,31 @@ SimParams parseSim(const JsonReader& r) {
     r.allowOnly({"compute_efficiency", "memory_efficiency", "memory_efficiency_by_bytes",
                  "overlap_slowdown", "intra_efficiency", "network_efficiency", "cpu_issue_ns",
                  "host_optimizer_bytes_per_s", "protocols", "attention_efficiency",
-                 "masked_attention_efficiency", "cpu_launch_ns", "memory_efficiency_by_op"});
+                 "masked_attention_efficiency", "cpu_launch_ns", "memory_efficiency_by_op",
+                 "gemm_efficiency_by_shape"});
     SimParams s;
     if (auto c = r.find("compute_efficiency"))
         s.computeEfficiency = parseCurve(*c, "flops", "FLOPs");
+    if (auto list = r.find("gemm_efficiency_by_shape")) {
+        for (size_t i = 0; i < list->size(); ++i) {
+            const JsonReader g = (*list)[i];
+            g.allowOnly({"m", "n", "k", "dtype", "efficiency"});
+            GemmShapeEfficiency e;
+            e.m = g.at("m").asIntAtLeast(1);
+            e.n = g.at("n").asIntAtLeast(1);
+            e.k = g.at("k").asIntAtLeast(1);
+            const std::string dt = g.getString("dtype");
+            const auto d = parseDType(dt);
+            if (!d)
+                g.at("dtype").fail("unknown dtype \"" + dt + "\"" + didYouMean(dt, dtypeNames()));
+            e.dtype = *d;
+            e.efficiency = fraction(g.at("efficiency"));
+            for (const GemmShapeEfficiency& x : s.gemmEfficiencyByShape)
+                if (x.m == e.m && x.n == e.n && x.k == e.k && x.dtype == e.dtype)
+                    g.fail("this shape and dtype is listed twice");
+            s.gemmEfficiencyByShape.push_back(e);
+        }
+    }
     if (auto x = r.find("memory_efficiency")) s.memoryEfficiency = fraction(*x);
     if (auto c = r.find("memory_efficiency_by_bytes"))
         s.memoryEfficiencyByBytes = parseCurve(*c, "bytes", "bytes");
@@ -193,6 +222,16 @@ nlohmann::json simJson(const SimParams& s) {
         j["masked_attention_efficiency"] = ae;
     }
     if (s.cpuLaunchNs > 0) j["cpu_launch_ns"] = static_cast<int64_t>(s.cpuLaunchNs);
+    if (!s.gemmEfficiencyByShape.empty()) {
+        nlohmann::json gs = nlohmann::json::array();
+        for (const GemmShapeEfficiency& g : s.gemmEfficiencyByShape)
+            gs.push_back({{"m", g.m},
+                          {"n", g.n},
+                          {"k", g.k},
+                          {"dtype", std::string(dtypeName(g.dtype))},
+                          {"efficiency", g.efficiency}});
+        j["gemm_efficiency_by_shape"] = gs;
+    }
     return j;
 }
 

@@ -56,6 +56,17 @@ struct ProtocolSpec {
     double bwFactor = 1;
 };
 
+// The achieved fraction of peak of one GEMM shape, measured: a GEMM of M x K by K x N in
+// `dtype` (a batched one with its batch folded into M). cuBLAS picks its kernel by shape and
+// layout, so GEMMs of equal FLOPs run at different rates (a linear layer's forward, input
+// gradient and weight gradient: three shapes, one FLOP count).
+struct GemmShapeEfficiency {
+    int64_t m = 0, n = 0, k = 0;
+    DType dtype = DType::Float32;
+    double efficiency = 0;
+    friend bool operator==(const GemmShapeEfficiency&, const GemmShapeEfficiency&) = default;
+};
+
 // Simulator parameters: how hardware figures become op durations. Defaults (used when
 // a file has no "sim" section, and written out by clusterToJson) are documented in
 // plans/README.md with their sources.
@@ -65,6 +76,10 @@ struct SimParams {
     std::vector<std::pair<double, double>> computeEfficiency{
         {1e6, 0.05}, {1e9, 0.45}, {1e10, 0.65}, {1e11, 0.75}, {1e12, 0.8}};
     double memoryEfficiency = 0.85;  // achieved fraction of HBM bandwidth
+    // GEMM shapes measured on the cluster's device (`calibrate --from-trace` fits them from a
+    // trace with record_shapes): a GEMM of a listed shape and dtype takes its efficiency,
+    // any other computeEfficiency by its FLOPs. Empty (the default): none.
+    std::vector<GemmShapeEfficiency> gemmEfficiencyByShape;
     // Achieved fraction of HBM bandwidth of one memory-bound kernel by the bytes it moves:
     // piecewise linear in log10(bytes), flat outside; small kernels pay their launch and
     // tail, mid-sized ones may run from cache. Empty (the default): memoryEfficiency for
@@ -96,6 +111,10 @@ struct SimParams {
                                         {"LL128", 10000, 1900, 4000, 0.92},
                                         {"Simple", 8400, 3400, 9600, 1.0}};
     [[nodiscard]] double efficiencyFor(double flops) const;
+    // A GEMM's: its shape's where listed (gemmEfficiencyByShape), else efficiencyFor(flops).
+    // m, n or k of 0: no shape known.
+    [[nodiscard]] double gemmEfficiencyFor(double flops, int64_t m, int64_t n, int64_t k,
+                                           DType dtype) const;
     [[nodiscard]] double memoryEfficiencyFor(double bytes) const;
     // The operator's own curve where the cluster has one, else memoryEfficiencyFor(bytes).
     [[nodiscard]] double memoryEfficiencyFor(double bytes, const std::string& op) const;

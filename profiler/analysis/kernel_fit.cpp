@@ -72,7 +72,10 @@ double predictKernelNs(const ClusterSpec& c, const KernelSample& s) {
     switch (s.cls) {
         case KernelClass::Gemm:
             if (s.flops <= 0) return 0;
-            return s.flops / (c.device.peakFor(s.dtype) * c.sim.efficiencyFor(s.flops)) * 1e9;
+            return s.flops /
+                   (c.device.peakFor(s.dtype) *
+                    c.sim.gemmEfficiencyFor(s.flops, s.m, s.n, s.k, s.dtype)) *
+                   1e9;
         case KernelClass::MemoryBound: {
             // The operator's curve for this kernel template, else the operator's, else
             // the curve by bytes.
@@ -180,6 +183,38 @@ Expected<KernelFit> fitKernels(const KernelSamples& all, const ClusterSpec& base
             c.sim.computeEfficiency = curve;
             c.sources["/sim/compute_efficiency"] =
                 from + " (" + std::to_string(gemms.size()) + " GEMM kernels)";
+        }
+        // 2a. Each GEMM shape's own efficiency (the median of its kernels): cuBLAS picks a
+        //     kernel by shape and layout, so a linear layer's forward, input gradient and
+        //     weight gradient, of equal FLOPs, run at different rates (V100 ResNet-50's fc:
+        //     25, 25 and 19 us). Shapes of the base cluster that this trace lacks are kept.
+        using ShapeKey = std::tuple<int, int64_t, int64_t, int64_t>;
+        std::map<ShapeKey, std::vector<double>> byShape;
+        for (const auto* s : gemms)
+            if (s->durNs > 0 && s->m > 0 && s->n > 0 && s->k > 0)
+                byShape[{static_cast<int>(s->dtype), s->m, s->n, s->k}].push_back(
+                    fractionOfPeak(*s));
+        if (!byShape.empty()) {
+            auto& table = c.sim.gemmEfficiencyByShape;
+            for (auto& [key, fractions] : byShape) {
+                const auto& [dt, m, n, k] = key;
+                std::sort(fractions.begin(), fractions.end());
+                GemmShapeEfficiency e{m, n, k, static_cast<DType>(dt),
+                                      std::clamp(fractions[fractions.size() / 2], 1e-6, 1.0)};
+                const auto same = std::find_if(table.begin(), table.end(), [&](const auto& x) {
+                    return x.m == m && x.n == n && x.k == k && x.dtype == e.dtype;
+                });
+                if (same != table.end())
+                    *same = e;
+                else
+                    table.push_back(e);
+            }
+            std::sort(table.begin(), table.end(), [](const auto& a, const auto& b) {
+                return std::tuple(static_cast<int>(a.dtype), a.m, a.n, a.k) <
+                       std::tuple(static_cast<int>(b.dtype), b.m, b.n, b.k);
+            });
+            c.sources["/sim/gemm_efficiency_by_shape"] =
+                from + " (" + std::to_string(byShape.size()) + " GEMM shapes)";
         }
     } else {
         fit.notes.push_back("compute efficiency kept: no GEMM with FLOPs among the fitted kernels");

@@ -167,24 +167,42 @@ std::optional<DType> recordShapesDtype(std::string_view t) {
 }
 
 // 2·M·N·K (times the batch) of a matmul op, or 0 when its shapes do not say.
-double matmulFlops(const MatmulOp& m, const OpInputs& in) {
+// M x K by K x N of a matmul op from its record_shapes inputs (a batched one's batch folded
+// into M); 0s when they do not fit together.
+struct MatmulShape {
+    int64_t m = 0, n = 0, k = 0;
+    [[nodiscard]] double flops() const {
+        return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+    }
+};
+MatmulShape matmulShape(const MatmulOp& m, const OpInputs& in) {
     const auto a = static_cast<size_t>(m.a), b = static_cast<size_t>(m.b);
-    if (in.dims.size() <= std::max(a, b)) return 0;
+    if (in.dims.size() <= std::max(a, b)) return {};
     const auto& A = in.dims[a];
     const auto& B = in.dims[b];
+    // Every dimension positive (shapeElements: 0 for a negative one or on overflow).
+    const auto fits = [](MatmulShape s) {
+        return s.m > 0 && s.n > 0 && s.k > 0 ? s : MatmulShape{};
+    };
     if (m.linear) {  // x[..., K] · W[N, K]^T
-        if (A.empty() || B.size() != 2 || A.back() != B[1]) return 0;
-        const int64_t rows = shapeElements(std::vector<int64_t>(A.begin(), A.end() - 1));
-        return 2.0 * static_cast<double>(rows) * static_cast<double>(B[0]) *
-               static_cast<double>(B[1]);
+        if (A.empty() || B.size() != 2 || A.back() != B[1]) return {};
+        return fits({shapeElements(std::vector<int64_t>(A.begin(), A.end() - 1)), B[0], B[1]});
     }
     if (m.batched) {
-        if (A.size() != 3 || B.size() != 3 || A[2] != B[1] || A[0] != B[0]) return 0;
-        return 2.0 * static_cast<double>(A[0]) * static_cast<double>(A[1]) *
-               static_cast<double>(A[2]) * static_cast<double>(B[2]);
+        if (A.size() != 3 || B.size() != 3 || A[2] != B[1] || A[0] != B[0]) return {};
+        return fits({shapeElements({A[0], A[1]}), B[2], A[2]});
     }
-    if (A.size() != 2 || B.size() != 2 || A[1] != B[0]) return 0;
-    return 2.0 * static_cast<double>(A[0]) * static_cast<double>(A[1]) * static_cast<double>(B[1]);
+    if (A.size() != 2 || B.size() != 2 || A[1] != B[0]) return {};
+    return fits({A[0], B[1], A[1]});
+}
+
+// Sets a GEMM sample's FLOPs and shape.
+void setMatmul(KernelSample& s, const MatmulOp& m, const OpInputs& in) {
+    const MatmulShape sh = matmulShape(m, in);
+    s.flops = sh.flops();
+    s.m = sh.m;
+    s.n = sh.n;
+    s.k = sh.k;
 }
 
 // FLOPs of a scaled-dot-product-attention op from its record_shapes inputs, as
@@ -546,7 +564,7 @@ void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out
                     skip("GEMM kernel without record_shapes");
                     continue;
                 }
-                s.flops = matmulFlops(*mm, *in);
+                setMatmul(s, *mm, *in);
                 const auto ti = static_cast<size_t>(mm->a);
                 const auto dt = ti < in->types.size() ? recordShapesDtype(in->types[ti])
                                                       : std::optional<DType>{};
@@ -651,7 +669,7 @@ void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out
                 skip("matmul op without record_shapes");
                 continue;
             }
-            s.flops = matmulFlops(*m, *in);
+            setMatmul(s, *m, *in);
             const auto ti = static_cast<size_t>(m->a);
             const auto dt =
                 ti < in->types.size() ? recordShapesDtype(in->types[ti]) : std::optional<DType>{};

@@ -37,8 +37,9 @@ struct KernelSample {
     int32_t event = -1;
     int32_t step = -1;  // ProfilerStep number; -1 outside any step
     int64_t durNs = 0;
-    double flops = 0;  // GEMM: 2·M·N·K (times the batch)
-    double bytes = 0;  // memory-bound: bytes moved; collective: NCCL's size S
+    double flops = 0;             // GEMM: 2·M·N·K (times the batch)
+    int64_t m = 0, n = 0, k = 0;  // GEMM: M x K by K x N, a batch folded into M
+    double bytes = 0;             // memory-bound: bytes moved; collective: NCCL's size S
     DType dtype = DType::Float32;
     int32_t groupSize = 0;   // collectives
     std::string collective;  // "allreduce", "allgather", "reduce_scatter", "broadcast", ...

@@ -5,6 +5,8 @@
 // format keeps the by-bytes curve and refuses a bad one.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "plans/cluster/cluster.h"
 #include "profiler/analysis/kernel_fit.h"
 
@@ -185,4 +187,71 @@ TEST(KernelSamples, CollectiveKindsAndDevices) {
     EXPECT_TRUE(sameDevice("NVIDIA A100-PG509-200", "NVIDIA A100 SXM4 80GB"));
     EXPECT_TRUE(sameDevice("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM5 80GB"));
     EXPECT_FALSE(sameDevice("NVIDIA B200", "NVIDIA H200 SXM 141GB"));
+}
+
+// cuBLAS runs GEMMs of one FLOP count at different rates by shape (a linear layer's forward,
+// input gradient and weight gradient): the fit keeps each shape's own efficiency, predicts
+// held-back kernels of each shape by it, and the cluster file keeps the table and refuses a
+// bad one.
+TEST(KernelFit, GemmShapesKeepTheirOwnRates) {
+    ClusterSpec truth = machine();
+    truth.sim.gemmEfficiencyByShape = {{32, 1000, 2048, DType::Float32, 0.27},
+                                       {32, 2048, 1000, DType::Float32, 0.27},
+                                       {1000, 2048, 32, DType::Float32, 0.36}};
+    KernelSamples all;
+    for (int32_t step = 0; step < 4; ++step)
+        for (const auto& g : truth.sim.gemmEfficiencyByShape) {
+            KernelSample s;
+            s.cls = KernelClass::Gemm;
+            s.step = step;
+            s.m = g.m;
+            s.n = g.n;
+            s.k = g.k;
+            s.flops = 2.0 * 32 * 1000 * 2048;
+            s.durNs = static_cast<int64_t>(predictKernelNs(truth, s));
+            all.samples.push_back(s);
+        }
+    auto fit = fitKernels(all, machine(), "fc.json");
+    ASSERT_TRUE(fit.ok()) << fit.error();
+    const auto& table = fit->cluster.sim.gemmEfficiencyByShape;
+    ASSERT_EQ(table.size(), 3u);
+    for (const auto& g : truth.sim.gemmEfficiencyByShape)
+        EXPECT_NEAR(fit->cluster.sim.gemmEfficiencyFor(1, g.m, g.n, g.k, DType::Float32),
+                    g.efficiency, 1e-3);
+    // Another dtype or shape: the FLOPs curve.
+    EXPECT_EQ(fit->cluster.sim.gemmEfficiencyFor(4e9, 32, 1000, 2048, DType::BFloat16),
+              fit->cluster.sim.efficiencyFor(4e9));
+    const auto& gemm = fit->classes[0];
+    ASSERT_EQ(gemm.cls, KernelClass::Gemm);
+    EXPECT_LT(std::abs(gemm.afterNs / gemm.measuredNs - 1), 1e-3);
+    EXPECT_LT(gemm.afterMedianErr, 1e-3);
+    EXPECT_NE(fit->cluster.sources.count("/sim/gemm_efficiency_by_shape"), 0u);
+
+    auto back = clusterFromJson(clusterToJson(fit->cluster), "fitted.json");
+    ASSERT_TRUE(back.ok()) << back.error();
+    EXPECT_EQ(back->sim.gemmEfficiencyByShape, table);
+
+    nlohmann::json j = clusterToJson(machine());
+    j["sim"]["gemm_efficiency_by_shape"] = {
+        {{"m", 32}, {"n", 1000}, {"k", 2048}, {"dtype", "float23"}, {"efficiency", 0.3}}};
+    auto bad = clusterFromJson(j, "c.json");
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.error().find("c.json:/sim/gemm_efficiency_by_shape/0/dtype"), std::string::npos)
+        << bad.error();
+    j["sim"]["gemm_efficiency_by_shape"][0]["dtype"] = "float32";
+    j["sim"]["gemm_efficiency_by_shape"][0]["efficiency"] = 1.5;
+    bad = clusterFromJson(j, "c.json");
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.error().find("/sim/gemm_efficiency_by_shape/0/efficiency"), std::string::npos)
+        << bad.error();
+    j["sim"]["gemm_efficiency_by_shape"][0]["efficiency"] = 0.3;
+    j["sim"]["gemm_efficiency_by_shape"].push_back(j["sim"]["gemm_efficiency_by_shape"][0]);
+    bad = clusterFromJson(j, "c.json");
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.error().find("listed twice"), std::string::npos) << bad.error();
+    j["sim"]["gemm_efficiency_by_shape"][1]["m"] = 0;
+    bad = clusterFromJson(j, "c.json");
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.error().find("/sim/gemm_efficiency_by_shape/1/m"), std::string::npos)
+        << bad.error();
 }

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <map>
 #include <random>
 #include <tuple>
 
@@ -659,6 +660,67 @@ TEST(KernelModel, DecoderLayersShareOneMixPricedKernelByKernel) {
         expect += mixSeconds(*c, one, DType::Float32);
     }
     EXPECT_NEAR(mixSeconds(*c, mix, DType::Float32), expect, 1e-12);
+}
+
+TEST(KernelModel, GemmsCarryTheirShapesAndAMeasuredShapeIsPricedByIt) {
+    // Llama-3-8B at 1 x 8192: a decoder layer's forward runs q, k, v, o, gate, up and down
+    // at M = 8192 tokens; its backward the input and weight gradients of each, as PyTorch's
+    // mm backward shapes them (tests/python/test_kernel_model.py checks the whole list
+    // against PyTorch's). A cluster that lists a shape prices those GEMMs by it, and only
+    // those.
+    auto g = loadModelFile(test::samplePath("models/llama3-8b/config.json"));
+    ASSERT_TRUE(g.ok()) << g.error();
+    auto c = loadClusterFile(test::samplePath("clusters/h100-sxm-8x8.json"));
+    ASSERT_TRUE(c.ok());
+    Plan p;
+    p.wrap.kind = WrapPolicySpec::Kind::ModuleClass;
+    p.wrap.classes = {"LlamaDecoderLayer"};
+    p.microBatchSize = 1;
+    p.seqLen = 8192;
+    const ResolvedPlan r = resolvePlan(*g, p, &*c, "shapes");
+    ASSERT_FALSE(r.hasErrors());
+    const StepProgram prog = buildStepProgram(r, stepOptionsFor(p, *c));
+    const Op* fwd = nullptr;
+    const Op* bwd = nullptr;
+    for (const Op& op : prog.ops)
+        if (r.units[op.unit.index()].name == "model.layers.3") {
+            if (op.kind == OpKind::Forward) fwd = &op;
+            if (op.kind == OpKind::Backward) bwd = &op;
+        }
+    ASSERT_TRUE(fwd && bwd);
+    auto shapes = [&](const Op& op) {
+        std::map<std::tuple<int64_t, int64_t, int64_t>, int32_t> m;
+        for (const KernelEntry& e : prog.mixes[static_cast<size_t>(op.mix)].entries)
+            if (e.kind == KernelKind::Gemm) m[{e.shape.m, e.shape.n, e.shape.k}] += e.count;
+        return m;
+    };
+    using S = std::map<std::tuple<int64_t, int64_t, int64_t>, int32_t>;
+    EXPECT_EQ(shapes(*fwd), (S{{{8192, 4096, 4096}, 2},
+                               {{8192, 1024, 4096}, 2},
+                               {{8192, 14336, 4096}, 2},
+                               {{8192, 4096, 14336}, 1}}));
+    EXPECT_EQ(shapes(*bwd), (S{{{8192, 4096, 4096}, 2},
+                               {{4096, 4096, 8192}, 2},
+                               {{8192, 4096, 1024}, 2},
+                               {{1024, 4096, 8192}, 2},
+                               {{8192, 4096, 14336}, 2},
+                               {{14336, 4096, 8192}, 2},
+                               {{8192, 14336, 4096}, 1},
+                               {{4096, 14336, 8192}, 1}}));
+    // down_proj's forward shape measured at a tenth of the curve's rate: the forward mix
+    // costs that one GEMM's difference more, nothing else changes.
+    const KernelMix& mix = prog.mixes[static_cast<size_t>(fwd->mix)];
+    const double before = mixSeconds(*c, mix, DType::BFloat16);
+    const double flops = 2.0 * 8192 * 4096 * 14336;
+    ClusterSpec slow = *c;
+    const double eff = c->sim.efficiencyFor(flops) / 10;
+    slow.sim.gemmEfficiencyByShape = {{8192, 4096, 14336, DType::BFloat16, eff}};
+    const double peak = c->device.peakFor(DType::BFloat16);
+    EXPECT_NEAR(mixSeconds(slow, mix, DType::BFloat16) - before,
+                flops / (peak * eff) - flops / (peak * c->sim.efficiencyFor(flops)), 1e-12);
+    // Listed for another dtype: unused.
+    slow.sim.gemmEfficiencyByShape[0].dtype = DType::Float32;
+    EXPECT_EQ(mixSeconds(slow, mix, DType::BFloat16), before);
 }
 
 TEST(KernelModel, SlidingWindowAttentionPastTheWindowRunsMasked) {

@@ -14,6 +14,7 @@ counter, with_flops, is the oracle for the trace's GEMM FLOPs), in fp32 and bf16
 trace reader's attention FLOPs (from the SDPA ops' record_shapes, which calibrate fits
 attention_efficiency with) must equal torch.utils.flop_counter's SDPA formulas.
 """
+import collections
 import json
 import os
 import subprocess
@@ -94,7 +95,6 @@ def is_view(short):
 
 def memory_bound_kernels(trace_path):
     """Memory-bound kernel ops in the first ProfilerStep of a CPU trace, by name."""
-    import collections
     with open(trace_path) as f:
         events = json.load(f)["traceEvents"]
     step = next(e for e in events if e.get("ph") == "X"
@@ -213,6 +213,21 @@ class DecoderKernels(unittest.TestCase):
         for c in ("gemm", "attention", "memory-bound"):
             self.assertLessEqual(abs(ours[c] / trace_counts[c] - 1), TOLERANCE, c)
         self.assertLessEqual(abs(flops_err), TOLERANCE)
+
+        # Each GEMM's shape (what gemm_efficiency_by_shape prices by): the simulator's list
+        # equals the shapes of the aten::mm/addmm/bmm calls PyTorch made, forward, input and
+        # weight gradients; the simulator gives RoPE's table (a batched outer product, k = 1)
+        # no shape.
+        traced = collections.Counter((int(x["m"]), int(x["n"]), int(x["k"]))
+                                     for x in rows if x["class"] == "gemm")
+        modelled = collections.Counter({(g["m"], g["n"], g["k"]): g["count"]
+                                        for g in k["gemm"]["shapes"]})
+        print(f"  GEMM shapes: trace {len(traced)} ({sum(traced.values())} calls), "
+              f"model {len(modelled)} ({sum(modelled.values())} calls)")
+        self.assertGreaterEqual(len(modelled), 6)
+        self.assertEqual(modelled, collections.Counter(
+            {s: c for s, c in traced.items() if s[2] != 1}))
+        self.assertTrue(all(s[2] == 1 for s in traced if s not in modelled), traced)
 
     def test_float32(self):
         self.compare("float32")
