@@ -18,6 +18,8 @@ records never show:
   * `calibrate --from-trace` fitted on two steps predicts the held-back step's GEMM,
     memory-bound and attention kernels within 10 % in total (GEMM median within 10 %).
 """
+import collections
+import csv
 import gzip
 import json
 import os
@@ -173,6 +175,7 @@ class H200Trace(unittest.TestCase):
                 return not inner and any(e["ts"] <= t <= e["ts"] + e["dur"] for t in launches.get(e["tid"], ()))
             gemm = [0, 0.0]
             attn = [0, 0.0]
+            shapes = collections.Counter()  # (M, N, K) of each GEMM call, as aten::mm takes them
             for e in ev:
                 if e.get("cat") != "cpu_op" or not (s0 <= e["ts"] < s1):
                     continue
@@ -184,14 +187,17 @@ class H200Trace(unittest.TestCase):
                     (m, k), (_, nn) = dims[0], dims[1]
                     gemm[0] += 1
                     gemm[1] += 2.0 * m * k * nn
+                    shapes[(m, nn, k)] += 1
                 elif n == "aten::addmm":
                     (m, k), (_, nn) = dims[1], dims[2]
                     gemm[0] += 1
                     gemm[1] += 2.0 * m * k * nn
+                    shapes[(m, nn, k)] += 1
                 elif n in ("aten::bmm", "aten::baddbmm"):
                     a, b = dims[-2], dims[-1]
                     gemm[0] += 1
                     gemm[1] += 2.0 * a[0] * a[1] * a[2] * b[2]
+                    shapes[(a[0] * a[1], b[2], a[2])] += 1
                 elif n.startswith("aten::_scaled_dot_product_") and not runs_sdpa(e):
                     continue  # a recompute handed back its stored output, or the policy's outer record
                 elif n.startswith("aten::_scaled_dot_product_") and n.endswith("_attention"):
@@ -212,6 +218,38 @@ class H200Trace(unittest.TestCase):
                       % (sub or "1x4096", cls, theirs[0], theirs[1], ours["count"], ours["flops"]))
                 self.assertEqual(ours["count"], theirs[0], (sub, cls))
                 self.assertLess(abs(ours["flops"] / theirs[1] - 1), 0.01, (sub, cls))
+            # Shape by shape (what gemm_efficiency_by_shape prices): forward, input and weight
+            # gradients and each checkpointing form's recompute; RoPE's table (k = 1) has none.
+            modelled = collections.Counter({(g["m"], g["n"], g["k"]): g["count"] for g in sim["gemm"]["shapes"]})
+            self.assertEqual(modelled, collections.Counter({s: c for s, c in shapes.items() if s[2] != 1}), sub)
+
+    def test_simulated_gemm_time_with_the_trace_fitted_cluster(self):
+        """The step's GEMMs priced by the cluster `calibrate --from-trace` fits from the same
+        run's other steps (each GEMM shape at its own measured rate): the simulated step's
+        GEMM device time against the held-back step's GEMM kernels, for every Llama run."""
+        for sub in ("", "seq8192", "ac-2x4096", "sac-2x4096", "sac-1x8192", "fsdp1", "fsdp1-flat",
+                    "attn-2x4096", "attn-2x8192"):
+            d = os.path.join(DATA, sub)
+            tmp = tempfile.mkdtemp()
+            out, samples = os.path.join(tmp, "fitted.json"), os.path.join(tmp, "samples.csv")
+            run("calibrate", "--from-trace", os.path.join(d, "rank0.pt.trace.json.gz"), "--cluster",
+                os.path.join(DATA, "cluster-measured.json"), "--output", out, "--samples", samples, "--json")
+            with open(out) as f:
+                self.assertTrue(json.load(f)["sim"]["gemm_efficiency_by_shape"], sub)
+            with open(samples) as f:
+                held = [r for r in csv.DictReader(f) if r["class"] == "gemm" and r["held_out"] == "1"]
+            steps = {r["step"] for r in held}
+            measured = sum(float(r["measured_ns"]) for r in held) / len(steps)
+            sims = {}
+            for name, cluster in (("measured", os.path.join(DATA, "cluster-measured.json")), ("fitted", out)):
+                sims[name] = run("simulate", "--model", os.path.join(DATA, "config.json"), "--plan",
+                                 os.path.join(d, "plan.json"), "--cluster", cluster,
+                                 "--json")["kernels"]["gemm"]["device_ns"]
+            err = {k: v / measured - 1 for k, v in sims.items()}
+            print("%-11s GEMM time a step: held-back step %.2f ms; simulated %.2f ms (%+.1f%%) with the "
+                  "trace-fitted cluster, %+.1f%% with calibrate --measure's"
+                  % (sub or "1x4096", measured / 1e6, sims["fitted"] / 1e6, 100 * err["fitted"], 100 * err["measured"]))
+            self.assertLess(abs(err["fitted"]), 0.03, sub)
 
     def test_masked_attention_gets_its_own_curve(self):
         """Mistral past its window: every SDPA call takes a (1, 1, s, s) mask, which the trace
