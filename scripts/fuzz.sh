@@ -37,7 +37,11 @@ if [ ! -f "$build/build.ninja" ]; then
         -DCMAKE_CXX_COMPILER=clang++ -DSHARDSCOPE_FUZZ=ON >/dev/null
 fi
 echo "building the harnesses in $build"
-cmake --build "$build" -- -j"$(nproc)" >/dev/null
+if ! build_log="$(cmake --build "$build" -- -j"$(nproc)" 2>&1)"; then
+    echo "error: building the harnesses failed (clang++ $(clang++ -dumpversion)):"
+    printf '%s\n' "$build_log" | grep -E -A8 "error|FAILED" | head -60
+    exit 2
+fi
 
 # Seeds (copied once; a corpus that exists keeps what earlier runs found).
 seed() {  # seed HARNESS FILE...

@@ -202,7 +202,7 @@ Expected<KernelFit> fitKernels(const KernelSamples& all, const ClusterSpec& base
                 GemmShapeEfficiency e{m, n, k, static_cast<DType>(dt),
                                       std::clamp(fractions[fractions.size() / 2], 1e-6, 1.0)};
                 const auto same = std::find_if(table.begin(), table.end(), [&](const auto& x) {
-                    return x.m == m && x.n == n && x.k == k && x.dtype == e.dtype;
+                    return x.m == e.m && x.n == e.n && x.k == e.k && x.dtype == e.dtype;
                 });
                 if (same != table.end())
                     *same = e;
