@@ -85,17 +85,17 @@ def shardscope(*args):
 
 
 def simulated(model, plan, cluster, tmp):
-    """Step time and per-class device time: the compute ops' kernels, and, as memory-bound,
-    also FSDP2's copies (casts, chunk-cat) and the optimizer step, which are ops of their own
-    in the step program but memory-bound kernels on the GPU."""
+    """Step time and per-class device time: the compute ops' and the optimizer's kernels
+    (its foreach kernels are in the step program's kernel lists on a GPU), and, as
+    memory-bound, also FSDP2's copies (casts, chunk-cat), which are ops of their own in the
+    step program but memory-bound kernels on the GPU."""
     trace = os.path.join(tmp, "sim.json")
     s = shardscope("simulate", "-m", model, "-p", plan, "-c", cluster, "--json", "--trace", trace)
     k = s["kernels"]
     by = {c: k[c]["device_ns"] / 1e6 for c in ("gemm", "attention", "memory_bound")}
     with open(trace) as f:
         for e in json.load(f)["traceEvents"]:
-            if e.get("ph") == "X" and e.get("args", {}).get("kind") in ("copy_in", "copy_out", "rs_copy_in",
-                                                                          "optimizer"):
+            if e.get("ph") == "X" and e.get("args", {}).get("kind") in ("copy_in", "copy_out", "rs_copy_in"):
                 by["memory_bound"] += e["dur"] / 1e3
     return s["step_time_ns"] / 1e6, by
 

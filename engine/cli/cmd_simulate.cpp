@@ -52,6 +52,19 @@ nlohmann::json kernelsJson(const ClusterSpec& c, const StepProgram& p) {
                         {"k", std::get<2>(key)},
                         {"count", count}});
     j["gemm"]["shapes"] = list;
+    // The optimizer's foreach kernels (in memory_bound above): a GPU device's AdamW step.
+    for (const Op& op : p.ops)
+        if (op.kind == OpKind::OptimizerStep && op.mix >= 0 &&
+            static_cast<size_t>(op.mix) < p.mixes.size()) {
+            const KernelMix& mix = p.mixes[static_cast<size_t>(op.mix)];
+            double bytes = 0;
+            for (const KernelEntry& e : mix.entries)
+                bytes += e.count * e.perKernel;
+            j["optimizer"] = {
+                {"count", mix.kernels},
+                {"bytes", bytes},
+                {"device_ns", static_cast<int64_t>(optimizerMixSeconds(c, mix) * 1e9)}};
+        }
     return j;
 }
 

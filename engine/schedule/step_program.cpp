@@ -1068,6 +1068,56 @@ private:
     // step for 1.92 G parameters: seven passes (a fused kernel's) predicted a third of it.
     static constexpr double kAdamWPasses = 20.0;
 
+    // The foreach path's kernels (_multi_tensor_adamw, not capturable): each _foreach_* op
+    // in its order, its tensor-list limit (ForeachShape::kernels: 0 for 110 tensors, 1 for a
+    // scalar list's 96, 2 for depth 2's 64, 3 for depth 3's 48) and the bytes it moves per
+    // byte of parameters (kAdamWPasses in all). Each op runs as ceil(chunks / 320) kernels
+    // or more, so a kernel moves hundreds of MB on a large shard and is priced by its size
+    // (memory_efficiency_by_bytes): on the H200 they moved 3.6-4.0 TB/s, where the
+    // aggregate memory efficiency says 2.8.
+    struct ForeachOp {
+        int limit;
+        double perByte;
+    };
+    static constexpr ForeachOp kAdamWForeach[] = {
+        {0, 2},  // _foreach_mul_(params, 1 - lr wd)
+        {2, 3},  // _foreach_lerp_(exp_avgs, grads, 1 - beta1)
+        {0, 2},  // _foreach_mul_(exp_avg_sqs, beta2)
+        {3, 3},  // _foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
+        {2, 2},  // _foreach_sqrt(exp_avg_sqs)
+        {1, 2},  // _foreach_div_(sqrt, bias_correction2_sqrt): a scalar list
+        {0, 2},  // _foreach_add_(sqrt, eps)
+        {3, 4},  // _foreach_addcdiv_(params, exp_avgs, sqrt, step_size): a scalar list
+    };
+
+    // The device optimizer's kernels when it takes the foreach path on a GPU; -1 otherwise
+    // (the single-tensor path, a CPU device: priced by its bytes as one op).
+    int32_t optimizerMix(int64_t shardedBytes) {
+        if (o.hostIsDevice || shardedBytes <= 0) return -1;
+        bool offloaded = false;
+        for (const auto& u : r.units)
+            offloaded = offloaded || u.offload.enabled;
+        if (offloaded || (r.flatParams && r.plan.api != PlanApi::Fsdp1)) return -1;
+        ForeachShape f = r.optimizerForeach;
+        if (f.tensors == 0) {  // a plan not made by resolvePlan: one fp32 tensor per unit
+            std::vector<int64_t> numels;
+            for (const auto& u : r.units)
+                if (u.trainableShardedBytes > 0) numels.push_back(u.trainableShardedBytes / 4);
+            f.bytes = shardedBytes;
+            const int32_t limits[4] = {110, 96, 64, 48};
+            for (int i = 0; i < 4; ++i)
+                f.kernels[i] = foreachKernels(numels, limits[i]);
+        }
+        KernelMix m;
+        for (const ForeachOp& op : kAdamWForeach) {
+            const int32_t n = f.kernels[op.limit];
+            if (n > 0)
+                addKernels(m, KernelKind::MemoryBound,
+                           op.perByte * static_cast<double>(f.bytes) / n, n);
+        }
+        return internMix(m, DType::Float32);
+    }
+
     // torch.optim.AdamW's temporaries with its defaults, on the device. It takes the foreach
     // path when every parameter is a Tensor, nn.Parameter or DTensor on a CUDA device
     // (_default_to_fused_or_foreach): exp_avg_sq's square roots for all parameters at once
@@ -1108,6 +1158,7 @@ private:
         Op st{OpKind::OptimizerStep, Phase::Optimizer, Stream::Compute, UnitId(0),
               static_cast<int32_t>(o.microBatches - 1)};
         st.memBytes = kAdamWPasses * static_cast<double>(sharded);
+        st.mix = optimizerMix(sharded);
         for (const int64_t tmp : optimizerTemporaries())
             temporaries(st, {tmp}, MemCategory::OptimizerState, DType::Float32);
         for (OpId w : reduceOps)

@@ -162,6 +162,30 @@ Expected<CalibrationFit> calibrate(const StepProgram& p, const ClusterSpec& base
     else
         fit.notes.push_back("memory efficiency kept: no memory-bound op was measured");
     const double hbmEff = hbm * c.sim.memoryEfficiency;
+    // 1b. The optimizer's foreach kernels (a GPU step lists them): their own rate, at their
+    //     size, from the measured step (multi_tensor_apply's kernels run slower than copies
+    //     of their size: 3.6-4.0 TB/s on an H200 whose copies reach 4.3).
+    {
+        double obytes = 0, oseconds = 0, okernels = 0;
+        for (const auto* m : valid) {
+            const Op& op = p.ops[static_cast<size_t>(m->opId)];
+            if (op.kind != OpKind::OptimizerStep || op.stream == Stream::Host || op.mix < 0 ||
+                static_cast<size_t>(op.mix) >= p.mixes.size())
+                continue;
+            const KernelMix& mix = p.mixes[static_cast<size_t>(op.mix)];
+            for (const KernelEntry& e : mix.entries)
+                obytes += e.count * e.perKernel;
+            okernels += static_cast<double>(mix.kernels);
+            oseconds += static_cast<double>(m->endNs - m->startNs) * 1e-9;
+        }
+        if (obytes > 0 && oseconds > 0 && okernels > 0 && hbm > 0) {
+            c.sim.memoryEfficiencyByOp[kForeachOptimizerKey] = {
+                {obytes / okernels, std::clamp(obytes / (hbm * oseconds), 1e-4, 1.0)}};
+            c.sources[std::string("/sim/memory_efficiency_by_op/") + kForeachOptimizerKey] =
+                "fitted by `shardscope calibrate --trace` from " + sourceName +
+                ": the measured optimizer steps";
+        }
+    }
 
     // 2. Compute efficiency from the compute ops no collective overlapped (all of them when
     //    too few were alone), by half-decade of FLOPs per kernel.

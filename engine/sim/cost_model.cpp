@@ -90,10 +90,24 @@ KernelTotals kernelTotals(const ClusterSpec& c, const StepProgram& p) {
             KernelClassTotal& k = t.byKind[static_cast<int>(e.kind)];
             k.count += e.count;
             k.work += e.count * e.perKernel;
-            k.deviceSeconds += entrySeconds(c, e, op.computeDtype);
+            if (op.kind == OpKind::OptimizerStep) {
+                KernelMix one;
+                one.entries = {e};
+                k.deviceSeconds += optimizerMixSeconds(c, one);
+            } else {
+                k.deviceSeconds += entrySeconds(c, e, op.computeDtype);
+            }
         }
         t.launchSeconds += c.sim.cpuLaunchNs * 1e-9 * static_cast<double>(mix.kernels);
     }
+    return t;
+}
+
+double optimizerMixSeconds(const ClusterSpec& c, const KernelMix& mix) {
+    double t = 0;
+    for (const KernelEntry& e : mix.entries)
+        t += e.count * e.perKernel /
+             (c.device.hbmBandwidth * c.sim.memoryEfficiencyFor(e.perKernel, kForeachOptimizerKey));
     return t;
 }
 
@@ -136,11 +150,16 @@ int64_t opDurationNs(const ClusterSpec& c, const Op& op, const StepProgram* prog
                  c.sim.memoryEfficiencyFor(static_cast<double>(op.memBytes), "aten::_chunk_cat"));
             break;
         case OpKind::OptimizerStep:
-            // On a CPU cluster the host is the device: the offloaded shards' step runs on
-            // the same cores and memory as any other, so it costs what the device's does.
-            t = op.stream == Stream::Host && !c.device.isHost()
-                    ? op.memBytes / c.sim.hostOptimizerBytesPerS
-                    : op.memBytes / hbm;
+            // The foreach path's kernels, each by its size, where the step program lists
+            // them (a GPU device). On a CPU cluster the host is the device: the offloaded
+            // shards' step runs on the same cores and memory as any other, so it costs what
+            // the device's does.
+            if (program && op.mix >= 0 && static_cast<size_t>(op.mix) < program->mixes.size())
+                t = optimizerMixSeconds(c, program->mixes[static_cast<size_t>(op.mix)]);
+            else
+                t = op.stream == Stream::Host && !c.device.isHost()
+                        ? op.memBytes / c.sim.hostOptimizerBytesPerS
+                        : op.memBytes / hbm;
             break;
         case OpKind::H2D:
         case OpKind::D2H:

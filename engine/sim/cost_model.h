@@ -34,6 +34,11 @@ struct CollectiveCost {
 [[nodiscard]] int64_t opDurationNs(const ClusterSpec& c, const Op& op,
                                    const StepProgram* program = nullptr);
 [[nodiscard]] double mixSeconds(const ClusterSpec& c, const KernelMix& mix, DType dtype);
+// The optimizer's foreach kernels (a GPU's AdamW step): memory-bound kernels priced by the
+// cluster's memory_efficiency_by_op curve under this name where it has one (`calibrate
+// --trace` fits it from a measured step), else by memory_efficiency_by_bytes.
+inline constexpr const char* kForeachOptimizerKey = "torch.optim (foreach)";
+[[nodiscard]] double optimizerMixSeconds(const ClusterSpec& c, const KernelMix& mix);
 // The parts of a mix's time: GEMM + attention seconds and FLOPs, memory-bound seconds.
 struct MixParts {
     double computeFlops = 0, computeSeconds = 0, memorySeconds = 0;

@@ -2,6 +2,7 @@
 #include "plans/plan/resolve.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -560,11 +561,19 @@ struct Resolver {
         }
     }
 
+    // The per-rank trainable tensors the device optimizer steps, in unit order
+    // (ForeachShape).
+    std::vector<int64_t> foreachNumels;
+
     void computeSizes() {
         const int64_t N = std::max<int64_t>(1, r.shardSize);
         const bool fsdp1 = p.api == PlanApi::Fsdp1;
         for (auto& u : r.units) {
             int64_t flatTotal = 0;
+            const auto stepped = [&](const ParamInfo& info, int64_t perRank) {
+                if (info.requiresGrad && !u.offload.enabled && perRank > 0)
+                    foreachNumels.push_back(perRank);
+            };
             for (ParamId pid : u.params) {
                 const auto& info = g.param(pid);
                 u.numel += info.numel;
@@ -585,6 +594,7 @@ struct Resolver {
                 } else if (p.api == PlanApi::Lightning) {
                     // fairscale without flattening pads each parameter to a multiple of N.
                     const int64_t c = ceilDiv(info.numel, N);
+                    stepped(info, c);
                     u.shardedNumel += c;
                     u.shardedBytes += c * osz;
                     if (info.requiresGrad) {
@@ -602,6 +612,7 @@ struct Resolver {
                     const int64_t d0 = info.shape[0];
                     const int64_t rest = d0 == 0 ? 0 : info.numel / d0;
                     const int64_t c = ceilDiv(d0, N);
+                    stepped(info, c * rest);
                     u.shardedNumel += c * rest;
                     u.shardedBytes += c * rest * osz;
                     if (info.requiresGrad) {
@@ -625,10 +636,20 @@ struct Resolver {
                 u.shardedBytes = shard * dtypeSize(orig);
                 u.unshardedBytes = N * shard * dtypeSize(u.allGatherDtype);
                 // One FlatParameter: trainable when any of its parameters is.
-                if (u.frozenNumel < u.numel)
+                if (u.frozenNumel < u.numel) {
                     u.trainableShardedBytes = u.largestShardBytes = u.shardedBytes;
+                    if (!u.offload.enabled && shard > 0) foreachNumels.push_back(shard);
+                }
             }
         }
+        ForeachShape& f = r.optimizerForeach;
+        f = {};
+        for (const auto& u : r.units)
+            if (!u.offload.enabled) f.bytes += u.trainableShardedBytes;
+        f.tensors = static_cast<int64_t>(foreachNumels.size());
+        const int32_t limits[4] = {110, 96, 64, 48};
+        for (int i = 0; i < 4; ++i)
+            f.kernels[i] = foreachKernels(foreachNumels, limits[i]);
     }
 
     std::string specPointer(const ResolvedUnit& u) const { return u.pointer; }
@@ -822,6 +843,31 @@ ResolvedPlan resolvePlan(const ModelGraph& model, const Plan& plan, const Cluste
     rs.r.moduleRuns = moduleRunsOf(model, rs.r);
     checkDtypeFlow(model, rs.r);
     return std::move(rs.r);
+}
+
+int32_t foreachKernels(const std::vector<int64_t>& numels, int32_t maxTensors) {
+    // multi_tensor_apply: a tensor adds its chunks one block each; a kernel is launched when
+    // the blocks reach 320, when the tensor list is full at a tensor's last chunk, and at
+    // the end. A tensor cut by a full block list goes on as the next kernel's first tensor.
+    constexpr int64_t kChunk = 65536, kBlocks = 320;
+    int64_t kernels = 0, blocks = 0, tensors = 0;
+    for (const int64_t n : numels) {
+        if (n <= 0) continue;
+        ++tensors;
+        int64_t chunks = (n + kChunk - 1) / kChunk;
+        while (chunks > 0) {
+            const int64_t take = std::min(chunks, kBlocks - blocks);
+            blocks += take;
+            chunks -= take;
+            if (blocks == kBlocks || (chunks == 0 && tensors == maxTensors)) {
+                ++kernels;
+                blocks = 0;
+                tensors = chunks > 0 ? 1 : 0;
+            }
+        }
+    }
+    if (blocks > 0) ++kernels;
+    return static_cast<int32_t>(std::min<int64_t>(kernels, std::numeric_limits<int32_t>::max()));
 }
 
 namespace {

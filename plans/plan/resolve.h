@@ -153,6 +153,19 @@ struct ModuleRun {
     int32_t kernelSignature = -1;
 };
 
+// The device optimizer's foreach kernels (torch.optim.AdamW's default on a GPU): each
+// _foreach_* op runs multi_tensor_apply over the per-rank trainable tensors, one kernel per
+// 320 chunks of 65,536 elements, or sooner when a kernel's tensor list is full (110, 96,
+// 64 or 48 tensors by the op's depth; ATen's MultiTensorApply.cuh). Offloaded units' step
+// runs on the host and is not counted.
+struct ForeachShape {
+    int64_t bytes = 0;    // the tensors' bytes per rank (the trainable shards on the device)
+    int64_t tensors = 0;  // how many
+    // Kernels of one _foreach_* op over them, by its tensor-list limit 110, 96, 64 and 48.
+    int32_t kernels[4] = {0, 0, 0, 0};
+};
+[[nodiscard]] int32_t foreachKernels(const std::vector<int64_t>& numels, int32_t maxTensors);
+
 struct ResolvedPlan {
     Plan plan;
     const ModelGraph* model = nullptr;
@@ -168,6 +181,7 @@ struct ResolvedPlan {
     std::vector<ParamId> ignoredParams;
     std::vector<Problem> problems;
     std::vector<ModuleRun> moduleRuns;  // moduleRunsOf(*model, *this), set by resolvePlan
+    ForeachShape optimizerForeach;      // set by resolvePlan
 
     [[nodiscard]] bool hasErrors() const;
     [[nodiscard]] size_t errorCount() const;

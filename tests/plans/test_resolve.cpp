@@ -84,6 +84,58 @@ TEST(Sizes, Fsdp1FlatParameterAlignsAndPads) {
     EXPECT_EQ(r.units[1].shardedNumel, 5);
 }
 
+// torch.optim.AdamW's foreach kernels, as multi_tensor_apply launches them (ATen's
+// MultiTensorApply.cuh): one kernel per 320 chunks of 65,536 elements; a full tensor list
+// (at a tensor's last chunk) launches early; a tensor cut by a full block list goes on into
+// the next kernel.
+TEST(Sizes, ForeachKernelsFollowMultiTensorApply) {
+    constexpr int64_t kChunk = 65536;
+    EXPECT_EQ(foreachKernels({}, 110), 0);
+    EXPECT_EQ(foreachKernels({1}, 110), 1);
+    EXPECT_EQ(foreachKernels({320 * kChunk}, 110), 1);
+    EXPECT_EQ(foreachKernels({320 * kChunk + 1}, 110), 2);
+    // 48 one-chunk tensors fill a depth-3 list: a kernel each 48; 110 for depth 1.
+    EXPECT_EQ(foreachKernels(std::vector<int64_t>(96, 100), 48), 2);
+    EXPECT_EQ(foreachKernels(std::vector<int64_t>(96, 100), 110), 1);
+    // A tensor that spills over a full block list starts the next kernel's list.
+    EXPECT_EQ(foreachKernels({300 * kChunk, 100 * kChunk}, 110), 2);
+    EXPECT_EQ(foreachKernels({300 * kChunk, 100 * kChunk, 250 * kChunk}, 110), 3);
+}
+
+TEST(Sizes, OptimizerForeachOfLlamaWithFourLayers) {
+    // The H200 runs' model (tests/data/h200-llama8b-4layers) on one rank: its 39 parameter
+    // tensors are 29,353 chunks, 92 kernels per _foreach_* op, as the trace shows (each of
+    // AdamW's 8 ops launched 92).
+    auto g = loadModelFile(samplePath("../tests/data/h200-llama8b-4layers/config.json"));
+    ASSERT_TRUE(g.ok()) << g.error();
+    Plan p = blockPlan({1});
+    p.wrap.classes = {"LlamaDecoderLayer"};
+    const ResolvedPlan r = resolvePlan(*g, p, nullptr, "plan.json");
+    ASSERT_FALSE(r.hasErrors());
+    EXPECT_EQ(r.optimizerForeach.tensors, 39);
+    for (int i = 0; i < 4; ++i)
+        EXPECT_EQ(r.optimizerForeach.kernels[i], 92) << i;
+    // 64 ranks: 291 per-rank shards of Llama-3-8B (125 M elements, 1,999 chunks): at least
+    // one kernel per 320 chunks and per full tensor list, at most their sum.
+    const ModelGraph l8 = llama8b();
+    p.meshShape = {64};
+    const ResolvedPlan r64 = resolvePlan(l8, p, nullptr, "plan.json");
+    EXPECT_EQ(r64.optimizerForeach.tensors, 291);
+    int64_t chunks = 0;
+    for (const auto& u : r64.units)
+        for (ParamId pid : u.params) {
+            const auto& info = l8.param(pid);
+            const int64_t perRank = (info.shape[0] + 63) / 64 * (info.numel / info.shape[0]);
+            chunks += (perRank + 65535) / 65536;
+        }
+    const int32_t limits[4] = {110, 96, 64, 48};
+    for (int i = 0; i < 4; ++i) {
+        const int64_t byBlocks = (chunks + 319) / 320, byTensors = 291 / limits[i];
+        EXPECT_GE(r64.optimizerForeach.kernels[i], std::max(byBlocks, byTensors)) << i;
+        EXPECT_LE(r64.optimizerForeach.kernels[i], byBlocks + byTensors) << i;
+    }
+}
+
 TEST(Sizes, HsdpShardsOverTheInnerDimension) {
     const ModelGraph g = llama8b();
     Plan p = blockPlan({8, 8});
