@@ -1104,9 +1104,8 @@ private:
             for (const auto& u : r.units)
                 if (u.trainableShardedBytes > 0) numels.push_back(u.trainableShardedBytes / 4);
             f.bytes = shardedBytes;
-            const int32_t limits[4] = {110, 96, 64, 48};
             for (int i = 0; i < 4; ++i)
-                f.kernels[i] = foreachKernels(numels, limits[i]);
+                f.kernels[i] = foreachKernels(numels, kForeachTensorLimits[i]);
         }
         KernelMix m;
         for (const ForeachOp& op : kAdamWForeach) {

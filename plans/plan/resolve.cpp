@@ -647,9 +647,8 @@ struct Resolver {
         for (const auto& u : r.units)
             if (!u.offload.enabled) f.bytes += u.trainableShardedBytes;
         f.tensors = static_cast<int64_t>(foreachNumels.size());
-        const int32_t limits[4] = {110, 96, 64, 48};
         for (int i = 0; i < 4; ++i)
-            f.kernels[i] = foreachKernels(foreachNumels, limits[i]);
+            f.kernels[i] = foreachKernels(foreachNumels, kForeachTensorLimits[i]);
     }
 
     std::string specPointer(const ResolvedUnit& u) const { return u.pointer; }

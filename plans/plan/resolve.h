@@ -165,6 +165,8 @@ struct ForeachShape {
     int32_t kernels[4] = {0, 0, 0, 0};
 };
 [[nodiscard]] int32_t foreachKernels(const std::vector<int64_t>& numels, int32_t maxTensors);
+// ForeachShape::kernels' tensor-list limits, in order.
+inline constexpr int32_t kForeachTensorLimits[4] = {110, 96, 64, 48};
 
 struct ResolvedPlan {
     Plan plan;
