@@ -827,7 +827,7 @@ void checkDtypeFlow(const ModelGraph& g, ResolvedPlan& r) {
 
 ResolvedPlan resolvePlan(const ModelGraph& model, const Plan& plan, const ClusterSpec* cluster,
                          const std::string& planFile) {
-    Resolver rs{model, plan, cluster, {}, {}, {}, {}, {}, {}};
+    Resolver rs{model, plan, cluster, {}, {}, {}, {}, {}, {}, {}};
     rs.r.plan = plan;
     rs.r.model = &model;
     rs.r.planFile = planFile;
