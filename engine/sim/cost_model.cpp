@@ -33,8 +33,16 @@ CollectiveCost collectiveTime(const ClusterSpec& c, OpKind kind, int64_t bytes, 
 }
 
 namespace {
-// One entry's device time: its count of kernels, each priced by its own size.
-double entrySeconds(const ClusterSpec& c, const KernelEntry& e, DType dtype) {
+const std::string& foreachKey() {
+    static const std::string k = kForeachOptimizerKey;
+    return k;
+}
+
+// One entry's device time: its count of kernels, each priced by its own size. `memoryOp`
+// names the memory_efficiency_by_op curve its memory-bound kernels take where the cluster
+// has one (the optimizer's foreach kernels); null: the curve by bytes.
+double entrySeconds(const ClusterSpec& c, const KernelEntry& e, DType dtype,
+                    const std::string* memoryOp = nullptr) {
     const double n = e.count;
     switch (e.kind) {
         case KernelKind::Gemm:
@@ -48,7 +56,9 @@ double entrySeconds(const ClusterSpec& c, const KernelEntry& e, DType dtype) {
                                                    : c.sim.attentionEfficiencyFor(e.perKernel)));
         case KernelKind::MemoryBound:
             return n * e.perKernel /
-                   (c.device.hbmBandwidth * c.sim.memoryEfficiencyFor(e.perKernel));
+                   (c.device.hbmBandwidth * (memoryOp
+                                                 ? c.sim.memoryEfficiencyFor(e.perKernel, *memoryOp)
+                                                 : c.sim.memoryEfficiencyFor(e.perKernel)));
     }
     return 0;
 }
@@ -90,13 +100,8 @@ KernelTotals kernelTotals(const ClusterSpec& c, const StepProgram& p) {
             KernelClassTotal& k = t.byKind[static_cast<int>(e.kind)];
             k.count += e.count;
             k.work += e.count * e.perKernel;
-            if (op.kind == OpKind::OptimizerStep) {
-                KernelMix one;
-                one.entries = {e};
-                k.deviceSeconds += optimizerMixSeconds(c, one);
-            } else {
-                k.deviceSeconds += entrySeconds(c, e, op.computeDtype);
-            }
+            k.deviceSeconds += entrySeconds(
+                c, e, op.computeDtype, op.kind == OpKind::OptimizerStep ? &foreachKey() : nullptr);
         }
         t.launchSeconds += c.sim.cpuLaunchNs * 1e-9 * static_cast<double>(mix.kernels);
     }
@@ -106,8 +111,7 @@ KernelTotals kernelTotals(const ClusterSpec& c, const StepProgram& p) {
 double optimizerMixSeconds(const ClusterSpec& c, const KernelMix& mix) {
     double t = 0;
     for (const KernelEntry& e : mix.entries)
-        t += e.count * e.perKernel /
-             (c.device.hbmBandwidth * c.sim.memoryEfficiencyFor(e.perKernel, kForeachOptimizerKey));
+        t += entrySeconds(c, e, DType::Float32, &foreachKey());
     return t;
 }
 

@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <random>
 #include <tuple>
 
@@ -612,21 +613,39 @@ TEST(StepProgram, OffloadDropsTheDeviceGradientAfterItsCopyToTheHost) {
     EXPECT_LT(offloaded, int64_t{4} << 30);  // about one unit's unsharded gradients
 }
 
+// Llama-3-8B, one unit per decoder layer, 1 x 8192 on the H100 sample cluster: built once
+// (the plan points into its model, so the step lives where it was made).
+struct Llama8bStep {
+    ModelGraph g;
+    ClusterSpec c;
+    Plan p;
+    ResolvedPlan r;
+    StepProgram prog;
+};
+const Llama8bStep& llama8bPerBlock() {
+    static const std::unique_ptr<Llama8bStep> step = [] {
+        auto s = std::make_unique<Llama8bStep>();
+        s->g = std::move(loadModelFile(test::samplePath("models/llama3-8b/config.json"))).value();
+        s->c = std::move(loadClusterFile(test::samplePath("clusters/h100-sxm-8x8.json"))).value();
+        s->p.wrap.kind = WrapPolicySpec::Kind::ModuleClass;
+        s->p.wrap.classes = {"LlamaDecoderLayer"};
+        s->p.microBatchSize = 1;
+        s->p.seqLen = 8192;
+        s->r = resolvePlan(s->g, s->p, &s->c, "kernels");
+        s->prog = buildStepProgram(s->r, stepOptionsFor(s->p, s->c));
+        return s;
+    }();
+    return *step;
+}
+
 TEST(KernelModel, DecoderLayersShareOneMixPricedKernelByKernel) {
     // Llama-3-8B, one unit per decoder layer: every layer's forward is the same kernels
     // (7 GEMMs, one SDPA, the norms' and rotary's memory-bound kernels), stored once.
-    auto g = loadModelFile(test::samplePath("models/llama3-8b/config.json"));
-    ASSERT_TRUE(g.ok()) << g.error();
-    auto c = loadClusterFile(test::samplePath("clusters/h100-sxm-8x8.json"));
-    ASSERT_TRUE(c.ok());
-    Plan p;
-    p.wrap.kind = WrapPolicySpec::Kind::ModuleClass;
-    p.wrap.classes = {"LlamaDecoderLayer"};
-    p.microBatchSize = 1;
-    p.seqLen = 8192;
-    const ResolvedPlan r = resolvePlan(*g, p, &*c, "kernels");
-    ASSERT_FALSE(r.hasErrors());
-    const StepProgram prog = buildStepProgram(r, stepOptionsFor(p, *c));
+    const Llama8bStep& step = llama8bPerBlock();
+    ASSERT_FALSE(step.r.hasErrors());
+    const ClusterSpec* c = &step.c;
+    const ResolvedPlan& r = step.r;
+    const StepProgram& prog = step.prog;
     std::vector<int32_t> layerFwdMixes;
     for (const Op& op : prog.ops)
         if (op.kind == OpKind::Forward &&
@@ -668,18 +687,11 @@ TEST(KernelModel, GemmsCarryTheirShapesAndAMeasuredShapeIsPricedByIt) {
     // mm backward shapes them (tests/python/test_kernel_model.py checks the whole list
     // against PyTorch's). A cluster that lists a shape prices those GEMMs by it, and only
     // those.
-    auto g = loadModelFile(test::samplePath("models/llama3-8b/config.json"));
-    ASSERT_TRUE(g.ok()) << g.error();
-    auto c = loadClusterFile(test::samplePath("clusters/h100-sxm-8x8.json"));
-    ASSERT_TRUE(c.ok());
-    Plan p;
-    p.wrap.kind = WrapPolicySpec::Kind::ModuleClass;
-    p.wrap.classes = {"LlamaDecoderLayer"};
-    p.microBatchSize = 1;
-    p.seqLen = 8192;
-    const ResolvedPlan r = resolvePlan(*g, p, &*c, "shapes");
-    ASSERT_FALSE(r.hasErrors());
-    const StepProgram prog = buildStepProgram(r, stepOptionsFor(p, *c));
+    const Llama8bStep& step = llama8bPerBlock();
+    ASSERT_FALSE(step.r.hasErrors());
+    const ClusterSpec* c = &step.c;
+    const ResolvedPlan& r = step.r;
+    const StepProgram& prog = step.prog;
     const Op* fwd = nullptr;
     const Op* bwd = nullptr;
     for (const Op& op : prog.ops)
