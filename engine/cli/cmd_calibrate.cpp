@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // `shardscope calibrate`: fit a cluster's simulator parameters to a measured run and print
 // the simulation error before and after.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -9,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <tuple>
 
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
@@ -431,6 +433,51 @@ int runCalibrateMeasure(const Args& a) {
     return rc;
 }
 
+// The program op each trace op is: its op id where every id names the same op (unit, phase,
+// kind) in the trace and in the program; otherwise, for a trace of an earlier version of the
+// program (one with ops this one lacks), the n-th op of that unit, phase and kind within its
+// rank and step is the program's n-th, and -1 where there is none.
+std::vector<int32_t> programIdsOf(const std::vector<TraceOp>& ops, const StepProgram& p,
+                                  const ResolvedPlan& r) {
+    using Key = std::tuple<std::string, std::string, std::string>;
+    auto keyOfProgram = [&](size_t i) {
+        const Op& op = p.ops[i];
+        return Key{r.units[op.unit.index()].name, phaseName(op.phase), opKindName(op.kind)};
+    };
+    auto keyOfTrace = [](const TraceOp& op) {
+        return Key{op.unit, op.phase, op.kind ? opKindName(*op.kind) : ""};
+    };
+    std::vector<int32_t> ids;
+    ids.reserve(ops.size());
+    bool same = true;
+    for (const TraceOp& op : ops) {
+        ids.push_back(op.opId);
+        if (op.opId >= 0 && static_cast<size_t>(op.opId) < p.ops.size() &&
+            keyOfProgram(static_cast<size_t>(op.opId)) != keyOfTrace(op))
+            same = false;
+    }
+    if (same) return ids;
+    std::map<Key, std::vector<int32_t>> byKey;
+    for (size_t i = 0; i < p.ops.size(); ++i)
+        byKey[keyOfProgram(i)].push_back(static_cast<int32_t>(i));
+    // Within each rank and step, in the trace's op id order.
+    std::vector<size_t> order(ops.size());
+    for (size_t i = 0; i < order.size(); ++i)
+        order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+        return std::tie(ops[x].rank, ops[x].step, ops[x].opId) <
+               std::tie(ops[y].rank, ops[y].step, ops[y].opId);
+    });
+    std::map<std::tuple<int32_t, int32_t, Key>, size_t> seen;
+    for (size_t i : order) {
+        const Key key = keyOfTrace(ops[i]);
+        const size_t n = seen[{ops[i].rank, ops[i].step, key}]++;
+        auto it = byKey.find(key);
+        ids[i] = it != byKey.end() && n < it->second.size() ? it->second[n] : -1;
+    }
+    return ids;
+}
+
 int runCalibrate(const Args& a) {
     const int modes = a.has("--trace") + a.has("--from-trace") + a.flag("--measure");
     if (modes != 1) {
@@ -523,12 +570,20 @@ int runCalibrate(const Args& a) {
             return kExitFailed;
         }
     }
-    for (const TraceOp& op : measured->ops)
-        ops.push_back({op.opId, op.rank, op.step, op.startNs, op.endNs});
     const ResolvedPlan& r = *resolved;
     StepOptions so = stepOptionsFor(*plan, *cluster);
     so.recomputeEarlyStop = false;  // a ShardScope trace: the engine recomputes all of forward
     const StepProgram prog = torchRun ? *torchRun->program : buildStepProgram(r, so);
+    const std::vector<int32_t> ids = programIdsOf(measured->ops, prog, r);
+    if (!ids.empty() && !std::equal(ids.begin(), ids.end(), measured->ops.begin(),
+                                    [](int32_t id, const TraceOp& op) { return id == op.opId; }))
+        std::cerr << "note: " << tracePath
+                  << ": its op ids name other ops than this program's (recorded by an earlier "
+                     "version of it?): joined by unit, phase, kind and order\n";
+    for (size_t i = 0; i < measured->ops.size(); ++i) {
+        const TraceOp& op = measured->ops[i];
+        ops.push_back({ids[i], op.rank, op.step, op.startNs, op.endNs});
+    }
     auto fit = calibrate(prog, *cluster, ops, tracePath);
     if (failed(fit)) return kExitFailed;
     fit->cluster.sources.erase("/sim");  // the estimates it described are replaced

@@ -87,6 +87,7 @@ int printTraceDiff(const Args& a, const DiffSide& sideA, const DiffSide& sideB) 
                          {"joined_ops", rows.size()},
                          {"only_in_a", onlyA},
                          {"only_in_b", onlyB},
+                         {"joined_by", diff.joinedByLabel ? "unit_phase_kind" : "op_id"},
                          {"by_kind", kinds},
                          {"ops", ops}},
                         "")
@@ -102,9 +103,16 @@ int printTraceDiff(const Args& a, const DiffSide& sideA, const DiffSide& sideB) 
                ")";
     };
     std::cout << "A " << describe(*A) << "\nB " << describe(*B) << "\n"
-              << rows.size() << " ops joined by op id (durations: mean over ranks and steps)";
+              << rows.size()
+              << (diff.joinedByLabel ? " ops joined by unit, phase, kind and order"
+                                     : " ops joined by op id")
+              << " (durations: mean over ranks and steps)";
     if (onlyA || onlyB) std::cout << "; " << onlyA << " only in A, " << onlyB << " only in B";
-    std::cout << "\n\n";
+    std::cout << "\n";
+    if (diff.joinedByLabel)
+        std::cout << "note: the two traces' op ids name different ops (traces of different step "
+                     "programs: another plan, or a program changed since one was recorded)\n";
+    std::cout << "\n";
     Table t({"", "A", "B", "B - A", "ERROR"}, {false, true, true, true, true});
     t.row({"step time", formatMs(A->stepNs, 3), formatMs(B->stepNs, 3),
            formatMs(B->stepNs - A->stepNs, 3), formatError(A->stepNs, B->stepNs)});

@@ -246,6 +246,7 @@ struct FsdpRuntime::Impl {
         bool unsharded = false;
         bool fromPostForward = false;
         Collective agWork;
+        bool localPending = false;  // group of one: unshard() called, the copy not yet made
         at::Tensor agOut;
         int64_t agIn = 0, agGroup = 1;
         bool postBackwardDone = false;
@@ -658,13 +659,19 @@ struct FsdpRuntime::Impl {
 
     void unshard(int32_t u, Phase phase) {
         UState& s = us[u];
-        if (s.unsharded || s.agWork || s.params.empty()) return;
+        if (s.unsharded || s.agWork || s.localPending || s.params.empty()) return;
         const auto& unit = r.units[u];
         s.fromPostForward =
             phase == Phase::Backward && unit.reshard == Reshard::Int && s.postForwardCopy;
         c10d::Backend& pg =
             s.fromPostForward ? groups->postForwardGroup(unit.reshardK) : *groups->shard;
         const int64_t n = pg.getSize(), me = pg.getRank();
+        // FSDP2 over a group of one gathers nothing: the copy is made at wait_for_unshard, on
+        // the compute stream (FSDPParamGroup's world_size == 1 path), as the step program has.
+        if (n == 1 && !s.flat && !unit.offload.enabled) {
+            s.localPending = true;
+            return;
+        }
         int64_t in = s.flat ? s.flatShard : 0;
         if (!s.flat)
             for (int32_t pi : s.params)
@@ -711,6 +718,26 @@ struct FsdpRuntime::Impl {
 
     void waitForUnshard(int32_t u, Phase phase) {
         UState& s = us[u];
+        if (s.localPending) {
+            // Each parameter cast to its dtype and copied into its unsharded storage.
+            const size_t co = rec->begin(OpKind::CopyOut, phase, Stream::Compute, u, mb);
+            for (int32_t pi : s.params) {
+                PState& p = ps[pi];
+                resizeStorage(p.unsharded, static_cast<size_t>(p.unsharded.numel()) *
+                                               p.unsharded.element_size());
+                const at::Tensor& src = s.fromPostForward ? p.postForward : p.sharded;
+                auto shape = p.shape;
+                shape[0] = p.d0;
+                copyPreservingVersion(p.flat1d ? p.unsharded.detach().view({-1}) : p.unsharded, 0,
+                                      src.reshape({-1}).narrow(0, 0, p.d0 * p.row).view(shape));
+                if (s.fromPostForward) p.postForward.reset();
+            }
+            s.localPending = false;
+            s.unsharded = true;
+            s.postForwardCopy = false;
+            rec->end(co);
+            return;
+        }
         if (!s.agWork) return;
         // The copy-out starts once the all-gather is done: waiting is idle time on the
         // compute stream, as in the step program, not part of the copy.

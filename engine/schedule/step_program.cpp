@@ -342,8 +342,11 @@ private:
     std::vector<Group> postForwardGroup;
 
     // Per-unit state across the step.
-    std::vector<char> unsharded;           // unsharded parameters are resident
-    std::vector<BufferId> unshardedBuf;    // their buffer
+    std::vector<char> unsharded;         // unsharded parameters are resident
+    std::vector<BufferId> unshardedBuf;  // their buffer
+    // Over a group of one, each parameter's own storage (FSDP2 allocates them one by one):
+    // unshardedBuf holds the first, these the others.
+    std::vector<std::vector<BufferId>> unshardedRest;
     std::vector<BufferId> postForwardBuf;  // int reshard copy
     // Unsharded gradients per compute segment, allocated at the segment's first backward
     // (as autograd creates each parameter's .grad) and kept across no-sync micro-batches
@@ -358,6 +361,7 @@ private:
     OpId agStreamWait, stashedCopyOut;  // forward: the all-gather streams' copy-out dependency
     BufferId stashedAg;                 // forward: previous unit's all-gather buffer
     std::vector<OpId> pendingAg;        // all-gather issued, copy-out not yet
+    std::vector<char> pendingLocal;     // world 1: unshard() called, its copy not yet made
     std::vector<BufferId> agBuf;        // flat all-gather output per unit in flight
     std::vector<OpId> reduceOps;        // all reduce-scatters/all-reduces of the last micro-batch
     std::vector<BufferId> shardedGrads;
@@ -409,8 +413,10 @@ private:
         const size_t n = r.units.size();
         unsharded.assign(n, 0);
         pendingAg.assign(n, OpId());
+        pendingLocal.assign(n, 0);
         agBuf.assign(n, BufferId());
         unshardedBuf.assign(n, BufferId());
+        unshardedRest.assign(n, {});
         postForwardBuf.assign(n, BufferId());
         lastFree.assign(n, OpId());
     }
@@ -629,10 +635,19 @@ private:
     // already being gathered (FSDPParamGroup.unshard).
     void unshard(int32_t u, Phase phase, int32_t mb) {
         // A unit without parameters has no parameter group and never all-gathers.
-        if (unsharded[u] || pendingAg[u].valid() || r.noShard || r.units[u].params.empty()) return;
+        if (unsharded[u] || pendingAg[u].valid() || pendingLocal[u] || r.noShard ||
+            r.units[u].params.empty())
+            return;
         const auto& unit = r.units[u];
         const bool fromPostForward = phase == Phase::Backward && unit.reshard == Reshard::Int;
         const Group gr = fromPostForward ? postForwardGroup[u] : shardGroup;
+        // FSDP2 over a group of one gathers nothing: unshard() only records an event, and
+        // wait_for_unshard() copies each parameter into its unsharded storage on the current
+        // stream (FSDPParamGroup's world_size == 1 path). Prefetching it does nothing.
+        if (gr.size == 1 && !r.flatParams && !unit.offload.enabled) {
+            pendingLocal[u] = 1;
+            return;
+        }
         OpId h2d;
         if (unit.offload.enabled) {
             Op h{OpKind::H2D, phase, Stream::H2D, UnitId(u), mb};
@@ -669,6 +684,10 @@ private:
 
     // wait_for_unshard(): the copy-out on the compute stream, when the unit is about to run.
     void waitForUnshard(int32_t u, Phase phase, int32_t mb) {
+        if (pendingLocal[u]) {
+            localCopyOut(u, phase, mb);
+            return;
+        }
         if (!pendingAg[u].valid()) return;
         const auto& unit = r.units[u];
         const bool fromPostForward = phase == Phase::Backward && unit.reshard == Reshard::Int;
@@ -691,9 +710,52 @@ private:
             co.frees.push_back(postForwardBuf[u]);
             postForwardBuf[u] = BufferId();
         }
+        co.freesFirst = static_cast<uint8_t>(co.frees.size());
         const OpId id = add(std::move(co));
         if (phase == Phase::Forward) stashedCopyOut = id;
         pendingAg[u] = OpId();
+        unsharded[u] = 1;
+    }
+
+    // FSDP2's unshard over a group of one, on the compute stream: per parameter, the shard
+    // cast to the parameter dtype (all_gather_inputs; a temporary, none without a cast) and
+    // copied into the unsharded storage (tensor.copy_).
+    void localCopyOut(int32_t u, Phase phase, int32_t mb) {
+        const auto& unit = r.units[u];
+        Op co{OpKind::CopyOut, phase, Stream::Compute, UnitId(u), mb};
+        const int64_t agSize = dtypeSize(unit.allGatherDtype);
+        int64_t cast = 0;
+        for (ParamId pid : unit.params) {
+            const auto& pi = g.param(pid);
+            if (pi.dtype != unit.allGatherDtype) cast += pi.bytes() + pi.numel * agSize;
+        }
+        co.memBytes = static_cast<double>(cast + 2 * unit.unshardedBytes);
+        if (phase == Phase::Backward && unit.reshard == Reshard::Int && postForwardBuf[u].valid()) {
+            co.frees.push_back(postForwardBuf[u]);
+            co.freesFirst = 1;
+            postForwardBuf[u] = BufferId();
+        }
+        // Per parameter: its cast (a temporary, released when the next one is made), then
+        // its storage (alloc_storage).
+        co.interleaved = true;
+        for (ParamId pid : unit.params) {
+            const auto& pi = g.param(pid);
+            if (pi.dtype != unit.allGatherDtype) {
+                const BufferId t = buffer(pi.numel * agSize, MemCategory::UnshardedParams,
+                                          Stream::Compute, unit.allGatherDtype);
+                co.allocs.push_back(t);
+                co.frees.push_back(t);
+            }
+            const BufferId b = buffer(pi.numel * agSize, MemCategory::UnshardedParams,
+                                      Stream::Compute, unit.allGatherDtype);
+            co.allocs.push_back(b);
+            if (!unshardedBuf[u].valid())
+                unshardedBuf[u] = b;
+            else
+                unshardedRest[u].push_back(b);
+        }
+        add(std::move(co));
+        pendingLocal[u] = 0;
         unsharded[u] = 1;
     }
 
@@ -706,6 +768,10 @@ private:
     void reshardAt(int32_t u, OpId at, bool keepPostForwardCopy) {
         if (!unsharded[u] || r.noShard) return;
         op(at).frees.push_back(unshardedBuf[u]);
+        for (BufferId b : unshardedRest[u])
+            op(at).frees.push_back(b);
+        unshardedRest[u].clear();
+        unshardedBuf[u] = BufferId();
         if (keepPostForwardCopy) {
             postForwardBuf[u] = buffer(r.units[u].postForwardBytes, MemCategory::UnshardedParams,
                                        Stream::Compute, r.units[u].allGatherDtype);
@@ -902,6 +968,10 @@ private:
         rs.groupNodes = gr.nodes;
         rs.ranksPerNode = gr.perNode;
         rs.processGroup = r.noShard ? 1 : 0;
+        // FSDP2 over a group of one copies the input to the output on the reduce-scatter
+        // stream instead (foreach_reduce's world_size == 1 branch).
+        if (gr.size == 1 && !r.noShard && !r.flatParams)
+            rs.memBytes = 2.0 * static_cast<double>(rsIn);
         rs.waits.push_back(ciId);
         const BufferId sharded =
             buffer(unit.shardedBytes, MemCategory::Gradients, Stream::ReduceScatter,
@@ -1225,6 +1295,7 @@ std::string StepProgram::dump(const ResolvedPlan& plan) const {
                 out << (k ? "," : "") << op.waits[k].value;
         }
         if (op.cpuBlocks) out << " cpu-blocks";
+        if (op.interleaved) out << " interleaved";
         // In the order the memory model applies them: early frees, allocations, frees.
         auto freed = [&](size_t from, size_t to) {
             for (size_t k = from; k < to; ++k)

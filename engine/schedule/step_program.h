@@ -144,15 +144,49 @@ struct Op {
     SmallVector<BufferId, 3> frees{};  // freed when this op is issued (stream-ordered reuse)
     // The first `freesFirst` of `frees` are released before `allocs` (a buffer dropped just
     // before this op's own allocation, as FSDP2's post-backward drops the previous
-    // reduce-scatter input before making the next); the rest after. A copy-out releases all
-    // of its frees first (the previous all-gather result).
+    // reduce-scatter input before making the next); the rest after. A copy-out after an
+    // all-gather releases all of its frees first (the previous all-gather result); one over a
+    // group of one frees its cast temporary after.
     uint8_t freesFirst = 0;
+    // The frees after the allocations are temporaries among the allocations, each released
+    // once the next is allocated (a loop over parameters rebinding its temporary: FSDP2's
+    // unshard over a group of one); the last after all allocations.
+    bool interleaved = false;
 };
 
-// How many of an op's frees come before its allocations (Op::freesFirst; all of a copy-out's).
+// How many of an op's frees come before its allocations (Op::freesFirst).
 inline size_t earlyFrees(const Op& op) {
-    return op.kind == OpKind::CopyOut ? op.frees.size()
-                                      : std::min<size_t>(op.freesFirst, op.frees.size());
+    return std::min<size_t>(op.freesFirst, op.frees.size());
+}
+
+// An op's allocations and its frees after them in the order the memory model applies them:
+// alloc(b) for each allocation, free(b) for each late free, and peak() where the bytes
+// allocated reach a local maximum (before a free that follows an allocation).
+template <class Alloc, class Free, class Peak>
+void allocsThenLateFrees(const Op& op, Alloc&& alloc, Free&& free, Peak&& peak) {
+    const size_t early = earlyFrees(op);
+    if (!op.interleaved) {
+        for (BufferId b : op.allocs)
+            alloc(b);
+        peak();
+        for (size_t k = early; k < op.frees.size(); ++k)
+            free(op.frees[k]);
+        return;
+    }
+    size_t next = early;  // the next temporary among the allocations
+    for (BufferId b : op.allocs) {
+        alloc(b);
+        if (next < op.frees.size() && op.frees[next] == b) {
+            if (next > early) {
+                peak();
+                free(op.frees[next - 1]);
+            }
+            ++next;
+        }
+    }
+    peak();
+    for (size_t k = next > early ? next - 1 : early; k < op.frees.size(); ++k)
+        free(op.frees[k]);
 }
 
 struct StepOptions {

@@ -172,6 +172,12 @@ int64_t opDurationNs(const ClusterSpec& c, const Op& op, const StepProgram* prog
         case OpKind::AllGather:
         case OpKind::ReduceScatter:
         case OpKind::AllReduce:
+            // FSDP2's reduce over a group of one is a device copy of its input (memBytes).
+            if (op.groupSize <= 1 && op.memBytes > 0) {
+                t = op.memBytes / (c.device.hbmBandwidth *
+                                   c.sim.memoryEfficiencyFor(static_cast<double>(op.memBytes)));
+                break;
+            }
             return collectiveTime(c, op.kind, op.commBytes, op.groupSize, op.groupNodes,
                                   op.ranksPerNode)
                 .ns;

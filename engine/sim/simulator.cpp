@@ -201,28 +201,22 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
             if (p.persistentBytes[k] > 0) alloc += AllocatorModel::roundSize(p.persistentBytes[k]);
         std::vector<char> live(p.buffers.size(), 0);
         for (const Op& op : p.ops) {
-            auto allocs = [&] {
-                for (BufferId b : op.allocs)
-                    if (p.buffers[b.index()].bytes > 0) {
-                        live[b.index()] = 1;
-                        alloc += AllocatorModel::roundSize(p.buffers[b.index()].bytes);
-                    }
+            auto allocOne = [&](BufferId b) {
+                if (p.buffers[b.index()].bytes > 0) {
+                    live[b.index()] = 1;
+                    alloc += AllocatorModel::roundSize(p.buffers[b.index()].bytes);
+                }
             };
-            auto frees = [&](size_t from, size_t to) {
-                for (size_t k = from; k < to; ++k) {
-                    const BufferId b = op.frees[k];
-                    if (live[b.index()]) {
-                        live[b.index()] = 0;
-                        alloc -= AllocatorModel::roundSize(p.buffers[b.index()].bytes);
-                    }
+            auto freeOne = [&](BufferId b) {
+                if (live[b.index()]) {
+                    live[b.index()] = 0;
+                    alloc -= AllocatorModel::roundSize(p.buffers[b.index()].bytes);
                 }
             };
             const size_t early = earlyFrees(op);
-            frees(0, early);
-            allocs();
-            peak = std::max(peak, alloc);
-            frees(early, op.frees.size());
-            peak = std::max(peak, alloc);
+            for (size_t k = 0; k < early; ++k)
+                freeOne(op.frees[k]);
+            allocsThenLateFrees(op, allocOne, freeOne, [&] { peak = std::max(peak, alloc); });
         }
         if (peak > o.reservedBudget) {
             r.peakAllocated = peak;
@@ -252,27 +246,30 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
         cat[static_cast<size_t>(k)] += AllocatorModel::roundSize(b);
         allocated += AllocatorModel::roundSize(b);
     }
+    auto allocOne = [&](BufferId b) {
+        const Buffer& buf = p.buffers[b.index()];
+        if (buf.bytes <= 0) return;
+        handle[b.index()] = alloc.allocate(buf.bytes, static_cast<int>(buf.stream));
+        const int64_t sz = AllocatorModel::roundSize(buf.bytes);
+        allocated += sz;
+        cat[static_cast<size_t>(buf.category)] += sz;
+    };
+    auto freeOne = [&](BufferId b) {
+        if (handle[b.index()] < 0) return;
+        const Buffer& buf = p.buffers[b.index()];
+        alloc.free(handle[b.index()]);
+        handle[b.index()] = -1;
+        const int64_t sz = AllocatorModel::roundSize(buf.bytes);
+        allocated -= sz;
+        cat[static_cast<size_t>(buf.category)] -= sz;
+    };
     auto doAllocs = [&](const Op& op) {
-        for (BufferId b : op.allocs) {
-            const Buffer& buf = p.buffers[b.index()];
-            if (buf.bytes <= 0) continue;
-            handle[b.index()] = alloc.allocate(buf.bytes, static_cast<int>(buf.stream));
-            const int64_t sz = AllocatorModel::roundSize(buf.bytes);
-            allocated += sz;
-            cat[static_cast<size_t>(buf.category)] += sz;
-        }
+        for (BufferId b : op.allocs)
+            allocOne(b);
     };
     auto doFrees = [&](const Op& op, size_t from, size_t to) {
-        for (size_t k = from; k < to; ++k) {
-            const BufferId b = op.frees[k];
-            if (handle[b.index()] < 0) continue;
-            const Buffer& buf = p.buffers[b.index()];
-            alloc.free(handle[b.index()]);
-            handle[b.index()] = -1;
-            const int64_t sz = AllocatorModel::roundSize(buf.bytes);
-            allocated -= sz;
-            cat[static_cast<size_t>(buf.category)] -= sz;
-        }
+        for (size_t k = from; k < to; ++k)
+            freeOne(op.frees[k]);
     };
     size_t phase = 0;
     // The allocator sees allocations in issue order; an op issued later than another but
@@ -300,8 +297,13 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
         phase = static_cast<size_t>(op.phase);
         const size_t early = earlyFrees(op);
         doFrees(op, 0, early);
+        if (op.interleaved) {
+            allocsThenLateFrees(op, allocOne, freeOne, [&] { sample(r.start[i]); });
+            if (o.keepTimeline) sample(r.start[i]);
+            continue;
+        }
         doAllocs(op);
-        if (op.kind == OpKind::CopyOut) {  // all frees first, one sample after
+        if (op.kind == OpKind::CopyOut && early == op.frees.size()) {  // one sample after
             sample(r.start[i]);
             continue;
         }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "plans/core/intervals.h"
 
@@ -28,6 +29,8 @@ DiffSide diffSideOf(const TraceFile& t) {
         auto& o = s.ops[op.opId];
         o.label = op.label;
         o.kind = op.kind ? opKindName(*op.kind) : "";
+        o.unit = op.unit;
+        o.phase = op.phase;
         o.sumNs += static_cast<double>(op.endNs - op.startNs);
         ++o.count;
         if (op.rank != 0) continue;
@@ -48,21 +51,51 @@ DiffSide diffSideOf(const TraceFile& t) {
 
 TraceDiff diffSides(const DiffSide& A, const DiffSide& B) {
     TraceDiff d;
-    double absErr = 0, totalA = 0;
+    // Joined by id where every id both sides have names the same op (unit, phase, kind);
+    // otherwise by those and occurrence (the n-th such op in id order: micro-batches).
+    using Key = std::tuple<std::string, std::string, std::string>;
+    auto keyOf = [](const DiffOp& o) { return Key{o.unit, o.phase, o.kind}; };
+    std::map<int64_t, int64_t> bOf;  // A's id -> B's
     for (const auto& [id, oa] : A.ops) {
         auto it = B.ops.find(id);
-        if (it == B.ops.end()) {
+        if (it == B.ops.end()) continue;
+        if (keyOf(it->second) != keyOf(oa)) {
+            d.joinedByLabel = true;
+            break;
+        }
+        bOf[id] = id;
+    }
+    if (d.joinedByLabel) {
+        bOf.clear();
+        std::map<Key, std::vector<int64_t>> bByName;
+        for (const auto& [id, ob] : B.ops)
+            bByName[keyOf(ob)].push_back(id);
+        std::map<Key, size_t> seen;
+        for (const auto& [id, oa] : A.ops) {
+            const Key key = keyOf(oa);
+            const size_t n = seen[key]++;
+            auto it = bByName.find(key);
+            if (it != bByName.end() && n < it->second.size()) bOf[id] = it->second[n];
+        }
+    }
+    double absErr = 0, totalA = 0;
+    std::map<int64_t, bool> bJoined;
+    for (const auto& [id, oa] : A.ops) {
+        auto j = bOf.find(id);
+        if (j == bOf.end()) {
             ++d.onlyA;
             continue;
         }
-        d.rows.push_back({id, oa.label, oa.kind, oa.mean(), it->second.mean()});
+        const DiffOp& ob = B.ops.at(j->second);
+        bJoined[j->second] = true;
+        d.rows.push_back({id, oa.label, oa.kind, oa.mean(), ob.mean()});
         d.byKind[oa.kind].first += oa.mean();
-        d.byKind[oa.kind].second += it->second.mean();
-        absErr += std::abs(it->second.mean() - oa.mean());
+        d.byKind[oa.kind].second += ob.mean();
+        absErr += std::abs(ob.mean() - oa.mean());
         totalA += oa.mean();
     }
     for (const auto& [id, _] : B.ops)
-        if (!A.ops.count(id)) ++d.onlyB;
+        if (!bJoined.count(id)) ++d.onlyB;
     std::sort(d.rows.begin(), d.rows.end(), [](const TraceDiff::Row& x, const TraceDiff::Row& y) {
         return std::abs(x.b - x.a) > std::abs(y.b - y.a);
     });

@@ -16,7 +16,7 @@
 namespace shardscope {
 
 struct DiffOp {
-    std::string label, kind;
+    std::string label, kind, unit, phase;
     double sumNs = 0;
     int count = 0;
     [[nodiscard]] double mean() const { return count ? sumNs / count : 0; }
@@ -43,6 +43,9 @@ struct TraceDiff {
     std::map<std::string, std::pair<double, double>> byKind;  // sums of means, A and B
     double totalError = 0;  // sum |B - A| / sum A over the joined ops
     size_t onlyA = 0, onlyB = 0;
+    // The sides' op ids name different ops (traces of two versions of a program, one with
+    // ops the other lacks): joined by unit, phase, kind and order of occurrence instead.
+    bool joinedByLabel = false;
 };
 [[nodiscard]] TraceDiff diffSides(const DiffSide& a, const DiffSide& b);
 

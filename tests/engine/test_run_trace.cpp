@@ -6,9 +6,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include "profiler/analysis/run_trace.h"
 #include "profiler/analysis/step_trace.h"
+#include "profiler/analysis/trace_diff.h"
 #include "profiler/import/kineto_import.h"
 #include "profiler/record/device_activity.h"
 
@@ -255,6 +257,51 @@ TEST(RunTrace, ABrokenDeviceActivityNamesTheField) {
         EXPECT_NE(std::string(e.what()).find("device_activity/ops/1"), std::string::npos)
             << e.what();
     }
+}
+
+// A trace recorded by an earlier program (FSDP2 gathering over a group of one) against the
+// current one, which lacks those ops: the ids name different ops, so the join goes by unit,
+// phase, kind and order, not by id (by id it paired a copy-in with a forward).
+TEST(TraceDiffJoin, IdsOfDifferentProgramsJoinByUnitPhaseAndKind) {
+    auto side = [](std::vector<std::tuple<const char*, const char*, double>> ops) {
+        DiffSide s;
+        int64_t id = 0;
+        for (const auto& [unit, kind, ns] : ops) {
+            DiffOp& o = s.ops[id++];
+            o.unit = unit;
+            o.kind = kind;
+            o.phase = "forward";
+            o.label = std::string(unit) + " " + kind;
+            o.sumNs = ns;
+            o.count = 1;
+        }
+        return s;
+    };
+    const DiffSide older = side({{"l0", "copy_in", 1},
+                                 {"l0", "all_gather", 2},
+                                 {"l0", "copy_out", 3},
+                                 {"l0", "forward", 10},
+                                 {"l1", "forward", 20},
+                                 {"l1", "forward", 30}});
+    const DiffSide now = side({{"l0", "copy_out", 4},
+                               {"l0", "forward", 11},
+                               {"l1", "forward", 22},
+                               {"l1", "forward", 33},
+                               {"l2", "forward", 5}});
+    const TraceDiff d = diffSides(older, now);
+    EXPECT_TRUE(d.joinedByLabel);
+    EXPECT_EQ(d.onlyA, 2u);  // the copy-in and the all-gather
+    EXPECT_EQ(d.onlyB, 1u);  // l2
+    ASSERT_EQ(d.rows.size(), 4u);
+    EXPECT_DOUBLE_EQ(d.byKind.at("forward").first, 60);
+    EXPECT_DOUBLE_EQ(d.byKind.at("forward").second, 66);  // the second l1 forward with the second
+    EXPECT_DOUBLE_EQ(d.byKind.at("copy_out").second, 4);
+    EXPECT_FALSE(d.byKind.count("copy_in"));
+    // One program on both sides: by id.
+    const TraceDiff same = diffSides(now, now);
+    EXPECT_FALSE(same.joinedByLabel);
+    EXPECT_EQ(same.rows.size(), 5u);
+    EXPECT_EQ(same.onlyA + same.onlyB, 0u);
 }
 
 }  // namespace

@@ -324,5 +324,94 @@ class FsdpTraces(unittest.TestCase):
                 self.assertGreaterEqual(theirs["exposed_ns_per_step"], 0.99 * theirs["comm_ns_per_step"])
 
 
+class FsdpOverOneRank(unittest.TestCase):
+    """FSDP2 over a group of one gathers nothing: unshard() only records an event and
+    wait_for_unshard() casts each parameter (aten::_to_copy) and copies it into its storage
+    on the current stream (FSDPParamGroup's world_size == 1 path); the reduce is a copy.
+    PyTorch's CPU trace of that run is the oracle for the step program and the engine."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="shardscope_fsdp_one_rank_")
+        cls.plan = os.path.join(cls.tmp.name, "plan.json")
+        with open(cls.plan, "w") as f:
+            json.dump(plan("one_rank_bf16", mesh={"shape": [1]}, defaults={
+                "reshard_after_forward": True,
+                "mixed_precision": {"param_dtype": "bfloat16", "reduce_dtype": "float32"}}), f)
+        cls.traces = os.path.join(cls.tmp.name, "traces")
+        r = subprocess.run([sys.executable, RECORD, "--model", MODEL, "--plan", cls.plan, "--out", cls.traces,
+                            "--shardscope", peer.BIN], capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            raise AssertionError(f"recording failed:\n{r.stderr[-3000:]}")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def pytorch_copies(self):
+        """(unit, phase) of every pre-forward and pre-backward in the last ProfilerStep that
+        cast parameters, with the casts' count; and the FSDP labels PyTorch emitted."""
+        with open(os.path.join(self.traces, "rank0.pt.trace.json")) as f:
+            ev = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+        step = max((e for e in ev if e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"])
+        inside = [e for e in ev if step["ts"] <= e["ts"] <= step["ts"] + step["dur"]]
+        copies = {}
+        for e in inside:
+            head, _, rest = e["name"].partition(" ")
+            if head not in ("FSDP::pre_forward", "FSDP::pre_backward"):
+                continue
+            casts = sum(1 for x in inside if x["tid"] == e["tid"] and x["name"] == "aten::_to_copy"
+                        and e["ts"] <= x["ts"] and x["ts"] + x["dur"] <= e["ts"] + e["dur"])
+            if casts:
+                copies[(rest.strip("()"), head.split("_")[-1])] = casts
+        return copies, {e["name"].split(" ")[0] for e in ev if e["name"].startswith("FSDP::")}
+
+    def test_the_program_copies_where_pytorch_copies_and_gathers_nothing(self):
+        copies, labels = self.pytorch_copies()
+        self.assertFalse({"FSDP::all_gather", "FSDP::all_gather_copy_in", "FSDP::all_gather_copy_out"} & labels)
+        # four layers and the root, each in forward and again in backward (reshard after forward)
+        self.assertEqual(len(copies), 10, copies)
+        show = peer.shardscope("plan", "show", "-m", MODEL, "-p", self.plan, "--json")
+        params = {u["name"]: len(u["params"]) for u in show["units"]}
+        sim = os.path.join(self.tmp.name, "sim.json")
+        with open(peer.sample("clusters", "cpu-2core.json")) as f:
+            cluster = json.load(f)
+        cluster["node"]["devices_per_node"] = 1  # one rank
+        cluster_path = os.path.join(self.tmp.name, "one-rank.json")
+        with open(cluster_path, "w") as f:
+            json.dump(cluster, f)
+        r = peer.run("simulate", "-m", MODEL, "-p", self.plan, "-c", cluster_path, "--trace", sim)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(sim) as f:
+            ev = json.load(f)["traceEvents"]
+        threads = {e["tid"]: e["args"]["name"] for e in ev if e.get("ph") == "M" and e["name"] == "thread_name"}
+        ops = [e for e in ev if e.get("ph") == "X" and "kind" in e.get("args", {})]
+        kinds = {e["args"]["kind"] for e in ops}
+        self.assertFalse({"all_gather", "copy_in"} & kinds, kinds)
+        ours = {}
+        for e in ops:
+            if e["args"]["kind"] == "copy_out":
+                self.assertEqual(threads[e["tid"]], "compute", e)  # on the current stream
+                ours[(e["args"]["unit"], e["args"]["phase"])] = 1
+        self.assertEqual(set(ours), set(copies))
+        for (unit, _), casts in copies.items():  # a cast per parameter
+            self.assertEqual(casts, params[unit], unit)
+
+    def test_the_engine_runs_the_same_program(self):
+        peer.require_engine()
+        trace = os.path.join(self.tmp.name, "engine.json")
+        r = peer.run("run", "-m", MODEL, "-p", self.plan, "--steps", "2", "--warmup", "0", "--json", "--trace", trace)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        j = json.loads(r.stdout)
+        self.assertTrue(j["op_order_matches_program"], j["op_order"])
+        with open(trace) as f:
+            ops = [e["args"] for e in json.load(f)["traceEvents"] if e.get("ph") == "X" and "kind" in e.get("args", {})]
+        self.assertFalse({"all_gather", "copy_in"} & {o["kind"] for o in ops})
+        copies, _ = self.pytorch_copies()
+        last = max(o["step"] for o in ops)
+        self.assertEqual({(o["unit"], o["phase"]) for o in ops if o["kind"] == "copy_out" and o["step"] == last},
+                         set(copies))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -112,11 +112,15 @@ class H200Trace(unittest.TestCase):
         """Nine configurations on the same H200, each predicted before it ran (the figures in
         the data's README and docs/gpu-runs.md; the first three in one session, the other six
         in a later one): the GPU's peak allocated within 1 %, its step time within 20 %, and
-        reserved within 3 % of what the allocator reserved (+6.1, +8.9, +9.2 % for the first
+        reserved within 4 % of what the allocator reserved (+6.1, +8.9, +9.2 % for the first
         three while the loss's and a backward's temporaries were one block each: the caching
         allocator model is exact on the same allocations, test_allocator_replay), except for
-        selective checkpointing and FSDP1, whose reserved is printed, not checked: the model
-        reserves +4 to +6 % and -10 to -15 % of what they did (docs/memory-fidelity.md)."""
+        FSDP1, whose reserved is printed, not checked: the model reserves -10 to -15 % of
+        what it did (docs/memory-fidelity.md). These runs are FSDP2 over one GPU, which casts
+        and copies each parameter into its own storage and gathers nothing: modelled so
+        since 2026-11-26 (-3.6 to +3.0 %); the flat all-gather buffers modelled before, which
+        these runs never made, had put them at -1.1 to +1.4 % and selective checkpointing at
+        +4.3 and +5.5 %."""
         for sub in ("", "seq8192", "ac-2x4096", "sac-2x4096", "sac-1x8192", "fsdp1", "fsdp1-flat",
                     "attn-2x4096", "attn-2x8192"):
             d = os.path.join(DATA, sub)
@@ -140,8 +144,8 @@ class H200Trace(unittest.TestCase):
                      sim["peak_reserved_bytes"] / GIB, reserved / GIB, 100 * e_res))
             self.assertLess(abs(e_peak), 0.01, sub)
             self.assertLess(abs(e_step), 0.20, sub)
-            if sub in ("", "seq8192", "ac-2x4096", "attn-2x4096", "attn-2x8192"):
-                self.assertLess(abs(e_res), 0.03, sub)
+            if not sub.startswith("fsdp1"):
+                self.assertLess(abs(e_res), 0.04, sub)
 
     def test_kernel_list_matches_the_gpus(self):
         """The kernels the simulator's step launches against what the GPU run launched, per
@@ -344,8 +348,9 @@ class H200Trace(unittest.TestCase):
                   % (d, sim["peak_allocated_bytes"] / GIB, hist["max_memory_allocated"] / GIB, 100 * e,
                      sim["peak_reserved_bytes"] / GIB, hist["max_memory_reserved"] / GIB, 100 * r))
             self.assertLess(abs(e), 0.01, d)
-            # Measured -1.0 % and +6.3 % (+2.3 and +22.1 % with each transient one block).
-            self.assertLess(abs(r), 0.03 if "mistral" in d else 0.10, d)
+            # Measured -3.6 % and +6.3 % (+2.3 and +22.1 % with each transient one block;
+            # Mistral -1.0 % with the flat all-gather buffers one GPU never makes).
+            self.assertLess(abs(r), 0.04 if "mistral" in d else 0.10, d)
 
     def test_allocator_histories_replay_exactly(self):
         # (fsdp1/memory-history.json.gz is not exact: -0.2 % at its peak, a gap of 224 MiB
@@ -376,7 +381,15 @@ class H200Trace(unittest.TestCase):
                        check=True, capture_output=True, cwd=peer.SOURCE)
         d = run("trace", "diff", os.path.join(DATA, "engine-run.trace.json.gz"), sim, "--json")
         print("engine trace vs simulation: %d ops joined, step %+.1f%%" % (d["joined_ops"], 100 * d["step_time_error"]))
-        self.assertEqual(d["only_in_a"], 0)
+        # The engine that recorded this trace gathered over its group of one (a copy-in and
+        # an all-gather before each copy-out: 12 each). FSDP2 does not (FSDPParamGroup's
+        # world_size == 1 path), and since 2026-11-26 neither do the step program and the
+        # engine: the ids of the two programs differ, and the rest joins by unit, phase and
+        # kind. Re-recording needs a GPU.
+        self.assertEqual(d["joined_by"], "unit_phase_kind")
+        self.assertEqual(d["only_in_a"], 24)
+        self.assertNotIn("copy_in", d["by_kind"])
+        self.assertNotIn("all_gather", d["by_kind"])
         self.assertEqual(d["only_in_b"], 0)
         self.assertAlmostEqual(d["a"]["step_time_ns"], measured["step_time_ns"], delta=0.001 * measured["step_time_ns"])
         for kind in ("forward", "backward"):
