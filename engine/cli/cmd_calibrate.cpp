@@ -146,6 +146,12 @@ int finishKernelCalibration(const Args& a, const KernelSamples& samples, const C
             {"fitted_median_ns", fit->launchFittedNs},
             {"held_back", fit->launchHeldBack},
             {"held_back_median_ns", fit->launchHeldBackNs}}},
+          {"kernel_gap_ns", fit->cluster.sim.kernelGapNs},
+          {"kernel_gaps",
+           {{"fitted", fit->gapFitted},
+            {"fitted_median_ns", fit->gapFittedNs},
+            {"held_back", fit->gapHeldBack},
+            {"held_back_median_ns", fit->gapHeldBackNs}}},
           {"hbm_bandwidth_bytes_per_s", fit->cluster.device.hbmBandwidth},
           {"protocols", clusterToJson(fit->cluster)["sim"]["protocols"]},
           {"intra_bandwidth_bytes_per_s", fit->cluster.node.intraBandwidth},
@@ -194,6 +200,18 @@ int finishKernelCalibration(const Args& a, const KernelSamples& samples, const C
             std::snprintf(line, sizeof line, "; held-back steps %.1f us (%+.1f%%)",
                           fit->launchHeldBackNs * 1e-3,
                           100.0 * (fit->launchFittedNs / fit->launchHeldBackNs - 1.0));
+            std::cout << line;
+        }
+        std::cout << "\n";
+    }
+    if (fit->gapFitted > 0) {
+        std::snprintf(line, sizeof line,
+                      "  GPU between kernels %.1f us from one to the next queued (median of %lld)",
+                      fit->gapFittedNs * 1e-3, static_cast<long long>(fit->gapFitted));
+        std::cout << line;
+        if (fit->gapHeldBack > 0) {
+            std::snprintf(line, sizeof line, "; held-back steps %.1f us",
+                          fit->gapHeldBackNs * 1e-3);
             std::cout << line;
         }
         std::cout << "\n";

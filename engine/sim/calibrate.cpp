@@ -210,6 +210,7 @@ Expected<CalibrationFit> calibrate(const StepProgram& p, const ClusterSpec& base
             perKernel = flops / static_cast<double>(parts.computeKernels);
             memT = parts.memorySeconds;
             if (c.device.isHost()) d -= c.sim.cpuLaunchNs * 1e-9 * static_cast<double>(mix.kernels);
+            d -= c.sim.kernelGapNs * 1e-9 * static_cast<double>(mix.kernels);  // between kernels
         }
         const double computeT = std::max(d - memT, 0.05 * d);
         const double eff = flops / (c.device.peakFor(op.computeDtype) * computeT);

@@ -122,13 +122,16 @@ double mixSeconds(const ClusterSpec& c, const KernelMix& mix, DType dtype) {
 
 int64_t opDurationNs(const ClusterSpec& c, const Op& op, const StepProgram* program) {
     const double hbm = c.device.hbmBandwidth * c.sim.memoryEfficiency;
+    // The device's own time between queued kernels, once per kernel (kernel_gap_ns).
+    const double gap = c.sim.kernelGapNs * 1e-9;
     double t = 0;
     switch (op.kind) {
         case OpKind::Forward:
         case OpKind::Backward:
         case OpKind::Recompute: {
             if (program && op.mix >= 0 && static_cast<size_t>(op.mix) < program->mixes.size()) {
-                t = mixSeconds(c, program->mixes[static_cast<size_t>(op.mix)], op.computeDtype);
+                const KernelMix& mix = program->mixes[static_cast<size_t>(op.mix)];
+                t = mixSeconds(c, mix, op.computeDtype) + gap * static_cast<double>(mix.kernels);
                 break;
             }
             if (op.flops > 0) {
@@ -143,24 +146,27 @@ int64_t opDurationNs(const ClusterSpec& c, const Op& op, const StepProgram* prog
         case OpKind::CopyOut:
             // One kernel each: priced by its size when the cluster has a by-bytes curve.
             t = op.memBytes / (c.device.hbmBandwidth *
-                               c.sim.memoryEfficiencyFor(static_cast<double>(op.memBytes)));
+                               c.sim.memoryEfficiencyFor(static_cast<double>(op.memBytes))) +
+                gap;
             break;
         case OpKind::ReduceScatterCopyIn:
             // FSDP2's torch._chunk_cat (casting to the reduce dtype on the way): its own
             // curve where `calibrate --from-trace` fitted one (on an H200 it moved 1.8 TB/s
             // where copies of its size moved 3.7).
-            t = op.memBytes /
-                (c.device.hbmBandwidth *
-                 c.sim.memoryEfficiencyFor(static_cast<double>(op.memBytes), "aten::_chunk_cat"));
+            t = op.memBytes / (c.device.hbmBandwidth *
+                               c.sim.memoryEfficiencyFor(static_cast<double>(op.memBytes),
+                                                         "aten::_chunk_cat")) +
+                gap;
             break;
         case OpKind::OptimizerStep:
             // The foreach path's kernels, each by its size, where the step program lists
             // them (a GPU device). On a CPU cluster the host is the device: the offloaded
             // shards' step runs on the same cores and memory as any other, so it costs what
             // the device's does.
-            if (program && op.mix >= 0 && static_cast<size_t>(op.mix) < program->mixes.size())
-                t = optimizerMixSeconds(c, program->mixes[static_cast<size_t>(op.mix)]);
-            else
+            if (program && op.mix >= 0 && static_cast<size_t>(op.mix) < program->mixes.size()) {
+                const KernelMix& mix = program->mixes[static_cast<size_t>(op.mix)];
+                t = optimizerMixSeconds(c, mix) + gap * static_cast<double>(mix.kernels);
+            } else
                 t = op.stream == Stream::Host && !c.device.isHost()
                         ? op.memBytes / c.sim.hostOptimizerBytesPerS
                         : op.memBytes / hbm;

@@ -103,8 +103,8 @@ SimParams parseSim(const JsonReader& r) {
     r.allowOnly({"compute_efficiency", "memory_efficiency", "memory_efficiency_by_bytes",
                  "overlap_slowdown", "intra_efficiency", "network_efficiency", "cpu_issue_ns",
                  "host_optimizer_bytes_per_s", "protocols", "attention_efficiency",
-                 "masked_attention_efficiency", "cpu_launch_ns", "memory_efficiency_by_op",
-                 "gemm_efficiency_by_shape"});
+                 "masked_attention_efficiency", "cpu_launch_ns", "kernel_gap_ns",
+                 "memory_efficiency_by_op", "gemm_efficiency_by_shape"});
     SimParams s;
     if (auto c = r.find("compute_efficiency"))
         s.computeEfficiency = parseCurve(*c, "flops", "FLOPs");
@@ -153,6 +153,10 @@ SimParams parseSim(const JsonReader& r) {
     if (auto x = r.find("cpu_launch_ns")) {
         s.cpuLaunchNs = static_cast<double>(x->asIntAtLeast(0));
         if (s.cpuLaunchNs > 1e9) x->fail("implausibly large (more than a second per kernel)");
+    }
+    if (auto x = r.find("kernel_gap_ns")) {
+        s.kernelGapNs = static_cast<double>(x->asIntAtLeast(0));
+        if (s.kernelGapNs > 1e6) x->fail("implausibly large (more than a millisecond per kernel)");
     }
     if (auto x = r.find("host_optimizer_bytes_per_s"))
         s.hostOptimizerBytesPerS = x->asPositiveNumber();
@@ -222,6 +226,7 @@ nlohmann::json simJson(const SimParams& s) {
         j["masked_attention_efficiency"] = ae;
     }
     if (s.cpuLaunchNs > 0) j["cpu_launch_ns"] = static_cast<int64_t>(s.cpuLaunchNs);
+    if (s.kernelGapNs > 0) j["kernel_gap_ns"] = static_cast<int64_t>(s.kernelGapNs);
     if (!s.gemmEfficiencyByShape.empty()) {
         nlohmann::json gs = nlohmann::json::array();
         for (const GemmShapeEfficiency& g : s.gemmEfficiencyByShape)

@@ -102,6 +102,10 @@ struct SimParams {
     // compute cannot finish before its kernels are issued, so a small model shows as
     // CPU-bound. 0 (the default): not modelled beyond cpu_issue_ns per op.
     double cpuLaunchNs = 0;
+    // Device time between two kernels of a stream when the second was already queued (the
+    // GPU's own per-kernel overhead, outside each kernel's span): each kernel of a step
+    // costs it on top of its own time. 0 (the default): not modelled.
+    double kernelGapNs = 0;
     double overlapSlowdown = 0.10;    // compute stretches by this fraction while overlapped by comm
     double intraEfficiency = 0.82;    // ring busbw / intra-node link bandwidth (370/450 GB/s)
     double networkEfficiency = 0.90;  // ring busbw / NIC bandwidth

@@ -308,6 +308,32 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
         else if (u >= 0 && !inBackward)
             ++a.units[static_cast<size_t>(u)].policyForwardNested;
     };
+    // FSDP2's own copies, by the innermost FSDP range open on the op's thread: a copy into
+    // the unsharded storage right inside a pre-forward or pre-backward (over one rank; with
+    // record_shapes the cast before it, of another source dtype, is left out), and the
+    // reduce dtype of a post-backward's fsdp::chunk_cat (its output's).
+    auto countFsdp2Copy = [&](int32_t e, const std::string& name) {
+        const std::string* range = nullptr;
+        for (auto it = stack.rbegin(); it != stack.rend() && !range; ++it)
+            if (t.lane[it->event] == t.lane[e] &&
+                startsWith(t.strings.at(t.name[it->event]), "FSDP::"))
+                range = &t.strings.at(t.name[it->event]);
+        const auto l = range ? parseFsdp2Label(*range) : std::nullopt;
+        if (!l) return;
+        const auto in = t.opInputs.find(e);
+        const std::vector<std::string>* types =
+            in != t.opInputs.end() ? &in->second.types : nullptr;
+        FsdpUnit& u = a.units[static_cast<size_t>(unitOf(l->fqn))];
+        if (name == "fsdp::chunk_cat") {
+            if (types && !types->empty() && u.chunkCatDtype.empty())
+                u.chunkCatDtype = types->back();
+            return;
+        }
+        if (l->op != "FSDP::pre_forward" && l->op != "FSDP::pre_backward") return;
+        if (types && types->size() >= 2 && (*types)[0] != (*types)[1]) return;  // the cast
+        (l->op == "FSDP::pre_forward" ? u.forwardLocalCopies : u.backwardLocalCopies) += 1;
+        if (types && !types->empty() && u.localCopyDtype.empty()) u.localCopyDtype = (*types)[0];
+    };
     for (int32_t e : order) {
         const int64_t s = t.start[e];
         while (!stack.empty() && stack.back().end <= s)
@@ -327,6 +353,7 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
                            : forwardStack.empty() ? -1
                                                   : forwardStack.back(),
                            e, name, end);
+            if (name == "aten::copy_" || name == "fsdp::chunk_cat") countFsdp2Copy(e, name);
             if (startsWith(name, "FSDP::post_backward")) inBackward = true;
             if (const auto l = parseFsdp2Label(name)) {
                 if (l->op == "FSDP::pre_forward") {
@@ -841,6 +868,12 @@ RecoveredPlan recoverPlan(const FsdpTraceAnalysis& a, const std::string& source,
         p.meshShape = {shard};
         r.inferred.push_back("mesh: [" + std::to_string(shard) +
                              "] (the all-gathers' output / input sizes)");
+    } else if (world == 1 && std::any_of(a.units.begin(), a.units.end(), [](const FsdpUnit& u) {
+                   return u.forwardLocalCopies > 0;
+               })) {
+        p.meshShape = {1};
+        r.inferred.push_back(
+            "mesh: [1] (one rank: FSDP2 copied the parameters into their storage, no all-gather)");
     } else if (world > 0) {
         p.meshShape = {world};
         r.defaulted.push_back("mesh: the trace's world size " + std::to_string(world) +
@@ -879,7 +912,14 @@ RecoveredPlan recoverPlan(const FsdpTraceAnalysis& a, const std::string& source,
     bool anyAllGather = false;
     for (const auto& u : a.units)
         anyAllGather = anyAllGather || u.forward.allGathers > 0 || u.backward.allGathers > 0;
+    // Over one rank FSDP2 copies each parameter into its storage where it would gather: in a
+    // pre-backward only after resharding.
+    bool anyLocalCopy = false;
+    for (const auto& u : a.units)
+        anyLocalCopy = anyLocalCopy || u.forwardLocalCopies > 0;
+    const bool local = !anyAllGather && anyLocalCopy;
     auto reshardOf = [&](const FsdpUnit& u) -> ReshardSetting {
+        if (local) return ReshardSetting::ofBool(u.backwardLocalCopies > 0);
         if (!anyAllGather) return ReshardSetting::ofBool(true);
         if (u.backward.allGathers == 0) return ReshardSetting::ofBool(false);
         if (u.backwardGroup > 0 && u.forwardGroup > 0 && u.backwardGroup < u.forwardGroup)
@@ -933,6 +973,11 @@ RecoveredPlan recoverPlan(const FsdpTraceAnalysis& a, const std::string& source,
             r.inferred.push_back(
                 "reshard_after_forward: per unit, from whether it all-gathers again in backward "
                 "(and over how many ranks)");
+        else if (local)
+            r.inferred.push_back(
+                "reshard_after_forward: per unit, from whether its pre-backward copies its "
+                "parameters again (one rank gathers nothing: FSDP2 copies them into their "
+                "storage instead)");
         else
             r.defaulted.push_back(
                 "reshard_after_forward: true, PyTorch's default (no all-gather in the trace: "
@@ -954,10 +999,18 @@ RecoveredPlan recoverPlan(const FsdpTraceAnalysis& a, const std::string& source,
     }
 
     // Mixed precision from the collectives' dtypes (the masters are taken to be fp32).
-    std::string ag, rs;
+    std::string ag, rs, copied, chunkCat;
     for (const auto& u : a.units) {
         if (ag.empty()) ag = u.allGatherDtype;
         if (rs.empty()) rs = u.reduceDtype;
+        if (copied.empty()) copied = u.localCopyDtype;
+        if (chunkCat.empty()) chunkCat = u.chunkCatDtype;
+    }
+    // One rank: the dtype parameters were copied in and fsdp::chunk_cat's output.
+    const bool fromCopies = ag.empty() && local && !copied.empty();
+    if (fromCopies) {
+        ag = copied;
+        if (rs.empty()) rs = chunkCat;
     }
     const auto agT = dtypeOf(ag), rsT = dtypeOf(rs);
     if (agT && *agT != DType::Float32) {
@@ -965,8 +1018,14 @@ RecoveredPlan recoverPlan(const FsdpTraceAnalysis& a, const std::string& source,
         mp.paramDtype = agT;
         if (rsT && *rsT != *agT) mp.reduceDtype = rsT;
         p.defaults.mixedPrecision = mp;
-        r.inferred.push_back("mixed_precision: param_dtype " + ag + (rsT ? ", reduce " + rs : "") +
-                             " (the collectives' dtypes)");
+        r.inferred.push_back(
+            std::string("mixed_precision: param_dtype ") + std::string(dtypeName(*agT)) +
+            (rsT ? ", reduce " + std::string(dtypeName(*rsT)) : std::string()) +
+            (fromCopies ? " (the dtype parameters were copied in, fsdp::chunk_cat's output)"
+                        : " (the collectives' dtypes)"));
+    } else if (fromCopies) {
+        r.inferred.push_back("mixed_precision: none (parameters copied in " +
+                             (agT ? std::string(dtypeName(*agT)) : ag) + ")");
     } else {
         r.inferred.push_back("mixed_precision: none (all-gathers in " +
                              (ag.empty() ? std::string("an unknown dtype") : ag) + ")");

@@ -67,6 +67,11 @@ struct FsdpUnit {
     int64_t shardElements = 0;                                   // the forward all-gather's input
     int32_t forwardGroup = 0, backwardGroup = 0;
     std::string allGatherDtype, reduceDtype;
+    // FSDP2 over one rank (no all-gather): the parameters copied into their storage by the
+    // unit's pre-forward and pre-backward (all steps together), their dtype, and the reduce
+    // dtype of its fsdp::chunk_cat (any world size).
+    int64_t forwardLocalCopies = 0, backwardLocalCopies = 0;
+    std::string localCopyDtype, chunkCatDtype;
     int32_t forwardPos = -1, backwardPos = -1, postForwardPos = -1;
     // Activation checkpointing, as the trace shows it: forward-only ops (aten::linear,
     // aten::embedding, the public SDPA op) between the unit's pre_forward and post_forward,

@@ -281,6 +281,31 @@ Expected<KernelFit> fitKernels(const KernelSamples& all, const ClusterSpec& base
         }
     }
 
+    // 2d. The device's time between queued kernels (kernel_gap_ns): the fitted steps'
+    //     median, checked against the held-back steps'.
+    if (!all.deviceGaps.empty()) {
+        std::vector<double> fitted, heldBack;
+        const bool bySteps = steps.size() >= 2;
+        size_t k = 0;
+        for (const auto& g : all.deviceGaps) {
+            const bool h = bySteps ? std::binary_search(heldSteps.begin(), heldSteps.end(), g.step)
+                                   : (k++ % 2) == 1;
+            (h ? heldBack : fitted).push_back(static_cast<double>(g.ns));
+        }
+        if (!fitted.empty()) {
+            c.sim.kernelGapNs = std::round(medianOf(fitted));
+            c.sources["/sim/kernel_gap_ns"] =
+                from + " (median of " + std::to_string(fitted.size()) +
+                " gaps between a kernel and the next, already queued, on its stream)";
+            fit.gapFittedNs = c.sim.kernelGapNs;
+            fit.gapFitted = static_cast<int64_t>(fitted.size());
+            if (!heldBack.empty()) {
+                fit.gapHeldBackNs = medianOf(heldBack);
+                fit.gapHeldBack = static_cast<int64_t>(heldBack.size());
+            }
+        }
+    }
+
     // 3. Memory-bound kernels: the achieved fraction of memory bandwidth by bytes per kernel
     //    (median per half-decade: small kernels pay their launch, mid-sized ones may run
     //    from cache), and one efficiency for aggregated bytes (their sums), which a unit's

@@ -43,6 +43,8 @@ struct KernelFit {
     // CPU per kernel launch (GPU traces): the fitted median gap and the held-back steps'.
     double launchFittedNs = 0, launchHeldBackNs = 0;
     int64_t launchFitted = 0, launchHeldBack = 0;
+    double gapFittedNs = 0, gapHeldBackNs = 0;  // kernel_gap_ns, as the launch's
+    int64_t gapFitted = 0, gapHeldBack = 0;
 };
 
 // Predicted duration of one sample on a cluster (0 for a class the model does not price).

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <optional>
 #include <string_view>
+#include <tuple>
 #include <unordered_map>
 
 #include "profiler/import/kineto_import.h"
@@ -480,6 +481,31 @@ void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out
                 const int32_t step = stepAt(launches[k].second);
                 if (gap > 0 && gap < 1000000 && step == stepAt(launches[k - 1].second))
                     out.launchGaps.push_back({step, gap});
+            }
+        }
+        {
+            // The device's own time between kernels: on each stream, from a kernel's end to
+            // the next one's start where the next was launched before the first ended (it
+            // was queued; a later launch would be the host's gap, not the device's).
+            // Waits for another stream's event are in it too: its median is the figure.
+            std::vector<std::tuple<int32_t, int64_t, size_t>> kernels;  // (lane, start, event)
+            for (size_t i = 0; i < n; ++i)
+                if (!onHost(i) &&
+                    (t.cls[i] == EventClass::Computation || t.cls[i] == EventClass::Communication ||
+                     t.cls[i] == EventClass::Memory))
+                    kernels.emplace_back(t.lane[i], t.start[i], i);
+            std::sort(kernels.begin(), kernels.end());
+            for (size_t k = 1; k < kernels.size(); ++k) {
+                const auto& [lane0, s0, e0] = kernels[k - 1];
+                const auto& [lane1, s1, e1] = kernels[k];
+                if (lane0 != lane1) continue;
+                const int64_t end0 = s0 + t.dur[e0];
+                const auto l = launchOf.find(static_cast<int32_t>(e1));
+                if (l == launchOf.end()) continue;
+                const auto host = static_cast<size_t>(l->second);
+                const int64_t gap = s1 - end0;
+                if (t.start[host] + t.dur[host] < end0 && gap >= 0 && gap < 1000000)
+                    out.deviceGaps.push_back({stepAt(t.start[host]), gap});
             }
         }
         for (size_t i = 0; i < n; ++i) {

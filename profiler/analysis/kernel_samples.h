@@ -64,6 +64,9 @@ struct KernelSamples {
         int64_t ns = 0;
     };
     std::vector<LaunchGap> launchGaps;
+    // GPU traces: the device time from a kernel's end to the next queued one's start on its
+    // stream (copies and memsets included): the GPU's overhead per kernel.
+    std::vector<LaunchGap> deviceGaps;
 };
 
 // Appends the samples of one trace (its index `traceIndex` in `out.samples[i].trace`).

@@ -565,7 +565,10 @@ public:
             nameKnown[i] = 1;
             NameInfo& n = nameInfo[i];
             n.gloo = name.substr(0, 5) == "gloo:";
-            n.keepInputs = n.gloo || name.substr(0, 6) == "c10d::" || name == "aten::embedding";
+            // aten::copy_ and fsdp::chunk_cat: their dtypes show FSDP2's parameter and
+            // reduce dtypes where one rank gathers and reduces nothing.
+            n.keepInputs = n.gloo || name.substr(0, 6) == "c10d::" || name == "aten::embedding" ||
+                           name == "aten::copy_" || name == "fsdp::chunk_cat";
             n.recordParamComms = name == "record_param_comms";
             n.nccl = name.substr(0, 4) == "nccl";
         }

@@ -143,6 +143,23 @@ TEST(ClusterJson, AttentionCurvesUpToTwiceThePeak) {
               "got 2.5");
 }
 
+// kernel_gap_ns (the device's time between queued kernels): loads, round-trips, and a value
+// past a millisecond or below zero is refused naming the field.
+TEST(ClusterJson, KernelGap) {
+    auto j = readJsonFile(samplePath("clusters/h200-8x8.json"));
+    ASSERT_TRUE(j.ok());
+    (*j)["sim"]["kernel_gap_ns"] = 2200;
+    auto c = clusterFromJson(*j, "c.json");
+    ASSERT_TRUE(c.ok()) << c.error();
+    EXPECT_DOUBLE_EQ(c->sim.kernelGapNs, 2200);
+    EXPECT_EQ(clusterToJson(*clusterFromJson(clusterToJson(*c), "back.json")), clusterToJson(*c));
+    (*j)["sim"]["kernel_gap_ns"] = 2000000;
+    EXPECT_EQ(clusterFromJson(*j, "c.json").error(),
+              "c.json:/sim/kernel_gap_ns: implausibly large (more than a millisecond per kernel)");
+    (*j)["sim"]["kernel_gap_ns"] = -1;
+    EXPECT_FALSE(clusterFromJson(*j, "c.json").ok());
+}
+
 // Activation checkpointing as users write it (issue 15): the spellings that load, and every
 // bad spec refused naming the field.
 TEST(PlanJson, ActivationCheckpointingSpellings) {

@@ -397,6 +397,15 @@ class FsdpOverOneRank(unittest.TestCase):
         for (unit, _), casts in copies.items():  # a cast per parameter
             self.assertEqual(casts, params[unit], unit)
 
+    def test_recovered_plan_equals_the_plan_that_ran(self):
+        # reshard_after_forward from the pre-backward copies, the dtypes from the copies and
+        # fsdp::chunk_cat (one rank has no collective to read them from)
+        out = os.path.join(self.tmp.name, "recovered.json")
+        r = peer.run("plan", "recover", self.traces, "-m", MODEL, "-o", out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(show(out), show(self.plan))
+        self.assertIn("mesh: [1] (one rank", r.stdout + r.stderr)
+
     def test_the_engine_runs_the_same_program(self):
         peer.require_engine()
         trace = os.path.join(self.tmp.name, "engine.json")
