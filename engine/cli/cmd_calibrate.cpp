@@ -191,31 +191,24 @@ int finishKernelCalibration(const Args& a, const KernelSamples& samples, const C
         printCurve(fit->cluster.sim.maskedAttentionEfficiency, "FLOP");
         std::cout << "\n";
     }
-    if (fit->launchFitted > 0) {
-        std::snprintf(line, sizeof line,
-                      "  CPU per kernel      %.1f us launch to launch (median of %lld)",
-                      fit->launchFittedNs * 1e-3, static_cast<long long>(fit->launchFitted));
+    // A fitted median and the held-back steps' (cpu_launch_ns, kernel_gap_ns).
+    auto printMedian = [&](const char* label, double fittedNs, int64_t fitted, double heldNs,
+                           int64_t held) {
+        if (fitted <= 0) return;
+        std::snprintf(line, sizeof line, "  %s %.1f us (median of %lld)", label, fittedNs * 1e-3,
+                      static_cast<long long>(fitted));
         std::cout << line;
-        if (fit->launchHeldBack > 0) {
-            std::snprintf(line, sizeof line, "; held-back steps %.1f us (%+.1f%%)",
-                          fit->launchHeldBackNs * 1e-3,
-                          100.0 * (fit->launchFittedNs / fit->launchHeldBackNs - 1.0));
+        if (held > 0) {
+            std::snprintf(line, sizeof line, "; held-back steps %.1f us (%+.1f%%)", heldNs * 1e-3,
+                          100.0 * (fittedNs / heldNs - 1.0));
             std::cout << line;
         }
         std::cout << "\n";
-    }
-    if (fit->gapFitted > 0) {
-        std::snprintf(line, sizeof line,
-                      "  GPU between kernels %.1f us from one to the next queued (median of %lld)",
-                      fit->gapFittedNs * 1e-3, static_cast<long long>(fit->gapFitted));
-        std::cout << line;
-        if (fit->gapHeldBack > 0) {
-            std::snprintf(line, sizeof line, "; held-back steps %.1f us",
-                          fit->gapHeldBackNs * 1e-3);
-            std::cout << line;
-        }
-        std::cout << "\n";
-    }
+    };
+    printMedian("CPU per kernel      launch to launch", fit->launchFittedNs, fit->launchFitted,
+                fit->launchHeldBackNs, fit->launchHeldBack);
+    printMedian("GPU between kernels from one to the next queued", fit->gapFittedNs, fit->gapFitted,
+                fit->gapHeldBackNs, fit->gapHeldBack);
     if (!fit->cluster.sim.protocols.empty() && fit->cluster.sources.count("/sim/protocols")) {
         std::snprintf(line, sizeof line,
                       "  collectives         %.1f us + bytes / %.2f GB/s (bus, within a node)\n",

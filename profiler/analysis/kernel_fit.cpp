@@ -253,57 +253,44 @@ Expected<KernelFit> fitKernels(const KernelSamples& all, const ClusterSpec& base
         }
     }
 
-    // 2c. CPU per kernel launch: the median launch-to-launch time on the fitted steps
-    //     (cpu_launch_ns), checked against the held-back steps' median.
-    if (!all.launchGaps.empty()) {
-        std::vector<double> fitted, heldBack;
+    // 2c. CPU per kernel launch (cpu_launch_ns) and 2d. the device's time between queued
+    //     kernels (kernel_gap_ns): each the median on the fitted steps, checked against the
+    //     held-back steps' median.
+    auto splitMedians = [&](const std::vector<KernelSamples::LaunchGap>& gaps, double& fittedNs,
+                            int64_t& fitted, double& heldBackNs, int64_t& heldBack) {
+        std::vector<double> f, h;
         const bool bySteps = steps.size() >= 2;
         size_t k = 0;
-        for (const auto& g : all.launchGaps) {
-            const bool h = bySteps ? std::binary_search(heldSteps.begin(), heldSteps.end(), g.step)
-                                   : (k++ % 2) == 1;
-            (h ? heldBack : fitted).push_back(static_cast<double>(g.ns));
+        for (const auto& g : gaps) {
+            const bool held = bySteps
+                                  ? std::binary_search(heldSteps.begin(), heldSteps.end(), g.step)
+                                  : (k++ % 2) == 1;
+            (held ? h : f).push_back(static_cast<double>(g.ns));
         }
-        if (!fitted.empty()) {
-            c.sim.cpuLaunchNs = std::round(medianOf(fitted));
-            c.sources["/sim/cpu_launch_ns"] = from + " (median of " +
-                                              std::to_string(fitted.size()) +
-                                              " launch-to-launch gaps on the launching threads)";
-            fit.launchFittedNs = c.sim.cpuLaunchNs;
-            fit.notes.push_back(
-                "cpu_launch_ns is the profiled run's pace: the profiler's own work "
-                "(record_shapes, with_stack) is in it, so an unprofiled run launches faster");
-            fit.launchFitted = static_cast<int64_t>(fitted.size());
-            if (!heldBack.empty()) {
-                fit.launchHeldBackNs = medianOf(heldBack);
-                fit.launchHeldBack = static_cast<int64_t>(heldBack.size());
-            }
+        if (f.empty()) return false;
+        fittedNs = std::round(medianOf(f));
+        fitted = static_cast<int64_t>(f.size());
+        if (!h.empty()) {
+            heldBackNs = medianOf(h);
+            heldBack = static_cast<int64_t>(h.size());
         }
+        return true;
+    };
+    if (splitMedians(all.launchGaps, fit.launchFittedNs, fit.launchFitted, fit.launchHeldBackNs,
+                     fit.launchHeldBack)) {
+        c.sim.cpuLaunchNs = fit.launchFittedNs;
+        c.sources["/sim/cpu_launch_ns"] = from + " (median of " + std::to_string(fit.launchFitted) +
+                                          " launch-to-launch gaps on the launching threads)";
+        fit.notes.push_back(
+            "cpu_launch_ns is the profiled run's pace: the profiler's own work "
+            "(record_shapes, with_stack) is in it, so an unprofiled run launches faster");
     }
-
-    // 2d. The device's time between queued kernels (kernel_gap_ns): the fitted steps'
-    //     median, checked against the held-back steps'.
-    if (!all.deviceGaps.empty()) {
-        std::vector<double> fitted, heldBack;
-        const bool bySteps = steps.size() >= 2;
-        size_t k = 0;
-        for (const auto& g : all.deviceGaps) {
-            const bool h = bySteps ? std::binary_search(heldSteps.begin(), heldSteps.end(), g.step)
-                                   : (k++ % 2) == 1;
-            (h ? heldBack : fitted).push_back(static_cast<double>(g.ns));
-        }
-        if (!fitted.empty()) {
-            c.sim.kernelGapNs = std::round(medianOf(fitted));
-            c.sources["/sim/kernel_gap_ns"] =
-                from + " (median of " + std::to_string(fitted.size()) +
-                " gaps between a kernel and the next, already queued, on its stream)";
-            fit.gapFittedNs = c.sim.kernelGapNs;
-            fit.gapFitted = static_cast<int64_t>(fitted.size());
-            if (!heldBack.empty()) {
-                fit.gapHeldBackNs = medianOf(heldBack);
-                fit.gapHeldBack = static_cast<int64_t>(heldBack.size());
-            }
-        }
+    if (splitMedians(all.deviceGaps, fit.gapFittedNs, fit.gapFitted, fit.gapHeldBackNs,
+                     fit.gapHeldBack)) {
+        c.sim.kernelGapNs = fit.gapFittedNs;
+        c.sources["/sim/kernel_gap_ns"] =
+            from + " (median of " + std::to_string(fit.gapFitted) +
+            " gaps between a kernel and the next, already queued, on its stream)";
     }
 
     // 3. Memory-bound kernels: the achieved fraction of memory bandwidth by bytes per kernel
