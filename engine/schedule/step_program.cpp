@@ -657,8 +657,11 @@ private:
         Op ci{OpKind::CopyIn, phase, Stream::CopyIn, UnitId(u), mb};
         ci.memBytes =
             2.0 * static_cast<double>(fromPostForward ? unit.postForwardBytes : unit.shardedBytes);
-        agBuf[u] = buffer(unit.unshardedBytes, MemCategory::AllGatherBuffer, Stream::CopyIn,
-                          unit.allGatherDtype);
+        // FSDP1's gathered flat buffer is the unsharded parameters themselves.
+        agBuf[u] =
+            buffer(unit.unshardedBytes,
+                   r.flatParams ? MemCategory::UnshardedParams : MemCategory::AllGatherBuffer,
+                   Stream::CopyIn, unit.allGatherDtype);
         ci.allocs.push_back(agBuf[u]);
         if (h2d.valid()) ci.waits.push_back(h2d);
         // FSDP1 limit_all_gathers: at most two unsharded units in flight; the CPU blocks on
@@ -689,6 +692,20 @@ private:
             return;
         }
         if (!pendingAg[u].valid()) return;
+        if (r.flatParams) {
+            // FSDP1 / fairscale: the all-gather wrote the padded flat parameter itself and
+            // the parameters become views of it (FlatParamHandle._use_unsharded_views): no
+            // copy. The compute stream waits for the all-gather here, and the gathered
+            // buffer is the unsharded parameters until the reshard frees it.
+            Op co{OpKind::CopyOut, phase, Stream::Compute, UnitId(u), mb};
+            co.waits.push_back(pendingAg[u]);
+            unshardedBuf[u] = agBuf[u];
+            agBuf[u] = BufferId();
+            add(std::move(co));
+            pendingAg[u] = OpId();
+            unsharded[u] = 1;
+            return;
+        }
         const auto& unit = r.units[u];
         const bool fromPostForward = phase == Phase::Backward && unit.reshard == Reshard::Int;
         Op co{OpKind::CopyOut, phase, Stream::Compute, UnitId(u), mb};

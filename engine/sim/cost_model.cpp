@@ -145,9 +145,11 @@ int64_t opDurationNs(const ClusterSpec& c, const Op& op, const StepProgram* prog
         case OpKind::CopyIn:
         case OpKind::CopyOut:
             // One kernel each: priced by its size when the cluster has a by-bytes curve.
-            t = op.memBytes / (c.device.hbmBandwidth *
-                               c.sim.memoryEfficiencyFor(static_cast<double>(op.memBytes))) +
-                gap;
+            // (FSDP1's copy-out copies nothing: no kernel.)
+            if (op.memBytes > 0)
+                t = op.memBytes / (c.device.hbmBandwidth *
+                                   c.sim.memoryEfficiencyFor(static_cast<double>(op.memBytes))) +
+                    gap;
             break;
         case OpKind::ReduceScatterCopyIn:
             // FSDP2's torch._chunk_cat (casting to the reduce dtype on the way): its own

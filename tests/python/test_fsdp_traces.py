@@ -279,6 +279,33 @@ class FsdpTraces(unittest.TestCase):
             self.assertIn("all_gather", s["collectives"])
             self.assertGreater(s["host_peak_allocated_bytes"], 0)
 
+    def test_fsdp1_unshards_without_a_copy(self):
+        """FSDP1 all-gathers into the padded flat parameter and points the parameters at views
+        of it (FlatParamHandle._use_unsharded_views): PyTorch's _pre_forward ranges hold the
+        all-gather and no aten::copy_. The step program's FSDP1 copy-outs copy and allocate
+        nothing: the gathered buffer is the unsharded parameters (FSDP2 does copy out)."""
+        d = self.dirs["fsdp1_per_block"]
+        with open(os.path.join(d, "traces", "rank0.pt.trace.json")) as f:
+            ev = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+        step = max((e for e in ev if e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"])
+        inside = [e for e in ev if step["ts"] <= e["ts"] <= step["ts"] + step["dur"]]
+        pre = [e for e in inside if e["name"] == "FullyShardedDataParallel._pre_forward"]
+        self.assertEqual(len(pre), 5)  # the root and four layers
+        gathers = 0
+        for r in pre:
+            names = [x["name"] for x in inside if x["tid"] == r["tid"] and r["ts"] <= x["ts"]
+                     and x["ts"] + x["dur"] <= r["ts"] + r["dur"]]
+            self.assertNotIn("aten::copy_", names)
+            gathers += names.count("c10d::allgather_")
+        self.assertGreaterEqual(gathers, 4)
+        r = peer.run("simulate", "-m", MODEL, "-p", os.path.join(d, "plan.json"), "-c",
+                     peer.sample("clusters", "cpu-2core.json"), "--program")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        copy_outs = [line for line in r.stdout.splitlines() if " copy_out " in line]
+        self.assertEqual(len(copy_outs), 9)  # five units in forward, four again in backward
+        for line in copy_outs:
+            self.assertNotIn("+", line)  # no allocation
+
     def test_engine_in_blocking_mode_issues_what_fsdp2_issued_on_cpu(self):
         # On a CPU device FSDP2 waits for each collective where it is issued (no streams), so
         # every one is exposed; the engine's blocking mode does the same. The oracle is the
