@@ -141,6 +141,19 @@ void copyPreservingVersion(const at::Tensor& dst, int64_t row0, const at::Tensor
     counter.set_version(v);
 }
 
+// dst (a parameter) takes src's data, a view of a gathered buffer, keeping its own version
+// counter and autograd identity: FSDP1's `param.data = view`.
+void viewPreservingVersion(const at::Tensor& dst, const at::Tensor& src) {
+    const int64_t v = dst._version();
+    {
+        at::NoGradGuard ng;
+        torch::autograd::Variable var = dst;
+        var.set_data(src);
+    }
+    c10::VariableVersion counter = torch::autograd::impl::version_counter(dst);
+    counter.set_version(v);
+}
+
 FsdpRuntime* g_runtime = nullptr;  // the autograd nodes call back into it (one per process)
 
 struct BoundaryFn : torch::autograd::Function<BoundaryFn> {
@@ -264,6 +277,7 @@ struct FsdpRuntime::Impl {
         // FSDP1 / fairscale: one flat parameter; each parameter at its offset in it.
         bool flat = false;
         at::Tensor flatSharded;  // fp32 master shard [flatShard]
+        at::Tensor flatFull;     // the gathered flat parameter; its parameters are views of it
         int64_t flatShard = 0;
         std::vector<int64_t> offset;  // per unit parameter
     };
@@ -691,7 +705,19 @@ struct FsdpRuntime::Impl {
             rec->end(h2d);
         }
         const size_t ci = rec->begin(OpKind::CopyIn, phase, Stream::CopyIn, u, mb);
-        s.agOut = at::empty({n * in}, on(s.agType));
+        if (s.flat) {
+            // FSDP1's padded unsharded flat parameter: one storage for the unit's life,
+            // re-allocated in place at each unshard (_alloc_storage) and freed at each reshard,
+            // so the views autograd saved in forward see the backward's gather.
+            const auto bytes = static_cast<size_t>(n * in) * c10::elementSize(s.agType);
+            if (!s.flatFull.defined())
+                s.flatFull = at::empty({n * in}, on(s.agType));
+            else
+                resizeStorage(s.flatFull, bytes);
+            s.agOut = s.flatFull;
+        } else {
+            s.agOut = at::empty({n * in}, on(s.agType));
+        }
         at::Tensor input = s.agOut.narrow(0, me * in, in);
         int64_t off = 0;
         {
@@ -745,13 +771,13 @@ struct FsdpRuntime::Impl {
         const size_t co = rec->begin(OpKind::CopyOut, phase, Stream::Compute, u, mb);
         int64_t off = 0;
         if (s.flat) {
-            // The gathered flat buffer is the whole padded flat parameter.
+            // The gathered flat buffer is the whole padded flat parameter, and the parameters
+            // become views of it, as FSDP1's (FlatParamHandle._use_unsharded_views): no copy.
+            // The reshard frees it through them.
             for (size_t k = 0; k < s.params.size(); ++k) {
                 PState& p = ps[s.params[k]];
-                resizeStorage(p.unsharded, static_cast<size_t>(p.unsharded.numel()) *
-                                               p.unsharded.element_size());
-                copyPreservingVersion(
-                    p.unsharded, 0,
+                viewPreservingVersion(
+                    p.unsharded,
                     s.agOut.narrow(0, s.offset[k], p.unsharded.numel()).view(p.unsharded.sizes()));
             }
         }
@@ -775,7 +801,8 @@ struct FsdpRuntime::Impl {
         s.agWork = Collective();
         // The gathered buffer is dead once copied out; its memory goes now, even if a work
         // still holds the tensor (a Gloo work until its worker thread lets go of it).
-        resizeStorage(s.agOut, 0);
+        // FSDP1's is the parameters' storage until the reshard.
+        if (!s.flat) resizeStorage(s.agOut, 0);
         s.agOut.reset();
         s.unsharded = true;
         s.postForwardCopy = false;
