@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // `shardscope calibrate`: fit a cluster's simulator parameters to a measured run and print
 // the simulation error before and after.
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -10,7 +9,6 @@
 #include <map>
 #include <optional>
 #include <sstream>
-#include <tuple>
 
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
@@ -25,6 +23,7 @@
 #include "profiler/analysis/kernel_fit.h"
 #include "profiler/analysis/kernel_samples.h"
 #include "profiler/analysis/step_trace.h"
+#include "profiler/analysis/trace_diff.h"
 #include "profiler/analysis/trace_loader.h"
 
 namespace shardscope::cli {
@@ -54,6 +53,14 @@ struct KernelFitInputs {
     std::string clusterName;          // the written cluster's name
     std::string headline;             // the report's first line
 };
+
+// A fitted median and the held-back steps' (cpu_launch_ns, kernel_gap_ns), as --json says it.
+nlohmann::json splitMedianJson(const SplitMedian& m) {
+    return {{"fitted", m.fitted},
+            {"fitted_median_ns", m.fittedNs},
+            {"held_back", m.heldBack},
+            {"held_back_median_ns", m.heldBackNs}};
+}
 
 // Fits, writes the cluster (and --samples), and prints the held-back table (or --json).
 int finishKernelCalibration(const Args& a, const KernelSamples& samples, const ClusterSpec& base,
@@ -141,17 +148,9 @@ int finishKernelCalibration(const Args& a, const KernelSamples& samples, const C
           {"attention_efficiency", fit->cluster.sim.attentionEfficiency},
           {"masked_attention_efficiency", fit->cluster.sim.maskedAttentionEfficiency},
           {"cpu_launch_ns", fit->cluster.sim.cpuLaunchNs},
-          {"launch_gaps",
-           {{"fitted", fit->launchFitted},
-            {"fitted_median_ns", fit->launchFittedNs},
-            {"held_back", fit->launchHeldBack},
-            {"held_back_median_ns", fit->launchHeldBackNs}}},
+          {"launch_gaps", splitMedianJson(fit->launch)},
           {"kernel_gap_ns", fit->cluster.sim.kernelGapNs},
-          {"kernel_gaps",
-           {{"fitted", fit->gapFitted},
-            {"fitted_median_ns", fit->gapFittedNs},
-            {"held_back", fit->gapHeldBack},
-            {"held_back_median_ns", fit->gapHeldBackNs}}},
+          {"kernel_gaps", splitMedianJson(fit->kernelGap)},
           {"hbm_bandwidth_bytes_per_s", fit->cluster.device.hbmBandwidth},
           {"protocols", clusterToJson(fit->cluster)["sim"]["protocols"]},
           {"intra_bandwidth_bytes_per_s", fit->cluster.node.intraBandwidth},
@@ -192,23 +191,20 @@ int finishKernelCalibration(const Args& a, const KernelSamples& samples, const C
         std::cout << "\n";
     }
     // A fitted median and the held-back steps' (cpu_launch_ns, kernel_gap_ns).
-    auto printMedian = [&](const char* label, double fittedNs, int64_t fitted, double heldNs,
-                           int64_t held) {
-        if (fitted <= 0) return;
-        std::snprintf(line, sizeof line, "  %s %.1f us (median of %lld)", label, fittedNs * 1e-3,
-                      static_cast<long long>(fitted));
+    auto printMedian = [&](const char* label, const SplitMedian& m) {
+        if (m.fitted <= 0) return;
+        std::snprintf(line, sizeof line, "  %s %.1f us (median of %lld)", label, m.fittedNs * 1e-3,
+                      static_cast<long long>(m.fitted));
         std::cout << line;
-        if (held > 0) {
-            std::snprintf(line, sizeof line, "; held-back steps %.1f us (%+.1f%%)", heldNs * 1e-3,
-                          100.0 * (fittedNs / heldNs - 1.0));
+        if (m.heldBack > 0) {
+            std::snprintf(line, sizeof line, "; held-back steps %.1f us (%+.1f%%)",
+                          m.heldBackNs * 1e-3, 100.0 * (m.fittedNs / m.heldBackNs - 1.0));
             std::cout << line;
         }
         std::cout << "\n";
     };
-    printMedian("CPU per kernel      launch to launch", fit->launchFittedNs, fit->launchFitted,
-                fit->launchHeldBackNs, fit->launchHeldBack);
-    printMedian("GPU between kernels from one to the next queued", fit->gapFittedNs, fit->gapFitted,
-                fit->gapHeldBackNs, fit->gapHeldBack);
+    printMedian("CPU per kernel      launch to launch", fit->launch);
+    printMedian("GPU between kernels from one to the next queued", fit->kernelGap);
     if (!fit->cluster.sim.protocols.empty() && fit->cluster.sources.count("/sim/protocols")) {
         std::snprintf(line, sizeof line,
                       "  collectives         %.1f us + bytes / %.2f GB/s (bus, within a node)\n",
@@ -444,47 +440,28 @@ int runCalibrateMeasure(const Args& a) {
     return rc;
 }
 
-// The program op each trace op is: its op id where every id names the same op (unit, phase,
-// kind) in the trace and in the program; otherwise, for a trace of an earlier version of the
-// program (one with ops this one lacks), the n-th op of that unit, phase and kind within its
-// rank and step is the program's n-th, and -1 where there is none.
+// The program op each trace op is (joinOpIds: by id, or for a trace of an earlier version
+// of the program, one with ops this one lacks, by unit, phase, kind and order); -1 where
+// there is none. Whether the ids had to be joined by key.
 std::vector<int32_t> programIdsOf(const std::vector<TraceOp>& ops, const StepProgram& p,
-                                  const ResolvedPlan& r) {
-    using Key = std::tuple<std::string, std::string, std::string>;
-    auto keyOfProgram = [&](size_t i) {
+                                  const ResolvedPlan& r, bool& byKey) {
+    std::map<int64_t, OpKey> traceKeys, programKeys;
+    for (const TraceOp& op : ops)
+        if (op.opId >= 0)
+            traceKeys.emplace(op.opId,
+                              OpKey{op.unit, op.phase, op.kind ? opKindName(*op.kind) : ""});
+    for (size_t i = 0; i < p.ops.size(); ++i) {
         const Op& op = p.ops[i];
-        return Key{r.units[op.unit.index()].name, phaseName(op.phase), opKindName(op.kind)};
-    };
-    auto keyOfTrace = [](const TraceOp& op) {
-        return Key{op.unit, op.phase, op.kind ? opKindName(*op.kind) : ""};
-    };
+        programKeys[static_cast<int64_t>(i)] =
+            OpKey{r.units[op.unit.index()].name, phaseName(op.phase), opKindName(op.kind)};
+    }
+    const OpJoin join = joinOpIds(traceKeys, programKeys);
+    byKey = join.byKey;
     std::vector<int32_t> ids;
     ids.reserve(ops.size());
-    bool same = true;
     for (const TraceOp& op : ops) {
-        ids.push_back(op.opId);
-        if (op.opId >= 0 && static_cast<size_t>(op.opId) < p.ops.size() &&
-            keyOfProgram(static_cast<size_t>(op.opId)) != keyOfTrace(op))
-            same = false;
-    }
-    if (same) return ids;
-    std::map<Key, std::vector<int32_t>> byKey;
-    for (size_t i = 0; i < p.ops.size(); ++i)
-        byKey[keyOfProgram(i)].push_back(static_cast<int32_t>(i));
-    // Within each rank and step, in the trace's op id order.
-    std::vector<size_t> order(ops.size());
-    for (size_t i = 0; i < order.size(); ++i)
-        order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
-        return std::tie(ops[x].rank, ops[x].step, ops[x].opId) <
-               std::tie(ops[y].rank, ops[y].step, ops[y].opId);
-    });
-    std::map<std::tuple<int32_t, int32_t, Key>, size_t> seen;
-    for (size_t i : order) {
-        const Key key = keyOfTrace(ops[i]);
-        const size_t n = seen[{ops[i].rank, ops[i].step, key}]++;
-        auto it = byKey.find(key);
-        ids[i] = it != byKey.end() && n < it->second.size() ? it->second[n] : -1;
+        auto it = join.toOf.find(op.opId);
+        ids.push_back(it == join.toOf.end() ? -1 : static_cast<int32_t>(it->second));
     }
     return ids;
 }
@@ -585,9 +562,9 @@ int runCalibrate(const Args& a) {
     StepOptions so = stepOptionsFor(*plan, *cluster);
     so.recomputeEarlyStop = false;  // a ShardScope trace: the engine recomputes all of forward
     const StepProgram prog = torchRun ? *torchRun->program : buildStepProgram(r, so);
-    const std::vector<int32_t> ids = programIdsOf(measured->ops, prog, r);
-    if (!ids.empty() && !std::equal(ids.begin(), ids.end(), measured->ops.begin(),
-                                    [](int32_t id, const TraceOp& op) { return id == op.opId; }))
+    bool byKey = false;
+    const std::vector<int32_t> ids = programIdsOf(measured->ops, prog, r, byKey);
+    if (byKey)
         std::cerr << "note: " << tracePath
                   << ": its op ids name other ops than this program's (recorded by an earlier "
                      "version of it?): joined by unit, phase, kind and order\n";

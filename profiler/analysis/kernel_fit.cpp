@@ -256,8 +256,8 @@ Expected<KernelFit> fitKernels(const KernelSamples& all, const ClusterSpec& base
     // 2c. CPU per kernel launch (cpu_launch_ns) and 2d. the device's time between queued
     //     kernels (kernel_gap_ns): each the median on the fitted steps, checked against the
     //     held-back steps' median.
-    auto splitMedians = [&](const std::vector<KernelSamples::LaunchGap>& gaps, double& fittedNs,
-                            int64_t& fitted, double& heldBackNs, int64_t& heldBack) {
+    auto splitMedian = [&](const std::vector<KernelSamples::LaunchGap>& gaps) {
+        SplitMedian m;
         std::vector<double> f, h;
         const bool bySteps = steps.size() >= 2;
         size_t k = 0;
@@ -267,29 +267,30 @@ Expected<KernelFit> fitKernels(const KernelSamples& all, const ClusterSpec& base
                                   : (k++ % 2) == 1;
             (held ? h : f).push_back(static_cast<double>(g.ns));
         }
-        if (f.empty()) return false;
-        fittedNs = std::round(medianOf(f));
-        fitted = static_cast<int64_t>(f.size());
+        if (f.empty()) return m;
+        m.fittedNs = std::round(medianOf(f));
+        m.fitted = static_cast<int64_t>(f.size());
         if (!h.empty()) {
-            heldBackNs = medianOf(h);
-            heldBack = static_cast<int64_t>(h.size());
+            m.heldBackNs = medianOf(h);
+            m.heldBack = static_cast<int64_t>(h.size());
         }
-        return true;
+        return m;
     };
-    if (splitMedians(all.launchGaps, fit.launchFittedNs, fit.launchFitted, fit.launchHeldBackNs,
-                     fit.launchHeldBack)) {
-        c.sim.cpuLaunchNs = fit.launchFittedNs;
-        c.sources["/sim/cpu_launch_ns"] = from + " (median of " + std::to_string(fit.launchFitted) +
+    fit.launch = splitMedian(all.launchGaps);
+    if (fit.launch.fitted > 0) {
+        c.sim.cpuLaunchNs = fit.launch.fittedNs;
+        c.sources["/sim/cpu_launch_ns"] = from + " (median of " +
+                                          std::to_string(fit.launch.fitted) +
                                           " launch-to-launch gaps on the launching threads)";
         fit.notes.push_back(
             "cpu_launch_ns is the profiled run's pace: the profiler's own work "
             "(record_shapes, with_stack) is in it, so an unprofiled run launches faster");
     }
-    if (splitMedians(all.deviceGaps, fit.gapFittedNs, fit.gapFitted, fit.gapHeldBackNs,
-                     fit.gapHeldBack)) {
-        c.sim.kernelGapNs = fit.gapFittedNs;
+    fit.kernelGap = splitMedian(all.deviceGaps);
+    if (fit.kernelGap.fitted > 0) {
+        c.sim.kernelGapNs = fit.kernelGap.fittedNs;
         c.sources["/sim/kernel_gap_ns"] =
-            from + " (median of " + std::to_string(fit.gapFitted) +
+            from + " (median of " + std::to_string(fit.kernelGap.fitted) +
             " gaps between a kernel and the next, already queued, on its stream)";
     }
 

@@ -34,17 +34,20 @@ struct KernelClassFit {
     double beforeMedianErr = 0, afterMedianErr = 0;
 };
 
+// A median fitted on some steps and checked on the held-back ones (GPU traces).
+struct SplitMedian {
+    double fittedNs = 0, heldBackNs = 0;
+    int64_t fitted = 0, heldBack = 0;  // how many values each
+};
+
 struct KernelFit {
     ClusterSpec cluster;
     std::string split;  // how the samples were split, in words
     std::vector<KernelClassFit> classes;
     std::vector<uint8_t> heldOut;    // per sample: 1 when held back
     std::vector<std::string> notes;  // what could not be fitted, and why
-    // CPU per kernel launch (GPU traces): the fitted median gap and the held-back steps'.
-    double launchFittedNs = 0, launchHeldBackNs = 0;
-    int64_t launchFitted = 0, launchHeldBack = 0;
-    double gapFittedNs = 0, gapHeldBackNs = 0;  // kernel_gap_ns, as the launch's
-    int64_t gapFitted = 0, gapHeldBack = 0;
+    SplitMedian launch;              // CPU per kernel launch: cpu_launch_ns
+    SplitMedian kernelGap;           // the device's time between queued kernels: kernel_gap_ns
 };
 
 // Predicted duration of one sample on a cluster (0 for a class the model does not price).

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <tuple>
 
 #include "plans/core/intervals.h"
 
@@ -49,35 +48,42 @@ DiffSide diffSideOf(const TraceFile& t) {
     return s;
 }
 
-TraceDiff diffSides(const DiffSide& A, const DiffSide& B) {
-    TraceDiff d;
-    // Joined by id where every id both sides have names the same op (unit, phase, kind);
-    // otherwise by those and occurrence (the n-th such op in id order: micro-batches).
-    using Key = std::tuple<std::string, std::string, std::string>;
-    auto keyOf = [](const DiffOp& o) { return Key{o.unit, o.phase, o.kind}; };
-    std::map<int64_t, int64_t> bOf;  // A's id -> B's
-    for (const auto& [id, oa] : A.ops) {
-        auto it = B.ops.find(id);
-        if (it == B.ops.end()) continue;
-        if (keyOf(it->second) != keyOf(oa)) {
-            d.joinedByLabel = true;
+OpJoin joinOpIds(const std::map<int64_t, OpKey>& from, const std::map<int64_t, OpKey>& to) {
+    OpJoin j;
+    for (const auto& [id, key] : from) {
+        auto it = to.find(id);
+        if (it == to.end()) continue;
+        if (it->second != key) {
+            j.byKey = true;
             break;
         }
-        bOf[id] = id;
+        j.toOf[id] = id;
     }
-    if (d.joinedByLabel) {
-        bOf.clear();
-        std::map<Key, std::vector<int64_t>> bByName;
-        for (const auto& [id, ob] : B.ops)
-            bByName[keyOf(ob)].push_back(id);
-        std::map<Key, size_t> seen;
-        for (const auto& [id, oa] : A.ops) {
-            const Key key = keyOf(oa);
-            const size_t n = seen[key]++;
-            auto it = bByName.find(key);
-            if (it != bByName.end() && n < it->second.size()) bOf[id] = it->second[n];
-        }
+    if (!j.byKey) return j;
+    j.toOf.clear();
+    std::map<OpKey, std::vector<int64_t>> toByKey;
+    for (const auto& [id, key] : to)
+        toByKey[key].push_back(id);
+    std::map<OpKey, size_t> seen;
+    for (const auto& [id, key] : from) {
+        const size_t n = seen[key]++;
+        auto it = toByKey.find(key);
+        if (it != toByKey.end() && n < it->second.size()) j.toOf[id] = it->second[n];
     }
+    return j;
+}
+
+TraceDiff diffSides(const DiffSide& A, const DiffSide& B) {
+    TraceDiff d;
+    auto keys = [](const DiffSide& s) {
+        std::map<int64_t, OpKey> k;
+        for (const auto& [id, o] : s.ops)
+            k[id] = OpKey{o.unit, o.phase, o.kind};
+        return k;
+    };
+    const OpJoin join = joinOpIds(keys(A), keys(B));
+    d.joinedByLabel = join.byKey;
+    const std::map<int64_t, int64_t>& bOf = join.toOf;  // A's id -> B's
     double absErr = 0, totalA = 0;
     std::map<int64_t, bool> bJoined;
     for (const auto& [id, oa] : A.ops) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -33,6 +34,20 @@ struct DiffSide {
 };
 [[nodiscard]] DiffSide diffSideOf(const TraceFile& t);
 
+// An op as two traces of FSDP steps can both name it: unit, phase, kind.
+using OpKey = std::tuple<std::string, std::string, std::string>;
+struct OpJoin {
+    std::map<int64_t, int64_t> toOf;  // an id of `from` -> the id of `to` naming the same op
+    // The ids name different ops (traces of two versions of a program, one with ops the
+    // other lacks): joined by key and order of occurrence (the n-th op of a key in id
+    // order: micro-batches) instead of by id.
+    bool byKey = false;
+};
+// Joins two id spaces: by id where every id both have names the same op, else by key and
+// occurrence. Ids without a counterpart are left out of toOf.
+[[nodiscard]] OpJoin joinOpIds(const std::map<int64_t, OpKey>& from,
+                               const std::map<int64_t, OpKey>& to);
+
 struct TraceDiff {
     struct Row {
         int64_t id = 0;
@@ -43,9 +58,7 @@ struct TraceDiff {
     std::map<std::string, std::pair<double, double>> byKind;  // sums of means, A and B
     double totalError = 0;  // sum |B - A| / sum A over the joined ops
     size_t onlyA = 0, onlyB = 0;
-    // The sides' op ids name different ops (traces of two versions of a program, one with
-    // ops the other lacks): joined by unit, phase, kind and order of occurrence instead.
-    bool joinedByLabel = false;
+    bool joinedByLabel = false;  // OpJoin::byKey
 };
 [[nodiscard]] TraceDiff diffSides(const DiffSide& a, const DiffSide& b);
 

@@ -95,8 +95,8 @@ TEST(KernelFit, RecoversTheMachineFromItsKernels) {
     }
     EXPECT_NEAR(fit->cluster.sim.protocols.front().baseNs, 20000, 50);
     EXPECT_EQ(fit->cluster.sim.cpuLaunchNs, 12000);
-    EXPECT_EQ(fit->launchFitted, 18);
-    EXPECT_EQ(fit->launchHeldBackNs, 13000);
+    EXPECT_EQ(fit->launch.fitted, 18);
+    EXPECT_EQ(fit->launch.heldBackNs, 13000);
     // The fitted cluster is a valid cluster file, by-bytes curve included.
     auto back = clusterFromJson(clusterToJson(fit->cluster), "fitted.json");
     ASSERT_TRUE(back.ok()) << back.error();
