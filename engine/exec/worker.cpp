@@ -501,17 +501,25 @@ int runWorker(const std::vector<std::string>& argv) {
                 }
 #endif
             }
-            at::Tensor l = (lossSum.cpu() / static_cast<double>(m * ranksHere)).reshape({1});
-            if (!o.reference) {
-                std::vector<at::Tensor> t{l};
-                groups.world->allreduce(t)->wait();
-                l.div_(static_cast<double>(world));
-            }
-            losses.push_back(l.item<double>());
+            // This rank's loss. The ranks' mean is taken once after the last step: an
+            // all-reduce here would line the ranks up at every step boundary, which a training
+            // loop does not (PyTorch's ranks enter the next step's first all-gather as far apart
+            // as their optimizer steps left them, and that wait is part of its exposed time).
+            losses.push_back(
+                (lossSum.cpu() / static_cast<double>(m * ranksHere)).item<double>());
             if (groups.rank == 0)
-                std::fprintf(stderr, "[shardscope-engine] step %lld/%lld loss %.6f (%.1f ms)\n",
+                std::fprintf(stderr,
+                             "[shardscope-engine] step %lld/%lld loss %.6f on rank 0 (%.1f ms)\n",
                              static_cast<long long>(step + 1), static_cast<long long>(total),
                              losses.back(), static_cast<double>(t1 - t0) * 1e-6);
+        }
+        if (!o.reference && !losses.empty()) {
+            at::Tensor l = at::tensor(losses, at::TensorOptions(at::kDouble));
+            std::vector<at::Tensor> t{l};
+            groups.world->allreduce(t)->wait();
+            l.div_(static_cast<double>(world));
+            const double* v = l.const_data_ptr<double>();
+            losses.assign(v, v + l.numel());
         }
     } catch (const c10::Error& e) {
         throw std::runtime_error("rank " + std::to_string(groups.rank) + " failed in " +
