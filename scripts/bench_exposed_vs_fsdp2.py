@@ -67,13 +67,14 @@ def exposed_by_key(j):
     return out
 
 
-def exposed_by_unit(j, rnd):
-    """unit -> (round, rank, step) -> the unit's exposed ns in that step, all its collectives."""
+def exposed_by_unit(j, rnd, field="exposed_ns"):
+    """unit -> (round, rank, step) -> the unit's exposed ns in that step, all its collectives
+    (field="peer_wait_ns": the part of them spent waiting for the other rank to arrive)."""
     out = {}
     for c in collectives(j):
         per = out.setdefault(c["unit"].split(", ")[0], {})
         key = (rnd, c["rank"], c["step"])
-        per[key] = per.get(key, 0) + c["exposed_ns"]
+        per[key] = per.get(key, 0) + (c.get(field) or 0)
     return out
 
 
@@ -132,7 +133,7 @@ def main():
                        "mesh": {"shape": [2]}, "training": {"micro_batch_size": 1, "seq_len": 32},
                        "wrap": {"policy": "module_class", "classes": ["LlamaDecoderLayer"]},
                        "defaults": {"reshard_after_forward": True}}, f)
-    theirs, mine, their_units, my_units = {}, {}, {}, {}
+    theirs, mine, their_units, my_units, their_waits, my_waits = {}, {}, {}, {}, {}, {}
     for rnd in range(args.rounds):
         # The two sides alternate, so that a change in how busy the machine is between rounds
         # lands on both; the samples of every round are pooled per side.
@@ -153,12 +154,14 @@ def main():
                            capture_output=True, text=True, env=env)
         if r.returncode != 0:
             raise SystemExit(f"error: shardscope run failed:\n{r.stderr[-3000:]}")
-        for side, units, path in ((theirs, their_units, out), (mine, my_units, ours)):
+        for side, units, waits, path in ((theirs, their_units, their_waits, out), (mine, my_units, my_waits, ours)):
             j = overlap(path, args.shardscope)
             for key, values in exposed_by_key(j).items():
                 side.setdefault(key, []).extend(values)
             for unit, per in exposed_by_unit(j, rnd).items():
                 units.setdefault(unit, {}).update(per)
+            for unit, per in exposed_by_unit(j, rnd, "peer_wait_ns").items():
+                waits.setdefault(unit, {}).update(per)
     print(f"\nmedian exposed time per collective (over rounds, steps and ranks), ms; traces in {tmp}\n")
     print(f"{'UNIT':18} {'PHASE':9} {'COLLECTIVE':15} {'PYTORCH':>9} {'OURS':>9} {'DIFF':>8}   PYTORCH RANGE")
     worst = 0.0
@@ -173,7 +176,8 @@ def main():
     print(f"\nlargest difference per collective: {worst:.1f}%")
     print("\nper unit: median over rounds, steps and ranks of the unit's exposed time in a step "
           "(all its collectives), ms\n")
-    print(f"{'UNIT':18} {'PYTORCH':>9} {'OURS':>9} {'DIFF':>8} {'95% INTERVAL':>17}   PYTORCH RANGE")
+    print(f"{'UNIT':18} {'PYTORCH':>9} {'OURS':>9} {'DIFF':>8} {'95% INTERVAL':>17}   {'PEER WAIT (PT / OURS)':>21}"
+          "   PYTORCH RANGE")
     worst_unit = 0.0
     for unit in sorted(their_units):
         theirs_u = list(their_units[unit].values())
@@ -184,10 +188,13 @@ def main():
         a, b, diff, lo, hi = compare(theirs_u, ours_u)
         worst_unit = max(worst_unit, abs(diff))
         ci = bootstrap_diff(theirs_u, ours_u)
+        wa = statistics.median(their_waits.get(unit, {0: 0}).values()) * 1e-6
+        wb = statistics.median(my_waits.get(unit, {0: 0}).values()) * 1e-6
         print(f"{unit or '<root>':18} {a:9.2f} {b:9.2f} {diff:+7.1f}% {f'[{ci[0]:+.1f}, {ci[1]:+.1f}]':>17}   "
-              f"{lo:.1f}-{hi:.1f}")
+              f"{f'{wa:.2f} / {wb:.2f}':>21}   {lo:.1f}-{hi:.1f}")
     print(f"\nlargest difference per unit: {worst_unit:.1f}% (the issue's bar: 10% per unit; the interval is a "
-          "bootstrap of both sides' samples: the spread of the difference that noise alone gives)")
+          "bootstrap of both sides' samples: the spread of the difference that noise alone gives; PEER WAIT: "
+          "the median part of the unit's exposed time spent waiting for the other rank to arrive, ms)")
 
 
 if __name__ == "__main__":

@@ -84,7 +84,17 @@ def rank_main(rank, world, port, args, export, plan):
     seq = args.seq or int(training.get("seq_len", 64))
     gen = torch.Generator().manual_seed(100 + rank)
 
+    straggle = None  # (rank, profiled step, seconds): that rank sleeps before the step's forward
+    if args.straggle:
+        sr, ss, ms = (int(x) for x in args.straggle.split(":"))
+        straggle = (sr, ss, ms / 1000.0)
+    calls = [0]
+
     def step():
+        calls[0] += 1  # 1: the warm-up step; the profiled steps follow
+        if straggle and rank == straggle[0] and calls[0] == straggle[1] + 2:
+            import time
+            time.sleep(straggle[2])
         for mb in range(micro):
             last = mb == micro - 1
             if not args.fsdp1:
@@ -164,6 +174,9 @@ def main():
                          "allocation and free from the first) as JSON, gzipped if FILE ends in .gz")
     ap.add_argument("--batch", type=int, default=0, help="micro-batch size (default: the plan's)")
     ap.add_argument("--seq", type=int, default=0, help="sequence length (default: the plan's)")
+    ap.add_argument("--straggle", metavar="RANK:STEP:MS",
+                    help="rank RANK sleeps MS ms before the forward of profiled step STEP (0-based): a "
+                         "straggler whose peers wait in that step's first collective")
     ap.add_argument("--fsdp1", action="store_true", help="wrap with FSDP1 (ModuleWrapPolicy) instead of FSDP2")
     ap.add_argument("--no-profile-memory", action="store_true",
                     help="profile without memory events (profile_memory=False): less profiler work per allocation")

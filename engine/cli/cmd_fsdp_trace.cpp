@@ -60,6 +60,7 @@ std::string msOrDash(double ns, bool any) {
 struct UnitRow {
     const FsdpUnit* first = nullptr;
     double fwdAg = 0, fwdAgExp = 0, bwdAg = 0, bwdAgExp = 0, rs = 0, rsExp = 0, ar = 0, arExp = 0;
+    double fwdWait = 0, bwdWait = 0;  // waiting for a peer (fillPeerWaits)
     int64_t fwdAgs = 0, bwdAgs = 0, rss = 0, ars = 0;
     int32_t fwdMin = INT32_MAX, fwdMax = INT32_MIN, bwdMin = INT32_MAX, bwdMax = INT32_MIN;
 };
@@ -72,11 +73,17 @@ int runPyTorchTraceOverlap(const Args& a) {
     for (const auto& s : skipped)
         std::cerr << "note: skipped " << s << "\n";
     if (failed(ranks)) return kExitUsage;
+    std::vector<FsdpTraceAnalysis*> all;
+    for (auto& r : *ranks)
+        all.push_back(&r.a);
+    const PeerWaitFit fit = fillPeerWaits(all);
+    const bool waits = fit.matched > 0;
     std::vector<UnitRow> rows;
     std::map<std::string, size_t> rowOf;
-    double stepNs = 0, comm = 0, exposed = 0;
+    double stepNs = 0, comm = 0, exposed = 0, peerWait = 0;
     for (const auto& r : *ranks) {
         stepNs += r.a.stepNs;
+        peerWait += static_cast<double>(r.a.peerWaitNs);
         comm += static_cast<double>(r.a.commNs);
         exposed += static_cast<double>(r.a.exposedNs);
         for (const auto& u : r.a.units) {
@@ -91,6 +98,8 @@ int runPyTorchTraceOverlap(const Args& a) {
             x.rsExp += static_cast<double>(u.backward.reduceScatterExposedNs);
             x.ar += static_cast<double>(u.backward.allReduceNs);
             x.arExp += static_cast<double>(u.backward.allReduceExposedNs);
+            x.fwdWait += static_cast<double>(u.forward.peerWaitNs);
+            x.bwdWait += static_cast<double>(u.backward.peerWaitNs);
             x.fwdAgs += u.forward.allGathers;
             x.bwdAgs += u.backward.allGathers;
             x.rss += u.backward.reduceScatters;
@@ -133,6 +142,10 @@ int runPyTorchTraceOverlap(const Args& a) {
             bwd["all_reduces"] = static_cast<double>(x.ars) / n;
             bwd["all_reduce_ns"] = x.ar / n;
             bwd["all_reduce_exposed_ns"] = x.arExp / n;
+            if (waits) {
+                fwd["peer_wait_ns"] = x.fwdWait / n;
+                bwd["peer_wait_ns"] = x.bwdWait / n;
+            }
             units.push_back({{"unit", x.first->name},
                              {"modules", x.first->modules},
                              {"forward", fwd},
@@ -147,6 +160,9 @@ int runPyTorchTraceOverlap(const Args& a) {
                          {"step_ns", stepNs / n},
                          {"comm_ns_per_step", comm / n},
                          {"exposed_ns_per_step", exposed / n},
+                         {"peer_wait_ns_per_step",
+                          waits ? nlohmann::json(peerWait / n) : nlohmann::json(nullptr)},
+                         {"clock_offsets_ns", fit.clockOffsetNs},
                          {"units", units},
                          {"per_rank", per}},
                         "")
@@ -164,7 +180,12 @@ int runPyTorchTraceOverlap(const Args& a) {
     std::cout << "per step and rank: FSDP communication " << formatMs(comm / n) << ", of it "
               << formatMs(exposed / n) << " exposed ("
               << (comm > 0 ? static_cast<int>(std::lround(100.0 * (comm - exposed) / comm)) : 0)
-              << "% hidden under compute)\n\n";
+              << "% hidden under compute)\n";
+    if (waits)
+        std::cout << "of the communication, " << formatMs(peerWait / n)
+                  << " a step was waiting for the last rank to arrive (PEER WAIT), not "
+                     "moving data\n";
+    std::cout << "\n";
     bool anyAr = false;
     for (const auto& x : rows)
         anyAr = anyAr || x.ars > 0;
@@ -174,6 +195,10 @@ int runPyTorchTraceOverlap(const Args& a) {
     if (anyAr) {
         head.insert(head.end(), {"AR", "EXPOSED"});
         right.insert(right.end(), {true, true});
+    }
+    if (waits) {
+        head.emplace_back("PEER WAIT");
+        right.push_back(true);
     }
     Table t(head, right);
     auto dist = [](int32_t lo, int32_t hi) {
@@ -194,12 +219,17 @@ int runPyTorchTraceOverlap(const Args& a) {
             cells.push_back(msOrDash(x.ar / n, x.ars > 0));
             cells.push_back(msOrDash(x.arExp / n, x.ars > 0));
         }
+        if (waits) cells.push_back(formatMs((x.fwdWait + x.bwdWait) / n));
         t.row(cells);
     }
     t.print(std::cout);
     std::cout << "\nTimes per step, averaged over ranks. DIST: how many units ahead of the unit "
                  "whose hook issued it an all-gather was (0: issued by its own pre-forward or "
-                 "pre-backward, no prefetch).\n";
+                 "pre-backward, no prefetch)."
+              << (waits ? " PEER WAIT: of the unit's collectives, the time before the last rank "
+                          "started each (ranks' clocks aligned on the collectives' ends)."
+                        : "")
+              << "\n";
     for (const auto& note : first.notes)
         std::cout << "note: " << note << "\n";
     return kExitOk;

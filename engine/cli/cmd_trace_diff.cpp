@@ -228,6 +228,9 @@ int runTraceOverlap(const Args& a) {
                               {"rank_steps", ov.rankSteps},
                               {"comm_ns_per_step", comm / samples},
                               {"exposed_ns_per_step", exposed / samples},
+                              {"peer_wait_ns_per_step",
+                               ov.peerWaitMatched > 0 ? nlohmann::json(ov.peerWaitNs / samples)
+                                                      : nlohmann::json(nullptr)},
                               {"collectives", out}};
         if (a.flag("--collectives")) {
             // Each collective on its own, with the keys of the PyTorch traces' list.
@@ -240,7 +243,9 @@ int runTraceOverlap(const Args& a) {
                                 {"step", c.step},
                                 {"start_ns", c.startNs},
                                 {"end_ns", c.endNs},
-                                {"exposed_ns", c.exposedNs}});
+                                {"exposed_ns", c.exposedNs},
+                                {"peer_wait_ns", c.peerWaitNs >= 0 ? nlohmann::json(c.peerWaitNs)
+                                                                   : nlohmann::json(nullptr)}});
             doc["each_collective"] = std::move(each);
         }
         return emitJson(doc, "").ok() ? kExitOk : kExitUsage;
@@ -249,7 +254,11 @@ int runTraceOverlap(const Args& a) {
               << formatMs(comm / samples) << ", of it " << formatMs(exposed / samples)
               << " exposed ("
               << (comm > 0 ? static_cast<int>(std::lround(100.0 * (comm - exposed) / comm)) : 0)
-              << "% hidden under compute)\n\n";
+              << "% hidden under compute)\n";
+    if (ov.peerWaitMatched > 0)
+        std::cout << "of the communication, " << formatMs(ov.peerWaitNs / samples)
+                  << " a step was waiting for the last rank to arrive, not moving data\n";
+    std::cout << "\n";
     Table t({"UNIT", "PHASE", "COLLECTIVE", "TIME/STEP", "EXPOSED/STEP", "HIDDEN"},
             {false, false, false, true, true, true});
     for (const auto& r : ov.rows)
@@ -276,6 +285,9 @@ std::vector<Command> traceOverlapCommands() {
         "phase; per unit and step, averaged over ranks: the time, the exposed part (no compute\n"
         "kernel, or on CPU no op of the issuing thread, ran meanwhile) and the prefetch distance\n"
         "seen (how many units ahead of the unit whose hook issued it an all-gather was).\n"
+        "Given every rank's trace, PEER WAIT is the part of the collectives spent before the\n"
+        "last rank started each: waiting for a straggler, not moving data (the ranks' clocks\n"
+        "are aligned on the collectives' ends, so traces of several hosts compare).\n"
         "A `shardscope run --trace` or `simulate --trace` file: each collective's time and the\n"
         "part no compute on the same rank overlapped, summed per unit, phase and kind and\n"
         "averaged over ranks and steps, largest first.";

@@ -505,8 +505,7 @@ int runWorker(const std::vector<std::string>& argv) {
             // all-reduce here would line the ranks up at every step boundary, which a training
             // loop does not (PyTorch's ranks enter the next step's first all-gather as far apart
             // as their optimizer steps left them, and that wait is part of its exposed time).
-            losses.push_back(
-                (lossSum.cpu() / static_cast<double>(m * ranksHere)).item<double>());
+            losses.push_back((lossSum.cpu() / static_cast<double>(m * ranksHere)).item<double>());
             if (groups.rank == 0)
                 std::fprintf(stderr,
                              "[shardscope-engine] step %lld/%lld loss %.6f on rank 0 (%.1f ms)\n",

@@ -186,10 +186,14 @@ TimelineData timelineFromTrace(const std::shared_ptr<const Trace>& trace,
             const char* what = gather                                    ? "all-gather"
                                : c.kind == CollectiveKind::ReduceScatter ? "reduce-scatter"
                                                                          : "all-reduce";
-            char b[96];
-            std::snprintf(b, sizeof b, " (%s%s, %.2f ms exposed)",
+            char b[160];
+            char wait[64] = "";
+            if (c.peerWaitNs > 0)
+                std::snprintf(wait, sizeof wait, ", %.2f ms waiting for a peer",
+                              static_cast<double>(c.peerWaitNs) * 1e-6);
+            std::snprintf(b, sizeof b, " (%s%s, %.2f ms exposed%s)",
                           c.backward ? "backward" : "forward", c.prefetch ? ", prefetched" : "",
-                          static_cast<double>(c.exposedNs) * 1e-6);
+                          static_cast<double>(c.exposedNs) * 1e-6, wait);
             (gather ? ag : rs)
                 .events.push_back({c.startNs, c.endNs,
                                    gather ? EventKind::AllGather
@@ -509,9 +513,18 @@ LoadedFile loadTraceFolder(const QString& path, const std::atomic<bool>* cancel,
     std::vector<int32_t> opBase;
     int64_t events = 0;
     std::shared_ptr<const FsdpTraceAnalysis> fsdp0;
+    // FSDP's structure per rank, then each collective's wait for the last rank to start it
+    // (peer_wait.h), which the collectives' labels carry.
+    std::vector<std::shared_ptr<FsdpTraceAnalysis>> analyses;
+    std::vector<FsdpTraceAnalysis*> fsdpRanks;
+    for (const auto& t : traces) {
+        analyses.push_back(std::make_shared<FsdpTraceAnalysis>(analyzeFsdp(*t)));
+        if (!analyses.back()->api.empty()) fsdpRanks.push_back(analyses.back().get());
+    }
+    if (fsdpRanks.size() == traces.size()) (void)fillPeerWaits(fsdpRanks);
     for (size_t k = 0; k < traces.size(); ++k) {
         const std::shared_ptr<const Trace> t = traces[k];
-        auto fsdp = std::make_shared<FsdpTraceAnalysis>(analyzeFsdp(*t));
+        const auto& fsdp = analyses[k];
         if (k == 0 && !fsdp->api.empty()) fsdp0 = fsdp;
         timelines.emplace_back(static_cast<int32_t>(t->rank), timelineFromTrace(t, fsdp.get()));
         shift.push_back(t->timeOriginNs - origin);

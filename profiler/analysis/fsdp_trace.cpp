@@ -2,6 +2,7 @@
 #include "profiler/analysis/fsdp_trace.h"
 
 #include "plans/plan/resolve.h"
+#include "profiler/analysis/peer_wait.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -723,6 +724,68 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
     return a;
 }
 
+PeerWaitFit fillPeerWaits(const std::vector<FsdpTraceAnalysis*>& ranks) {
+    PeerWaitFit fit;
+    fit.clockOffsetNs.assign(ranks.size(), 0);
+    const auto n = static_cast<int32_t>(ranks.size());
+    if (n < 2) return fit;
+    // A collective of a smaller group (HSDP's shard or replicate groups) on any rank: one
+    // whose size is not known could be either.
+    bool subgroups = false;
+    for (const FsdpTraceAnalysis* a : ranks)
+        for (const auto& c : a->collectives)
+            subgroups = subgroups || (c.groupSize > 0 && c.groupSize != n);
+    std::vector<std::vector<PeerSpan>> spans(ranks.size());
+    std::vector<std::vector<size_t>> of(ranks.size());  // span -> collective
+    for (size_t r = 0; r < ranks.size(); ++r) {
+        const auto& cs = ranks[r]->collectives;
+        for (size_t i = 0; i < cs.size(); ++i) {
+            const auto& c = cs[i];
+            if (c.commEvent < 0 || c.unit < 0) continue;
+            if (c.groupSize > 0 ? c.groupSize != n : subgroups) continue;
+            // Units by name: each rank's unit indices follow its own sort.
+            spans[r].push_back({std::to_string(static_cast<int>(c.kind)) + "|" +
+                                    ranks[r]->units[static_cast<size_t>(c.unit)].name + "|" +
+                                    (c.backward ? "b" : "f") + "|" + std::to_string(c.step) + "|" +
+                                    std::to_string(c.microBatch),
+                                c.startNs, c.endNs});
+            of[r].push_back(i);
+        }
+    }
+    const PeerWaits w = peerWaits(spans);
+    fit.matched = w.matched;
+    fit.clockOffsetNs = w.clockOffsetNs;
+    if (w.matched == 0) {
+        for (FsdpTraceAnalysis* a : ranks)
+            a->notes.push_back(
+                "no collective could be matched across the " + std::to_string(n) +
+                " ranks given (" +
+                (subgroups ? "their collectives run in smaller groups" : "none in common") +
+                "): the wait for peers is not known");
+        return fit;
+    }
+    for (size_t r = 0; r < ranks.size(); ++r)
+        for (size_t k = 0; k < of[r].size(); ++k)
+            ranks[r]->collectives[of[r][k]].peerWaitNs = w.waitNs[r][k];
+    for (FsdpTraceAnalysis* a : ranks) {
+        a->peerWaits = true;
+        int64_t total = 0;
+        std::vector<int64_t> forward(a->units.size()), backward(a->units.size());
+        for (const auto& c : a->collectives) {
+            if (c.peerWaitNs < 0) continue;
+            total += c.peerWaitNs;
+            (c.backward ? backward : forward)[static_cast<size_t>(c.unit)] += c.peerWaitNs;
+        }
+        const int64_t steps = std::max(1, a->steps);
+        a->peerWaitNs = total / steps;
+        for (size_t u = 0; u < a->units.size(); ++u) {
+            a->units[u].forward.peerWaitNs = forward[u] / steps;
+            a->units[u].backward.peerWaitNs = backward[u] / steps;
+        }
+    }
+    return fit;
+}
+
 namespace {
 
 nlohmann::json phaseJson(const FsdpPhaseStats& p) {
@@ -736,6 +799,7 @@ nlohmann::json phaseJson(const FsdpPhaseStats& p) {
                         {"all_reduce_ns", p.allReduceNs},
                         {"all_reduce_exposed_ns", p.allReduceExposedNs}};
     if (p.sawAllGather) j["prefetch_distance"] = {{"min", p.minDistance}, {"max", p.maxDistance}};
+    j["peer_wait_ns"] = p.peerWaitNs;
     return j;
 }
 
@@ -782,6 +846,8 @@ nlohmann::json fsdpAnalysisToJson(const FsdpTraceAnalysis& a) {
                          {"input_elements", c.inputElements},
                          {"output_elements", c.outputElements},
                          {"dtype", c.dtype},
+                         {"peer_wait_ns", c.peerWaitNs >= 0 ? nlohmann::json(c.peerWaitNs)
+                                                            : nlohmann::json(nullptr)},
                          {"found", c.commEvent >= 0}});
     return {{"api", a.api},
             {"gpu", a.gpu},
@@ -790,6 +856,7 @@ nlohmann::json fsdpAnalysisToJson(const FsdpTraceAnalysis& a) {
             {"step_ns", a.stepNs},
             {"comm_ns", a.commNs},
             {"exposed_ns", a.exposedNs},
+            {"peer_wait_ns", a.peerWaits ? nlohmann::json(a.peerWaitNs) : nlohmann::json(nullptr)},
             {"unmatched_collectives", a.unmatched},
             {"micro_batch_size", a.microBatchSize},
             {"seq_len", a.seqLen},

@@ -49,6 +49,9 @@ struct FsdpCollectiveUse {
     int64_t inputElements = 0, outputElements = 0;
     std::string dtype;
     int32_t groupSize = 0;  // from the issuing op's shapes (all-gather, reduce-scatter)
+    // Of [startNs, endNs), the part before the last rank of its group started it: waiting
+    // for a peer, not moving data (fillPeerWaits; -1: not known).
+    int64_t peerWaitNs = -1;
 };
 
 struct FsdpPhaseStats {
@@ -57,6 +60,7 @@ struct FsdpPhaseStats {
     int64_t allReduces = 0, allReduceNs = 0, allReduceExposedNs = 0;
     int32_t minDistance = 0, maxDistance = 0;  // prefetch distance of the all-gathers
     bool sawAllGather = false;
+    int64_t peerWaitNs = 0;  // all the phase's collectives (fillPeerWaits)
 };
 
 struct FsdpUnit {
@@ -125,9 +129,27 @@ struct FsdpTraceAnalysis {
     std::string fsdp1BackwardPrefetch;
     bool fsdp1ForwardPrefetch = false;
     std::vector<std::string> notes;
+    bool peerWaits = false;  // fillPeerWaits matched this rank's collectives with its peers'
+    int64_t peerWaitNs = 0;  // per step: the FSDP collectives' time waiting for a peer
 };
 
 [[nodiscard]] FsdpTraceAnalysis analyzeFsdp(const Trace& t);
+
+// Several ranks of one job. A collective ends at about the same time on every rank of its
+// group, whenever each started it: the time a rank spends in one before the last of its
+// peers has started it is a wait for that peer (a straggler: a longer optimizer step, a
+// data-loader stall, an unlucky core), not transfer. Fills peerWaitNs of the collectives
+// whose group is all of `ranks` (group size = ranks.size(); one without a known size only
+// where no collective of any rank shows a smaller group), matched across ranks by kind,
+// unit, phase, step, micro-batch and order, and the per-phase and per-step sums. The ranks'
+// clocks need not agree: each rank's offset to the first is the median difference of the
+// matched collectives' ends. Returns how many collectives were matched on every rank; when
+// none, each rank gets a note saying why.
+struct PeerWaitFit {
+    int64_t matched = 0;
+    std::vector<int64_t> clockOffsetNs;  // per rank, against ranks[0]
+};
+PeerWaitFit fillPeerWaits(const std::vector<FsdpTraceAnalysis*>& ranks);
 
 // Ops only a forward runs (FsdpUnit::forwardOps): aten::linear and aten::embedding (their
 // backward calls other ops); `attention` sets whether it is the public SDPA op. Seen in a

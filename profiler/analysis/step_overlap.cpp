@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "plans/core/intervals.h"
+#include "profiler/analysis/peer_wait.h"
 
 namespace shardscope {
 
@@ -37,6 +38,38 @@ StepOverlap stepOverlap(const TraceFile& t) {
         }
     }
     out.rankSteps = static_cast<int64_t>(byRankStep.size());
+    // Waiting for peers: the collectives of the group of every rank (a smaller group, HSDP's,
+    // on any rank rules out those whose size is not given).
+    const int32_t ranks = t.ranks;
+    if (ranks >= 2) {
+        std::vector<const TraceOp*> coll;  // the ops behind out.collectives, in order
+        for (const auto& [key, evs] : byRankStep)
+            for (const TraceOp* e : evs)
+                if (e->kind && isCollective(*e->kind)) coll.push_back(e);
+        bool subgroups = false;
+        for (const TraceOp* e : coll)
+            subgroups = subgroups || (e->groupSize > 0 && e->groupSize != ranks);
+        std::vector<std::vector<PeerSpan>> spans(static_cast<size_t>(ranks));
+        std::vector<std::vector<size_t>> of(static_cast<size_t>(ranks));
+        for (size_t i = 0; i < coll.size(); ++i) {
+            const TraceOp* e = coll[i];
+            if (e->groupSize > 0 ? e->groupSize != ranks : subgroups) continue;
+            if (e->rank < 0 || e->rank >= ranks) continue;
+            spans[static_cast<size_t>(e->rank)].push_back({out.collectives[i].kind + "|" + e->unit +
+                                                               "|" + e->phase + "|" +
+                                                               std::to_string(e->step),
+                                                           e->startNs, e->endNs});
+            of[static_cast<size_t>(e->rank)].push_back(i);
+        }
+        const PeerWaits w = peerWaits(spans);
+        out.peerWaitMatched = w.matched;
+        for (size_t r = 0; r < spans.size(); ++r)
+            for (size_t k = 0; k < of[r].size(); ++k)
+                if (w.waitNs[r][k] >= 0) {
+                    out.collectives[of[r][k]].peerWaitNs = w.waitNs[r][k];
+                    out.peerWaitNs += static_cast<double>(w.waitNs[r][k]);
+                }
+    }
     for (auto& [_, r] : acc)
         out.rows.push_back(std::move(r));
     std::stable_sort(out.rows.begin(), out.rows.end(),

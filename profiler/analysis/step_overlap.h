@@ -23,10 +23,15 @@ struct StepOverlap {
         std::string unit, phase, kind;
         int32_t rank = 0, step = 0;
         int64_t startNs = 0, endNs = 0, exposedNs = 0;
+        int64_t peerWaitNs = -1;  // before the last rank started it (peer_wait.h); -1: unknown
     };
     std::vector<Row> rows;
     std::vector<Collective> collectives;
     int64_t rankSteps = 0;  // divide a row's sums by this for "per step"
+    // Several ranks: the collectives of the group of every rank matched across ranks, and
+    // their time waiting for the last rank to start them (summed over rank-steps).
+    int64_t peerWaitMatched = 0;
+    double peerWaitNs = 0;
 };
 
 [[nodiscard]] StepOverlap stepOverlap(const TraceFile& t);

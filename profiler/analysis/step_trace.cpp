@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "profiler/analysis/step_trace.h"
 
+#include <unordered_map>
+
 #include <algorithm>
 #include <map>
 #include <tuple>
@@ -37,7 +39,10 @@ Expected<TraceFile> stepTraceOf(const Trace& t, const std::string& path) {
     // A CUDA run (`shardscope run --device cuda`): its FSDP ops' spans are host launches, and
     // the GPU time of each is the span of the kernels, copies and memsets it launched.
     std::map<std::tuple<int32_t, int32_t, int32_t>, std::pair<int64_t, int64_t>> gpuSpan;
-    std::vector<size_t> launchedOnHost;  // indices into f.ops
+    std::vector<size_t> launchedOnHost;            // indices into f.ops
+    std::unordered_map<int32_t, int32_t> groupOf;  // event -> its collective's group size
+    for (const Collective& c : t.collectives)
+        if (c.groupSize > 0) groupOf[c.event] = c.groupSize;
     for (size_t e = 0; e < t.size(); ++e) {
         const std::string& cat = t.strings.at(t.category[e]);
         const int64_t t0 = t.start[e], t1 = t.start[e] + t.dur[e];
@@ -72,6 +77,8 @@ Expected<TraceFile> stepTraceOf(const Trace& t, const std::string& path) {
         op.label = t.strings.at(t.name[e]);
         if (t.unit[e] >= 0) op.unit = t.strings.at(t.unit[e]);
         if (t.phase[e] >= 0) op.phase = t.strings.at(t.phase[e]);
+        if (auto g = groupOf.find(static_cast<int32_t>(e)); g != groupOf.end())
+            op.groupSize = g->second;
         // A ShardScope op on a host row is a CUDA run's launch (launched_on_host).
         if (t.lanes[static_cast<size_t>(t.lane[e])].kind == LaneKind::HostThread)
             launchedOnHost.push_back(f.ops.size());

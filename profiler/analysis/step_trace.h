@@ -40,6 +40,7 @@ struct TraceOp {
     int64_t startNs = 0, endNs = 0;
     std::optional<OpKind> kind;  // from args.kind; empty when the name is unknown
     std::string label, unit, phase;
+    int32_t groupSize = 0;  // a collective's args.group_size (0: not given)
 };
 
 struct TraceFile {

@@ -413,9 +413,10 @@ TEST(GuiWindow, OpensATraceWhoseEventsStartPastTheFirstBlocks) {
     EXPECT_EQ(w.document().lastTrace()->trace->size(), 1u);
 }
 
-TEST(GuiWindow, ShowsFsdpUnitsAndCpuMemoryOfAPyTorchCpuRun) {
-    // A PyTorch FSDP2 step on Gloo as Kineto writes it: FSDP's labels, the c10d op with its
-    // shapes, the Gloo collective on its thread, the CPU allocator's [memory] events.
+// A PyTorch FSDP2 step on Gloo as Kineto writes it: FSDP's labels, the c10d op with its
+// shapes, the Gloo collective on its thread (the all-gather's span given), the CPU
+// allocator's [memory] events.
+static nlohmann::json fsdpCpuStepEvents(double glooAgStart = 12, double glooAgDur = 60) {
     using J = nlohmann::json;
     auto x = [](const char* cat, const std::string& name, int tid, double ts, double dur,
                 J args = nullptr) {
@@ -431,7 +432,7 @@ TEST(GuiWindow, ShowsFsdpUnitsAndCpuMemoryOfAPyTorchCpuRun) {
     ev.push_back(x("user_annotation", "FSDP::all_gather (model.layers.0)", 1, 6, 90));
     ev.push_back(x("cpu_op", "c10d::_allgather_base_", 1, 10, 3,
                    {{"Input Dims", {{8}, {4}}}, {"Input type", {"float", "float"}}}));
-    ev.push_back(x("user_annotation", "gloo:all_gather", 2, 12, 60,
+    ev.push_back(x("user_annotation", "gloo:all_gather", 2, glooAgStart, glooAgDur,
                    {{"Input Dims", {{4}}}, {"Input type", {"float"}}}));
     ev.push_back(x("user_annotation", "FSDP::post_forward (model.layers.0)", 1, 300, 2));
     ev.push_back(x("user_annotation", "FSDP::pre_backward (model.layers.0)", 1, 450, 5));
@@ -453,6 +454,12 @@ TEST(GuiWindow, ShowsFsdpUnitsAndCpuMemoryOfAPyTorchCpuRun) {
                         {"Bytes", 1024},
                         {"Total Allocated", 1024 * (i + 1)},
                         {"Total Reserved", 0}}}});
+    return ev;
+}
+
+TEST(GuiWindow, ShowsFsdpUnitsAndCpuMemoryOfAPyTorchCpuRun) {
+    using J = nlohmann::json;
+    const J ev = fsdpCpuStepEvents();
     const std::string path =
         (std::filesystem::temp_directory_path() / "shardscope_gui_fsdp_cpu.pt.trace.json").string();
     std::ofstream(path) << J{
@@ -1515,6 +1522,35 @@ TEST(GuiWindow, OpensAFolderOfPerRankTracesOnOneTimeAxis) {
         if (r.group == "rank 1") op1 = r.events.front().op;
     ASSERT_GE(op1, 0);
     EXPECT_NE(tr->timeline->describe(op1).find("gemm"), std::string::npos);
+    std::filesystem::remove_all(dir);
+}
+
+TEST(GuiWindow, AFolderOfFsdpRanksSaysWhoWaitedForItsPeer) {
+    // Two ranks of an FSDP2 job: rank 1 reaches the all-gather 30 us after rank 0 and both
+    // finish it together. Rank 0's all-gather says it waited 0.03 ms for a peer; rank 1's
+    // says nothing of the kind (the wait, `trace overlap`'s PEER WAIT: peer_wait.h).
+    const auto dir = std::filesystem::temp_directory_path() / "shardscope_gui_fsdp_ranks";
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    using J = nlohmann::json;
+    for (int rank = 0; rank < 2; ++rank)
+        std::ofstream(dir / ("rank" + std::to_string(rank) + ".pt.trace.json")) << J{
+            {"distributedInfo", {{"rank", rank}, {"world_size", 2}}},
+            {"traceEvents", fsdpCpuStepEvents(12 + 30 * rank, 60 - 30 * rank)}}.dump();
+    MainWindow w;
+    w.resize(1200, 800);
+    w.show();
+    ASSERT_TRUE(openAndWait(w, {QString::fromStdString(dir.string())}, 30000));
+    const OpenedTrace* tr = w.document().lastTrace();
+    ASSERT_TRUE(tr && tr->timeline);
+    std::map<std::string, std::string> gatherOf;  // rank group -> its all-gather's label
+    for (const auto& r : tr->timeline->rows)
+        if (r.name == "FSDP all-gathers" && !r.events.empty())
+            gatherOf[r.group] = r.events[0].label;
+    ASSERT_EQ(gatherOf.size(), 2u);
+    EXPECT_EQ(gatherOf["rank 0"],
+              "model.layers.0 all-gather (forward, 0.06 ms exposed, 0.03 ms waiting for a peer)");
+    EXPECT_EQ(gatherOf["rank 1"], "model.layers.0 all-gather (forward, 0.03 ms exposed)");
     std::filesystem::remove_all(dir);
 }
 

@@ -351,6 +351,58 @@ class FsdpTraces(unittest.TestCase):
                 self.assertGreaterEqual(theirs["exposed_ns_per_step"], 0.99 * theirs["comm_ns_per_step"])
 
 
+class PeerWait(unittest.TestCase):
+    """A straggler, made on purpose: in a real 2-rank FSDP2 run, rank 1 sleeps 800 ms before
+    the forward of profiled step 1. Rank 0 then sits in that step's first all-gather (the
+    root's) until rank 1 arrives. `trace overlap` must put those 800 ms in rank 0's peer
+    wait for that collective, none in rank 1's, and no such wait anywhere else. The two
+    ranks' traces start at different times, so this also checks the clock alignment."""
+
+    SLEEP_MS = 800
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="shardscope_peer_wait_")
+        path = os.path.join(cls.tmp.name, "plan.json")
+        with open(path, "w") as f:
+            json.dump(CASES["per_block"], f)
+        cls.traces = os.path.join(cls.tmp.name, "traces")
+        r = subprocess.run([sys.executable, RECORD, "--model", MODEL, "--plan", path, "--out", cls.traces,
+                            "--steps", "3", "--straggle", f"1:1:{cls.SLEEP_MS}", "--shardscope", peer.BIN],
+                           capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            raise AssertionError(f"recording failed:\n{r.stderr[-3000:]}")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_the_straggler_is_the_wait_of_its_peer(self):
+        j = peer.shardscope("trace", "overlap", self.traces, "--json", "--collectives")
+        waits = {}
+        for r in j["per_rank"]:
+            for c in r["collectives"]:
+                self.assertIsNotNone(c["peer_wait_ns"], c)
+                self.assertGreaterEqual(c["peer_wait_ns"], 0)
+                self.assertLessEqual(c["peer_wait_ns"], c["end_ns"] - c["start_ns"])
+                waits[(r["rank"], c["step"], c["unit"], c["phase"], c["kind"])] = c["peer_wait_ns"] * 1e-6
+        sleep = self.SLEEP_MS
+        first = (1, "", "forward", "all_gather")
+        print(f"rank 0 waited {waits[(0,) + first]:.1f} ms for rank 1's {sleep} ms sleep; rank 1 "
+              f"{waits[(1,) + first]:.1f} ms; clock offsets {j['clock_offsets_ns']} ns")
+        self.assertGreater(waits[(0,) + first], 0.9 * sleep)
+        self.assertLess(waits[(0,) + first], 1.05 * sleep)
+        self.assertLess(waits[(1,) + first], 0.05 * sleep)
+        others = max(w for k, w in waits.items() if k[1:] != first)
+        self.assertLess(others, 0.25 * sleep, "a wait where nobody slept")
+        root = next(u for u in j["units"] if u["unit"] == "")
+        # per step and rank: the one wait over 3 steps and 2 ranks
+        self.assertAlmostEqual(root["forward"]["peer_wait_ns"] * 1e-6, sleep / 6, delta=0.25 * sleep / 6)
+        text = peer.shardscope("trace", "overlap", self.traces)
+        self.assertIn("PEER WAIT", text)
+        self.assertIn("waiting for the last rank to arrive", text)
+
+
 class FsdpOverOneRank(unittest.TestCase):
     """FSDP2 over a group of one gathers nothing: unshard() only records an event and
     wait_for_unshard() casts each parameter (aten::_to_copy) and copies it into its storage

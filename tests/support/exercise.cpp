@@ -5,6 +5,7 @@
 #include "profiler/analysis/fsdp_trace.h"
 #include "profiler/analysis/kernel_fit.h"
 #include "profiler/analysis/kernel_samples.h"
+#include "profiler/analysis/step_overlap.h"
 #include "profiler/analysis/step_trace.h"
 #include "profiler/analysis/summary.h"
 #include "profiler/export/chrome_export.h"
@@ -18,10 +19,15 @@ void exerciseTrace(const Trace& t, const ClusterSpec* cluster) {
         o.dropLastStep = o.dropUnlinkedKernels = o.roundToMicroseconds = o.hostOpsWithStream = hta;
         (void)summaryToJson(summarize(t, o)).dump(-1, ' ', false, Json::error_handler_t::replace);
     }
-    const FsdpTraceAnalysis a = analyzeFsdp(t);
+    FsdpTraceAnalysis a = analyzeFsdp(t);
+    {
+        // The trace as two ranks of one job: the peer-wait matching over its collectives.
+        FsdpTraceAnalysis b = a;
+        (void)fillPeerWaits({&a, &b});
+    }
     (void)fsdpAnalysisToJson(a).dump(-1, ' ', false, Json::error_handler_t::replace);
     if (!a.api.empty()) (void)recoverPlan(a, "fuzz");
-    (void)stepTraceOf(t, "fuzz");
+    if (auto st = stepTraceOf(t, "fuzz")) (void)stepOverlap(*st);
     (void)exportChromeTrace(t).dump(-1, ' ', false, Json::error_handler_t::replace);
     (void)replayAllocator(t);
     KernelSamples samples;
