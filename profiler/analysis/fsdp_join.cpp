@@ -2,6 +2,7 @@
 #include "profiler/analysis/fsdp_join.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <tuple>
 #include <unordered_map>
@@ -376,12 +377,33 @@ Expected<FsdpJoin> joinFsdpTraces(const std::vector<std::pair<std::string, const
     }
     double stepMax = 0;
     std::vector<std::string> notes;
+    std::vector<FsdpTraceAnalysis> analyses;
+    std::vector<FsdpTraceAnalysis*> all;
+    analyses.reserve(ranks.size());
+    for (const auto& [path, t] : ranks) {
+        analyses.push_back(analyzeFsdp(*t));
+        if (analyses.back().api.empty())
+            return Error{path + ": no FSDP labels (FSDP::* or FullyShardedDataParallel.*)"};
+        all.push_back(&analyses.back());
+    }
+    // The measured collectives' time waiting for the last rank to start them: part of what
+    // they took, which a simulation of ranks in lockstep has no cause for.
+    if (fillPeerWaits(all).matched > 0) {
+        int64_t wait = 0, steps = 0;
+        for (const FsdpTraceAnalysis* a : all) {
+            wait += a->peerWaitNs * std::max(1, a->steps);
+            steps += std::max(1, a->steps);
+        }
+        j.peerWaitNsPerStep = static_cast<double>(wait) / static_cast<double>(steps);
+        char b[64];
+        std::snprintf(b, sizeof b, "%.2f ms", j.peerWaitNsPerStep * 1e-6);
+        notes.push_back(std::string("of the measured collectives, ") + b +
+                        " a step and rank was waiting for the last rank to arrive (a straggler, "
+                        "not transfer; the simulation runs the ranks in lockstep)");
+    }
     for (size_t r = 0; r < ranks.size(); ++r) {
         const Trace& t = *ranks[r].second;
-        const FsdpTraceAnalysis a = analyzeFsdp(t);
-        if (a.api.empty())
-            return Error{ranks[r].first +
-                         ": no FSDP labels (FSDP::* or FullyShardedDataParallel.*)"};
+        const FsdpTraceAnalysis& a = analyses[r];
         stepMax = std::max(stepMax, a.stepNs);
         int64_t peak = 0;
         for (const auto& m : a.gpu ? t.memory : t.hostMemory)

@@ -30,6 +30,9 @@ struct FsdpJoin {
     int64_t joined = 0;
     int64_t traceOnly = 0;  // trace items no program op took
     std::vector<std::string> notes;
+    // Several ranks: their collectives' mean time a step waiting for the last rank to start
+    // them (fillPeerWaits); -1 when not known.
+    double peerWaitNsPerStep = -1;
 };
 
 // `ranks`: (path, trace) per rank, PyTorch FSDP2 traces of a job that ran `plan`.

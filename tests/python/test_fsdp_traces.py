@@ -402,6 +402,16 @@ class PeerWait(unittest.TestCase):
         self.assertIn("PEER WAIT", text)
         self.assertIn("waiting for the last rank to arrive", text)
 
+    def test_trace_diff_says_what_the_simulation_does_not_model(self):
+        # The simulation runs the ranks in lockstep: `trace diff` says how much of the measured
+        # collectives was waiting for a straggler (here, at least the sleep over 3 steps and 2 ranks).
+        import re
+        text = peer.shardscope("trace", "diff", self.traces, "-m", MODEL, "-c",
+                               peer.sample("clusters", "cpu-2core.json"))
+        m = re.search(r"of the measured collectives, ([0-9.]+) ms a step and rank was waiting", text)
+        self.assertIsNotNone(m, text[:2000])
+        self.assertGreater(float(m.group(1)), 0.9 * self.SLEEP_MS / 6)
+
 
 class FsdpOverOneRank(unittest.TestCase):
     """FSDP2 over a group of one gathers nothing: unshard() only records an event and
