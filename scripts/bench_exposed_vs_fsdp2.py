@@ -12,7 +12,8 @@ The same Llama-style model and plan run on local CPU ranks, the two sides altern
 
 Both traces go through `shardscope trace overlap --json --collectives`. Per unit, phase and
 collective kind, the median over rounds, steps and ranks of each collective's exposed time is printed
-side by side with the difference. The issue's bar is 10 % per unit. Nothing is asserted: the
+side by side with the difference, and per unit the part of it spent waiting for the other
+rank to arrive (`trace overlap`'s PEER WAIT). The issue's bar is 10 % per unit. Nothing is asserted: the
 figures depend on how busy this machine is, so run it alone on an idle machine.
 
   python scripts/bench_exposed_vs_fsdp2.py [--model CONFIG] [--plan PLAN] [--steps N]
