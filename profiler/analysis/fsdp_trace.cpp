@@ -200,6 +200,8 @@ bool isForwardOnlyOp(std::string_view name, bool* attention) {
 FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
     FsdpTraceAnalysis a;
     a.worldSize = t.worldSize;
+    a.rank = t.rank;
+    a.processGroups = t.processGroups;
     // The main thread: the host lane with the most FSDP labels.
     std::unordered_map<int32_t, int64_t> labels;
     int64_t fsdp2 = 0, fsdp1 = 0;
@@ -729,44 +731,127 @@ PeerWaitFit fillPeerWaits(const std::vector<FsdpTraceAnalysis*>& ranks) {
     fit.clockOffsetNs.assign(ranks.size(), 0);
     const auto n = static_cast<int32_t>(ranks.size());
     if (n < 2) return fit;
-    // A collective of a smaller group (HSDP's shard or replicate groups) on any rank: one
-    // whose size is not known could be either.
-    bool subgroups = false;
+    // Each collective's group, as indices into `ranks`: every rank given when its size says
+    // so; else the group of that size the rank's trace lists (Kineto's pg_config), told
+    // apart by the mesh dimension's name where two have the size (HSDP's all-reduce runs
+    // over the replicate dimension, its all-gathers and reduce-scatters over the shard one).
+    std::map<int64_t, int32_t> indexOfRank;
+    for (size_t r = 0; r < ranks.size(); ++r)
+        indexOfRank.emplace(ranks[r]->rank, static_cast<int32_t>(r));
+    const bool distinctRanks = indexOfRank.size() == ranks.size();
+    std::vector<int32_t> everyone(ranks.size());
+    for (size_t r = 0; r < ranks.size(); ++r)
+        everyone[r] = static_cast<int32_t>(r);
+    auto groupOf = [&](const FsdpTraceAnalysis& a,
+                       const FsdpCollectiveUse& c) -> std::optional<std::vector<int32_t>> {
+        const std::optional<std::vector<int32_t>> all =
+            c.groupSize == n ? std::optional(everyone) : std::nullopt;
+        if (!distinctRanks) return all;
+        const Trace::ProcessGroup* pick = nullptr;
+        int found = 0;
+        for (const auto& g : a.processGroups) {
+            if (g.size == a.worldSize || g.ranks.empty() ||
+                g.size != static_cast<int64_t>(g.ranks.size()))
+                continue;  // the default group, or one the trace does not spell out
+            if (c.groupSize > 0 && g.size != c.groupSize) continue;
+            const bool replicate = g.desc.find("replicate") != std::string::npos;
+            const bool shard = g.desc.find("shard") != std::string::npos;
+            if ((c.kind == CollectiveKind::AllReduce && shard && !replicate) ||
+                (c.kind != CollectiveKind::AllReduce && replicate && !shard))
+                continue;
+            pick = &g;
+            ++found;
+        }
+        if (found != 1) return all;
+        // The group the trace lists, also when its size is the number of traces given (two
+        // traces of four ranks need not be one group).
+        std::vector<int32_t> members;
+        for (int64_t r : pick->ranks) {
+            const auto it = indexOfRank.find(r);
+            if (it == indexOfRank.end()) return std::nullopt;  // a member's trace not given
+            members.push_back(it->second);
+        }
+        return members;
+    };
+    bool subgroups = false;  // a collective of a smaller group on any rank
     for (const FsdpTraceAnalysis* a : ranks)
         for (const auto& c : a->collectives)
             subgroups = subgroups || (c.groupSize > 0 && c.groupSize != n);
-    std::vector<std::vector<PeerSpan>> spans(ranks.size());
-    std::vector<std::vector<size_t>> of(ranks.size());  // span -> collective
+    // Per group: its members' spans, and where each came from.
+    struct GroupSpans {
+        std::vector<std::vector<PeerSpan>> spans;  // per member
+        std::vector<std::vector<size_t>> of;       // per member: span -> collective
+    };
+    std::map<std::vector<int32_t>, GroupSpans> groups;
     for (size_t r = 0; r < ranks.size(); ++r) {
         const auto& cs = ranks[r]->collectives;
         for (size_t i = 0; i < cs.size(); ++i) {
             const auto& c = cs[i];
             if (c.commEvent < 0 || c.unit < 0) continue;
-            if (c.groupSize > 0 ? c.groupSize != n : subgroups) continue;
+            std::optional<std::vector<int32_t>> g = groupOf(*ranks[r], c);
+            // Of unknown size and no subgroup listed for it: every rank, when no collective
+            // shows a smaller group.
+            if (!g && c.groupSize == 0 && !subgroups) g = everyone;
+            if (!g) continue;
+            const auto me = std::find(g->begin(), g->end(), static_cast<int32_t>(r));
+            if (me == g->end()) continue;
+            const auto pos = static_cast<size_t>(me - g->begin());
+            GroupSpans& gs = groups[*g];
+            gs.spans.resize(g->size());
+            gs.of.resize(g->size());
             // Units by name: each rank's unit indices follow its own sort.
-            spans[r].push_back({std::to_string(static_cast<int>(c.kind)) + "|" +
-                                    ranks[r]->units[static_cast<size_t>(c.unit)].name + "|" +
-                                    (c.backward ? "b" : "f") + "|" + std::to_string(c.step) + "|" +
-                                    std::to_string(c.microBatch),
-                                c.startNs, c.endNs});
-            of[r].push_back(i);
+            gs.spans[pos].push_back({std::to_string(static_cast<int>(c.kind)) + "|" +
+                                         ranks[r]->units[static_cast<size_t>(c.unit)].name + "|" +
+                                         (c.backward ? "b" : "f") + "|" + std::to_string(c.step) +
+                                         "|" + std::to_string(c.microBatch),
+                                     c.startNs, c.endNs});
+            gs.of[pos].push_back(i);
         }
     }
-    const PeerWaits w = peerWaits(spans);
-    fit.matched = w.matched;
-    fit.clockOffsetNs = w.clockOffsetNs;
-    if (w.matched == 0) {
+    // Each group's waits; the ranks' clock offsets against the first, chained through the
+    // groups (HSDP: rank 3 through its shard group with 2, 2 through its replicate group
+    // with 0).
+    std::vector<bool> known(ranks.size(), false);
+    known[0] = true;
+    std::vector<std::pair<std::vector<int32_t>, std::vector<int64_t>>> offsets;
+    for (auto& [members, gs] : groups) {
+        const PeerWaits w = peerWaits(gs.spans);
+        fit.matched += w.matched;
+        if (w.matched == 0) continue;
+        offsets.emplace_back(members, w.clockOffsetNs);
+        for (size_t m = 0; m < members.size(); ++m)
+            for (size_t k = 0; k < gs.of[m].size(); ++k)
+                if (w.waitNs[m][k] >= 0)
+                    ranks[static_cast<size_t>(members[m])]->collectives[gs.of[m][k]].peerWaitNs =
+                        w.waitNs[m][k];
+    }
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (const auto& [members, off] : offsets) {
+            size_t anchor = members.size();
+            for (size_t m = 0; m < members.size() && anchor == members.size(); ++m)
+                if (known[static_cast<size_t>(members[m])]) anchor = m;
+            if (anchor == members.size()) continue;
+            const int64_t base =
+                fit.clockOffsetNs[static_cast<size_t>(members[anchor])] - off[anchor];
+            for (size_t m = 0; m < members.size(); ++m) {
+                const auto r = static_cast<size_t>(members[m]);
+                if (known[r]) continue;
+                fit.clockOffsetNs[r] = base + off[m];
+                known[r] = changed = true;
+            }
+        }
+    }
+    if (fit.matched == 0) {
         for (FsdpTraceAnalysis* a : ranks)
             a->notes.push_back(
                 "no collective could be matched across the " + std::to_string(n) +
                 " ranks given (" +
-                (subgroups ? "their collectives run in smaller groups" : "none in common") +
+                (subgroups ? "their collectives run in smaller groups the traces do not list"
+                           : "none in common") +
                 "): the wait for peers is not known");
         return fit;
     }
-    for (size_t r = 0; r < ranks.size(); ++r)
-        for (size_t k = 0; k < of[r].size(); ++k)
-            ranks[r]->collectives[of[r][k]].peerWaitNs = w.waitNs[r][k];
     for (FsdpTraceAnalysis* a : ranks) {
         a->peerWaits = true;
         int64_t total = 0;

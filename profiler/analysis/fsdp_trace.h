@@ -129,6 +129,8 @@ struct FsdpTraceAnalysis {
     std::string fsdp1BackwardPrefetch;
     bool fsdp1ForwardPrefetch = false;
     std::vector<std::string> notes;
+    int64_t rank = 0;                                // the trace's distributedInfo
+    std::vector<Trace::ProcessGroup> processGroups;  // its pg_config
     bool peerWaits = false;  // fillPeerWaits matched this rank's collectives with its peers'
     int64_t peerWaitNs = 0;  // per step: the FSDP collectives' time waiting for a peer
 };
@@ -139,15 +141,18 @@ struct FsdpTraceAnalysis {
 // group, whenever each started it: the time a rank spends in one before the last of its
 // peers has started it is a wait for that peer (a straggler: a longer optimizer step, a
 // data-loader stall, an unlucky core), not transfer. Fills peerWaitNs of the collectives
-// whose group is all of `ranks` (group size = ranks.size(); one without a known size only
-// where no collective of any rank shows a smaller group), matched across ranks by kind,
-// unit, phase, step, micro-batch and order, and the per-phase and per-step sums. The ranks'
-// clocks need not agree: each rank's offset to the first is the median difference of the
-// matched collectives' ends. Returns how many collectives were matched on every rank; when
-// none, each rank gets a note saying why.
+// whose group is known: all of `ranks` (group size = ranks.size(); one without a known
+// size only where no collective of any rank shows a smaller group), or a smaller group the
+// traces list (Kineto's pg_config: HSDP's shard groups for all-gathers and reduce-scatters,
+// its replicate groups for all-reduces) whose members' traces are all given. Collectives
+// match within their group by kind, unit, phase, step, micro-batch and order; the per-phase
+// and per-step sums follow. The ranks' clocks need not agree: within a group each member's
+// offset is the median difference of the matched collectives' ends, chained across groups
+// for clockOffsetNs. Returns how many collectives were matched (per group); when none, each
+// rank gets a note saying why.
 struct PeerWaitFit {
     int64_t matched = 0;
-    std::vector<int64_t> clockOffsetNs;  // per rank, against ranks[0]
+    std::vector<int64_t> clockOffsetNs;  // per rank, against ranks[0] (0 where not chained)
 };
 PeerWaitFit fillPeerWaits(const std::vector<FsdpTraceAnalysis*>& ranks);
 

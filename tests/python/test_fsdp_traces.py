@@ -413,6 +413,52 @@ class PeerWait(unittest.TestCase):
         self.assertGreater(float(m.group(1)), 0.9 * self.SLEEP_MS / 6)
 
 
+class PeerWaitHsdp(unittest.TestCase):
+    """The same on HSDP 2x2 (4 Gloo ranks): the all-gathers run in shard groups {0, 1} and
+    {2, 3}, the all-reduces in replicate groups {0, 2} and {1, 3}, which each trace lists
+    (Kineto's pg_config). Rank 3 sleeps 800 ms before step 1's forward: rank 2, its shard
+    peer, waits in the step's first all-gather; ranks 0 and 1 run on until the backward's
+    all-reduces, where they wait for 2 and 3."""
+
+    SLEEP_MS = 800
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="shardscope_peer_wait_hsdp_")
+        path = os.path.join(cls.tmp.name, "plan.json")
+        with open(path, "w") as f:
+            json.dump(CASES["hsdp_2x2"], f)
+        cls.traces = os.path.join(cls.tmp.name, "traces")
+        r = subprocess.run([sys.executable, RECORD, "--model", MODEL, "--plan", path, "--out", cls.traces,
+                            "--steps", "3", "--straggle", f"3:1:{cls.SLEEP_MS}", "--shardscope", peer.BIN],
+                           capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            raise AssertionError(f"recording failed:\n{r.stderr[-3000:]}")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_each_group_waits_for_its_own_straggler(self):
+        j = peer.shardscope("trace", "overlap", self.traces, "--json", "--collectives")
+        first, reduce = {}, {}
+        for r in j["per_rank"]:
+            step1 = [c for c in r["collectives"] if c["step"] == 1]
+            self.assertTrue(all(c["peer_wait_ns"] is not None for c in step1), r["rank"])
+            first[r["rank"]] = step1[0]["peer_wait_ns"] * 1e-6
+            self.assertEqual((step1[0]["kind"], step1[0]["unit"]), ("all_gather", ""))
+            reduce[r["rank"]] = sum(c["peer_wait_ns"] for c in step1 if c["kind"] == "all_reduce") * 1e-6
+        sleep = self.SLEEP_MS
+        print(f"step 1, first all-gather's wait (ms): {first}; all-reduces' wait: {reduce}")
+        self.assertGreater(first[2], 0.75 * sleep)
+        self.assertLess(first[2], 1.05 * sleep)
+        for rank in (0, 1, 3):
+            self.assertLess(first[rank], 0.1 * sleep, rank)
+        for rank in (0, 1):
+            self.assertGreater(reduce[rank], 0.75 * sleep, rank)
+        self.assertLess(reduce[3], 0.1 * sleep)
+
+
 class FsdpOverOneRank(unittest.TestCase):
     """FSDP2 over a group of one gathers nothing: unshard() only records an event and
     wait_for_unshard() casts each parameter (aten::_to_copy) and copies it into its storage

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tests/support/exercise.h"
 
+#include <cstdint>
+
 #include "profiler/analysis/allocator_replay.h"
 #include "profiler/analysis/fsdp_trace.h"
 #include "profiler/analysis/kernel_fit.h"
@@ -23,6 +25,7 @@ void exerciseTrace(const Trace& t, const ClusterSpec* cluster) {
     {
         // The trace as two ranks of one job: the peer-wait matching over its collectives.
         FsdpTraceAnalysis b = a;
+        if (b.rank < INT64_MAX) ++b.rank;  // two ranks, so that the trace's groups are matched
         (void)fillPeerWaits({&a, &b});
     }
     (void)fsdpAnalysisToJson(a).dump(-1, ' ', false, Json::error_handler_t::replace);
