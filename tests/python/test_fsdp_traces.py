@@ -80,6 +80,14 @@ CASES = {
 }
 
 
+def record(plan_path, out, *extra):
+    """A real PyTorch run of the plan on local Gloo ranks, profiled into `out`."""
+    r = subprocess.run([sys.executable, RECORD, "--model", MODEL, "--plan", plan_path, "--out", out, *extra,
+                        "--shardscope", peer.BIN], capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise AssertionError(f"recording {plan_path} failed:\n{r.stderr[-3000:]}")
+
+
 def show(path):
     j = peer.shardscope("plan", "show", "-m", MODEL, "-p", path, "--json")
     keys = ("modules", "reshard_after_forward", "all_gather_dtype", "reduce_dtype", "forward_prefetch",
@@ -351,31 +359,34 @@ class FsdpTraces(unittest.TestCase):
                 self.assertGreaterEqual(theirs["exposed_ns_per_step"], 0.99 * theirs["comm_ns_per_step"])
 
 
-class PeerWait(unittest.TestCase):
-    """A straggler, made on purpose: in a real 2-rank FSDP2 run, rank 1 sleeps 800 ms before
-    the forward of profiled step 1. Rank 0 then sits in that step's first all-gather (the
-    root's) until rank 1 arrives. `trace overlap` must put those 800 ms in rank 0's peer
-    wait for that collective, none in rank 1's, and no such wait anywhere else. The two
-    ranks' traces start at different times, so this also checks the clock alignment."""
-
+class StragglerRun(unittest.TestCase):
+    """A real run of CASE's plan, 3 profiled steps, in which rank STRAGGLER sleeps SLEEP_MS
+    before step 1's forward (record_fsdp_trace.py --straggle). No tests of its own."""
     SLEEP_MS = 800
+    CASE, STRAGGLER = "per_block", 1
 
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory(prefix="shardscope_peer_wait_")
         path = os.path.join(cls.tmp.name, "plan.json")
         with open(path, "w") as f:
-            json.dump(CASES["per_block"], f)
+            json.dump(CASES[cls.CASE], f)
         cls.traces = os.path.join(cls.tmp.name, "traces")
-        r = subprocess.run([sys.executable, RECORD, "--model", MODEL, "--plan", path, "--out", cls.traces,
-                            "--steps", "3", "--straggle", f"1:1:{cls.SLEEP_MS}", "--shardscope", peer.BIN],
-                           capture_output=True, text=True, timeout=300)
-        if r.returncode != 0:
-            raise AssertionError(f"recording failed:\n{r.stderr[-3000:]}")
+        record(path, cls.traces, "--steps", "3", "--straggle", f"{cls.STRAGGLER}:1:{cls.SLEEP_MS}")
 
     @classmethod
     def tearDownClass(cls):
         cls.tmp.cleanup()
+
+
+class PeerWait(StragglerRun):
+    """A straggler, made on purpose: in a real 2-rank FSDP2 run, rank 1 sleeps 800 ms before
+    the forward of profiled step 1. Rank 0 then sits in that step's first all-gather (the
+    root's) until rank 1 arrives. `trace overlap` must put those 800 ms in rank 0's peer
+    wait for that collective, none in rank 1's, and no such wait anywhere else. The two
+    ranks' traces start at different times, so this also checks the clock alignment."""
+
+    CASE, STRAGGLER = "per_block", 1
 
     def test_the_straggler_is_the_wait_of_its_peer(self):
         j = peer.shardscope("trace", "overlap", self.traces, "--json", "--collectives")
@@ -413,31 +424,14 @@ class PeerWait(unittest.TestCase):
         self.assertGreater(float(m.group(1)), 0.9 * self.SLEEP_MS / 6)
 
 
-class PeerWaitHsdp(unittest.TestCase):
+class PeerWaitHsdp(StragglerRun):
     """The same on HSDP 2x2 (4 Gloo ranks): the all-gathers run in shard groups {0, 1} and
     {2, 3}, the all-reduces in replicate groups {0, 2} and {1, 3}, which each trace lists
     (Kineto's pg_config). Rank 3 sleeps 800 ms before step 1's forward: rank 2, its shard
     peer, waits in the step's first all-gather; ranks 0 and 1 run on until the backward's
     all-reduces, where they wait for 2 and 3."""
 
-    SLEEP_MS = 800
-
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="shardscope_peer_wait_hsdp_")
-        path = os.path.join(cls.tmp.name, "plan.json")
-        with open(path, "w") as f:
-            json.dump(CASES["hsdp_2x2"], f)
-        cls.traces = os.path.join(cls.tmp.name, "traces")
-        r = subprocess.run([sys.executable, RECORD, "--model", MODEL, "--plan", path, "--out", cls.traces,
-                            "--steps", "3", "--straggle", f"3:1:{cls.SLEEP_MS}", "--shardscope", peer.BIN],
-                           capture_output=True, text=True, timeout=300)
-        if r.returncode != 0:
-            raise AssertionError(f"recording failed:\n{r.stderr[-3000:]}")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
+    CASE, STRAGGLER = "hsdp_2x2", 3
 
     def test_each_group_waits_for_its_own_straggler(self):
         j = peer.shardscope("trace", "overlap", self.traces, "--json", "--collectives")
@@ -474,10 +468,7 @@ class FsdpOverOneRank(unittest.TestCase):
                 "reshard_after_forward": True,
                 "mixed_precision": {"param_dtype": "bfloat16", "reduce_dtype": "float32"}}), f)
         cls.traces = os.path.join(cls.tmp.name, "traces")
-        r = subprocess.run([sys.executable, RECORD, "--model", MODEL, "--plan", cls.plan, "--out", cls.traces,
-                            "--shardscope", peer.BIN], capture_output=True, text=True, timeout=300)
-        if r.returncode != 0:
-            raise AssertionError(f"recording failed:\n{r.stderr[-3000:]}")
+        record(cls.plan, cls.traces)
 
     @classmethod
     def tearDownClass(cls):
