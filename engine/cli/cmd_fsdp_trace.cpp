@@ -275,7 +275,12 @@ Expected<PyTorchRun> loadPyTorchRun(const Args& a, const std::vector<std::string
             "--cluster: give the cluster to simulate on (samples/clusters/cpu-2core.json "
             "for a CPU run)"};
     run.cluster = std::move(**cluster);
-    const FsdpTraceAnalysis first = analyzeFsdp(run.traces.front());
+    // Each rank's FSDP structure, once: the first recovers the plan, all join the program.
+    std::vector<FsdpTraceAnalysis> analyses;
+    analyses.reserve(run.traces.size());
+    for (const Trace& t : run.traces)
+        analyses.push_back(analyzeFsdp(t));
+    const FsdpTraceAnalysis& first = analyses.front();
     if (first.api.empty())
         return Error{run.paths.front() +
                      ": no FSDP labels (FSDP::* or FullyShardedDataParallel.*)"};
@@ -301,7 +306,7 @@ Expected<PyTorchRun> loadPyTorchRun(const Args& a, const std::vector<std::string
     std::vector<std::pair<std::string, const Trace*>> ranks;
     for (size_t i = 0; i < run.traces.size(); ++i)
         ranks.emplace_back(run.paths[i], &run.traces[i]);
-    auto join = joinFsdpTraces(ranks, *run.resolved, *run.program);
+    auto join = joinFsdpTraces(ranks, analyses, *run.resolved, *run.program);
     if (!join) return Error{join.error()};
     run.join = std::move(*join);
     return run;

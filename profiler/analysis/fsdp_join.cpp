@@ -362,6 +362,7 @@ std::vector<Item> itemsOf(const Trace& t, const FsdpTraceAnalysis& a, const Reso
 }  // namespace
 
 Expected<FsdpJoin> joinFsdpTraces(const std::vector<std::pair<std::string, const Trace*>>& ranks,
+                                  std::vector<FsdpTraceAnalysis>& analyses,
                                   const ResolvedPlan& plan, const StepProgram& program) {
     FsdpJoin j;
     j.file.producer = "pytorch profiler";
@@ -377,24 +378,23 @@ Expected<FsdpJoin> joinFsdpTraces(const std::vector<std::pair<std::string, const
     }
     double stepMax = 0;
     std::vector<std::string> notes;
-    std::vector<FsdpTraceAnalysis> analyses;
+    if (analyses.size() != ranks.size())
+        return Error{"internal: an FSDP analysis per rank trace expected"};
     std::vector<FsdpTraceAnalysis*> all;
-    analyses.reserve(ranks.size());
-    for (const auto& [path, t] : ranks) {
-        analyses.push_back(analyzeFsdp(*t));
-        if (analyses.back().api.empty())
-            return Error{path + ": no FSDP labels (FSDP::* or FullyShardedDataParallel.*)"};
-        all.push_back(&analyses.back());
+    for (size_t r = 0; r < ranks.size(); ++r) {
+        if (analyses[r].api.empty())
+            return Error{ranks[r].first +
+                         ": no FSDP labels (FSDP::* or FullyShardedDataParallel.*)"};
+        all.push_back(&analyses[r]);
     }
     // The measured collectives' time waiting for the last rank to start them: part of what
     // they took, which a simulation of ranks in lockstep has no cause for.
     if (fillPeerWaits(all).matched > 0) {
-        int64_t wait = 0, steps = 0;
-        for (const FsdpTraceAnalysis* a : all) {
-            wait += a->peerWaitNs * std::max(1, a->steps);
-            steps += std::max(1, a->steps);
-        }
-        j.peerWaitNsPerStep = static_cast<double>(wait) / static_cast<double>(steps);
+        // Per step and rank, as `trace overlap` gives it.
+        double wait = 0;
+        for (const FsdpTraceAnalysis* a : all)
+            wait += static_cast<double>(a->peerWaitNs);
+        j.peerWaitNsPerStep = wait / static_cast<double>(all.size());
         char b[64];
         std::snprintf(b, sizeof b, "%.2f ms", j.peerWaitNsPerStep * 1e-6);
         notes.push_back(std::string("of the measured collectives, ") + b +

@@ -20,6 +20,7 @@
 
 #include "engine/schedule/step_program.h"
 #include "engine/sim/simulator.h"
+#include "profiler/analysis/fsdp_trace.h"
 #include "profiler/analysis/step_trace.h"
 #include "profiler/trace/trace.h"
 
@@ -35,10 +36,11 @@ struct FsdpJoin {
     double peerWaitNsPerStep = -1;
 };
 
-// `ranks`: (path, trace) per rank, PyTorch FSDP2 traces of a job that ran `plan`.
+// `ranks`: (path, trace) per rank, PyTorch FSDP2 traces of a job that ran `plan`, and
+// `analyses` their analyzeFsdp, rank for rank (the join fills their peer waits).
 [[nodiscard]] Expected<FsdpJoin> joinFsdpTraces(
-    const std::vector<std::pair<std::string, const Trace*>>& ranks, const ResolvedPlan& plan,
-    const StepProgram& program);
+    const std::vector<std::pair<std::string, const Trace*>>& ranks,
+    std::vector<FsdpTraceAnalysis>& analyses, const ResolvedPlan& plan, const StepProgram& program);
 
 // A simulation as a step trace (one rank, one step), the other side of a diff.
 [[nodiscard]] TraceFile simulatedStepTrace(const ResolvedPlan& plan, const StepProgram& program,

@@ -777,12 +777,10 @@ PeerWaitFit fillPeerWaits(const std::vector<FsdpTraceAnalysis*>& ranks) {
     for (const FsdpTraceAnalysis* a : ranks)
         for (const auto& c : a->collectives)
             subgroups = subgroups || (c.groupSize > 0 && c.groupSize != n);
-    // Per group: its members' spans, and where each came from.
-    struct GroupSpans {
-        std::vector<std::vector<PeerSpan>> spans;  // per member
-        std::vector<std::vector<size_t>> of;       // per member: span -> collective
-    };
-    std::map<std::vector<int32_t>, GroupSpans> groups;
+    std::vector<std::vector<PeerSpan>> spans(ranks.size());
+    std::vector<std::vector<size_t>> of(ranks.size());  // per rank: span -> collective
+    std::vector<std::vector<int32_t>> groups;           // the smaller groups seen
+    std::map<std::vector<int32_t>, int32_t> groupIndex;
     for (size_t r = 0; r < ranks.size(); ++r) {
         const auto& cs = ranks[r]->collectives;
         for (size_t i = 0; i < cs.size(); ++i) {
@@ -793,55 +791,27 @@ PeerWaitFit fillPeerWaits(const std::vector<FsdpTraceAnalysis*>& ranks) {
             // shows a smaller group.
             if (!g && c.groupSize == 0 && !subgroups) g = everyone;
             if (!g) continue;
-            const auto me = std::find(g->begin(), g->end(), static_cast<int32_t>(r));
-            if (me == g->end()) continue;
-            const auto pos = static_cast<size_t>(me - g->begin());
-            GroupSpans& gs = groups[*g];
-            gs.spans.resize(g->size());
-            gs.of.resize(g->size());
-            // Units by name: each rank's unit indices follow its own sort.
-            gs.spans[pos].push_back({std::to_string(static_cast<int>(c.kind)) + "|" +
-                                         ranks[r]->units[static_cast<size_t>(c.unit)].name + "|" +
-                                         (c.backward ? "b" : "f") + "|" + std::to_string(c.step) +
-                                         "|" + std::to_string(c.microBatch),
-                                     c.startNs, c.endNs});
-            gs.of[pos].push_back(i);
-        }
-    }
-    // Each group's waits; the ranks' clock offsets against the first, chained through the
-    // groups (HSDP: rank 3 through its shard group with 2, 2 through its replicate group
-    // with 0).
-    std::vector<bool> known(ranks.size(), false);
-    known[0] = true;
-    std::vector<std::pair<std::vector<int32_t>, std::vector<int64_t>>> offsets;
-    for (auto& [members, gs] : groups) {
-        const PeerWaits w = peerWaits(gs.spans);
-        fit.matched += w.matched;
-        if (w.matched == 0) continue;
-        offsets.emplace_back(members, w.clockOffsetNs);
-        for (size_t m = 0; m < members.size(); ++m)
-            for (size_t k = 0; k < gs.of[m].size(); ++k)
-                if (w.waitNs[m][k] >= 0)
-                    ranks[static_cast<size_t>(members[m])]->collectives[gs.of[m][k]].peerWaitNs =
-                        w.waitNs[m][k];
-    }
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (const auto& [members, off] : offsets) {
-            size_t anchor = members.size();
-            for (size_t m = 0; m < members.size() && anchor == members.size(); ++m)
-                if (known[static_cast<size_t>(members[m])]) anchor = m;
-            if (anchor == members.size()) continue;
-            const int64_t base =
-                fit.clockOffsetNs[static_cast<size_t>(members[anchor])] - off[anchor];
-            for (size_t m = 0; m < members.size(); ++m) {
-                const auto r = static_cast<size_t>(members[m]);
-                if (known[r]) continue;
-                fit.clockOffsetNs[r] = base + off[m];
-                known[r] = changed = true;
+            int32_t group = -1;
+            if (*g != everyone) {
+                auto [it, fresh] = groupIndex.try_emplace(*g, static_cast<int32_t>(groups.size()));
+                if (fresh) groups.push_back(*g);
+                group = it->second;
             }
+            // Units by name: each rank's unit indices follow its own sort.
+            spans[r].push_back({std::to_string(static_cast<int>(c.kind)) + "|" +
+                                    ranks[r]->units[static_cast<size_t>(c.unit)].name + "|" +
+                                    (c.backward ? "b" : "f") + "|" + std::to_string(c.step) + "|" +
+                                    std::to_string(c.microBatch),
+                                c.startNs, c.endNs, group});
+            of[r].push_back(i);
         }
     }
+    const PeerWaits w = peerWaits(spans, groups);
+    fit.matched = w.matched;
+    fit.clockOffsetNs = w.clockOffsetNs;
+    for (size_t r = 0; r < ranks.size(); ++r)
+        for (size_t k = 0; k < of[r].size(); ++k)
+            if (w.waitNs[r][k] >= 0) ranks[r]->collectives[of[r][k]].peerWaitNs = w.waitNs[r][k];
     if (fit.matched == 0) {
         for (FsdpTraceAnalysis* a : ranks)
             a->notes.push_back(

@@ -16,17 +16,22 @@ namespace shardscope {
 struct PeerSpan {
     std::string key;  // names the collective alike on every rank: kind, unit, phase, step, ...
     int64_t startNs = 0, endNs = 0;
+    int32_t group = -1;  // index into the groups given to peerWaits; -1: every rank
 };
 
 struct PeerWaits {
-    int64_t matched = 0;                 // collectives found on every rank
-    std::vector<int64_t> clockOffsetNs;  // per rank, against the first
+    int64_t matched = 0;  // collectives found on every member of their group
+    // Per rank, against the first: within a group the median difference of the matched
+    // collectives' ends, chained across groups (0 where no group links a rank to the first).
+    std::vector<int64_t> clockOffsetNs;
     // Per rank, per span given: its wait for the last peer, or -1 when not matched.
     std::vector<std::vector<int64_t>> waitNs;
 };
 
-// spans[r]: rank r's collectives whose group is all the ranks given; equal keys match in
-// their order on each rank.
-[[nodiscard]] PeerWaits peerWaits(const std::vector<std::vector<PeerSpan>>& spans);
+// spans[r]: rank r's collectives; `groups`: the smaller groups some run in (HSDP's shard
+// and replicate groups), each a list of rank indices. Spans of one group with equal keys
+// match in their order on each member.
+[[nodiscard]] PeerWaits peerWaits(const std::vector<std::vector<PeerSpan>>& spans,
+                                  const std::vector<std::vector<int32_t>>& groups = {});
 
 }  // namespace shardscope

@@ -1,11 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "profiler/analysis/step_trace.h"
 
-#include <unordered_map>
-
 #include <algorithm>
 #include <map>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "profiler/import/kineto_import.h"

@@ -45,6 +45,27 @@ TEST(PeerWait, EqualKeysMatchInOrderAndUnmatchedOnesStayUnknown) {
     EXPECT_EQ(v.waitNs[1][2], 0);
 }
 
+TEST(PeerWait, GroupsMatchAmongTheirMembersAndChainTheClocks) {
+    // HSDP 2x2: shard groups {0, 1} and {2, 3}, replicate groups {0, 2} and {1, 3}. Rank r's
+    // clock runs r * 1000 ns ahead. Rank 3 starts its shard all-gather 50 ns after rank 2;
+    // rank 2 starts the replicate all-reduce 70 ns after rank 0.
+    const std::vector<std::vector<int32_t>> groups = {{0, 1}, {2, 3}, {0, 2}, {1, 3}};
+    auto s = [](int32_t r, const char* key, int64_t t0, int64_t t1, int32_t g) {
+        return PeerSpan{key, t0 + 1000 * r, t1 + 1000 * r, g};
+    };
+    std::vector<std::vector<PeerSpan>> spans = {{s(0, "ag", 0, 100, 0), s(0, "ar", 200, 300, 2)},
+                                                {s(1, "ag", 0, 100, 0), s(1, "ar", 200, 300, 3)},
+                                                {s(2, "ag", 0, 100, 1), s(2, "ar", 270, 300, 2)},
+                                                {s(3, "ag", 50, 100, 1), s(3, "ar", 200, 300, 3)}};
+    const PeerWaits w = peerWaits(spans, groups);
+    EXPECT_EQ(w.matched, 4);
+    EXPECT_EQ(w.clockOffsetNs, (std::vector<int64_t>{0, 1000, 2000, 3000}));
+    EXPECT_EQ(w.waitNs[2], (std::vector<int64_t>{50, 0}));
+    EXPECT_EQ(w.waitNs[0], (std::vector<int64_t>{0, 70}));
+    EXPECT_EQ(w.waitNs[1], (std::vector<int64_t>{0, 0}));
+    EXPECT_EQ(w.waitNs[3], (std::vector<int64_t>{0, 0}));
+}
+
 TEST(PeerWait, OneRankOrNothingInCommonGivesNoWait) {
     EXPECT_EQ(peerWaits({{{"ag", 0, 10}}}).matched, 0);
     const PeerWaits w = peerWaits({{{"ag|a", 0, 10}}, {{"ag|b", 0, 10}}});
