@@ -61,6 +61,86 @@ inline const char* skipInString(const char* p, const char* e) {
         ++p;
     return p;
 }
+#if defined(__SSE2__)
+// A 64-byte block's bytes of interest as bit masks (bit i: byte i), for the splitter's
+// block scan: quotes, backslashes, opening and closing brackets.
+struct BlockMasks {
+    uint64_t quote, backslash, open, close;
+};
+inline BlockMasks classifyBlock(const char* p) {
+    BlockMasks m{};
+    for (int q = 0; q < 4; ++q) {
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * q));
+        auto bits = [&](__m128i eq) {
+            return static_cast<uint64_t>(static_cast<uint32_t>(_mm_movemask_epi8(eq))) << (16 * q);
+        };
+        m.quote |= bits(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')));
+        m.backslash |= bits(_mm_cmpeq_epi8(v, _mm_set1_epi8('\\')));
+        // '{' = 0x7b, '[' = 0x5b; '}' = 0x7d, ']' = 0x5d: they differ only in bit 5.
+        const __m128i folded = _mm_or_si128(v, _mm_set1_epi8(0x20));
+        m.open |= bits(_mm_cmpeq_epi8(folded, _mm_set1_epi8('{')));
+        m.close |= bits(_mm_cmpeq_epi8(folded, _mm_set1_epi8('}')));
+    }
+    return m;
+}
+// Bit i of the result: the XOR of bits 0..i of x (a quote mask becomes "inside a string").
+inline uint64_t prefixXor(uint64_t x) {
+    x ^= x << 1;
+    x ^= x << 2;
+    x ^= x << 4;
+    x ^= x << 8;
+    x ^= x << 16;
+    x ^= x << 32;
+    return x;
+}
+#endif
+
+// Where a scan of an object or array stands, carried from one chunk to the next.
+struct ScanState {
+    int depth = 0;
+    bool inString = false, escape = false;
+    bool backslash = false;  // a backslash was seen (its strings may need unescaping)
+};
+#if defined(__SSE2__)
+// Scans [p, e) of an object or array begun at or before p: 64 bytes at a time, as bit
+// masks. Quotes not escaped delimit strings (their prefix XOR), and the brackets outside
+// strings are counted. True when its closing bracket is found (p just after it); false with
+// p == e when the bytes end first. Reads up to 63 bytes past e (the chunk's padding); those
+// are masked off.
+inline bool scanBlocks(const char*& p, const char* e, ScanState& s) {
+    while (p < e) {
+        const auto n = static_cast<int>(std::min<ptrdiff_t>(64, e - p));
+        const uint64_t valid = n == 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
+        const BlockMasks m = classifyBlock(p);
+        uint64_t escaped = s.escape ? 1 : 0;
+        s.escape = false;
+        if ((m.backslash & valid) != 0) s.backslash = true;
+        for (uint64_t b = m.backslash & valid; b != 0; b &= b - 1) {
+            const int i = __builtin_ctzll(b);
+            if ((escaped >> i) & 1) continue;  // itself escaped
+            if (i == n - 1)
+                s.escape = true;  // escapes the next block's first byte
+            else
+                escaped |= uint64_t{1} << (i + 1);
+        }
+        const uint64_t strings =
+            prefixXor(m.quote & ~escaped & valid) ^ (s.inString ? ~uint64_t{0} : 0);
+        for (uint64_t b = (m.open | m.close) & ~strings & valid; b != 0; b &= b - 1) {
+            const int i = __builtin_ctzll(b);
+            if ((m.open >> i) & 1) {
+                ++s.depth;
+            } else if (--s.depth == 0) {
+                p += i + 1;
+                return true;
+            }
+        }
+        s.inString = (strings >> (n - 1)) & 1;
+        p += n;
+    }
+    return false;
+}
+#endif
+
 // The file (gzip or plain) in 256 KiB chunks; the splitter below walks the buffer.
 class GzReader {
 public:
@@ -102,6 +182,7 @@ public:
         spill.clear();
         m_inPlace = true;
         m_captureRefills = refills;
+        m_escapes = false;
         const bool ok = capture(spill);
         m_inPlace = false;
         if (!ok) return false;
@@ -137,15 +218,32 @@ public:
             out.append(run, m_pos);
             return true;
         }
-        // Tight inner loops over the chunk: runs of bytes that cannot change the state are
-        // skipped by table lookup, and the chunk's end is checked once per run.
         int depth = 0;
         bool inString = false, escape = false;
         const char* run = m_pos;
+#if defined(__SSE2__)
+        ScanState scan;
+#endif
         while (true) {
             const char* p = m_pos;
             const char* const e = m_end;
             bool done = false;
+#if defined(__SSE2__)
+            // An object or array: the 64-byte block scan, its state carried across chunks.
+            if (first != '"') {
+                done = scanBlocks(p, e, scan);
+                if (scan.backslash) m_escapes = true;
+                m_pos = p;
+                if (done) break;
+                out.append(run, m_pos);
+                if (!refill()) return false;
+                run = m_pos;
+                continue;
+            }
+#endif
+            // A lone string (a key), or no SSE2: runs of bytes that cannot change the
+            // state are skipped by table lookup, and the chunk's end is checked once per
+            // run.
             while (p < e) {
                 if (inString) {
                     if (escape) {
@@ -157,6 +255,7 @@ public:
                     if (p == e) break;
                     if (*p++ == '\\') {
                         escape = true;
+                        m_escapes = true;
                         continue;
                     }
                     inString = false;
@@ -189,7 +288,35 @@ public:
         return true;
     }
 
-    [[nodiscard]] bool cancelled() const { return m_cancelled; }
+    // Whether the value captureEvent last captured had a backslash inside a string; when it
+    // had none, its strings need no unescaping.
+    [[nodiscard]] bool lastEscapes() const {
+        return m_escapes;
+    }
+    // The chunk at hand, for the splitter's batches: the bytes left in it, the first byte
+    // of the chunk's buffer, the end of its readable padding, and a position's offset in
+    // the file. setPos moves within the chunk.
+    [[nodiscard]] char* pos() {
+        return m_buf.data() + (m_pos - m_buf.data());
+    }
+    [[nodiscard]] const char* end() const {
+        return m_end;
+    }
+    [[nodiscard]] const char* bufferBegin() const {
+        return m_buf.data();
+    }
+    [[nodiscard]] const char* paddedEnd() const {
+        return m_buf.data() + m_buf.size();
+    }
+    [[nodiscard]] int64_t offsetOf(const char* p) const {
+        return m_consumed + (p - m_buf.data());
+    }
+    void setPos(const char* p) {
+        m_pos = p;
+    }
+    [[nodiscard]] bool cancelled() const {
+        return m_cancelled;
+    }
     // Reads to the end after the JSON value: only whitespace may follow, and a gzip must
     // end cleanly (its trailer checked). False when something else follows.
     bool drain() {
@@ -201,7 +328,9 @@ public:
         return true;
     }
     // Why reading stopped early ("gzip: unexpected end of file"); empty at a clean end.
-    [[nodiscard]] const std::string& ioError() const { return m_ioError; }
+    [[nodiscard]] const std::string& ioError() const {
+        return m_ioError;
+    }
 
 private:
     bool refill() {
@@ -238,12 +367,15 @@ private:
     bool m_cancelled = false;
     // A chunk and simdjson's padding after it: an event inside the chunk is parsed in place.
     static constexpr size_t kChunk = 256 << 10;
+    static_assert(simdjson::SIMDJSON_PADDING >= 64,
+                  "the block scan reads 64 bytes past a chunk's last byte");
     std::vector<char> m_buf = std::vector<char>(kChunk + simdjson::SIMDJSON_PADDING);
     const char* m_pos = m_buf.data();
     const char* m_end = m_buf.data();
     int64_t m_consumed = 0;
     int64_t m_refills = 0;
     std::string m_ioError;
+    bool m_escapes = true;         // the last capture saw a backslash (or was not tracked)
     bool m_inPlace = false;        // capture leaves a one-chunk value in place
     int64_t m_captureRefills = 0;  // m_refills when that capture began
 };
@@ -316,10 +448,69 @@ public:
 
     // Microseconds (integer or fractional) to nanoseconds.
     enum class UsRead { Ok, NotANumber, OutOfRange };
-    static UsRead readUs(simdjson::ondemand::value v, int64_t& ns) {
+    // A number's raw token without its trailing whitespace.
+    static std::string_view numberToken(simdjson::ondemand::value& v) {
+        std::string_view tok = v.raw_json_token();
+        while (!tok.empty() && (tok.back() == ' ' || tok.back() == '\n' || tok.back() == '\r' ||
+                                tok.back() == '\t'))
+            tok.remove_suffix(1);
+        return tok;
+    }
+    // Kineto's microseconds as it writes them, an integer or up to three decimals
+    // ("ts": 5615036874217.012), to nanoseconds exactly, from the digits: no floating point
+    // (whose division was the importer's costliest instruction) and no rounding. False for
+    // anything else (an exponent, more decimals, a leading zero, beyond 9.2e12 us): the
+    // caller reads those through simdjson.
+    static bool exactUs(std::string_view tok, int64_t& ns) {
+        size_t i = 0;
+        const bool negative = !tok.empty() && tok[0] == '-';
+        if (negative) ++i;
+        const size_t start = i;
+        int64_t whole = 0;
+        while (i < tok.size() && tok[i] >= '0' && tok[i] <= '9') {
+            if (i - start == 13) return false;
+            whole = whole * 10 + (tok[i++] - '0');
+        }
+        if (i == start || (tok[start] == '0' && i - start > 1) || whole > 9'200'000'000'000)
+            return false;
+        int64_t frac = 0;
+        int digits = 0;
+        if (i < tok.size() && tok[i] == '.') {
+            ++i;
+            while (i < tok.size() && tok[i] >= '0' && tok[i] <= '9') {
+                if (++digits > 3) return false;
+                frac = frac * 10 + (tok[i++] - '0');
+            }
+            if (digits == 0) return false;
+        }
+        if (i != tok.size()) return false;
+        for (int d = digits; d < 3; ++d)
+            frac *= 10;
+        ns = whole * 1000 + frac;
+        if (negative) ns = -ns;
+        return true;
+    }
+    // An integer pid or tid from its digits (at most 18, no leading zero); false for
+    // anything else, which simdjson reads.
+    static bool exactInt(std::string_view tok, int64_t& out) {
+        size_t i = 0;
+        const bool negative = !tok.empty() && tok[0] == '-';
+        if (negative) ++i;
+        const size_t digits = tok.size() - i;
+        if (digits == 0 || digits > 18 || (tok[i] == '0' && digits > 1)) return false;
+        int64_t v = 0;
+        for (; i < tok.size(); ++i) {
+            if (tok[i] < '0' || tok[i] > '9') return false;
+            v = v * 10 + (tok[i] - '0');
+        }
+        out = negative ? -v : v;
+        return true;
+    }
+    static UsRead readUs(simdjson::ondemand::value& v, int64_t& ns) {
         simdjson::ondemand::json_type jt;
         if (v.type().get(jt) || jt != simdjson::ondemand::json_type::number)
             return UsRead::NotANumber;
+        if (exactUs(numberToken(v), ns)) return UsRead::Ok;
         // A number whose nanoseconds do not fit int64 (beyond about 106 days of
         // microseconds, or beyond double's range) cannot be placed on the timeline.
         simdjson::ondemand::number_type nt;
@@ -338,7 +529,7 @@ public:
         return UsRead::Ok;
     }
     // pid / tid: an integer, a string, or (rarely) another number.
-    static bool readId(simdjson::ondemand::value v, bool& isInt, bool& isString, int64_t& i,
+    static bool readId(simdjson::ondemand::value& v, bool& isInt, bool& isString, int64_t& i,
                        std::string_view& text, double* asDouble) {
         simdjson::ondemand::json_type jt;
         if (v.type().get(jt)) return false;
@@ -347,6 +538,10 @@ public:
             return !v.get_string().get(text);
         }
         if (jt != simdjson::ondemand::json_type::number) return false;
+        if (exactInt(numberToken(v), i)) {
+            isInt = true;
+            return true;
+        }
         simdjson::ondemand::number_type nt;
         if (v.get_number_type().get(nt)) return false;
         if (nt == simdjson::ondemand::number_type::signed_integer) {
@@ -363,8 +558,41 @@ public:
         return true;
     }
 
+    // A string value's content without copying it: the bytes between its quotes, in place,
+    // when it has no escape (almost every name and category); else simdjson unescapes it.
+    // False when the value is not a string.
+    bool eventEscapes = true;  // whether the event being read has a backslash (in a string)
+    bool readString(simdjson::ondemand::value& v, std::string_view& out) const {
+        std::string_view tok = v.raw_json_token();
+        while (!tok.empty() && (tok.back() == ' ' || tok.back() == '\n' || tok.back() == '\r' ||
+                                tok.back() == '\t'))
+            tok.remove_suffix(1);
+        if (tok.size() < 2 || tok.front() != '"' || tok.back() != '"') return false;
+        tok = tok.substr(1, tok.size() - 2);
+        if (!eventEscapes || std::memchr(tok.data(), '\\', tok.size()) == nullptr) {
+            out = tok;
+            return true;
+        }
+        return !v.get_string().get(out);
+    }
+
     enum class Key : uint8_t { Ph, Cat, Name, Pid, Tid, Ts, Dur, Id, Args, Other };
-    static Key keyOf(std::string_view k) {
+    // A key from its raw bytes (after the opening quote; the event's bytes and their padding
+    // follow, so five are readable): the keys we read have no escapes and at most four
+    // characters. Unknown when a backslash comes first: the caller unescapes it.
+    enum class RawKey : uint8_t { Known, Escaped };
+    static RawKey rawKeyOf(const char* r, Key& key) {
+        for (size_t i = 0; i < 5; ++i) {
+            if (r[i] == '\\') return RawKey::Escaped;
+            if (r[i] == '"') {
+                key = keyOf(std::string_view(r, i));
+                return RawKey::Known;
+            }
+        }
+        key = Key::Other;  // five characters or more, none escaped: not one of ours
+        return RawKey::Known;
+    }
+    static inline Key keyOf(std::string_view k) {
         switch (k.size()) {
             case 2:
                 if (k[0] == 'p' && k[1] == 'h') return Key::Ph;
@@ -377,9 +605,9 @@ public:
                 if (k[0] == 't' && k[1] == 'i' && k[2] == 'd') return Key::Tid;
                 if (k[0] == 'd' && k[1] == 'u' && k[2] == 'r') return Key::Dur;
                 return Key::Other;
-            case 4:
-                if (k == "name") return Key::Name;
-                if (k == "args") return Key::Args;
+            case 4:  // by character: a comparison with a literal calls memcmp
+                if (k[0] == 'n' && k[1] == 'a' && k[2] == 'm' && k[3] == 'e') return Key::Name;
+                if (k[0] == 'a' && k[1] == 'r' && k[2] == 'g' && k[3] == 's') return Key::Args;
                 return Key::Other;
             default:
                 return Key::Other;
@@ -389,7 +617,8 @@ public:
     // Parses one event: its bytes, readable for `padded` bytes (SIMDJSON_PADDING past them).
     // False on a JSON syntax error (`error` says what); a field of an unexpected type drops
     // the event, counted.
-    bool consumeRaw(std::string_view raw, size_t padded, std::string& error) {
+    bool consumeRaw(std::string_view raw, size_t padded, bool escapes, std::string& error) {
+        eventEscapes = escapes;
         simdjson::ondemand::document doc;
         if (auto err = parser.iterate(raw.data(), raw.size(), padded).get(doc)) {
             error = simdjson::error_message(err);
@@ -409,25 +638,80 @@ public:
             error = simdjson::error_message(err);
             return false;
         }
+        return consumeObject(obj, raw.data() + padded, error);
+    }
+
+    // Parses a run of whole events, [first, last) of the chunk: the bytes just before and
+    // just after it are made '[' and ']' (and put back), so that simdjson indexes the run
+    // once, as one array, instead of once per event. Returns how many events it consumed;
+    // fewer than `count` when it stopped at one it could not parse, which the caller then
+    // parses alone (for that event's own error message).
+    size_t consumeBatch(char* first, char* last, size_t count, const char* readableEnd,
+                        bool escapes) {
+        eventEscapes = escapes;
+        const char before = first[-1], after = *last;
+        first[-1] = '[';
+        *last = ']';
+        size_t done = 0;
+        std::string ignored;
+        simdjson::ondemand::document doc;
+        simdjson::ondemand::array arr;
+        if (!parser
+                 .iterate(first - 1, static_cast<size_t>(last + 1 - (first - 1)),
+                          static_cast<size_t>(readableEnd - (first - 1)))
+                 .get(doc) &&
+            !doc.get_array().get(arr)) {
+            for (auto elementResult : arr) {
+                if (elementResult.error()) break;
+                simdjson::ondemand::value& element = elementResult.value_unsafe();
+                simdjson::ondemand::json_type jt;
+                if (element.type().get(jt)) break;
+                if (jt != simdjson::ondemand::json_type::object) {
+                    ++t.skippedBadFields;  // an event that is not an object
+                    ++done;
+                    continue;
+                }
+                simdjson::ondemand::object obj;
+                if (element.get_object().get(obj) || !consumeObject(obj, readableEnd, ignored))
+                    break;
+                if (++done == count) break;
+            }
+        }
+        first[-1] = before;
+        *last = after;
+        return done;
+    }
+
+    // One event's fields; `readableEnd`: the end of the bytes readable after them (simdjson's
+    // padding included).
+    bool consumeObject(simdjson::ondemand::object& obj, const char* readableEnd,
+                       std::string& error) {
         Fields f;
         bool bad = false, outOfRange = false;
-        for (auto field : obj) {
-            std::string_view k;
-            if (auto err = field.unescaped_key().get(k)) {
+        for (auto fieldResult : obj) {
+            if (auto err = fieldResult.error()) {
                 error = simdjson::error_message(err);
                 return false;
             }
-            simdjson::ondemand::value v;
-            if (auto err = field.value().get(v)) {
-                error = simdjson::error_message(err);
-                return false;
+            // The field and its value by reference: copying simdjson's result wrappers cost
+            // a stalled 16-byte load per field (a fifth of the import, measured by perf).
+            simdjson::ondemand::field& field = fieldResult.value_unsafe();
+            // Keys by length and first letter from their raw bytes: no unescaping and no
+            // string comparison for the common ones.
+            Key key = Key::Other;
+            if (rawKeyOf(field.key().raw(), key) == RawKey::Escaped) {
+                std::string_view k;
+                if (auto err = field.unescaped_key().get(k)) {
+                    error = simdjson::error_message(err);
+                    return false;
+                }
+                key = keyOf(k);
             }
-            // Keys by length and first letter: no string comparison for the common ones.
-            const Key key = keyOf(k);
+            simdjson::ondemand::value& v = field.value();
             if (key == Key::Other) continue;  // skipped unread
             if (key == Key::Ph || key == Key::Cat || key == Key::Name) {
                 std::string_view sv;
-                if (v.get_string().get(sv)) {
+                if (!readString(v, sv)) {
                     bad = true;
                     continue;
                 }
@@ -476,7 +760,7 @@ public:
                     return false;
                 }
                 f.hasArgs = true;
-                f.argsPadded = padded - static_cast<size_t>(f.args.data() - raw.data());
+                f.argsPadded = static_cast<size_t>(readableEnd - f.args.data());
             }
         }
         if (bad) {
@@ -522,6 +806,32 @@ public:
         return false;
     }
 
+    // Names and categories repeat by the thousand, and kernel names run to hundreds of bytes:
+    // a direct-mapped cache of string ids, hashed from the length and the first and last
+    // eight bytes (which are the whole string up to 16 bytes: no comparison then), answers
+    // most lookups; a miss (or a collision) asks the string table, whose index hashes the
+    // whole string.
+    struct InternSlot {
+        uint64_t head = 0, tail = 0;
+        size_t size = 0;
+        int32_t id = -1;
+    };
+    std::vector<InternSlot> internCache = std::vector<InternSlot>(size_t{1} << 12);
+    int32_t internCached(std::string_view s) {
+        uint64_t head = 0, tail = 0;
+        if (!s.empty()) std::memcpy(&head, s.data(), std::min<size_t>(8, s.size()));
+        if (s.size() > 8) std::memcpy(&tail, s.data() + s.size() - 8, 8);
+        const uint64_t h = (head * 0x9E3779B97F4A7C15ULL) ^ (tail * 0xC2B2AE3D27D4EB4FULL) ^
+                           (s.size() * 0x165667B19E3779F9ULL);
+        InternSlot& slot = internCache[static_cast<size_t>((h ^ (h >> 29)) >> 52)];
+        if (slot.id >= 0 && slot.size == s.size() && slot.head == head && slot.tail == tail &&
+            (s.size() <= 16 ||
+             std::memcmp(t.strings.at(slot.id).data() + 8, s.data() + 8, s.size() - 16) == 0))
+            return slot.id;
+        slot = {head, tail, s.size(), t.strings.intern(s)};
+        return slot.id;
+    }
+
     // What the importer needs to know of a category or a name, worked out once per string.
     struct CatInfo {
         bool hostOp = false, device = false, kineto = false, pythonFunction = false,
@@ -529,6 +839,8 @@ public:
     };
     struct NameInfo {
         bool gloo = false, keepInputs = false, recordParamComms = false, nccl = false;
+        int32_t classCategory = -2;  // the category deviceClass was worked out with
+        EventClass deviceClass = EventClass::Other;
     };
     std::vector<int8_t> catKnown, nameKnown;  // by string id: info computed
     std::vector<CatInfo> catInfo;
@@ -585,7 +897,7 @@ public:
             else
                 ++uncategorisedOther["(" + std::string(ph) + ")"];
         } else {
-            catId = t.strings.intern(cat);
+            catId = internCached(cat);
             if (static_cast<size_t>(catId) >= countByCat.size())
                 countByCat.resize(static_cast<size_t>(catId) + 1, 0);
             ++countByCat[static_cast<size_t>(catId)];
@@ -633,7 +945,7 @@ public:
             ++t.skippedPythonFunctions;
             return;
         }
-        const int32_t nameId = t.strings.intern(name);
+        const int32_t nameId = internCached(name);
         const NameInfo ni = nameInfoOf(nameId, name);
         const bool hostOpCat = ci.hostOp;
         const bool glooName = ni.gloo;
@@ -698,15 +1010,25 @@ public:
         } else if (gloo) {
             cls = EventClass::Communication;
         } else if (gpu) {
-            // Kernel names repeat by the thousand: classify each (name, category) once.
-            const int64_t key = (static_cast<int64_t>(t.name.back()) << 32) |
-                                static_cast<uint32_t>(t.category.back());
-            auto it = classCache.find(key);
-            cls = it != classCache.end()
-                      ? it->second
-                      : classCache
-                            .emplace(key, classifyDeviceEvent(std::string(name), std::string(cat)))
-                            .first->second;
+            // Kernel names repeat by the thousand: classify each (name, category) once. A
+            // name nearly always comes with one category: the last one is kept by the name.
+            NameInfo& n = nameInfo[static_cast<size_t>(nameId)];
+            const int32_t catKey = t.category.back();
+            if (n.classCategory == catKey) {
+                cls = n.deviceClass;
+            } else {
+                const int64_t key =
+                    (static_cast<int64_t>(nameId) << 32) | static_cast<uint32_t>(catKey);
+                auto it = classCache.find(key);
+                cls = it != classCache.end()
+                          ? it->second
+                          : classCache
+                                .emplace(key,
+                                         classifyDeviceEvent(std::string(name), std::string(cat)))
+                                .first->second;
+                n.classCategory = catKey;
+                n.deviceClass = cls;
+            }
         }
         t.cls.push_back(cls);
         // A GPU op of a `shardscope run --device cuda` trace names the FSDP op that launched
@@ -998,19 +1320,34 @@ private:
     std::unordered_map<int64_t, EventClass> classCache;    // (name id, category id) -> class
     int64_t legacyAllocated = 0;
     std::unordered_map<int64_t, int32_t> numericLanes;  // (pid << 32 | tid) -> lane
+    struct LaneSlot {
+        int64_t key = 0;
+        int32_t lane = -1;
+    };
+    std::array<LaneSlot, 64> laneCache{};
 
     int32_t lane(const Fields& f, bool gpu) {
         // Integer pid and tid (nearly every event): a numeric key, no string built.
         const bool numeric = f.pidInt && f.tidInt;
         int64_t nk = 0;
+        LaneSlot* slot = nullptr;
         if (numeric) {
             nk = static_cast<int64_t>(static_cast<uint64_t>(f.pid) << 32 ^
                                       static_cast<uint32_t>(f.tid));
+            // A trace has a few dozen lanes: a small direct-mapped cache before the index.
+            slot = &laneCache[(static_cast<uint64_t>(nk) * 0x9E3779B97F4A7C15ULL) >> 58];
+            if (slot->lane >= 0 && slot->key == nk) return slot->lane;
             const auto it = numericLanes.find(nk);
-            if (it != numericLanes.end()) return it->second;
+            if (it != numericLanes.end()) {
+                *slot = {nk, it->second};
+                return it->second;
+            }
         }
         const int32_t id = laneByName(f, gpu);
-        if (numeric) numericLanes.emplace(nk, id);
+        if (numeric) {
+            numericLanes.emplace(nk, id);
+            *slot = {nk, id};
+        }
         return id;
     }
 
@@ -1245,6 +1582,65 @@ private:
             "byte " + std::to_string(r.offset() - static_cast<int64_t>(text.size())) + ": " + why;
         return false;
     }
+    static bool isWs(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+#if defined(__SSE2__)
+    // The whole events that lie in the chunk at hand, each followed by ',' or the array's
+    // ']', parsed as one batch (Importer::consumeBatch); the reader is left after them (and
+    // `ended` set when the array's ']' was among them). An event that runs past the chunk,
+    // or is not an object, is left to the event-at-a-time path. False on an error.
+    struct Span {
+        char* begin;
+        char* end;
+    };
+    std::vector<Span> spans;
+    bool batch(bool& ended) {
+        char* p = r.pos();
+        const char* const e = r.end();
+        // The byte before the first event becomes the batch's '[': it must be in the buffer.
+        if (p == e || p == r.bufferBegin() || *p != '{') return true;
+        spans.clear();
+        bool escapes = false, sawEnd = false;
+        const char* next = p;
+        while (p < e && *p == '{') {
+            const char* q = p;
+            ScanState s;
+            if (!scanBlocks(q, e, s)) break;  // runs past the chunk
+            const char* sep = q;
+            while (sep < e && isWs(*sep))
+                ++sep;
+            if (sep == e || (*sep != ',' && *sep != ']')) break;
+            spans.push_back({p, const_cast<char*>(q)});
+            escapes = escapes || s.backslash;
+            if (*sep == ']') {
+                sawEnd = true;
+                next = sep + 1;
+                break;
+            }
+            const char* n = sep + 1;
+            while (n < e && isWs(*n))
+                ++n;
+            next = n;
+            p = const_cast<char*>(n);
+        }
+        if (spans.size() < 2) return true;  // one event: the event-at-a-time path
+        const size_t done = imp.consumeBatch(spans.front().begin, spans.back().end, spans.size(),
+                                             r.paddedEnd(), escapes);
+        // An event the batch could not take: each from there on alone, for its own error.
+        for (size_t i = done; i < spans.size(); ++i) {
+            const Span& sp = spans[i];
+            std::string why;
+            const std::string_view event(sp.begin, static_cast<size_t>(sp.end - sp.begin));
+            if (!imp.consumeRaw(event, static_cast<size_t>(r.paddedEnd() - sp.begin), escapes,
+                                why)) {
+                error = "byte " + std::to_string(r.offsetOf(sp.begin)) + ": " + why;
+                return false;
+            }
+        }
+        r.setPos(next);
+        ended = sawEnd;
+        return true;
+    }
+#endif
     // After the array's '['.
     bool events() {
         r.skipWs();
@@ -1254,12 +1650,18 @@ private:
         }
         while (true) {
             r.skipWs();
+#if defined(__SSE2__)
+            bool ended = false;
+            if (!batch(ended)) return false;
+            if (ended) return true;
+            r.skipWs();
+#endif
             std::string_view event;
             size_t padded = 0;
             if (!r.captureEvent(raw, event, padded)) return fail("an event");
             const auto size = static_cast<int64_t>(event.size());
             std::string why;
-            if (!imp.consumeRaw(event, padded, why)) {
+            if (!imp.consumeRaw(event, padded, r.lastEscapes(), why)) {
                 error = "byte " + std::to_string(r.offset() - size) + ": " + why;
                 return false;
             }

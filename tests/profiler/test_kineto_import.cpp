@@ -7,6 +7,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "profiler/analysis/summary.h"
 #include "profiler/import/kineto_import.h"
@@ -216,4 +217,75 @@ TEST(TraceSummary, BandwidthByCollectiveAndSizeAsNcclTestsDefinesIt) {
     EXPECT_EQ(ar.minBytes, 256 << 20);
     EXPECT_EQ(ar.maxBytes, 0);  // the open bucket
     EXPECT_LT(ar.busGBps, 0);   // group size unknown
+}
+
+// The importer cuts events out 64 bytes at a time and parses the whole ones of each 256 KiB
+// chunk as one batch. Names full of quotes, backslash runs, brackets and escapes, at every
+// alignment and across chunk boundaries, must read as nlohmann's own encoder wrote them, and
+// timestamps as their digits say.
+TEST(KinetoImport, EscapesBracketsAndChunkEdgesReadAsWritten) {
+    const std::string dir = std::filesystem::temp_directory_path() / "shardscope_trace_test";
+    std::filesystem::create_directories(dir);
+    const std::vector<std::string> pieces = {"\"", "\\",       "\\\\", "{",    "}", "[",   "]",
+                                             "\n", "\xc3\xa9", "],{",  "\\\"", ",", "\"}]"};
+    std::vector<std::pair<std::string, int64_t>> expected;  // name, ts in ns
+    std::string text = "{\"traceEvents\": [\n";
+    const int n = 12000;  // about 2 MB: eight chunks
+    for (int i = 0; i < n; ++i) {
+        std::string name = "op" + std::to_string(i);
+        for (int k = 0; k < i % 9; ++k)
+            name += pieces[static_cast<size_t>((i * 7 + k * 3)) % pieces.size()] +
+                    std::string(static_cast<size_t>((i + k) % 5), 'x');
+        const int64_t ns = 1000 + static_cast<int64_t>(i) * 1237;
+        // Microseconds as Kineto writes them (three decimals), with fewer decimals, or in
+        // forms the digit reader leaves to simdjson (an exponent, a fourth decimal).
+        const std::string whole = std::to_string(ns / 1000);
+        const std::string frac = std::to_string(1000 + ns % 1000).substr(1);
+        std::string ts;
+        switch (i % 4) {
+            case 0:
+                ts = whole + "." + frac;
+                break;
+            case 1:
+                ts = whole + "." + frac + "0";
+                break;
+            case 2:
+                ts = std::to_string(ns) + "e-3";
+                break;
+            default:
+                ts = ns % 1000 == 0 ? whole : whole + "." + frac;
+                break;
+        }
+        const std::string quoted = nlohmann::json(name).dump();
+        text += std::string(static_cast<size_t>(i % 3), ' ') +
+                "{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": " + quoted +
+                ", \"pid\": 1, \"tid\": " + std::to_string(i % 7) + ", \"ts\": " + ts +
+                ", \"dur\": 1" +
+                (i % 5 == 0 ? ", \"args\": {\"x\": [[{\"a\": " + quoted + "}]]}" : "") + "}" +
+                (i + 1 < n ? ",\n" : "\n");
+        expected.emplace_back(name, ns);
+    }
+    text += "]}\n";
+    const std::string path = dir + "/escapes.json";
+    std::ofstream(path, std::ios::binary) << text;
+    auto r = importKinetoFile(path);
+    ASSERT_TRUE(r.ok()) << r.error();
+    const Trace& t = *r;
+    ASSERT_EQ(t.size(), static_cast<size_t>(n));
+    for (size_t i = 0; i < expected.size(); ++i) {
+        ASSERT_EQ(t.strings.at(t.name[i]), expected[i].first) << "event " << i;
+        ASSERT_EQ(t.start[i] + t.timeOriginNs, expected[i].second) << "event " << i;
+    }
+
+    // A bad event among whole ones: the error gives that event's own byte offset.
+    const size_t bad = text.find("\"name\": \"op6001");
+    ASSERT_NE(bad, std::string::npos);
+    const size_t eventStart = text.rfind('{', bad);
+    std::string broken = text;
+    broken.replace(bad, 8, "\"name\"  ");  // the colon gone, the length kept
+    std::ofstream(dir + "/escapes_bad.json", std::ios::binary) << broken;
+    auto b = importKinetoFile(dir + "/escapes_bad.json");
+    ASSERT_FALSE(b.ok());
+    EXPECT_NE(b.error().find("byte " + std::to_string(eventStart) + ": "), std::string::npos)
+        << b.error();
 }
