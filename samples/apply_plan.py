@@ -148,7 +148,9 @@ def apply_plan(model, export, device_type=None, mesh=None):
         device_type = "cuda" if torch.cuda.is_available() else "cpu"
     shape = tuple(export["mesh"]["shape"])
     if mesh is None:
-        mesh = init_device_mesh(device_type, shape, mesh_dim_names=tuple(export["mesh"]["dim_names"]))
+        # No names (an empty list, or none given): an unnamed mesh, as init_device_mesh takes it.
+        names = tuple(export["mesh"].get("dim_names") or ()) or None
+        mesh = init_device_mesh(device_type, shape, mesh_dim_names=names)
     elif tuple(mesh.shape) != shape:
         raise ValueError(f"the mesh given has shape {tuple(mesh.shape)}; the export needs {shape}")
     for name, mode in export.get("activation_checkpointing", {}).items():

@@ -177,6 +177,9 @@ def main():
     ap.add_argument("--straggle", metavar="RANK:STEP:MS",
                     help="rank RANK sleeps MS ms before the forward of profiled step STEP (0-based): a "
                          "straggler whose peers wait in that step's first collective")
+    ap.add_argument("--mesh-dim-names", metavar="A,B|none",
+                    help="name the DeviceMesh's dimensions so (or leave them unnamed: none), as a "
+                         "user's own script may, instead of the export's names")
     ap.add_argument("--fsdp1", action="store_true", help="wrap with FSDP1 (ModuleWrapPolicy) instead of FSDP2")
     ap.add_argument("--no-profile-memory", action="store_true",
                     help="profile without memory events (profile_memory=False): less profiler work per allocation")
@@ -201,6 +204,12 @@ def main():
     if r.returncode != 0:
         raise SystemExit(f"error: shardscope plan export failed:\n{r.stderr}")
     export = json.loads(r.stdout)
+    if args.mesh_dim_names and "mesh" in export:
+        names = [] if args.mesh_dim_names == "none" else args.mesh_dim_names.split(",")
+        if names and len(names) != len(export["mesh"]["shape"]):
+            raise SystemExit(f"error: --mesh-dim-names: {len(names)} names for a "
+                             f"{len(export['mesh']['shape'])}-dimensional mesh")
+        export["mesh"]["dim_names"] = names
     import torch.multiprocessing as mp
     mp.start_processes(rank_main, args=(world, free_port(), args, export, plan), nprocs=world,
                        join=True, start_method="spawn")

@@ -727,6 +727,21 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
 }
 
 PeerWaitFit fillPeerWaits(const std::vector<FsdpTraceAnalysis*>& ranks) {
+    // A group DeviceMesh made (its description "mesh_<dimension name>").
+    auto isMeshGroup = [](const Trace::ProcessGroup& g) { return g.desc.rfind("mesh_", 0) == 0; };
+    // Made first: the smaller of two numeric pg_names (c10d numbers its groups as it makes
+    // them), else the one the trace lists first.
+    auto createdBefore = [&](const Trace::ProcessGroup& x, const Trace::ProcessGroup& y) {
+        const auto number = [](const std::string& s) -> int64_t {
+            if (s.empty() || s.size() > 18 ||
+                !std::all_of(s.begin(), s.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+                return -1;
+            return std::stoll(s);
+        };
+        const int64_t nx = number(x.name), ny = number(y.name);
+        if (nx >= 0 && ny >= 0) return nx < ny;
+        return &x < &y;  // both in the rank's own pg_config, in its order
+    };
     PeerWaitFit fit;
     fit.clockOffsetNs.assign(ranks.size(), 0);
     const auto n = static_cast<int32_t>(ranks.size());
@@ -747,8 +762,7 @@ PeerWaitFit fillPeerWaits(const std::vector<FsdpTraceAnalysis*>& ranks) {
         const std::optional<std::vector<int32_t>> all =
             c.groupSize == n ? std::optional(everyone) : std::nullopt;
         if (!distinctRanks) return all;
-        const Trace::ProcessGroup* pick = nullptr;
-        int found = 0;
+        std::vector<const Trace::ProcessGroup*> candidates;
         for (const auto& g : a.processGroups) {
             if (g.size == a.worldSize || g.ranks.empty() ||
                 g.size != static_cast<int64_t>(g.ranks.size()))
@@ -759,10 +773,20 @@ PeerWaitFit fillPeerWaits(const std::vector<FsdpTraceAnalysis*>& ranks) {
             if ((c.kind == CollectiveKind::AllReduce && shard && !replicate) ||
                 (c.kind != CollectiveKind::AllReduce && replicate && !shard))
                 continue;
-            pick = &g;
-            ++found;
+            candidates.push_back(&g);
         }
-        if (found != 1) return all;
+        const Trace::ProcessGroup* pick = candidates.size() == 1 ? candidates.front() : nullptr;
+        if (candidates.size() == 2 && isMeshGroup(*candidates[0]) && isMeshGroup(*candidates[1])) {
+            // Two dimensions of one DeviceMesh of the same size, named neither "shard" nor
+            // "replicate" ("mesh_dim_0" and "mesh_dim_1" when unnamed). HSDP replicates over
+            // the mesh's dimension 0 and shards over dimension 1 (FSDP2's HSDPMeshInfo,
+            // FSDP1's hybrid device mesh), and DeviceMesh makes the groups of its dimensions
+            // in that order.
+            const bool firstIsDim0 = createdBefore(*candidates[0], *candidates[1]);
+            const bool wantDim0 = c.kind == CollectiveKind::AllReduce;
+            pick = candidates[firstIsDim0 == wantDim0 ? 0 : 1];
+        }
+        if (!pick) return all;
         // The group the trace lists, also when its size is the number of traces given (two
         // traces of four ranks need not be one group).
         std::vector<int32_t> members;

@@ -364,6 +364,7 @@ class StragglerRun(unittest.TestCase):
     before step 1's forward (record_fsdp_trace.py --straggle). No tests of its own."""
     SLEEP_MS = 800
     CASE, STRAGGLER = "per_block", 1
+    MESH_DIM_NAMES = None  # record_fsdp_trace.py --mesh-dim-names (None: the export's)
 
     @classmethod
     def setUpClass(cls):
@@ -372,7 +373,9 @@ class StragglerRun(unittest.TestCase):
         with open(path, "w") as f:
             json.dump(CASES[cls.CASE], f)
         cls.traces = os.path.join(cls.tmp.name, "traces")
-        record(path, cls.traces, "--steps", "3", "--straggle", f"{cls.STRAGGLER}:1:{cls.SLEEP_MS}")
+        names = ["--mesh-dim-names", cls.MESH_DIM_NAMES] if cls.MESH_DIM_NAMES else []
+        record(path, cls.traces, "--steps", "3", "--straggle", f"{cls.STRAGGLER}:1:{cls.SLEEP_MS}",
+               *names)
 
     @classmethod
     def tearDownClass(cls):
@@ -451,6 +454,16 @@ class PeerWaitHsdp(StragglerRun):
         for rank in (0, 1):
             self.assertGreater(reduce[rank], 0.75 * sleep, rank)
         self.assertLess(reduce[3], 0.1 * sleep)
+
+
+class PeerWaitHsdpOwnMeshNames(PeerWaitHsdp):
+    """The same run with the DeviceMesh's dimensions named as a user's script may name them,
+    ("ddp", "fsdp"): its groups are "mesh_ddp" and "mesh_fsdp", both of two ranks, and neither
+    name says shard or replicate. HSDP replicates over dimension 0 and shards over 1 (FSDP2's
+    HSDPMeshInfo; fully_shard refuses an unnamed 2-D mesh), and DeviceMesh makes its
+    dimensions' groups in that order: the same waits must be found."""
+
+    MESH_DIM_NAMES = "ddp,fsdp"
 
 
 class FsdpOverOneRank(unittest.TestCase):
