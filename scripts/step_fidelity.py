@@ -120,7 +120,9 @@ def main():
         span, meas = measured(trace)
         before = simulated(model, plan, a.cluster, tmp)
         fitted = os.path.join(tmp, folder.replace("/", "_") + ".json")
-        shardscope("calibrate", "--from-trace", trace, "-c", a.cluster, "-o", fitted, "--json")
+        # The model and plan that ran size the optimizer's foreach kernels (the trace does not).
+        shardscope("calibrate", "--from-trace", trace, "-c", a.cluster, "-o", fitted, "--json",
+                   "-m", model, "-p", plan)
         after = simulated(model, plan, fitted, tmp)
         rows.append({"run": what, "measured_step_ms": span, "measured_ms": meas,
                      "before": {"step_ms": before[0], "ms": before[1]},

@@ -256,6 +256,33 @@ int runCalibrateFromTrace(const Args& a) {
     const ClusterSpec base = std::move(*c);
     KinetoImportOptions o = traceImportOptions();
     o.keepAllOpInputs = true;
+    // With the model and the plan that ran, the optimizer's foreach kernels are sized by the
+    // parameters each rank's AdamW steps (a trace does not size them: record_shapes gives a
+    // TensorList's dims as []) and get a curve of their own.
+    KernelSampleOptions so;
+    if (a.has("--model") != a.has("--plan")) {
+        std::cerr << "error: --from-trace takes --model and --plan together (the model and plan "
+                     "that ran size the optimizer's foreach kernels)\n";
+        return kExitUsage;
+    }
+    if (a.has("--model")) {
+        auto model = loadModelArg(a);
+        if (failed(model)) return kExitUsage;
+        auto plan = loadPlanFile(a.get("--plan"));
+        if (failed(plan)) return kExitUsage;
+        const ResolvedPlan r = resolvePlan(*model, *plan, &base, a.get("--plan"));
+        if (r.hasErrors()) {
+            for (const auto& pr : r.problems)
+                std::cerr << pr.toString() << "\n";
+            std::cerr << "error: the plan has errors\n";
+            return kExitFailed;
+        }
+        so.optimizerParamBytes = static_cast<double>(r.optimizerForeach.bytes);
+        if (!a.flag("--json"))
+            std::cerr << "optimizer: AdamW's foreach kernels sized by "
+                      << formatBytes(r.optimizerForeach.bytes) << " of parameters a rank ("
+                      << a.get("--model") << ", " << a.get("--plan") << ")\n";
+    }
     KernelSamples samples;
     std::vector<std::string> names, skippedFiles;
     int32_t index = 0;
@@ -264,7 +291,7 @@ int runCalibrateFromTrace(const Args& a) {
         traces, o,
         [&](const std::string& path, Trace&& t) -> Status {
             const size_t before = samples.samples.size();
-            collectKernelSamples(t, index++, samples);
+            collectKernelSamples(t, index++, samples, so);
             names.push_back(path);
             if (!json)
                 std::cerr << "read " << path << ": rank " << t.rank << ", "
@@ -711,15 +738,17 @@ std::vector<Command> calibrateCommands() {
          "", false, "-c"},
         {"--output", "FILE", "where to write the calibrated cluster JSON", "", true, "-o"},
         {"--model", "FILE",
-         "model (default: the one the trace records; required for PyTorch traces)", "", false,
-         "-m"},
+         "model (default: the one the trace records; required for PyTorch traces; with "
+         "--from-trace and --plan: sizes the optimizer's foreach kernels)",
+         "", false, "-m"},
         {"--param-dtype", "DTYPE", "PyTorch traces: parameter dtype for Hugging Face configs",
          "float32"},
         {"--activation-dtype", "DTYPE", "PyTorch traces: activation dtype for Hugging Face configs",
          "float32"},
         {"--plan", "FILE",
-         "plan (default: the one the trace records, or recovered from PyTorch traces)", "", false,
-         "-p"},
+         "plan (default: the one the trace records, or recovered from PyTorch traces; with "
+         "--from-trace and --model: sizes the optimizer's foreach kernels)",
+         "", false, "-p"},
         {"--json", "", "print a machine summary"}};
     s.examples = {
         "shardscope run -m samples/models/tiny-llama/config.json -p "

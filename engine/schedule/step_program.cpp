@@ -1155,27 +1155,12 @@ private:
     // step for 1.92 G parameters: seven passes (a fused kernel's) predicted a third of it.
     static constexpr double kAdamWPasses = 20.0;
 
-    // The foreach path's kernels (_multi_tensor_adamw, not capturable): each _foreach_* op
-    // in its order, its tensor-list limit (ForeachShape::kernels: 0 for 110 tensors, 1 for a
-    // scalar list's 96, 2 for depth 2's 64, 3 for depth 3's 48) and the bytes it moves per
-    // byte of parameters (kAdamWPasses in all). Each op runs as ceil(chunks / 320) kernels
-    // or more, so a kernel moves hundreds of MB on a large shard and is priced by its size
-    // (memory_efficiency_by_bytes): on the H200 they moved 3.6-4.0 TB/s, where the
+    // The foreach path's kernels: kAdamWForeach (resolve.h), each op's kernels by its
+    // tensor-list limit, moving its share of its bytes per byte of parameters (kAdamWPasses
+    // in all). Each op runs as ceil(chunks / 320) kernels or more, so a kernel moves hundreds
+    // of MB on a large shard and is priced by its size (memory_efficiency_by_bytes, or the
+    // foreach curve a calibration fitted): on the H200 they moved 3.6-4.0 TB/s, where the
     // aggregate memory efficiency says 2.8.
-    struct ForeachOp {
-        int limit;
-        double perByte;
-    };
-    static constexpr ForeachOp kAdamWForeach[] = {
-        {0, 2},  // _foreach_mul_(params, 1 - lr wd)
-        {2, 3},  // _foreach_lerp_(exp_avgs, grads, 1 - beta1)
-        {0, 2},  // _foreach_mul_(exp_avg_sqs, beta2)
-        {3, 3},  // _foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
-        {2, 2},  // _foreach_sqrt(exp_avg_sqs)
-        {1, 2},  // _foreach_div_(sqrt, bias_correction2_sqrt): a scalar list
-        {0, 2},  // _foreach_add_(sqrt, eps)
-        {3, 4},  // _foreach_addcdiv_(params, exp_avgs, sqrt, step_size): a scalar list
-    };
 
     // The device optimizer's kernels when it takes the foreach path on a GPU; -1 otherwise
     // (the single-tensor path, a CPU device: priced by its bytes as one op).
@@ -1195,7 +1180,7 @@ private:
                 f.kernels[i] = foreachKernels(numels, kForeachTensorLimits[i]);
         }
         KernelMix m;
-        for (const ForeachOp& op : kAdamWForeach) {
+        for (const AdamWForeachOp& op : kAdamWForeach) {
             const int32_t n = f.kernels[op.limit];
             if (n > 0)
                 addKernels(m, KernelKind::MemoryBound,

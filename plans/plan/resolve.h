@@ -168,6 +168,29 @@ struct ForeachShape {
 // ForeachShape::kernels' tensor-list limits, in order.
 inline constexpr int32_t kForeachTensorLimits[4] = {110, 96, 64, 48};
 
+// torch.optim.AdamW's foreach path (_multi_tensor_adamw, not capturable): its _foreach_* ops
+// in order, each with its kernels' tensor-list limit (an index into kForeachTensorLimits:
+// 0 for 110 tensors, 1 for a scalar list's 96, 2 for depth 2's 64, 3 for depth 3's 48) and
+// the bytes it moves per byte of parameters, 20 in all (weight decay p *= (1 - lr wd) 2,
+// exp_avg.lerp_(g) 3, exp_avg_sq *= beta2 2, exp_avg_sq.addcmul_(g, g) 3, sqrt 2, / bias
+// correction 2, + eps 2, p.addcdiv_ 4). The step program prices the optimizer with it, and
+// `calibrate --from-trace` sizes a trace's foreach kernels with it.
+struct AdamWForeachOp {
+    const char* op;  // as the profiler names it
+    int limit;
+    double perByte;
+};
+inline constexpr AdamWForeachOp kAdamWForeach[] = {
+    {"aten::_foreach_mul_", 0, 2},      // _foreach_mul_(params, 1 - lr wd)
+    {"aten::_foreach_lerp_", 2, 3},     // _foreach_lerp_(exp_avgs, grads, 1 - beta1)
+    {"aten::_foreach_mul_", 0, 2},      // _foreach_mul_(exp_avg_sqs, beta2)
+    {"aten::_foreach_addcmul_", 3, 3},  // _foreach_addcmul_(exp_avg_sqs, grads, grads, ...)
+    {"aten::_foreach_sqrt", 2, 2},      // _foreach_sqrt(exp_avg_sqs)
+    {"aten::_foreach_div_", 1, 2},      // _foreach_div_(sqrt, bias_correction2_sqrt)
+    {"aten::_foreach_add_", 0, 2},      // _foreach_add_(sqrt, eps)
+    {"aten::_foreach_addcdiv_", 3, 4},  // _foreach_addcdiv_(params, exp_avgs, sqrt, step_size)
+};
+
 struct ResolvedPlan {
     Plan plan;
     const ModelGraph* model = nullptr;

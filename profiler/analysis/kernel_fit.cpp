@@ -304,7 +304,9 @@ Expected<KernelFit> fitKernels(const KernelSamples& all, const ClusterSpec& base
         std::vector<std::pair<double, double>> points;
         double bytes = 0, seconds = 0;
         for (const auto* s : mem)
-            if (s->durNs > 0) {
+            // The optimizer's foreach kernels get a curve of their own (below), which prices
+            // them; their equal shares of an op's bytes stay out of this one.
+            if (s->durNs > 0 && s->op != kForeachOptimizerKey) {
                 points.push_back(
                     {s->bytes, s->bytes / (hbm * static_cast<double>(s->durNs) * 1e-9)});
                 bytes += s->bytes;

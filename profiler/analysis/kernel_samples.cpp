@@ -8,6 +8,8 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "engine/sim/cost_model.h"
+#include "plans/plan/resolve.h"
 #include "profiler/import/kineto_import.h"
 
 namespace shardscope {
@@ -336,7 +338,8 @@ bool sameDevice(const std::string& traceDevice, const std::string& clusterDevice
     return contains(lower(clusterDevice), lower(token));
 }
 
-void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out) {
+void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out,
+                          const KernelSampleOptions& o) {
     for (const auto& d : t.deviceNames)
         if (std::find(out.deviceNames.begin(), out.deviceNames.end(), d) == out.deviceNames.end())
             out.deviceNames.push_back(d);
@@ -459,7 +462,26 @@ void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out
 
     if (deviceKernels > 0) {
         // GPU: each kernel and the host event that launched it.
-        std::vector<std::pair<size_t, int32_t>> memoryFrom;  // sample -> the op it priced by
+        std::vector<std::pair<size_t, int32_t>> memoryFrom;   // sample -> the op it priced by
+        std::vector<std::pair<size_t, int32_t>> foreachFrom;  // the same, AdamW's foreach ops
+        // Sized by the parameters' bytes (KernelSampleOptions::optimizerParamBytes): AdamW's
+        // _foreach_* ops inside an Optimizer.step# range. The bytes one moves; 0 otherwise.
+        std::vector<std::pair<int64_t, int64_t>> optimizerSteps;
+        if (o.optimizerParamBytes > 0)
+            for (size_t i = 0; i < n; ++i)
+                if (name(i).rfind("Optimizer.step#", 0) == 0)
+                    optimizerSteps.emplace_back(t.start[i], t.start[i] + t.dur[i]);
+        auto adamwForeachBytes = [&](int32_t op) {
+            const auto e = static_cast<size_t>(op);
+            if (optimizerSteps.empty() || name(e).rfind("aten::_foreach_", 0) != 0) return 0.0;
+            const bool inStep = std::any_of(
+                optimizerSteps.begin(), optimizerSteps.end(),
+                [&](const auto& s) { return t.start[e] >= s.first && t.start[e] < s.second; });
+            if (!inStep) return 0.0;
+            for (const AdamWForeachOp& f : kAdamWForeach)
+                if (name(e) == f.op) return f.perByte * o.optimizerParamBytes;
+            return 0.0;
+        };
         std::unordered_map<int32_t, int32_t> launchOf;
         std::unordered_map<int32_t, size_t> attentionSample;  // SDPA op -> its sample
         for (const auto& [host, dev] : t.flowEvents)
@@ -635,6 +657,14 @@ void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out
                 continue;
             }
             const std::string& on = name(static_cast<size_t>(inputsEvent));
+            if (const double bytes = adamwForeachBytes(inputsEvent); bytes > 0) {
+                s.bytes = bytes;  // the op's, shared by its kernels below
+                s.cls = KernelClass::MemoryBound;
+                s.op = kForeachOptimizerKey;
+                foreachFrom.push_back({out.samples.size(), inputsEvent});
+                out.samples.push_back(std::move(s));
+                continue;
+            }
             if (indexedOp(on)) {
                 skip(
                     "kernel of an indexed op (gather, scatter, index_select...: it moves what "
@@ -652,13 +682,20 @@ void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out
             out.samples.push_back(std::move(s));
         }
         // An op that launched several memory-bound kernels (a fused custom op, MoE routing):
-        // its bytes cannot be split among them.
+        // its bytes cannot be split among them. AdamW's foreach ops are: multi_tensor_apply
+        // runs an op's tensor list as kernels of about equal chunks, and the step program
+        // prices them so.
         std::unordered_map<int32_t, int32_t> kernelsOf;
         for (const auto& [_, op] : memoryFrom)
             ++kernelsOf[op];
         std::vector<uint8_t> drop(out.samples.size(), 0);
         for (const auto& [idx, op] : memoryFrom)
             if (kernelsOf[op] > 1) drop[idx] = 1;
+        std::unordered_map<int32_t, int32_t> foreachKernelsOf;
+        for (const auto& [_, op] : foreachFrom)
+            ++foreachKernelsOf[op];
+        for (const auto& [idx, op] : foreachFrom)
+            out.samples[idx].bytes /= static_cast<double>(foreachKernelsOf[op]);
         size_t w = 0;
         for (size_t r = 0; r < out.samples.size(); ++r) {
             if (drop[r]) {

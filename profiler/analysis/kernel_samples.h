@@ -69,8 +69,19 @@ struct KernelSamples {
     std::vector<LaunchGap> deviceGaps;
 };
 
+struct KernelSampleOptions {
+    // The bytes of parameters one rank's torch.optim.AdamW steps (its trainable shards, as
+    // resolvePlan's ForeachShape::bytes), when the model and plan are known. A trace does not
+    // size the optimizer's foreach kernels itself (record_shapes gives a TensorList's dims as
+    // []): with this, each _foreach_* op of kAdamWForeach inside an Optimizer.step# range
+    // moves its bytes per byte of parameters, shared equally by its kernels, which are then
+    // samples of the operator kForeachOptimizerKey. 0: those kernels are left out.
+    double optimizerParamBytes = 0;
+};
+
 // Appends the samples of one trace (its index `traceIndex` in `out.samples[i].trace`).
-void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out);
+void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out,
+                          const KernelSampleOptions& o = {});
 
 // Whether a cluster's device name names the GPU a trace ran on ("NVIDIA A100-SXM4-80GB" and
 // "A100 80GB SXM": yes; "NVIDIA B200" and "H200 SXM": no); a trace name without a model
