@@ -246,6 +246,15 @@ int finishKernelCalibration(const Args& a, const KernelSamples& samples, const C
     return kExitOk;
 }
 
+// Whether the resolved plan has errors; they are printed, then the verdict.
+bool reportPlanErrors(const ResolvedPlan& r) {
+    if (!r.hasErrors()) return false;
+    for (const auto& pr : r.problems)
+        std::cerr << pr.toString() << "\n";
+    std::cerr << "error: the plan has errors\n";
+    return true;
+}
+
 // `calibrate --from-trace`: the cluster fitted to the kernels of real profiler traces.
 int runCalibrateFromTrace(const Args& a) {
     std::vector<std::string> traces{a.get("--from-trace")};
@@ -271,12 +280,7 @@ int runCalibrateFromTrace(const Args& a) {
         auto plan = loadPlanFile(a.get("--plan"));
         if (failed(plan)) return kExitUsage;
         const ResolvedPlan r = resolvePlan(*model, *plan, &base, a.get("--plan"));
-        if (r.hasErrors()) {
-            for (const auto& pr : r.problems)
-                std::cerr << pr.toString() << "\n";
-            std::cerr << "error: the plan has errors\n";
-            return kExitFailed;
-        }
+        if (reportPlanErrors(r)) return kExitFailed;
         so.optimizerParamBytes = static_cast<double>(r.optimizerForeach.bytes);
         if (!a.flag("--json"))
             std::cerr << "optimizer: AdamW's foreach kernels sized by "
@@ -578,12 +582,7 @@ int runCalibrate(const Args& a) {
             if (plan->meshShape.empty()) plan->meshShape = {run.value("world_size", int64_t{2})};
         }
         resolved = resolvePlan(*model, *plan, &*cluster, planPath);
-        if (resolved->hasErrors()) {
-            for (const auto& pr : resolved->problems)
-                std::cerr << pr.toString() << "\n";
-            std::cerr << "error: the plan has errors\n";
-            return kExitFailed;
-        }
+        if (reportPlanErrors(*resolved)) return kExitFailed;
     }
     const ResolvedPlan& r = *resolved;
     StepOptions so = stepOptionsFor(*plan, *cluster);

@@ -5,6 +5,7 @@
 #include "profiler/analysis/peer_wait.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <map>
 #include <optional>
@@ -733,10 +734,9 @@ PeerWaitFit fillPeerWaits(const std::vector<FsdpTraceAnalysis*>& ranks) {
     // them), else the one the trace lists first.
     auto createdBefore = [&](const Trace::ProcessGroup& x, const Trace::ProcessGroup& y) {
         const auto number = [](const std::string& s) -> int64_t {
-            if (s.empty() || s.size() > 18 ||
-                !std::all_of(s.begin(), s.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
-                return -1;
-            return std::stoll(s);
+            int64_t v = -1;
+            const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+            return ec == std::errc() && end == s.data() + s.size() ? v : -1;
         };
         const int64_t nx = number(x.name), ny = number(y.name);
         if (nx >= 0 && ny >= 0) return nx < ny;

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "engine/sim/cost_model.h"
+#include "plans/core/strings.h"
 #include "plans/plan/resolve.h"
 #include "profiler/import/kineto_import.h"
 
@@ -469,11 +470,11 @@ void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out
         std::vector<std::pair<int64_t, int64_t>> optimizerSteps;
         if (o.optimizerParamBytes > 0)
             for (size_t i = 0; i < n; ++i)
-                if (name(i).rfind("Optimizer.step#", 0) == 0)
+                if (startsWith(name(i), "Optimizer.step#"))
                     optimizerSteps.emplace_back(t.start[i], t.start[i] + t.dur[i]);
         auto adamwForeachBytes = [&](int32_t op) {
             const auto e = static_cast<size_t>(op);
-            if (optimizerSteps.empty() || name(e).rfind("aten::_foreach_", 0) != 0) return 0.0;
+            if (optimizerSteps.empty() || !startsWith(name(e), "aten::_foreach_")) return 0.0;
             const bool inStep = std::any_of(
                 optimizerSteps.begin(), optimizerSteps.end(),
                 [&](const auto& s) { return t.start[e] >= s.first && t.start[e] < s.second; });

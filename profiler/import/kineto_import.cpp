@@ -61,6 +61,11 @@ inline const char* skipInString(const char* p, const char* e) {
         ++p;
     return p;
 }
+// JSON's whitespace.
+inline bool isJsonSpace(char c) {
+    return c == ' ' || c == '\n' || c == '\r' || c == '\t';
+}
+
 #if defined(__SSE2__)
 // A 64-byte block's bytes of interest as bit masks (bit i: byte i), for the splitter's
 // block scan: quotes, backslashes, opening and closing brackets.
@@ -165,7 +170,7 @@ public:
     [[nodiscard]] char peek() const { return *m_pos; }
     void next() { ++m_pos; }
     void skipWs() {
-        while (more() && (*m_pos == ' ' || *m_pos == '\n' || *m_pos == '\r' || *m_pos == '\t'))
+        while (more() && isJsonSpace(*m_pos))
             ++m_pos;
     }
     [[nodiscard]] int64_t offset() const { return m_consumed + (m_pos - m_buf.data()); }
@@ -321,8 +326,7 @@ public:
     // end cleanly (its trailer checked). False when something else follows.
     bool drain() {
         while (more()) {
-            const char c = peek();
-            if (c != ' ' && c != '\n' && c != '\r' && c != '\t') return false;
+            if (!isJsonSpace(peek())) return false;
             next();
         }
         return true;
@@ -448,11 +452,10 @@ public:
 
     // Microseconds (integer or fractional) to nanoseconds.
     enum class UsRead { Ok, NotANumber, OutOfRange };
-    // A number's raw token without its trailing whitespace.
-    static std::string_view numberToken(simdjson::ondemand::value& v) {
+    // A value's raw JSON token without the whitespace simdjson leaves after it.
+    static std::string_view trimmedToken(simdjson::ondemand::value& v) {
         std::string_view tok = v.raw_json_token();
-        while (!tok.empty() && (tok.back() == ' ' || tok.back() == '\n' || tok.back() == '\r' ||
-                                tok.back() == '\t'))
+        while (!tok.empty() && isJsonSpace(tok.back()))
             tok.remove_suffix(1);
         return tok;
     }
@@ -461,17 +464,26 @@ public:
     // (whose division was the importer's costliest instruction) and no rounding. False for
     // anything else (an exponent, more decimals, a leading zero, beyond 9.2e12 us): the
     // caller reads those through simdjson.
-    static bool exactUs(std::string_view tok, int64_t& ns) {
-        size_t i = 0;
-        const bool negative = !tok.empty() && tok[0] == '-';
+    // An optional '-' and the digits after it from tok[i] on, at most `maxDigits` and without
+    // a leading zero (JSON's integer part); i is left after them. False otherwise.
+    static bool leadingInteger(std::string_view tok, size_t& i, size_t maxDigits, int64_t& out) {
+        const bool negative = i < tok.size() && tok[i] == '-';
         if (negative) ++i;
         const size_t start = i;
-        int64_t whole = 0;
+        int64_t v = 0;
         while (i < tok.size() && tok[i] >= '0' && tok[i] <= '9') {
-            if (i - start == 13) return false;
-            whole = whole * 10 + (tok[i++] - '0');
+            if (i - start == maxDigits) return false;
+            v = v * 10 + (tok[i++] - '0');
         }
-        if (i == start || (tok[start] == '0' && i - start > 1) || whole > 9'200'000'000'000)
+        if (i == start || (tok[start] == '0' && i - start > 1)) return false;
+        out = negative ? -v : v;
+        return true;
+    }
+    static bool exactUs(std::string_view tok, int64_t& ns) {
+        size_t i = 0;
+        int64_t whole = 0;
+        if (!leadingInteger(tok, i, 13, whole) || whole > 9'200'000'000'000 ||
+            whole < -9'200'000'000'000)
             return false;
         int64_t frac = 0;
         int digits = 0;
@@ -486,31 +498,20 @@ public:
         if (i != tok.size()) return false;
         for (int d = digits; d < 3; ++d)
             frac *= 10;
-        ns = whole * 1000 + frac;
-        if (negative) ns = -ns;
+        ns = whole * 1000 + (tok[0] == '-' ? -frac : frac);
         return true;
     }
     // An integer pid or tid from its digits (at most 18, no leading zero); false for
     // anything else, which simdjson reads.
     static bool exactInt(std::string_view tok, int64_t& out) {
         size_t i = 0;
-        const bool negative = !tok.empty() && tok[0] == '-';
-        if (negative) ++i;
-        const size_t digits = tok.size() - i;
-        if (digits == 0 || digits > 18 || (tok[i] == '0' && digits > 1)) return false;
-        int64_t v = 0;
-        for (; i < tok.size(); ++i) {
-            if (tok[i] < '0' || tok[i] > '9') return false;
-            v = v * 10 + (tok[i] - '0');
-        }
-        out = negative ? -v : v;
-        return true;
+        return leadingInteger(tok, i, 18, out) && i == tok.size();
     }
     static UsRead readUs(simdjson::ondemand::value& v, int64_t& ns) {
         simdjson::ondemand::json_type jt;
         if (v.type().get(jt) || jt != simdjson::ondemand::json_type::number)
             return UsRead::NotANumber;
-        if (exactUs(numberToken(v), ns)) return UsRead::Ok;
+        if (exactUs(trimmedToken(v), ns)) return UsRead::Ok;
         // A number whose nanoseconds do not fit int64 (beyond about 106 days of
         // microseconds, or beyond double's range) cannot be placed on the timeline.
         simdjson::ondemand::number_type nt;
@@ -538,7 +539,7 @@ public:
             return !v.get_string().get(text);
         }
         if (jt != simdjson::ondemand::json_type::number) return false;
-        if (exactInt(numberToken(v), i)) {
+        if (exactInt(trimmedToken(v), i)) {
             isInt = true;
             return true;
         }
@@ -548,10 +549,7 @@ public:
             isInt = true;
             return !v.get_int64().get(i);
         }
-        text = v.raw_json_token();
-        while (!text.empty() && (text.back() == ' ' || text.back() == '\n' || text.back() == '\r' ||
-                                 text.back() == '\t'))
-            text.remove_suffix(1);
+        text = trimmedToken(v);
         double d = 0;
         if (v.get_double().get(d)) return false;
         if (asDouble) *asDouble = d;
@@ -563,10 +561,7 @@ public:
     // False when the value is not a string.
     bool eventEscapes = true;  // whether the event being read has a backslash (in a string)
     bool readString(simdjson::ondemand::value& v, std::string_view& out) const {
-        std::string_view tok = v.raw_json_token();
-        while (!tok.empty() && (tok.back() == ' ' || tok.back() == '\n' || tok.back() == '\r' ||
-                                tok.back() == '\t'))
-            tok.remove_suffix(1);
+        std::string_view tok = trimmedToken(v);
         if (tok.size() < 2 || tok.front() != '"' || tok.back() != '"') return false;
         tok = tok.substr(1, tok.size() - 2);
         if (!eventEscapes || std::memchr(tok.data(), '\\', tok.size()) == nullptr) {
@@ -747,10 +742,7 @@ public:
                     bad = true;  // flow ids are numbers or strings
                     continue;
                 }
-                f.id = v.raw_json_token();
-                while (!f.id.empty() && (f.id.back() == ' ' || f.id.back() == '\n' ||
-                                         f.id.back() == '\r' || f.id.back() == '\t'))
-                    f.id.remove_suffix(1);
+                f.id = trimmedToken(v);
                 f.hasId = true;
             } else if (key == Key::Args) {
                 simdjson::ondemand::object ao;
@@ -1582,7 +1574,6 @@ private:
             "byte " + std::to_string(r.offset() - static_cast<int64_t>(text.size())) + ": " + why;
         return false;
     }
-    static bool isWs(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 #if defined(__SSE2__)
     // The whole events that lie in the chunk at hand, each followed by ',' or the array's
     // ']', parsed as one batch (Importer::consumeBatch); the reader is left after them (and
@@ -1606,7 +1597,7 @@ private:
             ScanState s;
             if (!scanBlocks(q, e, s)) break;  // runs past the chunk
             const char* sep = q;
-            while (sep < e && isWs(*sep))
+            while (sep < e && isJsonSpace(*sep))
                 ++sep;
             if (sep == e || (*sep != ',' && *sep != ']')) break;
             spans.push_back({p, const_cast<char*>(q)});
@@ -1617,7 +1608,7 @@ private:
                 break;
             }
             const char* n = sep + 1;
-            while (n < e && isWs(*n))
+            while (n < e && isJsonSpace(*n))
                 ++n;
             next = n;
             p = const_cast<char*>(n);

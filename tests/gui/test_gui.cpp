@@ -87,6 +87,22 @@ bool openAndWait(MainWindow& w, const QStringList& files, int timeoutMs = 20000)
     return QTest::qWaitFor([&] { return *done; }, timeoutMs);
 }
 
+// Opens one trace (a file, or a folder of per-rank files) in the window and waits for it;
+// the document's last trace, or null when it did not open within 30 s.
+const OpenedTrace* openTrace(MainWindow& w, const std::string& path) {
+    if (!openAndWait(w, {QString::fromStdString(path)}, 30000)) return nullptr;
+    return w.document().lastTrace();
+}
+
+// A Kineto trace of one rank of `world`, as torch.profiler writes it (distributedInfo).
+void writeRankTrace(const std::filesystem::path& path, int rank, int world,
+                    const nlohmann::json& events) {
+    std::ofstream(path) << nlohmann::json{
+        {"distributedInfo", {{"rank", rank}, {"world_size", world}}},
+        {"traceEvents",
+         events}}.dump();
+}
+
 // The Llama per-block plan on 64 H100s with a trace opened after it (the trace is then the
 // document's last).
 bool openLlamaPlanAndTrace(MainWindow& w, const std::string& trace) {
@@ -314,8 +330,7 @@ TEST(GuiWindow, OpensAPyTorchProfilerTraceOnTheTimeline) {
     MainWindow w;
     w.resize(1200, 800);
     w.show();
-    ASSERT_TRUE(openAndWait(w, {QString::fromStdString(f)}, 30000));
-    ASSERT_TRUE(w.document().lastTrace());
+    ASSERT_TRUE(openTrace(w, f));
     EXPECT_TRUE(w.document().showTrace);
     std::vector<std::string> rows, host;
     for (const auto& r : w.document().lastTrace()->timeline->rows)
@@ -408,8 +423,7 @@ TEST(GuiWindow, OpensATraceWhoseEventsStartPastTheFirstBlocks) {
     MainWindow w;
     w.resize(1200, 800);
     w.show();
-    ASSERT_TRUE(openAndWait(w, {QString::fromStdString(path)}, 30000));
-    ASSERT_TRUE(w.document().lastTrace());
+    ASSERT_TRUE(openTrace(w, path));
     EXPECT_EQ(w.document().lastTrace()->trace->size(), 1u);
 }
 
@@ -462,14 +476,11 @@ TEST(GuiWindow, ShowsFsdpUnitsAndCpuMemoryOfAPyTorchCpuRun) {
     const J ev = fsdpCpuStepEvents();
     const std::string path =
         (std::filesystem::temp_directory_path() / "shardscope_gui_fsdp_cpu.pt.trace.json").string();
-    std::ofstream(path) << J{
-        {"distributedInfo", {{"rank", 0}, {"world_size", 2}}},
-        {"traceEvents", ev}}.dump();
+    writeRankTrace(path, 0, 2, ev);
     MainWindow w;
     w.resize(1200, 800);
     w.show();
-    ASSERT_TRUE(openAndWait(w, {QString::fromStdString(path)}, 30000));
-    const OpenedTrace* tr = w.document().lastTrace();
+    const OpenedTrace* tr = openTrace(w, path);
     ASSERT_TRUE(tr);
     ASSERT_TRUE(tr->fsdp);
     EXPECT_EQ(tr->fsdp->api, "fsdp2");
@@ -1498,16 +1509,13 @@ TEST(GuiWindow, OpensAFolderOfPerRankTracesOnOneTimeAxis) {
                       {"ts", t0 + 60},
                       {"dur", 20.0},
                       {"args", {{"stream", 7}}}});
-        std::ofstream(dir / ("rank" + std::to_string(rank) + ".pt.trace.json")) << J{
-            {"distributedInfo", {{"rank", rank}, {"world_size", 2}}},
-            {"traceEvents", ev}}.dump();
+        writeRankTrace(dir / ("rank" + std::to_string(rank) + ".pt.trace.json"), rank, 2, ev);
     }
     std::ofstream(dir / "record.json") << "{}";  // not a trace: skipped
     MainWindow w;
     w.resize(1200, 800);
     w.show();
-    ASSERT_TRUE(openAndWait(w, {QString::fromStdString(dir.string())}, 30000));
-    const OpenedTrace* tr = w.document().lastTrace();
+    const OpenedTrace* tr = openTrace(w, dir.string());
     ASSERT_TRUE(tr && tr->timeline);
     std::map<std::string, int64_t> firstStart;
     for (const auto& r : tr->timeline->rows)
@@ -1532,16 +1540,13 @@ TEST(GuiWindow, AFolderOfFsdpRanksSaysWhoWaitedForItsPeer) {
     const auto dir = std::filesystem::temp_directory_path() / "shardscope_gui_fsdp_ranks";
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
-    using J = nlohmann::json;
     for (int rank = 0; rank < 2; ++rank)
-        std::ofstream(dir / ("rank" + std::to_string(rank) + ".pt.trace.json")) << J{
-            {"distributedInfo", {{"rank", rank}, {"world_size", 2}}},
-            {"traceEvents", fsdpCpuStepEvents(12 + 30 * rank, 60 - 30 * rank)}}.dump();
+        writeRankTrace(dir / ("rank" + std::to_string(rank) + ".pt.trace.json"), rank, 2,
+                       fsdpCpuStepEvents(12 + 30 * rank, 60 - 30 * rank));
     MainWindow w;
     w.resize(1200, 800);
     w.show();
-    ASSERT_TRUE(openAndWait(w, {QString::fromStdString(dir.string())}, 30000));
-    const OpenedTrace* tr = w.document().lastTrace();
+    const OpenedTrace* tr = openTrace(w, dir.string());
     ASSERT_TRUE(tr && tr->timeline);
     std::map<std::string, std::string> gatherOf;  // rank group -> its all-gather's label
     for (const auto& r : tr->timeline->rows)
@@ -1606,9 +1611,7 @@ TEST(GuiWindow, AnFsdp1TraceGetsItsUnitsTrackToo) {
     ev.push_back(x("FullyShardedDataParallel._pre_backward_hook", 1000, 5));
     const std::string path =
         (std::filesystem::temp_directory_path() / "shardscope_gui_fsdp1.pt.trace.json").string();
-    std::ofstream(path) << J{
-        {"distributedInfo", {{"rank", 0}, {"world_size", 2}}},
-        {"traceEvents", ev}}.dump();
+    writeRankTrace(path, 0, 2, ev);
     MainWindow w;
     w.resize(1200, 800);
     w.show();
