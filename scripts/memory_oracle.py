@@ -3,7 +3,8 @@
 """PyTorch's own memory accounting for a full-size model and plan, next to ShardScope's.
 
     python scripts/memory_oracle.py --model samples/models/llama3.1-8b/config.json \\
-        --plan samples/plans/llama-per-block.json [--world 8] [--batch 2 --seq 8192] [--json]
+        --plan samples/plans/llama-per-block.json [--world 8] [--batch 2 --seq 8192] \\
+        [--micro-batches 4 [--sync-every-micro-batch]] [--json]
 
 What it runs: the real Hugging Face model built from its config.json under FakeTensorMode
 (nothing is allocated: an 8B or 70B model at seq 8192 costs seconds and no memory), sharded
@@ -58,10 +59,15 @@ def run_shardscope(*args):
     return r.stdout
 
 
-def plan_with_shape(plan_path, batch, seq, world, tmp):
-    """The plan file with the batch shape and world overridden (a copy; the input is kept)."""
+def plan_with_shape(plan_path, batch, seq, world, tmp, micro_batches=None, sync_every=None):
+    """The plan file with the batch shape, world and gradient accumulation overridden (a
+    copy; the input is kept)."""
     with open(plan_path) as f:
         plan = json.load(f)
+    if micro_batches:
+        plan.setdefault("gradient_accumulation", {})["micro_batches"] = micro_batches
+    if sync_every is not None:
+        plan.setdefault("gradient_accumulation", {})["sync_every_micro_batch"] = sync_every
     training = plan.setdefault("training", {})
     if batch:
         training["micro_batch_size"] = batch
@@ -261,10 +267,13 @@ def print_module_peaks(tracker, names):
                 print("   ", getattr(state, "value", state), cats)
 
 
-def oracle(model_path, plan_path, world, batch, seq, steps=2, track=True):
+def oracle(model_path, plan_path, world, batch, seq, steps=2, track=True, micro_batches=1,
+           sync_every=False):
     """FSDPMemTracker's peak snapshot (bytes per category) for rank 0 of `world`.
     track=False runs the same steps without the tracker (and returns {}): the tests compare
-    what FSDP2 runs with and without it."""
+    what FSDP2 runs with and without it. With micro_batches > 1 each step accumulates that
+    many forward/backward passes before the optimizer step; gradients are reduced on the
+    last only (set_requires_gradient_sync(False) before the others) unless sync_every."""
     import torch
     import torch.distributed as dist
     import transformers
@@ -319,9 +328,12 @@ def oracle(model_path, plan_path, world, batch, seq, steps=2, track=True):
                 with tracker or contextlib.nullcontext():
                     # The logits go before backward, as the Hugging Face Trainer
                     # (compute_loss returns the loss alone) and torchtitan (del pred) do.
-                    loss = net(input_ids=tokens, labels=tokens).loss
-                    loss.backward()
-                    del loss
+                    for mb in range(micro_batches):
+                        if micro_batches > 1:
+                            net.set_requires_gradient_sync(sync_every or mb + 1 == micro_batches)
+                        loss = net(input_ids=tokens, labels=tokens).loss
+                        loss.backward()
+                        del loss
                     optim.step()
                     optim.zero_grad()
                 if not tracker:
@@ -336,9 +348,9 @@ def oracle(model_path, plan_path, world, batch, seq, steps=2, track=True):
     return {str(k.value if hasattr(k, "value") else k): int(v) for k, v in dev.items()}
 
 
-def compare(model, plan, world=None, batch=None, seq=None, extra=()):
+def compare(model, plan, world=None, batch=None, seq=None, extra=(), micro_batches=None, sync_every=None):
     tmp = tempfile.mkdtemp(prefix="shardscope-oracle-")
-    plan2, p = plan_with_shape(plan, batch, seq, world, tmp)
+    plan2, p = plan_with_shape(plan, batch, seq, world, tmp, micro_batches, sync_every)
     shape = (p.get("mesh") or {}).get("shape") or [world or 8]
     w = 1
     for d in shape:
@@ -346,9 +358,13 @@ def compare(model, plan, world=None, batch=None, seq=None, extra=()):
     b = p["training"].get("micro_batch_size", 1)
     s = p["training"].get("seq_len", 2048)
     sim = ours(model, plan2, gpu_cluster(w, tmp), list(extra))
+    acc = p.get("gradient_accumulation") or {}
     t0 = time.time()
-    theirs = oracle(model, plan2, w, b, s)
+    theirs = oracle(model, plan2, w, b, s, micro_batches=acc.get("micro_batches", 1),
+                    sync_every=acc.get("sync_every_micro_batch", False))
     return {"model": model, "plan": plan, "world": w, "batch": b, "seq": s,
+            "micro_batches": acc.get("micro_batches", 1),
+            "sync_every_micro_batch": bool(acc.get("sync_every_micro_batch", False)),
             "shardscope": {"peak_allocated_bytes": sim["peak_allocated_bytes"], "at_peak": sim["memory_at_peak"]},
             "fsdp_mem_tracker": theirs, "oracle_seconds": round(time.time() - t0, 1),
             "error": (sim["peak_allocated_bytes"] - theirs["Total"]) / theirs["Total"]}
@@ -356,7 +372,10 @@ def compare(model, plan, world=None, batch=None, seq=None, extra=()):
 
 def print_table(r):
     print(f"{os.path.basename(os.path.dirname(r['model']))} | {os.path.basename(r['plan'])} | world {r['world']}, "
-          f"micro-batch {r['batch']} x {r['seq']} (oracle {r['oracle_seconds']} s)")
+          f"micro-batch {r['batch']} x {r['seq']}"
+          + (f" x {r['micro_batches']} micro-batches ({'reduced every one' if r['sync_every_micro_batch'] else 'reduced on the last'})"
+             if r.get("micro_batches", 1) > 1 else "")
+          + f" (oracle {r['oracle_seconds']} s)")
     print(f"  {'category':<18}{'FSDPMemTracker':>16}{'ShardScope':>14}")
     at = r["shardscope"]["at_peak"]
     for theirs_key, ours_key in CATEGORIES:
@@ -380,9 +399,13 @@ def main():
     ap.add_argument("--world", type=int, help="fake ranks when the plan has no mesh [8]")
     ap.add_argument("--batch", type=int, help="micro-batch size (overrides the plan's)")
     ap.add_argument("--seq", type=int, help="sequence length (overrides the plan's)")
+    ap.add_argument("--micro-batches", type=int, help="gradient accumulation steps (overrides the plan's)")
+    ap.add_argument("--sync-every-micro-batch", action="store_true", default=None,
+                    help="reduce gradients after every micro-batch (default: the plan's, else the last only)")
     ap.add_argument("--json", action="store_true", help="print the comparison as JSON")
     a = ap.parse_args()
-    r = compare(a.model, a.plan, a.world or 8, a.batch, a.seq)
+    r = compare(a.model, a.plan, a.world or 8, a.batch, a.seq, micro_batches=a.micro_batches,
+                sync_every=a.sync_every_micro_batch)
     if a.json:
         print(json.dumps(r, indent=2))
     else:

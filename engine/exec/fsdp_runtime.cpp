@@ -305,6 +305,68 @@ struct FsdpRuntime::Impl {
         for (auto& red : reductions)
             if (red.input.defined() && red.work.completed()) retire(red);
     }
+    // A completed reduction becomes the unit's sharded gradients. As FSDP2: the reduced
+    // shard is divided in place and the sharded gradients are views of it (a copy only where
+    // the reduce dtype is not fp32); a gradient an earlier micro-batch reduced is added to
+    // instead (foreach_reduce's `grad += new_sharded_grad`; FSDP1's _saved_grad_shard +=).
+    void fold(Reduction& red) {
+        retire(red);
+        const double divide = static_cast<double>(groups->shardSize * groups->replicateSize);
+        if (!red.averaged) red.out.div_(divide);
+        const auto asFloat = [](const at::Tensor& t) {
+            return t.scalar_type() == at::kFloat ? t : t.to(at::kFloat);
+        };
+        at::NoGradGuard ng;
+        const auto give = [](at::Tensor& param, const at::Tensor& g) {
+            if (param.grad().defined())
+                param.mutable_grad().add_(g);
+            else
+                param.mutable_grad() = g;
+        };
+        auto& u = us[red.unit];
+        if (r.noShard) {
+            for (size_t q = 0; q < u.params.size(); ++q) {
+                auto& p = ps[u.params[q]];
+                if (p.trainable)
+                    give(p.unsharded, red.out.narrow(0, u.offset[q], p.unsharded.numel())
+                                          .view(p.unsharded.sizes()));
+            }
+            return;
+        }
+        if (u.flat) {
+            if (u.flatSharded.defined()) give(u.flatSharded, asFloat(red.out));
+            return;
+        }
+        int64_t off = 0;
+        for (int32_t pi : u.params) {
+            auto& p = ps[pi];
+            const int64_t len = p.rows * p.row;
+            if (p.trainable)
+                give(p.sharded, asFloat(red.out.narrow(0, off, len)).view(p.sharded.sizes()));
+            off += len;
+        }
+    }
+    // Gradients reduced every micro-batch: a later reduction of a unit, once it and the
+    // unit's first one of the step are done, is added to the first and let go, so that the
+    // step holds one reduced shard per unit as FSDP2 does (it adds each output to the
+    // sharded gradient as the reduce-scatter is issued).
+    void foldCompleted() {
+        for (size_t i = 0; i < reductions.size();) {
+            Reduction& later = reductions[i];
+            const auto first =
+                std::find_if(reductions.begin(), reductions.begin() + static_cast<ptrdiff_t>(i),
+                             [&](const Reduction& x) { return x.unit == later.unit; });
+            if (first == reductions.begin() + static_cast<ptrdiff_t>(i) ||
+                !later.work.completed() || !first->work.completed()) {
+                ++i;
+                continue;
+            }
+            retire(*first);
+            retire(later);
+            first->out.add_(later.out);
+            reductions.erase(reductions.begin() + static_cast<ptrdiff_t>(i));
+        }
+    }
     struct Boundary {
         bool exit = false;
         int32_t unit = 0;
@@ -1037,6 +1099,7 @@ struct FsdpRuntime::Impl {
         }
         reductions.push_back(std::move(red));
         retireCompleted();
+        foldCompleted();
     }
 };
 
@@ -1206,6 +1269,7 @@ void FsdpRuntime::backward(const at::Tensor& loss) {
         s.postBackward(static_cast<int32_t>(u));
     // FSDP2's finalize_backward lets go of the reduce-scatter inputs that are done.
     s.retireCompleted();
+    s.foldCompleted();
 }
 
 void FsdpRuntime::optimizerStep() {
@@ -1221,40 +1285,9 @@ void FsdpRuntime::optimizerStep() {
     const size_t st =
         s.rec->begin(OpKind::OptimizerStep, Phase::Optimizer, Stream::Compute, 0, s.mb);
     if (s.o.fsdp) {
-        const double divide = static_cast<double>(s.groups->shardSize * s.groups->replicateSize);
-        // As FSDP2: the reduced shard is divided in place and the sharded gradients are
-        // views of it (a copy only where the reduce dtype is not fp32).
-        const auto asFloat = [](const at::Tensor& t) {
-            return t.scalar_type() == at::kFloat ? t : t.to(at::kFloat);
-        };
         for (auto& red : s.reductions) {
             red.work.wait();
-            Impl::retire(red);
-            if (!red.averaged) red.out.div_(divide);
-            auto& us = s.us[red.unit];
-            if (s.r.noShard) {
-                for (size_t q = 0; q < us.params.size(); ++q) {
-                    auto& p = s.ps[us.params[q]];
-                    if (p.trainable)
-                        p.unsharded.mutable_grad() =
-                            red.out.narrow(0, us.offset[q], p.unsharded.numel())
-                                .view(p.unsharded.sizes());
-                }
-                continue;
-            }
-            if (us.flat) {
-                if (us.flatSharded.defined()) us.flatSharded.mutable_grad() = asFloat(red.out);
-                continue;
-            }
-            int64_t off = 0;
-            for (int32_t pi : us.params) {
-                auto& p = s.ps[pi];
-                const int64_t len = p.rows * p.row;
-                if (p.trainable)
-                    p.sharded.mutable_grad() =
-                        asFloat(red.out.narrow(0, off, len)).view(p.sharded.sizes());
-                off += len;
-            }
+            s.fold(red);
         }
         s.reductions.clear();
     }

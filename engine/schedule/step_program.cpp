@@ -352,21 +352,36 @@ private:
     // (as autograd creates each parameter's .grad) and kept across no-sync micro-batches
     // until the unit's reduce-scatter frees them all.
     std::vector<BufferId> gradSegBuf;
-    std::vector<BufferId> gradLateBuf;  // selective checkpointing: made before the recompute
+    std::vector<BufferId> gradLateBuf;      // selective checkpointing: made before the recompute
+    std::vector<BufferId> accumulatedGrad;  // per unit: the reduce-dtype copy (upcastsGradients)
+    // Param-dtype gradients of a unit until its post-backward (upcastsGradients).
+    std::vector<std::pair<int32_t, BufferId>> transientGrads;
     std::vector<std::vector<int32_t>> unitSegs;  // each unit's segments
     std::vector<OpId> lastFree;       // FSDP1 limiter: op that freed the unit's parameters
     std::vector<OpId> inflightFrees;  // FSDP1 limiter queue
     OpId prevReduce;
     BufferId prevRsIn;  // the last reduce-scatter's input, freed at the next copy-in
-    OpId agStreamWait, stashedCopyOut;  // forward: the all-gather streams' copy-out dependency
-    BufferId stashedAg;                 // forward: previous unit's all-gather buffer
-    std::vector<OpId> pendingAg;        // all-gather issued, copy-out not yet
-    std::vector<char> pendingLocal;     // world 1: unshard() called, its copy not yet made
-    std::vector<BufferId> agBuf;        // flat all-gather output per unit in flight
-    std::vector<OpId> reduceOps;        // all reduce-scatters/all-reduces of the last micro-batch
-    std::vector<BufferId> shardedGrads;
+    OpId agStreamWait, stashedCopyOut;   // forward: the all-gather streams' copy-out dependency
+    BufferId stashedAg;                  // forward: previous unit's all-gather buffer
+    std::vector<OpId> pendingAg;         // all-gather issued, copy-out not yet
+    std::vector<char> pendingLocal;      // world 1: unshard() called, its copy not yet made
+    std::vector<BufferId> agBuf;         // flat all-gather output per unit in flight
+    std::vector<OpId> reduceOps;         // all reduce-scatters/all-reduces of the last micro-batch
+    std::vector<BufferId> shardedGrads;  // the units' sharded .grad, kept to the optimizer
+    std::vector<char> gradReduced;       // the unit has reduced in this step (its .grad exists)
+    std::vector<BufferId> accumulatedOutputs;  // HSDP: added to .grad, freed at backward's end
 
     bool fsdp1() const { return r.plan.api == PlanApi::Fsdp1; }
+
+    // FSDP2 accumulating gradients without a reduce in every micro-batch, with a reduce
+    // dtype other than the parameters': each backward's gradients come in the param dtype and
+    // are added at the unit's post-backward to one copy in the reduce dtype, made the first
+    // time (FSDPParam.to_accumulated_grad_if_needed / accumulate_unsharded_grad_if_needed),
+    // which the last micro-batch reduces. Otherwise autograd accumulates in place.
+    bool upcastsGradients(const ResolvedUnit& unit) const {
+        return !fsdp1() && !r.flatParams && o.microBatches > 1 && !r.plan.syncEveryMicroBatch &&
+               unit.reduceDtype != unit.allGatherDtype;
+    }
 
     // Tensors op `c` allocates and frees within itself, each its own block (the caching
     // allocator places separate tensors apart; one block of their sum would need a segment
@@ -419,6 +434,8 @@ private:
         unshardedRest.assign(n, {});
         postForwardBuf.assign(n, BufferId());
         lastFree.assign(n, OpId());
+        gradReduced.assign(n, 0);
+        accumulatedGrad.assign(n, BufferId());
     }
 
     // The ratio that takes the model's activation bytes to the unit's compute dtype:
@@ -955,6 +972,10 @@ private:
                     grads.push_back(*gb);
                     *gb = BufferId();
                 }
+        if (accumulatedGrad[u].valid()) {
+            grads.push_back(accumulatedGrad[u]);
+            accumulatedGrad[u] = BufferId();
+        }
         Op ci{OpKind::ReduceScatterCopyIn, Phase::Backward, Stream::Compute, UnitId(u), mb};
         const int64_t agElems =
             unit.unshardedBytes / std::max<int64_t>(1, dtypeSize(unit.allGatherDtype));
@@ -997,7 +1018,15 @@ private:
         prevRsIn = in;
         prevReduce = add(std::move(rs));
         reduceOps.push_back(prevReduce);
-        shardedGrads.push_back(sharded);
+        // A unit reduced in an earlier micro-batch of this step already has its sharded
+        // .grad: this reduce-scatter's output is added to it and dropped (FSDP2's
+        // foreach_reduce `grad._local_tensor += new_sharded_grad`, FSDP1's
+        // `_saved_grad_shard += sharded_grad`), so the step holds one sharded gradient
+        // however many micro-batches reduce.
+        const bool accumulate = gradReduced[u] != 0;
+        gradReduced[u] = 1;
+        const bool toHost = unit.offload.enabled && !o.hostIsDevice;
+        if (!accumulate && !toHost) shardedGrads.push_back(sharded);
         if (r.hsdp && !r.noShard) {
             Op ar{OpKind::AllReduce, Phase::Backward, Stream::AllReduce, UnitId(u), mb};
             ar.commBytes = unit.shardedNumel * dtypeSize(unit.reduceDtype);
@@ -1015,11 +1044,17 @@ private:
             // CPUOffloadPolicy: the reduced shard is copied to the host's gradient and the
             // device copy dropped (foreach_reduce's non_blocking .to(cpu)); it does not stay
             // on the device until the optimizer step (unless the device is the host).
-            if (!o.hostIsDevice) {
-                d.frees.push_back(sharded);
-                shardedGrads.pop_back();
-            }
+            if (toHost) d.frees.push_back(sharded);
             reduceOps.push_back(add(std::move(d)));
+        }
+        if (accumulate && !toHost) {
+            // HSDP keeps the output as the all-reduce's input until the end of backward
+            // (FSDPParamGroup._all_reduce_state, cleared by finalize_backward); otherwise it
+            // goes as foreach_reduce returns, right after the reduce-scatter is issued.
+            if (r.hsdp && !r.noShard)
+                accumulatedOutputs.push_back(sharded);
+            else
+                op(prevReduce).frees.push_back(sharded);
         }
     }
 
@@ -1052,6 +1087,7 @@ private:
         for (size_t i = segs.size(); i-- > 0;) {
             const Segment& sg = segs[i];
             const int32_t u = sg.unit;
+            const bool upcast = upcastsGradients(r.units[u]);
             if (!begun[u]) {
                 begun[u] = 1;
                 unshardAndWait(u, Phase::Backward, mb);
@@ -1085,10 +1121,14 @@ private:
                 // layer's backward; what comes after it in forward has made its gradients
                 // and freed its activations by then.
                 if (!gradLateBuf[i].valid() && sg.gradLateBytes > 0) {
-                    gradLateBuf[i] = buffer(sg.gradLateBytes, MemCategory::Gradients,
-                                            Stream::Compute, r.units[sg.unit].allGatherDtype);
-                    rc.allocs.push_back(gradLateBuf[i]);
+                    const BufferId lb = buffer(sg.gradLateBytes, MemCategory::Gradients,
+                                               Stream::Compute, r.units[sg.unit].allGatherDtype);
+                    rc.allocs.push_back(lb);
                     lateGrads = sg.gradLateBytes;
+                    if (upcast)
+                        transientGrads.push_back({u, lb});
+                    else
+                        gradLateBuf[i] = lb;
                 }
                 if (savedLateBuf[i].valid()) rc.frees.push_back(savedLateBuf[i]);
                 add(std::move(rc));
@@ -1103,12 +1143,30 @@ private:
             int64_t newGrads = 0;
             const int64_t restGrads = sg.gradBytes - (sg.recomputes ? sg.gradLateBytes : 0);
             if (!gradSegBuf[i].valid() && restGrads > 0) {
-                gradSegBuf[i] = buffer(restGrads, MemCategory::Gradients, Stream::Compute,
-                                       r.units[u].allGatherDtype);
-                c.allocs.push_back(gradSegBuf[i]);
+                const BufferId gb = buffer(restGrads, MemCategory::Gradients, Stream::Compute,
+                                           r.units[u].allGatherDtype);
+                c.allocs.push_back(gb);
                 newGrads = restGrads;
+                if (upcast)
+                    transientGrads.push_back({u, gb});
+                else
+                    gradSegBuf[i] = gb;
             }
             newGrads += lateGrads;
+            // Accumulating in the reduce dtype: the unit's post-backward makes the copy that
+            // every later micro-batch adds to (FSDPParam.to_accumulated_grad_if_needed).
+            const bool postBackward = firstSeg[u] == static_cast<int32_t>(i);
+            if (upcast && postBackward && !accumulatedGrad[u].valid() &&
+                !r.units[u].params.empty()) {
+                const auto& unit = r.units[u];
+                const int64_t bytes = unit.unshardedBytes /
+                                      std::max<int64_t>(1, dtypeSize(unit.allGatherDtype)) *
+                                      dtypeSize(unit.reduceDtype);
+                accumulatedGrad[u] =
+                    buffer(bytes, MemCategory::Gradients, Stream::Compute, unit.reduceDtype);
+                c.allocs.push_back(accumulatedGrad[u]);
+                newGrads += bytes;
+            }
             // The activation gradients' working memory, for the op's duration. Gradients
             // allocated by the same backward mostly appear after it has shrunk, so only the
             // part above them counts (all of it in a later micro-batch, which allocates none).
@@ -1130,8 +1188,14 @@ private:
             if (fsdp1() && bp == "BACKWARD_POST" && posInOrder[u] > 0 &&
                 firstSeg[u] == static_cast<int32_t>(i) && !begun[order[posInOrder[u] - 1]])
                 unshard(order[posInOrder[u] - 1], Phase::Backward, mb);
-            if (firstSeg[u] == static_cast<int32_t>(i)) {
-                // Post-backward of unit u.
+            if (postBackward) {
+                // Post-backward of unit u. Gradients of the param dtype are added to the
+                // reduce-dtype copy and dropped (accumulate_unsharded_grad_if_needed).
+                std::erase_if(transientGrads, [&](const std::pair<int32_t, BufferId>& t) {
+                    if (t.first != u) return false;
+                    op(cid).frees.push_back(t.second);
+                    return true;
+                });
                 if (r.units[u].reshardAfterBackward) reshardAt(u, cid, false);
                 if (u == 0 || u == inputUnit)
                     deferred.push_back(u);
@@ -1145,6 +1209,9 @@ private:
         // (FSDP2's finalize_backward): it goes when that reduce-scatter ends.
         if (prevRsIn.valid() && prevReduce.valid()) op(prevReduce).frees.push_back(prevRsIn);
         prevRsIn = BufferId();
+        for (BufferId b : accumulatedOutputs)
+            op(reduceOps.back()).frees.push_back(b);
+        accumulatedOutputs.clear();
     }
     std::vector<BufferId> savedTemp;
 

@@ -192,6 +192,32 @@ TEST(StepProgram, GradientAccumulationReducesOnlyOnTheLastMicroBatch) {
     EXPECT_EQ(r.program.tokensPerRank, 2000);
 }
 
+// What accumulation holds, whatever the number of micro-batches (checked against
+// FSDPMemTracker by tests/python/test_accumulation_memory_peer.py):
+// - reduced every micro-batch: one sharded gradient per unit (each reduce-scatter's output
+//   is added to the first and dropped), so peaks do not grow past the second micro-batch;
+// - reduced on the last with bf16 parameters and an fp32 reduce: one fp32 unsharded copy per
+//   unit (FSDP2's unsharded_accumulated_grad), twice the bf16 gradients' bytes.
+TEST(StepProgram, GradientAccumulationHoldsOneGradientPerUnit) {
+    auto peaks = [](int64_t microBatches, bool syncEvery) {
+        Plan p = blockPlan();
+        p.defaults.mixedPrecision = MixedPrecisionSpec{DType::BFloat16, DType::Float32, {}, true};
+        p.microBatches = microBatches;
+        p.syncEveryMicroBatch = syncEvery;
+        const SimRun r = run(blocks(), p, cluster());
+        return std::pair{r.sim.peakAllocated,
+                         r.sim.atPeak[static_cast<size_t>(MemCategory::Gradients)]};
+    };
+    const auto every2 = peaks(2, true), every4 = peaks(4, true), every8 = peaks(8, true);
+    EXPECT_EQ(every4, every2);
+    EXPECT_EQ(every8, every2);
+    const auto last2 = peaks(2, false), last8 = peaks(8, false);
+    EXPECT_EQ(last8, last2);
+    // More than every block's bf16 gradients (kH x kH, 2 bytes each, unsharded): the fp32
+    // copies of those whose backward is done (3.75 blocks' worth at the peak).
+    EXPECT_GT(last2.second, kLayers * kH * kH * 2);
+}
+
 TEST(StepProgram, Fsdp1BackwardPrefetchAndLimiter) {
     Plan p = blockPlan();
     p.api = PlanApi::Fsdp1;

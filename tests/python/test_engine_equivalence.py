@@ -55,7 +55,7 @@ SEED = 1234
 TOL = 1e-5
 
 
-def plan(mesh, defaults=None, units=None, micro_batches=1, fsdp1=None, lightning=None):
+def plan(mesh, defaults=None, units=None, micro_batches=1, fsdp1=None, lightning=None, sync_every=False):
     p = {
         "format": "shardscope.plan",
         "version": 1,
@@ -76,6 +76,8 @@ def plan(mesh, defaults=None, units=None, micro_batches=1, fsdp1=None, lightning
         p["lightning"] = lightning
     if micro_batches > 1:
         p["gradient_accumulation"] = {"micro_batches": micro_batches}
+        if sync_every:
+            p["gradient_accumulation"]["sync_every_micro_batch"] = True
     return p
 
 
@@ -94,6 +96,13 @@ MATRIX = {
         ],
     ),
     "world2_accumulate_2": plan([2], micro_batches=2),
+    # Reduced after every micro-batch: each reduction is added to the sharded gradient
+    # (FSDP2's foreach_reduce `+=`), none replaces it.
+    "world2_accumulate_3_reduce_every": plan([2], micro_batches=3, sync_every=True),
+    "fsdp1_world2_accumulate_3_reduce_every": plan([2], micro_batches=3, sync_every=True, fsdp1={}),
+    "hsdp_2x2_accumulate_3_reduce_every": plan([2, 2], micro_batches=3, sync_every=True),
+    "world2_cpu_offload_accumulate_3_reduce_every": plan(
+        [2], {"offload": {"pin_memory": True}}, micro_batches=3, sync_every=True),
     # The root keeps no parameters (torchtitan's layout): it prefetches nothing before the
     # loss's backward (FSDPParamGroup.pre_backward belongs to a parameter group). World 1
     # so that a one-GPU machine runs it too.
