@@ -331,6 +331,10 @@ def oracle(model_path, plan_path, world, batch, seq, steps=2, track=True, micro_
                     for mb in range(micro_batches):
                         if micro_batches > 1:
                             net.set_requires_gradient_sync(sync_every or mb + 1 == micro_batches)
+                        if tracker and mb > 0:
+                            # The tracker refuses a second forward of the root in one
+                            # iteration; its module stats go, its peak stays.
+                            tracker.reset_mod_stats()
                         loss = net(input_ids=tokens, labels=tokens).loss
                         loss.backward()
                         del loss
