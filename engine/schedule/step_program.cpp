@@ -1154,18 +1154,35 @@ private:
             }
             newGrads += lateGrads;
             // Accumulating in the reduce dtype: the unit's post-backward makes the copy that
-            // every later micro-batch adds to (FSDPParam.to_accumulated_grad_if_needed).
+            // every later micro-batch adds to (FSDPParam.to_accumulated_grad_if_needed, then
+            // accumulate_unsharded_grad_if_needed): a cast (read the param dtype, write the
+            // reduce dtype) the first time, an add (read both, write) after, one kernel per
+            // parameter on the compute stream.
             const bool postBackward = firstSeg[u] == static_cast<int32_t>(i);
-            if (upcast && postBackward && !accumulatedGrad[u].valid() &&
-                !r.units[u].params.empty()) {
+            if (upcast && postBackward && !r.units[u].params.empty()) {
                 const auto& unit = r.units[u];
-                const int64_t bytes = unit.unshardedBytes /
-                                      std::max<int64_t>(1, dtypeSize(unit.allGatherDtype)) *
-                                      dtypeSize(unit.reduceDtype);
-                accumulatedGrad[u] =
-                    buffer(bytes, MemCategory::Gradients, Stream::Compute, unit.reduceDtype);
-                c.allocs.push_back(accumulatedGrad[u]);
-                newGrads += bytes;
+                const int64_t agSize = std::max<int64_t>(1, dtypeSize(unit.allGatherDtype));
+                const int64_t elems = unit.unshardedBytes / agSize;
+                const int64_t redSize = dtypeSize(unit.reduceDtype);
+                const bool first = !accumulatedGrad[u].valid();
+                if (first) {
+                    accumulatedGrad[u] = buffer(elems * redSize, MemCategory::Gradients,
+                                                Stream::Compute, unit.reduceDtype);
+                    c.allocs.push_back(accumulatedGrad[u]);
+                    newGrads += elems * redSize;
+                }
+                const double moved =
+                    static_cast<double>(elems) *
+                    static_cast<double>(first ? agSize + redSize : 2 * redSize + agSize);
+                const auto kernels = static_cast<int64_t>(unit.params.size());
+                if (c.mix >= 0) {
+                    KernelMix m = p.mixes[static_cast<size_t>(c.mix)];
+                    addKernels(m, KernelKind::MemoryBound, moved / static_cast<double>(kernels),
+                               kernels);
+                    c.mix = internMix(m, c.computeDtype);
+                } else {
+                    c.memBytes += moved;
+                }
             }
             // The activation gradients' working memory, for the op's duration. Gradients
             // allocated by the same backward mostly appear after it has shrunk, so only the

@@ -218,6 +218,24 @@ TEST(StepProgram, GradientAccumulationHoldsOneGradientPerUnit) {
     EXPECT_GT(last2.second, kLayers * kH * kH * 2);
 }
 
+// Reduced on the last with an fp32 reduce, each unit's post-backward also runs FSDP2's cast
+// to the fp32 copy (first micro-batch) or its add (later ones): one memory-bound kernel per
+// parameter on the compute stream.
+TEST(StepProgram, GradientAccumulationPricesTheUpcastKernels) {
+    auto kernels = [](bool syncEvery) {
+        Plan p = blockPlan();
+        p.defaults.mixedPrecision = MixedPrecisionSpec{DType::BFloat16, DType::Float32, {}, true};
+        p.microBatches = 2;
+        p.syncEveryMicroBatch = syncEvery;
+        const SimRun r = run(blocks(), p, cluster());
+        int64_t n = 0;
+        for (const Op& op : r.program.ops)
+            if (op.mix >= 0) n += r.program.mixes[static_cast<size_t>(op.mix)].kernels;
+        return n;
+    };
+    EXPECT_EQ(kernels(false) - kernels(true), 2 * kLayers);  // a cast and an add per weight
+}
+
 TEST(StepProgram, Fsdp1BackwardPrefetchAndLimiter) {
     Plan p = blockPlan();
     p.api = PlanApi::Fsdp1;
