@@ -2,6 +2,7 @@
 #include "engine/schedule/step_program.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <initializer_list>
@@ -520,9 +521,17 @@ private:
             // activations and one member's gradients, or all the gradients and one member's
             // activations, live at once. The rest of its gradients are made after the
             // recompute is gone.
+            // A unit of several modules checkpoints each on its own (our exports, per-block
+            // checkpoint_wrapper): backward recomputes one module, runs its backward and
+            // frees what it remade before the next, so the recompute holds the largest
+            // module's, not their sum.
+            const bool perModule = unit.modules.size() > 1;
+            const auto addRecomputed = [&](double& into, double v) {
+                into = perModule ? std::max(into, v) : into + v;
+            };
             const auto splitRecompute = [&] {
                 if (!run.hasAttn) return;
-                sg.recomputeLate += run.savedAfterAttn.at(b, s, scale);
+                addRecomputed(sg.recomputeLate, run.savedAfterAttn.at(b, s, scale));
                 int64_t overlap = 0;
                 if (run.loopMembers >= 2) {
                     const double n = run.loopMembers;
@@ -539,7 +548,7 @@ private:
                     sg.recomputes = sg.recomputes || fwd > 0 || !c.fwdMemBytes.isZero();
                     sg.recomputeFlops +=
                         fwd - recomputeSkippedFlops(run, b, s, nullptr, o.recomputeEarlyStop);
-                    sg.recomputeSaved += saved;
+                    addRecomputed(sg.recomputeSaved, saved);
                     splitRecompute();
                     break;
                 case AcMode::SelectiveOp: {
@@ -563,7 +572,7 @@ private:
                     const SacKept k = sacKept(run, save);
                     sg.recomputeFlops +=
                         fwd - recomputeSkippedFlops(run, b, s, &k, o.recomputeEarlyStop);
-                    sg.recomputeSaved += saved;
+                    addRecomputed(sg.recomputeSaved, saved);
                     splitRecompute();
                     break;
                 }
@@ -599,10 +608,22 @@ private:
             if ((unit.activationCheckpointing == AcMode::Full ||
                  unit.activationCheckpointing == AcMode::SelectiveOp) &&
                 !unit.isRoot) {
-                const double hidden =
-                    g.module(unit.modules[0]).cost.outputBytes.at(b, s, activationScale(unit));
-                sg.saved += hidden;
+                // Each of a unit's modules is its own checkpoint (as our exports apply it,
+                // and checkpoint_wrapper per block): each keeps its input. The first's is a
+                // hidden state (its output's size), or an embedding's token ids (int64);
+                // past the first, the output of the module before it (a unit of two decoder
+                // layers keeps two hidden states, norm and lm_head two).
+                const double scale = activationScale(unit);
+                const ModuleNode& first = g.module(unit.modules[0]);
+                double hidden = first.cls.ends_with("Embedding")
+                                    ? static_cast<double>(b * s * dtypeSize(DType::Int64))
+                                    : first.cost.outputBytes.at(b, s, scale);
+                // The recompute makes a module's output again, held until its backward is
+                // done: one module's at a time.
                 sg.recomputeSaved += hidden;
+                for (size_t k = 1; k < unit.modules.size(); ++k)
+                    hidden += g.module(unit.modules[k - 1]).cost.outputBytes.at(b, s, scale);
+                sg.saved += hidden;
             }
         }
         for (auto& sg : segs) {
@@ -832,7 +853,7 @@ private:
     // The kernel mixes of a segment's forward, backward and recompute. A one-run segment
     // whose run is alike one already priced (a decoder layer) reuses its mixes.
     struct MixKey {
-        int32_t signature;
+        std::array<int32_t, 4> signature;  // the segment's runs' (a unit of up to four modules)
         AcMode ac;
         DType dtype;
         double scale;
@@ -845,9 +866,16 @@ private:
         const AcMode ac = unit.activationCheckpointing;
         const DType dt = unit.allGatherDtype;
         const double scale = activationScale(unit);
-        const int32_t sig =
-            sg.runCount == 1 ? runs[static_cast<size_t>(sg.firstRun)].kernelSignature : -1;
-        if (sig >= 0)
+        // Alike runs, alike mixes: a segment of up to four runs (a unit's modules, each its
+        // own run) is looked up by their signatures.
+        std::array<int32_t, 4> sig{-1, -1, -1, -1};
+        bool cacheable = sg.runCount <= static_cast<int32_t>(sig.size());
+        for (int32_t i = 0; cacheable && i < sg.runCount; ++i) {
+            sig[static_cast<size_t>(i)] =
+                runs[static_cast<size_t>(sg.firstRun + i)].kernelSignature;
+            cacheable = sig[static_cast<size_t>(i)] >= 0;
+        }
+        if (cacheable)
             for (const MixKey& k : mixCache)
                 if (k.signature == sig && k.ac == ac && k.dtype == dt && k.scale == scale &&
                     (ac != AcMode::SelectiveOp || *k.save == unit.acSave)) {
@@ -871,7 +899,7 @@ private:
         sg.fwdMixId = internMix(fwd, dt);
         sg.bwdMixId = internMix(bwd, dt);
         sg.recomputeMixId = internMix(rec, dt);
-        if (sig >= 0)
+        if (cacheable)
             mixCache.push_back(
                 {sig, ac, dt, scale, {sg.fwdMixId, sg.bwdMixId, sg.recomputeMixId}, &unit.acSave});
     }

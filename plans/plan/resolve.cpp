@@ -973,6 +973,10 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r, 
             if (m.index() < n) regionRoot[m.index()] = 1;
     for (size_t m = 0; m < n; ++m)
         reordered[m] = childrenInRunOrder(g, static_cast<int32_t>(m));
+    // Each of a unit's own modules is a checkpoint region of its own: it starts a run, so
+    // that a unit of two decoder layers is two runs (each recomputed, stopped early and
+    // freed on its own under checkpointing). The step program merges them into one segment.
+    bool regionStarts = false;
     std::vector<std::pair<int32_t, size_t>> stack{{0, 0}};
     while (n > 0 && !stack.empty()) {
         auto& [m, child] = stack.back();
@@ -981,8 +985,10 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r, 
                              : reordered[static_cast<size_t>(m)];
         if (child < ch.size()) {
             const int32_t c = ch[child++].value;
-            if (regionRoot[static_cast<size_t>(c)] && unitOf[c] >= 0)
+            if (regionRoot[static_cast<size_t>(c)] && unitOf[c] >= 0) {
                 mmSeen[static_cast<size_t>(unitOf[c])] = 0;
+                regionStarts = true;
+            }
             stack.push_back({c, 0});
             continue;
         }
@@ -999,10 +1005,11 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r, 
         }
         const ModuleCost& c = windowed ? masked : mod.cost;
         if (c.fwdFlops.isZero() && c.savedBytes.isZero() && c.fwdMemBytes.isZero()) continue;
-        if (runs.empty() || runs.back().unit != u) {
+        if (runs.empty() || runs.back().unit != u || regionStarts) {
             runs.emplace_back().unit = u;
             runMods.emplace_back();
         }
+        regionStarts = false;
         ModuleRun& run = runs.back();
         runOf[static_cast<size_t>(m)] = static_cast<int32_t>(runs.size() - 1);
         run.cost += c;
