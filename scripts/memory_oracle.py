@@ -252,6 +252,27 @@ def keep_fsdp_group_hooks():
     FSDPMemTracker._shardscope_group_hooks = True
 
 
+def post_forward_mesh_outside_fake_mode():
+    """`fully_shard(reshard_after_forward=k)` builds its post-forward mesh from the mesh's
+    rank tensor (`_get_post_forward_mesh_info` in torch/distributed/fsdp/_fully_shard/
+    _fsdp_init.py: `mesh.mesh.view(-1, k)`), a real tensor, which FakeTensorMode refuses to
+    view. It is built with the fake mode set aside, as the mesh itself is."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.distributed.fsdp._fully_shard import _fsdp_init, _fully_shard
+
+    if getattr(_fsdp_init, "_shardscope_outside_fake", False):
+        return
+    build = _fsdp_init._get_post_forward_mesh_info
+
+    def outside(*args, **kwargs):
+        with unset_fake_temporarily():
+            return build(*args, **kwargs)
+
+    _fsdp_init._get_post_forward_mesh_info = outside
+    _fully_shard._get_post_forward_mesh_info = outside
+    _fsdp_init._shardscope_outside_fake = True
+
+
 def print_module_peaks(tracker, names):
     """The tracker's per-module snapshots (SHARDSCOPE_ORACLE_MODULES=fqn,fqn): at each
     state it records (pre/post forward and backward, peaks), the categories above 50 MiB."""
@@ -302,6 +323,7 @@ def oracle(model_path, plan_path, world, batch, seq, steps=2, track=True, micro_
         balanced_moe_routing()
     hide_dtensor_shape_propagation()
     keep_fsdp_group_hooks()
+    post_forward_mesh_outside_fake_mode()
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
     try:
         # The mesh is made outside fake mode (it reads its rank layout back as a tensor).
