@@ -303,10 +303,15 @@ def oracle(model_path, plan_path, world, batch, seq, steps=2, track=True, micro_
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     sys.path.insert(0, os.path.join(ROOT, "samples"))
-    from apply_plan import apply_plan
+    from apply_plan import apply_plan, prepare_micro_batch
 
     export = json.loads(run_shardscope("plan", "export", "--model", model_path, "--plan", plan_path,
                                        "--format", "fsdp2"))
+    acc = export.get("gradient_accumulation", {})
+    if micro_batches > 1 and (acc.get("micro_batches", 1) != micro_batches or
+                              bool(acc.get("sync_every_micro_batch", False)) != bool(sync_every)):
+        raise SystemExit(f"{plan_path}: the export's gradient_accumulation {acc} is not the "
+                         f"{micro_batches} micro-batches (sync every: {sync_every}) asked for")
     cfg = transformers.AutoConfig.from_pretrained(model_path)
     cfg.use_cache = False  # training (and required with checkpointing)
     # SDPA as transformers picks it by default on a GPU; eager attention would save the s x s
@@ -352,7 +357,10 @@ def oracle(model_path, plan_path, world, batch, seq, steps=2, track=True, micro_
                     # (compute_loss returns the loss alone) and torchtitan (del pred) do.
                     for mb in range(micro_batches):
                         if micro_batches > 1:
-                            net.set_requires_gradient_sync(sync_every or mb + 1 == micro_batches)
+                            # What a user's loop calls (samples/apply_plan.py): gradient
+                            # sync on the last micro-batch, or on each with
+                            # sync_every_micro_batch, as the export says.
+                            prepare_micro_batch(net, export, mb)
                         if tracker and mb > 0:
                             # The tracker refuses a second forward of the root in one
                             # iteration; its module stats go, its peak stays.
