@@ -301,9 +301,12 @@ struct FsdpRuntime::Impl {
         resizeStorage(red.input, 0);
         red.input.reset();
     }
+    // Lets go of the inputs of the reductions that are done, and adds each unit's later
+    // ones to its first (foldCompleted).
     void retireCompleted() {
         for (auto& red : reductions)
             if (red.input.defined() && red.work.completed()) retire(red);
+        foldCompleted();
     }
     // A completed reduction becomes the unit's sharded gradients. As FSDP2: the reduced
     // shard is divided in place and the sharded gradients are views of it (a copy only where
@@ -1099,7 +1102,6 @@ struct FsdpRuntime::Impl {
         }
         reductions.push_back(std::move(red));
         retireCompleted();
-        foldCompleted();
     }
 };
 
@@ -1269,7 +1271,6 @@ void FsdpRuntime::backward(const at::Tensor& loss) {
         s.postBackward(static_cast<int32_t>(u));
     // FSDP2's finalize_backward lets go of the reduce-scatter inputs that are done.
     s.retireCompleted();
-    s.foldCompleted();
 }
 
 void FsdpRuntime::optimizerStep() {

@@ -374,6 +374,12 @@ private:
 
     bool fsdp1() const { return r.plan.api == PlanApi::Fsdp1; }
 
+    // Elements of a unit's all-gathered (padded) parameters: its unsharded gradients'
+    // count, whatever dtype they are reduced or accumulated in.
+    static int64_t unshardedElems(const ResolvedUnit& unit) {
+        return unit.unshardedBytes / std::max<int64_t>(1, dtypeSize(unit.allGatherDtype));
+    }
+
     // FSDP2 accumulating gradients without a reduce in every micro-batch, with a reduce
     // dtype other than the parameters': each backward's gradients come in the param dtype and
     // are added at the unit's post-backward to one copy in the reduce dtype, made the first
@@ -904,6 +910,25 @@ private:
                 {sig, ac, dt, scale, {sg.fwdMixId, sg.bwdMixId, sg.recomputeMixId}, &unit.acSave});
     }
 
+    // A mix with `kernels` more memory-bound kernels moving `moved` bytes in all (FSDP2's
+    // upcast accumulation), remembered: alike units ask for the same one every micro-batch.
+    struct ExtendedMix {
+        int32_t base;
+        double moved;
+        int64_t kernels;
+        int32_t mix;
+    };
+    std::vector<ExtendedMix> extendedMixes;
+    int32_t withMemoryKernels(int32_t base, double moved, int64_t kernels, DType dt) {
+        for (const ExtendedMix& e : extendedMixes)
+            if (e.base == base && e.moved == moved && e.kernels == kernels) return e.mix;
+        KernelMix m = p.mixes[static_cast<size_t>(base)];
+        addKernels(m, KernelKind::MemoryBound, moved / static_cast<double>(kernels), kernels);
+        const int32_t id = internMix(m, dt);
+        extendedMixes.push_back({base, moved, kernels, id});
+        return id;
+    }
+
     // Index of an equal mix in the program (decoder layers share theirs), or a new one.
     std::vector<DType> mixDtype;
     int32_t internMix(const KernelMix& m, DType dt) {
@@ -1005,9 +1030,7 @@ private:
             accumulatedGrad[u] = BufferId();
         }
         Op ci{OpKind::ReduceScatterCopyIn, Phase::Backward, Stream::Compute, UnitId(u), mb};
-        const int64_t agElems =
-            unit.unshardedBytes / std::max<int64_t>(1, dtypeSize(unit.allGatherDtype));
-        const int64_t rsIn = agElems * dtypeSize(unit.reduceDtype);
+        const int64_t rsIn = unshardedElems(unit) * dtypeSize(unit.reduceDtype);
         ci.memBytes = static_cast<double>(unit.unshardedBytes + rsIn);
         if (prevReduce.valid())
             ci.waits.push_back(prevReduce);  // waits on the previous reduce-scatter
@@ -1189,8 +1212,8 @@ private:
             const bool postBackward = firstSeg[u] == static_cast<int32_t>(i);
             if (upcast && postBackward && !r.units[u].params.empty()) {
                 const auto& unit = r.units[u];
-                const int64_t agSize = std::max<int64_t>(1, dtypeSize(unit.allGatherDtype));
-                const int64_t elems = unit.unshardedBytes / agSize;
+                const int64_t agSize = dtypeSize(unit.allGatherDtype);
+                const int64_t elems = unshardedElems(unit);
                 const int64_t redSize = dtypeSize(unit.reduceDtype);
                 const bool first = !accumulatedGrad[u].valid();
                 if (first) {
@@ -1204,10 +1227,7 @@ private:
                     static_cast<double>(first ? agSize + redSize : 2 * redSize + agSize);
                 const auto kernels = static_cast<int64_t>(unit.params.size());
                 if (c.mix >= 0) {
-                    KernelMix m = p.mixes[static_cast<size_t>(c.mix)];
-                    addKernels(m, KernelKind::MemoryBound, moved / static_cast<double>(kernels),
-                               kernels);
-                    c.mix = internMix(m, c.computeDtype);
+                    c.mix = withMemoryKernels(c.mix, moved, kernels, c.computeDtype);
                 } else {
                     c.memBytes += moved;
                 }

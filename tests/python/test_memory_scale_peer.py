@@ -30,17 +30,21 @@ GOAL = 0.03
 
 
 class MemoryAtScale(unittest.TestCase):
-    def case(self, model, ac="none", reshard=True, precision="bf16", world=8, batch=2, seq=8192):
+    def run_plan(self, model, p):
+        """The oracle and the simulator on plan `p` (a dict) for a sample model."""
         tmp = tempfile.mkdtemp()
         plan = os.path.join(tmp, "plan.json")
-        p = bench_memory.plan_for(model, "full" if ac == "attention" else ac, reshard, precision, batch, seq, world)
-        if ac == "attention":  # not in the benchmark's matrix
-            p["defaults"]["activation_checkpointing"] = "attention"
         with open(plan, "w") as f:
             json.dump(p, f)
         r = memory_oracle.compare(bench_memory.model_config(model, tmp), plan)
         memory_oracle.print_table(r)
         return r
+
+    def case(self, model, ac="none", reshard=True, precision="bf16", world=8, batch=2, seq=8192):
+        p = bench_memory.plan_for(model, "full" if ac == "attention" else ac, reshard, precision, batch, seq, world)
+        if ac == "attention":  # not in the benchmark's matrix
+            p["defaults"]["activation_checkpointing"] = "attention"
+        return self.run_plan(model, p)
 
     def test_llama31_8b_bf16(self):
         r = self.case("llama3.1-8b")
@@ -137,18 +141,12 @@ class MemoryAtScale(unittest.TestCase):
     def blocks_per_unit(self, model, n, layers, batch, seq, ac="full"):
         """Units of n decoder layers each (as `recommend` proposes), embedding and norm+head
         units of their own, the checkpointing mode on every unit."""
-        tmp = tempfile.mkdtemp()
         p = bench_memory.plan_for("llama3.1-8b", "none", True, "bf16", batch, seq, 8)
         p["wrap"] = {"policy": "none"}
         p["units"] = [{"modules": ["model.layers.%d" % j for j in range(i, i + n)]} for i in range(0, layers, n)]
         p["units"] += [{"modules": ["model.embed_tokens"]}, {"name": "norm+head", "modules": ["model.norm", "lm_head"]}]
         p["defaults"]["activation_checkpointing"] = ac
-        plan = os.path.join(tmp, "plan.json")
-        with open(plan, "w") as f:
-            json.dump(p, f)
-        r = memory_oracle.compare(os.path.join(peer.SOURCE, "samples", "models", model, "config.json"), plan)
-        memory_oracle.print_table(r)
-        return r
+        return self.run_plan(model, p)
 
     def test_units_of_several_blocks(self):
         # Each of a unit's modules is its own checkpoint (the export's per-module
