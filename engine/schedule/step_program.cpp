@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <initializer_list>
+#include <span>
 #include <sstream>
 
 namespace shardscope {
@@ -315,9 +316,15 @@ double recomputeSkippedFlops(const ModuleRun& run, int64_t b, int64_t s, const S
 
 class Builder {
 public:
-    Builder(const ResolvedPlan& r, const StepOptions& o) : r(r), g(*r.model), o(o) {}
+    Builder(const ResolvedPlan& r, const StepOptions& o, StepProgram& into)
+        : r(r), g(*r.model), o(o), p(into) {}
 
-    StepProgram build() {
+    void build() {
+        p.ops.clear();
+        p.buffers.clear();
+        p.mixes.clear();
+        std::fill(std::begin(p.persistentBytes), std::end(p.persistentBytes), 0);
+        p.modelFlopsPerRank = 0;
         p.ops.reserve(static_cast<size_t>(16 * r.units.size() * o.microBatches + 16));
         p.buffers.reserve(static_cast<size_t>(12 * r.units.size() * o.microBatches + 16));
         planGroups();
@@ -330,14 +337,13 @@ public:
         }
         optimizer();
         p.tokensPerRank = o.microBatchSize * o.seqLen * o.microBatches;
-        return std::move(p);
     }
 
 private:
     const ResolvedPlan& r;
     const ModelGraph& g;
     const StepOptions& o;
-    StepProgram p;
+    StepProgram& p;
     std::vector<Segment> segs;
     Group shardGroup, replicateGroup;
     std::vector<Group> postForwardGroup;
@@ -357,7 +363,8 @@ private:
     std::vector<BufferId> accumulatedGrad;  // per unit: the reduce-dtype copy (upcastsGradients)
     // Param-dtype gradients of a unit until its post-backward (upcastsGradients).
     std::vector<std::pair<int32_t, BufferId>> transientGrads;
-    std::vector<std::vector<int32_t>> unitSegs;  // each unit's segments
+    // Each unit's segments: unitSegList[unitSegStart[u], unitSegStart[u + 1]) (unitSegs(u)).
+    std::vector<int32_t> unitSegStart, unitSegList;
     std::vector<OpId> lastFree;       // FSDP1 limiter: op that freed the unit's parameters
     std::vector<OpId> inflightFrees;  // FSDP1 limiter queue
     OpId prevReduce;
@@ -468,6 +475,7 @@ private:
         }
         const auto b = o.microBatchSize;
         const auto s = o.seqLen;
+        segs.reserve(runs->size());
         for (const ModuleRun& run : *runs) {
             const ModuleCost& c = run.cost;
             const int32_t u = run.unit;
@@ -651,9 +659,20 @@ private:
         }
         gradSegBuf.assign(segs.size(), BufferId());
         gradLateBuf.assign(segs.size(), BufferId());
-        unitSegs.assign(r.units.size(), {});
+        // Each unit's segments in order, as one list with an offset per unit.
+        unitSegStart.assign(r.units.size() + 1, 0);
+        for (const auto& sg : segs)
+            ++unitSegStart[static_cast<size_t>(sg.unit) + 1];
+        for (size_t u = 0; u < r.units.size(); ++u)
+            unitSegStart[u + 1] += unitSegStart[u];
+        unitSegList.resize(segs.size());
+        std::vector<int32_t> next(unitSegStart.begin(), unitSegStart.end() - 1);
         for (size_t i = 0; i < segs.size(); ++i)
-            unitSegs[segs[i].unit].push_back(static_cast<int32_t>(i));
+            unitSegList[static_cast<size_t>(next[segs[i].unit]++)] = static_cast<int32_t>(i);
+    }
+    std::span<const int32_t> unitSegs(int32_t u) const {
+        return {unitSegList.data() + unitSegStart[static_cast<size_t>(u)],
+                unitSegList.data() + unitSegStart[static_cast<size_t>(u) + 1]};
     }
 
     void persistent() {
@@ -1019,7 +1038,7 @@ private:
         const auto& unit = r.units[u];
         if (!sync) return;  // gradients stay unsharded (requires_gradient_sync(False))
         SmallVector<BufferId, 4> grads;
-        for (int32_t i : unitSegs[u])
+        for (int32_t i : unitSegs(u))
             for (BufferId* gb : {&gradSegBuf[i], &gradLateBuf[i]})
                 if (gb->valid()) {
                     grads.push_back(*gb);
@@ -1393,7 +1412,13 @@ StepOptions stepOptionsFor(const Plan& plan, const ClusterSpec& cluster) {
 }
 
 StepProgram buildStepProgram(const ResolvedPlan& plan, const StepOptions& options) {
-    return Builder(plan, options).build();
+    StepProgram p;
+    Builder(plan, options, p).build();
+    return p;
+}
+
+void buildStepProgram(const ResolvedPlan& plan, const StepOptions& options, StepProgram& into) {
+    Builder(plan, options, into).build();
 }
 
 std::string opLabel(const ResolvedPlan& plan, const Op& op) {

@@ -121,27 +121,19 @@ struct Buffer {
 };
 
 struct Op {
+    // Fields are ordered so that an op packs into 128 bytes (the simulator walks hundreds a
+    // step); the first five are the ones an op is written with.
     OpKind kind = OpKind::Forward;
     Phase phase = Phase::Forward;
     Stream stream = Stream::Compute;
     UnitId unit;
     int32_t microBatch = 0;
-    double flops = 0;     // compute
-    double memBytes = 0;  // memory-bound bytes (compute and copies)
     DType computeDtype = DType::Float32;
-    int64_t commBytes = 0;     // collective: total bytes of the full (gathered) tensor
-    int32_t groupSize = 1;     // collective group size
-    int32_t groupNodes = 1;    // nodes the group spans
-    int32_t ranksPerNode = 1;  // group ranks on one node
     // Process group of a collective: 0 shard group, 1 replicate group (HSDP), 2 the
     // post-forward group of int reshard. Collectives of one group run one at a time, in
     // issue order, whatever CUDA stream they were issued on (one NCCL communicator).
     int8_t processGroup = 0;
-    int32_t mix = -1;  // compute: index into StepProgram::mixes (its kernels), -1 for none
-    SmallVector<OpId, 3> waits{};  // cross-stream dependencies (events)
-    bool cpuBlocks = false;        // the CPU waits for `waits` before issuing (FSDP1 limiter)
-    SmallVector<BufferId, 2> allocs{};
-    SmallVector<BufferId, 3> frees{};  // freed when this op is issued (stream-ordered reuse)
+    bool cpuBlocks = false;  // the CPU waits for `waits` before issuing (FSDP1 limiter)
     // The first `freesFirst` of `frees` are released before `allocs` (a buffer dropped just
     // before this op's own allocation, as FSDP2's post-backward drops the previous
     // reduce-scatter input before making the next); the rest after. A copy-out after an
@@ -152,6 +144,18 @@ struct Op {
     // once the next is allocated (a loop over parameters rebinding its temporary: FSDP2's
     // unshard over a group of one); the last after all allocations.
     bool interleaved = false;
+    int32_t groupSize = 1;     // collective group size
+    int32_t groupNodes = 1;    // nodes the group spans
+    int32_t ranksPerNode = 1;  // group ranks on one node
+    int32_t mix = -1;          // compute: index into StepProgram::mixes (its kernels), -1 for none
+    double flops = 0;          // compute
+    double memBytes = 0;       // memory-bound bytes (compute and copies)
+    int64_t commBytes = 0;     // collective: total bytes of the full (gathered) tensor
+    // The inline sizes hold nearly every op's lists (a backward frees up to four buffers);
+    // the optimizer step's long ones spill to the heap.
+    SmallVector<OpId, 3> waits{};  // cross-stream dependencies (events)
+    SmallVector<BufferId, 3> allocs{};
+    SmallVector<BufferId, 4> frees{};  // freed when this op is issued (stream-ordered reuse)
 };
 
 // How many of an op's frees come before its allocations (Op::freesFirst).
@@ -217,6 +221,9 @@ struct StepProgram {
 };
 
 [[nodiscard]] StepProgram buildStepProgram(const ResolvedPlan& plan, const StepOptions& options);
+// The same, into `into`, whose storage is kept: a search builds thousands of programs in a
+// row, and reusing one program's vectors spares their allocations.
+void buildStepProgram(const ResolvedPlan& plan, const StepOptions& options, StepProgram& into);
 // The plan's training section (micro-batch, sequence length, micro-batches) on nodes of
 // `devicesPerNode` devices.
 [[nodiscard]] StepOptions stepOptionsFor(const Plan& plan, int64_t devicesPerNode);

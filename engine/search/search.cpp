@@ -397,11 +397,13 @@ private:
     SimResult simulateAccumulated(const ResolvedPlan& r, int64_t mb, int64_t n,
                                   const SimOptions& so) const {
         const int64_t k = std::min<int64_t>(n, kSimulatedMicroBatches);
-        SimResult a = simulate(buildStepProgram(r, {mb, o.seqLen, k, c.node.devicesPerNode}), c,
-                               r.worldSize, so);
+        // One program per thread, rebuilt in place: its storage outlives the call.
+        thread_local StepProgram prog;
+        buildStepProgram(r, {mb, o.seqLen, k, c.node.devicesPerNode}, prog);
+        SimResult a = simulate(prog, c, r.worldSize, so);
         if (n == k) return a;
-        const SimResult b = simulate(
-            buildStepProgram(r, {mb, o.seqLen, k - 1, c.node.devicesPerNode}), c, r.worldSize, so);
+        buildStepProgram(r, {mb, o.seqLen, k - 1, c.node.devicesPerNode}, prog);
+        const SimResult b = simulate(prog, c, r.worldSize, so);
         const int64_t marginal = std::max<int64_t>(0, a.stepNs - b.stepNs);
         a.stepNs += (n - k) * marginal;
         a.peakAllocated = std::max(a.peakAllocated, b.peakAllocated);

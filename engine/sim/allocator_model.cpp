@@ -31,10 +31,6 @@ auto firstFitting(List& f, int64_t size) {
 }
 }  // namespace
 
-int64_t AllocatorModel::roundSize(int64_t bytes) {
-    return bytes < kMinBlock ? kMinBlock : roundUp(bytes, kMinBlock);
-}
-
 void AllocatorModel::reset(bool expandableSegments) {
     m_expandable = expandableSegments;
     m_blocks.clear();

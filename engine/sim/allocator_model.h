@@ -25,7 +25,10 @@ public:
     void reset(bool expandableSegments);
     [[nodiscard]] int64_t reserved() const { return m_reserved; }
     [[nodiscard]] int64_t allocated() const { return m_allocated; }
-    [[nodiscard]] static int64_t roundSize(int64_t bytes);
+    // Requests round up to 512 bytes (kMinBlockSize).
+    [[nodiscard]] static int64_t roundSize(int64_t bytes) {
+        return bytes < 512 ? 512 : (bytes + 511) / 512 * 512;
+    }
 
 private:
     struct Block {

@@ -13,17 +13,6 @@ namespace shardscope {
 
 namespace {
 
-// Overlap of [s, e) with a sorted union.
-int64_t overlapWith(int64_t s, int64_t e, const std::vector<Interval>& u) {
-    auto it =
-        std::lower_bound(u.begin(), u.end(), Interval{s, s},
-                         [](const Interval& x, const Interval& y) { return x.second < y.first; });
-    int64_t t = 0;
-    for (; it != u.end() && it->first < e; ++it)
-        t += std::max<int64_t>(0, std::min(e, it->second) - std::max(s, it->first));
-    return t;
-}
-
 bool isComputeKind(OpKind k) {
     return k == OpKind::Forward || k == OpKind::Backward || k == OpKind::Recompute;
 }
@@ -45,8 +34,8 @@ std::vector<int64_t> launchCosts(const StepProgram& p, const ClusterSpec& c) {
 void schedule(const StepProgram& p, const ClusterSpec& c, const std::vector<int64_t>& dur,
               const std::vector<int64_t>& launch, SimResult& r) {
     const size_t n = p.ops.size();
-    r.start.assign(n, 0);
-    r.end.assign(n, 0);
+    r.start.resize(n);  // every entry is written below
+    r.end.resize(n);
     std::array<int64_t, static_cast<size_t>(Stream::Count)> streamFree{};
     std::array<int64_t, 3> groupFree{};  // one NCCL communicator per process group
     int64_t cpu = 0;
@@ -134,22 +123,52 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
     schedule(p, c, dur, launch, r);
 
     // Second pass: compute overlapped by collectives runs slower.
+    // Each stream runs its ops one after another: their intervals come sorted by start and
+    // end, per stream. The collectives are listed stream by stream once, their union merges
+    // the streams' runs (no sort), and the overlaps below sweep a cursor per stream.
+    std::array<std::vector<int32_t>, static_cast<size_t>(Stream::Count)> collByStream;
+    for (size_t i = 0; i < n; ++i)
+        if (isCollective(p.ops[i].kind))
+            collByStream[static_cast<size_t>(p.ops[i].stream)].push_back(static_cast<int32_t>(i));
     auto commUnion = [&] {
-        std::vector<Interval> v;
-        for (size_t i = 0; i < n; ++i)
-            if (isCollective(p.ops[i].kind)) v.push_back({r.start[i], r.end[i]});
+        std::vector<Interval> v, merged;
+        for (const auto& run : collByStream) {
+            if (run.empty()) continue;
+            const auto mid = static_cast<std::ptrdiff_t>(v.size());
+            for (int32_t i : run)
+                v.push_back({r.start[static_cast<size_t>(i)], r.end[static_cast<size_t>(i)]});
+            if (mid > 0) {
+                merged.resize(v.size());
+                std::merge(v.begin(), v.begin() + mid, v.begin() + mid, v.end(), merged.begin());
+                v.swap(merged);
+            }
+        }
         return mergeIntervals(std::move(v));
+    };
+    // The overlap with `u` of each op of a stream, in issue order: starts only grow.
+    struct Sweep {
+        const std::vector<Interval>& u;
+        std::array<size_t, static_cast<size_t>(Stream::Count)> at{};
+        int64_t operator()(Stream st, int64_t s, int64_t e) {
+            size_t& k = at[static_cast<size_t>(st)];
+            while (k < u.size() && u[k].second <= s)
+                ++k;
+            int64_t t = 0;
+            for (size_t j = k; j < u.size() && u[j].first < e; ++j)
+                t += std::min(e, u[j].second) - std::max(s, u[j].first);
+            return t;
+        }
     };
     std::vector<Interval> commU;
     bool commStale = true;
     if (c.sim.overlapSlowdown > 0) {
         commU = commUnion();
         commStale = false;
-        const auto& comm = commU;
+        Sweep overlap{commU};
         bool changed = false;
         for (size_t i = 0; i < n; ++i)
             if (isComputeKind(p.ops[i].kind) && dur[i] > 0) {
-                const int64_t ov = overlapWith(r.start[i], r.end[i], comm);
+                const int64_t ov = overlap(p.ops[i].stream, r.start[i], r.end[i]);
                 if (ov > 0) {
                     dur[i] += static_cast<int64_t>(c.sim.overlapSlowdown * static_cast<double>(ov));
                     changed = true;
@@ -181,17 +200,20 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
     for (const Op& op : p.ops)
         units = std::max(units, op.unit.value + 1);
     r.units.assign(static_cast<size_t>(units), {});
-    for (size_t i = 0; i < n; ++i) {
-        const Op& op = p.ops[i];
-        if (!isCollective(op.kind)) continue;
-        auto& u = r.units[op.unit.index()];
-        if (op.kind == OpKind::AllGather)
-            u.allGatherBytes += op.commBytes;
-        else
-            u.reduceScatterBytes += op.commBytes;
-        u.commNs += dur[i];
-        u.exposedCommNs += (r.end[i] - r.start[i]) - overlapWith(r.start[i], r.end[i], computeU);
-    }
+    Sweep computeOverlap{computeU};
+    for (const auto& run : collByStream)
+        for (const int32_t k : run) {
+            const auto i = static_cast<size_t>(k);
+            const Op& op = p.ops[i];
+            auto& u = r.units[op.unit.index()];
+            if (op.kind == OpKind::AllGather)
+                u.allGatherBytes += op.commBytes;
+            else
+                u.reduceScatterBytes += op.commBytes;
+            u.commNs += dur[i];
+            u.exposedCommNs +=
+                (r.end[i] - r.start[i]) - computeOverlap(op.stream, r.start[i], r.end[i]);
+        }
 
     // Plans that cannot fit: allocated bytes alone exceed the budget, so the (costlier)
     // caching-allocator model would only confirm it.

@@ -503,6 +503,17 @@ TEST(SmallVector, SpillsToTheHeapAndCopiesAndMoves) {
     EXPECT_TRUE(copy.empty());
     copy.push_back(9);
     EXPECT_EQ(copy.back(), 9);
+    // One slot of 4-byte ids is narrower than the heap pointer the spilled vector keeps in it.
+    SmallVector<int32_t, 1> one{1};
+    one.push_back(2);
+    one.push_back(3);
+    SmallVector<int32_t, 1> taken = std::move(one);
+    ASSERT_EQ(taken.size(), 3u);
+    EXPECT_EQ(taken[0], 1);
+    EXPECT_EQ(taken[2], 3);
+    taken = SmallVector<int32_t, 1>{5};
+    ASSERT_EQ(taken.size(), 1u);
+    EXPECT_EQ(taken[0], 5);
 }
 
 TEST(StepProgram, ModuleRunsGiveTheSameProgramAsWalkingTheModules) {
@@ -622,6 +633,44 @@ TEST(PlanVariant, EqualsResolvingThePlanWithTheSameSettings) {
     std::string why;
     EXPECT_FALSE(applyVariant(x, bad, &why));
     EXPECT_EQ(why, "reshard_after_forward=3 does not divide the shard size 8");
+}
+
+// The search rebuilds one program in place (its storage kept): each build must equal a
+// fresh one whatever was built into it before, larger or smaller.
+TEST(StepProgram, BuildingIntoAReusedProgramEqualsAFreshBuild) {
+    const ModelGraph g = blocks(true);
+    const ClusterSpec c = cluster(2, 4);
+    ResolvedPlan r = resolvePlan(g, blockPlan(8), &c, "plan.json");
+    StepProgram reused;
+    int built = 0;
+    for (int64_t mbs : {3, 1})
+        for (auto rs : {ReshardSetting::ofBool(false), ReshardSetting::ofInt(2)})
+            for (AcMode ac : {AcMode::Full, AcMode::None}) {
+                PlanVariant v;
+                v.reshard = rs;
+                v.ac = ac;
+                v.forwardPrefetchDepth = mbs == 3 ? 2 : 0;
+                v.paramDtype = DType::BFloat16;
+                v.reduceDtype = DType::Float32;
+                ASSERT_TRUE(applyVariant(r, v));
+                const StepOptions o{1, 1000, mbs, 4};
+                const StepProgram fresh = buildStepProgram(r, o);
+                buildStepProgram(r, o, reused);
+                ++built;
+                EXPECT_EQ(reused.dump(r), fresh.dump(r)) << built;
+                ASSERT_EQ(reused.buffers.size(), fresh.buffers.size()) << built;
+                for (size_t i = 0; i < fresh.buffers.size(); ++i)
+                    EXPECT_EQ(reused.buffers[i].bytes, fresh.buffers[i].bytes) << built << " " << i;
+                EXPECT_EQ(reused.mixes, fresh.mixes) << built;
+                for (int k = 0; k < static_cast<int>(MemCategory::Count); ++k)
+                    EXPECT_EQ(reused.persistentBytes[k], fresh.persistentBytes[k]) << built;
+                EXPECT_EQ(reused.modelFlopsPerRank, fresh.modelFlopsPerRank) << built;
+                EXPECT_EQ(reused.tokensPerRank, fresh.tokensPerRank) << built;
+                const SimResult a = simulate(reused, c, r.worldSize),
+                                b = simulate(fresh, c, r.worldSize);
+                EXPECT_EQ(a.stepNs, b.stepNs) << built;
+                EXPECT_EQ(a.peakReserved, b.peakReserved) << built;
+            }
 }
 
 TEST(StepProgram, OffloadDropsTheDeviceGradientAfterItsCopyToTheHost) {
