@@ -38,7 +38,8 @@ public:
         if (this == &o) return *this;
         clear();
         if (o.m_size <= N) {  // the common case: a fixed-size copy
-            std::memcpy(m_inline, o.m_inline, sizeof m_inline);  // inlined: a fixed size
+            std::memcpy(static_cast<void*>(m_inline), o.m_inline,
+                        sizeof m_inline);  // inlined: a fixed size
             m_size = o.m_size;
         } else {
             for (const T& x : o)
@@ -85,7 +86,7 @@ private:
         T* h = new T[cap];
         std::copy(begin(), begin() + m_size, h);
         if (m_capacity > 0) delete[] heap();
-        std::memcpy(m_inline, &h, sizeof h);
+        std::memcpy(static_cast<void*>(m_inline), &h, sizeof h);
         m_capacity = cap;
     }
     void release() {
@@ -93,7 +94,8 @@ private:
         m_capacity = 0;
     }
     void take(SmallVector& o) {
-        std::memcpy(m_inline, o.m_inline, sizeof m_inline);  // inlined: a fixed size
+        std::memcpy(static_cast<void*>(m_inline), o.m_inline,
+                    sizeof m_inline);  // inlined: a fixed size
         m_size = o.m_size;
         m_capacity = o.m_capacity;
         o.m_size = 0;
@@ -102,7 +104,7 @@ private:
 
     uint32_t m_size = 0;
     uint32_t m_capacity = 0;  // of the heap array, 0 while inline
-    T m_inline[kSlots]{};     // the elements, or (spilled) the heap pointer's bytes
+    T m_inline[kSlots];  // the elements, or (spilled) the heap pointer's bytes; unset past size
 };
 
 }  // namespace shardscope

@@ -415,8 +415,17 @@ private:
     }
     OpId add(Op&& op) {
         p.ops.push_back(std::move(op));
-        return OpId(static_cast<int32_t>(p.ops.size() - 1));
+        return lastOp();
     }
+    // A new op at the end of the program, filled in place: the frequent ops are written
+    // where they stay (a temporary moved in is read back right after its fields were
+    // written, which stalls). The reference holds until the next op is added: fill it first.
+    Op& emit(OpKind kind, Phase phase, Stream stream, UnitId unit, int32_t mb) {
+        // Aggregate initialization: the other fields take their defaults, with no zeroing
+        // of the whole op first (value-initializing it, emplace_back(), would).
+        return p.ops.emplace_back(kind, phase, stream, unit, mb);
+    }
+    OpId lastOp() const { return OpId(static_cast<int32_t>(p.ops.size() - 1)); }
     Op& op(OpId id) { return p.ops[id.index()]; }
 
     Group placed(int64_t size, bool contiguous) const {
@@ -717,7 +726,7 @@ private:
             h.memBytes = static_cast<double>(unit.shardedBytes);
             h2d = add(std::move(h));
         }
-        Op ci{OpKind::CopyIn, phase, Stream::CopyIn, UnitId(u), mb};
+        Op& ci = emit(OpKind::CopyIn, phase, Stream::CopyIn, UnitId(u), mb);
         ci.memBytes =
             2.0 * static_cast<double>(fromPostForward ? unit.postForwardBytes : unit.shardedBytes);
         // FSDP1's gathered flat buffer is the unsharded parameters themselves.
@@ -734,8 +743,8 @@ private:
             ci.cpuBlocks = true;
             inflightFrees.erase(inflightFrees.begin());
         }
-        const OpId ciId = add(std::move(ci));
-        Op agOp{OpKind::AllGather, phase, Stream::AllGather, UnitId(u), mb};
+        const OpId ciId = lastOp();
+        Op& agOp = emit(OpKind::AllGather, phase, Stream::AllGather, UnitId(u), mb);
         agOp.commBytes = unit.unshardedBytes;
         agOp.groupSize = gr.size;
         agOp.groupNodes = gr.nodes;
@@ -745,7 +754,7 @@ private:
         // In forward the all-gather streams wait on the previous group's copy-out, recorded
         // when the current group waited for its unshard; it lets the previous flat buffer go.
         if (phase == Phase::Forward && agStreamWait.valid()) agOp.waits.push_back(agStreamWait);
-        pendingAg[u] = add(std::move(agOp));
+        pendingAg[u] = lastOp();
     }
 
     // wait_for_unshard(): the copy-out on the compute stream, when the unit is about to run.
@@ -771,7 +780,7 @@ private:
         }
         const auto& unit = r.units[u];
         const bool fromPostForward = phase == Phase::Backward && unit.reshard == Reshard::Int;
-        Op co{OpKind::CopyOut, phase, Stream::Compute, UnitId(u), mb};
+        Op& co = emit(OpKind::CopyOut, phase, Stream::Compute, UnitId(u), mb);
         co.memBytes = 2.0 * static_cast<double>(unit.unshardedBytes);
         co.waits.push_back(pendingAg[u]);
         unshardedBuf[u] = buffer(unit.unshardedBytes, MemCategory::UnshardedParams, Stream::Compute,
@@ -791,7 +800,7 @@ private:
             postForwardBuf[u] = BufferId();
         }
         co.freesFirst = static_cast<uint8_t>(co.frees.size());
-        const OpId id = add(std::move(co));
+        const OpId id = lastOp();
         if (phase == Phase::Forward) stashedCopyOut = id;
         pendingAg[u] = OpId();
         unsharded[u] = 1;
@@ -862,9 +871,10 @@ private:
         if (fsdp1()) inflightFrees.push_back(at);
     }
 
-    Op computeOp(OpKind kind, Phase phase, const Segment& sg, int32_t mb, double flops,
-                 double mem) {
-        Op c{kind, phase, Stream::Compute, UnitId(sg.unit), mb};
+    // A segment's forward, backward or recompute, emitted (filled in place by the caller).
+    Op& computeOp(OpKind kind, Phase phase, const Segment& sg, int32_t mb, double flops,
+                  double mem) {
+        Op& c = emit(kind, phase, Stream::Compute, UnitId(sg.unit), mb);
         c.flops = flops;
         c.memBytes = mem;
         c.computeDtype = r.units[sg.unit].allGatherDtype;
@@ -985,7 +995,7 @@ private:
                 unshardAndWait(sg.unit, Phase::Forward, mb);
                 prefetchForward(sg.unit, mb);
             }
-            Op c = computeOp(OpKind::Forward, Phase::Forward, sg, mb, sg.fwdFlops, sg.fwdMem);
+            Op& c = computeOp(OpKind::Forward, Phase::Forward, sg, mb, sg.fwdFlops, sg.fwdMem);
             const bool late = sg.recomputes && sg.savedLate > 0;
             savedBuf[i] =
                 buffer(static_cast<int64_t>(sg.saved - (late ? sg.savedLate : 0.0)),
@@ -1006,7 +1016,7 @@ private:
                            Stream::Compute, r.units[sg.unit].allGatherDtype);
                 c.allocs.push_back(savedLateBuf[i]);
             }
-            lastCompute = add(std::move(c));
+            lastCompute = lastOp();
             if (lastSeg[sg.unit] == static_cast<int32_t>(i) && sg.unit != 0) {
                 const auto& u = r.units[sg.unit];
                 if (u.reshard != Reshard::False)
@@ -1048,7 +1058,7 @@ private:
             grads.push_back(accumulatedGrad[u]);
             accumulatedGrad[u] = BufferId();
         }
-        Op ci{OpKind::ReduceScatterCopyIn, Phase::Backward, Stream::Compute, UnitId(u), mb};
+        Op& ci = emit(OpKind::ReduceScatterCopyIn, Phase::Backward, Stream::Compute, UnitId(u), mb);
         const int64_t rsIn = unshardedElems(unit) * dtypeSize(unit.reduceDtype);
         ci.memBytes = static_cast<double>(unit.unshardedBytes + rsIn);
         if (prevReduce.valid())
@@ -1067,9 +1077,9 @@ private:
         }
         for (BufferId gb : grads)
             ci.frees.push_back(gb);
-        const OpId ciId = add(std::move(ci));
-        Op rs{r.noShard ? OpKind::AllReduce : OpKind::ReduceScatter, Phase::Backward,
-              Stream::ReduceScatter, UnitId(u), mb};
+        const OpId ciId = lastOp();
+        Op& rs = emit(r.noShard ? OpKind::AllReduce : OpKind::ReduceScatter, Phase::Backward,
+                      Stream::ReduceScatter, UnitId(u), mb);
         const Group gr = r.noShard ? replicateGroup : shardGroup;
         rs.commBytes = rsIn;
         rs.groupSize = gr.size;
@@ -1086,7 +1096,7 @@ private:
                    unit.params.empty() ? DType::Float32 : g.param(unit.params[0]).dtype);
         rs.allocs.push_back(sharded);
         prevRsIn = in;
-        prevReduce = add(std::move(rs));
+        prevReduce = lastOp();
         reduceOps.push_back(prevReduce);
         // A unit reduced in an earlier micro-batch of this step already has its sharded
         // .grad: this reduce-scatter's output is added to it and dropped (FSDP2's
@@ -1176,7 +1186,8 @@ private:
             int64_t lateGrads = 0;
             BufferId lateTemp;
             if (sg.recomputes) {
-                Op rc = computeOp(OpKind::Recompute, Phase::Backward, sg, mb, sg.recomputeFlops, 0);
+                Op& rc =
+                    computeOp(OpKind::Recompute, Phase::Backward, sg, mb, sg.recomputeFlops, 0);
                 const BufferId tmp = buffer(
                     static_cast<int64_t>(sg.recomputeSaved - sg.recomputeLate),
                     MemCategory::Activations, Stream::Compute, r.units[sg.unit].allGatherDtype);
@@ -1201,10 +1212,9 @@ private:
                         gradLateBuf[i] = lb;
                 }
                 if (savedLateBuf[i].valid()) rc.frees.push_back(savedLateBuf[i]);
-                add(std::move(rc));
                 savedTemp.push_back(tmp);
             }
-            Op c = computeOp(OpKind::Backward, Phase::Backward, sg, mb, sg.bwdFlops, sg.bwdMem);
+            Op& c = computeOp(OpKind::Backward, Phase::Backward, sg, mb, sg.bwdFlops, sg.bwdMem);
             if (lateTemp.valid()) {  // Segment::recomputeLate: gone before the rest is made
                 c.frees.push_back(lateTemp);
                 c.freesFirst = 1;
@@ -1264,7 +1274,7 @@ private:
             for (BufferId t : savedTemp)
                 c.frees.push_back(t);
             savedTemp.clear();
-            const OpId cid = add(std::move(c));
+            const OpId cid = lastOp();
             // BACKWARD_POST: FSDP1 prefetches the previous unit in post-forward order only
             // if that unit's backward has not begun (_get_handle_to_prefetch checks
             // _needs_pre_backward_unshard); the root, last in that order but first to start

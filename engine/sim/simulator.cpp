@@ -17,22 +17,9 @@ bool isComputeKind(OpKind k) {
     return k == OpKind::Forward || k == OpKind::Backward || k == OpKind::Recompute;
 }
 
-// CPU time to launch each op's kernels (cpu_launch_ns per kernel of its mix).
-std::vector<int64_t> launchCosts(const StepProgram& p, const ClusterSpec& c) {
-    std::vector<int64_t> l;
-    if (!(c.sim.cpuLaunchNs > 0)) return l;
-    l.assign(p.ops.size(), 0);
-    for (size_t i = 0; i < p.ops.size(); ++i) {
-        const Op& op = p.ops[i];
-        if (op.mix >= 0 && static_cast<size_t>(op.mix) < p.mixes.size())
-            l[i] = static_cast<int64_t>(
-                std::llround(c.sim.cpuLaunchNs * static_cast<double>(p.mixes[op.mix].kernels)));
-    }
-    return l;
-}
-
-void schedule(const StepProgram& p, const ClusterSpec& c, const std::vector<int64_t>& dur,
-              const std::vector<int64_t>& launch, SimResult& r) {
+// Start and end of every op; returns the step's end (the last op's end).
+int64_t schedule(const StepProgram& p, const ClusterSpec& c, const std::vector<int64_t>& dur,
+                 const std::vector<int64_t>& launch, SimResult& r) {
     const size_t n = p.ops.size();
     r.start.resize(n);  // every entry is written below
     r.end.resize(n);
@@ -44,6 +31,7 @@ void schedule(const StepProgram& p, const ClusterSpec& c, const std::vector<int6
     // it cannot run ahead of its own compute and copies (the engine's Gloo path runs them
     // synchronously; only the collectives run on Gloo's threads).
     const bool cpuDevice = c.device.isHost();
+    int64_t last = 0;
     for (size_t i = 0; i < n; ++i) {
         const Op& op = p.ops[i];
         int64_t ready = 0;
@@ -71,7 +59,9 @@ void schedule(const StepProgram& p, const ClusterSpec& c, const std::vector<int6
         streamFree[static_cast<size_t>(op.stream)] = r.end[i];
         if (cpuDevice && !coll) cpu = r.end[i];
         if (coll) groupFree[pg] = r.end[i];
+        last = std::max(last, r.end[i]);
     }
+    return last;
 }
 
 }  // namespace
@@ -101,12 +91,31 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
         h ^= static_cast<uint64_t>(op.groupSize) * 0xBF58476D1CE4E5B9ull;
         return static_cast<size_t>((h ^ (h >> 29)) & 63);
     };
+    // One walk over the ops prices them and lists what the passes below visit: the compute
+    // ops, and the collectives stream by stream. Each stream runs its ops one after
+    // another, so their intervals come sorted by start and end, per stream: the collectives'
+    // union merges the streams' runs (no sort), and overlaps sweep a cursor per stream.
+    // CPU time to launch each op's kernels: cpu_launch_ns per kernel of its mix.
+    std::vector<int64_t> launch;
+    const bool launches = c.sim.cpuLaunchNs > 0;
+    if (launches) launch.assign(n, 0);
+    std::vector<int32_t> computeOps;
+    std::array<std::vector<int32_t>, static_cast<size_t>(Stream::Count)> collByStream;
+    int32_t units = 0;
     for (size_t i = 0; i < n; ++i) {
         const Op& op = p.ops[i];
+        units = std::max(units, op.unit.value + 1);
+        if (isComputeKind(op.kind))
+            computeOps.push_back(static_cast<int32_t>(i));
+        else if (isCollective(op.kind))
+            collByStream[static_cast<size_t>(op.stream)].push_back(static_cast<int32_t>(i));
         if (op.mix >= 0 && static_cast<size_t>(op.mix) < mixNs.size()) {
             int64_t& m = mixNs[static_cast<size_t>(op.mix)];
             if (m < 0) m = opDurationNs(c, op, &p);
             dur[i] = m;
+            if (launches)
+                launch[i] = static_cast<int64_t>(
+                    std::llround(c.sim.cpuLaunchNs * static_cast<double>(p.mixes[op.mix].kernels)));
         } else if (isComputeKind(op.kind)) {
             dur[i] = opDurationNs(c, op, &p);
         } else {
@@ -119,17 +128,9 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
             }
         }
     }
-    const std::vector<int64_t> launch = launchCosts(p, c);
-    schedule(p, c, dur, launch, r);
+    r.stepNs = schedule(p, c, dur, launch, r);
 
     // Second pass: compute overlapped by collectives runs slower.
-    // Each stream runs its ops one after another: their intervals come sorted by start and
-    // end, per stream. The collectives are listed stream by stream once, their union merges
-    // the streams' runs (no sort), and the overlaps below sweep a cursor per stream.
-    std::array<std::vector<int32_t>, static_cast<size_t>(Stream::Count)> collByStream;
-    for (size_t i = 0; i < n; ++i)
-        if (isCollective(p.ops[i].kind))
-            collByStream[static_cast<size_t>(p.ops[i].stream)].push_back(static_cast<int32_t>(i));
     auto commUnion = [&] {
         std::vector<Interval> v, merged;
         for (const auto& run : collByStream) {
@@ -166,27 +167,27 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
         commStale = false;
         Sweep overlap{commU};
         bool changed = false;
-        for (size_t i = 0; i < n; ++i)
-            if (isComputeKind(p.ops[i].kind) && dur[i] > 0) {
-                const int64_t ov = overlap(p.ops[i].stream, r.start[i], r.end[i]);
-                if (ov > 0) {
-                    dur[i] += static_cast<int64_t>(c.sim.overlapSlowdown * static_cast<double>(ov));
-                    changed = true;
-                }
+        for (const int32_t k : computeOps) {
+            const auto i = static_cast<size_t>(k);
+            if (dur[i] <= 0) continue;
+            const int64_t ov = overlap(p.ops[i].stream, r.start[i], r.end[i]);
+            if (ov > 0) {
+                dur[i] += static_cast<int64_t>(c.sim.overlapSlowdown * static_cast<double>(ov));
+                changed = true;
             }
+        }
         if (changed) {
-            schedule(p, c, dur, launch, r);
+            r.stepNs = schedule(p, c, dur, launch, r);
             commStale = true;
         }
     }
 
     std::vector<Interval> compute;
-    for (size_t i = 0; i < n; ++i) {
-        r.stepNs = std::max(r.stepNs, r.end[i]);
-        if (isComputeKind(p.ops[i].kind)) {
-            compute.push_back({r.start[i], r.end[i]});
-            r.computeNs += dur[i];
-        }
+    compute.reserve(computeOps.size());
+    for (const int32_t k : computeOps) {
+        const auto i = static_cast<size_t>(k);
+        compute.push_back({r.start[i], r.end[i]});
+        r.computeNs += dur[i];
     }
     const auto computeU = mergeIntervals(std::move(compute));
     if (commStale) commU = commUnion();
@@ -196,9 +197,6 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
     r.overlapRatio = r.commNs > 0 ? static_cast<double>(both) / static_cast<double>(r.commNs) : 0.0;
 
     // Per-unit communication.
-    int32_t units = 0;
-    for (const Op& op : p.ops)
-        units = std::max(units, op.unit.value + 1);
     r.units.assign(static_cast<size_t>(units), {});
     Sweep computeOverlap{computeU};
     for (const auto& run : collByStream)
