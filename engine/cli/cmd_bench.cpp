@@ -96,8 +96,10 @@ int runBenchSimulate(const Args& a) {
         c.nodes = gpus / c.node.devicesPerNode;
         return c;
     };
+    // As the search simulates: no memory timeline, no per-op times kept.
     SimOptions quietSim;
     quietSim.keepTimeline = false;
+    quietSim.keepOpTimes = false;
     // As the search does: one program rebuilt in place, its storage kept.
     StepProgram reused;
     auto oneStep = [&](const ModelGraph& g, const ClusterSpec& c, const Plan& p,
@@ -209,6 +211,7 @@ int runBenchSimulate(const Args& a) {
                                                     (1.0 - SearchOptions{}.memoryHeadroom));
         SimOptions so;
         so.keepTimeline = false;
+        so.keepOpTimes = false;
         so.reservedBudget = memBudget;
         size_t over = 0;
         for (size_t i = 0; i < fast.size(); ++i)

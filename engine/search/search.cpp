@@ -315,6 +315,7 @@ private:
                            SearchResult* progressOf) {
         SimOptions so;
         so.keepTimeline = false;
+        so.keepOpTimes = false;
         so.reservedBudget = budget;
         so.expandableSegments = o.expandableSegments;
         ResolvedPlan r = resolvePlan(g, structuralPlan(allStructures[sIdx]), &c, "search");
@@ -516,6 +517,7 @@ private:
         applyVariant(r, best.variant);
         SimOptions so;
         so.keepTimeline = false;
+        so.keepOpTimes = false;
         so.expandableSegments = o.expandableSegments;
         for (auto it = microBatches.rbegin(); it != microBatches.rend(); ++it) {
             const SimResult sim = simulateAccumulated(r, *it, perRank / *it, so);

@@ -18,8 +18,11 @@ bool isComputeKind(OpKind k) {
 }
 
 // Start and end of every op; returns the step's end (the last op's end).
+struct Times {
+    std::vector<int64_t>&start, &end;
+};
 int64_t schedule(const StepProgram& p, const ClusterSpec& c, const std::vector<int64_t>& dur,
-                 const std::vector<int64_t>& launch, SimResult& r) {
+                 const std::vector<int64_t>& launch, Times r) {
     const size_t n = p.ops.size();
     r.start.resize(n);  // every entry is written below
     r.end.resize(n);
@@ -64,16 +67,43 @@ int64_t schedule(const StepProgram& p, const ClusterSpec& c, const std::vector<i
     return last;
 }
 
+// A simulation's working storage, kept per thread: a search simulates thousands of steps in
+// a row, and reusing it spares their allocations.
+struct Scratch {
+    std::vector<int64_t> dur, mixNs, launch, handle, start, end;
+    std::vector<int32_t> computeOps;
+    std::array<std::vector<int32_t>, static_cast<size_t>(Stream::Count)> collByStream;
+    std::vector<Interval> runs, merged, compute, commU, computeU;
+    std::vector<char> live;
+};
+
+// `sorted` (by start) as a union into `out`: disjoint, empty intervals dropped.
+void coalesce(const std::vector<Interval>& sorted, std::vector<Interval>& out) {
+    out.clear();
+    for (const auto& iv : sorted) {
+        if (iv.second <= iv.first) continue;
+        if (!out.empty() && iv.first <= out.back().second)
+            out.back().second = std::max(out.back().second, iv.second);
+        else
+            out.push_back(iv);
+    }
+}
+
 }  // namespace
 
 SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize,
                    const SimOptions& o) {
     SimResult r;
     const size_t n = p.ops.size();
-    std::vector<int64_t> dur(n);
+    thread_local Scratch w;
+    // Per-op start and end: in the result, or (a search's) in the scratch.
+    Times t{o.keepOpTimes ? r.start : w.start, o.keepOpTimes ? r.end : w.end};
+    std::vector<int64_t>& dur = w.dur;
+    dur.resize(n);  // every entry is written below
     // Decoder layers share their kernel mixes: price each mix once. Their collectives and
     // copies repeat too (a few distinct ones a layer): each distinct one is priced once.
-    std::vector<int64_t> mixNs(p.mixes.size(), -1);
+    std::vector<int64_t>& mixNs = w.mixNs;
+    mixNs.assign(p.mixes.size(), -1);
     struct Priced {
         const Op* op = nullptr;
         int64_t ns = 0;
@@ -96,11 +126,17 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
     // another, so their intervals come sorted by start and end, per stream: the collectives'
     // union merges the streams' runs (no sort), and overlaps sweep a cursor per stream.
     // CPU time to launch each op's kernels: cpu_launch_ns per kernel of its mix.
-    std::vector<int64_t> launch;
+    std::vector<int64_t>& launch = w.launch;
     const bool launches = c.sim.cpuLaunchNs > 0;
-    if (launches) launch.assign(n, 0);
-    std::vector<int32_t> computeOps;
-    std::array<std::vector<int32_t>, static_cast<size_t>(Stream::Count)> collByStream;
+    if (launches)
+        launch.assign(n, 0);
+    else
+        launch.clear();
+    std::vector<int32_t>& computeOps = w.computeOps;
+    computeOps.clear();
+    auto& collByStream = w.collByStream;
+    for (auto& run : collByStream)
+        run.clear();
     int32_t units = 0;
     for (size_t i = 0; i < n; ++i) {
         const Op& op = p.ops[i];
@@ -128,23 +164,25 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
             }
         }
     }
-    r.stepNs = schedule(p, c, dur, launch, r);
+    r.stepNs = schedule(p, c, dur, launch, t);
 
     // Second pass: compute overlapped by collectives runs slower.
+    std::vector<Interval>& commU = w.commU;
     auto commUnion = [&] {
-        std::vector<Interval> v, merged;
+        std::vector<Interval>&v = w.runs, &merged = w.merged;
+        v.clear();
         for (const auto& run : collByStream) {
             if (run.empty()) continue;
             const auto mid = static_cast<std::ptrdiff_t>(v.size());
             for (int32_t i : run)
-                v.push_back({r.start[static_cast<size_t>(i)], r.end[static_cast<size_t>(i)]});
+                v.push_back({t.start[static_cast<size_t>(i)], t.end[static_cast<size_t>(i)]});
             if (mid > 0) {
                 merged.resize(v.size());
                 std::merge(v.begin(), v.begin() + mid, v.begin() + mid, v.end(), merged.begin());
                 v.swap(merged);
             }
         }
-        return mergeIntervals(std::move(v));
+        coalesce(v, commU);
     };
     // The overlap with `u` of each op of a stream, in issue order: starts only grow.
     struct Sweep {
@@ -160,37 +198,39 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
             return t;
         }
     };
-    std::vector<Interval> commU;
     bool commStale = true;
     if (c.sim.overlapSlowdown > 0) {
-        commU = commUnion();
+        commUnion();
         commStale = false;
         Sweep overlap{commU};
         bool changed = false;
         for (const int32_t k : computeOps) {
             const auto i = static_cast<size_t>(k);
             if (dur[i] <= 0) continue;
-            const int64_t ov = overlap(p.ops[i].stream, r.start[i], r.end[i]);
+            const int64_t ov = overlap(p.ops[i].stream, t.start[i], t.end[i]);
             if (ov > 0) {
                 dur[i] += static_cast<int64_t>(c.sim.overlapSlowdown * static_cast<double>(ov));
                 changed = true;
             }
         }
         if (changed) {
-            r.stepNs = schedule(p, c, dur, launch, r);
+            r.stepNs = schedule(p, c, dur, launch, t);
             commStale = true;
         }
     }
 
-    std::vector<Interval> compute;
-    compute.reserve(computeOps.size());
+    std::vector<Interval>& compute = w.compute;
+    compute.clear();
     for (const int32_t k : computeOps) {
         const auto i = static_cast<size_t>(k);
-        compute.push_back({r.start[i], r.end[i]});
+        compute.push_back({t.start[i], t.end[i]});
         r.computeNs += dur[i];
     }
-    const auto computeU = mergeIntervals(std::move(compute));
-    if (commStale) commU = commUnion();
+    // One stream's ops come sorted; compute ops on several (none today) would not.
+    if (!std::is_sorted(compute.begin(), compute.end())) std::sort(compute.begin(), compute.end());
+    std::vector<Interval>& computeU = w.computeU;
+    coalesce(compute, computeU);
+    if (commStale) commUnion();
     r.commNs = totalLength(commU);
     const int64_t both = intersectionLength(commU, computeU);
     r.exposedCommNs = r.commNs - both;
@@ -210,7 +250,7 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
                 u.reduceScatterBytes += op.commBytes;
             u.commNs += dur[i];
             u.exposedCommNs +=
-                (r.end[i] - r.start[i]) - computeOverlap(op.stream, r.start[i], r.end[i]);
+                (t.end[i] - t.start[i]) - computeOverlap(op.stream, t.start[i], t.end[i]);
         }
 
     // Plans that cannot fit: allocated bytes alone exceed the budget, so the (costlier)
@@ -219,7 +259,8 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
         int64_t alloc = 0, peak = 0;
         for (int k = 0; k < static_cast<int>(MemCategory::Count); ++k)
             if (p.persistentBytes[k] > 0) alloc += AllocatorModel::roundSize(p.persistentBytes[k]);
-        std::vector<char> live(p.buffers.size(), 0);
+        std::vector<char>& live = w.live;
+        live.assign(p.buffers.size(), 0);
         for (const Op& op : p.ops) {
             auto allocOne = [&](BufferId b) {
                 if (p.buffers[b.index()].bytes > 0) {
@@ -256,7 +297,8 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
     thread_local AllocatorModel alloc;
     alloc.reset(o.expandableSegments);
     alloc.reserve(2 * p.buffers.size() + static_cast<size_t>(MemCategory::Count));
-    std::vector<int64_t> handle(p.buffers.size(), -1);
+    std::vector<int64_t>& handle = w.handle;
+    handle.assign(p.buffers.size(), -1);
     std::array<int64_t, static_cast<size_t>(MemCategory::Count)> cat{};
     int64_t allocated = 0;
     for (int k = 0; k < static_cast<int>(MemCategory::Count); ++k) {
@@ -318,18 +360,18 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
         const size_t early = earlyFrees(op);
         doFrees(op, 0, early);
         if (op.interleaved) {
-            allocsThenLateFrees(op, allocOne, freeOne, [&] { sample(r.start[i]); });
-            if (o.keepTimeline) sample(r.start[i]);
+            allocsThenLateFrees(op, allocOne, freeOne, [&] { sample(t.start[i]); });
+            if (o.keepTimeline) sample(t.start[i]);
             continue;
         }
         doAllocs(op);
         if (op.kind == OpKind::CopyOut && early == op.frees.size()) {  // one sample after
-            sample(r.start[i]);
+            sample(t.start[i]);
             continue;
         }
-        if (o.keepTimeline || newPhase || !op.allocs.empty()) sample(r.start[i]);
+        if (o.keepTimeline || newPhase || !op.allocs.empty()) sample(t.start[i]);
         doFrees(op, early, op.frees.size());
-        if (o.keepTimeline) sample(r.start[i]);
+        if (o.keepTimeline) sample(t.start[i]);
     }
     r.oom = r.peakReserved > c.device.memoryBytes;
     const double seconds = static_cast<double>(r.stepNs) * 1e-9;

@@ -26,6 +26,7 @@ namespace shardscope {
 struct SimOptions {
     bool expandableSegments = false;
     bool keepTimeline = true;  // the memory timeline (off in search loops)
+    bool keepOpTimes = true;   // SimResult::start and end (off in search loops)
     // When > 0 and peak allocated already exceeds it, the plan cannot fit (reserved >=
     // allocated): the caching-allocator model is skipped and peakReserved reports the
     // allocated peak as a lower bound (reservedIsLowerBound). Used by the plan search.

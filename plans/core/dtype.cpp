@@ -32,9 +32,13 @@ const DTypeInfo& info(DType d) {
 }
 }  // namespace
 
-int64_t dtypeSize(DType d) {
-    return info(d).size;
+constexpr bool sizesAgree() {
+    for (const auto& t : kTypes)
+        if (dtypeSize(t.type) != t.size) return false;
+    return true;
 }
+static_assert(sizesAgree(), "dtypeSize's table follows the enum's order");
+
 std::string_view dtypeName(DType d) {
     return info(d).name;
 }

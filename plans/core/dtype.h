@@ -24,7 +24,13 @@ enum class DType : uint8_t {
     Bool,
 };
 
-[[nodiscard]] int64_t dtypeSize(DType d);
+// Bytes per element: a table indexed by the enum (the program build asks for it per op);
+// dtype.cpp checks it against the names' table.
+[[nodiscard]] constexpr int64_t dtypeSize(DType d) {
+    constexpr int64_t kSize[] = {4, 2, 2, 8, 1, 1, 8, 4, 1, 1, 1};
+    const auto i = static_cast<size_t>(d);
+    return i < sizeof kSize / sizeof kSize[0] ? kSize[i] : 4;
+}
 [[nodiscard]] std::string_view dtypeName(DType d);  // "float32", "bfloat16", ...
 [[nodiscard]] std::optional<DType> parseDType(std::string_view s);
 [[nodiscard]] bool isFloating(DType d);
