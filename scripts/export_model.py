@@ -244,6 +244,7 @@ def measure(model, inp, torch):
     routing = BalancedRouting(torch)
     zero = lambda: {n: 0 for n in names.values()}  # noqa: E731
     fwd_flops, bwd_flops, saved, out_bytes, mem = zero(), zero(), zero(), zero(), zero()
+    in_float, in_int = zero(), zero()  # the forward's tensor inputs, floating and integer
     stack = [""]
     node_module = {}
     param_storages = {p.untyped_storage()._cdata for p in model.parameters()}
@@ -253,8 +254,12 @@ def measure(model, inp, torch):
                   "detach", "slice", "select", "alias", "reshape", "split", "split_with_sizes", "as_strided",
                   "_reshape_alias", "unbind", "chunk", "narrow", "lift_fresh"}
 
-    def pre(mod, _):
+    def pre(mod, args):
         stack.append(names[mod])
+        for t in pytree.tree_leaves(args):
+            if isinstance(t, torch.Tensor):
+                into = in_float if t.is_floating_point() else in_int
+                into[names[mod]] += t.numel() * t.element_size()
 
     def post(mod, _, out):
         stack.pop()
@@ -315,7 +320,7 @@ def measure(model, inp, torch):
     finally:
         for h in hooks:
             h.remove()
-    return fwd_flops, bwd_flops, saved, out_bytes, mem
+    return fwd_flops, bwd_flops, saved, out_bytes, mem, in_float, in_int
 
 
 def register_cpu_sdpa_flops():
@@ -408,6 +413,13 @@ def export(args):
                 cost[key] = val
         if "fwd_mem_bytes" in cost:
             cost["bwd_mem_bytes"] = [2 * x for x in cost["fwd_mem_bytes"]]
+        # What a checkpoint of the module keeps: its floating inputs scale with the
+        # activation dtype, integer ones (an embedding's token ids) are per token as they are.
+        ints = float(runs[0][6][name]) / (b * (args.seq if has_seq else 1))
+        v1, v2 = runs[0][5][name], runs[1][5][name]
+        floats = fit(float(v1), float(v2), b, args.seq) if has_seq else [float(v1) / b, 0.0]
+        if floats != [0.0, 0.0] or ints:
+            cost["input_bytes"] = floats + [ints] if ints else floats
         if cost:
             entry["cost"] = cost
         modules.append(entry)

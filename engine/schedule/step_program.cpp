@@ -632,15 +632,15 @@ private:
                  unit.activationCheckpointing == AcMode::SelectiveOp) &&
                 !unit.isRoot) {
                 // Each of a unit's modules is its own checkpoint (as our exports apply it,
-                // and checkpoint_wrapper per block): each keeps its input. The first's is a
-                // hidden state (its output's size), or an embedding's token ids (int64);
-                // past the first, the output of the module before it (a unit of two decoder
-                // layers keeps two hidden states, norm and lm_head two).
+                // and checkpoint_wrapper per block): each keeps its input. The first's is
+                // its model's input size (ModuleCost::inputBytes: an embedding's int64
+                // token ids), or else a hidden state of its output's size; past the first,
+                // the output of the module before it (a unit of two decoder layers keeps
+                // two hidden states, norm and lm_head two).
                 const double scale = activationScale(unit);
-                const ModuleNode& first = g.module(unit.modules[0]);
-                double hidden = first.cls.ends_with("Embedding")
-                                    ? static_cast<double>(b * s * dtypeSize(DType::Int64))
-                                    : first.cost.outputBytes.at(b, s, scale);
+                const ModuleCost& first = g.module(unit.modules[0]).cost;
+                double hidden = first.inputBytes.isZero() ? first.outputBytes.at(b, s, scale)
+                                                          : first.inputBytes.at(b, s, scale);
                 // The recompute makes a module's output again, held until its backward is
                 // done: one module's at a time.
                 sg.recomputeSaved += hidden;

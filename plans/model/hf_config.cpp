@@ -95,6 +95,7 @@ struct CostBuilder {
         c.bwdMemBytes.perToken += 2 * h * e;
         c.savedBytes.fixedPerToken += 8;
         c.outputBytes.perToken += h * e;
+        c.inputBytes.fixedPerToken += 8;  // the ids
     }
     // nn.Dropout in training: saves a bool mask per element.
     void dropout(ModuleId m, double width, double p) {

@@ -82,6 +82,9 @@ struct ModuleCost {
                (window > 0 && seq >= window ? windowSavedBytes.at(batch, seq) : 0.0);
     }
     ScaledCost outputBytes;  // the module's forward output
+    // The module's forward input, as a checkpoint of the module keeps it: an embedding's
+    // int64 token ids (fixedPerToken 8). Zero: a hidden state the size of its output.
+    ScaledCost inputBytes;
     // Outputs of the ops op-level selective checkpointing can keep (AcMode::SelectiveOp):
     // aten.mm (nn.Linear on 3-D input), aten.addmm (GPT-2's Conv1D), SDPA's output and
     // logsumexp. mmCount: mm calls, for torchtitan's "every second mm is recomputed".

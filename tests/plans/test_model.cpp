@@ -430,6 +430,12 @@ TEST(ModelJson, RoundTripsHfModelExactly) {
     EXPECT_EQ(back->totalParams(), g.totalParams());
     EXPECT_EQ(back->moduleCount(), g.moduleCount());
     EXPECT_EQ(modelToJson(*back), j);
+    // The embedding's input is its int64 token ids, a fixed 8 bytes per token.
+    const auto embed = g.findModule("model.embed_tokens");
+    ASSERT_TRUE(embed);
+    EXPECT_EQ(g.module(*embed).cost.inputBytes, (ScaledCost{0, 0, 8}));
+    EXPECT_EQ(back->module(*back->findModule("model.embed_tokens")).cost.inputBytes,
+              (ScaledCost{0, 0, 8}));
 }
 
 TEST(ModelJson, TiedParameterAndErrors) {

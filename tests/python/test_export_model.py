@@ -132,6 +132,11 @@ class ExportModel(unittest.TestCase):
             self.assertEqual({b["name"]: b["persistent"] for b in bn_doc["buffers"]},
                              {"running_mean": True, "running_var": True, "num_batches_tracked": True})
             self.assertEqual(bn["params"], 2 * DIM)
+            # What a checkpoint of a module keeps is its input: the embedding's int64 token
+            # ids (bytes per token in a fixed dtype), a block's fp32 hidden state.
+            cost = {m["name"]: m.get("cost", {}) for m in doc["modules"]}
+            self.assertEqual(cost["embed"]["input_bytes"], [0.0, 0.0, 8.0])
+            self.assertEqual(cost["blocks.0"]["input_bytes"], [4.0 * DIM, 0.0])
             for s in (seq, 2 * seq, 3 * seq):
                 fwd, bwd, saved = reference(batch, s)
                 at = peer.shardscope("model", "show", "--model", out, "--depth", "0", "--json",
