@@ -77,18 +77,6 @@ struct Scratch {
     std::vector<char> live;
 };
 
-// `sorted` (by start) as a union into `out`: disjoint, empty intervals dropped.
-void coalesce(const std::vector<Interval>& sorted, std::vector<Interval>& out) {
-    out.clear();
-    for (const auto& iv : sorted) {
-        if (iv.second <= iv.first) continue;
-        if (!out.empty() && iv.first <= out.back().second)
-            out.back().second = std::max(out.back().second, iv.second);
-        else
-            out.push_back(iv);
-    }
-}
-
 }  // namespace
 
 SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize,
@@ -182,7 +170,7 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
                 v.swap(merged);
             }
         }
-        coalesce(v, commU);
+        unionOfSorted(v, commU);
     };
     // The overlap with `u` of each op of a stream, in issue order: starts only grow.
     struct Sweep {
@@ -229,7 +217,7 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
     // One stream's ops come sorted; compute ops on several (none today) would not.
     if (!std::is_sorted(compute.begin(), compute.end())) std::sort(compute.begin(), compute.end());
     std::vector<Interval>& computeU = w.computeU;
-    coalesce(compute, computeU);
+    unionOfSorted(compute, computeU);
     if (commStale) commUnion();
     r.commNs = totalLength(commU);
     const int64_t both = intersectionLength(commU, computeU);

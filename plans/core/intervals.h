@@ -12,19 +12,26 @@ namespace shardscope {
 
 using Interval = std::pair<int64_t, int64_t>;
 
-// Sorted, disjoint union; empty intervals dropped. Already-sorted input (one stream) skips the
-// sort.
-[[nodiscard]] inline std::vector<Interval> mergeIntervals(std::vector<Interval> v) {
-    if (!std::is_sorted(v.begin(), v.end())) std::sort(v.begin(), v.end());
-    std::vector<Interval> out;
-    out.reserve(v.size());
-    for (const auto& iv : v) {
+// The union of `sorted` (ordered by start) into `out`: disjoint, empty intervals dropped.
+// `out`'s storage is reused (the simulator's loops keep theirs).
+inline void unionOfSorted(const std::vector<Interval>& sorted, std::vector<Interval>& out) {
+    out.clear();
+    for (const auto& iv : sorted) {
         if (iv.second <= iv.first) continue;
         if (!out.empty() && iv.first <= out.back().second)
             out.back().second = std::max(out.back().second, iv.second);
         else
             out.push_back(iv);
     }
+}
+
+// Sorted, disjoint union; empty intervals dropped. Already-sorted input (one stream) skips the
+// sort.
+[[nodiscard]] inline std::vector<Interval> mergeIntervals(std::vector<Interval> v) {
+    if (!std::is_sorted(v.begin(), v.end())) std::sort(v.begin(), v.end());
+    std::vector<Interval> out;
+    out.reserve(v.size());
+    unionOfSorted(v, out);
     return out;
 }
 
