@@ -421,8 +421,8 @@ private:
     // where they stay (a temporary moved in is read back right after its fields were
     // written, which stalls). The reference holds until the next op is added: fill it first.
     Op& emit(OpKind kind, Phase phase, Stream stream, UnitId unit, int32_t mb) {
-        // Aggregate initialization: the other fields take their defaults, with no zeroing
-        // of the whole op first (value-initializing it, emplace_back(), would).
+        // Op's constructor: the other fields take their defaults, with no zeroing of the
+        // whole op first (value-initializing it, emplace_back(), would).
         return p.ops.emplace_back(kind, phase, stream, unit, mb);
     }
     OpId lastOp() const { return OpId(static_cast<int32_t>(p.ops.size() - 1)); }

@@ -121,8 +121,15 @@ struct Buffer {
 };
 
 struct Op {
+    Op() = default;
+    // What every op is made with; the other fields keep their defaults. A constructor, not
+    // aggregate initialization, so that vector::emplace_back builds an op in place with
+    // every compiler we build with (clang 14 lacks C++20's parenthesized aggregates).
+    Op(OpKind k, Phase ph, Stream s, UnitId u, int32_t mb)
+        : kind(k), phase(ph), stream(s), unit(u), microBatch(mb) {}
+
     // Fields are ordered so that an op packs into 128 bytes (the simulator walks hundreds a
-    // step); the first five are the ones an op is written with.
+    // step).
     OpKind kind = OpKind::Forward;
     Phase phase = Phase::Forward;
     Stream stream = Stream::Compute;
