@@ -305,8 +305,10 @@ Expected<KernelFit> fitKernels(const KernelSamples& all, const ClusterSpec& base
         double bytes = 0, seconds = 0;
         for (const auto* s : mem)
             // The optimizer's foreach kernels get a curve of their own (below), which prices
-            // them; their equal shares of an op's bytes stay out of this one.
-            if (s->durNs > 0 && s->op != kForeachOptimizerKey) {
+            // them; their equal shares of an op's bytes stay out of this one. So do kernels
+            // with a broadcast input, slower than dense ones of their size: the curve by
+            // bytes is the dense streaming kernel's (their operators' curves price them).
+            if (s->durNs > 0 && s->op != kForeachOptimizerKey && !s->broadcast) {
                 points.push_back(
                     {s->bytes, s->bytes / (hbm * static_cast<double>(s->durNs) * 1e-9)});
                 bytes += s->bytes;

@@ -46,6 +46,11 @@ struct KernelSample {
     std::string op;          // the launching (or host) op, "aten::addmm"
     std::string kernel;      // the kernel's name (the op's on a CPU-only trace)
     bool masked = false;     // attention: the SDPA op had a mask (no causal skipping)
+    // Memory-bound: an input was broadcast to the output (a weight, x * rsqrt over [..., 1],
+    // an expand). Such kernels run well below dense streaming ones of their size (on an H200
+    // 1.4-2.7 TB/s against 4-4.5 for Llama-3.1-8B's at 4,096 tokens): they feed their
+    // operator's curve, not the curve by bytes (kernel_fit).
+    bool broadcast = false;
 };
 
 struct KernelSamples {

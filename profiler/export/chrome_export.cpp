@@ -94,6 +94,7 @@ json exportChromeTrace(const Trace& t) {
         if (in != t.opInputs.end()) {
             args["Input Dims"] = in->second.dims;
             args["Input type"] = in->second.types;
+            if (!in->second.strides.empty()) args["Input Strides"] = in->second.strides;
         }
         const bool gloo = t.strings.at(t.name[i]).rfind("gloo:", 0) == 0;
         if (const auto c = collectiveOf.find(static_cast<int32_t>(i));

@@ -1101,6 +1101,21 @@ public:
         if (args.contains("Input type") && args["Input type"].is_array())
             for (const auto& ty : args["Input type"])
                 in.types.push_back(ty.is_string() ? ty.get<std::string>() : std::string());
+        // "Input Strides": a list per input of integers for a tensor (anything else, a tensor
+        // list's nested lists included, is left empty).
+        if (args.contains("Input Strides") && args["Input Strides"].is_array())
+            for (const auto& st : args["Input Strides"]) {
+                std::vector<int64_t> strides;
+                if (st.is_array())
+                    for (const auto& x : st) {
+                        if (!x.is_number_integer()) {
+                            strides.clear();
+                            break;
+                        }
+                        strides.push_back(x.get<int64_t>());
+                    }
+                in.strides.push_back(std::move(strides));
+            }
         return in;
     }
 

@@ -63,6 +63,9 @@ struct Collective {
 struct OpInputs {
     std::vector<std::vector<int64_t>> dims;
     std::vector<std::string> types;
+    // record_shapes' "Input Strides" (PyTorch 2.1 and later), per input: empty where the trace
+    // gives none or the input is a tensor list. A stride of 0 is a broadcast (expand).
+    std::vector<std::vector<int64_t>> strides;
 };
 
 // Elements of a record_shapes shape: 0 for a negative dimension or a count beyond int64

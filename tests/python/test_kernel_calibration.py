@@ -12,6 +12,8 @@
    2*M*N*K from that op's Input Dims, counted here independently; the A100 trace's NCCL
    all-reduces with their "In msg nelems" sizes.
 3. Bad input: --trace with --from-trace, a trace with nothing to price.
+4. A memory-bound op's bytes: broadcast and expanded inputs (RMSNorm's x * rsqrt, a weight,
+   an expand) against the real tensors' nbytes.
 """
 import glob
 import gzip
@@ -148,6 +150,60 @@ class CpuTrace(unittest.TestCase):
         self.assertIn(empty, r.stderr)
         self.assertIn("no kernel could be priced", r.stderr)
         self.assertFalse(os.path.exists(os.path.join(self.dir, "y.json")))
+
+
+BROADCAST = r"""
+import json, sys, torch
+from torch.profiler import profile, ProfilerActivity, schedule
+out, oracle = sys.argv[1], sys.argv[2]
+torch.manual_seed(0)
+x = torch.randn(16, 256, 512)
+r, w, b = torch.randn(16, 256, 1), torch.randn(512), torch.randn(1, 1, 512)
+dst, src = torch.empty(16, 256, 512), torch.randn(16, 256, 512, dtype=torch.bfloat16)
+expected = {}
+def ready(p):
+    p.export_chrome_trace(out)
+with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+             schedule=schedule(wait=0, warmup=0, active=2, repeat=1), on_trace_ready=ready) as p:
+    for _ in range(2):
+        # RMSNorm's x * rsqrt(...) and its weight, and an add of an expanded tensor (stride
+        # 0): each reads its inputs' distinct elements and writes x's size.
+        y = x * r
+        expected["aten::mul", y.nbytes + x.nbytes + r.nbytes] = "x * r"
+        y = x * w
+        expected["aten::mul", y.nbytes + x.nbytes + w.nbytes] = "x * w"
+        e = b.expand(16, 256, 512)
+        y = x + e
+        expected["aten::add", y.nbytes + x.nbytes + b.nbytes] = "x + b.expand"
+        dst.copy_(src)  # a cast in place: reads src, writes dst
+        expected["aten::copy_", dst.nbytes + src.nbytes] = "dst.copy_(src)"
+        p.step()
+json.dump([[k[0], k[1], v] for k, v in expected.items()], open(oracle, "w"))
+"""
+
+
+class BroadcastBytes(unittest.TestCase):
+    """A memory-bound op's bytes are its tensors' own: inputs read (a broadcast or expanded
+    input once), the output written. The oracle is the real tensors' nbytes; before the
+    trace reader read "Input Strides", x * rsqrt(...) over [..., 1] counted a few KB."""
+
+    def test_broadcast_ops_move_their_tensors_bytes(self):
+        d = tempfile.mkdtemp(prefix="shardscope-kbytes-")
+        trace, oracle = os.path.join(d, "bcast.pt.trace.json"), os.path.join(d, "oracle.json")
+        r = subprocess.run([sys.executable, "-c", BROADCAST, trace, oracle],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        with open(oracle) as f:
+            expected = json.load(f)
+        csv = os.path.join(d, "samples.csv")
+        r = run("calibrate", "--from-trace", trace, "-c", peer.sample("clusters", "cpu-2core.json"),
+                "-o", os.path.join(d, "fit.json"), "--samples", csv)
+        self.assertEqual(r.returncode, 0, r.stderr + r.stdout)
+        rows = [x for x in read_csv(csv) if x["class"] == "memory-bound"]
+        for op, nbytes, what in expected:
+            got = sorted(float(x["bytes"]) for x in rows if x["op"] == op)
+            print(f"  {what:16s} {op:12s} tensors {nbytes:>10d} B, trace reader {got}")
+            self.assertIn(float(nbytes), got, what)
 
 
 def gpu_trace(*parts):
