@@ -5,8 +5,8 @@ run we can describe (model, plan, batch, sequence: tests/data/h200-*).
 
 For each run it prints the measured step (the device time of a ProfilerStep: the span of
 the work it launched) and the GPU's time per kernel class (GEMM, attention, memory-bound:
-the trace's kernels by name, a middle step; memory-bound includes FSDP2's casts and
-AdamW's step), against `shardscope simulate`:
+the trace's kernels by name, a middle step; memory-bound includes FSDP2's casts and copies
+(device-to-device memcpys), memsets and AdamW's step), against `shardscope simulate`:
 
   before  with the cluster `calibrate --measure` wrote on that machine
   after   with that cluster calibrated on the trace's own kernels (`calibrate --from-trace`,
@@ -71,8 +71,10 @@ def measured(trace):
            and e.get("args", {}).get("correlation") in launched]
     by = {"gemm": 0.0, "attention": 0.0, "memory_bound": 0.0}
     for e in dev:
-        if e.get("cat") == "kernel":
-            by[kernel_class(e["name"])] += e["dur"] / 1e3
+        # Copies and fills are memory-bound work too: FSDP2's copy into the unsharded
+        # parameters and the gradients' copy after the reduce run as device-to-device
+        # memcpys, and the simulated column counts FSDP's copy ops.
+        by[kernel_class(e["name"]) if e.get("cat") == "kernel" else "memory_bound"] += e["dur"] / 1e3
     span = (max(e["ts"] + e["dur"] for e in dev) - min(e["ts"] for e in dev)) / 1e3
     return span, by
 

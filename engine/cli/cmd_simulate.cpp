@@ -240,6 +240,19 @@ int runSimulate(const Args& a) {
                            {"group_size", op.groupSize},
                            {"start_ns", s.start[i]},
                            {"end_ns", s.end[i]}});
+            // A compute op's kernels (docs/kernel-model.md): counts by class, and the bytes
+            // its memory-bound kernels move.
+            if (op.mix >= 0 && static_cast<size_t>(op.mix) < prog.mixes.size()) {
+                nlohmann::json k = {{"gemm", 0}, {"attention", 0}, {"memory_bound", 0}};
+                double bytes = 0;
+                for (const KernelEntry& e : prog.mixes[static_cast<size_t>(op.mix)].entries) {
+                    k[kernelKindName(e.kind)] = k[kernelKindName(e.kind)].get<int64_t>() + e.count;
+                    if (e.kind == KernelKind::MemoryBound)
+                        bytes += static_cast<double>(e.count) * e.perKernel;
+                }
+                ops.back()["kernels"] = k;
+                ops.back()["memory_bound_bytes"] = bytes;
+            }
         }
         return emitJson({{"ops", ops}}, "").ok() ? kExitOk : kExitUsage;
     }

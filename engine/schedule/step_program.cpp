@@ -215,6 +215,13 @@ void lossKernels(double logits, double e, const RunMixes& out) {
         addKernels(*out.bwd, KernelKind::MemoryBound, logits * b, b > 0 ? 1 : 0);
 }
 
+// A module's fp32 round trip (ModuleCost::upcastElems) of `elems` elements in a compute
+// dtype of e bytes below fp32: two casts, each reading one dtype and writing the other
+// (4 + e bytes an element). None in fp32.
+void upcastKernels(double elems, double e, KernelMix& mix) {
+    if (elems > 0 && e < 4) addKernels(mix, KernelKind::MemoryBound, elems * (4 + e), 2);
+}
+
 void runKernels(const ModuleRun& run, int64_t b, int64_t s, double scale, double computeBytes,
                 int64_t window, const RunMixes& out) {
     const ModuleCost& c = run.cost;
@@ -272,6 +279,7 @@ void runKernels(const ModuleRun& run, int64_t b, int64_t s, double scale, double
         if (run.attnMemKernels > 0)
             addKernels(*out.recomputeAttention, KernelKind::MemoryBound,
                        run.attnMemBytes.at(b, s, scale) / run.attnMemKernels, run.attnMemKernels);
+        upcastKernels(tokens * run.attnUpcastElems, computeBytes, *out.recomputeAttention);
     }
     // FLOPs the GEMM list does not cover (a module without kernel counts beside ones with).
     const double fwdFlops = c.fwdFlops.at(b, s);
@@ -283,6 +291,10 @@ void runKernels(const ModuleRun& run, int64_t b, int64_t s, double scale, double
     const int32_t fk = std::max(1, c.fwdMemKernels), bk = std::max(1, c.bwdMemKernels);
     out.forward(KernelKind::MemoryBound, fwdMem / fk, fk);
     addKernels(*out.bwd, KernelKind::MemoryBound, bwdMem / bk, bk);
+    if (c.upcastElems > 0 && computeBytes < 4) {
+        out.forward(KernelKind::MemoryBound, tokens * c.upcastElems * (4 + computeBytes), 2);
+        upcastKernels(tokens * c.upcastElems, computeBytes, *out.bwd);
+    }
     if (out.recomputeAll)
         notRecomputed(run, out.sacSave ? &kept : nullptr, out.earlyStop,
                       [&](const ModuleCost::Gemm& gm, int32_t calls) {

@@ -39,6 +39,7 @@ ModuleCost& ModuleCost::operator+=(const ModuleCost& o) {
     sdpaOutputBytes += o.sdpaOutputBytes;
     mmCount += o.mmCount;
     lossVocab += o.lossVocab;
+    upcastElems += o.upcastElems;
     for (const Gemm& gm : o.gemms)
         addGemm(gm);
     attentionCalls += o.attentionCalls;

@@ -97,6 +97,11 @@ struct ModuleCost {
     // in fp32) and the fp32 log-probabilities (saved) at once: the step program adds the
     // first two as forward working memory, once the compute dtype is known.
     double lossVocab = 0;
+    // Elements per token the module casts to fp32 and back when it runs in a compute dtype
+    // below fp32 (LlamaRMSNorm: hidden.to(float32), ..., .to(input_dtype)), 0 for none: the
+    // step program adds the two casts forward and their two backward (each reading one dtype
+    // and writing the other) once the compute dtype is known; in fp32 there are none.
+    double upcastElems = 0;
     // The kernels eager PyTorch launches for the module's own operators, per call (counted
     // on transformers' modules with a dispatch mode; docs/kernel-model.md):
     //  - GEMMs: one per nn.Linear/Conv1D call forward, two backward (input and weight

@@ -46,7 +46,8 @@ nlohmann::json scaledJson(const ScaledCost& c) {
 // "kernels": {"gemms": [[m_per_token, n, k, calls, backward], ...], "attention_calls": N,
 //              "mem": [forward, backward]}
 void readKernels(const JsonReader& r, ModuleCost& c) {
-    r.allowOnly({"gemms", "attention_calls", "window_attention_calls", "mem"});
+    r.allowOnly({"gemms", "attention_calls", "window_attention_calls", "mem", "upcast_elems",
+                 "loss_vocab"});
     if (auto gs = r.find("gemms")) {
         for (size_t i = 0; i < gs->size(); ++i) {
             const JsonReader x = (*gs)[i];
@@ -73,6 +74,16 @@ void readKernels(const JsonReader& r, ModuleCost& c) {
         c.fwdMemKernels = static_cast<int32_t>(std::min<int64_t>((*m)[0].asIntAtLeast(0), 1 << 20));
         c.bwdMemKernels = static_cast<int32_t>(std::min<int64_t>((*m)[1].asIntAtLeast(0), 1 << 20));
     }
+    if (auto u = r.find("upcast_elems")) {
+        c.upcastElems = u->asNumber();
+        if (!(c.upcastElems >= 0) || c.upcastElems > 1e12)
+            u->fail("expected elements per token >= 0, got " + std::to_string(c.upcastElems));
+    }
+    if (auto v = r.find("loss_vocab")) {
+        c.lossVocab = v->asNumber();
+        if (!(c.lossVocab >= 0) || c.lossVocab > 1e12)
+            v->fail("expected a vocabulary size >= 0, got " + std::to_string(c.lossVocab));
+    }
 }
 
 nlohmann::json kernelsJson(const ModuleCost& c) {
@@ -86,6 +97,8 @@ nlohmann::json kernelsJson(const ModuleCost& c) {
     if (c.windowAttentionCalls > 0) k["window_attention_calls"] = c.windowAttentionCalls;
     if (c.fwdMemKernels > 0 || c.bwdMemKernels > 0)
         k["mem"] = nlohmann::json::array({c.fwdMemKernels, c.bwdMemKernels});
+    if (c.upcastElems > 0) k["upcast_elems"] = c.upcastElems;
+    if (c.lossVocab > 0) k["loss_vocab"] = c.lossVocab;
     return k;
 }
 
@@ -282,7 +295,7 @@ nlohmann::json modelToJson(const ModelGraph& g) {
         put("window_saved_bytes", c.windowSavedBytes);
         put("output_bytes", c.outputBytes);
         put("input_bytes", c.inputBytes);
-        if (c.hasKernels()) cj["kernels"] = kernelsJson(c);
+        if (c.hasKernels() || c.upcastElems > 0 || c.lossVocab > 0) cj["kernels"] = kernelsJson(c);
         if (!cj.empty()) mj["cost"] = cj;
         mods.push_back(std::move(mj));
     }

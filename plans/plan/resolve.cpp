@@ -1090,6 +1090,7 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r, 
                     addMerged(run.attnStopGemms, gm);
             run.attnMemBytes += sub.fwdMemBytes;
             run.attnMemKernels += sub.fwdMemKernels;
+            run.attnUpcastElems += sub.upcastElems;
             // Everything so far (its projections included) comes before this attention.
             run.hasAttn = true;
             run.savedAfterAttn = {};
@@ -1236,7 +1237,9 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r, 
                x.windowAttentionCalls == y.windowAttentionCalls &&
                x.fwdMemKernels == y.fwdMemKernels && x.bwdMemKernels == y.bwdMemKernels &&
                x.fwdFlops == y.fwdFlops && x.bwdFlops == y.bwdFlops &&
-               x.fwdMemBytes == y.fwdMemBytes && x.bwdMemBytes == y.bwdMemBytes;
+               x.fwdMemBytes == y.fwdMemBytes && x.bwdMemBytes == y.bwdMemBytes &&
+               x.upcastElems == y.upcastElems && x.lossVocab == y.lossVocab &&
+               a.attnUpcastElems == b.attnUpcastElems;
     };
     std::vector<int32_t> distinct;
     for (size_t i = 0; i < runs.size(); ++i) {

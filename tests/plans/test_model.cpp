@@ -436,6 +436,15 @@ TEST(ModelJson, RoundTripsHfModelExactly) {
     EXPECT_EQ(g.module(*embed).cost.inputBytes, (ScaledCost{0, 0, 8}));
     EXPECT_EQ(back->module(*back->findModule("model.embed_tokens")).cost.inputBytes,
               (ScaledCost{0, 0, 8}));
+    // What the step program adds once the compute dtype is known survives the round trip: an
+    // RMSNorm's fp32 round trip over the hidden size, the loss's vocabulary.
+    const auto norm = back->findModule("model.layers.0.input_layernorm");
+    ASSERT_TRUE(norm);
+    EXPECT_EQ(back->module(*norm).cost.upcastElems, 896);
+    double vocab = 0;
+    for (const auto& m : back->modules())
+        vocab += m.cost.lossVocab;
+    EXPECT_EQ(vocab, 151936);
 }
 
 TEST(ModelJson, TiedParameterAndErrors) {
@@ -462,6 +471,10 @@ TEST(ModelJson, TiedParameterAndErrors) {
               "model.json:/modules/2/name: parent module \"x\" must be listed before \"x.head\"");
     EXPECT_EQ(bad("\"class\": \"Linear\"", "\"class\": \"Linear\", \"clas\": 1"),
               "model.json:/modules/2/clas: unknown field \"clas\" (did you mean \"class\"?)");
+    EXPECT_EQ(bad("\"class\": \"Linear\"",
+                  "\"class\": \"Linear\", \"cost\": {\"kernels\": {\"upcast_elems\": -1}}"),
+              "model.json:/modules/2/cost/kernels/upcast_elems: expected elements per token >= 0, "
+              "got -1.000000");
     EXPECT_EQ(bad("\"version\": 1", "\"version\": 7"),
               "model.json:/version: unsupported version 7 (this build reads 1..1)");
 }
