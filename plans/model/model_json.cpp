@@ -77,12 +77,11 @@ void readKernels(const JsonReader& r, ModuleCost& c) {
     if (auto u = r.find("upcast_elems")) {
         c.upcastElems = u->asNumber();
         if (!(c.upcastElems >= 0) || c.upcastElems > 1e12)
-            u->fail("expected elements per token >= 0, got " + std::to_string(c.upcastElems));
+            u->failExpected("elements per token, at least 0");
     }
     if (auto v = r.find("loss_vocab")) {
         c.lossVocab = v->asNumber();
-        if (!(c.lossVocab >= 0) || c.lossVocab > 1e12)
-            v->fail("expected a vocabulary size >= 0, got " + std::to_string(c.lossVocab));
+        if (!(c.lossVocab >= 0) || c.lossVocab > 1e12) v->failExpected("a vocabulary size, at least 0");
     }
 }
 

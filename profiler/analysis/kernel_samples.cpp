@@ -303,9 +303,11 @@ double opBytes(std::string_view name, const OpInputs& in, bool* broadcast = null
     }
     const double out = *std::max_element(logical.begin(), logical.end());
     if (broadcast) {
+        // By elements, not bytes: a casting copy_ reads bf16 into fp32 and broadcasts nothing.
+        const int64_t most = *std::max_element(elements.begin(), elements.end());
         *broadcast = false;
         for (size_t i = 0; i < read.size(); ++i)
-            if (read[i] < logical[i] || (logical[i] < out && elements[i] > 1)) *broadcast = true;
+            if (read[i] < logical[i] || (elements[i] < most && elements[i] > 1)) *broadcast = true;
     }
     double sum = 0;
     for (double x : read)
