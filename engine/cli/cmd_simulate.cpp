@@ -243,13 +243,17 @@ int runSimulate(const Args& a) {
             // A compute op's kernels (docs/kernel-model.md): counts by class, and the bytes
             // its memory-bound kernels move.
             if (op.mix >= 0 && static_cast<size_t>(op.mix) < prog.mixes.size()) {
-                nlohmann::json k = {{"gemm", 0}, {"attention", 0}, {"memory_bound", 0}};
+                int64_t count[3] = {0, 0, 0};  // by KernelKind
                 double bytes = 0;
                 for (const KernelEntry& e : prog.mixes[static_cast<size_t>(op.mix)].entries) {
-                    k[kernelKindName(e.kind)] = k[kernelKindName(e.kind)].get<int64_t>() + e.count;
+                    count[static_cast<int>(e.kind)] += e.count;
                     if (e.kind == KernelKind::MemoryBound)
                         bytes += static_cast<double>(e.count) * e.perKernel;
                 }
+                nlohmann::json k = nlohmann::json::object();
+                for (KernelKind kk :
+                     {KernelKind::Gemm, KernelKind::Attention, KernelKind::MemoryBound})
+                    k[kernelKindName(kk)] = count[static_cast<int>(kk)];
                 ops.back()["kernels"] = k;
                 ops.back()["memory_bound_bytes"] = bytes;
             }

@@ -202,8 +202,14 @@ struct RunMixes {
 struct LossKernels {
     double fwd[2], bwd[3];
 };
+// Bytes a cast between a compute dtype of e bytes and fp32 moves an element (reads one,
+// writes the other); 0 in fp32, where there is no cast.
+double fp32CastBytes(double e) {
+    return e < 4 ? e + 4.0 : 0.0;
+}
+
 LossKernels lossKernelsPerLogit(double e) {
-    const double upcast = e < 4 ? e + 4.0 : 0.0;
+    const double upcast = fp32CastBytes(e);
     return {{upcast, 12.0}, {4.0, 12.0, upcast}};
 }
 
@@ -213,13 +219,6 @@ void lossKernels(double logits, double e, const RunMixes& out) {
         out.forward(KernelKind::MemoryBound, logits * b, b > 0 ? 1 : 0);
     for (double b : k.bwd)
         addKernels(*out.bwd, KernelKind::MemoryBound, logits * b, b > 0 ? 1 : 0);
-}
-
-// A module's fp32 round trip (ModuleCost::upcastElems) of `elems` elements in a compute
-// dtype of e bytes below fp32: two casts, each reading one dtype and writing the other
-// (4 + e bytes an element). None in fp32.
-void upcastKernels(double elems, double e, KernelMix& mix) {
-    if (elems > 0 && e < 4) addKernels(mix, KernelKind::MemoryBound, elems * (4 + e), 2);
 }
 
 void runKernels(const ModuleRun& run, int64_t b, int64_t s, double scale, double computeBytes,
@@ -279,7 +278,10 @@ void runKernels(const ModuleRun& run, int64_t b, int64_t s, double scale, double
         if (run.attnMemKernels > 0)
             addKernels(*out.recomputeAttention, KernelKind::MemoryBound,
                        run.attnMemBytes.at(b, s, scale) / run.attnMemKernels, run.attnMemKernels);
-        upcastKernels(tokens * run.attnUpcastElems, computeBytes, *out.recomputeAttention);
+        // The attention subtrees' fp32 round trips (ModuleCost::upcastElems), two casts.
+        if (const double cast = tokens * run.attnUpcastElems * fp32CastBytes(computeBytes);
+            cast > 0)
+            addKernels(*out.recomputeAttention, KernelKind::MemoryBound, cast, 2);
     }
     // FLOPs the GEMM list does not cover (a module without kernel counts beside ones with).
     const double fwdFlops = c.fwdFlops.at(b, s);
@@ -291,9 +293,10 @@ void runKernels(const ModuleRun& run, int64_t b, int64_t s, double scale, double
     const int32_t fk = std::max(1, c.fwdMemKernels), bk = std::max(1, c.bwdMemKernels);
     out.forward(KernelKind::MemoryBound, fwdMem / fk, fk);
     addKernels(*out.bwd, KernelKind::MemoryBound, bwdMem / bk, bk);
-    if (c.upcastElems > 0 && computeBytes < 4) {
-        out.forward(KernelKind::MemoryBound, tokens * c.upcastElems * (4 + computeBytes), 2);
-        upcastKernels(tokens * c.upcastElems, computeBytes, *out.bwd);
+    // The module's fp32 round trip (ModuleCost::upcastElems): two casts each way.
+    if (const double cast = tokens * c.upcastElems * fp32CastBytes(computeBytes); cast > 0) {
+        out.forward(KernelKind::MemoryBound, cast, 2);
+        addKernels(*out.bwd, KernelKind::MemoryBound, cast, 2);
     }
     if (out.recomputeAll)
         notRecomputed(run, out.sacSave ? &kept : nullptr, out.earlyStop,

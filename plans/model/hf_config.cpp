@@ -336,8 +336,8 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
         auto& mc = g.cost(m);
         mc.fwdMemBytes.perToken += 5 * I * cb.e;
         mc.bwdMemBytes.perToken += 9 * I * cb.e;  // three kernels of two inputs and an output
-        mc.fwdMemKernels += 2;  // silu, mul
-        mc.bwdMemKernels += 3;  // mul, mul, silu_backward
+        mc.fwdMemKernels += 2;                    // silu, mul
+        mc.bwdMemKernels += 3;                    // mul, mul, silu_backward
         mc.savedBytes.perToken += 3 * I * cb.e;
         mc.outputBytes.perToken += H * cb.e;
         for (ModuleId x : {gm, um, dm, m})

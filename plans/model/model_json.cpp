@@ -81,7 +81,8 @@ void readKernels(const JsonReader& r, ModuleCost& c) {
     }
     if (auto v = r.find("loss_vocab")) {
         c.lossVocab = v->asNumber();
-        if (!(c.lossVocab >= 0) || c.lossVocab > 1e12) v->failExpected("a vocabulary size, at least 0");
+        if (!(c.lossVocab >= 0) || c.lossVocab > 1e12)
+            v->failExpected("a vocabulary size, at least 0");
     }
 }
 

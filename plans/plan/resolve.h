@@ -91,7 +91,8 @@ struct ModuleRun {
     std::vector<ModuleCost::Gemm> attnGemms, attnStopGemms;
     ScaledCost attnMemBytes;
     int32_t attnMemKernels = 0;
-    double attnUpcastElems = 0;  // ModuleCost::upcastElems of the attention subtrees (Qwen3's q/k norms)
+    // ModuleCost::upcastElems of the attention subtrees (Qwen3's q and k norms).
+    double attnUpcastElems = 0;
     int32_t kernels = 0;  // modules with forward FLOPs
     // Trainable parameter elements of the run's unit whose gradient backward produces first
     // here: those whose last forward use is in this run (a tied weight at its last user).

@@ -289,8 +289,8 @@ double opBytes(std::string_view name, const OpInputs& in, bool* broadcast = null
         elements.push_back(shapeElements(d));
     }
     if (read.empty()) return 0;
-    const size_t largest = static_cast<size_t>(
-        std::max_element(read.begin(), read.end()) - read.begin());
+    const size_t largest =
+        static_cast<size_t>(std::max_element(read.begin(), read.end()) - read.begin());
     double others = 0, secondLargest = 0;
     for (size_t i = 0; i < read.size(); ++i)
         if (i != largest) {

@@ -471,10 +471,11 @@ TEST(ModelJson, TiedParameterAndErrors) {
               "model.json:/modules/2/name: parent module \"x\" must be listed before \"x.head\"");
     EXPECT_EQ(bad("\"class\": \"Linear\"", "\"class\": \"Linear\", \"clas\": 1"),
               "model.json:/modules/2/clas: unknown field \"clas\" (did you mean \"class\"?)");
-    EXPECT_EQ(bad("\"class\": \"Linear\"",
-                  "\"class\": \"Linear\", \"cost\": {\"kernels\": {\"upcast_elems\": -1}}"),
-              "model.json:/modules/2/cost/kernels/upcast_elems: expected elements per token, at least 0, "
-              "got -1");
+    EXPECT_EQ(
+        bad("\"class\": \"Linear\"",
+            "\"class\": \"Linear\", \"cost\": {\"kernels\": {\"upcast_elems\": -1}}"),
+        "model.json:/modules/2/cost/kernels/upcast_elems: expected elements per token, at least 0, "
+        "got -1");
     EXPECT_EQ(bad("\"version\": 1", "\"version\": 7"),
               "model.json:/version: unsupported version 7 (this build reads 1..1)");
 }
