@@ -316,10 +316,49 @@ double opBytes(std::string_view name, const OpInputs& in, bool* broadcast = null
     return sum + (inPlace ? 0 : out);
 }
 
+// torch._chunk_cat(tensors, dim, num_chunks, out=...), as FSDP2's reduce-scatter copy-in calls
+// it: record_shapes gives its tensor list's shapes but not their dtype ("TensorList"), and
+// lists `out` among the inputs, so opBytes would skip the list and count `out` as read and
+// written (8 bytes an element for bf16 gradients cast into an fp32 buffer, where the kernel
+// moves 6). It reads the list once and writes `out`: the list's elements at the source dtype,
+// which the kernel's template arguments name (chunk_cat_cuda_kernel<dst_t, src_t>; out's
+// dtype when the name does not), plus out's bytes. 0 when the op has no `out` tensor.
+double chunkCatBytes(const OpInputs& in, std::string_view kernel) {
+    if (in.dims.empty() || in.types.empty() || in.types[0] != "TensorList" ||
+        in.dims[0].size() != 1)
+        return 0;
+    int64_t outBytes = 0, dst = 0;
+    for (size_t i = in.dims.size(); i-- > 1;)
+        if (i < in.types.size() && !in.dims[i].empty() &&
+            (dst = traceDtypeBytes(in.types[i])) > 0) {
+            outBytes = shapeElements(in.dims[i]) * dst;
+            break;
+        }
+    if (outBytes <= 0) return 0;
+    int64_t src = dst;
+    constexpr std::string_view kTemplate = "chunk_cat_cuda_kernel<";
+    if (const size_t at = kernel.find(kTemplate); at != std::string_view::npos) {
+        std::string_view args = kernel.substr(at + kTemplate.size());
+        const size_t comma = args.find(','), close = args.find('>');
+        if (comma != std::string_view::npos && comma < close) {
+            std::string_view s = args.substr(comma + 1, close - comma - 1);
+            while (!s.empty() && s.front() == ' ')
+                s.remove_prefix(1);
+            while (!s.empty() && s.back() == ' ')
+                s.remove_suffix(1);
+            if (const int64_t b = traceDtypeBytes(s); b > 0) src = b;
+        }
+    }
+    return static_cast<double>(in.dims[0][0]) * static_cast<double>(src) +
+           static_cast<double>(outBytes);
+}
+
 // Ops that read or write the rows an index names: what they move follows the index, not
 // their inputs' sizes (a cross-entropy's gather of [tokens, vocab] logits, or of a
 // 151,936-row table through a [4096, 4096] index expanded from 4,096 ids, read as 436 MB
-// in 20 us: 22 TB/s on an H200, which made `calibrate` raise the cluster's bandwidth 4x).
+// in 20 us: 22 TB/s on an H200, which made `calibrate` raise the cluster's bandwidth 4x;
+// nll_loss_backward, which writes one element of its fp32 [tokens, vocab] gradient a row into
+// what a fill_ zeroed: read as inputs, 8.4 GB in 12 us on the H200 at 2 x 4,096).
 // Embedding lookups keep their estimate (opBytes counts their table as the index's size).
 bool indexedOp(std::string_view name) {
     static constexpr std::string_view kIndexed[] = {
@@ -333,7 +372,8 @@ bool indexedOp(std::string_view name) {
         "aten::index_copy_",     "aten::take",
         "aten::take_along_dim",  "aten::masked_select",
         "aten::masked_scatter",  "aten::masked_scatter_"};
-    return std::find(std::begin(kIndexed), std::end(kIndexed), name) != std::end(kIndexed);
+    return std::find(std::begin(kIndexed), std::end(kIndexed), name) != std::end(kIndexed) ||
+           name == "aten::nll_loss_backward" || name == "aten::nll_loss2d_backward";
 }
 
 int32_t stepNumber(std::string_view name) {
@@ -718,7 +758,9 @@ void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out
                     "its index names, not its inputs)");
                 continue;
             }
-            s.bytes = opBytes(on, *inputsOf(inputsEvent), &s.broadcast);
+            const OpInputs& inputs = *inputsOf(inputsEvent);
+            s.bytes = on == "aten::_chunk_cat" ? chunkCatBytes(inputs, name(i)) : 0;
+            if (s.bytes <= 0) s.bytes = opBytes(on, inputs, &s.broadcast);
             if (s.bytes <= 0) {
                 skip("kernel whose launching op has no tensor inputs");
                 continue;
