@@ -256,6 +256,11 @@ int runSimulate(const Args& a) {
                     k[kernelKindName(kk)] = count[static_cast<int>(kk)];
                 ops.back()["kernels"] = k;
                 ops.back()["memory_bound_bytes"] = bytes;
+                if (op.kind != OpKind::OptimizerStep)  // priced by its foreach curve instead
+                    ops.back()["memory_bound_ns"] = std::llround(
+                        1e9 *
+                        mixParts(*cluster, prog.mixes[static_cast<size_t>(op.mix)], op.computeDtype)
+                            .memorySeconds);
             }
         }
         return emitJson({{"ops", ops}}, "").ok() ? kExitOk : kExitUsage;

@@ -53,6 +53,34 @@ std::vector<std::pair<double, double>> binMedians(
     return curve;
 }
 
+std::vector<std::pair<double, double>> halfDecadeRates(
+    const std::vector<std::pair<double, double>>& sizeAndSeconds, double peak, double floor) {
+    struct Bin {
+        std::vector<double> sizes;
+        double size = 0, seconds = 0;
+    };
+    std::map<int, Bin> bins;
+    for (const auto& [x, t] : sizeAndSeconds)
+        if (x > 0 && t > 0) {
+            Bin& b = bins[static_cast<int>(std::floor(std::log10(x) * 2))];
+            b.sizes.push_back(x);
+            b.size += x;
+            b.seconds += t;
+        }
+    std::vector<std::pair<double, double>> curve;
+    if (peak <= 0) return curve;
+    for (auto& [k, b] : bins) {
+        double size = 0, seconds = 0;
+        for (int j = k - 1; j <= k + 1; ++j)
+            if (auto it = bins.find(j); it != bins.end()) {
+                size += it->second.size;
+                seconds += it->second.seconds;
+            }
+        curve.push_back({medianOf(b.sizes), std::max(size / (seconds * peak), floor)});
+    }
+    return curve;
+}
+
 double capCurveAtOne(std::vector<std::pair<double, double>>& curve, double alsoConsider) {
     double top = alsoConsider;
     for (const auto& [_, e] : curve)

@@ -48,6 +48,12 @@ struct CalibrationFit {
 // moves no point.
 [[nodiscard]] std::vector<std::pair<double, double>> halfDecadeMedians(
     const std::vector<std::pair<double, double>>& samples, double floor);
+// A curve from (size, seconds) samples, for work a model prices in aggregate: one point per
+// half-decade of size, at the median size and the bin's total size over its total time,
+// divided by `peak` (a fraction of it, at least `floor`). Large kernels weigh by their size,
+// as they do in the time of the work they make up.
+[[nodiscard]] std::vector<std::pair<double, double>> halfDecadeRates(
+    const std::vector<std::pair<double, double>>& sizeAndSeconds, double peak, double floor);
 // The same with `binsPerDecade` points a decade (halfDecadeMedians: 2).
 [[nodiscard]] std::vector<std::pair<double, double>> binMedians(
     const std::vector<std::pair<double, double>>& samples, double floor, int binsPerDecade);

@@ -37,12 +37,16 @@ const std::string& foreachKey() {
     static const std::string k = kForeachOptimizerKey;
     return k;
 }
+const std::string& moduleKey() {
+    static const std::string k = kModuleKernelsKey;
+    return k;
+}
 
 // One entry's device time: its count of kernels, each priced by its own size. `memoryOp`
 // names the memory_efficiency_by_op curve its memory-bound kernels take where the cluster
-// has one (the optimizer's foreach kernels); null: the curve by bytes.
+// has one (the modules' kernels, the optimizer's foreach kernels); else the curve by bytes.
 double entrySeconds(const ClusterSpec& c, const KernelEntry& e, DType dtype,
-                    const std::string* memoryOp = nullptr) {
+                    const std::string& memoryOp = moduleKey()) {
     const double n = e.count;
     switch (e.kind) {
         case KernelKind::Gemm:
@@ -56,9 +60,7 @@ double entrySeconds(const ClusterSpec& c, const KernelEntry& e, DType dtype,
                                                    : c.sim.attentionEfficiencyFor(e.perKernel)));
         case KernelKind::MemoryBound:
             return n * e.perKernel /
-                   (c.device.hbmBandwidth * (memoryOp
-                                                 ? c.sim.memoryEfficiencyFor(e.perKernel, *memoryOp)
-                                                 : c.sim.memoryEfficiencyFor(e.perKernel)));
+                   (c.device.hbmBandwidth * c.sim.memoryEfficiencyFor(e.perKernel, memoryOp));
     }
     return 0;
 }
@@ -100,8 +102,9 @@ KernelTotals kernelTotals(const ClusterSpec& c, const StepProgram& p) {
             KernelClassTotal& k = t.byKind[static_cast<int>(e.kind)];
             k.count += e.count;
             k.work += e.count * e.perKernel;
-            k.deviceSeconds += entrySeconds(
-                c, e, op.computeDtype, op.kind == OpKind::OptimizerStep ? &foreachKey() : nullptr);
+            k.deviceSeconds +=
+                entrySeconds(c, e, op.computeDtype,
+                             op.kind == OpKind::OptimizerStep ? foreachKey() : moduleKey());
         }
         t.launchSeconds += c.sim.cpuLaunchNs * 1e-9 * static_cast<double>(mix.kernels);
     }
@@ -111,7 +114,7 @@ KernelTotals kernelTotals(const ClusterSpec& c, const StepProgram& p) {
 double optimizerMixSeconds(const ClusterSpec& c, const KernelMix& mix) {
     double t = 0;
     for (const KernelEntry& e : mix.entries)
-        t += entrySeconds(c, e, DType::Float32, &foreachKey());
+        t += entrySeconds(c, e, DType::Float32, foreachKey());
     return t;
 }
 

@@ -29,7 +29,8 @@ struct CollectiveCost {
 // A compute op with a kernel mix (`program` given) is priced kernel by kernel:
 //   GEMM:         FLOPs / (peak(dtype) · compute_efficiency(FLOPs of that kernel))
 //   attention:    FLOPs / (peak(dtype) · attention_efficiency(FLOPs of that kernel))
-//   memory-bound: bytes / (HBM · memory_efficiency_by_bytes(bytes of that kernel))
+//   memory-bound: bytes / (HBM · the modules' curve (kModuleKernelsKey) at the bytes of that
+//                 kernel, or memory_efficiency_by_bytes where the cluster has none)
 // times each entry's count; otherwise by its FLOPs and bytes as one aggregate.
 [[nodiscard]] int64_t opDurationNs(const ClusterSpec& c, const Op& op,
                                    const StepProgram* program = nullptr);
@@ -38,6 +39,15 @@ struct CollectiveCost {
 // cluster's memory_efficiency_by_op curve under this name where it has one (`calibrate
 // --trace` fits it from a measured step), else by memory_efficiency_by_bytes.
 inline constexpr const char* kForeachOptimizerKey = "torch.optim (foreach)";
+// The memory-bound kernels that modules launch (norms, rotary, activations, residual adds,
+// casts, the loss), broadcast ones included: a compute op's memory-bound entries are priced
+// by the cluster's memory_efficiency_by_op curve under this name where it has one
+// (`calibrate --from-trace` fits it over every memory-bound kernel of the trace but the
+// optimizer's and FSDP's copies), else by memory_efficiency_by_bytes. That curve is the
+// dense streaming kernel's: on an H200 a Llama layer's kernels (broadcast multiplies,
+// casts, RoPE's strided halves and cat) moved 2.7-2.9 TB/s where dense kernels of their
+// sizes moved 4.1-4.2.
+inline constexpr const char* kModuleKernelsKey = "nn.Module (memory-bound kernels)";
 [[nodiscard]] double optimizerMixSeconds(const ClusterSpec& c, const KernelMix& mix);
 // The parts of a mix's time: GEMM + attention seconds and FLOPs, memory-bound seconds.
 struct MixParts {

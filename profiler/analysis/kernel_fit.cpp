@@ -66,6 +66,13 @@ std::string memoryCurveKey(const KernelSample& s) {
     return t.empty() || s.op.empty() ? s.op : s.op + " [" + t + "]";
 }
 
+// FSDP's own copies, which the step program prices as ops of their own: FSDP2's
+// reduce-scatter copy-in (torch._chunk_cat), all-gather copy-in and copy-out.
+bool fsdpCopyOp(const std::string& op) {
+    return op == "aten::_chunk_cat" || op == "fsdp::all_gather_copy_in" ||
+           op == "aten::split_with_sizes_copy" || op == "aten::_foreach_copy_";
+}
+
 }  // namespace
 
 double predictKernelNs(const ClusterSpec& c, const KernelSample& s) {
@@ -358,6 +365,29 @@ Expected<KernelFit> fitKernels(const KernelSamples& all, const ClusterSpec& base
                 if (opCurve.empty()) continue;
                 kernels += pts.size();
                 c.sim.memoryEfficiencyByOp[op] = std::move(opCurve);
+            }
+            // 3c. The modules' kernels, broadcast ones included: what the step program's
+            //     compute ops take for their memory-bound work (kModuleKernelsKey), whose
+            //     kernels it does not name by operator. The optimizer's and FSDP's copies
+            //     have curves of their own.
+            //     Each half-decade's point is its kernels' bytes over their time (not the
+            //     median kernel's rate): the step program spreads a module's bytes evenly
+            //     over its kernels, so its price has to be the bytes' rate.
+            std::vector<std::pair<double, double>> modulePts;
+            for (const auto* s : mem)
+                if (s->durNs > 0 && s->op != kForeachOptimizerKey && !fsdpCopyOp(s->op))
+                    modulePts.push_back({s->bytes, static_cast<double>(s->durNs) * 1e-9});
+            if (modulePts.size() >= kMinOpKernels) {
+                auto moduleCurve = halfDecadeRates(modulePts, c.device.hbmBandwidth, 1e-6);
+                for (auto& [b, e] : moduleCurve)
+                    e = std::min(e, 1.0);
+                if (!moduleCurve.empty()) {
+                    c.sim.memoryEfficiencyByOp[kModuleKernelsKey] = std::move(moduleCurve);
+                    c.sources[std::string("/sim/memory_efficiency_by_op/") + kModuleKernelsKey] =
+                        from + " (" + std::to_string(modulePts.size()) +
+                        " memory-bound kernels, broadcast ones included, without the "
+                        "optimizer's and FSDP's copies)";
+                }
             }
             if (!c.sim.memoryEfficiencyByOp.empty())
                 c.sources["/sim/memory_efficiency_by_op"] =

@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "engine/sim/cost_model.h"
 #include "plans/cluster/cluster.h"
 #include "profiler/analysis/kernel_fit.h"
 
@@ -131,7 +132,12 @@ TEST(KernelFit, OperatorsOfOneSizeRunAtTheirOwnSpeed) {
     auto fit = fitKernels(all, wrong, "synthetic");
     ASSERT_TRUE(fit.ok()) << fit.error();
     const auto& byOp = fit->cluster.sim.memoryEfficiencyByOp;
-    ASSERT_EQ(byOp.size(), 2u);  // aten::add: no fitted kernel (held back only)
+    // aten::add: no fitted kernel (held back only); the modules' curve (kModuleKernelsKey),
+    // which a step program's memory-bound entries take, pools both operators' kernels by
+    // their bytes over their time.
+    ASSERT_EQ(byOp.size(), 3u);
+    EXPECT_NEAR(fit->cluster.sim.memoryEfficiencyFor(1e6, kModuleKernelsKey),
+                2.0 / (1.0 / 0.6 + 1.0 / 0.175), 1e-3);
     EXPECT_NEAR(fit->cluster.sim.memoryEfficiencyFor(1e6, "aten::copy_"), 0.6, 1e-3);
     EXPECT_NEAR(fit->cluster.sim.memoryEfficiencyFor(1e6, "aten::native_layer_norm"), 0.175, 1e-3);
     EXPECT_EQ(fit->cluster.sim.memoryEfficiencyFor(1e6, "aten::add"),
