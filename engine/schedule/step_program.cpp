@@ -744,6 +744,15 @@ private:
         Op& ci = emit(OpKind::CopyIn, phase, Stream::CopyIn, UnitId(u), mb);
         ci.memBytes =
             2.0 * static_cast<double>(fromPostForward ? unit.postForwardBytes : unit.shardedBytes);
+        // FSDP1 under a lower param dtype: the cast of its flat shard into the low-precision
+        // shard the all-gather sends (_use_low_precision_shard), which reads the shard and
+        // writes it in the param dtype: 6 bytes an element from fp32 to bf16, not 8.
+        if (fsdp1() && !unit.params.empty()) {
+            const int64_t stored = dtypeSize(g.param(unit.params[0]).dtype);
+            const int64_t ag = dtypeSize(unit.allGatherDtype);
+            if (stored != ag)
+                ci.memBytes = static_cast<double>(unit.shardedNumel) * static_cast<double>(stored + ag);
+        }
         // FSDP1's gathered flat buffer is the unsharded parameters themselves.
         agBuf[u] =
             buffer(unit.unshardedBytes,

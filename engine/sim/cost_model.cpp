@@ -157,7 +157,10 @@ int64_t opDurationNs(const ClusterSpec& c, const Op& op, const StepProgram* prog
         case OpKind::ReduceScatterCopyIn:
             // FSDP2's torch._chunk_cat (casting to the reduce dtype on the way): its own
             // curve where `calibrate --from-trace` fitted one (on an H200 it moved 1.8 TB/s
-            // where copies of its size moved 3.7).
+            // where copies of its size moved 3.7). FSDP1's copy-in here is the gradient's
+            // cast (`flat_param.grad.to(reduce_dtype)`): a bf16-to-fp32 copy_ runs at
+            // _chunk_cat's rate there (0.39 and 0.41 of the bandwidth), where copy_'s own
+            // curve pools the faster fp32-to-bf16 casts.
             t = op.memBytes / (c.device.hbmBandwidth *
                                c.sim.memoryEfficiencyFor(static_cast<double>(op.memBytes),
                                                          "aten::_chunk_cat")) +
