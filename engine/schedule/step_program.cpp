@@ -751,7 +751,8 @@ private:
             const int64_t stored = dtypeSize(g.param(unit.params[0]).dtype);
             const int64_t ag = dtypeSize(unit.allGatherDtype);
             if (stored != ag)
-                ci.memBytes = static_cast<double>(unit.shardedNumel) * static_cast<double>(stored + ag);
+                ci.memBytes =
+                    static_cast<double>(unit.shardedNumel) * static_cast<double>(stored + ag);
         }
         // FSDP1's gathered flat buffer is the unsharded parameters themselves.
         agBuf[u] =
