@@ -240,6 +240,8 @@ int runSimulate(const Args& a) {
                            {"group_size", op.groupSize},
                            {"start_ns", s.start[i]},
                            {"end_ns", s.end[i]}});
+            // A copy's bytes (FSDP's copy-ins, copy-outs and casts).
+            if (op.mix < 0 && op.memBytes > 0) ops.back()["memory_bytes"] = op.memBytes;
             // A compute op's kernels (docs/kernel-model.md): counts by class, and the bytes
             // its memory-bound kernels move.
             if (op.mix >= 0 && static_cast<size_t>(op.mix) < prog.mixes.size()) {

@@ -432,6 +432,31 @@ class H200Trace(unittest.TestCase):
         print("rs_copy_in: trace %.3f ms, simulated %.3f ms" % (v["a_ns"] / 1e6, v["b_ns"] / 1e6))
         self.assertLess(abs(v["b_ns"] / v["a_ns"] - 1), 0.15)
 
+    def test_fsdp1_cast_bytes(self):
+        """FSDP1 under bf16 parameters casts each unit's fp32 flat shard into its low-precision
+        shard before the all-gather (_use_low_precision_shard): one copy_ whose record_shapes
+        give its destination and source. The step program's copy-in moves what those tensors
+        hold (8 bytes an element before 2026-11-27: two fp32 shards)."""
+        d = os.path.join(DATA, "fsdp1")
+        with gzip.open(os.path.join(d, "rank0.pt.trace.json.gz"), "rt") as f:
+            ev = json.load(f)["traceEvents"]
+        hooks = sorted((e for e in ev if e.get("cat") == "user_annotation"
+                        and e.get("name") == "FullyShardedDataParallel._pre_forward"), key=lambda e: e["ts"])
+        h = hooks[2]  # model.layers.1 of the first step (the root, embed_tokens, then the layers)
+        cast = [e for e in ev if e.get("cat") == "cpu_op" and e["name"] == "aten::copy_" and e["tid"] == h["tid"]
+                and h["ts"] <= e["ts"] <= h["ts"] + h["dur"]]
+        self.assertEqual(len(cast), 1)
+        dims, types = cast[0]["args"]["Input Dims"], cast[0]["args"]["Input type"]
+        dtype = {"c10::BFloat16": torch.bfloat16, "float": torch.float32}
+        real = sum(torch.empty(dims[i], dtype=dtype[types[i]], device="meta").nbytes for i in (0, 1))
+        ops = run("simulate", "--model", os.path.join(DATA, "config.json"), "--plan", os.path.join(d, "plan.json"),
+                  "--cluster", os.path.join(DATA, "cluster-measured.json"), "--program", "--json")["ops"]
+        ours = [o for o in ops if o["kind"] == "copy_in" and o["phase"] == "forward"
+                and o["unit"] == "model.layers.1"]
+        print("FSDP1 cast of model.layers.1: the trace's copy_ %d bytes, the step program's copy-in %s"
+              % (real, [o.get("memory_bytes") for o in ours]))
+        self.assertEqual([o.get("memory_bytes") for o in ours], [float(real)])
+
     def test_optimizer_foreach_kernels(self):
         """AdamW's foreach step, kernel by kernel: each _foreach_* op runs multi_tensor_apply's
         kernels (320 chunks of 65,536 elements each, or a full tensor list), so the step
