@@ -83,8 +83,9 @@ struct SimParams {
     // Achieved fraction of HBM bandwidth of one memory-bound kernel by the bytes it moves:
     // piecewise linear in log10(bytes), flat outside; small kernels pay their launch and
     // tail, mid-sized ones may run from cache. Empty (the default): memoryEfficiency for
-    // all. Single-kernel ops (copy-in, copy-out) use it; aggregated work (a unit's
-    // elementwise bytes, the optimizer) keeps memoryEfficiency.
+    // all. The dense streaming kernel's: single-kernel copies (copy-in, copy-out) use it,
+    // and a unit's or the optimizer's kernels where memoryEfficiencyByOp has no curve for
+    // them (kModuleKernelsKey, kForeachOptimizerKey).
     std::vector<std::pair<double, double>> memoryEfficiencyByBytes;
     // The same curve for one operator's kernels ("aten::add", "aten::native_layer_norm"):
     // kernels of one size run at very different speeds by what they do (a strided copy, a
