@@ -203,6 +203,28 @@ struct Resolver {
                                    "shard within a node");
             r.shardSize = shape[0];
         }
+        // PyTorch's FSDP1 runs NO_SHARD whenever its process group, the shard group, has one
+        // rank (_init_core_state: "FSDP is switching to use `NO_SHARD` ... since the world
+        // size is 1"), and all-reduces the gradients over that group.
+        if (fsdp1 && strat != "NO_SHARD" && r.shardSize == 1) {
+            if (r.hsdp && r.replicateSize > 1)
+                warning(meshPtr,
+                        strat + " over a shard group of one rank: FSDP1 switches to NO_SHARD and "
+                                "all-reduces the gradients over that group alone, so the " +
+                            std::to_string(r.replicateSize) +
+                            " replicas never synchronize them (pytorch/pytorch#154888); shard "
+                            "over at least 2 ranks, or give sharding_strategy NO_SHARD over a 1D "
+                            "mesh");
+            else
+                warning(meshPtr,
+                        "FSDP1 over one rank runs NO_SHARD (PyTorch switches to it at world size "
+                        "1); ShardScope models " +
+                            strat +
+                            " over one rank, so the step time is approximate (NO_SHARD casts "
+                            "the parameters in every pre-forward and pre-backward and the "
+                            "gradients after backward; on an H200 the simulated step read 8-9 % "
+                            "short)");
+        }
         if (fsdp1 && strat == "NO_SHARD") {
             r.noShard = true;
             r.replicateSize = world;

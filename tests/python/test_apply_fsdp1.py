@@ -8,6 +8,7 @@ creates must be the plan's units (`plan show --json`), each with the parameter c
 resolves, and one forward and backward must run.
 """
 import json
+import math
 import os
 import sys
 import tempfile
@@ -124,6 +125,40 @@ class ApplyFsdp1(unittest.TestCase):
             self.assertIn("size mismatch", str(e.exception))
         finally:
             dist.destroy_process_group()
+
+    def test_no_shard_where_real_fsdp1_switches_to_it(self):
+        """FSDP1 runs NO_SHARD whenever its process group, the shard group, has one rank
+        (_init_core_state), which on an HSDP mesh [N, 1] leaves the N replicas' gradients
+        unsynchronized (pytorch/pytorch#154888). Real FSDP1 on a fake process group decides
+        for six meshes and strategies; `plan validate` must warn exactly where it switched."""
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp import ShardingStrategy
+        tmp = tempfile.mkdtemp()
+        for shape, strategy in (([1], "FULL_SHARD"), ([1], "SHARD_GRAD_OP"), ([2, 1], "HYBRID_SHARD"),
+                                ([2], "FULL_SHARD"), ([1, 2], "HYBRID_SHARD"), ([1], "NO_SHARD")):
+            with self.subTest(mesh=shape, strategy=strategy):
+                dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=math.prod(shape))
+                try:
+                    kw = {}
+                    if len(shape) == 2:
+                        kw["device_mesh"] = init_device_mesh("cpu", tuple(shape), mesh_dim_names=("replicate", "shard"))
+                    real = FSDP(torch.nn.Linear(4, 4), sharding_strategy=ShardingStrategy[strategy],
+                                device_id=torch.device("cpu"), **kw).sharding_strategy
+                finally:
+                    dist.destroy_process_group()
+                switched = real == ShardingStrategy.NO_SHARD and strategy != "NO_SHARD"
+                path = os.path.join(tmp, "clamp.json")
+                with open(path, "w") as f:
+                    json.dump(plan("clamp", {"policy": "module_class", "classes": ["LlamaDecoderLayer"]},
+                                   mesh={"shape": shape}, fsdp1={"sharding_strategy": strategy}), f)
+                r = peer.run("plan", "validate", "--model", MODEL, "--plan", path)
+                self.assertEqual(r.returncode, 0, r.stderr + r.stdout)
+                said = r.stdout + r.stderr
+                print(shape, strategy, "-> real FSDP1:", real.name, "| warned:", "NO_SHARD" in said)
+                self.assertEqual("NO_SHARD" in said, switched, said)
+                if len(shape) == 2 and switched:
+                    self.assertIn("never synchronize", said)
 
 
 if __name__ == "__main__":
