@@ -209,8 +209,9 @@ struct Resolver {
         if (fsdp1 && strat != "NO_SHARD" && r.shardSize == 1) {
             if (r.hsdp && r.replicateSize > 1)
                 warning(meshPtr,
-                        strat + " over a shard group of one rank: FSDP1 switches to NO_SHARD and "
-                                "all-reduces the gradients over that group alone, so the " +
+                        strat +
+                            " over a shard group of one rank: FSDP1 switches to NO_SHARD and "
+                            "all-reduces the gradients over that group alone, so the " +
                             std::to_string(r.replicateSize) +
                             " replicas never synchronize them (pytorch/pytorch#154888); shard "
                             "over at least 2 ranks, or give sharding_strategy NO_SHARD over a 1D "
