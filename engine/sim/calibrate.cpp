@@ -14,10 +14,10 @@ namespace {
 bool isCompute(OpKind k) {
     return k == OpKind::Forward || k == OpKind::Backward || k == OpKind::Recompute;
 }
-bool isMemoryBound(const Op& op) {
-    return op.kind == OpKind::CopyIn || op.kind == OpKind::CopyOut ||
-           op.kind == OpKind::ReduceScatterCopyIn ||
-           (op.kind == OpKind::OptimizerStep && op.stream != Stream::Host);
+// FSDP's copies into and out of the all-gather: what memory_efficiency is fitted to. The
+// reduce-scatter copy-in (1c) and the optimizer step (1b) get rates of their own.
+bool isCopy(const Op& op) {
+    return op.kind == OpKind::CopyIn || op.kind == OpKind::CopyOut;
 }
 
 int64_t overlap(int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
@@ -175,12 +175,12 @@ Expected<CalibrationFit> calibrate(const StepProgram& p, const ClusterSpec& base
         return std::min(1.0, static_cast<double>(ov) / static_cast<double>(m.endNs - m.startNs));
     };
 
-    // 1. Memory-bound ops: one efficiency for the bytes they move.
+    // 1. FSDP's copies: one efficiency for the bytes they move.
     const double hbm = c.device.hbmBandwidth;
     double bytes = 0, seconds = 0;
     for (const auto* m : valid) {
         const Op& op = p.ops[static_cast<size_t>(m->opId)];
-        if (!isMemoryBound(op) || op.memBytes <= 0) continue;
+        if (!isCopy(op) || op.memBytes <= 0) continue;
         bytes += op.memBytes;
         seconds += static_cast<double>(m->endNs - m->startNs) * 1e-9;
         ++fit.memoryOps;
@@ -188,22 +188,30 @@ Expected<CalibrationFit> calibrate(const StepProgram& p, const ClusterSpec& base
     if (fit.memoryOps > 0 && hbm > 0 && seconds > 0)
         c.sim.memoryEfficiency = std::clamp(bytes / (hbm * seconds), 1e-4, 1.0);
     else
-        fit.notes.push_back("memory efficiency kept: no memory-bound op was measured");
+        fit.notes.push_back("memory efficiency kept: no copy was measured");
     const double hbmEff = hbm * c.sim.memoryEfficiency;
-    // 1b. The optimizer's foreach kernels (a GPU step lists them): their own rate, at their
-    //     size, from the measured step (multi_tensor_apply's kernels run slower than copies
-    //     of their size: 3.6-4.0 TB/s on an H200 whose copies reach 4.3).
+    // 1b. The optimizer step: its own rate, at its size, from the measured steps. A GPU step
+    //     lists its foreach kernels (multi_tensor_apply's kernels run slower than copies of
+    //     their size: 3.6-4.0 TB/s on an H200 whose copies reach 4.3); on a CPU device the
+    //     step is one op, offloaded or not, which ran 1.7-1.9x as fast as the copies' rate
+    //     on the tiny Llama over two ranks (a 2-core machine, 2026-11-27).
     {
         double obytes = 0, oseconds = 0, okernels = 0;
         for (const auto* m : valid) {
             const Op& op = p.ops[static_cast<size_t>(m->opId)];
-            if (op.kind != OpKind::OptimizerStep || op.stream == Stream::Host || op.mix < 0 ||
-                static_cast<size_t>(op.mix) >= p.mixes.size())
+            if (op.kind != OpKind::OptimizerStep) continue;
+            if (op.mix >= 0 && static_cast<size_t>(op.mix) < p.mixes.size() &&
+                op.stream != Stream::Host) {
+                const KernelMix& mix = p.mixes[static_cast<size_t>(op.mix)];
+                for (const KernelEntry& e : mix.entries)
+                    obytes += e.count * e.perKernel;
+                okernels += static_cast<double>(mix.kernels);
+            } else if (c.device.isHost() && op.memBytes > 0) {
+                obytes += op.memBytes;
+                okernels += 1;
+            } else {
                 continue;
-            const KernelMix& mix = p.mixes[static_cast<size_t>(op.mix)];
-            for (const KernelEntry& e : mix.entries)
-                obytes += e.count * e.perKernel;
-            okernels += static_cast<double>(mix.kernels);
+            }
             oseconds += static_cast<double>(m->endNs - m->startNs) * 1e-9;
         }
         if (obytes > 0 && oseconds > 0 && okernels > 0 && hbm > 0) {
@@ -212,6 +220,29 @@ Expected<CalibrationFit> calibrate(const StepProgram& p, const ClusterSpec& base
             c.sources[std::string("/sim/memory_efficiency_by_op/") + kForeachOptimizerKey] =
                 "fitted by `shardscope calibrate --trace` from " + sourceName +
                 ": the measured optimizer steps";
+        }
+    }
+
+    // 1c. The reduce-scatter copy-in: FSDP2's torch._chunk_cat, a copy of its own (its rate
+    //     is what the cost model prices it by, under that operator's name). On the tiny
+    //     Llama over two CPU ranks it ran at half the copy-ins' rate.
+    {
+        double rbytes = 0, rseconds = 0;
+        int64_t n = 0;
+        for (const auto* m : valid) {
+            const Op& op = p.ops[static_cast<size_t>(m->opId)];
+            if (op.kind != OpKind::ReduceScatterCopyIn || op.memBytes <= 0) continue;
+            rbytes += op.memBytes;
+            rseconds += static_cast<double>(m->endNs - m->startNs) * 1e-9;
+            ++n;
+        }
+        if (n > 0 && rseconds > 0 && hbm > 0) {
+            c.sim.memoryEfficiencyByOp["aten::_chunk_cat"] = {
+                {rbytes / static_cast<double>(n),
+                 std::clamp(rbytes / (hbm * rseconds), 1e-4, 1.0)}};
+            c.sources["/sim/memory_efficiency_by_op/aten::_chunk_cat"] =
+                "fitted by `shardscope calibrate --trace` from " + sourceName +
+                ": the measured reduce-scatter copy-ins";
         }
     }
 
@@ -300,16 +331,41 @@ Expected<CalibrationFit> calibrate(const StepProgram& p, const ClusterSpec& base
     //    the mean of each message size. A measured collective also waits for the other
     //    ranks to reach it; the simulator's ranks are alike, so that typical skew is part of
     //    the fitted cost.
-    std::vector<CollectivePoint> points;
+    //    On a CPU device compute slows the collectives it overlaps (Gloo's threads share the
+    //    cores): the line is fitted to the collectives no compute overlapped (when there are
+    //    at least 3), and comm_overlap_slowdown to the others (4b).
+    std::map<std::pair<int32_t, int32_t>, std::vector<std::pair<int64_t, int64_t>>> computeIv;
+    for (const auto* m : valid)
+        if (isCompute(p.ops[static_cast<size_t>(m->opId)].kind))
+            computeIv[{m->rank, m->step}].push_back({m->startNs, m->endNs});
+    auto computeOverlapNs = [&](const MeasuredOp& m) {
+        int64_t ov = 0;
+        if (auto it = computeIv.find({m.rank, m.step}); it != computeIv.end())
+            for (const auto& [a, b] : it->second)
+                ov += overlap(m.startNs, m.endNs, a, b);
+        return std::min(ov, m.endNs - m.startNs);
+    };
+    const bool hostDevice = c.device.isHost();
+    std::vector<CollectivePoint> points, alonePoints;
+    std::vector<const MeasuredOp*> overlappedColl;
     for (const auto* m : valid) {
         const Op& op = p.ops[static_cast<size_t>(m->opId)];
         if (!isCollective(op.kind) || op.groupSize <= 1 || op.commBytes <= 0) continue;
         const double n = op.groupSize;
         const double k = op.kind == OpKind::AllReduce ? 2.0 : 1.0;
-        points.push_back({k, k * (n - 1) / n * static_cast<double>(op.commBytes),
-                          static_cast<double>(m->endNs - m->startNs)});
+        const CollectivePoint pt{k, k * (n - 1) / n * static_cast<double>(op.commBytes),
+                                 static_cast<double>(m->endNs - m->startNs)};
+        points.push_back(pt);
+        const double frac =
+            static_cast<double>(computeOverlapNs(*m)) / static_cast<double>(m->endNs - m->startNs);
+        if (frac < 0.01)
+            alonePoints.push_back(pt);
+        else if (frac >= 0.05)
+            overlappedColl.push_back(m);
         ++fit.collectiveOps;
     }
+    const bool byAlone = hostDevice && alonePoints.size() >= 3 && !overlappedColl.empty();
+    if (byAlone) points = alonePoints;
     if (!points.empty()) {
         const CollectiveLine line =
             fitCollectiveLine(points, c.sim.protocols.empty() ? 0 : c.sim.protocols.front().baseNs);
@@ -323,6 +379,30 @@ Expected<CalibrationFit> calibrate(const StepProgram& p, const ClusterSpec& base
         c.sim.protocols = {{"calibrated", fit.latencyNs, 0, 0, 1.0}};
         c.node.intraBandwidth = fit.busBandwidth / std::max(1e-9, c.sim.intraEfficiency);
         c.node.intraLatencyNs = static_cast<int64_t>(std::llround(fit.latencyNs));
+    }
+    // 4b. comm_overlap_slowdown (a CPU device): the median over the overlapped collectives of
+    //     their time beyond the line's, per unit of the time compute overlapped them.
+    if (byAlone && fit.busBandwidth > 0) {
+        std::vector<double> slow;
+        for (const auto* m : overlappedColl) {
+            const Op& op = p.ops[static_cast<size_t>(m->opId)];
+            const double pred = static_cast<double>(opDurationNs(c, op, &p));
+            const double ov = static_cast<double>(computeOverlapNs(*m));
+            if (pred > 0 && ov > 0)
+                slow.push_back((static_cast<double>(m->endNs - m->startNs) - pred) / ov);
+        }
+        // Below 5 % it is noise of the line's fit (a run without the effect reads 0.003).
+        if (const double v = slow.empty() ? 0.0 : medianOf(slow); v >= 0.05) {
+            c.sim.commOverlapSlowdown = std::min(v, 20.0);
+            c.sources["/sim/comm_overlap_slowdown"] =
+                "fitted by `shardscope calibrate --trace` from " + sourceName + " (" +
+                std::to_string(slow.size()) + " collectives overlapped by compute, against " +
+                std::to_string(alonePoints.size()) + " alone)";
+        }
+    } else if (hostDevice && !points.empty()) {
+        fit.notes.push_back(
+            "comm overlap slowdown kept: fewer than 3 collectives ran without compute "
+            "overlapping them, or none with");
     }
 
     // 5. CPU issue cost: between consecutive compute-stream ops the CPU issued every

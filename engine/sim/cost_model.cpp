@@ -174,10 +174,15 @@ int64_t opDurationNs(const ClusterSpec& c, const Op& op, const StepProgram* prog
             if (program && op.mix >= 0 && static_cast<size_t>(op.mix) < program->mixes.size()) {
                 const KernelMix& mix = program->mixes[static_cast<size_t>(op.mix)];
                 t = optimizerMixSeconds(c, mix) + gap * static_cast<double>(mix.kernels);
-            } else
-                t = op.stream == Stream::Host && !c.device.isHost()
-                        ? op.memBytes / c.sim.hostOptimizerBytesPerS
-                        : op.memBytes / hbm;
+            } else if (op.stream == Stream::Host && !c.device.isHost()) {
+                t = op.memBytes / c.sim.hostOptimizerBytesPerS;
+            } else {
+                // Its own rate where `calibrate --trace` fitted one, else the copies'.
+                t = op.memBytes / (c.sim.memoryEfficiencyByOp.count(foreachKey()) > 0
+                                       ? c.device.hbmBandwidth *
+                                             c.sim.memoryEfficiencyFor(op.memBytes, foreachKey())
+                                       : hbm);
+            }
             break;
         case OpKind::H2D:
         case OpKind::D2H:

@@ -70,7 +70,7 @@ int64_t schedule(const StepProgram& p, const ClusterSpec& c, const std::vector<i
 // A simulation's working storage, kept per thread: a search simulates thousands of steps in
 // a row, and reusing it spares their allocations.
 struct Scratch {
-    std::vector<int64_t> dur, mixNs, launch, handle, start, end;
+    std::vector<int64_t> dur, baseDur, mixNs, launch, handle, start, end;
     std::vector<int32_t> computeOps;
     std::array<std::vector<int32_t>, static_cast<size_t>(Stream::Count)> collByStream;
     std::vector<Interval> runs, merged, compute, commU, computeU;
@@ -187,21 +187,54 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
         }
     };
     bool commStale = true;
-    if (c.sim.overlapSlowdown > 0) {
-        commUnion();
-        commStale = false;
-        Sweep overlap{commU};
-        bool changed = false;
-        for (const int32_t k : computeOps) {
-            const auto i = static_cast<size_t>(k);
-            if (dur[i] <= 0) continue;
-            const int64_t ov = overlap(p.ops[i].stream, t.start[i], t.end[i]);
-            if (ov > 0) {
-                dur[i] += static_cast<int64_t>(c.sim.overlapSlowdown * static_cast<double>(ov));
-                changed = true;
+    // Compute overlapped by collectives stretches (overlap_slowdown), and on a CPU device the
+    // collectives overlapped by compute too (comm_overlap_slowdown: Gloo's threads share the
+    // cores), by the overlaps of the schedule before. With both, each stretch moves the
+    // other's overlaps: a few rounds from the unstretched times settle them.
+    if (c.sim.overlapSlowdown > 0 || c.sim.commOverlapSlowdown > 0) {
+        const int rounds = c.sim.commOverlapSlowdown > 0 ? 3 : 1;
+        std::vector<int64_t>& base = w.baseDur;
+        if (rounds > 1) base = dur;
+        for (int round = 0; round < rounds; ++round) {
+            bool changed = false;
+            if (round > 0) dur = base;
+            if (c.sim.commOverlapSlowdown > 0) {
+                std::vector<Interval>& compute = w.compute;
+                compute.clear();
+                for (const int32_t k : computeOps)
+                    compute.push_back(
+                        {t.start[static_cast<size_t>(k)], t.end[static_cast<size_t>(k)]});
+                if (!std::is_sorted(compute.begin(), compute.end()))
+                    std::sort(compute.begin(), compute.end());
+                unionOfSorted(compute, w.computeU);
+                Sweep computeOverlap{w.computeU};
+                for (const auto& run : collByStream)
+                    for (const int32_t k : run) {
+                        const auto i = static_cast<size_t>(k);
+                        const int64_t ov = computeOverlap(p.ops[i].stream, t.start[i], t.end[i]);
+                        if (ov > 0) {
+                            dur[i] += static_cast<int64_t>(c.sim.commOverlapSlowdown *
+                                                           static_cast<double>(ov));
+                            changed = true;
+                        }
+                    }
             }
-        }
-        if (changed) {
+            if (c.sim.overlapSlowdown > 0) {
+                commUnion();
+                commStale = false;
+                Sweep overlap{commU};
+                for (const int32_t k : computeOps) {
+                    const auto i = static_cast<size_t>(k);
+                    if (dur[i] <= 0) continue;
+                    const int64_t ov = overlap(p.ops[i].stream, t.start[i], t.end[i]);
+                    if (ov > 0) {
+                        dur[i] +=
+                            static_cast<int64_t>(c.sim.overlapSlowdown * static_cast<double>(ov));
+                        changed = true;
+                    }
+                }
+            }
+            if (!changed) break;
             r.stepNs = schedule(p, c, dur, launch, t);
             commStale = true;
         }

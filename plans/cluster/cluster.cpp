@@ -104,7 +104,7 @@ SimParams parseSim(const JsonReader& r) {
                  "overlap_slowdown", "intra_efficiency", "network_efficiency", "cpu_issue_ns",
                  "host_optimizer_bytes_per_s", "protocols", "attention_efficiency",
                  "masked_attention_efficiency", "cpu_launch_ns", "kernel_gap_ns",
-                 "memory_efficiency_by_op", "gemm_efficiency_by_shape"});
+                 "memory_efficiency_by_op", "gemm_efficiency_by_shape", "comm_overlap_slowdown"});
     SimParams s;
     if (auto c = r.find("compute_efficiency"))
         s.computeEfficiency = parseCurve(*c, "flops", "FLOPs");
@@ -142,6 +142,13 @@ SimParams parseSim(const JsonReader& r) {
         s.overlapSlowdown = x->asNumber();
         if (s.overlapSlowdown < 0 || s.overlapSlowdown > 1)
             x->fail("expected a fraction in [0, 1]");
+    }
+    if (auto x = r.find("comm_overlap_slowdown")) {
+        s.commOverlapSlowdown = x->asNumber();
+        if (!(s.commOverlapSlowdown >= 0) || s.commOverlapSlowdown > 20)
+            x->fail(
+                "expected a number in [0, 20] (the fraction of the overlapped time a "
+                "collective adds)");
     }
     if (auto x = r.find("intra_efficiency")) s.intraEfficiency = fraction(*x);
     if (auto x = r.find("network_efficiency")) s.networkEfficiency = fraction(*x);
@@ -197,6 +204,7 @@ nlohmann::json simJson(const SimParams& s) {
                      {"host_optimizer_bytes_per_s", s.hostOptimizerBytesPerS},
                      {"protocols", ps}};
     // Written only when set (calibrated), so clusters without it read as before.
+    if (s.commOverlapSlowdown > 0) j["comm_overlap_slowdown"] = s.commOverlapSlowdown;
     if (!s.memoryEfficiencyByBytes.empty()) {
         nlohmann::json mb = nlohmann::json::array();
         for (const auto& [b, e] : s.memoryEfficiencyByBytes)

@@ -107,7 +107,12 @@ struct SimParams {
     // GPU's own per-kernel overhead, outside each kernel's span): each kernel of a step
     // costs it on top of its own time. 0 (the default): not modelled.
     double kernelGapNs = 0;
-    double overlapSlowdown = 0.10;    // compute stretches by this fraction while overlapped by comm
+    double overlapSlowdown = 0.10;  // compute stretches by this fraction while overlapped by comm
+    // A collective stretches by this fraction of the time compute overlaps it: on a CPU
+    // device Gloo's threads share the cores with the compute (on two cores a reduce-scatter
+    // under backward took 4-18 ms where alone it took 1.5-4.4). 0 (the default): not
+    // modelled; `calibrate --trace` fits it on a CPU run.
+    double commOverlapSlowdown = 0;
     double intraEfficiency = 0.82;    // ring busbw / intra-node link bandwidth (370/450 GB/s)
     double networkEfficiency = 0.90;  // ring busbw / NIC bandwidth
     double cpuIssueNs = 8000;         // CPU time to issue one step-program op (hooks, launches)
