@@ -24,6 +24,27 @@ int64_t overlap(int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
     return std::max<int64_t>(0, std::min(a1, b1) - std::max(a0, b0));
 }
 
+// The measured ops of some kinds, per (rank, step), and another op's overlap with them.
+class OpIntervals {
+public:
+    template <class Pred>
+    OpIntervals(const StepProgram& p, const std::vector<const MeasuredOp*>& ops, Pred kind) {
+        for (const auto* m : ops)
+            if (kind(p.ops[static_cast<size_t>(m->opId)].kind))
+                by_[{m->rank, m->step}].push_back({m->startNs, m->endNs});
+    }
+    [[nodiscard]] int64_t overlapNs(const MeasuredOp& m) const {
+        int64_t ov = 0;
+        if (auto it = by_.find({m.rank, m.step}); it != by_.end())
+            for (const auto& [a, b] : it->second)
+                ov += overlap(m.startNs, m.endNs, a, b);
+        return ov;
+    }
+
+private:
+    std::map<std::pair<int32_t, int32_t>, std::vector<std::pair<int64_t, int64_t>>> by_;
+};
+
 }  // namespace
 
 double medianOf(std::vector<double> v) {
@@ -162,17 +183,10 @@ Expected<CalibrationFit> calibrate(const StepProgram& p, const ClusterSpec& base
                      "is this a `shardscope run --trace` of the same model, plan and batch?)"};
 
     // Collective intervals per (rank, step), for the overlap of each compute op.
-    std::map<std::pair<int32_t, int32_t>, std::vector<std::pair<int64_t, int64_t>>> comm;
-    for (const auto* m : valid)
-        if (isCollective(p.ops[static_cast<size_t>(m->opId)].kind))
-            comm[{m->rank, m->step}].push_back({m->startNs, m->endNs});
+    const OpIntervals comm(p, valid, [](OpKind k) { return isCollective(k); });
     auto overlapped = [&](const MeasuredOp& m) {
-        int64_t ov = 0;
-        auto it = comm.find({m.rank, m.step});
-        if (it != comm.end())
-            for (const auto& [a, b] : it->second)
-                ov += overlap(m.startNs, m.endNs, a, b);
-        return std::min(1.0, static_cast<double>(ov) / static_cast<double>(m.endNs - m.startNs));
+        return std::min(
+            1.0, static_cast<double>(comm.overlapNs(m)) / static_cast<double>(m.endNs - m.startNs));
     };
 
     // 1. FSDP's copies: one efficiency for the bytes they move.
@@ -334,16 +348,9 @@ Expected<CalibrationFit> calibrate(const StepProgram& p, const ClusterSpec& base
     //    On a CPU device compute slows the collectives it overlaps (Gloo's threads share the
     //    cores): the line is fitted to the collectives no compute overlapped (when there are
     //    at least 3), and comm_overlap_slowdown to the others (4b).
-    std::map<std::pair<int32_t, int32_t>, std::vector<std::pair<int64_t, int64_t>>> computeIv;
-    for (const auto* m : valid)
-        if (isCompute(p.ops[static_cast<size_t>(m->opId)].kind))
-            computeIv[{m->rank, m->step}].push_back({m->startNs, m->endNs});
+    const OpIntervals computeIv(p, valid, isCompute);
     auto computeOverlapNs = [&](const MeasuredOp& m) {
-        int64_t ov = 0;
-        if (auto it = computeIv.find({m.rank, m.step}); it != computeIv.end())
-            for (const auto& [a, b] : it->second)
-                ov += overlap(m.startNs, m.endNs, a, b);
-        return std::min(ov, m.endNs - m.startNs);
+        return std::min(computeIv.overlapNs(m), m.endNs - m.startNs);
     };
     const bool hostDevice = c.device.isHost();
     std::vector<CollectivePoint> points, alonePoints;
