@@ -16,6 +16,7 @@
 #include "engine/cli/launch.h"
 #include "engine/schedule/step_program.h"
 #include "engine/sim/calibrate.h"
+#include "engine/sim/cost_model.h"
 #include "engine/sim/simulator.h"
 #include "plans/core/atomic_write.h"
 #include "plans/core/strings.h"
@@ -179,6 +180,16 @@ int finishKernelCalibration(const Args& a, const KernelSamples& samples, const C
             std::cout << (k++ ? ", " : "") << op;
         }
         std::cout << "); the others use the curve by bytes\n";
+        // The curves the simulator itself takes (its kernel lists name no operator).
+        const std::pair<const char*, const char*> simulated[] = {
+            {kModuleKernelsKey, "  modules' kernels    "},
+            {kForeachOptimizerKey, "  optimizer (foreach) "}};
+        for (const auto& [key, what] : simulated)
+            if (auto it = byOp.find(key); it != byOp.end()) {
+                std::cout << what;
+                printCurve(it->second, "B");
+                std::cout << "\n";
+            }
     }
     if (fit->cluster.sources.count("/sim/attention_efficiency")) {
         std::cout << "  attention           ";
