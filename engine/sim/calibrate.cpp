@@ -189,18 +189,29 @@ Expected<CalibrationFit> calibrate(const StepProgram& p, const ClusterSpec& base
             1.0, static_cast<double>(comm.overlapNs(m)) / static_cast<double>(m.endNs - m.startNs));
     };
 
+    // The bytes the measured ops that `which` picks moved, their time and their count.
+    struct Moved {
+        double bytes = 0, seconds = 0;
+        int64_t ops = 0;
+    };
+    auto moved = [&](auto which) {
+        Moved r;
+        for (const auto* m : valid) {
+            const Op& op = p.ops[static_cast<size_t>(m->opId)];
+            if (!which(op) || op.memBytes <= 0) continue;
+            r.bytes += op.memBytes;
+            r.seconds += static_cast<double>(m->endNs - m->startNs) * 1e-9;
+            ++r.ops;
+        }
+        return r;
+    };
+
     // 1. FSDP's copies: one efficiency for the bytes they move.
     const double hbm = c.device.hbmBandwidth;
-    double bytes = 0, seconds = 0;
-    for (const auto* m : valid) {
-        const Op& op = p.ops[static_cast<size_t>(m->opId)];
-        if (!isCopy(op) || op.memBytes <= 0) continue;
-        bytes += op.memBytes;
-        seconds += static_cast<double>(m->endNs - m->startNs) * 1e-9;
-        ++fit.memoryOps;
-    }
-    if (fit.memoryOps > 0 && hbm > 0 && seconds > 0)
-        c.sim.memoryEfficiency = std::clamp(bytes / (hbm * seconds), 1e-4, 1.0);
+    const Moved copies = moved(isCopy);
+    fit.memoryOps = copies.ops;
+    if (copies.ops > 0 && hbm > 0 && copies.seconds > 0)
+        c.sim.memoryEfficiency = std::clamp(copies.bytes / (hbm * copies.seconds), 1e-4, 1.0);
     else
         fit.notes.push_back("memory efficiency kept: no copy was measured");
     const double hbmEff = hbm * c.sim.memoryEfficiency;
@@ -240,24 +251,14 @@ Expected<CalibrationFit> calibrate(const StepProgram& p, const ClusterSpec& base
     // 1c. The reduce-scatter copy-in: FSDP2's torch._chunk_cat, a copy of its own (its rate
     //     is what the cost model prices it by, under that operator's name). On the tiny
     //     Llama over two CPU ranks it ran at half the copy-ins' rate.
-    {
-        double rbytes = 0, rseconds = 0;
-        int64_t n = 0;
-        for (const auto* m : valid) {
-            const Op& op = p.ops[static_cast<size_t>(m->opId)];
-            if (op.kind != OpKind::ReduceScatterCopyIn || op.memBytes <= 0) continue;
-            rbytes += op.memBytes;
-            rseconds += static_cast<double>(m->endNs - m->startNs) * 1e-9;
-            ++n;
-        }
-        if (n > 0 && rseconds > 0 && hbm > 0) {
-            c.sim.memoryEfficiencyByOp["aten::_chunk_cat"] = {
-                {rbytes / static_cast<double>(n),
-                 std::clamp(rbytes / (hbm * rseconds), 1e-4, 1.0)}};
-            c.sources["/sim/memory_efficiency_by_op/aten::_chunk_cat"] =
-                "fitted by `shardscope calibrate --trace` from " + sourceName +
-                ": the measured reduce-scatter copy-ins";
-        }
+    if (const Moved rs = moved([](const Op& op) { return op.kind == OpKind::ReduceScatterCopyIn; });
+        rs.ops > 0 && rs.seconds > 0 && hbm > 0) {
+        c.sim.memoryEfficiencyByOp[kChunkCatKey] = {
+            {rs.bytes / static_cast<double>(rs.ops),
+             std::clamp(rs.bytes / (hbm * rs.seconds), 1e-4, 1.0)}};
+        c.sources[std::string("/sim/memory_efficiency_by_op/") + kChunkCatKey] =
+            "fitted by `shardscope calibrate --trace` from " + sourceName +
+            ": the measured reduce-scatter copy-ins";
     }
 
     // 2. Compute efficiency from the compute ops no collective overlapped (all of them when

@@ -41,6 +41,10 @@ const std::string& moduleKey() {
     static const std::string k = kModuleKernelsKey;
     return k;
 }
+const std::string& chunkCatKey() {
+    static const std::string k = kChunkCatKey;
+    return k;
+}
 
 // One entry's device time: its count of kernels, each priced by its own size. `memoryOp`
 // names the memory_efficiency_by_op curve its memory-bound kernels take where the cluster
@@ -161,9 +165,9 @@ int64_t opDurationNs(const ClusterSpec& c, const Op& op, const StepProgram* prog
             // cast (`flat_param.grad.to(reduce_dtype)`): a bf16-to-fp32 copy_ runs at
             // _chunk_cat's rate there (0.39 and 0.41 of the bandwidth), where copy_'s own
             // curve pools the faster fp32-to-bf16 casts.
-            t = op.memBytes / (c.device.hbmBandwidth *
-                               c.sim.memoryEfficiencyFor(static_cast<double>(op.memBytes),
-                                                         "aten::_chunk_cat")) +
+            t = op.memBytes /
+                    (c.device.hbmBandwidth *
+                     c.sim.memoryEfficiencyFor(static_cast<double>(op.memBytes), chunkCatKey())) +
                 gap;
             break;
         case OpKind::OptimizerStep:

@@ -48,6 +48,10 @@ inline constexpr const char* kForeachOptimizerKey = "torch.optim (foreach)";
 // casts, RoPE's strided halves and cat) moved 2.7-2.9 TB/s where dense kernels of their
 // sizes moved 4.1-4.2.
 inline constexpr const char* kModuleKernelsKey = "nn.Module (memory-bound kernels)";
+// FSDP2's reduce-scatter copy-in (torch._chunk_cat): its own curve under its operator's name,
+// which `calibrate --from-trace` fits from its kernels and `calibrate --trace` from the
+// measured copy-ins.
+inline constexpr const char* kChunkCatKey = "aten::_chunk_cat";
 [[nodiscard]] double optimizerMixSeconds(const ClusterSpec& c, const KernelMix& mix);
 // The parts of a mix's time: GEMM + attention seconds and FLOPs, memory-bound seconds.
 struct MixParts {

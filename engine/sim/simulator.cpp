@@ -172,6 +172,17 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
         }
         unionOfSorted(v, commU);
     };
+    // The union of the compute ops' intervals, into w.computeU.
+    auto computeUnion = [&] {
+        std::vector<Interval>& compute = w.compute;
+        compute.clear();
+        for (const int32_t k : computeOps)
+            compute.push_back({t.start[static_cast<size_t>(k)], t.end[static_cast<size_t>(k)]});
+        // One stream's ops come sorted; compute ops on several (none today) would not.
+        if (!std::is_sorted(compute.begin(), compute.end()))
+            std::sort(compute.begin(), compute.end());
+        unionOfSorted(compute, w.computeU);
+    };
     // The overlap with `u` of each op of a stream, in issue order: starts only grow.
     struct Sweep {
         const std::vector<Interval>& u;
@@ -199,14 +210,7 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
             bool changed = false;
             if (round > 0) dur = base;
             if (c.sim.commOverlapSlowdown > 0) {
-                std::vector<Interval>& compute = w.compute;
-                compute.clear();
-                for (const int32_t k : computeOps)
-                    compute.push_back(
-                        {t.start[static_cast<size_t>(k)], t.end[static_cast<size_t>(k)]});
-                if (!std::is_sorted(compute.begin(), compute.end()))
-                    std::sort(compute.begin(), compute.end());
-                unionOfSorted(compute, w.computeU);
+                computeUnion();
                 Sweep computeOverlap{w.computeU};
                 for (const auto& run : collByStream)
                     for (const int32_t k : run) {
@@ -240,17 +244,10 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
         }
     }
 
-    std::vector<Interval>& compute = w.compute;
-    compute.clear();
-    for (const int32_t k : computeOps) {
-        const auto i = static_cast<size_t>(k);
-        compute.push_back({t.start[i], t.end[i]});
-        r.computeNs += dur[i];
-    }
-    // One stream's ops come sorted; compute ops on several (none today) would not.
-    if (!std::is_sorted(compute.begin(), compute.end())) std::sort(compute.begin(), compute.end());
-    std::vector<Interval>& computeU = w.computeU;
-    unionOfSorted(compute, computeU);
+    for (const int32_t k : computeOps)
+        r.computeNs += dur[static_cast<size_t>(k)];
+    computeUnion();
+    const std::vector<Interval>& computeU = w.computeU;
     if (commStale) commUnion();
     r.commNs = totalLength(commU);
     const int64_t both = intersectionLength(commU, computeU);

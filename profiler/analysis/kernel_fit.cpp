@@ -69,7 +69,7 @@ std::string memoryCurveKey(const KernelSample& s) {
 // FSDP's own copies, which the step program prices as ops of their own: FSDP2's
 // reduce-scatter copy-in (torch._chunk_cat), all-gather copy-in and copy-out.
 bool fsdpCopyOp(const std::string& op) {
-    return op == "aten::_chunk_cat" || op == "fsdp::all_gather_copy_in" ||
+    return op == kChunkCatKey || op == "fsdp::all_gather_copy_in" ||
            op == "aten::split_with_sizes_copy" || op == "aten::_foreach_copy_";
 }
 

@@ -759,7 +759,7 @@ void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out
                 continue;
             }
             const OpInputs& inputs = *inputsOf(inputsEvent);
-            s.bytes = on == "aten::_chunk_cat" ? chunkCatBytes(inputs, name(i)) : 0;
+            s.bytes = on == kChunkCatKey ? chunkCatBytes(inputs, name(i)) : 0;
             if (s.bytes <= 0) s.bytes = opBytes(on, inputs, &s.broadcast);
             if (s.bytes <= 0) {
                 skip("kernel whose launching op has no tensor inputs");

@@ -70,6 +70,34 @@ def trace_facts(path=TRACE):
 
 
 @unittest.skipUnless(BIN and os.path.exists(BIN), "needs SHARDSCOPE_BIN (the shardscope binary)")
+def layer_memory_bound_kernels(ev, unit="model.layers.1"):
+    """The memory-bound kernels a layer launched, from a trace's events: for forward and
+    backward, (phase, the launching thread's ops with record_shapes in the range, [(kernel,
+    its launch)]), the range being the host time between FSDP's pre- and post-hook of `unit`
+    on the thread that launched the layer's kernels (FSDP's own threads record their halves
+    too), a middle step."""
+    sys.path.insert(0, os.path.join(peer.SOURCE, "scripts"))
+    from step_fidelity import kernel_class
+    launch = {e["args"]["correlation"]: e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")
+              and "correlation" in e.get("args", {})}
+    ops = collections.defaultdict(list)
+    for e in ev:
+        if e.get("cat") == "cpu_op" and e.get("ph") == "X" and "Input Dims" in e.get("args", {}):
+            ops[e["tid"]].append(e)
+    annotations = [e for e in ev if e.get("cat") == "user_annotation" and e.get("ph") == "X"]
+    for phase, pre, post in (("forward", "FSDP::pre_forward", "FSDP::post_forward"),
+                             ("backward", "FSDP::pre_backward", "FSDP::post_backward_reduce")):
+        a = sorted((e for e in annotations if e["name"] == "%s (%s)" % (pre, unit) and e["tid"] in ops),
+                   key=lambda e: e["ts"])[1]
+        b = min((e for e in annotations if e["name"] == "%s (%s)" % (post, unit)
+                 and e["tid"] == a["tid"] and e["ts"] > a["ts"]), key=lambda e: e["ts"])
+        t0, t1 = a["ts"] + a["dur"], b["ts"]
+        kernels = [(k, r) for k in ev if k.get("cat") == "kernel" and kernel_class(k["name"]) == "memory_bound"
+                   and (r := launch.get(k["args"].get("correlation"))) is not None
+                   and r["tid"] == a["tid"] and t0 <= r["ts"] <= t1]
+        yield phase, [o for o in ops[a["tid"]] if o["ts"] <= t1 and o["ts"] + o["dur"] >= t0], kernels
+
+
 class H200Trace(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -277,43 +305,18 @@ class H200Trace(unittest.TestCase):
                 return 0
             return sum(read) + (0 if e["name"].endswith("_") else max(logical))
 
-        sys.path.insert(0, os.path.join(peer.SOURCE, "scripts"))
-        from step_fidelity import kernel_class
         for sub, tokens in (("", 4096), ("seq8192", 8192)):
             d = os.path.join(DATA, sub)
             with gzip.open(os.path.join(d, "rank0.pt.trace.json.gz"), "rt") as f:
                 ev = json.load(f)["traceEvents"]
-            launch = {e["args"]["correlation"]: e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")
-                      and "correlation" in e.get("args", {})}
-            ops = collections.defaultdict(list)
-            for e in ev:
-                if e.get("cat") == "cpu_op" and e.get("ph") == "X" and "Input Dims" in e.get("args", {}):
-                    ops[e["tid"]].append(e)
-
-            def hooks(name):
-                return sorted((e for e in ev if e.get("cat") == "user_annotation" and e.get("name") == name),
-                              key=lambda e: e["ts"])
             sim = {o["phase"]: o for o in run("simulate", "--model", os.path.join(DATA, "config.json"), "--plan",
                                               os.path.join(d, "plan.json"), "--cluster",
                                               os.path.join(DATA, "cluster-measured.json"), "--program",
                                               "--json")["ops"]
                    if o["unit"] == "model.layers.1" and o["kind"] in ("forward", "backward")}
-            for phase, pre, post in (("forward", "FSDP::pre_forward", "FSDP::post_forward"),
-                                     ("backward", "FSDP::pre_backward", "FSDP::post_backward_reduce")):
-                # The hook on the thread that launched the layer's kernels (FSDP's own threads
-                # record their halves too), a middle step.
-                a = [e for e in hooks(pre + " (model.layers.1)") if e["tid"] in ops][1]
-                b = [e for e in hooks(post + " (model.layers.1)") if e["tid"] == a["tid"]][1]
-                t0, t1 = a["ts"] + a["dur"], b["ts"]
-                mine = [o for o in ops[a["tid"]] if o["ts"] <= t1 and o["ts"] + o["dur"] >= t0]
-                count, moved = 0, 0
-                for k in ev:
-                    if k.get("cat") != "kernel" or kernel_class(k["name"]) != "memory_bound":
-                        continue
-                    r = launch.get(k["args"].get("correlation"))
-                    if r is None or r["tid"] != a["tid"] or not (t0 <= r["ts"] <= t1):
-                        continue
-                    count += 1
+            for phase, mine, kernels in layer_memory_bound_kernels(ev):
+                count, moved = len(kernels), 0
+                for _, r in kernels:
                     around = [o for o in mine if o["ts"] <= r["ts"] <= o["ts"] + o["dur"]]
                     if around:
                         moved += op_bytes(min(around, key=lambda o: o["dur"]))
@@ -334,11 +337,11 @@ class H200Trace(unittest.TestCase):
         kernels were priced by the curve of dense kernels of their size (4.1-4.2 TB/s on the
         H200), where they ran 2.6-2.9 TB/s (broadcast multiplies, casts, RoPE's halves):
         forward and backward -20 % and -20 %, -30 % and -32 %, -21 % and -23 %."""
-        runs = (("h200-llama8b-4layers", "h200-llama8b-4layers/config.json", ""),
-                ("h200-llama8b-4layers/attn-2x8192", "h200-llama8b-4layers/config.json", "recompute"),
-                ("h200-qwen3-8b-4layers-sac", "h200-qwen3-8b-4layers-sac/config.json", "recompute"))
+        runs = (("h200-llama8b-4layers", "h200-llama8b-4layers/config.json"),
+                ("h200-llama8b-4layers/attn-2x8192", "h200-llama8b-4layers/config.json"),
+                ("h200-qwen3-8b-4layers-sac", "h200-qwen3-8b-4layers-sac/config.json"))
         data = os.path.join(peer.SOURCE, "tests", "data")
-        for sub, config, recompute in runs:
+        for sub, config in runs:
             d = os.path.join(data, sub)
             trace = os.path.join(d, "rank0.pt.trace.json.gz")
             model, plan = os.path.join(data, config), os.path.join(d, "plan.json")
@@ -352,23 +355,8 @@ class H200Trace(unittest.TestCase):
                     sim[o["phase"]] += o["memory_bound_ns"] / 1e3
             with gzip.open(trace, "rt") as f:
                 ev = json.load(f)["traceEvents"]
-            launch = {e["args"]["correlation"]: e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")
-                      and "correlation" in e.get("args", {})}
-            annotations = [e for e in ev if e.get("cat") == "user_annotation" and e.get("ph") == "X"]
-            launching = {e["tid"] for e in ev if e.get("cat") == "cpu_op"}
-            sys.path.insert(0, os.path.join(peer.SOURCE, "scripts"))
-            from step_fidelity import kernel_class
-            for phase, pre, post in (("forward", "FSDP::pre_forward", "FSDP::post_forward"),
-                                     ("backward", "FSDP::pre_backward", "FSDP::post_backward_reduce")):
-                a = sorted((e for e in annotations if e["name"] == pre + " (model.layers.1)"
-                            and e["tid"] in launching), key=lambda e: e["ts"])[1]
-                b = min((e for e in annotations if e["name"] == post + " (model.layers.1)"
-                         and e["tid"] == a["tid"] and e["ts"] > a["ts"]), key=lambda e: e["ts"])
-                t0, t1 = a["ts"] + a["dur"], b["ts"]
-                measured = sum(k["dur"] for k in ev if k.get("cat") == "kernel"
-                               and kernel_class(k["name"]) == "memory_bound"
-                               and (r := launch.get(k["args"].get("correlation"))) is not None
-                               and r["tid"] == a["tid"] and t0 <= r["ts"] <= t1)
+            for phase, _, kernels in layer_memory_bound_kernels(ev):
+                measured = sum(k["dur"] for k, _ in kernels)
                 print("%-34s layer %-8s memory-bound: trace %.3f ms, simulated %.3f ms (%+.1f%%)"
                       % (sub, phase, measured / 1e3, sim[phase] / 1e3, 100 * (sim[phase] / measured - 1)))
                 self.assertLess(abs(sim[phase] / measured - 1), 0.10, (sub, phase))
