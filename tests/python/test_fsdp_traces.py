@@ -449,11 +449,15 @@ class PeerWaitHsdp(StragglerRun):
         print(f"step 1, first all-gather's wait (ms): {first}; all-reduces' wait: {reduce}")
         self.assertGreater(first[2], 0.75 * sleep)
         self.assertLess(first[2], 1.05 * sleep)
+        # The ranks nobody made wait: under 0.25 of the sleep, as PeerWait bounds the waits
+        # where nobody slept. Four Gloo ranks share two cores, and a bystander's skew has
+        # read 81 ms on a loaded machine (a 0.1 bar failed a CI run); the straggler's peers
+        # wait 0.75-1.05 of it, so a quarter still tells them apart.
         for rank in (0, 1, 3):
-            self.assertLess(first[rank], 0.1 * sleep, rank)
+            self.assertLess(first[rank], 0.25 * sleep, rank)
         for rank in (0, 1):
             self.assertGreater(reduce[rank], 0.75 * sleep, rank)
-        self.assertLess(reduce[3], 0.1 * sleep)
+        self.assertLess(reduce[3], 0.25 * sleep)
 
 
 class PeerWaitHsdpOwnMeshNames(PeerWaitHsdp):
