@@ -50,6 +50,11 @@ RUNS = [
      "Llama-3.1-8B, 4 layers, attention-only AC, 2 x 8192"),
     ("h200-mistral7b-4layers", None, "Mistral-7B, 4 layers, 1 x 8192 (sliding window 4096)"),
     ("h200-qwen3-8b-4layers-sac", None, "Qwen3-8B, 4 layers, selective AC, 1 x 4096"),
+    ("h200-qwen3-8b-4layers", None, "Qwen3-8B, 4 layers, no AC, no reshard, 2 x 4096"),
+    ("h200-llama8b-4layers/seq1024", "h200-llama8b-4layers/config.json", "Llama-3.1-8B, 4 layers, 1 x 1024"),
+    ("h200-llama70b-2layers", None, "Llama-3.1-70B widths, 2 layers, 1 x 4096"),
+    ("h200-llama70b-2layers/attn-1x8192", "h200-llama70b-2layers/config.json",
+     "Llama-3.1-70B widths, 2 layers, attention-only AC, no reshard, 1 x 8192"),
 ]
 
 
