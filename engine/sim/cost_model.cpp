@@ -45,6 +45,10 @@ const std::string& chunkCatKey() {
     static const std::string k = kChunkCatKey;
     return k;
 }
+const std::string& copyKey() {
+    static const std::string k = kCopyKernelsKey;
+    return k;
+}
 
 // One entry's device time: its count of kernels, each priced by its own size. `memoryOp`
 // names the memory_efficiency_by_op curve its memory-bound kernels take where the cluster
@@ -151,11 +155,13 @@ int64_t opDurationNs(const ClusterSpec& c, const Op& op, const StepProgram* prog
         }
         case OpKind::CopyIn:
         case OpKind::CopyOut:
-            // One kernel each: priced by its size when the cluster has a by-bytes curve.
-            // (FSDP1's copy-out copies nothing: no kernel.)
+            // One kernel each, priced by its size: by the copies' curve (kCopyKernelsKey)
+            // where the cluster has one, else by the curve by bytes. (FSDP1's copy-out copies
+            // nothing: no kernel.)
             if (op.memBytes > 0)
-                t = op.memBytes / (c.device.hbmBandwidth *
-                                   c.sim.memoryEfficiencyFor(static_cast<double>(op.memBytes))) +
+                t = op.memBytes /
+                        (c.device.hbmBandwidth *
+                         c.sim.memoryEfficiencyFor(static_cast<double>(op.memBytes), copyKey())) +
                     gap;
             break;
         case OpKind::ReduceScatterCopyIn:

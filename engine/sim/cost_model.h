@@ -52,6 +52,13 @@ inline constexpr const char* kModuleKernelsKey = "nn.Module (memory-bound kernel
 // which `calibrate --from-trace` fits from its kernels and `calibrate --trace` from the
 // measured copy-ins.
 inline constexpr const char* kChunkCatKey = "aten::_chunk_cat";
+// FSDP's copy-in and copy-out: dense casts and copies, priced by the curve of aten::copy_'s
+// vectorized kernels where `calibrate --from-trace` fitted one (FSDP2 over one GPU runs
+// exactly those, a cast and a copy per parameter; on an H200 they moved 0.85-0.88 of the
+// bandwidth from 0.35 to 3 GB), else by memory_efficiency_by_bytes. The curve by bytes pools
+// every dense kernel: its top bins can hold a few slow ones alone (the loss's log-softmax,
+// 5.3 GB at 0.50), which had priced a Llama-70B layer's copies at 1.7x their time.
+inline constexpr const char* kCopyKernelsKey = "aten::copy_ [vectorized]";
 [[nodiscard]] double optimizerMixSeconds(const ClusterSpec& c, const KernelMix& mix);
 // The parts of a mix's time: GEMM + attention seconds and FLOPs, memory-bound seconds.
 struct MixParts {

@@ -312,10 +312,15 @@ Expected<KernelFit> fitKernels(const KernelSamples& all, const ClusterSpec& base
         double bytes = 0, seconds = 0;
         for (const auto* s : mem)
             // The optimizer's foreach kernels get a curve of their own (below), which prices
-            // them; their equal shares of an op's bytes stay out of this one. So do kernels
+            // them; their equal shares of an op's bytes stay out of this one. So does FSDP2's
+            // reduce-scatter copy-in (torch._chunk_cat, priced by its own curve: 0.39-0.41 of
+            // the bandwidth on an H200, where copies of its size ran 0.85-0.88): at Llama-70B
+            // widths its kernels were the only ones of 4-6 GB and set the curve's top, at
+            // which the step program prices a unit's copy-in and copy-out. So do kernels
             // with a broadcast input, slower than dense ones of their size: the curve by
             // bytes is the dense streaming kernel's (their operators' curves price them).
-            if (s->durNs > 0 && s->op != kForeachOptimizerKey && !s->broadcast) {
+            if (s->durNs > 0 && s->op != kForeachOptimizerKey && s->op != kChunkCatKey &&
+                !s->broadcast) {
                 points.push_back(
                     {s->bytes, s->bytes / (hbm * static_cast<double>(s->durNs) * 1e-9)});
                 bytes += s->bytes;
