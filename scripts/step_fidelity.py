@@ -98,15 +98,20 @@ def shardscope(*args):
 def simulated(model, plan, cluster, tmp):
     """Step time and per-class device time: the compute ops' and the optimizer's kernels
     (its foreach kernels are in the step program's kernel lists on a GPU), and, as
-    memory-bound, also FSDP2's copies (casts, chunk-cat), which are ops of their own in the
-    step program but memory-bound kernels on the GPU."""
+    memory-bound, also FSDP2's copies (casts, chunk-cat) and its reduce over a group of one
+    (a device copy), which are ops of their own in the step program but memory-bound work on
+    the GPU."""
     trace = os.path.join(tmp, "sim.json")
     s = shardscope("simulate", "-m", model, "-p", plan, "-c", cluster, "--json", "--trace", trace)
     k = s["kernels"]
     by = {c: k[c]["device_ns"] / 1e6 for c in ("gemm", "attention", "memory_bound")}
     with open(trace) as f:
         for e in json.load(f)["traceEvents"]:
-            if e.get("ph") == "X" and e.get("args", {}).get("kind") in ("copy_in", "copy_out", "rs_copy_in"):
+            a = e.get("args", {})
+            # FSDP's copies, and a collective over a group of one: a device-to-device copy
+            # (the trace's Memcpy DtoD on the reduce-scatter stream), no NCCL kernel.
+            if e.get("ph") == "X" and (a.get("kind") in ("copy_in", "copy_out", "rs_copy_in")
+                                       or (a.get("group_size") == 1 and a.get("bytes"))):
                 by["memory_bound"] += e["dur"] / 1e3
     return s["step_time_ns"] / 1e6, by
 
