@@ -20,6 +20,7 @@ records never show:
 """
 import collections
 import csv
+import functools
 import gzip
 import json
 import os
@@ -73,6 +74,25 @@ def trace_facts(path=TRACE):
     return {"peak_allocated": max(m["Total Allocated"] for m in mem),
             "peak_reserved": max(m["Total Reserved"] for m in mem),
             "steps": len(steps), "step_us": statistics.mean(spans)}
+
+
+@functools.lru_cache(maxsize=None)
+def fitted_on_llama8b():
+    """The H200 cluster calibrated on the Llama-3.1-8B 1 x 4096 trace (calibrate --from-trace
+    with the run's model and plan), as a user calibrates on the job they run: its path."""
+    fitted = os.path.join(tempfile.mkdtemp(), "llama8b-fitted.json")
+    run("calibrate", "--from-trace", TRACE, "--cluster", os.path.join(DATA, "cluster-measured-gqa.json"),
+        "--output", fitted, "--json", "-m", os.path.join(DATA, "config.json"), "-p",
+        os.path.join(DATA, "plan.json"))
+    return fitted
+
+
+def events_and_middle_step(d):
+    """A run folder's trace events and its middle ProfilerStep's host range."""
+    with gzip.open(os.path.join(d, "rank0.pt.trace.json.gz"), "rt") as f:
+        ev = json.load(f)["traceEvents"]
+    return ev, sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("cat") == "user_annotation"
+                      and e.get("name", "").startswith("ProfilerStep#"))[1]
 
 
 @unittest.skipUnless(BIN and os.path.exists(BIN), "needs SHARDSCOPE_BIN (the shardscope binary)")
@@ -198,10 +218,7 @@ class H200Trace(unittest.TestCase):
         10 % of the step without the profiler. The 1 x 1024 run's host is the bottleneck: 23.6
         ms of its 100 ms traced step the device is idle, and the profiler adds 20 % (83.8 ms
         unprofiled), so only the unprofiled step is within reach."""
-        fitted = os.path.join(tempfile.mkdtemp(), "llama8b-fitted.json")
-        run("calibrate", "--from-trace", TRACE, "--cluster", os.path.join(DATA, "cluster-measured-gqa.json"),
-            "--output", fitted, "--json", "-m", os.path.join(DATA, "config.json"), "-p",
-            os.path.join(DATA, "plan.json"))
+        fitted = fitted_on_llama8b()
         for folder, config in LATER_RUNS:
             d = os.path.join(peer.SOURCE, "tests", "data", folder)
             facts = trace_facts(os.path.join(d, "rank0.pt.trace.json.gz"))
@@ -236,16 +253,10 @@ class H200Trace(unittest.TestCase):
         on that run and on the 70B-wide one, whose units move 8.6-10.5 GB each. They were
         priced by the curve by bytes, whose top bins held the loss's log-softmax (5.3 GB at
         half the bandwidth) and FSDP's reduce-scatter copy-ins: +63 % on the 8B run, +71 % on the 70B-wide one."""
-        fitted = os.path.join(tempfile.mkdtemp(), "llama8b-fitted.json")
-        run("calibrate", "--from-trace", TRACE, "--cluster", os.path.join(DATA, "cluster-measured-gqa.json"),
-            "--output", fitted, "--json", "-m", os.path.join(DATA, "config.json"), "-p",
-            os.path.join(DATA, "plan.json"))
+        fitted = fitted_on_llama8b()
         for folder in ("h200-llama8b-4layers", "h200-llama70b-2layers"):
             d = os.path.join(peer.SOURCE, "tests", "data", folder)
-            with gzip.open(os.path.join(d, "rank0.pt.trace.json.gz"), "rt") as f:
-                ev = json.load(f)["traceEvents"]
-            s0, s1 = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("cat") == "user_annotation"
-                            and e.get("name", "").startswith("ProfilerStep#"))[1]
+            ev, (s0, s1) = events_and_middle_step(d)
             hooks = [e for e in ev if e.get("cat") == "user_annotation" and e.get("ph") == "X"
                      and e["name"].startswith("FSDP::pre_forward") and s0 <= e["ts"] < s1]
             launch = {e["args"]["correlation"]: e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")
@@ -277,16 +288,10 @@ class H200Trace(unittest.TestCase):
         a middle step) against the simulated backward's, with the cluster calibrated on the
         Llama-3.1-8B run: within 5 % on it and on the 70B-wide run; -7.6 and -9.0 % while the
         simulator overlapped those copies with compute."""
-        fitted = os.path.join(tempfile.mkdtemp(), "llama8b-fitted.json")
-        run("calibrate", "--from-trace", TRACE, "--cluster", os.path.join(DATA, "cluster-measured-gqa.json"),
-            "--output", fitted, "--json", "-m", os.path.join(DATA, "config.json"), "-p",
-            os.path.join(DATA, "plan.json"))
+        fitted = fitted_on_llama8b()
         for folder in ("h200-llama8b-4layers", "h200-llama70b-2layers"):
             d = os.path.join(peer.SOURCE, "tests", "data", folder)
-            with gzip.open(os.path.join(d, "rank0.pt.trace.json.gz"), "rt") as f:
-                ev = json.load(f)["traceEvents"]
-            s0, s1 = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("cat") == "user_annotation"
-                            and e.get("name", "").startswith("ProfilerStep#"))[1]
+            ev, (s0, s1) = events_and_middle_step(d)
             autograd = collections.Counter(e["tid"] for e in ev if e.get("name", "").startswith("FSDP::pre_backward")
                                            and s0 <= e["ts"] < s1).most_common(1)[0][0]
             launched = {e["args"]["correlation"] for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")
