@@ -48,8 +48,9 @@ int64_t schedule(const StepProgram& p, const ClusterSpec& c, const std::vector<i
         // FSDP2 over a group of one reduces by a device-to-device copy on its stream (no
         // NCCL kernel). On an H200 the compute stream's next kernel started as that copy
         // ended, though nothing the host issued made it wait (0.41 of 0.41 ms, 1.62 of 1.64,
-        // 2.01 of 2.03): a bulk copy holds the device and its memory bandwidth, so it runs as
-        // if on the compute stream.
+        // 2.01 of 2.03): a bulk copy holds the device until its blocks drain
+        // (scripts/gpu_stream_overlap.py: a cast or a GEMM queued behind an 872 MB copy on
+        // another stream starts as it ends), so it runs as if on the compute stream.
         bool holdsDevice = false;
         if (coll) {
             s = std::max(s, groupFree[pg]);
