@@ -152,6 +152,10 @@ int finishKernelCalibration(const Args& a, const KernelSamples& samples, const C
           {"launch_gaps", splitMedianJson(fit->launch)},
           {"kernel_gap_ns", fit->cluster.sim.kernelGapNs},
           {"kernel_gaps", splitMedianJson(fit->kernelGap)},
+          {"host_wait",
+           {{"ns_per_step", fit->hostWaitNs},
+            {"step_span_ns", fit->stepSpanNs},
+            {"steps", fit->hostWaitSteps}}},
           {"hbm_bandwidth_bytes_per_s", fit->cluster.device.hbmBandwidth},
           {"protocols", clusterToJson(fit->cluster)["sim"]["protocols"]},
           {"intra_bandwidth_bytes_per_s", fit->cluster.node.intraBandwidth},
@@ -216,6 +220,15 @@ int finishKernelCalibration(const Args& a, const KernelSamples& samples, const C
     };
     printMedian("CPU per kernel      launch to launch", fit->launch);
     printMedian("GPU between kernels from one to the next queued", fit->kernelGap);
+    if (fit->hostWaitSteps > 0) {
+        std::snprintf(line, sizeof line,
+                      "  GPU waiting for CPU %.2f ms of a %.1f ms step (%.1f %%; median of %lld "
+                      "steps): launched after the device went idle\n",
+                      fit->hostWaitNs * 1e-6, fit->stepSpanNs * 1e-6,
+                      fit->stepSpanNs > 0 ? 100.0 * fit->hostWaitNs / fit->stepSpanNs : 0.0,
+                      static_cast<long long>(fit->hostWaitSteps));
+        std::cout << line;
+    }
     if (!fit->cluster.sim.protocols.empty() && fit->cluster.sources.count("/sim/protocols")) {
         std::snprintf(line, sizeof line,
                       "  collectives         %.1f us + bytes / %.2f GB/s (bus, within a node)\n",

@@ -293,6 +293,26 @@ Expected<KernelFit> fitKernels(const KernelSamples& all, const ClusterSpec& base
             "cpu_launch_ns is the profiled run's pace: the profiler's own work "
             "(record_shapes, with_stack) is in it, so an unprofiled run launches faster");
     }
+    // 2e. The device waiting for the host, per step: reported, not fitted (the simulator's
+    //     host pays cpu_launch_ns per kernel and nothing else).
+    if (!all.stepDevice.empty()) {
+        std::vector<double> spans, waits;
+        for (const auto& d : all.stepDevice) {
+            spans.push_back(static_cast<double>(d.spanNs));
+            waits.push_back(static_cast<double>(d.hostWaitNs));
+        }
+        fit.stepSpanNs = medianOf(spans);
+        fit.hostWaitNs = medianOf(waits);
+        fit.hostWaitSteps = static_cast<int64_t>(waits.size());
+        if (fit.stepSpanNs > 0 && fit.hostWaitNs >= 0.05 * fit.stepSpanNs)
+            fit.notes.push_back(
+                "the device waited for the host " +
+                std::to_string(
+                    static_cast<int>(std::lround(100 * fit.hostWaitNs / fit.stepSpanNs))) +
+                " % of a step (launches after it went idle): a host-bound step, which the "
+                "simulator, pricing the host by cpu_launch_ns per kernel alone, comes out short "
+                "of; the profiler slows the host, so compare with steps timed without it");
+    }
     fit.kernelGap = splitMedian(all.deviceGaps);
     if (fit.kernelGap.fitted > 0) {
         c.sim.kernelGapNs = fit.kernelGap.fittedNs;

@@ -48,6 +48,10 @@ struct KernelFit {
     std::vector<std::string> notes;  // what could not be fitted, and why
     SplitMedian launch;              // CPU per kernel launch: cpu_launch_ns
     SplitMedian kernelGap;           // the device's time between queued kernels: kernel_gap_ns
+    // GPU traces: the median step's device span and the time in it the device waited for the
+    // host (KernelSamples::stepDevice), over every step; steps = 0 where none was read.
+    double stepSpanNs = 0, hostWaitNs = 0;
+    int64_t hostWaitSteps = 0;
 };
 
 // Predicted duration of one sample on a cluster (0 for a class the model does not price).

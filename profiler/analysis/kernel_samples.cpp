@@ -2,6 +2,7 @@
 #include "profiler/analysis/kernel_samples.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <optional>
 #include <string_view>
@@ -616,6 +617,30 @@ void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out
                 if (t.start[host] + t.dur[host] < end0 && gap >= 0 && gap < 1000000)
                     out.deviceGaps.push_back({stepAt(t.start[host]), gap});
             }
+            // The device idle, every stream at once, waiting for a launch: in start order, a
+            // gap after all earlier work ended, before work launched after it had begun. Each
+            // gap and span goes to the step whose range launched the work.
+            std::vector<std::tuple<int64_t, int64_t, int64_t, int32_t>> work;  // start, end,
+            for (const auto& [lane, start, e] : kernels) {                     // launch end, step
+                const auto l = launchOf.find(static_cast<int32_t>(e));
+                if (l == launchOf.end()) continue;
+                const auto host = static_cast<size_t>(l->second);
+                const int32_t step = stepAt(t.start[host]);
+                if (step < 0) continue;
+                work.emplace_back(start, start + t.dur[e], t.start[host] + t.dur[host], step);
+            }
+            std::sort(work.begin(), work.end());
+            std::map<int32_t, std::array<int64_t, 3>> perStep;  // first start, last end, wait
+            int64_t busyUntil = work.empty() ? 0 : std::get<0>(work.front());
+            for (const auto& [start, end, launched, step] : work) {
+                auto [it, fresh] = perStep.try_emplace(step, std::array<int64_t, 3>{start, end, 0});
+                auto& v = it->second;
+                v[1] = std::max(v[1], end);
+                if (!fresh && start > busyUntil && launched > busyUntil) v[2] += start - busyUntil;
+                busyUntil = std::max(busyUntil, end);
+            }
+            for (const auto& [step, v] : perStep)
+                out.stepDevice.push_back({step, v[1] - v[0], v[2]});
         }
         for (size_t i = 0; i < n; ++i) {
             if (onHost(i)) continue;

@@ -72,6 +72,14 @@ struct KernelSamples {
     // GPU traces: the device time from a kernel's end to the next queued one's start on its
     // stream (copies and memsets included): the GPU's overhead per kernel.
     std::vector<LaunchGap> deviceGaps;
+    // GPU traces, per ProfilerStep: the device span of the work the step launched (first
+    // start to last end, every stream) and the time in it that no stream had anything to
+    // run because the next op was launched after the device went idle: the host was behind.
+    struct StepDevice {
+        int32_t step = -1;
+        int64_t spanNs = 0, hostWaitNs = 0;
+    };
+    std::vector<StepDevice> stepDevice;
 };
 
 struct KernelSampleOptions {

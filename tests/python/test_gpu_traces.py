@@ -310,6 +310,49 @@ class H200Trace(unittest.TestCase):
                   % (folder, measured, simulated, 100 * (simulated / measured - 1)))
             self.assertLess(abs(simulated / measured - 1), 0.05, folder)
 
+    def test_calibrate_reports_the_device_waiting_for_the_host(self):
+        """calibrate --from-trace reports, per step, how long the device had nothing to run
+        because the next kernel was launched after it went idle: read here from the trace's
+        launches and device intervals (every stream; the median of the steps). The 1 x 1024
+        run's host is behind a quarter of its step, and calibrate says so; the 70B-wide run's
+        is not."""
+        for folder, host_bound in (("h200-llama8b-4layers/seq1024", True), ("h200-llama70b-2layers", False)):
+            d = os.path.join(peer.SOURCE, "tests", "data", folder)
+            ev, _ = events_and_middle_step(d)
+            steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("cat") == "user_annotation"
+                           and e.get("name", "").startswith("ProfilerStep#"))
+            launch = {e["args"]["correlation"]: e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                      and "correlation" in e.get("args", {})}
+            work = []
+            for k in ev:
+                r = launch.get(k.get("args", {}).get("correlation")) if k.get("cat") in (
+                    "kernel", "gpu_memcpy", "gpu_memset") else None
+                step = next((i for i, (a, b) in enumerate(steps) if r and a <= r["ts"] < b), None)
+                if step is not None:
+                    work.append((k["ts"], k["ts"] + k["dur"], r["ts"] + r["dur"], step))
+            work.sort()
+            spans, waits, busy = {}, collections.Counter(), work[0][0]
+            for start, end, launched, step in work:
+                if step in spans and start > busy and launched > busy:
+                    waits[step] += start - busy
+                first, last = spans.get(step, (start, end))
+                spans[step] = (first, max(last, end))
+                busy = max(busy, end)
+            expected = statistics.median(waits[s] for s in spans) * 1e3
+            span = statistics.median(b - a for a, b in spans.values()) * 1e3
+            out = os.path.join(tempfile.mkdtemp(), "fitted.json")
+            f = run("calibrate", "--from-trace", os.path.join(d, "rank0.pt.trace.json.gz"), "--cluster",
+                    os.path.join(DATA, "cluster-measured.json"), "--output", out, "--json")
+            got = f["fitted"]["host_wait"]
+            print("%s: the device waited for the host %.2f ms of a %.1f ms step (trace: %.2f of %.1f)"
+                  % (folder, got["ns_per_step"] / 1e6, got["step_span_ns"] / 1e6, expected / 1e6, span / 1e6))
+            self.assertEqual(got["steps"], 3)
+            self.assertAlmostEqual(got["ns_per_step"], expected, delta=0.01 * expected)
+            self.assertAlmostEqual(got["step_span_ns"], span, delta=0.001 * span)
+            said = any("waited for the host" in n for n in f["notes"])
+            self.assertEqual(said, host_bound, folder)
+            self.assertEqual(got["ns_per_step"] > 0.15 * got["step_span_ns"], host_bound, folder)
+
     def test_kernel_list_matches_the_gpus(self):
         """The kernels the simulator's step launches against what the GPU run launched, per
         step: GEMMs (aten::mm/addmm/bmm/baddbmm that launched a kernel) by count and FLOPs
