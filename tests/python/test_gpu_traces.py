@@ -353,6 +353,32 @@ class H200Trace(unittest.TestCase):
             self.assertEqual(said, host_bound, folder)
             self.assertEqual(got["ns_per_step"] > 0.15 * got["step_span_ns"], host_bound, folder)
 
+    def test_recover_the_later_runs(self):
+        """plan recover on the four 2026-11-27 runs: the plan that ran (plan.json, applied as
+        its FSDP2 export) comes back: one unit per decoder layer plus embed_tokens and
+        norm + lm_head, reshard_after_forward, bf16 parameters with fp32 reduce,
+        attention-only checkpointing where it ran and none elsewhere, batch and sequence."""
+        for folder, config in LATER_RUNS:
+            d = os.path.join(peer.SOURCE, "tests", "data", folder)
+            with open(os.path.join(d, "plan.json")) as f:
+                ran = json.load(f)
+            with open(os.path.join(peer.SOURCE, "tests", "data", config)) as f:
+                layers = json.load(f)["num_hidden_layers"]
+            r = subprocess.run([BIN, "plan", "recover", os.path.join(d, "rank0.pt.trace.json.gz")],
+                               capture_output=True, text=True, cwd=peer.SOURCE, timeout=600)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            got = json.loads(r.stdout)
+            expected_units = {("model.embed_tokens",), ("model.norm", "lm_head")} | {
+                ("model.layers.%d" % i,) for i in range(layers)}
+            self.assertEqual({tuple(u["modules"]) for u in got["units"]}, expected_units, folder)
+            g, want = got["defaults"], ran["defaults"]
+            self.assertEqual(g["reshard_after_forward"], want["reshard_after_forward"], folder)
+            for k in ("param_dtype", "reduce_dtype"):
+                self.assertEqual(g["mixed_precision"][k], want["mixed_precision"][k], folder)
+            self.assertEqual(g.get("activation_checkpointing", "none"),
+                             want.get("activation_checkpointing", "none"), folder)
+            self.assertEqual(got["training"], ran["training"], folder)
+
     def test_kernel_list_matches_the_gpus(self):
         """The kernels the simulator's step launches against what the GPU run launched, per
         step: GEMMs (aten::mm/addmm/bmm/baddbmm that launched a kernel) by count and FLOPs
