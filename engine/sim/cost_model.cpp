@@ -33,28 +33,16 @@ CollectiveCost collectiveTime(const ClusterSpec& c, OpKind kind, int64_t bytes, 
 }
 
 namespace {
-const std::string& foreachKey() {
-    static const std::string k = kForeachOptimizerKey;
-    return k;
-}
-const std::string& moduleKey() {
-    static const std::string k = kModuleKernelsKey;
-    return k;
-}
-const std::string& chunkCatKey() {
-    static const std::string k = kChunkCatKey;
-    return k;
-}
-const std::string& copyKey() {
-    static const std::string k = kCopyKernelsKey;
-    return k;
-}
+// The memory_efficiency_by_op curves the cost model looks up, as the map's key type (made
+// once, not per lookup).
+const std::string foreachCurve = kForeachOptimizerKey, moduleCurve = kModuleKernelsKey,
+                  chunkCatCurve = kChunkCatKey, copyCurve = kCopyKernelsKey;
 
 // One entry's device time: its count of kernels, each priced by its own size. `memoryOp`
 // names the memory_efficiency_by_op curve its memory-bound kernels take where the cluster
 // has one (the modules' kernels, the optimizer's foreach kernels); else the curve by bytes.
 double entrySeconds(const ClusterSpec& c, const KernelEntry& e, DType dtype,
-                    const std::string& memoryOp = moduleKey()) {
+                    const std::string& memoryOp = moduleCurve) {
     const double n = e.count;
     switch (e.kind) {
         case KernelKind::Gemm:
@@ -112,7 +100,7 @@ KernelTotals kernelTotals(const ClusterSpec& c, const StepProgram& p) {
             k.work += e.count * e.perKernel;
             k.deviceSeconds +=
                 entrySeconds(c, e, op.computeDtype,
-                             op.kind == OpKind::OptimizerStep ? foreachKey() : moduleKey());
+                             op.kind == OpKind::OptimizerStep ? foreachCurve : moduleCurve);
         }
         t.launchSeconds += c.sim.cpuLaunchNs * 1e-9 * static_cast<double>(mix.kernels);
     }
@@ -122,7 +110,7 @@ KernelTotals kernelTotals(const ClusterSpec& c, const StepProgram& p) {
 double optimizerMixSeconds(const ClusterSpec& c, const KernelMix& mix) {
     double t = 0;
     for (const KernelEntry& e : mix.entries)
-        t += entrySeconds(c, e, DType::Float32, foreachKey());
+        t += entrySeconds(c, e, DType::Float32, foreachCurve);
     return t;
 }
 
@@ -161,7 +149,7 @@ int64_t opDurationNs(const ClusterSpec& c, const Op& op, const StepProgram* prog
             if (op.memBytes > 0)
                 t = op.memBytes /
                         (c.device.hbmBandwidth *
-                         c.sim.memoryEfficiencyFor(static_cast<double>(op.memBytes), copyKey())) +
+                         c.sim.memoryEfficiencyFor(static_cast<double>(op.memBytes), copyCurve)) +
                     gap;
             break;
         case OpKind::ReduceScatterCopyIn:
@@ -173,7 +161,7 @@ int64_t opDurationNs(const ClusterSpec& c, const Op& op, const StepProgram* prog
             // curve pools the faster fp32-to-bf16 casts.
             t = op.memBytes /
                     (c.device.hbmBandwidth *
-                     c.sim.memoryEfficiencyFor(static_cast<double>(op.memBytes), chunkCatKey())) +
+                     c.sim.memoryEfficiencyFor(static_cast<double>(op.memBytes), chunkCatCurve)) +
                 gap;
             break;
         case OpKind::OptimizerStep:
@@ -188,9 +176,9 @@ int64_t opDurationNs(const ClusterSpec& c, const Op& op, const StepProgram* prog
                 t = op.memBytes / c.sim.hostOptimizerBytesPerS;
             } else {
                 // Its own rate where `calibrate --trace` fitted one, else the copies'.
-                t = op.memBytes / (c.sim.memoryEfficiencyByOp.count(foreachKey()) > 0
+                t = op.memBytes / (c.sim.memoryEfficiencyByOp.count(foreachCurve) > 0
                                        ? c.device.hbmBandwidth *
-                                             c.sim.memoryEfficiencyFor(op.memBytes, foreachKey())
+                                             c.sim.memoryEfficiencyFor(op.memBytes, foreachCurve)
                                        : hbm);
             }
             break;

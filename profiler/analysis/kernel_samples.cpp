@@ -2,7 +2,6 @@
 #include "profiler/analysis/kernel_samples.h"
 
 #include <algorithm>
-#include <array>
 #include <cctype>
 #include <optional>
 #include <string_view>
@@ -630,17 +629,21 @@ void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out
                 work.emplace_back(start, start + t.dur[e], t.start[host] + t.dur[host], step);
             }
             std::sort(work.begin(), work.end());
-            std::map<int32_t, std::array<int64_t, 3>> perStep;  // first start, last end, wait
+            struct Span {
+                int64_t first = 0, last = 0, wait = 0;
+            };
+            std::map<int32_t, Span> perStep;
             int64_t busyUntil = work.empty() ? 0 : std::get<0>(work.front());
             for (const auto& [start, end, launched, step] : work) {
-                auto [it, fresh] = perStep.try_emplace(step, std::array<int64_t, 3>{start, end, 0});
-                auto& v = it->second;
-                v[1] = std::max(v[1], end);
-                if (!fresh && start > busyUntil && launched > busyUntil) v[2] += start - busyUntil;
+                auto [it, fresh] = perStep.try_emplace(step, Span{start, end, 0});
+                Span& v = it->second;
+                v.last = std::max(v.last, end);
+                if (!fresh && start > busyUntil && launched > busyUntil)
+                    v.wait += start - busyUntil;
                 busyUntil = std::max(busyUntil, end);
             }
             for (const auto& [step, v] : perStep)
-                out.stepDevice.push_back({step, v[1] - v[0], v[2]});
+                out.stepDevice.push_back({step, v.last - v.first, v.wait});
         }
         for (size_t i = 0; i < n; ++i) {
             if (onHost(i)) continue;

@@ -59,8 +59,7 @@ def trace_facts(path=TRACE):
     with gzip.open(path, "rt") as f:
         ev = json.load(f)["traceEvents"]
     mem = [e["args"] for e in ev if e.get("name") == "[memory]" and e["args"].get("Device Type") == 1]
-    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev
-                   if e.get("cat") == "user_annotation" and e.get("name", "").startswith("ProfilerStep#"))
+    steps = profiler_steps(ev)
     launches = [(e["ts"], e["args"]["correlation"]) for e in ev
                 if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})]
     device = {}
@@ -74,6 +73,12 @@ def trace_facts(path=TRACE):
     return {"peak_allocated": max(m["Total Allocated"] for m in mem),
             "peak_reserved": max(m["Total Reserved"] for m in mem),
             "steps": len(steps), "step_us": statistics.mean(spans)}
+
+
+def profiler_steps(ev):
+    """The host ranges of a trace's ProfilerSteps, in order."""
+    return sorted((e["ts"], e["ts"] + e["dur"]) for e in ev
+                  if e.get("cat") == "user_annotation" and e.get("name", "").startswith("ProfilerStep#"))
 
 
 @functools.lru_cache(maxsize=None)
@@ -91,8 +96,7 @@ def events_and_middle_step(d):
     """A run folder's trace events and its middle ProfilerStep's host range."""
     with gzip.open(os.path.join(d, "rank0.pt.trace.json.gz"), "rt") as f:
         ev = json.load(f)["traceEvents"]
-    return ev, sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("cat") == "user_annotation"
-                      and e.get("name", "").startswith("ProfilerStep#"))[1]
+    return ev, profiler_steps(ev)[1]
 
 
 @unittest.skipUnless(BIN and os.path.exists(BIN), "needs SHARDSCOPE_BIN (the shardscope binary)")
@@ -319,8 +323,7 @@ class H200Trace(unittest.TestCase):
         for folder, host_bound in (("h200-llama8b-4layers/seq1024", True), ("h200-llama70b-2layers", False)):
             d = os.path.join(peer.SOURCE, "tests", "data", folder)
             ev, _ = events_and_middle_step(d)
-            steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("cat") == "user_annotation"
-                           and e.get("name", "").startswith("ProfilerStep#"))
+            steps = profiler_steps(ev)
             launch = {e["args"]["correlation"]: e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")
                       and "correlation" in e.get("args", {})}
             work = []
@@ -402,8 +405,7 @@ class H200Trace(unittest.TestCase):
         for d, config, sub in runs:
             with gzip.open(os.path.join(d, "rank0.pt.trace.json.gz"), "rt") as f:
                 ev = json.load(f)["traceEvents"]
-            steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("cat") == "user_annotation"
-                           and e.get("name", "").startswith("ProfilerStep#"))
+            steps = profiler_steps(ev)
             s0, s1 = steps[1]  # a middle step; every thread of the process (backward has its own)
             launched = {e["args"].get("External id") for e in ev if e.get("cat") == "kernel"}
             launches = {}  # per thread, the times of its kernel launches
@@ -660,8 +662,7 @@ class H200Trace(unittest.TestCase):
             d = os.path.join(DATA, sub)
             with gzip.open(os.path.join(d, "rank0.pt.trace.json.gz"), "rt") as f:
                 ev = json.load(f)["traceEvents"]
-            steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("cat") == "user_annotation"
-                           and e.get("name", "").startswith("ProfilerStep#"))
+            steps = profiler_steps(ev)
             s0, s1 = steps[1]
             opt = [(e["ts"], e["ts"] + e["dur"], e["tid"]) for e in ev if e.get("cat") == "user_annotation"
                    and e.get("name", "").startswith("Optimizer.step#") and s0 <= e["ts"] < s1]
@@ -823,8 +824,7 @@ class H200Trace(unittest.TestCase):
         H200, 1,557 kernels a step); and `simulate` adds it once per kernel."""
         with gzip.open(TRACE, "rt") as f:
             ev = json.load(f)["traceEvents"]
-        steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("cat") == "user_annotation"
-                       and e.get("name", "").startswith("ProfilerStep#"))
+        steps = profiler_steps(ev)
         launch = {e["args"]["correlation"]: e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")
                   and "correlation" in e.get("args", {})}
         gaps = []
@@ -940,8 +940,7 @@ class H200Trace(unittest.TestCase):
         self.assertLess(abs(e_peak), 0.01)
         with gzip.open(trace, "rt") as fh:
             ev = json.load(fh)["traceEvents"]
-        s0, s1 = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("cat") == "user_annotation"
-                        and e.get("name", "").startswith("ProfilerStep#"))[1]
+        s0, s1 = profiler_steps(ev)[1]
         launched = {e["args"].get("External id") for e in ev if e.get("cat") == "kernel"}
         gemms = sum(1 for e in ev if e.get("cat") == "cpu_op" and s0 <= e["ts"] < s1
                     and e["name"] in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
