@@ -407,6 +407,19 @@ private:
     // are added at the unit's post-backward to one copy in the reduce dtype, made the first
     // time (FSDPParam.to_accumulated_grad_if_needed / accumulate_unsharded_grad_if_needed),
     // which the last micro-batch reduces. Otherwise autograd accumulates in place.
+    // FSDP1's (and fairscale's) gradient divide factors over the data-parallel ranks: the
+    // pre-divide doubles while it divides the size and stays below the size over it
+    // (DefaultState._get_gradient_predivide_factor: 2 for 2 or 4 ranks, 4 for 8 or 16, 8 for
+    // 64), the post-divide is the rest (1.5 for 6 ranks).
+    std::pair<int64_t, double> flatGradientDivideFactors() const {
+        const int64_t dp =
+            r.noShard ? replicateGroup.size : shardGroup.size * (r.hsdp ? replicateGroup.size : 1);
+        int64_t pre = 1;
+        while (dp % pre == 0 && dp / pre > pre)
+            pre *= 2;
+        return {pre, static_cast<double>(dp) / static_cast<double>(pre)};
+    }
+
     bool upcastsGradients(const ResolvedUnit& unit) const {
         return !fsdp1() && !r.flatParams && o.microBatches > 1 && !r.plan.syncEveryMicroBatch &&
                unit.reduceDtype != unit.allGatherDtype;
@@ -1085,7 +1098,13 @@ private:
         }
         Op& ci = emit(OpKind::ReduceScatterCopyIn, Phase::Backward, Stream::Compute, UnitId(u), mb);
         const int64_t rsIn = unshardedElems(unit) * dtypeSize(unit.reduceDtype);
-        ci.memBytes = static_cast<double>(unit.unshardedBytes + rsIn);
+        // FSDP2 copies the gradients into the reduce-scatter input (torch._chunk_cat, casting
+        // on the way). A FlatParameter's gradient is already flat: FSDP1 and fairscale only
+        // cast it where the reduce dtype differs from the gradient's, and copy nothing where
+        // it does not.
+        ci.flatGradCast = r.flatParams;
+        if (!r.flatParams || unit.reduceDtype != unit.allGatherDtype)
+            ci.memBytes = static_cast<double>(unit.unshardedBytes + rsIn);
         if (prevReduce.valid())
             ci.waits.push_back(prevReduce);  // waits on the previous reduce-scatter
         const BufferId in =
@@ -1285,6 +1304,33 @@ private:
                 } else {
                     c.memBytes += moved;
                 }
+            }
+            // A FlatParameter's (FSDP1, fairscale) parameters are views of it (split, then
+            // view), so autograd makes the flat gradient at the end of the unit's backward:
+            // SplitWithSizesBackward's cat, one kernel reading every parameter's gradient and
+            // writing the flat one (a device-to-device copy for a unit of one parameter). On
+            // an H200 a Llama-8B layer's took 0.21-0.25 ms, a quarter of its post-backward's
+            // copies. Where it reduces, the post-backward then divides the gradient in place
+            // before and after the reduction (a sum), by factors of the data-parallel size
+            // (FSDP1's _div_if_needed, fairscale's the same): each a read and a write in the
+            // reduce dtype, the first of the unsharded gradient, the second of the reduced
+            // shard (of the whole gradient under NO_SHARD). They run on the post-backward
+            // stream; counted here, with the unit's last backward kernels.
+            if (r.flatParams && postBackward && !r.units[u].params.empty()) {
+                const auto& unit = r.units[u];
+                const auto elems = static_cast<double>(unshardedElems(unit));
+                auto kernel = [&](double moved) {
+                    if (c.mix >= 0)
+                        c.mix = withMemoryKernels(c.mix, moved, 1, c.computeDtype);
+                    else
+                        c.memBytes += moved;
+                };
+                kernel(2.0 * elems * static_cast<double>(dtypeSize(unit.allGatherDtype)));
+                const auto [pre, post] = flatGradientDivideFactors();
+                const double reduced = elems * static_cast<double>(dtypeSize(unit.reduceDtype));
+                if (sync && pre > 1) kernel(2.0 * reduced);
+                if (sync && post > 1)
+                    kernel(2.0 * reduced / static_cast<double>(r.noShard ? 1 : shardGroup.size));
             }
             // The activation gradients' working memory, for the op's duration. Gradients
             // allocated by the same backward mostly appear after it has shrunk, so only the

@@ -151,6 +151,10 @@ struct Op {
     // once the next is allocated (a loop over parameters rebinding its temporary: FSDP2's
     // unshard over a group of one); the last after all allocations.
     bool interleaved = false;
+    // A reduce-scatter copy-in that is a FlatParameter's gradient cast (FSDP1's and
+    // fairscale's `flat_param.grad.to(reduce_dtype)`, aten::copy_'s unrolled kernel), not
+    // FSDP2's torch._chunk_cat: the cost model prices it by its own curve.
+    bool flatGradCast = false;
     int32_t groupSize = 1;     // collective group size
     int32_t groupNodes = 1;    // nodes the group spans
     int32_t ranksPerNode = 1;  // group ranks on one node
@@ -164,6 +168,7 @@ struct Op {
     SmallVector<BufferId, 3> allocs{};
     SmallVector<BufferId, 4> frees{};  // freed when this op is issued (stream-ordered reuse)
 };
+static_assert(sizeof(void*) != 8 || sizeof(Op) == 128, "an op packs into 128 bytes");
 
 // How many of an op's frees come before its allocations (Op::freesFirst).
 inline size_t earlyFrees(const Op& op) {

@@ -36,7 +36,8 @@ namespace {
 // The memory_efficiency_by_op curves the cost model looks up, as the map's key type (made
 // once, not per lookup).
 const std::string foreachCurve = kForeachOptimizerKey, moduleCurve = kModuleKernelsKey,
-                  chunkCatCurve = kChunkCatKey, copyCurve = kCopyKernelsKey;
+                  chunkCatCurve = kChunkCatKey, copyCurve = kCopyKernelsKey,
+                  castCurve = kCastKernelsKey;
 
 // One entry's device time: its count of kernels, each priced by its own size. `memoryOp`
 // names the memory_efficiency_by_op curve its memory-bound kernels take where the cluster
@@ -156,13 +157,20 @@ int64_t opDurationNs(const ClusterSpec& c, const Op& op, const StepProgram* prog
             // FSDP2's torch._chunk_cat (casting to the reduce dtype on the way): its own
             // curve where `calibrate --from-trace` fitted one (on an H200 it moved 1.8 TB/s
             // where copies of its size moved 3.7). FSDP1's copy-in here is the gradient's
-            // cast (`flat_param.grad.to(reduce_dtype)`): a bf16-to-fp32 copy_ runs at
-            // _chunk_cat's rate there (0.39 and 0.41 of the bandwidth), where copy_'s own
-            // curve pools the faster fp32-to-bf16 casts.
-            t = op.memBytes /
-                    (c.device.hbmBandwidth *
-                     c.sim.memoryEfficiencyFor(static_cast<double>(op.memBytes), chunkCatCurve)) +
-                gap;
+            // cast (`flat_param.grad.to(reduce_dtype)`), a widening cast that runs
+            // aten::copy_'s unrolled kernel (kCastKernelsKey: 0.39 of the bandwidth on an
+            // H200, where copy_'s vectorized curve holds the faster narrowing casts); where
+            // the cluster has no such curve (a CPU's), by _chunk_cat's. No cast, no kernel.
+            if (op.memBytes > 0) {
+                const std::string& curve =
+                    op.flatGradCast && c.sim.memoryEfficiencyByOp.count(castCurve) > 0
+                        ? castCurve
+                        : chunkCatCurve;
+                t = op.memBytes /
+                        (c.device.hbmBandwidth *
+                         c.sim.memoryEfficiencyFor(static_cast<double>(op.memBytes), curve)) +
+                    gap;
+            }
             break;
         case OpKind::OptimizerStep:
             // The foreach path's kernels, each by its size, where the step program lists

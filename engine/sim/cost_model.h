@@ -59,6 +59,11 @@ inline constexpr const char* kChunkCatKey = "aten::_chunk_cat";
 // every dense kernel: its top bins can hold a few slow ones alone (the loss's log-softmax,
 // 5.3 GB at 0.50), which had priced a Llama-70B layer's copies at 1.7x their time.
 inline constexpr const char* kCopyKernelsKey = "aten::copy_ [vectorized]";
+// A widening cast (bf16 to fp32) runs aten::copy_'s unrolled kernel (a cast on load and
+// store): FSDP1's and fairscale's gradient cast before the reduce-scatter is one, priced by
+// this curve where `calibrate --from-trace` fitted one. On an H200 it moved 0.39 of the
+// bandwidth at 1.3 GB (a Llama-8B layer's flat gradient), half the narrowing casts' rate.
+inline constexpr const char* kCastKernelsKey = "aten::copy_ [unrolled]";
 [[nodiscard]] double optimizerMixSeconds(const ClusterSpec& c, const KernelMix& mix);
 // The parts of a mix's time: GEMM + attention seconds and FLOPs, memory-bound seconds.
 struct MixParts {

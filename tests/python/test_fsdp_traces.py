@@ -314,6 +314,63 @@ class FsdpTraces(unittest.TestCase):
         for line in copy_outs:
             self.assertNotIn("+", line)  # no allocation
 
+    def test_fsdp1_makes_then_divides_each_flat_gradient(self):
+        """FSDP1 over two Gloo ranks in fp32: autograd makes each unit's flat gradient with
+        SplitWithSizesBackward's cat, and the post-backward hook divides it in place by the
+        pre-divide factor (2 over two ranks, so no post-divide) before the reduce-scatter,
+        and casts nothing. From PyTorch's trace: the cats' and the div_s' shapes; the step
+        program's FSDP1 layer backward moves exactly their bytes (each read and written) more
+        than FSDP2's of the same layer, and its reduce copy-in moves none (FSDP2's chunk_cat
+        copies; FSDP1's gradient is already flat)."""
+        d = self.dirs["fsdp1_per_block"]
+        with open(os.path.join(d, "traces", "rank0.pt.trace.json")) as f:
+            ev = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+        step = max((e for e in ev if e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"])
+        inside = [e for e in ev if step["ts"] <= e["ts"] <= step["ts"] + step["dur"]]
+
+        def within(outer, name):
+            return [x for x in inside if x["name"] == name and any(
+                o["tid"] == x["tid"] and o["ts"] <= x["ts"] <= o["ts"] + o["dur"] for o in outer)]
+
+        def numel(dims):
+            n = 1
+            for s in dims:
+                n *= s
+            return n
+
+        hooks = [e for e in inside if e["name"] == "FullyShardedDataParallel._post_backward_hook"]
+        self.assertEqual(len(hooks), 5)  # the root and four layers
+        # fp32 throughout: no tensor cast (the one aten::to makes the divide factor a tensor)
+        self.assertEqual([t for t in within(hooks, "aten::to") if t["args"]["Input Dims"][0]], [])
+        divs = within(hooks, "aten::div_")
+        cats = within([e for e in inside if e["name"] == "SplitWithSizesBackward0"], "aten::cat")
+        self.assertEqual(len(divs), 5)
+        self.assertEqual(len(cats), 5)
+        # a decoder layer's flat gradient: the cat of its nine parameters' gradients, then
+        # divided (padded to a multiple of the two ranks)
+        layer = {sum(numel(s) for s in c["args"]["Input Dims"][0]) for c in cats
+                 if len(c["args"]["Input Dims"][0]) == 9}
+        self.assertEqual(len(layer), 1, layer)
+        n = layer.pop()
+        cat_bytes = {2 * 4 * n}
+        div_bytes = {2 * 4 * numel(v["args"]["Input Dims"][0]) for v in divs
+                     if n <= numel(v["args"]["Input Dims"][0]) < n + 2}
+        self.assertEqual(len(div_bytes), 1, div_bytes)
+
+        def program(plan):
+            ops = peer.shardscope("simulate", "-m", MODEL, "-p", plan, "-c", peer.sample("clusters", "cpu-2core.json"),
+                                  "--program", "--json")["ops"]
+            return {(o["kind"], o["unit"]): o for o in ops if o["phase"] == "backward"}
+
+        fsdp1 = program(os.path.join(d, "plan.json"))
+        fsdp2 = program(os.path.join(self.dirs["per_block"], "plan.json"))
+        extra = (fsdp1[("backward", "model.layers.1")].get("memory_bound_bytes", 0)
+                 - fsdp2[("backward", "model.layers.1")].get("memory_bound_bytes", 0))
+        print("FSDP1 layer: cat %s + div_ %s bytes in PyTorch's trace; the step program's backward moves %d more "
+              "than FSDP2's" % (cat_bytes, div_bytes, extra))
+        self.assertEqual(extra, cat_bytes.pop() + div_bytes.pop())
+        self.assertEqual(fsdp1[("rs_copy_in", "model.layers.1")].get("memory_bytes", 0), 0)
+
     def test_engine_in_blocking_mode_issues_what_fsdp2_issued_on_cpu(self):
         # On a CPU device FSDP2 waits for each collective where it is issued (no streams), so
         # every one is exposed; the engine's blocking mode does the same. The oracle is the
