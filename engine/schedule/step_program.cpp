@@ -402,11 +402,6 @@ private:
         return unit.unshardedBytes / std::max<int64_t>(1, dtypeSize(unit.allGatherDtype));
     }
 
-    // FSDP2 accumulating gradients without a reduce in every micro-batch, with a reduce
-    // dtype other than the parameters': each backward's gradients come in the param dtype and
-    // are added at the unit's post-backward to one copy in the reduce dtype, made the first
-    // time (FSDPParam.to_accumulated_grad_if_needed / accumulate_unsharded_grad_if_needed),
-    // which the last micro-batch reduces. Otherwise autograd accumulates in place.
     // FSDP1's (and fairscale's) gradient divide factors over the data-parallel ranks: the
     // pre-divide doubles while it divides the size and stays below the size over it
     // (DefaultState._get_gradient_predivide_factor: 2 for 2 or 4 ranks, 4 for 8 or 16, 8 for
@@ -420,6 +415,11 @@ private:
         return {pre, static_cast<double>(dp) / static_cast<double>(pre)};
     }
 
+    // FSDP2 accumulating gradients without a reduce in every micro-batch, with a reduce
+    // dtype other than the parameters': each backward's gradients come in the param dtype and
+    // are added at the unit's post-backward to one copy in the reduce dtype, made the first
+    // time (FSDPParam.to_accumulated_grad_if_needed / accumulate_unsharded_grad_if_needed),
+    // which the last micro-batch reduces. Otherwise autograd accumulates in place.
     bool upcastsGradients(const ResolvedUnit& unit) const {
         return !fsdp1() && !r.flatParams && o.microBatches > 1 && !r.plan.syncEveryMicroBatch &&
                unit.reduceDtype != unit.allGatherDtype;
@@ -986,6 +986,15 @@ private:
         int32_t mix;
     };
     std::vector<ExtendedMix> extendedMixes;
+    // Memory-bound kernels moving `moved` bytes in all, added to compute op `c`: to its
+    // kernel list where it has one, else to its bytes.
+    void addMemoryKernels(Op& c, double moved, int64_t kernels) {
+        if (c.mix >= 0)
+            c.mix = withMemoryKernels(c.mix, moved, kernels, c.computeDtype);
+        else
+            c.memBytes += moved;
+    }
+
     int32_t withMemoryKernels(int32_t base, double moved, int64_t kernels, DType dt) {
         for (const ExtendedMix& e : extendedMixes)
             if (e.base == base && e.moved == moved && e.kernels == kernels) return e.mix;
@@ -1298,12 +1307,7 @@ private:
                 const double moved =
                     static_cast<double>(elems) *
                     static_cast<double>(first ? agSize + redSize : 2 * redSize + agSize);
-                const auto kernels = static_cast<int64_t>(unit.params.size());
-                if (c.mix >= 0) {
-                    c.mix = withMemoryKernels(c.mix, moved, kernels, c.computeDtype);
-                } else {
-                    c.memBytes += moved;
-                }
+                addMemoryKernels(c, moved, static_cast<int64_t>(unit.params.size()));
             }
             // A FlatParameter's (FSDP1, fairscale) parameters are views of it (split, then
             // view), so autograd makes the flat gradient at the end of the unit's backward:
@@ -1319,18 +1323,14 @@ private:
             if (r.flatParams && postBackward && !r.units[u].params.empty()) {
                 const auto& unit = r.units[u];
                 const auto elems = static_cast<double>(unshardedElems(unit));
-                auto kernel = [&](double moved) {
-                    if (c.mix >= 0)
-                        c.mix = withMemoryKernels(c.mix, moved, 1, c.computeDtype);
-                    else
-                        c.memBytes += moved;
-                };
-                kernel(2.0 * elems * static_cast<double>(dtypeSize(unit.allGatherDtype)));
+                addMemoryKernels(
+                    c, 2.0 * elems * static_cast<double>(dtypeSize(unit.allGatherDtype)), 1);
                 const auto [pre, post] = flatGradientDivideFactors();
                 const double reduced = elems * static_cast<double>(dtypeSize(unit.reduceDtype));
-                if (sync && pre > 1) kernel(2.0 * reduced);
+                if (sync && pre > 1) addMemoryKernels(c, 2.0 * reduced, 1);
                 if (sync && post > 1)
-                    kernel(2.0 * reduced / static_cast<double>(r.noShard ? 1 : shardGroup.size));
+                    addMemoryKernels(
+                        c, 2.0 * reduced / static_cast<double>(r.noShard ? 1 : shardGroup.size), 1);
             }
             // The activation gradients' working memory, for the op's duration. Gradients
             // allocated by the same backward mostly appear after it has shrunk, so only the

@@ -20,6 +20,7 @@ ModuleWrapPolicy), then checks against the plan that ran:
     and like PyTorch's every one of them is exposed.
 """
 import json
+import math
 import os
 import subprocess
 import sys
@@ -332,12 +333,6 @@ class FsdpTraces(unittest.TestCase):
             return [x for x in inside if x["name"] == name and any(
                 o["tid"] == x["tid"] and o["ts"] <= x["ts"] <= o["ts"] + o["dur"] for o in outer)]
 
-        def numel(dims):
-            n = 1
-            for s in dims:
-                n *= s
-            return n
-
         hooks = [e for e in inside if e["name"] == "FullyShardedDataParallel._post_backward_hook"]
         self.assertEqual(len(hooks), 5)  # the root and four layers
         # fp32 throughout: no tensor cast (the one aten::to makes the divide factor a tensor)
@@ -348,13 +343,13 @@ class FsdpTraces(unittest.TestCase):
         self.assertEqual(len(cats), 5)
         # a decoder layer's flat gradient: the cat of its nine parameters' gradients, then
         # divided (padded to a multiple of the two ranks)
-        layer = {sum(numel(s) for s in c["args"]["Input Dims"][0]) for c in cats
+        layer = {sum(math.prod(s) for s in c["args"]["Input Dims"][0]) for c in cats
                  if len(c["args"]["Input Dims"][0]) == 9}
         self.assertEqual(len(layer), 1, layer)
         n = layer.pop()
         cat_bytes = {2 * 4 * n}
-        div_bytes = {2 * 4 * numel(v["args"]["Input Dims"][0]) for v in divs
-                     if n <= numel(v["args"]["Input Dims"][0]) < n + 2}
+        div_bytes = {2 * 4 * math.prod(v["args"]["Input Dims"][0]) for v in divs
+                     if n <= math.prod(v["args"]["Input Dims"][0]) < n + 2}
         self.assertEqual(len(div_bytes), 1, div_bytes)
 
         def program(plan):

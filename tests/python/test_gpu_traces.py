@@ -75,6 +75,12 @@ def trace_facts(path=TRACE):
             "steps": len(steps), "step_us": statistics.mean(spans)}
 
 
+def tensor_bytes(dims, type_name):
+    """The bytes of a tensor as record_shapes lists it (Input Dims, Input type)."""
+    dtype = {"c10::BFloat16": torch.bfloat16, "float": torch.float32}[type_name]
+    return torch.empty(dims, dtype=dtype, device="meta").nbytes
+
+
 def profiler_steps(ev):
     """The host ranges of a trace's ProfilerSteps, in order."""
     return sorted((e["ts"], e["ts"] + e["dur"]) for e in ev
@@ -639,8 +645,7 @@ class H200Trace(unittest.TestCase):
                 and h["ts"] <= e["ts"] <= h["ts"] + h["dur"]]
         self.assertEqual(len(cast), 1)
         dims, types = cast[0]["args"]["Input Dims"], cast[0]["args"]["Input type"]
-        dtype = {"c10::BFloat16": torch.bfloat16, "float": torch.float32}
-        real = sum(torch.empty(dims[i], dtype=dtype[types[i]], device="meta").nbytes for i in (0, 1))
+        real = sum(tensor_bytes(dims[i], types[i]) for i in (0, 1))
         ops = run("simulate", "--model", os.path.join(DATA, "config.json"), "--plan", os.path.join(d, "plan.json"),
                   "--cluster", os.path.join(DATA, "cluster-measured.json"), "--program", "--json")["ops"]
         ours = [o for o in ops if o["kind"] == "copy_in" and o["phase"] == "forward"
@@ -661,11 +666,6 @@ class H200Trace(unittest.TestCase):
         within 5 % of the traced and unprofiled steps (-9.5 and -8.3 % before 2026-11-27's
         twenty-first session, which priced no cat, the cast at the copies' rate and the
         unshard casts beside the compute)."""
-        dtype = {"c10::BFloat16": torch.bfloat16, "float": torch.float32}
-
-        def nbytes(dims, types, i):
-            return torch.empty(dims[i], dtype=dtype[types[i]], device="meta").nbytes
-
         def program(plan):
             ops = run("simulate", "--model", os.path.join(DATA, "config.json"), "--plan", plan,
                       "--cluster", os.path.join(DATA, "cluster-measured.json"), "--program", "--json")["ops"]
@@ -679,26 +679,25 @@ class H200Trace(unittest.TestCase):
             within = lambda outer, name: [o for o in ops if o["name"] == name and any(  # noqa: E731
                 p["tid"] == o["tid"] and p["ts"] <= o["ts"] <= p["ts"] + p["dur"] for p in outer)]
             split_bwd = [o for o in ops if o["name"].endswith("SplitWithSizesBackward0")]
-            cats = sorted(within(split_bwd, "aten::cat"), key=lambda e: e["ts"])
+            cats = within(split_bwd, "aten::cat")
             hooks = [e for e in ev if e.get("cat") == "user_annotation" and s0 <= e["ts"] < s1
                      and e["name"] == "FullyShardedDataParallel._post_backward_hook"]
             casts = within(hooks, "aten::to")
             # Four layers, the root (norm + lm_head) and embed_tokens (a cat of one tensor).
             self.assertEqual(len(cats), 6, sub)
             self.assertEqual(len(casts), 6, sub)
-            layer_cat = {2 * sum(torch.empty(s, dtype=torch.bfloat16, device="meta").nbytes
-                                 for s in c["args"]["Input Dims"][0]) for c in cats
-                         if len(c["args"]["Input Dims"][0]) == 9}  # a decoder layer's nine parameters
+            # a decoder layer's nine parameters' bf16 gradients, read, and the flat one written
+            layer_cats = [c["args"]["Input Dims"][0] for c in cats if len(c["args"]["Input Dims"][0]) == 9]
+            layer_cat = {2 * sum(tensor_bytes(s, "c10::BFloat16") for s in dims) for dims in layer_cats}
+            flat = [sum(torch.Size(s).numel() for s in layer_cats[0])]
+            # its cast: the flat gradient read in its dtype, written in fp32
+            real_cast = {tensor_bytes(flat, c["args"]["Input type"][0]) + tensor_bytes(flat, "float")
+                         for c in casts if c["args"]["Input Dims"][0] == flat}
             ours = program(os.path.join(d, "plan.json"))
             unit = "model.layers.1"
             extra = (ours[("backward", unit)]["memory_bound_bytes"]
                      - fsdp2[("backward", unit)]["memory_bound_bytes"])
             cast = ours[("rs_copy_in", unit)]["memory_bytes"]
-            flat = [c for c in casts if c["args"]["Input Dims"][0] == [sum(
-                torch.Size(s).numel() for s in cats[0]["args"]["Input Dims"][0])]]
-            real_cast = {nbytes(c["args"]["Input Dims"], c["args"]["Input type"], 0)
-                         + torch.empty(c["args"]["Input Dims"][0], dtype=torch.float32, device="meta").nbytes
-                         for c in flat}
             print("%s: a layer's flat gradient cat %s bytes in the trace, %d more in the step program's "
                   "backward than FSDP2's; its cast %s bytes, the reduce copy-in %d"
                   % (sub, sorted(layer_cat), extra, sorted(real_cast), cast))
