@@ -499,12 +499,15 @@ class PeerWaitHsdp(StragglerRun):
             reduce[r["rank"]] = sum(c["peer_wait_ns"] for c in step1 if c["kind"] == "all_reduce") * 1e-6
         sleep = self.SLEEP_MS
         print(f"step 1, first all-gather's wait (ms): {first}; all-reduces' wait: {reduce}")
+        # The straggler's peer waits the sleep, give or take the ranks' skew: four Gloo ranks
+        # share two cores, and beside CI's other tests it has read 1.066 of it (a 1.05 bar
+        # failed a clean-clone run); a wait counted twice would read 2.
         self.assertGreater(first[2], 0.75 * sleep)
-        self.assertLess(first[2], 1.05 * sleep)
+        self.assertLess(first[2], 1.25 * sleep)
         # The ranks nobody made wait: under 0.25 of the sleep, as PeerWait bounds the waits
-        # where nobody slept. Four Gloo ranks share two cores, and a bystander's skew has
-        # read 81 ms on a loaded machine (a 0.1 bar failed a CI run); the straggler's peers
-        # wait 0.75-1.05 of it, so a quarter still tells them apart.
+        # where nobody slept. A bystander's skew has read 81 ms on a loaded machine (a 0.1 bar
+        # failed a CI run); the straggler's peers wait 0.75 of it or more, so a quarter still
+        # tells them apart.
         for rank in (0, 1, 3):
             self.assertLess(first[rank], 0.25 * sleep, rank)
         for rank in (0, 1):
