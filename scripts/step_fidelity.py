@@ -13,7 +13,13 @@ the trace's kernels by name, a middle step; memory-bound includes FSDP2's casts 
           which fits on ProfilerSteps 1 and 3 and holds back step 2)
 
 and, where the run also timed steps without the profiler (unprofiled-steps.json, the median),
-the simulated step against those: the step a user runs.
+the simulated step against those: the step a user runs. The launch rates `calibrate` reads
+off a trace are the profiled run's (the profiler records each op, annotation and CUDA call
+on the host), so the "after" step is simulated twice: at the trace's pace against the traced
+step, and with the profiler's share taken out against the unprofiled step. That share, the
+host time per recorded event (profiler_ns_per_event), is fitted once, on one host-bound run
+(Qwen3-8B under selective checkpointing, `calibrate --from-trace --step-ms`), and used for
+every run; on that run's own row the unprofiled column is a fit, not a prediction.
 
     python scripts/step_fidelity.py            # the table (markdown)
     python scripts/step_fidelity.py --json     # the figures
@@ -34,6 +40,8 @@ ROOT = os.path.dirname(HERE)
 BIN = os.environ.get("SHARDSCOPE_BIN", os.path.join(ROOT, "build", "engine", "shardscope"))
 DATA = os.path.join(ROOT, "tests", "data")
 CLUSTER = os.path.join(DATA, "h200-llama8b-4layers", "cluster-measured.json")
+# The run the profiler's host time per event is fitted on (its unprofiled steps, --step-ms).
+PROFILER_FIT_RUN = "h200-qwen3-8b-4layers-sac"
 
 # (folder under tests/data, model config (None: the folder's config.json), what ran)
 RUNS = [
@@ -88,6 +96,15 @@ def measured(trace):
     return span, by
 
 
+def unprofiled_ms(d):
+    """The median of a run's steps timed without the profiler, or None where none were."""
+    path = os.path.join(d, "unprofiled-steps.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return statistics.median(json.load(f)["step_ms"])
+
+
 def shardscope(*args):
     r = subprocess.run([BIN, *args], capture_output=True, text=True)
     if r.returncode != 0:
@@ -127,6 +144,19 @@ def main():
     if not os.path.exists(BIN):
         sys.exit(f"error: {BIN} is not built (bash scripts/setup.sh build)")
     tmp = tempfile.mkdtemp(prefix="shardscope-stepfid-")
+    # The profiler's host time per recorded event, fitted on one host-bound run, and a copy of
+    # the base cluster that carries it (calibrate takes it out of the launch rates it reads).
+    d = os.path.join(DATA, PROFILER_FIT_RUN)
+    pf = shardscope("calibrate", "--from-trace", os.path.join(d, "rank0.pt.trace.json.gz"), "-c", a.cluster,
+                    "-o", os.path.join(tmp, "profiler-fit.json"), "--json", "-m", os.path.join(d, "config.json"),
+                    "-p", os.path.join(d, "plan.json"), "--step-ms", str(unprofiled_ms(d)))
+    ns_per_event = pf["fitted"]["profiler_ns_per_event"]
+    with open(a.cluster) as f:
+        base = json.load(f)
+    base["sim"]["profiler_ns_per_event"] = ns_per_event
+    unprofiled_base = os.path.join(tmp, "base-unprofiled.json")
+    with open(unprofiled_base, "w") as f:
+        json.dump(base, f)
     rows = []
     for folder, model, what in RUNS:
         d = os.path.join(DATA, folder)
@@ -140,20 +170,28 @@ def main():
         shardscope("calibrate", "--from-trace", trace, "-c", a.cluster, "-o", fitted, "--json",
                    "-m", model, "-p", plan)
         after = simulated(model, plan, fitted, tmp)
+        # The same fit with the profiler's share taken out of the launch rates: the step a
+        # user runs without the profiler.
+        fitted_unprofiled = fitted.replace(".json", ".unprofiled.json")
+        shardscope("calibrate", "--from-trace", trace, "-c", unprofiled_base, "-o", fitted_unprofiled,
+                   "--json", "-m", model, "-p", plan)
+        after_unprofiled = simulated(model, plan, fitted_unprofiled, tmp)
         # The same job's steps timed without the profiler, where the run recorded them: the
-        # step a user runs (record_shapes and with_stack slow the host; on a host-bound step,
-        # Qwen3's under selective checkpointing, the traced step is 9 % longer).
-        unprofiled = None
-        if os.path.exists(os.path.join(d, "unprofiled-steps.json")):
-            with open(os.path.join(d, "unprofiled-steps.json")) as f:
-                unprofiled = statistics.median(json.load(f)["step_ms"])
+        # step a user runs (record_shapes and profile_memory slow the host; on the host-bound
+        # 1 x 1024 run the traced step is 20 % longer).
+        unprofiled = unprofiled_ms(d)
         rows.append({"run": what, "measured_step_ms": span, "unprofiled_step_ms": unprofiled,
                      "measured_ms": meas,
                      "before": {"step_ms": before[0], "ms": before[1]},
-                     "after": {"step_ms": after[0], "ms": after[1]}})
+                     "after": {"step_ms": after[0], "ms": after[1],
+                               "unprofiled_step_ms": after_unprofiled[0]},
+                     "profiler_fit_run": folder == PROFILER_FIT_RUN})
     if a.json:
-        print(json.dumps(rows, indent=1))
+        print(json.dumps({"profiler_ns_per_event": ns_per_event, "profiler_fit_run": PROFILER_FIT_RUN,
+                          "runs": rows}, indent=1))
         return
+    print(f"The profiler's host time per recorded event: {ns_per_event / 1e3:.2f} us, fitted on "
+          f"{PROFILER_FIT_RUN} (*).\n")
     pct = lambda p, m: f"{100 * (p / m - 1):+.1f}%" if m else "-"  # noqa: E731
     print("| run | | step | GEMM | attention | memory-bound | step without the profiler |")
     print("|---|---|---|---|---|---|---|")
@@ -164,10 +202,14 @@ def main():
               + (f"{u:.1f} ms |" if u else "not recorded |"))
         for when in ("before", "after"):
             p = r[when]
+            # Without the profiler: "after" takes the profiler's share out of the launch
+            # rates; "before" has no rates read off a trace.
+            up = p.get("unprofiled_step_ms", p["step_ms"])
+            star = " (*)" if when == "after" and r["profiler_fit_run"] else ""
             print(f"| | {when} | {p['step_ms']:.1f} ms ({pct(p['step_ms'], r['measured_step_ms'])}) | "
                   + " | ".join(f"{p['ms'][c]:.1f} ms ({pct(p['ms'][c], m[c])})"
                                for c in ("gemm", "attention", "memory_bound"))
-                  + (f" | {pct(p['step_ms'], u)} |" if u else " | |"))
+                  + (f" | {up:.1f} ms ({pct(up, u)}){star} |" if u else " | |"))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -53,7 +54,83 @@ struct KernelFitInputs {
     std::string baseLabel;            // the starting cluster, as the user knows it
     std::string clusterName;          // the written cluster's name
     std::string headline;             // the report's first line
+    // --step-ms: the run's step time without the profiler (ns), and the simulated step of the
+    // run's model and plan on a cluster; the fit's profiler_ns_per_event makes them equal.
+    double targetStepNs = 0;
+    std::function<double(const ClusterSpec&)> simulatedStepNs;
 };
+
+// What --step-ms found: the profiler's host time per recorded event that makes the simulated
+// step equal the run's step without the profiler, and the steps either side.
+struct ProfilerFit {
+    bool tried = false;
+    double nsPerEvent = 0, profiledStepNs = 0, stepNs = 0;
+    std::string note;  // why nothing (or not all) could be taken out
+};
+
+// Bisects profiler_ns_per_event: the simulated step shrinks (never grows) as the launch rates
+// do. Between 0 and the overhead that takes each rate down to a quarter of its profiled mean.
+ProfilerFit fitProfilerOverhead(KernelFit& fit, const KernelFitInputs& in) {
+    ProfilerFit r;
+    r.tried = true;
+    const double target = in.targetStepNs;
+    char b[320];
+    if (fit.launchForward.fitted <= 0 || fit.eventsPerLaunchForward <= 0 ||
+        fit.eventsPerLaunchBackward <= 0) {
+        r.note =
+            "--step-ms: no launch rates per thread were read (the trace needs ProfilerSteps and "
+            "kernels launched by the model's thread and autograd's), so the profiler's share "
+            "cannot be fitted";
+        return r;
+    }
+    auto stepAt = [&](double ns) {
+        applyProfilerOverhead(fit, ns, "");
+        return in.simulatedStepNs(fit.cluster);
+    };
+    const double hi = 0.75 * std::min(fit.launchForward.fittedNs / fit.eventsPerLaunchForward,
+                                      fit.launchBackward.fittedNs / fit.eventsPerLaunchBackward);
+    r.profiledStepNs = stepAt(0);
+    const double fastest = stepAt(hi);
+    double ns = 0;
+    if (target >= r.profiledStepNs) {
+        std::snprintf(b, sizeof b,
+                      "--step-ms: the simulated step with the profiled launch rates, %.1f ms, is "
+                      "already no longer than your %.1f ms: nothing of the profiler's is taken out "
+                      "(profiler_ns_per_event 0)",
+                      r.profiledStepNs * 1e-6, target * 1e-6);
+        r.note = b;
+    } else if (r.profiledStepNs - fastest < 0.01 * target) {
+        std::snprintf(b, sizeof b,
+                      "--step-ms: the simulated step hardly depends on the host's pace (%.1f to "
+                      "%.1f ms): a device-bound step cannot tell the profiler's share "
+                      "(profiler_ns_per_event 0); fit it on a host-bound run",
+                      r.profiledStepNs * 1e-6, fastest * 1e-6);
+        r.note = b;
+    } else if (target <= fastest) {
+        ns = hi;
+        std::snprintf(b, sizeof b,
+                      "--step-ms: even with the launch rates at a quarter of the profiled ones the "
+                      "simulated step is %.1f ms, longer than your %.1f ms: the difference is "
+                      "elsewhere than the host's pace",
+                      fastest * 1e-6, target * 1e-6);
+        r.note = b;
+    } else {
+        double lo = 0, up = hi;
+        for (int i = 0; i < 40 && up - lo > 1; ++i) {
+            const double mid = 0.5 * (lo + up);
+            (stepAt(mid) > target ? lo : up) = mid;
+        }
+        ns = 0.5 * (lo + up);
+    }
+    std::snprintf(b, sizeof b,
+                  "fitted by `shardscope calibrate --from-trace --step-ms %.3f` (the run's step "
+                  "without the profiler)",
+                  target * 1e-6);
+    r.nsPerEvent = ns;
+    r.stepNs = stepAt(ns);
+    applyProfilerOverhead(fit, ns, ns > 0 ? std::string(b) : std::string());
+    return r;
+}
 
 // A fitted median and the held-back steps' (cpu_launch_ns, kernel_gap_ns), as --json says it.
 nlohmann::json splitMedianJson(const SplitMedian& m) {
@@ -72,6 +149,11 @@ int finishKernelCalibration(const Args& a, const KernelSamples& samples, const C
         for (const auto& [why, n] : samples.skipped)
             std::cerr << "  skipped " << n << ": " << why << "\n";
         return kExitFailed;
+    }
+    ProfilerFit pf;
+    if (in.targetStepNs > 0 && in.simulatedStepNs) {
+        pf = fitProfilerOverhead(*fit, in);
+        if (!pf.note.empty()) fit->notes.push_back(pf.note);
     }
     fit->cluster.sources.erase("/sim");
     fit->cluster.name = in.clusterName;
@@ -132,7 +214,7 @@ int finishKernelCalibration(const Args& a, const KernelSamples& samples, const C
     nlohmann::json skipped = nlohmann::json::object();
     for (const auto& [why, n] : samples.skipped)
         skipped[why] = n;
-    const nlohmann::json out{
+    nlohmann::json out{
         {"inputs", in.inputs},
         {"cluster", in.baseLabel},
         {"output", a.get("--output")},
@@ -150,8 +232,23 @@ int finishKernelCalibration(const Args& a, const KernelSamples& samples, const C
           {"masked_attention_efficiency", fit->cluster.sim.maskedAttentionEfficiency},
           {"cpu_launch_ns", fit->cluster.sim.cpuLaunchNs},
           {"launch_gaps", splitMedianJson(fit->launch)},
+          {"cpu_launch_forward_ns", fit->cluster.sim.cpuLaunchForwardNs},
+          {"forward_launch_gaps", splitMedianJson(fit->launchForward)},
+          {"cpu_launch_backward_ns", fit->cluster.sim.cpuLaunchBackwardNs},
+          {"backward_launch_gaps", splitMedianJson(fit->launchBackward)},
+          {"profiler_events_per_kernel",
+           {{"forward", fit->eventsPerLaunchForward}, {"backward", fit->eventsPerLaunchBackward}}},
+          {"profiler_ns_per_event", fit->cluster.sim.profilerNsPerEvent},
           {"kernel_gap_ns", fit->cluster.sim.kernelGapNs},
           {"kernel_gaps", splitMedianJson(fit->kernelGap)},
+          {"chunk_cat_host_ns_per_block", fit->cluster.sim.chunkCatHostNsPerBlock},
+          {"chunk_cat_host",
+           {{"fitted", fit->chunkCatHost.fitted},
+            {"fitted_median_ns_per_block", fit->chunkCatHost.fittedNs},
+            {"held_back", fit->chunkCatHost.heldBack},
+            {"held_back_median_ns_per_block", fit->chunkCatHost.heldBackNs},
+            {"held_back_measured_ns", fit->chunkCatHost.heldBackMeasuredNs},
+            {"held_back_predicted_ns", fit->chunkCatHost.heldBackPredictedNs}}},
           {"host_wait",
            {{"ns_per_step", fit->hostWaitNs},
             {"step_span_ns", fit->stepSpanNs},
@@ -161,6 +258,11 @@ int finishKernelCalibration(const Args& a, const KernelSamples& samples, const C
           {"intra_bandwidth_bytes_per_s", fit->cluster.node.intraBandwidth},
           {"nic_bandwidth_bytes_per_s", fit->cluster.network.nicBandwidth}}},
         {"notes", fit->notes}};
+    if (pf.tried)
+        out["step_ms_fit"] = {{"step_ms", in.targetStepNs * 1e-6},
+                              {"profiled_rates_step_ms", pf.profiledStepNs * 1e-6},
+                              {"fitted_step_ms", pf.stepNs * 1e-6},
+                              {"profiler_ns_per_event", pf.nsPerEvent}};
     if (a.flag("--json")) return emitJson(out, "").ok() ? kExitOk : kExitUsage;
     std::cout << in.headline << "\n"
               << "  " << fit->split << "\n\n  compute efficiency  ";
@@ -219,7 +321,62 @@ int finishKernelCalibration(const Args& a, const KernelSamples& samples, const C
         std::cout << "\n";
     };
     printMedian("CPU per kernel      launch to launch", fit->launch);
+    if (fit->launchForward.fitted > 0) {
+        auto printMean = [&](const char* label, const SplitMedian& m, double events,
+                             double written) {
+            std::snprintf(line, sizeof line, "  %s %.1f us (mean of %lld)", label,
+                          m.fittedNs * 1e-3, static_cast<long long>(m.fitted));
+            std::cout << line;
+            if (m.heldBack > 0) {
+                std::snprintf(line, sizeof line, "; held-back steps %.1f us (%+.1f%%)",
+                              m.heldBackNs * 1e-3, 100.0 * (m.fittedNs / m.heldBackNs - 1.0));
+                std::cout << line;
+            }
+            std::snprintf(line, sizeof line, "; %.1f profiler events a kernel", events);
+            std::cout << line;
+            if (written != m.fittedNs) {
+                std::snprintf(line, sizeof line, "; without the profiler %.1f us", written * 1e-3);
+                std::cout << line;
+            }
+            std::cout << "\n";
+        };
+        printMean("  in the forward    the model's thread, outside the optimizer",
+                  fit->launchForward, fit->eventsPerLaunchForward,
+                  fit->cluster.sim.cpuLaunchForwardNs);
+        printMean("  in the backward   autograd's thread (recompute included)", fit->launchBackward,
+                  fit->eventsPerLaunchBackward, fit->cluster.sim.cpuLaunchBackwardNs);
+        if (fit->profilerNsPerEvent > 0) {
+            std::snprintf(line, sizeof line,
+                          "  profiler overhead   %.2f us a recorded event on the host (%s)\n",
+                          fit->profilerNsPerEvent * 1e-3,
+                          pf.tried ? "fitted to --step-ms" : "the base cluster's");
+            std::cout << line;
+        }
+        if (pf.tried && pf.nsPerEvent > 0) {
+            std::snprintf(line, sizeof line,
+                          "  step                %.1f ms simulated without the profiler, against "
+                          "your %.1f ms (%.1f ms at the profiled pace)\n",
+                          pf.stepNs * 1e-6, in.targetStepNs * 1e-6, pf.profiledStepNs * 1e-6);
+            std::cout << line;
+        }
+    }
     printMedian("GPU between kernels from one to the next queued", fit->kernelGap);
+    if (const auto& cc = fit->chunkCatHost; cc.fitted > 0) {
+        std::snprintf(line, sizeof line,
+                      "  CPU per _chunk_cat  %.2f ns a block of one chunk (lower quartile of %lld "
+                      "reduce-scatter copy-ins)",
+                      cc.fittedNs, static_cast<long long>(cc.fitted));
+        std::cout << line;
+        if (cc.heldBack > 0 && cc.heldBackMeasuredNs > 0) {
+            std::snprintf(line, sizeof line,
+                          "; held-back steps' %lld: %.2f ms measured, %.2f ms predicted (%+.1f%%)",
+                          static_cast<long long>(cc.heldBack), cc.heldBackMeasuredNs * 1e-6,
+                          cc.heldBackPredictedNs * 1e-6,
+                          100.0 * (cc.heldBackPredictedNs / cc.heldBackMeasuredNs - 1.0));
+            std::cout << line;
+        }
+        std::cout << "\n";
+    }
     if (fit->hostWaitSteps > 0) {
         std::snprintf(line, sizeof line,
                       "  GPU waiting for CPU %.2f ms of a %.1f ms step (%.1f %%; median of %lld "
@@ -293,6 +450,28 @@ int runCalibrateFromTrace(const Args& a) {
     // parameters each rank's AdamW steps (a trace does not size them: record_shapes gives a
     // TensorList's dims as []) and get a curve of their own.
     KernelSampleOptions so;
+    double targetStepNs = 0;
+    if (a.has("--step-ms")) {
+        const std::string v = a.get("--step-ms");
+        try {
+            size_t used = 0;
+            targetStepNs = std::stod(v, &used) * 1e6;
+            if (used != v.size() || !(targetStepNs > 0) || targetStepNs > 1e13)
+                throw std::invalid_argument("range");
+        } catch (const std::exception&) {
+            std::cerr << "error: --step-ms: expected the step's milliseconds (a positive number), "
+                         "got \""
+                      << v << "\"\n";
+            return kExitUsage;
+        }
+        if (!a.has("--model") || !a.has("--plan")) {
+            std::cerr << "error: --step-ms needs --model and --plan: the run's step is simulated "
+                         "to fit the profiler's share of the host's time\n";
+            return kExitUsage;
+        }
+    }
+    std::shared_ptr<const ModelGraph> stepModel;
+    std::optional<Plan> stepPlan;
     if (a.has("--model") != a.has("--plan")) {
         std::cerr << "error: --from-trace takes --model and --plan together (the model and plan "
                      "that ran size the optimizer's foreach kernels)\n";
@@ -310,6 +489,9 @@ int runCalibrateFromTrace(const Args& a) {
             std::cerr << "optimizer: AdamW's foreach kernels sized by "
                       << formatBytes(r.optimizerForeach.bytes) << " of parameters a rank ("
                       << a.get("--model") << ", " << a.get("--plan") << ")\n";
+        // For --step-ms (r points into the model: nothing of r is used past here).
+        stepModel = std::make_shared<const ModelGraph>(std::move(*model));
+        stepPlan = std::move(*plan);
     }
     KernelSamples samples;
     std::vector<std::string> names, skippedFiles;
@@ -355,6 +537,15 @@ int runCalibrateFromTrace(const Args& a) {
         base.name + ", calibrated on " + std::filesystem::path(names.front()).filename().string();
     in.headline = "Calibrated " + a.get("--cluster") + " from the kernels of " + source +
                   (samples.hostOnly ? " (CPU only: host ops are the kernels)" : "");
+    if (targetStepNs > 0) {
+        in.targetStepNs = targetStepNs;
+        const std::string planFile = a.get("--plan");
+        in.simulatedStepNs = [stepModel, stepPlan, planFile](const ClusterSpec& c) {
+            const ResolvedPlan r = resolvePlan(*stepModel, *stepPlan, &c, planFile);
+            return static_cast<double>(
+                simulate(buildStepProgram(r, stepOptionsFor(*stepPlan, c)), c, r.worldSize).stepNs);
+        };
+    }
     return finishKernelCalibration(a, samples, base, in);
 }
 
@@ -744,6 +935,10 @@ std::vector<Command> calibrateCommands() {
          "fit to the kernels of real profiler traces instead (GPU or CPU, any job; more traces "
          "may follow as arguments): GEMMs, memory-bound kernels and collectives, with the "
          "error on held-back steps"},
+        {"--step-ms", "MS",
+         "--from-trace with --model and --plan: the same run's step time without the profiler "
+         "(from its training log); fits profiler_ns_per_event, the host time the profiler added "
+         "per event it recorded, so that the simulated step equals it"},
         {"--samples", "CSV",
          "--from-trace: also write every priced kernel (class, op, FLOPs or bytes, measured, "
          "predicted before and after) as CSV"},

@@ -102,6 +102,7 @@ nlohmann::json summaryJson(const ResolvedPlan& r, const StepProgram& p, const Si
             {"mfu", s.mfu},
             {"memory_at_peak", peak},
             {"kernels", kernelsJson(c, p)},
+            {"chunk_cat_host_ns", s.chunkCatHostNs},
             {"units", units}};
 }
 
@@ -303,6 +304,8 @@ int runSimulate(const Args& a) {
                   << ", " << formatCount(at.count) << " attention " << sec(at.deviceSeconds) << ", "
                   << formatCount(mb.count) << " memory-bound " << sec(mb.deviceSeconds);
         if (kt.launchSeconds > 0) std::cout << "; CPU launches " << sec(kt.launchSeconds);
+        if (s.chunkCatHostNs > 0)
+            std::cout << ", and the reduce-scatter copy-ins' block tables " << ms(s.chunkCatHostNs);
         std::cout << "\n";
     }
     if (so.recomputeEarlyStop) {

@@ -103,7 +103,7 @@ KernelTotals kernelTotals(const ClusterSpec& c, const StepProgram& p) {
                 entrySeconds(c, e, op.computeDtype,
                              op.kind == OpKind::OptimizerStep ? foreachCurve : moduleCurve);
         }
-        t.launchSeconds += c.sim.cpuLaunchNs * 1e-9 * static_cast<double>(mix.kernels);
+        t.launchSeconds += cpuLaunchNsFor(c.sim, op.kind) * 1e-9 * static_cast<double>(mix.kernels);
     }
     return t;
 }

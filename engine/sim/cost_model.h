@@ -35,6 +35,16 @@ struct CollectiveCost {
 [[nodiscard]] int64_t opDurationNs(const ClusterSpec& c, const Op& op,
                                    const StepProgram* program = nullptr);
 [[nodiscard]] double mixSeconds(const ClusterSpec& c, const KernelMix& mix, DType dtype);
+// CPU time to launch one kernel of an op of this kind: the units' forward on the thread that
+// calls the model, their backward and recompute on autograd's device thread (where FSDP's
+// post-backward hooks and checkpointing run), each at its own rate where the cluster has one
+// (cpu_launch_forward_ns, cpu_launch_backward_ns); cpu_launch_ns otherwise (the optimizer).
+[[nodiscard]] inline double cpuLaunchNsFor(const SimParams& s, OpKind kind) {
+    if (kind == OpKind::Forward && s.cpuLaunchForwardNs > 0) return s.cpuLaunchForwardNs;
+    if ((kind == OpKind::Backward || kind == OpKind::Recompute) && s.cpuLaunchBackwardNs > 0)
+        return s.cpuLaunchBackwardNs;
+    return s.cpuLaunchNs;
+}
 // The optimizer's foreach kernels (a GPU's AdamW step): memory-bound kernels priced by the
 // cluster's memory_efficiency_by_op curve under this name where it has one (`calibrate
 // --trace` fits it from a measured step), else by memory_efficiency_by_bytes.

@@ -21,8 +21,11 @@ bool isComputeKind(OpKind k) {
 struct Times {
     std::vector<int64_t>&start, &end;
 };
+// `hostFirst`: CPU time an op spends before its kernel is launched (FSDP2's reduce-scatter
+// copy-in building torch._chunk_cat's block table); empty when none is modelled.
 int64_t schedule(const StepProgram& p, const ClusterSpec& c, const std::vector<int64_t>& dur,
-                 const std::vector<int64_t>& launch, Times r) {
+                 const std::vector<int64_t>& launch, const std::vector<int64_t>& hostFirst,
+                 Times r) {
     const size_t n = p.ops.size();
     r.start.resize(n);  // every entry is written below
     r.end.resize(n);
@@ -42,6 +45,7 @@ int64_t schedule(const StepProgram& p, const ClusterSpec& c, const std::vector<i
             ready = std::max(ready, r.end[w.index()]);
         if (op.cpuBlocks) cpu = std::max(cpu, ready);  // the CPU waits on the event
         cpu += issue;
+        if (!hostFirst.empty()) cpu += hostFirst[i];
         int64_t s = std::max({cpu, ready, streamFree[static_cast<size_t>(op.stream)]});
         const bool coll = isCollective(op.kind);
         const auto pg = static_cast<size_t>(op.processGroup);
@@ -88,7 +92,7 @@ int64_t schedule(const StepProgram& p, const ClusterSpec& c, const std::vector<i
 // A simulation's working storage, kept per thread: a search simulates thousands of steps in
 // a row, and reusing it spares their allocations.
 struct Scratch {
-    std::vector<int64_t> dur, baseDur, mixNs, launch, handle, start, end;
+    std::vector<int64_t> dur, baseDur, mixNs, launch, hostFirst, handle, start, end;
     std::vector<int32_t> computeOps;
     std::array<std::vector<int32_t>, static_cast<size_t>(Stream::Count)> collByStream;
     std::vector<Interval> runs, merged, compute, commU, computeU;
@@ -131,13 +135,27 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
     // ops, and the collectives stream by stream. Each stream runs its ops one after
     // another, so their intervals come sorted by start and end, per stream: the collectives'
     // union merges the streams' runs (no sort), and overlaps sweep a cursor per stream.
-    // CPU time to launch each op's kernels: cpu_launch_ns per kernel of its mix.
+    // CPU time to launch each op's kernels: per kernel of its mix, at the rate of the thread
+    // that launches them (cpuLaunchNsFor).
     std::vector<int64_t>& launch = w.launch;
-    const bool launches = c.sim.cpuLaunchNs > 0;
+    const bool launches =
+        c.sim.cpuLaunchNs > 0 || c.sim.cpuLaunchForwardNs > 0 || c.sim.cpuLaunchBackwardNs > 0;
     if (launches)
         launch.assign(n, 0);
     else
         launch.clear();
+    // CPU time before a reduce-scatter copy-in's kernel: torch._chunk_cat lists a block index
+    // for every 2 KiB (BYTES_PER_BLOCK) of one chunk of its output on the host and copies the
+    // list to the device before launching (ATen's TensorShape.cu, get_chunk_cat_metadata);
+    // FSDP2 makes one chunk per rank of the reduce-scatter group (foreach_reduce's
+    // num_chunks = world_size), so over many ranks the list is short. FSDP1's flat gradient
+    // cast and a CPU device's composite _chunk_cat build no such list.
+    std::vector<int64_t>& hostFirst = w.hostFirst;
+    const bool chunkCatHost = c.sim.chunkCatHostNsPerBlock > 0 && !c.device.isHost();
+    if (chunkCatHost)
+        hostFirst.assign(n, 0);
+    else
+        hostFirst.clear();
     std::vector<int32_t>& computeOps = w.computeOps;
     computeOps.clear();
     auto& collByStream = w.collByStream;
@@ -151,13 +169,29 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
             computeOps.push_back(static_cast<int32_t>(i));
         else if (isCollective(op.kind))
             collByStream[static_cast<size_t>(op.stream)].push_back(static_cast<int32_t>(i));
+        // The reduce that takes a copy-in's output gives its size and its chunks: a
+        // reduce-scatter's group, or one chunk for an all-reduce (FSDP2 without sharding).
+        if (chunkCatHost && (op.kind == OpKind::ReduceScatter || op.kind == OpKind::AllReduce))
+            for (OpId wid : op.waits) {
+                const Op& ci = p.ops[wid.index()];
+                if (ci.kind != OpKind::ReduceScatterCopyIn || ci.flatGradCast || ci.memBytes <= 0)
+                    continue;
+                const int64_t chunks =
+                    op.kind == OpKind::ReduceScatter ? std::max<int64_t>(op.groupSize, 1) : 1;
+                constexpr int64_t kBytesPerBlock = 2048;
+                const int64_t blocks =
+                    (op.commBytes / chunks + kBytesPerBlock - 1) / kBytesPerBlock;
+                hostFirst[wid.index()] = static_cast<int64_t>(
+                    std::llround(c.sim.chunkCatHostNsPerBlock * static_cast<double>(blocks)));
+                r.chunkCatHostNs += hostFirst[wid.index()];
+            }
         if (op.mix >= 0 && static_cast<size_t>(op.mix) < mixNs.size()) {
             int64_t& m = mixNs[static_cast<size_t>(op.mix)];
             if (m < 0) m = opDurationNs(c, op, &p);
             dur[i] = m;
             if (launches)
-                launch[i] = static_cast<int64_t>(
-                    std::llround(c.sim.cpuLaunchNs * static_cast<double>(p.mixes[op.mix].kernels)));
+                launch[i] = static_cast<int64_t>(std::llround(
+                    cpuLaunchNsFor(c.sim, op.kind) * static_cast<double>(p.mixes[op.mix].kernels)));
         } else if (isComputeKind(op.kind)) {
             dur[i] = opDurationNs(c, op, &p);
         } else {
@@ -170,7 +204,7 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
             }
         }
     }
-    r.stepNs = schedule(p, c, dur, launch, t);
+    r.stepNs = schedule(p, c, dur, launch, hostFirst, t);
 
     // Second pass: compute overlapped by collectives runs slower.
     std::vector<Interval>& commU = w.commU;
@@ -257,7 +291,7 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
                 }
             }
             if (!changed) break;
-            r.stepNs = schedule(p, c, dur, launch, t);
+            r.stepNs = schedule(p, c, dur, launch, hostFirst, t);
             commStale = true;
         }
     }

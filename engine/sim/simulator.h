@@ -54,6 +54,9 @@ struct SimResult {
     int64_t commNs = 0;         // union of collective intervals
     int64_t exposedCommNs = 0;  // collective time not overlapped by compute
     double overlapRatio = 0;    // |comm ∩ compute| / |comm| (HTA's definition)
+    // CPU time FSDP2's reduce-scatter copy-ins spent building torch._chunk_cat's block table
+    // before their kernels (chunk_cat_host_ns_per_block; 0 where not modelled).
+    int64_t chunkCatHostNs = 0;
     int64_t peakAllocated = 0;
     int64_t peakReserved = 0;
     std::array<int64_t, 3> peakAllocatedByPhase{};  // forward, backward, optimizer

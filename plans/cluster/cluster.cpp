@@ -100,11 +100,26 @@ std::vector<std::pair<double, double>> parseCurve(const JsonReader& c, const std
 }
 
 SimParams parseSim(const JsonReader& r) {
-    r.allowOnly({"compute_efficiency", "memory_efficiency", "memory_efficiency_by_bytes",
-                 "overlap_slowdown", "intra_efficiency", "network_efficiency", "cpu_issue_ns",
-                 "host_optimizer_bytes_per_s", "protocols", "attention_efficiency",
-                 "masked_attention_efficiency", "cpu_launch_ns", "kernel_gap_ns",
-                 "memory_efficiency_by_op", "gemm_efficiency_by_shape", "comm_overlap_slowdown"});
+    r.allowOnly({"compute_efficiency",
+                 "memory_efficiency",
+                 "memory_efficiency_by_bytes",
+                 "overlap_slowdown",
+                 "intra_efficiency",
+                 "network_efficiency",
+                 "cpu_issue_ns",
+                 "host_optimizer_bytes_per_s",
+                 "protocols",
+                 "attention_efficiency",
+                 "masked_attention_efficiency",
+                 "cpu_launch_ns",
+                 "kernel_gap_ns",
+                 "memory_efficiency_by_op",
+                 "gemm_efficiency_by_shape",
+                 "comm_overlap_slowdown",
+                 "chunk_cat_host_ns_per_block",
+                 "cpu_launch_forward_ns",
+                 "cpu_launch_backward_ns",
+                 "profiler_ns_per_event"});
     SimParams s;
     if (auto c = r.find("compute_efficiency"))
         s.computeEfficiency = parseCurve(*c, "flops", "FLOPs");
@@ -161,9 +176,29 @@ SimParams parseSim(const JsonReader& r) {
         s.cpuLaunchNs = static_cast<double>(x->asIntAtLeast(0));
         if (s.cpuLaunchNs > 1e9) x->fail("implausibly large (more than a second per kernel)");
     }
+    auto launchNs = [&](const char* key, double& field) {
+        if (auto x = r.find(key)) {
+            field = static_cast<double>(x->asIntAtLeast(0));
+            if (field > 1e9) x->fail("implausibly large (more than a second per kernel)");
+        }
+    };
+    launchNs("cpu_launch_forward_ns", s.cpuLaunchForwardNs);
+    launchNs("cpu_launch_backward_ns", s.cpuLaunchBackwardNs);
     if (auto x = r.find("kernel_gap_ns")) {
         s.kernelGapNs = static_cast<double>(x->asIntAtLeast(0));
         if (s.kernelGapNs > 1e6) x->fail("implausibly large (more than a millisecond per kernel)");
+    }
+    if (auto x = r.find("chunk_cat_host_ns_per_block")) {
+        s.chunkCatHostNsPerBlock = x->asNumber();
+        if (!(s.chunkCatHostNsPerBlock >= 0) || s.chunkCatHostNsPerBlock > 1e6)
+            x->fail(
+                "expected nanoseconds in [0, 1000000] (CPU time per 2 KiB block of one chunk of "
+                "FSDP2's reduce-scatter input)");
+    }
+    if (auto x = r.find("profiler_ns_per_event")) {
+        s.profilerNsPerEvent = x->asNumber();
+        if (!(s.profilerNsPerEvent >= 0) || s.profilerNsPerEvent > 1e6)
+            x->fail("expected nanoseconds in [0, 1000000] (host time the profiler adds per event)");
     }
     if (auto x = r.find("host_optimizer_bytes_per_s"))
         s.hostOptimizerBytesPerS = x->asPositiveNumber();
@@ -234,7 +269,13 @@ nlohmann::json simJson(const SimParams& s) {
         j["masked_attention_efficiency"] = ae;
     }
     if (s.cpuLaunchNs > 0) j["cpu_launch_ns"] = static_cast<int64_t>(s.cpuLaunchNs);
+    if (s.cpuLaunchForwardNs > 0)
+        j["cpu_launch_forward_ns"] = static_cast<int64_t>(s.cpuLaunchForwardNs);
+    if (s.cpuLaunchBackwardNs > 0)
+        j["cpu_launch_backward_ns"] = static_cast<int64_t>(s.cpuLaunchBackwardNs);
     if (s.kernelGapNs > 0) j["kernel_gap_ns"] = static_cast<int64_t>(s.kernelGapNs);
+    if (s.chunkCatHostNsPerBlock > 0) j["chunk_cat_host_ns_per_block"] = s.chunkCatHostNsPerBlock;
+    if (s.profilerNsPerEvent > 0) j["profiler_ns_per_event"] = s.profilerNsPerEvent;
     if (!s.gemmEfficiencyByShape.empty()) {
         nlohmann::json gs = nlohmann::json::array();
         for (const GemmShapeEfficiency& g : s.gemmEfficiencyByShape)

@@ -103,10 +103,32 @@ struct SimParams {
     // compute cannot finish before its kernels are issued, so a small model shows as
     // CPU-bound. 0 (the default): not modelled beyond cpu_issue_ns per op.
     double cpuLaunchNs = 0;
+    // The same, for the kernels of the units' forward (the thread that calls the model) and
+    // of their backward and recompute (autograd's device thread, which runs FSDP's
+    // post-backward hooks and checkpointing's recompute): inside the units eager PyTorch
+    // spends far more per kernel than in the optimizer's foreach loop, whose kernels are
+    // most of a step's launches (an H200 Llama-8B run: 50-92 us a kernel in the layers,
+    // 8-15 in AdamW). 0 (the default): cpuLaunchNs.
+    double cpuLaunchForwardNs = 0, cpuLaunchBackwardNs = 0;
     // Device time between two kernels of a stream when the second was already queued (the
     // GPU's own per-kernel overhead, outside each kernel's span): each kernel of a step
     // costs it on top of its own time. 0 (the default): not modelled.
     double kernelGapNs = 0;
+    // CPU time FSDP2's reduce-scatter copy-in (torch._chunk_cat on CUDA) spends before it
+    // launches its kernel, per block of its grid: PyTorch lists a block index for every 2 KiB
+    // of one chunk of the output (one chunk per rank of the reduce-scatter group) on the
+    // host, then copies that table to the device (TensorShape.cu,
+    // get_chunk_cat_metadata). On an H200 host a Llama-8B layer's fp32 gradients over one
+    // rank (426k blocks) took 1.3-1.6 ms, the device idle meanwhile in a short backward.
+    // 0 (the default): not modelled; `calibrate --from-trace` fits it.
+    double chunkCatHostNsPerBlock = 0;
+    // Host time torch.profiler adds per event it records (an op, an annotation, a CUDA
+    // runtime call; the allocations' memory events ride on them) on this cluster's hosts:
+    // a profiled run launches slower than the one a user times. Not used by the simulator:
+    // `calibrate --from-trace` takes it from its base cluster to remove the profiler's share
+    // from the launch rates it reads off a trace, and fits it with --step-ms. 0 (the
+    // default): not known, the rates stay the profiled run's.
+    double profilerNsPerEvent = 0;
     double overlapSlowdown = 0.10;  // compute stretches by this fraction while overlapped by comm
     // A collective stretches by this fraction of the time compute overlaps it: on a CPU
     // device Gloo's threads share the cores with the compute (on two cores a reduce-scatter

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -74,6 +75,53 @@ bool fsdpCopyOp(const std::string& op) {
 }
 
 }  // namespace
+
+void applyProfilerOverhead(KernelFit& fit, double nsPerEvent, const std::string& why) {
+    if (fit.launchForward.fitted <= 0 || fit.launchBackward.fitted <= 0) return;
+    ClusterSpec& c = fit.cluster;
+    fit.profilerNsPerEvent = std::max(nsPerEvent, 0.0);
+    c.sim.profilerNsPerEvent = fit.profilerNsPerEvent;
+    auto rate = [&](const SplitMedian& m, double events) {
+        return std::round(
+            std::max(m.fittedNs - fit.profilerNsPerEvent * events, 0.25 * m.fittedNs));
+    };
+    c.sim.cpuLaunchForwardNs = rate(fit.launchForward, fit.eventsPerLaunchForward);
+    c.sim.cpuLaunchBackwardNs = rate(fit.launchBackward, fit.eventsPerLaunchBackward);
+    const std::string& from = fit.source;
+    auto source = [&](const SplitMedian& m, double events, const char* where) {
+        char b[160];
+        std::snprintf(b, sizeof b, " (mean of %lld launch-to-launch gaps %s",
+                      static_cast<long long>(m.fitted), where);
+        std::string s = from + b;
+        if (fit.profilerNsPerEvent > 0) {
+            std::snprintf(b, sizeof b,
+                          ", less %.0f ns for each of its %.1f profiler events a kernel",
+                          fit.profilerNsPerEvent, events);
+            s += b + std::string(": ") + why;
+        }
+        return s + ")";
+    };
+    c.sources["/sim/cpu_launch_forward_ns"] =
+        source(fit.launchForward, fit.eventsPerLaunchForward,
+               "on the thread that runs the ProfilerSteps, outside Optimizer.step");
+    c.sources["/sim/cpu_launch_backward_ns"] =
+        source(fit.launchBackward, fit.eventsPerLaunchBackward,
+               "on the other launching threads: autograd's");
+    if (fit.profilerNsPerEvent > 0)
+        c.sources["/sim/profiler_ns_per_event"] = why;
+    else
+        c.sources.erase("/sim/profiler_ns_per_event");
+    static const std::string kProfiled =
+        "cpu_launch_forward_ns and cpu_launch_backward_ns are the profiled run's pace";
+    fit.notes.erase(std::remove_if(fit.notes.begin(), fit.notes.end(),
+                                   [](const std::string& n) { return n.rfind(kProfiled, 0) == 0; }),
+                    fit.notes.end());
+    if (fit.profilerNsPerEvent <= 0)
+        fit.notes.push_back(kProfiled +
+                            ": the profiler's events are in them; give the base cluster a "
+                            "profiler_ns_per_event, or fit one with --step-ms and the run's step "
+                            "time without the profiler");
+}
 
 double predictKernelNs(const ClusterSpec& c, const KernelSample& s) {
     switch (s.cls) {
@@ -162,6 +210,7 @@ Expected<KernelFit> fitKernels(const KernelSamples& all, const ClusterSpec& base
         return v;
     };
     const std::string from = "fitted by `shardscope calibrate --from-trace` from " + sourceName;
+    fit.source = from;
     // Achieved fraction of the dtype's peak of a GEMM or attention sample (the peak as it
     // stands: raised when GEMMs outran it).
     auto fractionOfPeak = [&c](const KernelSample& s) {
@@ -284,17 +333,63 @@ Expected<KernelFit> fitKernels(const KernelSamples& all, const ClusterSpec& base
         return m;
     };
     fit.launch = splitMedian(all.launchGaps);
+    // 2c'. The units' launches per thread: the mean gap of the model's thread (forward) and of
+    //      autograd's (backward, recompute), outside the optimizer. Both or neither: a trace
+    //      without ProfilerSteps cannot tell the model's thread from autograd's.
+    {
+        using L = KernelSamples::Launcher;
+        auto splitMean = [&](L who) {
+            SplitMedian m;
+            double f = 0, h = 0;
+            const bool bySteps = steps.size() >= 2;
+            size_t k = 0;
+            for (const auto& g : all.launchGaps) {
+                if (g.by != who) continue;
+                const bool held =
+                    bySteps ? std::binary_search(heldSteps.begin(), heldSteps.end(), g.step)
+                            : (k++ % 2) == 1;
+                (held ? h : f) += static_cast<double>(g.ns);
+                ++(held ? m.heldBack : m.fitted);
+            }
+            if (m.fitted > 0) m.fittedNs = std::round(f / static_cast<double>(m.fitted));
+            if (m.heldBack > 0) m.heldBackNs = h / static_cast<double>(m.heldBack);
+            return m;
+        };
+        // The profiler's events per kernel on each thread, over the fitted steps.
+        auto eventsPerLaunch = [&](L who) {
+            double launches = 0, events = 0;
+            for (const auto& x : all.launcherEvents)
+                if (x.by == who && (steps.size() < 2 ||
+                                    std::binary_search(fitSteps.begin(), fitSteps.end(), x.step))) {
+                    launches += static_cast<double>(x.launches);
+                    events += static_cast<double>(x.events);
+                }
+            return launches > 0 ? events / launches : 0.0;
+        };
+        constexpr int64_t kMinGaps = 20;
+        SplitMedian fw = splitMean(L::Forward), bw = splitMean(L::Backward);
+        if (fw.fitted >= kMinGaps && bw.fitted >= kMinGaps) {
+            fit.launchForward = fw;
+            fit.launchBackward = bw;
+            fit.eventsPerLaunchForward = eventsPerLaunch(L::Forward);
+            fit.eventsPerLaunchBackward = eventsPerLaunch(L::Backward);
+            applyProfilerOverhead(fit, base.sim.profilerNsPerEvent,
+                                  "the base cluster's profiler_ns_per_event");
+        }
+    }
     if (fit.launch.fitted > 0) {
         c.sim.cpuLaunchNs = fit.launch.fittedNs;
         c.sources["/sim/cpu_launch_ns"] = from + " (median of " +
                                           std::to_string(fit.launch.fitted) +
                                           " launch-to-launch gaps on the launching threads)";
         fit.notes.push_back(
-            "cpu_launch_ns is the profiled run's pace: the profiler's own work "
-            "(record_shapes, with_stack) is in it, so an unprofiled run launches faster");
+            "cpu_launch_ns (the optimizer's launches, and any where no thread's rate is fitted) "
+            "is the profiled run's pace: the profiler's own work (record_shapes, with_stack) is "
+            "in it, so an unprofiled run launches faster");
     }
     // 2e. The device waiting for the host, per step: reported, not fitted (the simulator's
-    //     host pays cpu_launch_ns per kernel and nothing else).
+    //     host pays each thread's launch rate per kernel and FSDP2's copy-in table, 2c' and
+    //     2f).
     if (!all.stepDevice.empty()) {
         std::vector<double> spans, waits;
         for (const auto& d : all.stepDevice) {
@@ -309,9 +404,60 @@ Expected<KernelFit> fitKernels(const KernelSamples& all, const ClusterSpec& base
                 "the device waited for the host " +
                 std::to_string(
                     static_cast<int>(std::lround(100 * fit.hostWaitNs / fit.stepSpanNs))) +
-                " % of a step (launches after it went idle): a host-bound step, which the "
-                "simulator, pricing the host by cpu_launch_ns per kernel alone, comes out short "
-                "of; the profiler slows the host, so compare with steps timed without it");
+                " % of a step (launches after it went idle): a host-bound step, and the "
+                "profiler slows the host, so compare with steps timed without it (--step-ms "
+                "takes the profiler's share out of the launch rates)");
+    }
+    // 2f. FSDP2's reduce-scatter copy-in on the host: torch._chunk_cat's block table, by the
+    //     blocks of one chunk. Copy-ins of fewer than 65,536 blocks (128 MiB a chunk) are
+    //     left out: there the op's fixed costs (dispatch, the pinned buffer, the allocation)
+    //     would weigh on a per-block figure.
+    {
+        constexpr int64_t kMinBlocks = 65536;
+        std::vector<double> f, h;
+        auto& cc = fit.chunkCatHost;
+        std::vector<const KernelSamples::ChunkCatHost*> held;
+        const bool bySteps = steps.size() >= 2;
+        size_t k = 0;
+        for (const auto& x : all.chunkCatHost) {
+            if (x.blocks < kMinBlocks) continue;
+            const bool isHeld = bySteps
+                                    ? std::binary_search(heldSteps.begin(), heldSteps.end(), x.step)
+                                    : (k++ % 2) == 1;
+            const double perBlock = static_cast<double>(x.ns) / static_cast<double>(x.blocks);
+            if (isHeld) {
+                h.push_back(perBlock);
+                held.push_back(&x);
+            } else {
+                f.push_back(perBlock);
+            }
+        }
+        if (!f.empty()) {
+            // The lower quartile, not the median: the host builds the same table slower while
+            // the device lags behind it (an H200 Llama-8B layer over one GPU: 1.9-7.2 ms where
+            // the device was behind, 1.3-1.6 ms where it waited for the host), and the figure
+            // matters only where the host is behind.
+            std::sort(f.begin(), f.end());
+            cc.fittedNs = f[(f.size() - 1) / 4];
+            cc.fitted = static_cast<int64_t>(f.size());
+            c.sim.chunkCatHostNsPerBlock = cc.fittedNs;
+            c.sources["/sim/chunk_cat_host_ns_per_block"] =
+                from + " (lower quartile of " + std::to_string(cc.fitted) +
+                " reduce-scatter copy-ins, aten::_chunk_cat: host time to its kernel's launch "
+                "over the blocks of one chunk)";
+            if (!h.empty()) {
+                cc.heldBackNs = medianOf(h);
+                cc.heldBack = static_cast<int64_t>(h.size());
+                for (const auto* x : held) {
+                    cc.heldBackMeasuredNs += static_cast<double>(x->ns);
+                    cc.heldBackPredictedNs += cc.fittedNs * static_cast<double>(x->blocks);
+                }
+            }
+        } else if (!all.chunkCatHost.empty()) {
+            fit.notes.push_back(
+                "chunk_cat_host_ns_per_block kept: no reduce-scatter copy-in of 128 MiB a chunk "
+                "or more to time (over many ranks its host work is small)");
+        }
     }
     fit.kernelGap = splitMedian(all.deviceGaps);
     if (fit.kernelGap.fitted > 0) {

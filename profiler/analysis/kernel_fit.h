@@ -42,17 +42,41 @@ struct SplitMedian {
 
 struct KernelFit {
     ClusterSpec cluster;
-    std::string split;  // how the samples were split, in words
+    std::string source;  // the traces fitted, as the cluster's "sources" name them
+    std::string split;   // how the samples were split, in words
     std::vector<KernelClassFit> classes;
     std::vector<uint8_t> heldOut;    // per sample: 1 when held back
     std::vector<std::string> notes;  // what could not be fitted, and why
     SplitMedian launch;              // CPU per kernel launch: cpu_launch_ns
-    SplitMedian kernelGap;           // the device's time between queued kernels: kernel_gap_ns
+    // The same per thread outside the optimizer, as means, not medians (the simulator charges
+    // a unit rate x kernels, so its total host time is what must match, hooks included):
+    // cpu_launch_forward_ns and cpu_launch_backward_ns. fitted = 0 where not fitted.
+    SplitMedian launchForward, launchBackward;
+    // Host events the profiler recorded per kernel on each thread (the fitted steps), and the
+    // overhead per event taken out of the rates above (0: none; then the rates written are
+    // the profiled run's). See applyProfilerOverhead.
+    double eventsPerLaunchForward = 0, eventsPerLaunchBackward = 0;
+    double profilerNsPerEvent = 0;
+    SplitMedian kernelGap;  // the device's time between queued kernels: kernel_gap_ns
     // GPU traces: the median step's device span and the time in it the device waited for the
     // host (KernelSamples::stepDevice), over every step; steps = 0 where none was read.
     double stepSpanNs = 0, hostWaitNs = 0;
     int64_t hostWaitSteps = 0;
+    // GPU traces: FSDP2's reduce-scatter copy-ins' host time per block of one chunk
+    // (chunk_cat_host_ns_per_block): the median over the fitted steps' copy-ins, and on the
+    // held-back steps' the median and the summed time, measured and predicted with the fit.
+    struct PerBlock {
+        double fittedNs = 0, heldBackNs = 0;  // per block
+        int64_t fitted = 0, heldBack = 0;     // copy-ins each side
+        double heldBackMeasuredNs = 0, heldBackPredictedNs = 0;
+    } chunkCatHost;
 };
+
+// Takes the profiler's own host time out of the fitted per-thread launch rates: each becomes
+// the profiled mean less nsPerEvent x that thread's events per kernel, kept at a quarter of
+// the profiled mean at least; writes nsPerEvent into the cluster (profiler_ns_per_event).
+// nsPerEvent 0 restores the profiled rates. Does nothing where the rates were not fitted.
+void applyProfilerOverhead(KernelFit& fit, double nsPerEvent, const std::string& why);
 
 // Predicted duration of one sample on a cluster (0 for a class the model does not price).
 [[nodiscard]] double predictKernelNs(const ClusterSpec& c, const KernelSample& s);

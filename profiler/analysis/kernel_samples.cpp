@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
 #include <optional>
 #include <string_view>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "engine/sim/cost_model.h"
 #include "plans/core/strings.h"
@@ -353,6 +355,26 @@ double chunkCatBytes(const OpInputs& in, std::string_view kernel) {
            static_cast<double>(outBytes);
 }
 
+// The blocks of one chunk of torch._chunk_cat's output, as its CUDA path lists them on the
+// host (a block index for every 2 KiB, BYTES_PER_BLOCK in ATen's TensorShape.cu): `out` is
+// [num_chunks, chunk elements] for dim 0 (FSDP2 passes the reduce-scatter input viewed as
+// [world size, -1]). Each tensor's piece of a chunk rounds up to whole blocks; record_shapes
+// gives the list's total, not each tensor's, so this counts the chunk's bytes in blocks
+// (short by at most one block a tensor). 0 when `out` is not such a tensor.
+int64_t chunkCatBlocksPerChunk(const OpInputs& in) {
+    if (in.dims.empty() || in.types.empty() || in.types[0] != "TensorList") return 0;
+    for (size_t i = in.dims.size(); i-- > 1;) {
+        if (i >= in.types.size() || in.dims[i].empty()) continue;
+        const int64_t dst = traceDtypeBytes(in.types[i]);
+        const auto& d = in.dims[i];
+        if (dst <= 0 || d.size() < 2 || d.back() <= 0) return 0;
+        const int64_t chunkBytes = checkedProduct(d.back(), dst);
+        constexpr int64_t kBytesPerBlock = 2048;
+        return chunkBytes > 0 ? (chunkBytes + kBytesPerBlock - 1) / kBytesPerBlock : 0;
+    }
+    return 0;
+}
+
 // Ops that read or write the rows an index names: what they move follows the index, not
 // their inputs' sizes (a cross-entropy's gather of [tokens, vocab] logits, or of a
 // 151,936-row table through a [4096, 4096] index expanded from 4,096 ids, read as 436 MB
@@ -576,6 +598,20 @@ void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out
         {
             // Launch to launch on each thread: the CPU's cost per kernel. A gap over 1 ms is
             // the CPU waiting (a sync, the data loader), not launching.
+            std::vector<std::pair<int64_t, int64_t>> optimizer;  // Optimizer.step# ranges
+            std::unordered_set<int32_t> stepLanes;  // the threads that run ProfilerSteps
+            for (size_t i = 0; i < n; ++i) {
+                if (!onHost(i)) continue;
+                if (startsWith(name(i), "Optimizer.step#"))
+                    optimizer.emplace_back(t.start[i], t.start[i] + t.dur[i]);
+                if (stepNumber(name(i)) >= 0) stepLanes.insert(t.lane[i]);
+            }
+            auto launcher = [&](int32_t lane, int64_t ts) {
+                for (const auto& [s0, s1] : optimizer)
+                    if (ts >= s0 && ts < s1) return KernelSamples::Launcher::Optimizer;
+                return stepLanes.count(lane) ? KernelSamples::Launcher::Forward
+                                             : KernelSamples::Launcher::Backward;
+            };
             std::vector<std::pair<int32_t, int64_t>> launches;  // (lane, start) of kernels
             for (const auto& [host, dev] : t.flowEvents)
                 if (host >= 0 && dev >= 0 &&
@@ -584,12 +620,40 @@ void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out
                         {t.lane[static_cast<size_t>(host)], t.start[static_cast<size_t>(host)]});
             std::sort(launches.begin(), launches.end());
             launches.erase(std::unique(launches.begin(), launches.end()), launches.end());
+            // Kernels and host events per step and launcher, on the launching threads.
+            {
+                std::map<std::pair<int32_t, KernelSamples::Launcher>, KernelSamples::LauncherEvents>
+                    per;
+                std::unordered_set<int32_t> launching;
+                for (const auto& [lane, ts] : launches) {
+                    launching.insert(lane);
+                    const auto by = launcher(lane, ts);
+                    auto& x = per[{stepAt(ts), by}];
+                    ++x.launches;
+                }
+                for (size_t i = 0; i < n; ++i) {
+                    if (!onHost(i) || !launching.count(t.lane[i])) continue;
+                    const auto& cat = category(i);
+                    if (!(isHostOp(i) || cat == "user_annotation" || cat == "cuda_runtime" ||
+                          cat == "cuda_driver" || cat == "Runtime"))
+                        continue;
+                    const auto it = per.find({stepAt(t.start[i]), launcher(t.lane[i], t.start[i])});
+                    if (it != per.end()) ++it->second.events;
+                }
+                for (auto& [key, x] : per) {
+                    if (key.first < 0) continue;
+                    x.step = key.first;
+                    x.by = key.second;
+                    out.launcherEvents.push_back(x);
+                }
+            }
             for (size_t k = 1; k < launches.size(); ++k) {
                 if (launches[k].first != launches[k - 1].first) continue;
                 const int64_t gap = launches[k].second - launches[k - 1].second;
                 const int32_t step = stepAt(launches[k].second);
                 if (gap > 0 && gap < 1000000 && step == stepAt(launches[k - 1].second))
-                    out.launchGaps.push_back({step, gap});
+                    out.launchGaps.push_back(
+                        {step, gap, launcher(launches[k].first, launches[k].second)});
             }
         }
         {
@@ -788,6 +852,14 @@ void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out
             }
             const OpInputs& inputs = *inputsOf(inputsEvent);
             s.bytes = on == kChunkCatKey ? chunkCatBytes(inputs, name(i)) : 0;
+            if (on == kChunkCatKey)
+                if (const int64_t blocks = chunkCatBlocksPerChunk(inputs); blocks > 0) {
+                    // The host's time from entering the op to launching its kernel: the block
+                    // table, its copy to the device, the output's allocation.
+                    const auto host = static_cast<size_t>(inputsEvent);
+                    const int64_t ns = t.start[static_cast<size_t>(launch)] - t.start[host];
+                    if (ns > 0) out.chunkCatHost.push_back({step, blocks, ns});
+                }
             if (s.bytes <= 0) s.bytes = opBytes(on, inputs, &s.broadcast);
             if (s.bytes <= 0) {
                 skip("kernel whose launching op has no tensor inputs");

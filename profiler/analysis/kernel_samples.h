@@ -63,12 +63,26 @@ struct KernelSamples {
     std::vector<int32_t> steps;            // ProfilerStep numbers seen, ascending
     std::vector<std::string> deviceNames;  // the traces' GPUs ("NVIDIA B200"), once each
     // GPU traces: the CPU time from one kernel launch to the next on the launching thread
-    // (gaps under 1 ms, within one ProfilerStep): what eager PyTorch spends per kernel.
+    // (gaps under 1 ms, within one ProfilerStep): what eager PyTorch spends per kernel; each
+    // by who launched the later kernel: the optimizer (inside an Optimizer.step# range), the
+    // thread that runs the ProfilerSteps (the model's forward), or another (autograd's device
+    // thread: backward and recompute).
+    enum class Launcher : uint8_t { Forward, Backward, Optimizer };
     struct LaunchGap {
         int32_t step = -1;
         int64_t ns = 0;
+        Launcher by = Launcher::Forward;
     };
     std::vector<LaunchGap> launchGaps;
+    // GPU traces, per ProfilerStep and launcher, on the threads that launched kernels: the
+    // kernels launched and the host events recorded (ops, annotations, CUDA runtime and
+    // driver calls): what the profiler did per kernel (SimParams::profilerNsPerEvent).
+    struct LauncherEvents {
+        int32_t step = -1;
+        Launcher by = Launcher::Forward;
+        int64_t launches = 0, events = 0;
+    };
+    std::vector<LauncherEvents> launcherEvents;
     // GPU traces: the device time from a kernel's end to the next queued one's start on its
     // stream (copies and memsets included): the GPU's overhead per kernel.
     std::vector<LaunchGap> deviceGaps;
@@ -80,6 +94,14 @@ struct KernelSamples {
         int64_t spanNs = 0, hostWaitNs = 0;
     };
     std::vector<StepDevice> stepDevice;
+    // GPU traces: FSDP2's reduce-scatter copy-ins (aten::_chunk_cat with record_shapes), each
+    // the blocks of one chunk of its output and the host's time from entering the op to
+    // launching its kernel (SimParams::chunkCatHostNsPerBlock).
+    struct ChunkCatHost {
+        int32_t step = -1;
+        int64_t blocks = 0, ns = 0;
+    };
+    std::vector<ChunkCatHost> chunkCatHost;
 };
 
 struct KernelSampleOptions {

@@ -7,6 +7,8 @@
 
 #include <cmath>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/sim/cost_model.h"
 #include "plans/cluster/cluster.h"
 #include "profiler/analysis/kernel_fit.h"
@@ -260,4 +262,130 @@ TEST(KernelFit, GemmShapesKeepTheirOwnRates) {
     ASSERT_FALSE(bad.ok());
     EXPECT_NE(bad.error().find("/sim/gemm_efficiency_by_shape/1/m"), std::string::npos)
         << bad.error();
+}
+
+namespace {
+
+// Samples that price: one GEMM a step, timed by the machine itself (fitKernels needs some).
+KernelSamples withGemms(int32_t steps) {
+    KernelSamples all;
+    for (int32_t step = 0; step < steps; ++step) {
+        KernelSample g;
+        g.cls = KernelClass::Gemm;
+        g.step = step;
+        g.flops = 1e12;
+        g.dtype = DType::BFloat16;
+        g.durNs = 2000000;
+        all.samples.push_back(g);
+    }
+    return all;
+}
+
+}  // namespace
+
+TEST(KernelFit, EachThreadsLaunchRateWithoutTheProfilersShare) {
+    using L = KernelSamples::Launcher;
+    KernelSamples all = withGemms(4);
+    for (int32_t step = 0; step < 4; ++step) {
+        const bool held = step % 2 == 1;
+        for (int k = 0; k < 25; ++k) {
+            // The means: 60 us (forward), 40 us (backward) on the fitted steps; the optimizer's
+            // 9 us launches are most of the step's and set cpu_launch_ns (their median).
+            all.launchGaps.push_back({step, 50000, L::Forward});
+            all.launchGaps.push_back({step, 70000, L::Forward});
+            all.launchGaps.push_back({step, held ? 44000 : 40000, L::Backward});
+            for (int o = 0; o < 6; ++o)
+                all.launchGaps.push_back({step, 9000, L::Optimizer});
+        }
+        all.launcherEvents.push_back({step, L::Forward, 25, 200});   // 8 events a kernel
+        all.launcherEvents.push_back({step, L::Backward, 25, 250});  // 10
+    }
+    ClusterSpec base = machine();
+    auto fit = fitKernels(all, base, "synthetic");
+    ASSERT_TRUE(fit.ok()) << fit.error();
+    EXPECT_EQ(fit->launchForward.fitted, 100);
+    EXPECT_EQ(fit->launchForward.fittedNs, 60000);
+    EXPECT_EQ(fit->launchBackward.fittedNs, 40000);
+    EXPECT_EQ(fit->launchBackward.heldBackNs, 44000);
+    EXPECT_EQ(fit->cluster.sim.cpuLaunchNs, 9000);
+    EXPECT_DOUBLE_EQ(fit->eventsPerLaunchForward, 8);
+    EXPECT_DOUBLE_EQ(fit->eventsPerLaunchBackward, 10);
+    // Without a profiler figure the rates are the profiled run's.
+    EXPECT_EQ(fit->cluster.sim.cpuLaunchForwardNs, 60000);
+    EXPECT_EQ(fit->cluster.sim.cpuLaunchBackwardNs, 40000);
+    EXPECT_EQ(fit->cluster.sim.profilerNsPerEvent, 0);
+    // With the base cluster's 2 us an event: 60 - 8 x 2 and 40 - 10 x 2.
+    base.sim.profilerNsPerEvent = 2000;
+    fit = fitKernels(all, base, "synthetic");
+    ASSERT_TRUE(fit.ok()) << fit.error();
+    EXPECT_EQ(fit->cluster.sim.cpuLaunchForwardNs, 44000);
+    EXPECT_EQ(fit->cluster.sim.cpuLaunchBackwardNs, 20000);
+    EXPECT_NE(fit->cluster.sources["/sim/cpu_launch_backward_ns"].find("less 2000 ns"),
+              std::string::npos)
+        << fit->cluster.sources["/sim/cpu_launch_backward_ns"];
+    // Never below a quarter of the profiled rate: 40 - 10 x 5 would be negative.
+    applyProfilerOverhead(*fit, 5000, "a test");
+    EXPECT_EQ(fit->cluster.sim.cpuLaunchForwardNs, 20000);
+    EXPECT_EQ(fit->cluster.sim.cpuLaunchBackwardNs, 10000);
+    // The cluster file keeps all three.
+    auto back = clusterFromJson(clusterToJson(fit->cluster), "fitted.json");
+    ASSERT_TRUE(back.ok()) << back.error();
+    EXPECT_EQ(back->sim.cpuLaunchForwardNs, 20000);
+    EXPECT_EQ(back->sim.cpuLaunchBackwardNs, 10000);
+    EXPECT_EQ(back->sim.profilerNsPerEvent, 5000);
+    // A trace without the model's thread told apart (no ProfilerSteps: every launch is on
+    // "another" thread) fits no per-thread rate.
+    KernelSamples one = withGemms(4);
+    for (int32_t step = 0; step < 4; ++step)
+        for (int k = 0; k < 25; ++k)
+            one.launchGaps.push_back({step, 40000, L::Backward});
+    fit = fitKernels(one, machine(), "synthetic");
+    ASSERT_TRUE(fit.ok()) << fit.error();
+    EXPECT_EQ(fit->cluster.sim.cpuLaunchForwardNs, 0);
+    EXPECT_EQ(fit->cluster.sim.cpuLaunchBackwardNs, 0);
+}
+
+TEST(KernelFit, ChunkCatsHostTimeIsItsLowerQuartilePerBlock) {
+    // The block table's host time per block of one chunk: the lower quartile of the fitted
+    // steps' copy-ins (the host is slower at it while the device lags), copy-ins under
+    // 65,536 blocks left out (their fixed costs would weigh), the held-back steps' summed.
+    KernelSamples all = withGemms(4);
+    for (int32_t step = 0; step < 4; ++step) {
+        for (int k = 0; k < 4; ++k)  // 3, 4, 5, 9 ns a block on every step
+            all.chunkCatHost.push_back({step, 100000, int64_t{100000} * (k == 3 ? 9 : 3 + k)});
+        all.chunkCatHost.push_back({step, 1000, 50000000});  // small: out
+    }
+    auto fit = fitKernels(all, machine(), "synthetic");
+    ASSERT_TRUE(fit.ok()) << fit.error();
+    EXPECT_EQ(fit->chunkCatHost.fitted, 8);
+    EXPECT_DOUBLE_EQ(fit->cluster.sim.chunkCatHostNsPerBlock, 3);  // of 3 3 4 4 5 5 9 9
+    EXPECT_EQ(fit->chunkCatHost.heldBack, 8);
+    EXPECT_DOUBLE_EQ(fit->chunkCatHost.heldBackMeasuredNs, 2 * 100000.0 * (3 + 4 + 5 + 9));
+    EXPECT_DOUBLE_EQ(fit->chunkCatHost.heldBackPredictedNs, 8 * 100000.0 * 3);
+    // Only small copy-ins (many ranks): nothing fitted, and a note says why.
+    KernelSamples small = withGemms(4);
+    for (int32_t step = 0; step < 4; ++step)
+        small.chunkCatHost.push_back({step, 4000, 400000});
+    fit = fitKernels(small, machine(), "synthetic");
+    ASSERT_TRUE(fit.ok()) << fit.error();
+    EXPECT_EQ(fit->cluster.sim.chunkCatHostNsPerBlock, 0);
+    bool noted = false;
+    for (const auto& n : fit->notes)
+        noted |= n.find("chunk_cat_host_ns_per_block kept") != std::string::npos;
+    EXPECT_TRUE(noted);
+}
+
+TEST(KernelFit, ClusterRefusesBadHostFigures) {
+    for (const auto& [field, value] :
+         {std::pair{"chunk_cat_host_ns_per_block", nlohmann::json(-1)},
+          std::pair{"chunk_cat_host_ns_per_block", nlohmann::json("fast")},
+          std::pair{"profiler_ns_per_event", nlohmann::json(2e6)},
+          std::pair{"cpu_launch_forward_ns", nlohmann::json(-5)},
+          std::pair{"cpu_launch_backward_ns", nlohmann::json(2e9)}}) {
+        nlohmann::json j = clusterToJson(machine());
+        j["sim"][field] = value;
+        auto c = clusterFromJson(j, "c.json");
+        ASSERT_FALSE(c.ok()) << field;
+        EXPECT_NE(c.error().find(std::string("/sim/") + field), std::string::npos) << c.error();
+    }
 }

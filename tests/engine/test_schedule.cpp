@@ -944,33 +944,131 @@ TEST(KernelModel, FullCheckpointingsRecomputeStopsBeforeTheLastSavingGemm) {
     EXPECT_EQ(gemma.rec, gemmaFull.rec);
 }
 
-TEST(KernelModel, LaunchCostMakesASmallModelCpuBound) {
-    // The tiny Llama on a fast GPU: its kernels take microseconds, so at 20 us per launch
-    // the step is the CPU's, not the device's.
+namespace {
+
+// The tiny Llama, a unit per decoder layer, on one node of H100s: its program and cluster.
+struct TinyLlamaOnH100s {
+    ClusterSpec cluster;
+    int64_t worldSize = 0;
+    StepProgram program;
+};
+TinyLlamaOnH100s tinyLlamaOnH100s() {
+    TinyLlamaOnH100s t;
     auto g = loadModelFile(test::samplePath("models/tiny-llama/config.json"));
-    ASSERT_TRUE(g.ok());
+    EXPECT_TRUE(g.ok());
     auto c = loadClusterFile(test::samplePath("clusters/h100-sxm-8x8.json"));
-    ASSERT_TRUE(c.ok());
-    ClusterSpec one = *c;
-    one.nodes = 1;
+    EXPECT_TRUE(c.ok());
+    if (!g.ok() || !c.ok()) return t;
+    t.cluster = *c;
+    t.cluster.nodes = 1;
     Plan p;
     p.wrap.kind = WrapPolicySpec::Kind::ModuleClass;
     p.wrap.classes = {"LlamaDecoderLayer"};
     p.microBatchSize = 2;
     p.seqLen = 128;
-    const ResolvedPlan r = resolvePlan(*g, p, &one, "tiny");
-    ASSERT_FALSE(r.hasErrors());
-    const StepProgram prog = buildStepProgram(r, stepOptionsFor(p, one));
-    const SimResult fast = simulate(prog, one, r.worldSize);
+    const ResolvedPlan r = resolvePlan(*g, p, &t.cluster, "tiny");
+    EXPECT_FALSE(r.hasErrors());
+    t.worldSize = r.worldSize;
+    t.program = buildStepProgram(r, stepOptionsFor(p, t.cluster));
+    return t;
+}
+
+}  // namespace
+
+TEST(KernelModel, LaunchCostMakesASmallModelCpuBound) {
+    // The tiny Llama on a fast GPU: its kernels take microseconds, so at 20 us per launch
+    // the step is the CPU's, not the device's.
+    const auto [one, worldSize, prog] = tinyLlamaOnH100s();
+    ASSERT_FALSE(prog.ops.empty());
+    const SimResult fast = simulate(prog, one, worldSize);
     ClusterSpec launching = one;
     launching.sim.cpuLaunchNs = 20000;
-    const SimResult slow = simulate(prog, launching, r.worldSize);
+    const SimResult slow = simulate(prog, launching, worldSize);
     const KernelTotals k = kernelTotals(launching, prog);
     EXPECT_GT(k.count(), 400);
     EXPECT_NEAR(k.launchSeconds, 20e-6 * static_cast<double>(k.count()), 1e-9);
     // The step now takes at least as long as launching every kernel.
     EXPECT_GE(static_cast<double>(slow.stepNs) * 1e-9, k.launchSeconds);
     EXPECT_GT(slow.stepNs, 2 * fast.stepNs);
+}
+
+TEST(KernelModel, EachThreadLaunchesAtItsOwnRate) {
+    // The units' forward kernels are launched by the thread that calls the model, their
+    // backward and recompute by autograd's: each at its own rate where the cluster has one,
+    // the optimizer's (and any other) at cpu_launch_ns.
+    const auto [one, worldSize, prog] = tinyLlamaOnH100s();
+    ASSERT_FALSE(prog.ops.empty());
+    std::map<OpKind, double> kernels;
+    for (const Op& op : prog.ops)
+        if (op.mix >= 0) kernels[op.kind] += static_cast<double>(prog.mixes[op.mix].kernels);
+    ASSERT_GT(kernels[OpKind::Forward], 0);
+    ASSERT_GT(kernels[OpKind::Backward], 0);
+    ASSERT_GT(kernels[OpKind::OptimizerStep], 0);
+    ClusterSpec rates = one;
+    rates.sim.cpuLaunchNs = 5000;
+    rates.sim.cpuLaunchForwardNs = 60000;
+    rates.sim.cpuLaunchBackwardNs = 30000;
+    const KernelTotals k = kernelTotals(rates, prog);
+    EXPECT_NEAR(k.launchSeconds,
+                1e-9 * (60000 * kernels[OpKind::Forward] + 30000 * kernels[OpKind::Backward] +
+                        5000 * kernels[OpKind::OptimizerStep]),
+                1e-9);
+    // The forward cannot end before its kernels are launched at 60 us each; with the
+    // backward's rate unset, backward launches at cpu_launch_ns.
+    const SimResult s = simulate(prog, rates, worldSize);
+    int64_t forwardEnd = 0;
+    for (size_t i = 0; i < prog.ops.size(); ++i)
+        if (prog.ops[i].kind == OpKind::Forward) forwardEnd = std::max(forwardEnd, s.end[i]);
+    EXPECT_GE(static_cast<double>(forwardEnd), 60000 * kernels[OpKind::Forward]);
+    ClusterSpec forwardOnly = rates;
+    forwardOnly.sim.cpuLaunchBackwardNs = 0;
+    EXPECT_NEAR(kernelTotals(forwardOnly, prog).launchSeconds,
+                1e-9 * (60000 * kernels[OpKind::Forward] +
+                        5000 * (kernels[OpKind::Backward] + kernels[OpKind::OptimizerStep])),
+                1e-9);
+}
+
+TEST(StepProgram, ChunkCatsBlockTableHoldsTheHostOverFewRanks) {
+    // FSDP2's reduce-scatter copy-in (torch._chunk_cat on CUDA) lists a block for every 2 KiB
+    // of one chunk of its output on the host before it launches its kernel; a chunk is the
+    // input over the reduce-scatter group. With the host otherwise free and that table the
+    // slowest thing in the step, the k-th copy-in starts at k times its table: a block's
+    // 4 MiB fp32 gradient is 2,048 blocks over one rank, 512 over four.
+    constexpr double kNsPerBlock = 1e6;
+    auto copyInStarts = [&](const Plan& p, ClusterSpec c) {
+        c.sim.chunkCatHostNsPerBlock = kNsPerBlock;
+        const SimRun r = run(blocks(), p, c);
+        std::vector<int64_t> starts;
+        for (size_t i = 0; i < r.program.ops.size(); ++i)
+            if (r.program.ops[i].kind == OpKind::ReduceScatterCopyIn)
+                starts.push_back(r.sim.start[i]);
+        return starts;
+    };
+    for (const int64_t world : {int64_t{1}, int64_t{4}}) {
+        SCOPED_TRACE(world);
+        const auto starts = copyInStarts(blockPlan(world), cluster(1, world));
+        ASSERT_EQ(starts.size(), static_cast<size_t>(kLayers));
+        const int64_t table =
+            static_cast<int64_t>(kNsPerBlock) * (static_cast<int64_t>(kBlockBytes) / world / 2048);
+        for (size_t k = 0; k < starts.size(); ++k)
+            EXPECT_EQ(starts[k], static_cast<int64_t>(k + 1) * table);
+    }
+    // FSDP1 casts its flat gradient instead, and a CPU device's _chunk_cat builds no table:
+    // neither waits for one.
+    Plan fsdp1 = blockPlan(4);
+    fsdp1.api = PlanApi::Fsdp1;
+    ClusterSpec cpu = cluster();
+    cpu.device.kind = "cpu";
+    for (const auto& [plan, c] : {std::pair{fsdp1, cluster()}, std::pair{blockPlan(4), cpu}}) {
+        const auto with = copyInStarts(plan, c);
+        ClusterSpec without = c;
+        const SimRun r = run(blocks(), plan, without);
+        std::vector<int64_t> expected;
+        for (size_t i = 0; i < r.program.ops.size(); ++i)
+            if (r.program.ops[i].kind == OpKind::ReduceScatterCopyIn)
+                expected.push_back(r.sim.start[i]);
+        EXPECT_EQ(with, expected);
+    }
 }
 
 TEST(StepProgram, RotaryEmbeddingsRunWhereTransformersRunsThem) {

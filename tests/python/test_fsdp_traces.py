@@ -366,6 +366,28 @@ class FsdpTraces(unittest.TestCase):
         self.assertEqual(extra, cat_bytes.pop() + div_bytes.pop())
         self.assertEqual(fsdp1[("rs_copy_in", "model.layers.1")].get("memory_bytes", 0), 0)
 
+    def test_fsdp2_chunk_cats_one_chunk_per_rank(self):
+        """FSDP2's reduce-scatter copy-in is torch._chunk_cat into the reduce-scatter input
+        viewed as [ranks, chunk]: the simulator prices the host's block table of its CUDA
+        path by the blocks of one chunk, the reduce-scatter's bytes over its group (ATen's
+        get_chunk_cat_metadata lists the blocks of one chunk). From PyTorch's trace over two
+        Gloo ranks: every _chunk_cat's out is [2, n], and 2 x n elements of fp32 are the bytes
+        and the group of the step program's reduce-scatter of that unit, in order."""
+        d = self.dirs["per_block"]
+        with open(os.path.join(d, "traces", "rank0.pt.trace.json")) as f:
+            ev = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+        step = max((e for e in ev if e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"])
+        cats = sorted((e for e in ev if e["name"] == "aten::_chunk_cat"
+                       and step["ts"] <= e["ts"] <= step["ts"] + step["dur"]), key=lambda e: e["ts"])
+        outs = [e["args"]["Input Dims"][-1] for e in cats]
+        self.assertTrue(outs and all(len(o) == 2 and o[0] == 2 for o in outs), outs)
+        ops = peer.shardscope("simulate", "-m", MODEL, "-p", os.path.join(d, "plan.json"), "-c",
+                              peer.sample("clusters", "cpu-2core.json"), "--program", "--json")["ops"]
+        reduces = [o for o in ops if o["kind"] == "reduce_scatter"]
+        print("FSDP2 over 2 ranks: _chunk_cat outs %s; the program's reduce-scatters %s"
+              % (outs, [(o["bytes"], o["group_size"]) for o in reduces]))
+        self.assertEqual([(4 * o[0] * o[1], 2) for o in outs], [(o["bytes"], o["group_size"]) for o in reduces])
+
     def test_engine_in_blocking_mode_issues_what_fsdp2_issued_on_cpu(self):
         # On a CPU device FSDP2 waits for each collective where it is issued (no streams), so
         # every one is exposed; the engine's blocking mode does the same. The oracle is the

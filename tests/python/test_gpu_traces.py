@@ -87,12 +87,42 @@ def profiler_steps(ev):
                   if e.get("cat") == "user_annotation" and e.get("name", "").startswith("ProfilerStep#"))
 
 
+def unprofiled_step_ms(d):
+    """The median of a run's steps timed without the profiler (unprofiled-steps.json)."""
+    with open(os.path.join(d, "unprofiled-steps.json")) as f:
+        return statistics.median(json.load(f)["step_ms"])
+
+
+QWEN3_SAC = os.path.join(peer.SOURCE, "tests", "data", "h200-qwen3-8b-4layers-sac")
+
+
+@functools.lru_cache(maxsize=None)
+def profiler_fit_on_qwen3_sac():
+    """calibrate --from-trace --step-ms on the Qwen3-8B run under selective checkpointing (a
+    host-bound run) with its steps timed without the profiler: the --json summary. Its
+    profiler_ns_per_event is what the profiler added per recorded event on that H200's host."""
+    out = os.path.join(tempfile.mkdtemp(), "qwen3-sac-fitted.json")
+    return run("calibrate", "--from-trace", os.path.join(QWEN3_SAC, "rank0.pt.trace.json.gz"), "--cluster",
+               os.path.join(DATA, "cluster-measured-gqa.json"), "--output", out, "--json",
+               "-m", os.path.join(QWEN3_SAC, "config.json"), "-p", os.path.join(QWEN3_SAC, "plan.json"),
+               "--step-ms", str(unprofiled_step_ms(QWEN3_SAC)))
+
+
 @functools.lru_cache(maxsize=None)
 def fitted_on_llama8b():
     """The H200 cluster calibrated on the Llama-3.1-8B 1 x 4096 trace (calibrate --from-trace
-    with the run's model and plan), as a user calibrates on the job they run: its path."""
-    fitted = os.path.join(tempfile.mkdtemp(), "llama8b-fitted.json")
-    run("calibrate", "--from-trace", TRACE, "--cluster", os.path.join(DATA, "cluster-measured-gqa.json"),
+    with the run's model and plan), as a user calibrates on the job they run: its path. The
+    base cluster carries the profiler's host time per event fitted on another run (Qwen3-8B
+    under selective checkpointing, profiler_fit_on_qwen3_sac), so the launch rates read off
+    this trace become an unprofiled run's."""
+    with open(os.path.join(DATA, "cluster-measured-gqa.json")) as f:
+        base = json.load(f)
+    base["sim"]["profiler_ns_per_event"] = profiler_fit_on_qwen3_sac()["fitted"]["profiler_ns_per_event"]
+    tmp = tempfile.mkdtemp()
+    with open(os.path.join(tmp, "base.json"), "w") as f:
+        json.dump(base, f)
+    fitted = os.path.join(tmp, "llama8b-fitted.json")
+    run("calibrate", "--from-trace", TRACE, "--cluster", os.path.join(tmp, "base.json"),
         "--output", fitted, "--json", "-m", os.path.join(DATA, "config.json"), "-p",
         os.path.join(DATA, "plan.json"))
     return fitted
@@ -227,7 +257,9 @@ class H200Trace(unittest.TestCase):
         1 x 4096, as a user calibrates on the job they run and simulates the next one) within
         10 % of the step without the profiler. The 1 x 1024 run's host is the bottleneck: 23.6
         ms of its 100 ms traced step the device is idle, and the profiler adds 20 % (83.8 ms
-        unprofiled), so only the unprofiled step is within reach."""
+        unprofiled); the launch rates read off the 1 x 4096 trace have the profiler's share
+        taken out (its host time per event, fitted on the Qwen3-8B selective-checkpointing
+        run's unprofiled steps: fitted_on_llama8b)."""
         fitted = fitted_on_llama8b()
         for folder, config in LATER_RUNS:
             d = os.path.join(peer.SOURCE, "tests", "data", folder)
@@ -1058,6 +1090,182 @@ class H200Trace(unittest.TestCase):
             self.assertLess(classes["gemm"]["after"]["median_abs_error"], 0.10, sub)
             with open(out) as fh:
                 self.assertIn("rank0.pt.trace.json.gz", json.dumps(json.load(fh)["sources"]))
+
+
+SEQ1024 = os.path.join(DATA, "seq1024")
+
+
+def launches_by_thread(ev):
+    """The kernel launches of a trace as calibrate --from-trace reads them: per launching
+    thread, the launch calls' start times (those whose correlation id a kernel carries), and
+    who launched each: "optimizer" inside an Optimizer.step# range, "forward" on the thread
+    that runs the ProfilerSteps, "backward" on any other (autograd's)."""
+    kernels = {e["args"]["correlation"] for e in ev if e.get("cat") == "kernel" and "correlation" in e.get("args", {})}
+    step_tids = {e["tid"] for e in ev if e.get("cat") == "user_annotation"
+                 and e.get("name", "").startswith("ProfilerStep#")}
+    optim = [(e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("ph") == "X"
+             and str(e.get("name", "")).startswith("Optimizer.step#")]
+    launches = collections.defaultdict(set)
+    for e in ev:
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and e.get("args", {}).get("correlation") in kernels:
+            launches[e["tid"]].add(e["ts"])
+
+    def who(tid, ts):
+        if any(a <= ts < b for a, b in optim):
+            return "optimizer"
+        return "forward" if tid in step_tids else "backward"
+    return {tid: sorted(v) for tid, v in launches.items()}, who
+
+
+def step_of(steps, ts):
+    """The index of the ProfilerStep whose host range holds ts, or None."""
+    return next((i for i, (a, b) in enumerate(steps) if a <= ts < b), None)
+
+
+@unittest.skipUnless(BIN and os.path.exists(BIN), "needs SHARDSCOPE_BIN (the shardscope binary)")
+class HostTime(unittest.TestCase):
+    """The host's side of a step, read off real H200 traces: the launch rate of each thread
+    (the model's and autograd's), the profiler's events per kernel, and the host time of
+    FSDP2's reduce-scatter copy-in (torch._chunk_cat's block table). The oracle is the trace,
+    read here straight from its JSON, and the steps the same runs timed without the profiler."""
+
+    def calibrate(self, d, *extra):
+        out = os.path.join(tempfile.mkdtemp(), "fitted.json")
+        return run("calibrate", "--from-trace", os.path.join(d, "rank0.pt.trace.json.gz"), "--cluster",
+                   os.path.join(DATA, "cluster-measured.json"), "--output", out, "--json", *extra)
+
+    def test_each_threads_launch_rate_is_the_traces(self):
+        """The mean launch-to-launch time (under 1 ms, within a step) of each thread outside
+        the optimizer on the fitted steps (ProfilerSteps 1 and 3), and the host events the
+        profiler recorded per kernel there (ops, annotations, CUDA runtime and driver calls),
+        as calibrate --from-trace reports them."""
+        for d in (SEQ1024, QWEN3_SAC):
+            ev, _ = events_and_middle_step(d)
+            steps = profiler_steps(ev)
+            fitted = {0, 2}
+            by_tid, who = launches_by_thread(ev)
+            gaps = collections.defaultdict(list)
+            launches, events = collections.Counter(), collections.Counter()
+            for tid, ts in by_tid.items():
+                for k, t in enumerate(ts):
+                    s = step_of(steps, t)
+                    if s in fitted:
+                        launches[who(tid, t)] += 1
+                    if k and s in fitted and step_of(steps, ts[k - 1]) == s and 0 < t - ts[k - 1] < 1000:
+                        gaps[who(tid, t)].append(t - ts[k - 1])
+            for e in ev:
+                if e.get("ph") == "X" and e.get("tid") in by_tid and e.get("cat") in (
+                        "cpu_op", "user_annotation", "cuda_runtime", "cuda_driver"):
+                    if step_of(steps, e["ts"]) in fitted:
+                        events[who(e["tid"], e["ts"])] += 1
+            f = self.calibrate(d)["fitted"]
+            for thread in ("forward", "backward"):
+                mean_ns = 1e3 * statistics.mean(gaps[thread])
+                per_kernel = events[thread] / launches[thread]
+                got = f["cpu_launch_%s_ns" % thread]
+                print("%s %-8s %.1f us a kernel (trace %.1f), %.2f profiler events a kernel (trace %.2f)"
+                      % (os.path.basename(d), thread, got / 1e3, mean_ns / 1e3,
+                         f["profiler_events_per_kernel"][thread], per_kernel))
+                self.assertAlmostEqual(got, mean_ns, delta=0.005 * mean_ns)
+                self.assertAlmostEqual(f["profiler_events_per_kernel"][thread], per_kernel, delta=0.02 * per_kernel)
+            # The optimizer's foreach loop launches several times faster: cpu_launch_ns.
+            self.assertLess(f["cpu_launch_ns"], 0.5 * f["cpu_launch_backward_ns"])
+
+    def test_chunk_cats_block_table_is_the_traces(self):
+        """FSDP2's reduce-scatter copy-in over one GPU holds the host 1.3-3.7 ms a unit
+        before its kernel is launched: ATen builds a block index for every 2 KiB of a chunk
+        of its output and copies the list to the device. Per copy-in of the fitted steps: the
+        host time from entering aten::_chunk_cat to launching chunk_cat_cuda_kernel, over the
+        blocks of its out's one chunk (record_shapes: [ranks, n] fp32); calibrate's figure is
+        the lower quartile. On the host-bound 1 x 1024 run and the device-bound 1 x 4096 run
+        (where the host, far ahead, took longer for the same table)."""
+        for d in (SEQ1024, DATA):
+            ev, _ = events_and_middle_step(d)
+            steps = profiler_steps(ev)
+            launch = {e["args"]["correlation"]: e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                      and "correlation" in e.get("args", {})}
+            launched = {}
+            for k in ev:
+                if k.get("cat") == "kernel" and "chunk_cat_cuda_kernel" in k["name"]:
+                    r = launch[k["args"]["correlation"]]
+                    launched[(r["tid"], r["ts"])] = r
+            per_block = []
+            for e in ev:
+                if e.get("name") != "aten::_chunk_cat" or step_of(steps, e["ts"]) not in (0, 2):
+                    continue
+                out, out_type = e["args"]["Input Dims"][-1], e["args"]["Input type"][-1]
+                self.assertEqual(out_type, "float")
+                blocks = -(-out[-1] * 4 // 2048)
+                t = min(ts for tid, ts in launched if tid == e["tid"] and e["ts"] <= ts <= e["ts"] + e["dur"])
+                if blocks >= 65536:
+                    per_block.append(1e3 * (t - e["ts"]) / blocks)
+            per_block.sort()
+            expected = per_block[(len(per_block) - 1) // 4]
+            got = self.calibrate(d)["fitted"]["chunk_cat_host_ns_per_block"]
+            print("%s: %.2f ns a block (trace: %d copy-ins, %.2f-%.2f ns, lower quartile %.2f)"
+                  % (os.path.basename(d) or "1x4096", got, len(per_block), per_block[0], per_block[-1], expected))
+            self.assertEqual(len(per_block), 12)
+            self.assertAlmostEqual(got, expected, delta=0.005 * expected)
+
+    def test_host_bound_steps(self):
+        """The two host-bound runs, each calibrated on its own trace. At the trace's pace the
+        simulated step is within 15 % of the traced step (-22.5 % and -10.0 % with one launch
+        rate for every kernel, the optimizer's). The profiler's host time per event fitted on
+        one run's steps timed without the profiler (--step-ms, which the simulation then
+        equals) predicts the other's unprofiled step within 5 %: each way round."""
+        fits = {}
+        for d in (SEQ1024, QWEN3_SAC):
+            config = os.path.join(d if d == QWEN3_SAC else DATA, "config.json")
+            fits[d] = self.calibrate(d, "-m", config, "-p", os.path.join(d, "plan.json"), "--step-ms",
+                                     str(unprofiled_step_ms(d)))
+            sm = fits[d]["step_ms_fit"]
+            traced = trace_facts(os.path.join(d, "rank0.pt.trace.json.gz"))["step_us"] / 1e3
+            print("%s: %.1f ms at the trace's pace (traced %.1f, %+.1f%%); %.3f us a profiler event makes it %.1f ms "
+                  "(unprofiled %.1f)" % (os.path.basename(d), sm["profiled_rates_step_ms"], traced,
+                                        100 * (sm["profiled_rates_step_ms"] / traced - 1),
+                                        sm["profiler_ns_per_event"] / 1e3, sm["fitted_step_ms"], sm["step_ms"]))
+            self.assertLess(abs(sm["profiled_rates_step_ms"] / traced - 1), 0.15, d)
+            self.assertGreater(sm["profiler_ns_per_event"], 0, d)
+            self.assertAlmostEqual(sm["fitted_step_ms"], sm["step_ms"], delta=0.005 * sm["step_ms"])
+        for fit_on, predict in ((SEQ1024, QWEN3_SAC), (QWEN3_SAC, SEQ1024)):
+            with open(os.path.join(DATA, "cluster-measured.json")) as f:
+                base = json.load(f)
+            base["sim"]["profiler_ns_per_event"] = fits[fit_on]["step_ms_fit"]["profiler_ns_per_event"]
+            tmp = tempfile.mkdtemp()
+            with open(os.path.join(tmp, "base.json"), "w") as f:
+                json.dump(base, f)
+            config = os.path.join(predict if predict == QWEN3_SAC else DATA, "config.json")
+            out = os.path.join(tmp, "fitted.json")
+            run("calibrate", "--from-trace", os.path.join(predict, "rank0.pt.trace.json.gz"), "--cluster",
+                os.path.join(tmp, "base.json"), "--output", out, "--json", "-m", config, "-p",
+                os.path.join(predict, "plan.json"))
+            sim = run("simulate", "-m", config, "-p", os.path.join(predict, "plan.json"), "-c", out, "--json")
+            e = sim["step_time_ns"] / 1e6 / unprofiled_step_ms(predict) - 1
+            print("%s without the profiler, its share fitted on %s: %.1f ms vs %.1f (%+.1f%%)"
+                  % (os.path.basename(predict), os.path.basename(fit_on), sim["step_time_ns"] / 1e6,
+                     unprofiled_step_ms(predict), 100 * e))
+            self.assertLess(abs(e), 0.05, predict)
+
+    def test_step_ms_on_a_device_bound_run_fits_nothing(self):
+        """On the device-bound 1 x 4096 run the simulated step is already no longer than the
+        unprofiled one at the trace's pace: --step-ms takes nothing out, and says why."""
+        f = self.calibrate(DATA, "-m", os.path.join(DATA, "config.json"), "-p", os.path.join(DATA, "plan.json"),
+                           "--step-ms", str(unprofiled_step_ms(DATA)))
+        self.assertEqual(f["fitted"]["profiler_ns_per_event"], 0)
+        self.assertTrue(any(n.startswith("--step-ms:") for n in f["notes"]), f["notes"])
+
+    def test_step_ms_needs_the_model_and_plan_and_a_number(self):
+        for extra, said in ((["--step-ms", "83.8"], "needs --model and --plan"),
+                            (["--step-ms", "fast", "-m", os.path.join(DATA, "config.json"), "-p",
+                              os.path.join(SEQ1024, "plan.json")], "expected the step's milliseconds"),
+                            (["--step-ms", "-3", "-m", os.path.join(DATA, "config.json"), "-p",
+                              os.path.join(SEQ1024, "plan.json")], "expected the step's milliseconds")):
+            r = subprocess.run([BIN, "calibrate", "--from-trace", os.path.join(SEQ1024, "rank0.pt.trace.json.gz"),
+                                "--cluster", os.path.join(DATA, "cluster-measured.json"), "--output",
+                                os.path.join(tempfile.mkdtemp(), "x.json"), *extra],
+                               capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(said, r.stderr)
 
 
 if __name__ == "__main__":
