@@ -479,7 +479,10 @@ class PeerWait(StragglerRun):
         print(f"rank 0 waited {waits[(0,) + first]:.1f} ms for rank 1's {sleep} ms sleep; rank 1 "
               f"{waits[(1,) + first]:.1f} ms; clock offsets {j['clock_offsets_ns']} ns")
         self.assertGreater(waits[(0,) + first], 0.9 * sleep)
-        self.assertLess(waits[(0,) + first], 1.05 * sleep)
+        # Above the sleep by what the straggler does after it before the all-gather (its
+        # pre-forward in Python): 858 ms for 800 beside CI's other tests (2026-12-01), so a
+        # quarter over, as PeerWaitHsdp bounds it; a wait counted twice would read 2.
+        self.assertLess(waits[(0,) + first], 1.25 * sleep)
         self.assertLess(waits[(1,) + first], 0.05 * sleep)
         others = max(w for k, w in waits.items() if k[1:] != first)
         self.assertLess(others, 0.25 * sleep, "a wait where nobody slept")
