@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // `shardscope calibrate`: fit a cluster's simulator parameters to a measured run and print
 // the simulation error before and after.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -620,6 +621,19 @@ int runCalibrateMeasure(const Args& a) {
         k.collective = j.value("collective", "");
         k.op = k.kernel = j.value("op", "");
         if (auto d = parseDType(j.value("dtype", "float32")); d) k.dtype = *d;
+        // A GEMM's [M, N, K] (shardscope-engine measure writes them): its shape's own
+        // efficiency is fitted, as a trace's are (gemm_efficiency_by_shape). Without them a
+        // CPU whose bf16 and fp32 GEMMs scale differently by size (AMX on a Xeon: small bf16
+        // GEMMs at a tenth of its peak, fp32 at a third) had both priced by one curve.
+        if (const auto sh = j.find("shape");
+            k.cls == KernelClass::Gemm && sh != j.end() && sh->is_array() && sh->size() == 3 &&
+            std::all_of(sh->begin(), sh->end(), [](const nlohmann::json& x) {
+                return x.is_number_integer() && x.get<int64_t>() > 0;
+            })) {
+            k.m = (*sh)[0].get<int64_t>();
+            k.n = (*sh)[1].get<int64_t>();
+            k.k = (*sh)[2].get<int64_t>();
+        }
         if (k.durNs <= 0) continue;
         const double secs = static_cast<double>(k.durNs) * 1e-9;
         if (k.cls == KernelClass::Gemm)
@@ -919,7 +933,13 @@ std::vector<Command> calibrateCommands() {
         "group from their args. It fits the compute-efficiency curve, the memory efficiency and\n"
         "the collectives' latency and bus bandwidth on half of the ProfilerSteps, and prints\n"
         "each class's error on the other half, with the starting cluster and the fitted one.\n"
-        "What it cannot price (no shapes, convolutions, broadcasts) is counted and named.\n\n"
+        "What it cannot price (no shapes, convolutions, broadcasts) is counted and named.\n"
+        "It also reads the host's side: each thread's time per kernel launch (the model's for\n"
+        "the forward, autograd's for the backward), and FSDP2's reduce-scatter copy-in's block\n"
+        "table (torch._chunk_cat). Those are the profiled run's pace; with the model, the plan\n"
+        "and the run's step time without the profiler (--step-ms, from its training log) it\n"
+        "fits the profiler's share and takes it out, and a cluster carrying that share\n"
+        "(profiler_ns_per_event) has it taken out of every later calibration.\n\n"
         "--measure runs short microbenchmarks on this machine's devices instead (shardscope-\n"
         "engine measure on --nproc local ranks: GEMMs by size and dtype, copies and adds by\n"
         "bytes, causal attention, the cost of one tiny op, and all-gather, reduce-scatter and\n"
@@ -975,6 +995,9 @@ std::vector<Command> calibrateCommands() {
         "cpu-calibrated.json",
         "shardscope calibrate --from-trace rank0.pt.trace.json.gz -c "
         "samples/clusters/a100-80gb-8x8.json -o a100-fitted.json",
+        "shardscope calibrate --from-trace rank0.pt.trace.json.gz -c "
+        "samples/clusters/h200-8x8.json "
+        "-m config.json -p plan.json --step-ms 83.8 -o h200-fitted.json",
         "shardscope calibrate --measure -o this-machine.json",
         "shardscope calibrate --measure --device cuda --nproc 8 -c "
         "samples/clusters/h100-sxm-8x8.json "
