@@ -84,9 +84,12 @@ ProfilerFit fitProfilerOverhead(KernelFit& fit, const KernelFitInputs& in) {
             "cannot be fitted";
         return r;
     }
+    // Each candidate is simulated on a copy of the fitted cluster with only the launch rates
+    // changed; the fit itself (its sources and notes) is written once, at the end.
+    ClusterSpec candidate = fit.cluster;
     auto stepAt = [&](double ns) {
-        applyProfilerOverhead(fit, ns, "");
-        return in.simulatedStepNs(fit.cluster);
+        setLaunchRatesWithout(fit, ns, candidate.sim);
+        return in.simulatedStepNs(candidate);
     };
     const double hi = 0.75 * std::min(fit.launchForward.fittedNs / fit.eventsPerLaunchForward,
                                       fit.launchBackward.fittedNs / fit.eventsPerLaunchBackward);
@@ -346,11 +349,10 @@ int finishKernelCalibration(const Args& a, const KernelSamples& samples, const C
                   fit->cluster.sim.cpuLaunchForwardNs);
         printMean("  in the backward   autograd's thread (recompute included)", fit->launchBackward,
                   fit->eventsPerLaunchBackward, fit->cluster.sim.cpuLaunchBackwardNs);
-        if (fit->profilerNsPerEvent > 0) {
+        if (const double perEvent = fit->cluster.sim.profilerNsPerEvent; perEvent > 0) {
             std::snprintf(line, sizeof line,
                           "  profiler overhead   %.2f us a recorded event on the host (%s)\n",
-                          fit->profilerNsPerEvent * 1e-3,
-                          pf.tried ? "fitted to --step-ms" : "the base cluster's");
+                          perEvent * 1e-3, pf.tried ? "fitted to --step-ms" : "the base cluster's");
             std::cout << line;
         }
         if (pf.tried && pf.nsPerEvent > 0) {
@@ -541,10 +543,21 @@ int runCalibrateFromTrace(const Args& a) {
     if (targetStepNs > 0) {
         in.targetStepNs = targetStepNs;
         const std::string planFile = a.get("--plan");
-        in.simulatedStepNs = [stepModel, stepPlan, planFile](const ClusterSpec& c) {
-            const ResolvedPlan r = resolvePlan(*stepModel, *stepPlan, &c, planFile);
-            return static_cast<double>(
-                simulate(buildStepProgram(r, stepOptionsFor(*stepPlan, c)), c, r.worldSize).stepNs);
+        // The plan is resolved and its program built once, on the first cluster it sees (the
+        // fitted one): the search only changes the launch rates, which the program does not
+        // depend on.
+        struct Built {
+            int64_t worldSize = 0;
+            StepProgram program;
+        };
+        auto built = std::make_shared<std::optional<Built>>();
+        in.simulatedStepNs = [stepModel, stepPlan, planFile, built](const ClusterSpec& c) {
+            if (!*built) {
+                const ResolvedPlan r = resolvePlan(*stepModel, *stepPlan, &c, planFile);
+                *built = Built{r.worldSize, buildStepProgram(r, stepOptionsFor(*stepPlan, c))};
+            }
+            const Built& b = **built;
+            return static_cast<double>(simulate(b.program, c, b.worldSize).stepNs);
         };
     }
     return finishKernelCalibration(a, samples, base, in);

@@ -62,6 +62,10 @@ inline constexpr const char* kModuleKernelsKey = "nn.Module (memory-bound kernel
 // which `calibrate --from-trace` fits from its kernels and `calibrate --trace` from the
 // measured copy-ins.
 inline constexpr const char* kChunkCatKey = "aten::_chunk_cat";
+// Its CUDA path lists a block index on the host for every this many bytes of one chunk of
+// its output (BYTES_PER_BLOCK = 16 x 128 in ATen's TensorShape.cu): what
+// chunk_cat_host_ns_per_block is per.
+inline constexpr int64_t kChunkCatBytesPerBlock = 2048;
 // FSDP's copy-in and copy-out: dense casts and copies, priced by the curve of aten::copy_'s
 // vectorized kernels where `calibrate --from-trace` fitted one (FSDP2 over one GPU runs
 // exactly those, a cast and a copy per parameter; on an H200 they moved 0.85-0.88 of the

@@ -145,8 +145,8 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
     else
         launch.clear();
     // CPU time before a reduce-scatter copy-in's kernel: torch._chunk_cat lists a block index
-    // for every 2 KiB (BYTES_PER_BLOCK) of one chunk of its output on the host and copies the
-    // list to the device before launching (ATen's TensorShape.cu, get_chunk_cat_metadata);
+    // for every 2 KiB (kChunkCatBytesPerBlock) of one chunk of its output on the host and copies
+    // the list to the device before launching (ATen's TensorShape.cu, get_chunk_cat_metadata);
     // FSDP2 makes one chunk per rank of the reduce-scatter group (foreach_reduce's
     // num_chunks = world_size), so over many ranks the list is short. FSDP1's flat gradient
     // cast and a CPU device's composite _chunk_cat build no such list.
@@ -178,9 +178,8 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
                     continue;
                 const int64_t chunks =
                     op.kind == OpKind::ReduceScatter ? std::max<int64_t>(op.groupSize, 1) : 1;
-                constexpr int64_t kBytesPerBlock = 2048;
                 const int64_t blocks =
-                    (op.commBytes / chunks + kBytesPerBlock - 1) / kBytesPerBlock;
+                    (op.commBytes / chunks + kChunkCatBytesPerBlock - 1) / kChunkCatBytesPerBlock;
                 hostFirst[wid.index()] = static_cast<int64_t>(
                     std::llround(c.sim.chunkCatHostNsPerBlock * static_cast<double>(blocks)));
                 r.chunkCatHostNs += hostFirst[wid.index()];

@@ -188,18 +188,17 @@ SimParams parseSim(const JsonReader& r) {
         s.kernelGapNs = static_cast<double>(x->asIntAtLeast(0));
         if (s.kernelGapNs > 1e6) x->fail("implausibly large (more than a millisecond per kernel)");
     }
-    if (auto x = r.find("chunk_cat_host_ns_per_block")) {
-        s.chunkCatHostNsPerBlock = x->asNumber();
-        if (!(s.chunkCatHostNsPerBlock >= 0) || s.chunkCatHostNsPerBlock > 1e6)
-            x->fail(
-                "expected nanoseconds in [0, 1000000] (CPU time per 2 KiB block of one chunk of "
-                "FSDP2's reduce-scatter input)");
-    }
-    if (auto x = r.find("profiler_ns_per_event")) {
-        s.profilerNsPerEvent = x->asNumber();
-        if (!(s.profilerNsPerEvent >= 0) || s.profilerNsPerEvent > 1e6)
-            x->fail("expected nanoseconds in [0, 1000000] (host time the profiler adds per event)");
-    }
+    // Host times per unit of work, in ns (fractions allowed): up to a millisecond.
+    auto hostNs = [&](const char* key, double& field, const char* what) {
+        if (auto x = r.find(key)) {
+            field = x->asNumber();
+            if (!(field >= 0) || field > 1e6)
+                x->fail(std::string("expected nanoseconds in [0, 1000000] (") + what + ")");
+        }
+    };
+    hostNs("chunk_cat_host_ns_per_block", s.chunkCatHostNsPerBlock,
+           "CPU time per 2 KiB block of one chunk of FSDP2's reduce-scatter input");
+    hostNs("profiler_ns_per_event", s.profilerNsPerEvent, "host time the profiler adds per event");
     if (auto x = r.find("host_optimizer_bytes_per_s"))
         s.hostOptimizerBytesPerS = x->asPositiveNumber();
     if (auto ps = r.find("protocols")) {

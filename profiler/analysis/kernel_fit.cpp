@@ -76,27 +76,32 @@ bool fsdpCopyOp(const std::string& op) {
 
 }  // namespace
 
+void setLaunchRatesWithout(const KernelFit& fit, double nsPerEvent, SimParams& sim) {
+    if (fit.launchForward.fitted <= 0 || fit.launchBackward.fitted <= 0) return;
+    sim.profilerNsPerEvent = std::max(nsPerEvent, 0.0);
+    auto rate = [&](const SplitMedian& m, double events) {
+        return std::round(
+            std::max(m.fittedNs - sim.profilerNsPerEvent * events, 0.25 * m.fittedNs));
+    };
+    sim.cpuLaunchForwardNs = rate(fit.launchForward, fit.eventsPerLaunchForward);
+    sim.cpuLaunchBackwardNs = rate(fit.launchBackward, fit.eventsPerLaunchBackward);
+}
+
 void applyProfilerOverhead(KernelFit& fit, double nsPerEvent, const std::string& why) {
     if (fit.launchForward.fitted <= 0 || fit.launchBackward.fitted <= 0) return;
     ClusterSpec& c = fit.cluster;
-    fit.profilerNsPerEvent = std::max(nsPerEvent, 0.0);
-    c.sim.profilerNsPerEvent = fit.profilerNsPerEvent;
-    auto rate = [&](const SplitMedian& m, double events) {
-        return std::round(
-            std::max(m.fittedNs - fit.profilerNsPerEvent * events, 0.25 * m.fittedNs));
-    };
-    c.sim.cpuLaunchForwardNs = rate(fit.launchForward, fit.eventsPerLaunchForward);
-    c.sim.cpuLaunchBackwardNs = rate(fit.launchBackward, fit.eventsPerLaunchBackward);
+    setLaunchRatesWithout(fit, nsPerEvent, c.sim);
+    const double perEvent = c.sim.profilerNsPerEvent;
     const std::string& from = fit.source;
     auto source = [&](const SplitMedian& m, double events, const char* where) {
         char b[160];
         std::snprintf(b, sizeof b, " (mean of %lld launch-to-launch gaps %s",
                       static_cast<long long>(m.fitted), where);
         std::string s = from + b;
-        if (fit.profilerNsPerEvent > 0) {
+        if (perEvent > 0) {
             std::snprintf(b, sizeof b,
-                          ", less %.0f ns for each of its %.1f profiler events a kernel",
-                          fit.profilerNsPerEvent, events);
+                          ", less %.0f ns for each of its %.1f profiler events a kernel", perEvent,
+                          events);
             s += b + std::string(": ") + why;
         }
         return s + ")";
@@ -107,7 +112,7 @@ void applyProfilerOverhead(KernelFit& fit, double nsPerEvent, const std::string&
     c.sources["/sim/cpu_launch_backward_ns"] =
         source(fit.launchBackward, fit.eventsPerLaunchBackward,
                "on the other launching threads: autograd's");
-    if (fit.profilerNsPerEvent > 0)
+    if (perEvent > 0)
         c.sources["/sim/profiler_ns_per_event"] = why;
     else
         c.sources.erase("/sim/profiler_ns_per_event");
@@ -116,7 +121,7 @@ void applyProfilerOverhead(KernelFit& fit, double nsPerEvent, const std::string&
     fit.notes.erase(std::remove_if(fit.notes.begin(), fit.notes.end(),
                                    [](const std::string& n) { return n.rfind(kProfiled, 0) == 0; }),
                     fit.notes.end());
-    if (fit.profilerNsPerEvent <= 0)
+    if (perEvent <= 0)
         fit.notes.push_back(kProfiled +
                             ": the profiler's events are in them; give the base cluster a "
                             "profiler_ns_per_event, or fit one with --step-ms and the run's step "
@@ -309,52 +314,44 @@ Expected<KernelFit> fitKernels(const KernelSamples& all, const ClusterSpec& base
         }
     }
 
+    // Whether a figure of this step is held back, as the samples are (1.): by its step, or,
+    // in a trace without steps, every other one (`k` counts them).
+    auto isHeldBack = [&](int32_t step, size_t& k) {
+        return steps.size() >= 2 ? std::binary_search(heldSteps.begin(), heldSteps.end(), step)
+                                 : (k++ % 2) == 1;
+    };
     // 2c. CPU per kernel launch (cpu_launch_ns) and 2d. the device's time between queued
     //     kernels (kernel_gap_ns): each the median on the fitted steps, checked against the
-    //     held-back steps' median.
-    auto splitMedian = [&](const std::vector<KernelSamples::LaunchGap>& gaps) {
+    //     held-back steps' median; 2c'. below, a thread's gaps by their mean.
+    using L = KernelSamples::Launcher;
+    auto splitGaps = [&](const std::vector<KernelSamples::LaunchGap>& gaps, std::optional<L> who,
+                         double (*statistic)(std::vector<double>)) {
         SplitMedian m;
         std::vector<double> f, h;
-        const bool bySteps = steps.size() >= 2;
         size_t k = 0;
-        for (const auto& g : gaps) {
-            const bool held = bySteps
-                                  ? std::binary_search(heldSteps.begin(), heldSteps.end(), g.step)
-                                  : (k++ % 2) == 1;
-            (held ? h : f).push_back(static_cast<double>(g.ns));
-        }
+        for (const auto& g : gaps)
+            if (!who || g.by == *who)
+                (isHeldBack(g.step, k) ? h : f).push_back(static_cast<double>(g.ns));
         if (f.empty()) return m;
-        m.fittedNs = std::round(medianOf(f));
+        m.fittedNs = std::round(statistic(f));
         m.fitted = static_cast<int64_t>(f.size());
         if (!h.empty()) {
-            m.heldBackNs = medianOf(h);
+            m.heldBackNs = statistic(h);
             m.heldBack = static_cast<int64_t>(h.size());
         }
         return m;
     };
-    fit.launch = splitMedian(all.launchGaps);
+    auto mean = [](std::vector<double> v) -> double {
+        double sum = 0;
+        for (double x : v)
+            sum += x;
+        return sum / static_cast<double>(v.size());
+    };
+    fit.launch = splitGaps(all.launchGaps, std::nullopt, medianOf);
     // 2c'. The units' launches per thread: the mean gap of the model's thread (forward) and of
     //      autograd's (backward, recompute), outside the optimizer. Both or neither: a trace
     //      without ProfilerSteps cannot tell the model's thread from autograd's.
     {
-        using L = KernelSamples::Launcher;
-        auto splitMean = [&](L who) {
-            SplitMedian m;
-            double f = 0, h = 0;
-            const bool bySteps = steps.size() >= 2;
-            size_t k = 0;
-            for (const auto& g : all.launchGaps) {
-                if (g.by != who) continue;
-                const bool held =
-                    bySteps ? std::binary_search(heldSteps.begin(), heldSteps.end(), g.step)
-                            : (k++ % 2) == 1;
-                (held ? h : f) += static_cast<double>(g.ns);
-                ++(held ? m.heldBack : m.fitted);
-            }
-            if (m.fitted > 0) m.fittedNs = std::round(f / static_cast<double>(m.fitted));
-            if (m.heldBack > 0) m.heldBackNs = h / static_cast<double>(m.heldBack);
-            return m;
-        };
         // The profiler's events per kernel on each thread, over the fitted steps.
         auto eventsPerLaunch = [&](L who) {
             double launches = 0, events = 0;
@@ -367,7 +364,8 @@ Expected<KernelFit> fitKernels(const KernelSamples& all, const ClusterSpec& base
             return launches > 0 ? events / launches : 0.0;
         };
         constexpr int64_t kMinGaps = 20;
-        SplitMedian fw = splitMean(L::Forward), bw = splitMean(L::Backward);
+        SplitMedian fw = splitGaps(all.launchGaps, L::Forward, mean),
+                    bw = splitGaps(all.launchGaps, L::Backward, mean);
         if (fw.fitted >= kMinGaps && bw.fitted >= kMinGaps) {
             fit.launchForward = fw;
             fit.launchBackward = bw;
@@ -417,15 +415,11 @@ Expected<KernelFit> fitKernels(const KernelSamples& all, const ClusterSpec& base
         std::vector<double> f, h;
         auto& cc = fit.chunkCatHost;
         std::vector<const KernelSamples::ChunkCatHost*> held;
-        const bool bySteps = steps.size() >= 2;
         size_t k = 0;
         for (const auto& x : all.chunkCatHost) {
             if (x.blocks < kMinBlocks) continue;
-            const bool isHeld = bySteps
-                                    ? std::binary_search(heldSteps.begin(), heldSteps.end(), x.step)
-                                    : (k++ % 2) == 1;
             const double perBlock = static_cast<double>(x.ns) / static_cast<double>(x.blocks);
-            if (isHeld) {
+            if (isHeldBack(x.step, k)) {
                 h.push_back(perBlock);
                 held.push_back(&x);
             } else {
@@ -459,7 +453,7 @@ Expected<KernelFit> fitKernels(const KernelSamples& all, const ClusterSpec& base
                 "or more to time (over many ranks its host work is small)");
         }
     }
-    fit.kernelGap = splitMedian(all.deviceGaps);
+    fit.kernelGap = splitGaps(all.deviceGaps, std::nullopt, medianOf);
     if (fit.kernelGap.fitted > 0) {
         c.sim.kernelGapNs = fit.kernelGap.fittedNs;
         c.sources["/sim/kernel_gap_ns"] =

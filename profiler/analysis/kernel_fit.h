@@ -52,11 +52,10 @@ struct KernelFit {
     // a unit rate x kernels, so its total host time is what must match, hooks included):
     // cpu_launch_forward_ns and cpu_launch_backward_ns. fitted = 0 where not fitted.
     SplitMedian launchForward, launchBackward;
-    // Host events the profiler recorded per kernel on each thread (the fitted steps), and the
-    // overhead per event taken out of the rates above (0: none; then the rates written are
-    // the profiled run's). See applyProfilerOverhead.
+    // Host events the profiler recorded per kernel on each thread (the fitted steps); the
+    // overhead per event taken out of the rates above is cluster.sim.profilerNsPerEvent (0:
+    // none, the rates written are the profiled run's). See applyProfilerOverhead.
     double eventsPerLaunchForward = 0, eventsPerLaunchBackward = 0;
-    double profilerNsPerEvent = 0;
     SplitMedian kernelGap;  // the device's time between queued kernels: kernel_gap_ns
     // GPU traces: the median step's device span and the time in it the device waited for the
     // host (KernelSamples::stepDevice), over every step; steps = 0 where none was read.
@@ -77,6 +76,9 @@ struct KernelFit {
 // the profiled mean at least; writes nsPerEvent into the cluster (profiler_ns_per_event).
 // nsPerEvent 0 restores the profiled rates. Does nothing where the rates were not fitted.
 void applyProfilerOverhead(KernelFit& fit, double nsPerEvent, const std::string& why);
+// The rates alone, into `sim` (cpu_launch_forward_ns, cpu_launch_backward_ns and
+// profiler_ns_per_event), for a search over nsPerEvent that simulates each candidate.
+void setLaunchRatesWithout(const KernelFit& fit, double nsPerEvent, SimParams& sim);
 
 // Predicted duration of one sample on a cluster (0 for a class the model does not price).
 [[nodiscard]] double predictKernelNs(const ClusterSpec& c, const KernelSample& s);

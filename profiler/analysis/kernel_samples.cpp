@@ -325,17 +325,28 @@ double opBytes(std::string_view name, const OpInputs& in, bool* broadcast = null
 // moves 6). It reads the list once and writes `out`: the list's elements at the source dtype,
 // which the kernel's template arguments name (chunk_cat_cuda_kernel<dst_t, src_t>; out's
 // dtype when the name does not), plus out's bytes. 0 when the op has no `out` tensor.
-double chunkCatBytes(const OpInputs& in, std::string_view kernel) {
+// torch._chunk_cat's `out` as record_shapes lists it: the last input with a shape and a
+// dtype after the tensor list (whose dims record_shapes gives as one total).
+struct ChunkCatOut {
+    const std::vector<int64_t>* dims = nullptr;
+    int64_t elementBytes = 0;
+};
+std::optional<ChunkCatOut> chunkCatOut(const OpInputs& in) {
     if (in.dims.empty() || in.types.empty() || in.types[0] != "TensorList" ||
         in.dims[0].size() != 1)
-        return 0;
-    int64_t outBytes = 0, dst = 0;
+        return std::nullopt;
     for (size_t i = in.dims.size(); i-- > 1;)
-        if (i < in.types.size() && !in.dims[i].empty() &&
-            (dst = traceDtypeBytes(in.types[i])) > 0) {
-            outBytes = shapeElements(in.dims[i]) * dst;
-            break;
-        }
+        if (i < in.types.size() && !in.dims[i].empty())
+            if (const int64_t b = traceDtypeBytes(in.types[i]); b > 0)
+                return ChunkCatOut{&in.dims[i], b};
+    return std::nullopt;
+}
+
+double chunkCatBytes(const OpInputs& in, std::string_view kernel) {
+    const auto out = chunkCatOut(in);
+    if (!out) return 0;
+    const int64_t dst = out->elementBytes;
+    const int64_t outBytes = shapeElements(*out->dims) * dst;
     if (outBytes <= 0) return 0;
     int64_t src = dst;
     constexpr std::string_view kTemplate = "chunk_cat_cuda_kernel<";
@@ -356,23 +367,16 @@ double chunkCatBytes(const OpInputs& in, std::string_view kernel) {
 }
 
 // The blocks of one chunk of torch._chunk_cat's output, as its CUDA path lists them on the
-// host (a block index for every 2 KiB, BYTES_PER_BLOCK in ATen's TensorShape.cu): `out` is
+// host (a block index for every kChunkCatBytesPerBlock): `out` is
 // [num_chunks, chunk elements] for dim 0 (FSDP2 passes the reduce-scatter input viewed as
 // [world size, -1]). Each tensor's piece of a chunk rounds up to whole blocks; record_shapes
 // gives the list's total, not each tensor's, so this counts the chunk's bytes in blocks
 // (short by at most one block a tensor). 0 when `out` is not such a tensor.
 int64_t chunkCatBlocksPerChunk(const OpInputs& in) {
-    if (in.dims.empty() || in.types.empty() || in.types[0] != "TensorList") return 0;
-    for (size_t i = in.dims.size(); i-- > 1;) {
-        if (i >= in.types.size() || in.dims[i].empty()) continue;
-        const int64_t dst = traceDtypeBytes(in.types[i]);
-        const auto& d = in.dims[i];
-        if (dst <= 0 || d.size() < 2 || d.back() <= 0) return 0;
-        const int64_t chunkBytes = checkedProduct(d.back(), dst);
-        constexpr int64_t kBytesPerBlock = 2048;
-        return chunkBytes > 0 ? (chunkBytes + kBytesPerBlock - 1) / kBytesPerBlock : 0;
-    }
-    return 0;
+    const auto out = chunkCatOut(in);
+    if (!out || out->dims->size() < 2 || out->dims->back() <= 0) return 0;
+    const int64_t chunkBytes = checkedProduct(out->dims->back(), out->elementBytes);
+    return chunkBytes > 0 ? (chunkBytes + kChunkCatBytesPerBlock - 1) / kChunkCatBytesPerBlock : 0;
 }
 
 // Ops that read or write the rows an index names: what they move follows the index, not

@@ -108,6 +108,18 @@ def profiler_fit_on_qwen3_sac():
                "--step-ms", str(unprofiled_step_ms(QWEN3_SAC)))
 
 
+def base_with_profiler_share(base, ns_per_event):
+    """A copy of the cluster file `base` carrying profiler_ns_per_event, in a new folder: its
+    path."""
+    with open(base) as f:
+        c = json.load(f)
+    c["sim"]["profiler_ns_per_event"] = ns_per_event
+    path = os.path.join(tempfile.mkdtemp(), "base.json")
+    with open(path, "w") as f:
+        json.dump(c, f)
+    return path
+
+
 @functools.lru_cache(maxsize=None)
 def fitted_on_llama8b():
     """The H200 cluster calibrated on the Llama-3.1-8B 1 x 4096 trace (calibrate --from-trace
@@ -115,14 +127,10 @@ def fitted_on_llama8b():
     base cluster carries the profiler's host time per event fitted on another run (Qwen3-8B
     under selective checkpointing, profiler_fit_on_qwen3_sac), so the launch rates read off
     this trace become an unprofiled run's."""
-    with open(os.path.join(DATA, "cluster-measured-gqa.json")) as f:
-        base = json.load(f)
-    base["sim"]["profiler_ns_per_event"] = profiler_fit_on_qwen3_sac()["fitted"]["profiler_ns_per_event"]
-    tmp = tempfile.mkdtemp()
-    with open(os.path.join(tmp, "base.json"), "w") as f:
-        json.dump(base, f)
-    fitted = os.path.join(tmp, "llama8b-fitted.json")
-    run("calibrate", "--from-trace", TRACE, "--cluster", os.path.join(tmp, "base.json"),
+    base = base_with_profiler_share(os.path.join(DATA, "cluster-measured-gqa.json"),
+                                    profiler_fit_on_qwen3_sac()["fitted"]["profiler_ns_per_event"])
+    fitted = os.path.join(os.path.dirname(base), "llama8b-fitted.json")
+    run("calibrate", "--from-trace", TRACE, "--cluster", base,
         "--output", fitted, "--json", "-m", os.path.join(DATA, "config.json"), "-p",
         os.path.join(DATA, "plan.json"))
     return fitted
@@ -1228,17 +1236,12 @@ class HostTime(unittest.TestCase):
             self.assertGreater(sm["profiler_ns_per_event"], 0, d)
             self.assertAlmostEqual(sm["fitted_step_ms"], sm["step_ms"], delta=0.005 * sm["step_ms"])
         for fit_on, predict in ((SEQ1024, QWEN3_SAC), (QWEN3_SAC, SEQ1024)):
-            with open(os.path.join(DATA, "cluster-measured.json")) as f:
-                base = json.load(f)
-            base["sim"]["profiler_ns_per_event"] = fits[fit_on]["step_ms_fit"]["profiler_ns_per_event"]
-            tmp = tempfile.mkdtemp()
-            with open(os.path.join(tmp, "base.json"), "w") as f:
-                json.dump(base, f)
+            base = base_with_profiler_share(os.path.join(DATA, "cluster-measured.json"),
+                                            fits[fit_on]["step_ms_fit"]["profiler_ns_per_event"])
             config = os.path.join(predict if predict == QWEN3_SAC else DATA, "config.json")
-            out = os.path.join(tmp, "fitted.json")
+            out = os.path.join(os.path.dirname(base), "fitted.json")
             run("calibrate", "--from-trace", os.path.join(predict, "rank0.pt.trace.json.gz"), "--cluster",
-                os.path.join(tmp, "base.json"), "--output", out, "--json", "-m", config, "-p",
-                os.path.join(predict, "plan.json"))
+                base, "--output", out, "--json", "-m", config, "-p", os.path.join(predict, "plan.json"))
             sim = run("simulate", "-m", config, "-p", os.path.join(predict, "plan.json"), "-c", out, "--json")
             e = sim["step_time_ns"] / 1e6 / unprofiled_step_ms(predict) - 1
             print("%s without the profiler, its share fitted on %s: %.1f ms vs %.1f (%+.1f%%)"
