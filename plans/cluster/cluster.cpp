@@ -2,6 +2,7 @@
 #include "plans/cluster/cluster.h"
 
 #include <cmath>
+#include <cstdio>
 
 #include "plans/core/json_reader.h"
 #include "plans/core/strings.h"
@@ -288,10 +289,93 @@ nlohmann::json simJson(const SimParams& s) {
     return j;
 }
 
+NcclSpec parseNccl(const JsonReader& r) {
+    r.allowOnly({"version", "compute_capability", "nvlinks", "nvls", "nics_per_node",
+                 "gpu_nic_bandwidth_bytes_per_s", "cpu_vendor", "net_latency_us", "launch_us",
+                 "nvlink_efficiency", "net_efficiency", "nvls_efficiency", "fill_slices"});
+    NcclSpec s;
+    if (auto v = r.find("version")) {
+        s.version = v->asString();
+        int major = 0, minor = 0;
+        if (std::sscanf(s.version.c_str(), "%d.%d", &major, &minor) != 2 || major != 2 ||
+            minor < 18)
+            v->fail("expected an NCCL version 2.18 or later such as \"2.28.9\", got \"" +
+                    s.version + "\"");
+    }
+    if (auto x = r.find("compute_capability")) {
+        const int64_t cc = x->asInt();
+        if (cc < 70 || cc > 120)
+            x->fail(
+                "expected a compute capability such as 80 (A100), 90 (H100, H200) or 100 "
+                "(B200), got " +
+                std::to_string(cc));
+        s.computeCapability = static_cast<int>(cc);
+    }
+    if (auto x = r.find("nvlinks")) {
+        const int64_t n = x->asIntAtLeast(0);
+        if (n > 36) x->fail("expected at most 36 NVLink links per GPU");
+        s.nvlinks = static_cast<int>(n);
+    }
+    if (auto x = r.find("nvls")) s.nvls = x->asBool();
+    if (auto x = r.find("nics_per_node")) {
+        const int64_t n = x->asIntAtLeast(1);
+        if (n > 64) x->fail("expected at most 64 NICs per node");
+        s.nicsPerNode = static_cast<int>(n);
+    }
+    if (auto x = r.find("gpu_nic_bandwidth_bytes_per_s")) s.gpuNicBandwidth = x->asPositiveNumber();
+    if (auto x = r.find("cpu_vendor")) {
+        s.cpuVendor = x->asString();
+        if (s.cpuVendor != "intel" && s.cpuVendor != "amd" && s.cpuVendor != "arm")
+            x->fail("expected \"intel\", \"amd\" or \"arm\", got \"" + s.cpuVendor + "\"");
+    }
+    auto micros = [&](const char* key, double& field) {
+        if (auto x = r.find(key)) {
+            field = x->asNumber();
+            if (!(field >= 0) || field > 1e5) x->fail("expected microseconds in [0, 100000]");
+        }
+    };
+    micros("net_latency_us", s.netLatencyUs);
+    micros("launch_us", s.launchUs);
+    auto efficiency = [&](const char* key, double& field) {
+        if (auto x = r.find(key)) {
+            field = x->asNumber();
+            if (!(field > 0) || field > 1.5)
+                x->fail("expected the achieved fraction of NCCL's modelled bandwidth, in (0, 1.5]");
+        }
+    };
+    efficiency("nvlink_efficiency", s.nvlinkEfficiency);
+    efficiency("net_efficiency", s.netEfficiency);
+    efficiency("nvls_efficiency", s.nvlsEfficiency);
+    if (auto x = r.find("fill_slices")) {
+        s.fillSlices = x->asNumber();
+        if (!(s.fillSlices >= 0) || s.fillSlices > 64)
+            x->fail(
+                "expected the pipeline slices a collective fills before running at speed, in [0, "
+                "64]");
+    }
+    return s;
+}
+
+nlohmann::json ncclJson(const NcclSpec& s) {
+    return {{"version", s.version},
+            {"compute_capability", s.computeCapability},
+            {"nvlinks", s.nvlinks},
+            {"nvls", s.nvls},
+            {"nics_per_node", s.nicsPerNode},
+            {"gpu_nic_bandwidth_bytes_per_s", s.gpuNicBandwidth},
+            {"cpu_vendor", s.cpuVendor},
+            {"net_latency_us", s.netLatencyUs},
+            {"launch_us", s.launchUs},
+            {"nvlink_efficiency", s.nvlinkEfficiency},
+            {"net_efficiency", s.netEfficiency},
+            {"nvls_efficiency", s.nvlsEfficiency},
+            {"fill_slices", s.fillSlices}};
+}
+
 ClusterSpec parseCluster(const JsonReader& r) {
     r.checkFormat(kClusterFormat, kClusterVersion);
     r.allowOnly({"format", "version", "name", "nodes", "device", "node", "network", "host", "sim",
-                 "sources", "notes"});
+                 "nccl", "sources", "notes"});
     ClusterSpec c;
     c.name = r.getString("name");
     c.nodes = r.at("nodes").asIntAtLeast(1);
@@ -331,6 +415,12 @@ ClusterSpec parseCluster(const JsonReader& r) {
         c.sim = parseSim(*sim);
         c.simDefaulted = false;
     }
+    if (auto nc = r.find("nccl")) {
+        if (c.device.isHost()) nc->fail("a CPU cluster's collectives run on Gloo, not NCCL");
+        c.nccl = parseNccl(*nc);
+        if (c.nccl->nicsPerNode > c.node.devicesPerNode * 4)
+            nc->at("nics_per_node").fail("more than four NICs per GPU of the node");
+    }
     if (auto s = r.find("sources"))
         for (const auto& key : s->keys())
             c.sources[key] = s->at(key).asString();
@@ -345,8 +435,37 @@ Expected<ClusterSpec> clusterFromJson(const nlohmann::json& j, const std::string
     return catchJsonErrors<ClusterSpec>([&] { return parseCluster(JsonReader(j, file)); });
 }
 
-Expected<ClusterSpec> loadClusterFile(const std::string& path) {
+namespace {
+// A cluster file may name another as its base ("extends": "h100-sxm-80gb.json", relative to
+// its folder): the base is read first and this file's members are merged over it (RFC 7386
+// merge patch: objects merge member by member, anything else replaces), so a fabric's
+// profile states only what differs from its device's.
+Expected<nlohmann::json> readClusterJson(const std::string& path, int depth) {
     auto j = readJsonFile(path);
+    if (!j) return Error{j.error()};
+    if (!j->is_object() || !j->contains("extends")) return j;
+    const nlohmann::json& ext = (*j)["extends"];
+    if (!ext.is_string() || ext.get<std::string>().empty())
+        return Error{path + ":/extends: expected the file name of a base cluster, got " +
+                     describeJson(ext)};
+    if (depth >= 8) return Error{path + ":/extends: more than 8 bases deep (a cycle?)"};
+    std::string base = ext.get<std::string>();
+    if (base[0] != '/') {
+        const auto slash = path.find_last_of('/');
+        if (slash != std::string::npos) base = path.substr(0, slash + 1) + base;
+    }
+    auto b = readClusterJson(base, depth + 1);
+    if (!b) return Error{path + ":/extends: " + b.error()};
+    nlohmann::json patch = *j;
+    patch.erase("extends");
+    nlohmann::json merged = *b;
+    merged.merge_patch(patch);
+    return merged;
+}
+}  // namespace
+
+Expected<ClusterSpec> loadClusterFile(const std::string& path) {
+    auto j = readClusterJson(path, 0);
     if (!j) return Error{j.error()};
     return clusterFromJson(*j, path);
 }
@@ -376,6 +495,7 @@ nlohmann::json clusterToJson(const ClusterSpec& c) {
         {"host", {{"link_bandwidth_bytes_per_s", c.host.linkBandwidth}}},
     };
     j["sim"] = simJson(c.sim);
+    if (c.nccl) j["nccl"] = ncclJson(*c.nccl);
     if (!c.sources.empty()) j["sources"] = c.sources;
     return j;
 }

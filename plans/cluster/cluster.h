@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,6 +45,32 @@ struct NetworkSpec {
 
 struct HostSpec {
     double linkBandwidth = 0;  // bytes/s host<->device (PCIe), per device
+};
+
+// What NCCL's topology search and tuning model read about a GPU node and its fabric
+// (engine/sim/nccl_model.h), plus the corrections its model misses, fitted to published
+// sweeps (docs/collectives.md). A cluster with this section prices its collectives with
+// NCCL's own model; one without it (a CPU cluster over Gloo, a calibrated line) with the
+// ring lines of sim.protocols.
+struct NcclSpec {
+    // The NCCL whose constants apply ("2.28.9"): tuning.cc's tables changed across releases.
+    std::string version = "2.28.9";
+    int computeCapability = 90;     // 80 A100, 90 H100/H200, 100 B200: NCCL's per-arch tables
+    int nvlinks = 18;               // NVLink links from each GPU to the NVSwitches (0: PCIe only)
+    bool nvls = true;               // NVLink SHARP (NVSwitch multicast, SM90 and later)
+    int nicsPerNode = 8;            // the node's NICs NCCL uses (network.nic_bandwidth is per GPU)
+    double gpuNicBandwidth = 48e9;  // bytes/s of each GPU's PCIe path to its NIC (Gen5 x16: 48e9)
+    std::string cpuVendor = "intel";  // "intel", "amd" or "arm": the net overhead and LL caps
+    double netLatencyUs = 0;          // latency the net plugin reports (InfiniBand: 0)
+    // Corrections to NCCL's estimate (it picks an algorithm, it does not time it):
+    double launchUs = 0;            // device time per collective outside NCCL's latency
+    double nvlinkEfficiency = 1.0;  // achieved bandwidth / NCCL's: Ring, Tree within a node
+    double netEfficiency = 1.0;     // the same for Ring, Tree and PAT across nodes
+    double nvlsEfficiency = 1.0;    // the same for NVLS and NVLSTree (NVLink SHARP)
+    // Pipeline slices a collective fills before its links run at speed (engine/sim/
+    // nccl_model.cpp); the default is fitted to every published sweep together.
+    double fillSlices = kDefaultFillSlices;
+    static constexpr double kDefaultFillSlices = 3.0;
 };
 
 // One NCCL protocol's ring cost constants (src/graph/tuning.cc): latency
@@ -162,6 +189,7 @@ struct ClusterSpec {
     NetworkSpec network;
     HostSpec host;
     SimParams sim;
+    std::optional<NcclSpec> nccl;                // absent: the ring lines of sim.protocols
     bool simDefaulted = true;                    // no "sim" section in the file
     std::map<std::string, std::string> sources;  // field pointer -> citation
     [[nodiscard]] int64_t worldSize() const { return nodes * node.devicesPerNode; }

@@ -104,4 +104,20 @@ std::vector<std::string> split(std::string_view s, char sep) {
     return out;
 }
 
+std::string toLower(std::string_view s) {
+    std::string r(s);
+    for (char& ch : r)
+        if (ch >= 'A' && ch <= 'Z') ch = static_cast<char>(ch - 'A' + 'a');
+    return r;
+}
+
+std::string trim(std::string_view s) {
+    size_t b = 0, e = s.size();
+    while (b < e && (s[b] == ' ' || s[b] == '\t' || s[b] == '\n' || s[b] == '\r'))
+        ++b;
+    while (e > b && (s[e - 1] == ' ' || s[e - 1] == '\t' || s[e - 1] == '\n' || s[e - 1] == '\r'))
+        --e;
+    return std::string(s.substr(b, e - b));
+}
+
 }  // namespace shardscope

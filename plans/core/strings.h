@@ -31,5 +31,8 @@ namespace shardscope {
 [[nodiscard]] bool startsWith(std::string_view s, std::string_view prefix);
 [[nodiscard]] bool endsWith(std::string_view s, std::string_view suffix);
 [[nodiscard]] std::vector<std::string> split(std::string_view s, char sep);
+// ASCII lower case, and the string without leading and trailing blanks.
+[[nodiscard]] std::string toLower(std::string_view s);
+[[nodiscard]] std::string trim(std::string_view s);
 
 }  // namespace shardscope
