@@ -25,5 +25,6 @@ std::vector<Command> calibrateCommands();
 std::vector<Command> traceDiffCommands();
 std::vector<Command> traceOverlapCommands();
 std::vector<Command> fsdpTraceCommands();
+std::vector<Command> collectiveCommands();
 
 }  // namespace shardscope::cli

@@ -20,9 +20,10 @@ namespace {
 
 std::vector<Command> allCommands() {
     std::vector<Command> all;
-    for (auto* group : {&modelCommands, &planCommands, &fsdpTraceCommands, &simulateCommands,
-                        &recommendCommands, &runCommands, &calibrateCommands, &traceCommands,
-                        &traceDiffCommands, &traceOverlapCommands, &benchCommands, &doctorCommands})
+    for (auto* group :
+         {&modelCommands, &planCommands, &fsdpTraceCommands, &simulateCommands, &recommendCommands,
+          &collectiveCommands, &runCommands, &calibrateCommands, &traceCommands, &traceDiffCommands,
+          &traceOverlapCommands, &benchCommands, &doctorCommands})
         for (auto& c : group())
             all.push_back(std::move(c));
     return all;

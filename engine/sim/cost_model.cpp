@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "engine/sim/cost_model.h"
 
+#include "engine/sim/nccl_model.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -10,6 +12,12 @@ namespace shardscope {
 CollectiveCost collectiveTime(const ClusterSpec& c, OpKind kind, int64_t bytes, int32_t n,
                               int32_t nodes, int32_t perNode) {
     if (n <= 1 || bytes <= 0) return {};
+    if (c.nccl) {
+        const auto e = ncclCollective(c, *c.nccl, kind, bytes, n, std::max(1, nodes));
+        if (!e) return {};
+        return {static_cast<int64_t>(std::llround(e->us * 1000)), static_cast<int>(e->proto),
+                static_cast<int>(e->algo)};
+    }
     const auto& s = c.sim;
     const double intra = c.node.intraBandwidth * s.intraEfficiency;
     const double busbw = nodes <= 1

@@ -4,7 +4,8 @@
 // (ClusterSpec::sim and the hardware figures); plans/README.md documents each.
 //  - compute: FLOPs / (peak(dtype) · efficiency(FLOPs per kernel)) + bytes / (HBM · eff);
 //  - copies: bytes / (HBM · eff); host copies: bytes / host link;
-//  - collectives: NCCL ring model, the fastest of the cluster's protocols:
+//  - collectives: NCCL's own model where the cluster has an nccl section (nccl_model.h);
+//    otherwise a ring line per protocol, the fastest of the cluster's protocols:
 //      time = base + (n-1-(nodes-1))·intra_step + (nodes-1)·inter_step
 //           + factor · bytes / (busbw · bw_factor),
 //    factor (n-1)/n for all-gather and reduce-scatter, 2(n-1)/n for all-reduce, and
@@ -20,7 +21,9 @@ namespace shardscope {
 
 struct CollectiveCost {
     int64_t ns = 0;
-    int protocol = 0;  // index into ClusterSpec::sim.protocols
+    // Index into ClusterSpec::sim.protocols; with an nccl section, the NcclProto.
+    int protocol = 0;
+    int algorithm = 1;  // with an nccl section, the NcclAlgo (Ring otherwise)
 };
 
 [[nodiscard]] CollectiveCost collectiveTime(const ClusterSpec& c, OpKind kind, int64_t bytes,
