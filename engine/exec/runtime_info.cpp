@@ -11,8 +11,33 @@
 #endif
 
 #include <chrono>
+#include <string>
+
+#include <dlfcn.h>
 
 namespace shardscope::exec {
+
+namespace {
+// The NCCL the LibTorch wheel loads (ncclGetVersion needs no GPU): the version whose cost
+// model constants the cluster profiles should name (samples/clusters, docs/collectives.md).
+std::string ncclVersion() {
+    using GetVersion = int (*)(int*);
+    void* sym = ::dlsym(RTLD_DEFAULT, "ncclGetVersion");
+    if (!sym) {
+        if (void* h = ::dlopen("libnccl.so.2", RTLD_NOW | RTLD_GLOBAL))
+            sym = ::dlsym(h, "ncclGetVersion");
+    }
+    if (!sym) return "not found (no libnccl.so.2 loaded or on the library path)";
+    int code = 0;
+    if (reinterpret_cast<GetVersion>(sym)(&code) != 0 || code <= 0)
+        return "unknown (ncclGetVersion failed)";
+    // NCCL_VERSION(X, Y, Z): X*1000 + Y*100 + Z before 2.9, X*10000 + Y*100 + Z since.
+    const int major = code >= 10000 ? code / 10000 : code / 1000;
+    const int minor = code >= 10000 ? (code % 10000) / 100 : (code % 1000) / 100;
+    const int patch = code % 100;
+    return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+}
+}  // namespace
 
 nlohmann::json runtimeInfo() {
     nlohmann::json j;
@@ -26,6 +51,7 @@ nlohmann::json runtimeInfo() {
 #else
     j["nccl_compiled"] = "no";
 #endif
+    j["nccl"] = ncclVersion();
     // Gloo: a real one-rank all-reduce through c10d, as the engine's CPU path uses it.
     try {
         auto store = c10::make_intrusive<c10d::HashStore>();

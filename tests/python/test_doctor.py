@@ -22,6 +22,26 @@ class Doctor(unittest.TestCase):
         self.assertTrue(d["runtime"]["gloo"].startswith("ok"), d["runtime"]["gloo"])
         self.assertEqual(d["runtime"]["cuda_devices"], torch.cuda.device_count())
 
+    def test_nccl_is_the_wheels_and_the_profiles_model_it(self):
+        # The NCCL the engine loads is the one the wheel ships (torch.cuda.nccl.version()
+        # reads the same library), and every bundled profile with an NCCL section models
+        # that version unless it names the run it was measured on (the Lambda B200 sweep
+        # ran NCCL 2.26.2, the others' own versions are in samples/published).
+        d = peer.shardscope("doctor", "--json")
+        if not d["build"]["libtorch"] or not d["runtime"]["nccl"][:1].isdigit():
+            print("SKIP: this build loads no NCCL")
+            sys.exit(77)
+        wheel = ".".join(str(x) for x in torch.cuda.nccl.version())
+        self.assertEqual(d["runtime"]["nccl"], wheel)
+        import glob
+        import json
+        for path in sorted(glob.glob(peer.sample("clusters", "*.json"))):
+            with open(path) as f:
+                own = json.load(f)
+            version = own.get("nccl", {}).get("version")
+            if version is not None:
+                self.assertEqual(version, wheel, path)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
