@@ -47,6 +47,41 @@ void AllocatorModel::reset(bool expandableSegments) {
     m_segments = 0;
     m_reserved = 0;
     m_allocated = 0;
+    m_capacity = 0;
+}
+
+void AllocatorModel::releaseCachedSegments() {
+    // A free block that is its whole segment (no neighbour either side) is a segment nothing
+    // uses: cudaFree gives it back.
+    for (FreeList& f : m_free) {
+        for (size_t gi = 0; gi < f.size();) {
+            FreeGroup& g = f[gi];
+            const int64_t size = g.size;
+            auto whole = [&](int32_t b) {
+                return m_blocks[static_cast<size_t>(b)].prev < 0 &&
+                       m_blocks[static_cast<size_t>(b)].next < 0;
+            };
+            if (g.list < 0) {
+                if (whole(~g.list)) {
+                    m_reserved -= size;
+                    f.erase(f.begin() + static_cast<std::ptrdiff_t>(gi));
+                    continue;
+                }
+            } else {
+                auto& list = m_lists[static_cast<size_t>(g.list)];
+                const size_t before = list.size();
+                list.erase(std::remove_if(list.begin(), list.end(), whole), list.end());
+                m_reserved -= size * static_cast<int64_t>(before - list.size());
+                if (list.empty()) {
+                    m_spareLists.push_back(g.list);
+                    f.erase(f.begin() + static_cast<std::ptrdiff_t>(gi));
+                    continue;
+                }
+                leaveOne(g);
+            }
+            ++gi;
+        }
+    }
 }
 
 int32_t AllocatorModel::takeList() {
@@ -133,6 +168,7 @@ int64_t AllocatorModel::allocate(int64_t bytes, int stream) {
         const int64_t seg = small                   ? kSmallBuffer
                             : size < kMinLargeAlloc ? kLargeBuffer
                                                     : roundUp(size, kRoundLarge);
+        if (m_capacity > 0 && m_reserved + seg > m_capacity) releaseCachedSegments();
         m_reserved += seg;
         if (m_blocks.size() + 2 >= (size_t{1} << 24))
             throw std::length_error("allocator model: more than 16M blocks");

@@ -6,8 +6,12 @@
 // segments, larger ones their size rounded to 2 MiB); one pool per stream (memory freed
 // on one stream is not reused by another); best-fit reuse of cached free blocks with
 // splitting (small: remainder >= 512 B; large: remainder > 1 MiB) and merging of adjacent
-// free blocks. Segments are never returned (no empty_cache). With expandable segments, each
-// stream grows one segment in 2 MiB pages, so reserved tracks the high-water mark.
+// free blocks. Segments are returned only where the device would run out: with a capacity
+// set, a new segment that would pass it first releases every cached segment with nothing
+// allocated in it, as the allocator's cudaMalloc retry does (release_cached_blocks; PyTorch
+// tries the request's own pool first, which this does not tell apart). With expandable
+// segments, each stream grows one segment in 2 MiB pages, so reserved tracks the high-water
+// mark.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -21,8 +25,12 @@ public:
     int64_t allocate(int64_t bytes, int stream);
     void free(int64_t handle);
     void reserve(size_t blocks) { m_blocks.reserve(blocks); }
-    // Empty again, keeping the storage (a search simulates thousands of steps in a row).
+    // Empty again, keeping the storage (a search simulates thousands of steps in a row);
+    // no capacity.
     void reset(bool expandableSegments);
+    // The device memory the caching allocator may reserve (0: unlimited): reaching it frees
+    // the cached segments nothing uses before a new one is reserved.
+    void setCapacity(int64_t bytes) { m_capacity = bytes; }
     [[nodiscard]] int64_t reserved() const { return m_reserved; }
     [[nodiscard]] int64_t allocated() const { return m_allocated; }
     // Requests round up to 512 bytes (kMinBlockSize).
@@ -66,8 +74,9 @@ private:
     FreeList& pool(int stream, bool small) { return m_free[2 * (stream % kMaxStreams) + small]; }
     void insertFree(FreeList& f, int64_t size, int32_t block);
     void removeFree(FreeList& f, int64_t size, int32_t block);
+    void releaseCachedSegments();
     int32_t m_segments = 0;
-    int64_t m_reserved = 0, m_allocated = 0;
+    int64_t m_reserved = 0, m_allocated = 0, m_capacity = 0;
 };
 
 }  // namespace shardscope

@@ -365,6 +365,7 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
     // One model per thread, emptied for each step: its storage outlives the call.
     thread_local AllocatorModel alloc;
     alloc.reset(o.expandableSegments);
+    alloc.setCapacity(c.device.memoryBytes);
     alloc.reserve(2 * p.buffers.size() + static_cast<size_t>(MemCategory::Count));
     std::vector<int64_t>& handle = w.handle;
     handle.assign(p.buffers.size(), -1);

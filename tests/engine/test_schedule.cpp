@@ -372,6 +372,34 @@ TEST(Allocator, RoundsPoolsAndReusesPerStream) {
     EXPECT_EQ(e.reserved(), 4 << 20);  // expandable: 2 MiB pages
 }
 
+TEST(Allocator, ReachingTheCapacityReleasesUnusedSegmentsFirst) {
+    // CUDACachingAllocator's malloc: when cudaMalloc fails it frees the cached segments
+    // nothing uses (release_cached_blocks) and tries again; one stream's cache then serves
+    // another's request instead of the device running out.
+    AllocatorModel a;
+    a.setCapacity(100 << 20);
+    const int64_t x = a.allocate(40 << 20, 0), y = a.allocate(40 << 20, 0);
+    const int64_t z = a.allocate(12 << 20, 0);  // > 10 MiB: a segment of its own
+    a.free(x);
+    a.free(z);
+    EXPECT_EQ(a.reserved(), 92 << 20);
+    a.allocate(50 << 20, 1);  // another stream: 92 + 50 > 100, so x's and z's go back
+    EXPECT_EQ(a.reserved(), (40 << 20) + (50 << 20));
+    EXPECT_EQ(a.allocated(), (40 << 20) + (50 << 20));
+    // A segment still partly in use is kept: past the capacity is then a real OOM.
+    a.free(y);
+    const int64_t w = a.allocate(30 << 20, 0);  // y's segment, split (10 MiB stays cached)
+    a.allocate(30 << 20, 1);
+    EXPECT_EQ(a.reserved(), (40 << 20) + (50 << 20) + (30 << 20));
+    a.free(w);
+    // Without a capacity nothing is released.
+    AllocatorModel u;
+    const int64_t v = u.allocate(40 << 20, 0);
+    u.free(v);
+    u.allocate(50 << 20, 1);
+    EXPECT_EQ(u.reserved(), 90 << 20);
+}
+
 TEST(Allocator, BestFitTakesTheSmallestFittingBlockThenTheOldest) {
     AllocatorModel a;
     // Three 12 MiB requests (> 10 MiB: own segments of exactly 12 MiB) and a 16 MiB one.
