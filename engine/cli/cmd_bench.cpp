@@ -35,16 +35,6 @@ namespace shardscope::cli {
 
 namespace {
 
-// A bundled sample named relative to the checkout (the defaults): found from the current
-// folder, else under the source tree this binary was built from, so the benches run from
-// anywhere.
-std::string samplePath(const std::string& path) {
-    std::error_code ec;
-    if (path.empty() || path[0] == '/' || std::filesystem::exists(path, ec)) return path;
-    const std::string rooted = std::string(SHARDSCOPE_SOURCE_ROOT) + "/" + path;
-    return std::filesystem::exists(rooted, ec) ? rooted : path;
-}
-
 using Clock = std::chrono::steady_clock;
 
 double secondsSince(Clock::time_point t0) {

@@ -444,7 +444,7 @@ int runCalibrateFromTrace(const Args& a) {
     std::vector<std::string> traces{a.get("--from-trace")};
     for (const auto& p : a.positionals())
         traces.push_back(p);
-    auto c = loadClusterFile(a.get("--cluster"));
+    auto c = loadClusterNamed(a.get("--cluster"));
     if (failed(c)) return kExitUsage;
     const ClusterSpec base = std::move(*c);
     KinetoImportOptions o = traceImportOptions();
@@ -585,7 +585,7 @@ int runCalibrateMeasure(const Args& a) {
     const int64_t threads = *rankThreads;
     std::optional<ClusterSpec> given;
     if (a.has("--cluster")) {
-        auto c = loadClusterFile(a.get("--cluster"));
+        auto c = loadClusterNamed(a.get("--cluster"));
         if (failed(c)) return kExitUsage;
         given = std::move(*c);
     }
@@ -813,7 +813,7 @@ int runCalibrate(const Args& a) {
         auto p = loadPlanFile(planPath);
         if (failed(p)) return kExitUsage;
         plan = std::move(*p);
-        auto c = loadClusterFile(a.get("--cluster"));
+        auto c = loadClusterNamed(a.get("--cluster"));
         if (failed(c)) return kExitUsage;
         cluster = std::move(*c);
         if (run.is_object()) {

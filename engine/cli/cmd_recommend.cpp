@@ -59,7 +59,7 @@ std::string line(const Candidate& c) {
 int runRecommend(const Args& a) {
     auto g = loadModelArg(a);
     if (failed(g)) return kExitUsage;
-    auto cluster = loadClusterFile(a.get("--cluster"));
+    auto cluster = loadClusterNamed(a.get("--cluster"));
     if (failed(cluster)) return kExitUsage;
     auto fmt = parseExportFormat(a.get("--format"));
     if (failed(fmt, "--format: ")) return kExitUsage;

@@ -44,7 +44,7 @@ int runRun(const Args& a) {
     if (failed(plan)) return kExitUsage;
     std::optional<ClusterSpec> cluster;
     if (a.has("--cluster")) {
-        auto c = loadClusterFile(a.get("--cluster"));
+        auto c = loadClusterNamed(a.get("--cluster"));
         if (failed(c)) return kExitUsage;
         cluster = std::move(*c);
     }

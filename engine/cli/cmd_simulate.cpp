@@ -184,7 +184,7 @@ int runSimulate(const Args& a) {
     if (failed(g)) return kExitUsage;
     auto plan = loadPlanFile(a.get("--plan"));
     if (failed(plan)) return kExitUsage;
-    auto cluster = loadClusterFile(a.get("--cluster"));
+    auto cluster = loadClusterNamed(a.get("--cluster"));
     if (failed(cluster)) return kExitUsage;
     for (auto [opt, field] :
          {std::pair{"--batch", &plan->microBatchSize}, std::pair{"--seq", &plan->seqLen},

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -95,9 +96,38 @@ Expected<ModelGraph> loadModelArg(const Args& a) {
     return loadModelFile(path, o);
 }
 
+std::string samplePath(const std::string& path) {
+    std::error_code ec;
+    if (path.empty() || path[0] == '/' || std::filesystem::exists(path, ec)) return path;
+    const std::string rooted = std::string(SHARDSCOPE_SOURCE_ROOT) + "/" + path;
+    return std::filesystem::exists(rooted, ec) ? rooted : path;
+}
+
+Expected<ClusterSpec> loadClusterNamed(const std::string& arg) {
+    std::error_code ec;
+    if (arg.empty() || arg.find('/') != std::string::npos || std::filesystem::exists(arg, ec))
+        return loadClusterFile(arg);
+    const std::string dir = samplePath("samples/clusters");
+    const std::string stem = endsWith(arg, ".json") ? arg.substr(0, arg.size() - 5) : arg;
+    const std::string bundled = dir + "/" + stem + ".json";
+    if (std::filesystem::exists(bundled, ec)) return loadClusterFile(bundled);
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+        if (e.path().extension() == ".json") names.push_back(e.path().stem().string());
+    std::sort(names.begin(), names.end());
+    std::string msg =
+        arg + ": no such file, and no bundled profile of that name" + didYouMean(stem, names);
+    if (!names.empty()) {
+        msg += "\n  bundled profiles (" + dir + "):";
+        for (const std::string& n : names)
+            msg += " " + n;
+    }
+    return Error{msg};
+}
+
 Expected<std::optional<ClusterSpec>> loadClusterArg(const Args& a) {
     if (!a.has("--cluster")) return std::optional<ClusterSpec>();
-    auto c = loadClusterFile(a.get("--cluster"));
+    auto c = loadClusterNamed(a.get("--cluster"));
     if (!c) return Error{c.error()};
     return std::optional<ClusterSpec>(std::move(*c));
 }

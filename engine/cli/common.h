@@ -44,7 +44,14 @@ std::vector<OptionSpec> modelOptions(bool required);
 [[nodiscard]] bool readIntOptions(const Args& a, const std::vector<const char*>& names,
                                   const std::vector<int64_t>& mins, std::vector<int64_t>& out);
 [[nodiscard]] Expected<ModelGraph> loadModelArg(const Args& a);
+// A bundled sample named relative to the checkout ("samples/..."): found from the current
+// folder, else under the source tree this binary was built from, so defaults work from
+// anywhere.
+[[nodiscard]] std::string samplePath(const std::string& path);
 [[nodiscard]] Expected<std::optional<ClusterSpec>> loadClusterArg(const Args& a);
+// A cluster named on the command line: a file, or the name of a bundled profile
+// ("h100-sxm-80gb-ib" is samples/clusters/h100-sxm-80gb-ib.json).
+[[nodiscard]] Expected<ClusterSpec> loadClusterNamed(const std::string& arg);
 
 // Writes JSON to `path` atomically, or to stdout when path is "" or "-".
 [[nodiscard]] Status emitJson(const nlohmann::json& j, const std::string& path);
