@@ -26,5 +26,6 @@ std::vector<Command> traceDiffCommands();
 std::vector<Command> traceOverlapCommands();
 std::vector<Command> fsdpTraceCommands();
 std::vector<Command> collectiveCommands();
+std::vector<Command> benchPublishedCommands();
 
 }  // namespace shardscope::cli

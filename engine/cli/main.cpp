@@ -23,7 +23,7 @@ std::vector<Command> allCommands() {
     for (auto* group :
          {&modelCommands, &planCommands, &fsdpTraceCommands, &simulateCommands, &recommendCommands,
           &collectiveCommands, &runCommands, &calibrateCommands, &traceCommands, &traceDiffCommands,
-          &traceOverlapCommands, &benchCommands, &doctorCommands})
+          &traceOverlapCommands, &benchCommands, &benchPublishedCommands, &doctorCommands})
         for (auto& c : group())
             all.push_back(std::move(c));
     return all;
