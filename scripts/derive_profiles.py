@@ -188,8 +188,10 @@ def main():
     # Ceilings: the fraction of the nominal peak the largest kernels reach on the H200.
     compute_ceiling = max(e for w, e in sim["compute_efficiency"] if w >= 1e11)
     mem_ceiling = max(e for w, e in sim["memory_efficiency_by_bytes"] if w >= 1e8)
-    for key in ("protocols", "intra_efficiency", "network_efficiency"):
-        sim.pop(key, None)  # collectives are NCCL's model (the nccl section)
+    # Collectives are NCCL's model (the nccl section), and so is what they take from the
+    # compute beside them (the SM and HBM shares its CTAs and copies hold).
+    for key in ("protocols", "intra_efficiency", "network_efficiency", "overlap_slowdown"):
+        sim.pop(key, None)
     sim.pop("profiler_ns_per_event", None)  # a profile describes a run without the profiler
     hopper_node = {"devices_per_node": 8, "intra_bandwidth_bytes_per_s": 450e9, "intra_latency_ns": 3400}
     hopper_nccl = {"version": "2.28.9", "compute_capability": 90, "nvlinks": 18, "nvls": True,

@@ -48,6 +48,7 @@ void AllocatorModel::reset(bool expandableSegments) {
     m_reserved = 0;
     m_allocated = 0;
     m_capacity = 0;
+    m_freedSinceRelease = true;
 }
 
 void AllocatorModel::releaseCachedSegments() {
@@ -168,7 +169,14 @@ int64_t AllocatorModel::allocate(int64_t bytes, int stream) {
         const int64_t seg = small                   ? kSmallBuffer
                             : size < kMinLargeAlloc ? kLargeBuffer
                                                     : roundUp(size, kRoundLarge);
-        if (m_capacity > 0 && m_reserved + seg > m_capacity) releaseCachedSegments();
+        // Past the capacity, what is cached and unused goes back; once that has been done,
+        // only a free can give more back, and where even the allocated bytes leave no room
+        // the device runs out whatever is given back.
+        if (m_capacity > 0 && m_reserved + seg > m_capacity && m_freedSinceRelease &&
+            m_allocated + seg <= m_capacity) {
+            releaseCachedSegments();
+            m_freedSinceRelease = false;
+        }
         m_reserved += seg;
         if (m_blocks.size() + 2 >= (size_t{1} << 24))
             throw std::length_error("allocator model: more than 16M blocks");
@@ -200,6 +208,7 @@ void AllocatorModel::free(int64_t handle) {
     if (handle < 0) return;
     int32_t b = static_cast<int32_t>(handle);
     m_allocated -= m_blocks[b].size;
+    m_freedSinceRelease = true;
     if (m_expandable) {
         m_streamUsed[m_blocks[b].stream % kMaxStreams] -= m_blocks[b].size;
         return;

@@ -77,6 +77,7 @@ private:
     void releaseCachedSegments();
     int32_t m_segments = 0;
     int64_t m_reserved = 0, m_allocated = 0, m_capacity = 0;
+    bool m_freedSinceRelease = true;
 };
 
 }  // namespace shardscope

@@ -15,8 +15,9 @@ CollectiveCost collectiveTime(const ClusterSpec& c, OpKind kind, int64_t bytes, 
     if (c.nccl) {
         const auto e = ncclCollective(c, *c.nccl, kind, bytes, n, std::max(1, nodes));
         if (!e) return {};
+        const NcclOccupancy occ = ncclOccupancy(c, *c.nccl, *e, kind, bytes, n);
         return {static_cast<int64_t>(std::llround(e->us * 1000)), static_cast<int>(e->proto),
-                static_cast<int>(e->algo)};
+                static_cast<int>(e->algo), occ.smShare, occ.hbmShare};
     }
     const auto& s = c.sim;
     const double intra = c.node.intraBandwidth * s.intraEfficiency;

@@ -24,6 +24,10 @@ struct CollectiveCost {
     // Index into ClusterSpec::sim.protocols; with an nccl section, the NcclProto.
     int protocol = 0;
     int algorithm = 1;  // with an nccl section, the NcclAlgo (Ring otherwise)
+    // What the collective holds while it runs (with an nccl section; 0 otherwise): the
+    // fraction of the device's SMs its CTAs occupy and of its HBM bandwidth its copies and
+    // reductions use (ncclOccupancy).
+    double smShare = 0, hbmShare = 0;
 };
 
 [[nodiscard]] CollectiveCost collectiveTime(const ClusterSpec& c, OpKind kind, int64_t bytes,

@@ -480,6 +480,29 @@ std::vector<NcclEstimate> ncclCandidates(const ClusterSpec& c, const NcclSpec& s
     return out;
 }
 
+int smCount(const NcclSpec& s) {
+    if (s.sms > 0) return s.sms;
+    if (s.computeCapability >= 100) return 148;
+    if (s.computeCapability >= 90) return 132;
+    if (s.computeCapability >= 80) return 108;
+    return 80;  // V100
+}
+
+NcclOccupancy ncclOccupancy(const ClusterSpec& c, const NcclSpec& s, const NcclEstimate& e,
+                            OpKind kind, int64_t bytes, int nRanks) {
+    NcclOccupancy o;
+    o.sms = smCount(s);
+    const bool nvls = e.algo == NcclAlgo::NVLS || e.algo == NcclAlgo::NVLSTree;
+    o.ctas = nvls ? e.channels : 2 * e.channels;
+    o.smShare = std::min(1.0, static_cast<double>(o.ctas) / o.sms);
+    if (e.us > 0 && c.device.hbmBandwidth > 0 && nRanks > 1) {
+        const double bus = static_cast<double>(bytes) * (nRanks - 1) / nRanks;
+        const double passes = kind == OpKind::AllGather ? 2 : kind == OpKind::ReduceScatter ? 3 : 5;
+        o.hbmShare = std::min(1.0, passes * bus / (e.us * 1e-6) / c.device.hbmBandwidth);
+    }
+    return o;
+}
+
 std::optional<NcclEstimate> ncclCollective(const ClusterSpec& c, const NcclSpec& s, OpKind kind,
                                            int64_t bytes, int nRanks, int nodes,
                                            const NcclEnv& env) {

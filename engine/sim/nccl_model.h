@@ -83,6 +83,24 @@ struct NcclGraphs {
 [[nodiscard]] NcclGraphs ncclGraphs(const ClusterSpec& c, const NcclSpec& s, int nodes,
                                     int localRanks);
 
+// What a running collective takes from the compute beside it. NCCL launches one CTA per
+// channel, each holding an SM for the whole collective (the runtime connects twice the
+// channels of the topology graph for Ring and Tree: "24 coll channels" on an H100 node whose
+// ring graph has 12); and its kernels move the data through HBM: a ring all-gather writes
+// each received byte and reads it to forward it (2 bytes of traffic a bus byte), a
+// reduce-scatter also reads its own contribution (3), an all-reduce does both (5).
+struct NcclOccupancy {
+    int ctas = 0, sms = 0;
+    double smShare = 0;   // ctas / sms
+    double hbmShare = 0;  // the collective's HBM traffic over its duration / HBM bandwidth
+};
+[[nodiscard]] NcclOccupancy ncclOccupancy(const ClusterSpec& c, const NcclSpec& s,
+                                          const NcclEstimate& e, OpKind kind, int64_t bytes,
+                                          int nRanks);
+// SMs of a GPU of this compute capability (A100 108, H100/H200 132, B200 148) unless the
+// profile says (nccl.sms).
+[[nodiscard]] int smCount(const NcclSpec& s);
+
 // Which constant table a version string selects: "2.27" (2.23 to 2.27), "2.28" or "2.30"
 // (2.29 and 2.30); empty for versions before 2.23, whose tables are not modelled.
 [[nodiscard]] std::string ncclTableFor(const std::string& version);

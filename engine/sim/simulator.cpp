@@ -89,15 +89,92 @@ int64_t schedule(const StepProgram& p, const ClusterSpec& c, const std::vector<i
     return last;
 }
 
+// A stretch of time with the SM and HBM shares the collectives running in it hold.
+struct Occupied {
+    int64_t start = 0, end = 0;
+    double sm = 0, hbm = 0;
+};
+
 // A simulation's working storage, kept per thread: a search simulates thousands of steps in
 // a row, and reusing it spares their allocations.
 struct Scratch {
     std::vector<int64_t> dur, baseDur, mixNs, launch, hostFirst, handle, start, end;
+    // What each collective holds while it runs (SM and HBM shares) and the fraction of each
+    // compute op's time in memory-bound kernels, for the occupancy pass.
+    std::vector<double> smShare, hbmShare, mixMemory;
+    std::vector<Occupied> occupied;
+    std::vector<std::pair<int64_t, int32_t>> edges, edgesMerged;
     std::vector<int32_t> computeOps;
     std::array<std::vector<int32_t>, static_cast<size_t>(Stream::Count)> collByStream;
     std::vector<Interval> runs, merged, compute, commU, computeU;
     std::vector<char> live;
 };
+
+// Compute beside running collectives slows by what they hold: a compute-bound kernel loses
+// the SMs their CTAs occupy, a memory-bound one the HBM bandwidth their copies use. Over each
+// stretch of time the collectives' shares add up (at most 0.9 of either); a compute op's time
+// in it grows by share / (1 - share), weighted by the op's split between memory-bound and
+// compute-bound kernels. Measured on the schedule without the slowdown (one pass).
+template <typename MemoryFraction>
+void occupancyStretch(
+    const Times& t,
+    const std::array<std::vector<int32_t>, static_cast<size_t>(Stream::Count)>& coll,
+    const std::vector<int32_t>& computeOps, const std::vector<double>& smShare,
+    const std::vector<double>& hbmShare, MemoryFraction memoryFraction, Scratch& w,
+    std::vector<int64_t>& dur) {
+    // Each stream runs its collectives one after another, so its starts and ends alternate
+    // in time order: one sorted run of edges a stream, merged with the runs before.
+    auto& edges = w.edges;
+    auto& merged = w.edgesMerged;
+    edges.clear();
+    for (const auto& run : coll) {
+        const auto mid = static_cast<std::ptrdiff_t>(edges.size());
+        for (const int32_t k : run) {
+            const auto i = static_cast<size_t>(k);
+            if ((smShare[i] <= 0 && hbmShare[i] <= 0) || t.end[i] <= t.start[i]) continue;
+            edges.push_back({t.start[i], k + 1});   // > 0: starts
+            edges.push_back({t.end[i], -(k + 1)});  // < 0: ends
+        }
+        if (mid > 0 && static_cast<size_t>(mid) < edges.size()) {
+            merged.resize(edges.size());
+            std::merge(edges.begin(), edges.begin() + mid, edges.begin() + mid, edges.end(),
+                       merged.begin());
+            edges.swap(merged);
+        }
+    }
+    auto& occ = w.occupied;
+    occ.clear();
+    if (edges.empty()) return;
+    double sm = 0, hbm = 0;
+    for (size_t e = 0; e < edges.size(); ++e) {
+        const auto i = static_cast<size_t>(std::abs(edges[e].second) - 1);
+        const double sign = edges[e].second > 0 ? 1 : -1;
+        sm += sign * smShare[i];
+        hbm += sign * hbmShare[i];
+        const int64_t from = edges[e].first;
+        const int64_t to = e + 1 < edges.size() ? edges[e + 1].first : from;
+        if (to > from && (sm > 1e-9 || hbm > 1e-9))
+            occ.push_back({from, to, std::min(sm, 0.9), std::min(hbm, 0.9)});
+    }
+    size_t at = 0;
+    for (const int32_t k : computeOps) {
+        const auto i = static_cast<size_t>(k);
+        const int64_t s = t.start[i], e = t.end[i];
+        if (dur[i] <= 0 || e <= s) continue;
+        while (at < occ.size() && occ[at].end <= s)
+            ++at;
+        if (at == occ.size() || occ[at].start >= e) continue;
+        const double mem = memoryFraction(i);
+        double extra = 0;
+        for (size_t j = at; j < occ.size() && occ[j].start < e; ++j) {
+            const double ov =
+                static_cast<double>(std::min(e, occ[j].end) - std::max(s, occ[j].start));
+            extra += ov * ((1 - mem) * occ[j].sm / (1 - occ[j].sm) +
+                           mem * occ[j].hbm / (1 - occ[j].hbm));
+        }
+        dur[i] += static_cast<int64_t>(extra);
+    }
+}
 
 }  // namespace
 
@@ -117,6 +194,7 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
     struct Priced {
         const Op* op = nullptr;
         int64_t ns = 0;
+        double sm = 0, hbm = 0;
     };
     std::array<Priced, 64> priced{};  // by a hash of what the price depends on
     auto sameCost = [](const Op& a, const Op& b) {
@@ -161,6 +239,14 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
     auto& collByStream = w.collByStream;
     for (auto& run : collByStream)
         run.clear();
+    // With NCCL's model the collectives' SM and HBM shares slow the compute beside them;
+    // otherwise a cluster's flat overlap_slowdown does.
+    const bool occupancy = c.nccl.has_value() && !c.device.isHost();
+    if (occupancy) {
+        w.smShare.assign(n, 0);
+        w.hbmShare.assign(n, 0);
+    }
+    std::vector<double>&smShare = w.smShare, &hbmShare = w.hbmShare;
     int32_t units = 0;
     for (size_t i = 0; i < n; ++i) {
         const Op& op = p.ops[i];
@@ -195,11 +281,20 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
             dur[i] = opDurationNs(c, op, &p);
         } else {
             Priced& slot = priced[slotOf(op)];
-            if (slot.op && sameCost(*slot.op, op)) {
-                dur[i] = slot.ns;
-            } else {
-                dur[i] = opDurationNs(c, op, &p);
-                slot = {&op, dur[i]};
+            if (!slot.op || !sameCost(*slot.op, op)) {
+                if (occupancy && isCollective(op.kind) && op.groupSize > 1 && op.commBytes > 0) {
+                    // opDurationNs's price, with what the collective holds beside it.
+                    const CollectiveCost cc = collectiveTime(c, op.kind, op.commBytes, op.groupSize,
+                                                             op.groupNodes, op.ranksPerNode);
+                    slot = {&op, cc.ns, cc.smShare, cc.hbmShare};
+                } else {
+                    slot = {&op, opDurationNs(c, op, &p)};
+                }
+            }
+            dur[i] = slot.ns;
+            if (occupancy) {
+                smShare[i] = slot.sm;
+                hbmShare[i] = slot.hbm;
             }
         }
     }
@@ -253,7 +348,26 @@ SimResult simulate(const StepProgram& p, const ClusterSpec& c, int64_t worldSize
     // collectives overlapped by compute too (comm_overlap_slowdown: Gloo's threads share the
     // cores), by the overlaps of the schedule before. With both, each stretch moves the
     // other's overlaps: a few rounds from the unstretched times settle them.
-    if (c.sim.overlapSlowdown > 0 || c.sim.commOverlapSlowdown > 0) {
+    if (occupancy) {
+        // The op's time in memory-bound kernels, what HBM traffic beside it slows (a copy's
+        // whole time; a kernel mix's by its parts, once per mix).
+        w.mixMemory.assign(p.mixes.size(), -1);
+        auto memoryFraction = [&](size_t i) {
+            const Op& op = p.ops[i];
+            if (op.mix < 0 || static_cast<size_t>(op.mix) >= p.mixes.size())
+                return op.memBytes > 0 ? 1.0 : 0.0;
+            double& f = w.mixMemory[static_cast<size_t>(op.mix)];
+            if (f < 0) {
+                const MixParts mp =
+                    mixParts(c, p.mixes[static_cast<size_t>(op.mix)], op.computeDtype);
+                const double all = mp.computeSeconds + mp.memorySeconds;
+                f = all > 0 ? mp.memorySeconds / all : 0;
+            }
+            return f;
+        };
+        occupancyStretch(t, collByStream, computeOps, smShare, hbmShare, memoryFraction, w, dur);
+        r.stepNs = schedule(p, c, dur, launch, hostFirst, t);
+    } else if (c.sim.overlapSlowdown > 0 || c.sim.commOverlapSlowdown > 0) {
         const int rounds = c.sim.commOverlapSlowdown > 0 ? 3 : 1;
         std::vector<int64_t>& base = w.baseDur;
         if (rounds > 1) base = dur;

@@ -7,9 +7,11 @@
 // Timing: ops are issued by one CPU thread in program order, each costing cpu_issue_ns;
 // an op starts when its stream is free, the ops it waits on have ended, and it has been
 // issued (an FSDP1 rate-limited all-gather also makes the CPU wait); collectives of one
-// process group also wait for the group's previous collective. A second pass stretches
-// compute by overlap_slowdown × the fraction of it that the first pass overlapped with
-// communication (NCCL kernels take SMs).
+// process group also wait for the group's previous collective. A second pass stretches the
+// compute the first pass overlapped with collectives: on a cluster with NCCL's model, by
+// what each collective holds (its CTAs' share of the SMs for compute-bound kernels, its
+// copies' share of HBM bandwidth for memory-bound ones, ncclOccupancy); otherwise by the
+// cluster's flat overlap_slowdown.
 //
 // Memory: allocated bytes follow CPU issue order, as torch.cuda.max_memory_allocated
 // counts them; reserved bytes come from the caching-allocator model fed the same events.

@@ -292,7 +292,7 @@ nlohmann::json simJson(const SimParams& s) {
 NcclSpec parseNccl(const JsonReader& r) {
     r.allowOnly({"version", "compute_capability", "nvlinks", "nvls", "nics_per_node",
                  "gpu_nic_bandwidth_bytes_per_s", "cpu_vendor", "net_latency_us", "launch_us",
-                 "nvlink_efficiency", "net_efficiency", "nvls_efficiency", "fill_slices"});
+                 "nvlink_efficiency", "net_efficiency", "nvls_efficiency", "fill_slices", "sms"});
     NcclSpec s;
     if (auto v = r.find("version")) {
         s.version = v->asString();
@@ -317,6 +317,11 @@ NcclSpec parseNccl(const JsonReader& r) {
         s.nvlinks = static_cast<int>(n);
     }
     if (auto x = r.find("nvls")) s.nvls = x->asBool();
+    if (auto x = r.find("sms")) {
+        const int64_t n = x->asIntAtLeast(1);
+        if (n > 1024) x->fail("expected the GPU's SM count, at most 1024");
+        s.sms = static_cast<int>(n);
+    }
     if (auto x = r.find("nics_per_node")) {
         const int64_t n = x->asIntAtLeast(1);
         if (n > 64) x->fail("expected at most 64 NICs per node");
@@ -357,19 +362,21 @@ NcclSpec parseNccl(const JsonReader& r) {
 }
 
 nlohmann::json ncclJson(const NcclSpec& s) {
-    return {{"version", s.version},
-            {"compute_capability", s.computeCapability},
-            {"nvlinks", s.nvlinks},
-            {"nvls", s.nvls},
-            {"nics_per_node", s.nicsPerNode},
-            {"gpu_nic_bandwidth_bytes_per_s", s.gpuNicBandwidth},
-            {"cpu_vendor", s.cpuVendor},
-            {"net_latency_us", s.netLatencyUs},
-            {"launch_us", s.launchUs},
-            {"nvlink_efficiency", s.nvlinkEfficiency},
-            {"net_efficiency", s.netEfficiency},
-            {"nvls_efficiency", s.nvlsEfficiency},
-            {"fill_slices", s.fillSlices}};
+    nlohmann::json j = {{"version", s.version},
+                        {"compute_capability", s.computeCapability},
+                        {"nvlinks", s.nvlinks},
+                        {"nvls", s.nvls},
+                        {"nics_per_node", s.nicsPerNode},
+                        {"gpu_nic_bandwidth_bytes_per_s", s.gpuNicBandwidth},
+                        {"cpu_vendor", s.cpuVendor},
+                        {"net_latency_us", s.netLatencyUs},
+                        {"launch_us", s.launchUs},
+                        {"nvlink_efficiency", s.nvlinkEfficiency},
+                        {"net_efficiency", s.netEfficiency},
+                        {"nvls_efficiency", s.nvlsEfficiency},
+                        {"fill_slices", s.fillSlices}};
+    if (s.sms > 0) j["sms"] = s.sms;
+    return j;
 }
 
 ClusterSpec parseCluster(const JsonReader& r) {

@@ -62,6 +62,7 @@ struct NcclSpec {
     double gpuNicBandwidth = 48e9;  // bytes/s of each GPU's PCIe path to its NIC (Gen5 x16: 48e9)
     std::string cpuVendor = "intel";  // "intel", "amd" or "arm": the net overhead and LL caps
     double netLatencyUs = 0;          // latency the net plugin reports (InfiniBand: 0)
+    int sms = 0;                      // the GPU's SMs (0: by compute capability)
     // Corrections to NCCL's estimate (it picks an algorithm, it does not time it):
     double launchUs = 0;            // device time per collective outside NCCL's latency
     double nvlinkEfficiency = 1.0;  // achieved bandwidth / NCCL's: Ring, Tree within a node

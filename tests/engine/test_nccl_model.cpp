@@ -198,6 +198,35 @@ TEST(NcclModel, TheStepSimulatorPricesCollectivesWithTheSameFunction) {
     EXPECT_EQ(cost.algorithm, static_cast<int>(e->algo));
 }
 
+TEST(NcclModel, ACollectiveHoldsOneSmPerChannelAndHbmForItsCopies) {
+    // 8 x H100, ring all-gather: a 12-channel graph, connected twice over at run time
+    // ("24 coll channels" in p5's logs): 24 CTAs of 132 SMs. Its HBM traffic is two bytes a
+    // bus byte (written as received, read to forward) over its time; a reduce-scatter three.
+    ClusterSpec c = load("h100-sxm-80gb-ib.json");
+    const int64_t bytes = 436 * MiB;
+    const auto ag = ncclCollective(c, *c.nccl, OpKind::AllGather, bytes, 8, 1);
+    ASSERT_TRUE(ag);
+    EXPECT_EQ(ag->channels, 12);
+    const NcclOccupancy o = ncclOccupancy(c, *c.nccl, *ag, OpKind::AllGather, bytes, 8);
+    EXPECT_EQ(o.sms, 132);
+    EXPECT_EQ(o.ctas, 24);
+    EXPECT_DOUBLE_EQ(o.smShare, 24.0 / 132);
+    const double bus = static_cast<double>(bytes) * 7 / 8;
+    EXPECT_NEAR(o.hbmShare, 2 * bus / (ag->us * 1e-6) / c.device.hbmBandwidth, 1e-12);
+    const auto rs = ncclCollective(c, *c.nccl, OpKind::ReduceScatter, bytes, 8, 1);
+    const NcclOccupancy r = ncclOccupancy(c, *c.nccl, *rs, OpKind::ReduceScatter, bytes, 8);
+    EXPECT_NEAR(r.hbmShare / o.hbmShare, 1.5 * ag->us / rs->us, 1e-9);
+    // The step simulator's price carries the same shares.
+    const CollectiveCost cost = collectiveTime(c, OpKind::AllGather, bytes, 8, 1, 8);
+    EXPECT_DOUBLE_EQ(cost.smShare, o.smShare);
+    EXPECT_DOUBLE_EQ(cost.hbmShare, o.hbmShare);
+    // A100 has 108 SMs; a profile may say its own.
+    ClusterSpec a = load("a100-sxm-80gb-1x8.json");
+    EXPECT_EQ(smCount(*a.nccl), 108);
+    a.nccl->sms = 100;
+    EXPECT_EQ(smCount(*a.nccl), 100);
+}
+
 TEST(NcclModel, VersionsSelectTheirTables) {
     EXPECT_EQ(ncclTableFor("2.23.4"), "2.27");
     EXPECT_EQ(ncclTableFor("2.27.7"), "2.27");

@@ -128,6 +128,25 @@ TEST(StepProgram, Fsdp2ForwardExposesOnlyTheFirstAllGather) {
     EXPECT_EQ(lastForwardEnd, kAg + kLayers * kFwd);  // t_AG + L·t_comp
 }
 
+TEST(StepProgram, ComputeBesideACollectiveLosesTheSmsItsCtasHold) {
+    // With NCCL's model, a compute-bound op slows by share / (1 - share) over the time a
+    // collective runs beside it, share = CTAs / SMs (a ring of 12 graph channels, 24 CTAs).
+    // On 48 SMs that is 1 (twice as long); on 1,024, 24/1,000: the two stretches stand in
+    // that ratio. The blocks' compute is 4 x (5 + 10) ms without any stretch.
+    auto withSms = [](int sms) {
+        ClusterSpec c = cluster();
+        c.nccl = NcclSpec{};
+        c.nccl->sms = sms;
+        return run(blocks(), blockPlan(), c).sim.computeNs;
+    };
+    const double base = kLayers * (kFwd + 2.0 * kFwd);
+    const double most = static_cast<double>(withSms(48)) - base;
+    const double least = static_cast<double>(withSms(1024)) - base;
+    ASSERT_GT(least, 0);
+    const double share = 24.0 / 1024;
+    EXPECT_NEAR(most / least, 1.0 / (share / (1 - share)), 0.02 * most / least);
+}
+
 TEST(StepProgram, Fsdp2StepExposesFirstAllGatherAndLastReduceScatter) {
     const SimRun r = run(blocks(), blockPlan(), cluster());
     const int64_t rs = kAg;  // same bytes and factor in fp32
