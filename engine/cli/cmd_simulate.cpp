@@ -231,8 +231,12 @@ int runSimulate(const Args& a) {
         nlohmann::json ops = nlohmann::json::array();
         for (size_t i = 0; i < prog.ops.size(); ++i) {
             const Op& op = prog.ops[i];
+            // FSDP2's reduce over a shard group of one is a device copy, not a collective
+            // (foreach_reduce's world_size == 1 path): listed as such, so counting the
+            // program's collectives counts what NCCL runs.
+            const bool reduceCopy = isCollective(op.kind) && op.groupSize <= 1 && op.memBytes > 0;
             ops.push_back({{"id", i},
-                           {"kind", opKindName(op.kind)},
+                           {"kind", reduceCopy ? "reduce_copy" : opKindName(op.kind)},
                            {"phase", phaseName(op.phase)},
                            {"stream", streamName(op.stream)},
                            {"unit", r.units[op.unit.index()].name},

@@ -525,6 +525,7 @@ struct FsdpRuntime::Impl {
     int32_t curSeg = -1;
     int64_t segStart = 0, lastBwdMark = 0;
     int32_t mb = 0;
+    bool lastMicroBatch = true;
     bool sync = true;
     bool recomputing = false;
     std::unique_ptr<torch::optim::AdamW> adam, hostAdam;
@@ -952,7 +953,8 @@ struct FsdpRuntime::Impl {
     void postForward(int32_t u) {
         const auto& unit = r.units[u];
         if (unit.reshard != Reshard::False) reshard(u, unit.reshard == Reshard::Int);
-        postForwardOrder.push_back(u);
+        // Only parameter groups record the post-forward order (FSDPParamGroup.post_forward).
+        if (!unit.params.empty()) postForwardOrder.push_back(u);
     }
 
     void recordBackwardSeg(int32_t s) {
@@ -986,8 +988,11 @@ struct FsdpRuntime::Impl {
         UState& s = us[u];
         if (s.postBackwardDone) return;
         s.postBackwardDone = true;
-        if (r.units[u].reshardAfterBackward) reshard(u, false);
-        if (sync) reduce(u);
+        // Kept unsharded between micro-batches, resharded after the last one's backward (as
+        // samples/apply_plan.py's prepare_micro_batch and the step program do).
+        if (r.units[u].reshardAfterBackward || lastMicroBatch) reshard(u, false);
+        // A unit without parameters to train has no parameter group: it reduces nothing.
+        if (sync && !r.units[u].params.empty() && r.units[u].trainableShardedBytes > 0) reduce(u);
     }
 
     void reduce(int32_t u) {
@@ -1236,9 +1241,10 @@ void FsdpRuntime::boundaryBackward(int64_t b) {
     s.lastBwdMark = nowNs();
 }
 
-void FsdpRuntime::beginMicroBatch(int32_t mb, bool syncGradients) {
+void FsdpRuntime::beginMicroBatch(int32_t mb, bool syncGradients, bool last) {
     Impl& s = *d;
     s.mb = mb;
+    s.lastMicroBatch = last;
     s.sync = syncGradients;
     s.boundaries.clear();
     s.deferred.clear();

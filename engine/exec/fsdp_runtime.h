@@ -122,7 +122,8 @@ public:
     // The model marks that it computed something (segments without compute record no op).
     void noteCompute() { m_segHasCompute = true; }
 
-    void beginMicroBatch(int32_t mb, bool syncGradients);
+    // `last`: the step's last micro-batch (units kept unsharded after backward reshard).
+    void beginMicroBatch(int32_t mb, bool syncGradients, bool last = true);
     // Runs backward from the loss, then the root's final callback.
     void backward(const at::Tensor& loss);
     void optimizerStep();  // waits on every reduction, AdamW on the shards, zero_grad

@@ -465,7 +465,7 @@ int runWorker(const std::vector<std::string>& argv) {
                 for (int64_t mb = 0; mb < m; ++mb) {
                     const int64_t dataRank = o.reference ? rk : groups.rank;
                     rt.beginMicroBatch(static_cast<int32_t>(mb),
-                                       mb + 1 == m || plan->syncEveryMicroBatch);
+                                       mb + 1 == m || plan->syncEveryMicroBatch, mb + 1 == m);
                     const at::Tensor tokens = data[step][dataRank][mb].to(device);
                     const at::Tensor loss = llama ? llama->loss(tokens) : proxy->loss(tokens);
                     // Summed on the device: reading it each micro-batch would stall a GPU.

@@ -1094,6 +1094,10 @@ private:
     void reduceUnit(int32_t u, int32_t mb, bool sync) {
         const auto& unit = r.units[u];
         if (!sync) return;  // gradients stay unsharded (requires_gradient_sync(False))
+        // A unit without parameters to train has no parameter group (FSDP2's fully_shard on
+        // a module whose parameters are all ignored or owned by other units, a parameterless
+        // root) or none with a gradient: it reduces nothing, in FSDP and in HSDP.
+        if (unit.params.empty() || unit.trainableShardedBytes == 0) return;
         SmallVector<BufferId, 4> grads;
         for (int32_t i : unitSegs(u))
             for (BufferId* gb : {&gradSegBuf[i], &gradLateBuf[i]})
@@ -1192,7 +1196,9 @@ private:
     }
 
     void backward(int32_t mb, bool sync) {
-        // Post-forward order: units by the end of their forward.
+        // Post-forward order: units by the end of their forward. Only parameter groups
+        // record it (FSDPParamGroup.post_forward): a unit without parameters is not in it,
+        // so the unit before it prefetches the one after.
         std::vector<int32_t> order;
         {
             std::vector<int32_t> lastSeg(r.units.size(), -1);
@@ -1200,7 +1206,8 @@ private:
                 lastSeg[segs[i].unit] = static_cast<int32_t>(i);
             std::vector<std::pair<int32_t, int32_t>> byEnd;
             for (size_t u = 0; u < r.units.size(); ++u)
-                if (lastSeg[u] >= 0) byEnd.push_back({lastSeg[u], static_cast<int32_t>(u)});
+                if (lastSeg[u] >= 0 && !r.units[u].params.empty())
+                    byEnd.push_back({lastSeg[u], static_cast<int32_t>(u)});
             std::sort(byEnd.begin(), byEnd.end());
             for (const auto& [_, u] : byEnd)
                 order.push_back(u);
@@ -1361,7 +1368,11 @@ private:
                     op(cid).frees.push_back(t.second);
                     return true;
                 });
-                if (r.units[u].reshardAfterBackward) reshardAt(u, cid, false);
+                // A unit kept unsharded after backward reshards after the last micro-batch's
+                // (samples/apply_plan.py's prepare_micro_batch: set_reshard_after_backward(
+                // last)), so the step ends sharded, as the next one's all-gathers assume.
+                if (r.units[u].reshardAfterBackward || mb + 1 == o.microBatches)
+                    reshardAt(u, cid, false);
                 if (u == 0 || u == inputUnit)
                     deferred.push_back(u);
                 else

@@ -3,7 +3,7 @@
 issues for the same model and plan (kind, group size, bytes, order).
 
 The plan is exported (`shardscope plan export --format fsdp2`), applied with the real
-fully_shard on a fake process group of 4 ranks on CPU, and one training step runs
+fully_shard (samples/apply_plan.py, as a user applies it) on a fake process group of 4 ranks on CPU, and one training step runs
 (forward, backward; micro-batches with set_requires_gradient_sync(False) before the last).
 Every all_gather_into_tensor / reduce_scatter_tensor / all_reduce FSDP calls is recorded
 and compared, in order, with `shardscope simulate --program --json`.
@@ -22,7 +22,8 @@ transformers = peer.require("transformers")
 import torch.distributed as dist  # noqa: E402
 from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: E402
 
-from test_fsdp2_sizes import apply_fsdp2_export  # noqa: E402
+sys.path.insert(0, peer.sample(""))
+from apply_plan import apply_plan  # noqa: E402
 
 RECORDED = []
 
@@ -85,11 +86,8 @@ class CollectivesPeer(unittest.TestCase):
         export = peer.shardscope("plan", "export", "--model", CFG, "--plan", plan_path, "--format", "fsdp2")
         cfg = transformers.AutoConfig.from_pretrained(CFG)
         torch.manual_seed(0)
-        model = apply_fsdp2_export(transformers.AutoModelForCausalLM.from_config(cfg), export)
-        for unit, targets in export["forward_prefetch"].items():
-            model.get_submodule(unit).set_modules_to_forward_prefetch([model.get_submodule(t) for t in targets])
-        for unit, targets in export["backward_prefetch"].items():
-            model.get_submodule(unit).set_modules_to_backward_prefetch([model.get_submodule(t) for t in targets])
+        # As a user applies it: samples/apply_plan.py (ignored parameters, prefetch lists).
+        model = apply_plan(transformers.AutoModelForCausalLM.from_config(cfg), export, device_type="cpu")
         RECORDED.clear()
         micro = plan.get("gradient_accumulation", {}).get("micro_batches", 1)
         for mb in range(micro):
@@ -132,6 +130,25 @@ class CollectivesPeer(unittest.TestCase):
 
     def test_gradient_accumulation(self):
         self.check("2 micro-batches", {"gradient_accumulation": {"micro_batches": 2}})
+
+    def test_units_without_parameters(self):
+        # FSDP2 makes no parameter group for a module without parameters to manage: it
+        # gathers and reduces nothing for it, in FSDP and in HSDP.
+        every = [{"modules": ["model.embed_tokens"]}, {"name": "norm+head", "modules": ["model.norm", "lm_head"]}]
+        self.check("parameterless root", {"units": every})
+        self.check("parameterless root, HSDP 2x2", {"mesh": {"shape": [2, 2]}, "units": every})
+        self.check("rotary_emb a unit", {"units": [{"modules": ["model.rotary_emb"]}]})
+        ignored = [n for n in ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                               "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+                               "mlp.down_proj.weight", "input_layernorm.weight", "post_attention_layernorm.weight")]
+        self.check("a unit whose parameters are all ignored",
+                   {"ignored_params": ["model.layers.2." + n for n in ignored]})
+
+    def test_hsdp_with_a_group_of_one(self):
+        # A shard group of one reduces by a copy (foreach_reduce's world_size == 1 path):
+        # no reduce-scatter, only the replicate group's all-reduce.
+        self.check("HSDP 4x1", {"mesh": {"shape": [4, 1]}})
+        self.check("HSDP 1x4", {"mesh": {"shape": [1, 4]}})
 
 
 if __name__ == "__main__":
