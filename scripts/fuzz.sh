@@ -63,7 +63,7 @@ seed model "$root"/samples/models/*/config.json "$root"/samples/models/*.json
 seed cluster "$root"/samples/clusters/*.json
 small_traces=("$traces/HolisticTraceAnalysis/tests/data/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
     "$traces/HolisticTraceAnalysis/tests/data/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz")
-seed kineto "${small_traces[@]}"
+seed kineto "${small_traces[@]}" "$root"/tests/data/hostile-traces/*.json
 seed kineto_gz "${small_traces[@]}"
 seed alloc_history "$root"/tests/data/h200-llama8b-4layers/memory-history.json.gz
 mkdir -p "$corpus/step_trace"

@@ -25,6 +25,7 @@
 #include "engine/search/search.h"
 #include "engine/search/variant.h"
 #include "engine/sim/simulator.h"
+#include "plans/core/atomic_write.h"
 #include "plans/core/json_reader.h"
 #include "plans/model/model_json.h"
 #include "plans/plan/resolve.h"
@@ -413,10 +414,12 @@ int runBenchImport(const Args& a) {
         return kExitUsage;
     }
     const std::string keep = a.get("--keep");
-    const std::string path =
-        keep.empty()
-            ? (std::filesystem::temp_directory_path() / "shardscope-bench-import.json").string()
-            : keep;
+    std::string path = keep;
+    if (keep.empty()) {
+        auto tmp = makeTempFile("shardscope-bench-import", ".json");
+        if (failed(tmp)) return kExitUsage;
+        path = *tmp;
+    }
     std::printf("shardscope bench import: the streaming Kineto importer, one core\n\n");
     SyntheticTraceOptions o;
     o.bytes = *mb * 1'000'000;
@@ -440,13 +443,14 @@ int runBenchImport(const Args& a) {
 namespace {
 
 // `bench memory`: the memory fidelity table, PyTorch's FSDPMemTracker against the simulator
-// on full-size models (scripts/bench_memory.py, which needs torch and transformers: the
+// on full-size models (tests/oracles/bench_memory.py, which needs torch and transformers: the
 // set-up script's virtual environment).
 int runBenchMemory(const Args& a) {
     std::string python = std::getenv("SHARDSCOPE_PYTHON") ? std::getenv("SHARDSCOPE_PYTHON")
                                                           : SHARDSCOPE_DEFAULT_PYTHON;
     if (python.empty()) python = "python3";
-    const std::string script = std::string(SHARDSCOPE_SOURCE_ROOT) + "/scripts/bench_memory.py";
+    const std::string script =
+        std::string(SHARDSCOPE_SOURCE_ROOT) + "/tests/oracles/bench_memory.py";
     std::error_code ec;
     if (!std::filesystem::exists(script, ec)) {
         std::cerr << "error: " << script << " is not there (bench memory runs from a checkout)\n";
@@ -520,7 +524,7 @@ std::vector<Command> benchCommands() {
     mem.summary =
         "Print the memory fidelity table: simulated peaks against PyTorch's own accounting.";
     mem.description =
-        "Runs scripts/bench_memory.py with the set-up script's Python (SHARDSCOPE_PYTHON "
+        "Runs tests/oracles/bench_memory.py with the set-up script's Python (SHARDSCOPE_PYTHON "
         "overrides):\n"
         "each case of the matrix (Llama-3.1-8B, Qwen2-7B, Qwen3-8B, OLMo-2-7B, Phi-4,\n"
         "Mixtral-8x7B, Qwen1.5-MoE-A2.7B, GPT-2-XL, Llama-3-70B, Gemma-2-9B, Gemma-3-1B,\n"

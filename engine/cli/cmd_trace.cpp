@@ -145,6 +145,9 @@ int runTraceSummary(const Args& a) {
                 std::cout << "  skipped " << tr.skippedOutOfRange
                           << " events whose \"ts\" or \"dur\" is out of range (more than "
                              "9.2e12 us)\n";
+            if (tr.skippedNegativeTime > 0)
+                std::cout << "  warning: skipped " << tr.skippedNegativeTime
+                          << " events with a negative \"ts\" or \"dur\"\n";
             t0 = std::chrono::steady_clock::now();
             return {};
         },

@@ -14,11 +14,18 @@
 
 #include <ATen/record_function.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <stdexcept>
@@ -1459,6 +1466,35 @@ std::chrono::milliseconds rendezvousLimit(std::chrono::milliseconds timeout) {
     return timeout + std::chrono::milliseconds(5000);
 }
 
+// A rendezvous address on this machine only: what `run --nproc N` sets, and a torchrun
+// launch whose MASTER_ADDR is loopback.
+bool isLoopback(const std::string& host) {
+    return host == "localhost" || host.rfind("127.", 0) == 0;
+}
+
+// A socket listening on 127.0.0.1:port, for the store to serve on (TCPStoreOptions::
+// masterListenFd): c10d's own listener binds every interface, and the store has no
+// authentication, so a run whose ranks are all on this machine must not be reachable from
+// another. The descriptor passes to the store, which closes it.
+int loopbackListener(uint16_t port) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) throw std::runtime_error(std::string("socket(): ") + std::strerror(errno));
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        ::listen(fd, SOMAXCONN) != 0) {
+        const std::string why = std::strerror(errno);
+        ::close(fd);
+        throw std::runtime_error("cannot listen on 127.0.0.1:" + std::to_string(port) +
+                                 " for the rendezvous store: " + why);
+    }
+    return fd;
+}
+
 // This rank's place and the rendezvous store, from the torchrun environment.
 c10::intrusive_ptr<c10d::Store> joinStore(Groups& gr, std::chrono::milliseconds timeout) {
     gr.rank = envInt("RANK");
@@ -1475,6 +1511,9 @@ c10::intrusive_ptr<c10d::Store> joinStore(Groups& gr, std::chrono::milliseconds 
     so.numWorkers = static_cast<size_t>(gr.worldSize);
     so.waitWorkers = true;
     so.timeout = timeout;
+    // Every rank on this machine: serve on loopback only. Another MASTER_ADDR (torchrun or
+    // SLURM across machines) keeps PyTorch's listener, which the other machines reach.
+    if (so.isServer && isLoopback(host)) so.masterListenFd = loopbackListener(so.port);
     return c10::make_intrusive<c10d::TCPStore>(host, so);
 }
 }  // namespace

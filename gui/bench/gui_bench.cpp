@@ -28,6 +28,7 @@
 
 #include "gui/app/document.h"
 #include "gui/timeline/timeline_widget.h"
+#include "plans/core/atomic_write.h"
 #include "plans/model/model_graph.h"
 #include "profiler/import/kineto_import.h"
 #include "profiler/import/synthetic_trace.h"
@@ -75,10 +76,15 @@ int main(int argc, char** argv) {
     const int64_t events = positive(eventsOpt, int64_t{1} << 32);
     const int ranks = static_cast<int>(positive(ranksOpt, 1024));
     const int streams = static_cast<int>(positive(streamsOpt, 64));
-    const std::string path =
-        cli.isSet(keepOpt)
-            ? cli.value(keepOpt).toStdString()
-            : (std::filesystem::temp_directory_path() / "shardscope-gui-bench.json").string();
+    std::string path = cli.isSet(keepOpt) ? cli.value(keepOpt).toStdString() : std::string();
+    if (path.empty()) {
+        auto tmp = shardscope::makeTempFile("shardscope-gui-bench", ".json");
+        if (!tmp) {
+            std::fprintf(stderr, "shardscope-gui-bench: error: %s\n", tmp.error().c_str());
+            std::exit(2);
+        }
+        path = *tmp;
+    }
     std::printf("shardscope-gui-bench: %lld events on %d ranks x %d streams\n",
                 static_cast<long long>(events), ranks, streams);
     shardscope::SyntheticTraceOptions so;

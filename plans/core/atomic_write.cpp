@@ -81,4 +81,16 @@ Status writeFileAtomically(const std::string& path, std::string_view contents) {
     return {};
 }
 
+Expected<std::string> makeTempFile(const std::string& prefix, const std::string& suffix) {
+    std::error_code ec;
+    std::filesystem::path dir = std::filesystem::temp_directory_path(ec);
+    if (ec) dir = "/tmp";
+    std::string tmpl = (dir / (prefix + "-XXXXXX" + suffix)).string();
+    const int fd = ::mkstemps(tmpl.data(), static_cast<int>(suffix.size()));
+    if (fd < 0)
+        return Error{"cannot create a temporary file from " + tmpl + ": " + std::strerror(errno)};
+    ::close(fd);
+    return tmpl;
+}
+
 }  // namespace shardscope

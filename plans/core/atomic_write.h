@@ -13,4 +13,10 @@ namespace shardscope {
 
 [[nodiscard]] Status writeFileAtomically(const std::string& path, std::string_view contents);
 
+// A new, empty file of this process's own in $TMPDIR (else /tmp), named
+// <prefix>-XXXXXX<suffix> with mkstemps: created exclusively, mode 0600, so no other user
+// can have planted a file or a link under that name first. Returns its path.
+[[nodiscard]] Expected<std::string> makeTempFile(const std::string& prefix,
+                                                 const std::string& suffix = "");
+
 }  // namespace shardscope

@@ -763,6 +763,12 @@ public:
             ++t.skippedOutOfRange;
             return true;
         }
+        // A negative duration (or a time before the trace's epoch) has no interval to draw
+        // or sum: the event is skipped and counted, never folded into a breakdown.
+        if ((f.hasDur && f.durNs < 0) || (f.hasTs && f.tsNs < 0)) {
+            ++t.skippedNegativeTime;
+            return true;
+        }
         consume(f);
         return true;
     }
@@ -1745,6 +1751,9 @@ Expected<Trace> importKinetoFile(const std::string& path, const KinetoImportOpti
                      (t.skippedBadFields > 0
                           ? ", " + std::to_string(t.skippedBadFields) + " fields of the wrong type"
                           : std::string())};
+    if (t.size() == 0 && t.skippedNegativeTime > 0 && t.eventsByCategory.empty())
+        return Error{path + ": no usable event: " + std::to_string(t.skippedNegativeTime) +
+                     " had a negative \"ts\" or \"dur\""};
     if (t.size() == 0 && t.skippedBadFields > 0 && t.eventsByCategory.empty())
         return Error{path + ": no usable event: all " + std::to_string(t.skippedBadFields) +
                      " were not objects or had fields of the wrong type (\"ph\", \"cat\", "

@@ -124,7 +124,8 @@ struct Trace {
     // Events dropped because a field had an unexpected type (a string ts, an object name):
     // counted and reported, never fatal.
     int64_t skippedBadFields = 0;
-    int64_t skippedOutOfRange = 0;  // "ts" or "dur" beyond int64 nanoseconds
+    int64_t skippedOutOfRange = 0;    // "ts" or "dur" beyond int64 nanoseconds
+    int64_t skippedNegativeTime = 0;  // a negative "ts" or "dur": no place on the timeline
     int64_t rank = 0;
     // Kineto's distributedInfo: the job's world size and process groups (0 / empty when the
     // trace does not say).

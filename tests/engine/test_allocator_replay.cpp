@@ -15,6 +15,7 @@
 #include "engine/sim/allocator_model.h"
 #include "profiler/analysis/allocator_replay.h"
 #include "profiler/import/kineto_import.h"
+#include "tests/support/golden.h"
 
 using namespace shardscope;
 
@@ -95,7 +96,7 @@ TEST(AllocatorReplay, ReservedFollowsRealH200HistoriesEventByEvent) {
 }
 
 TEST(AllocatorReplay, AHistoryWithAMistakeIsRefusedNamingTheEvent) {
-    const auto dir = std::filesystem::temp_directory_path() / "shardscope_history_test";
+    const auto dir = shardscope::test::testTempDir() / "shardscope_history_test";
     std::filesystem::create_directories(dir);
     const auto path = (dir / "h.json").string();
     std::ofstream(path) << R"({"format": "shardscope.cuda_memory_history",

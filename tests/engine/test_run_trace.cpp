@@ -13,6 +13,7 @@
 #include "profiler/analysis/trace_diff.h"
 #include "profiler/import/kineto_import.h"
 #include "profiler/record/device_activity.h"
+#include "tests/support/golden.h"
 
 namespace shardscope::cli {
 namespace {
@@ -84,7 +85,7 @@ nlohmann::json rankResult(int rank, bool withDevice) {
 TEST(RunTrace, CudaRanksCarryTheirGpuWorkInKinetoTerms) {
     const nlohmann::json trace =
         mergedTrace({rankResult(0, true), rankResult(1, false)}, "p", {{"device", "cuda"}});
-    const auto path = std::filesystem::temp_directory_path() / "shardscope_run_trace_test.json";
+    const auto path = shardscope::test::testTempDir() / "shardscope_run_trace_test.json";
     std::ofstream(path) << trace.dump();
     auto t = importKinetoFile(path.string());
     std::filesystem::remove(path);
@@ -202,7 +203,7 @@ TEST(RunTrace, ACudaRanksPeakIsTheDevicesNotTheHosts) {
     // (torch.cuda.max_memory_allocated) comes back from the trace, not the host counter's.
     nlohmann::json r = rankResult(0, true);
     r["peak_allocated_bytes"] = int64_t{38'533'842'432};  // measured on an H200
-    const auto path = std::filesystem::temp_directory_path() / "shardscope_cuda_peak_test.json";
+    const auto path = shardscope::test::testTempDir() / "shardscope_cuda_peak_test.json";
     std::ofstream(path) << mergedTrace({r}, "p", {{"device", "cuda"}}).dump();
     auto f = readTraceFile(path.string());
     std::filesystem::remove(path);
@@ -233,7 +234,7 @@ TEST(RunTrace, ACudaRanksBreakdownComesFromItsKernels) {
 
 TEST(RunTrace, DiffAndCalibrateSeeTheGpuTimeOfACudaRanksOps) {
     const nlohmann::json trace = mergedTrace({rankResult(0, true)}, "p", {{"device", "cuda"}});
-    const auto path = std::filesystem::temp_directory_path() / "shardscope_run_trace_gpu.json";
+    const auto path = shardscope::test::testTempDir() / "shardscope_run_trace_gpu.json";
     std::ofstream(path) << trace.dump();
     auto t = readTraceFile(path.string());
     std::filesystem::remove(path);

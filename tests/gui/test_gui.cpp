@@ -60,7 +60,7 @@ QStringList llamaOnH100(const char* plan) {
 // A PyTorch-profiler-style trace of `ranks` x `streams` with `events` kernels, written to the
 // temporary folder as `file`; its path.
 std::string syntheticTrace(const char* file, int ranks, int streams, int events) {
-    const std::string path = (std::filesystem::temp_directory_path() / file).string();
+    const std::string path = (shardscope::test::testTempDir() / file).string();
     shardscope::SyntheticTraceOptions so;
     so.ranks = ranks;
     so.streams = streams;
@@ -416,8 +416,7 @@ TEST(GuiWindow, OpensATraceWhoseEventsStartPastTheFirstBlocks) {
                   {"dur", 2.0},
                   {"args", {{"stream", 7}}}});
     const std::string path =
-        (std::filesystem::temp_directory_path() / "shardscope_gui_late_events.pt.trace.json")
-            .string();
+        (shardscope::test::testTempDir() / "shardscope_gui_late_events.pt.trace.json").string();
     std::ofstream(path) << "{\"traceName\": \"" << std::string(40000, 'x')
                         << "\", \"traceEvents\": " << ev.dump() << "}";
     MainWindow w;
@@ -475,7 +474,7 @@ TEST(GuiWindow, ShowsFsdpUnitsAndCpuMemoryOfAPyTorchCpuRun) {
     using J = nlohmann::json;
     const J ev = fsdpCpuStepEvents();
     const std::string path =
-        (std::filesystem::temp_directory_path() / "shardscope_gui_fsdp_cpu.pt.trace.json").string();
+        (shardscope::test::testTempDir() / "shardscope_gui_fsdp_cpu.pt.trace.json").string();
     writeRankTrace(path, 0, 2, ev);
     MainWindow w;
     w.resize(1200, 800);
@@ -914,7 +913,7 @@ TEST(GuiWindow, RecommendSearchesInTheBackgroundLoadsAndExports) {
     for (const auto& c : front)
         points += c.fits ? 1 : 0;
     EXPECT_EQ(r->paretoSeries()->count(), points);
-    const std::string dir = std::filesystem::temp_directory_path() / "shardscope_gui_export";
+    const std::string dir = shardscope::test::testTempDir() / "shardscope_gui_export";
     std::filesystem::create_directories(dir);
     const QString out = QString::fromStdString(dir + "/plan.fsdp2.json");
     ASSERT_TRUE(r->exportSelected(out, ExportFormat::Fsdp2).isEmpty());
@@ -986,7 +985,7 @@ TEST(GuiPlanEditor, TickingModulesAndWrapPoliciesEditThePlan) {
     EXPECT_FALSE(w.wrapErrorLabel()->text().isEmpty());
     EXPECT_EQ(*w.document().plan, before);
     // Saved and read back: the same plan.
-    const std::string out = std::filesystem::temp_directory_path() / "shardscope_edited_plan.json";
+    const std::string out = shardscope::test::testTempDir() / "shardscope_edited_plan.json";
     ASSERT_TRUE(w.savePlan(QString::fromStdString(out)).isEmpty());
     const LoadedFile back = loadFile(QString::fromStdString(out));
     ASSERT_TRUE(back.error.isEmpty()) << back.error.toStdString();
@@ -1330,7 +1329,7 @@ TEST(GuiWindow, EveryRanksMemoryCounterIsDrawnWithAHoverReadout) {
                           {"args", {{"allocated", (rank + 1) * 1048576 * (i + 1)}}}});
     }
     const std::string path =
-        (std::filesystem::temp_directory_path() / "shardscope_gui_two_rank_memory.json").string();
+        (shardscope::test::testTempDir() / "shardscope_gui_two_rank_memory.json").string();
     std::ofstream(path) << J{
         {"traceEvents", ev},
         {"displayTimeUnit", "ns"},
@@ -1374,7 +1373,7 @@ TEST(GuiWindow, ZoomSurvivesEditsAndTheTitleSaysWhatIsShown) {
     EXPECT_EQ(w.windowTitle(), "ShardScope - config.json - llama-per-block.json");
     // A trace opened on top: the timeline fits it, and the title names it.
     const std::string path =
-        (std::filesystem::temp_directory_path() / "shardscope_gui_title.pt.trace.json").string();
+        (shardscope::test::testTempDir() / "shardscope_gui_title.pt.trace.json").string();
     std::ofstream(path) << R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "gemm",
         "pid": 1, "tid": 7, "ts": 1.0, "dur": 2.0, "args": {"stream": 7}}]})";
     ASSERT_TRUE(openAndWait(w, {QString::fromStdString(path)}, 30000));
@@ -1486,7 +1485,7 @@ TEST(GuiWindow, ComparePutsAMeasuredTraceBesideThePlanAsItIsEdited) {
 TEST(GuiWindow, OpensAFolderOfPerRankTracesOnOneTimeAxis) {
     // torch.profiler writes one file per rank into a folder; the CLI reads the folder, and
     // so does the app now: every rank in its group, the ranks' clocks aligned.
-    const auto dir = std::filesystem::temp_directory_path() / "shardscope_gui_rank_folder";
+    const auto dir = shardscope::test::testTempDir() / "shardscope_gui_rank_folder";
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
     using J = nlohmann::json;
@@ -1537,7 +1536,7 @@ TEST(GuiWindow, AFolderOfFsdpRanksSaysWhoWaitedForItsPeer) {
     // Two ranks of an FSDP2 job: rank 1 reaches the all-gather 30 us after rank 0 and both
     // finish it together. Rank 0's all-gather says it waited 0.03 ms for a peer; rank 1's
     // says nothing of the kind (the wait, `trace overlap`'s PEER WAIT: peer_wait.h).
-    const auto dir = std::filesystem::temp_directory_path() / "shardscope_gui_fsdp_ranks";
+    const auto dir = shardscope::test::testTempDir() / "shardscope_gui_fsdp_ranks";
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
     for (int rank = 0; rank < 2; ++rank)
@@ -1610,7 +1609,7 @@ TEST(GuiWindow, AnFsdp1TraceGetsItsUnitsTrackToo) {
     ev.push_back(x("FullyShardedDataParallel.forward", 300, 250));
     ev.push_back(x("FullyShardedDataParallel._pre_backward_hook", 1000, 5));
     const std::string path =
-        (std::filesystem::temp_directory_path() / "shardscope_gui_fsdp1.pt.trace.json").string();
+        (shardscope::test::testTempDir() / "shardscope_gui_fsdp1.pt.trace.json").string();
     writeRankTrace(path, 0, 2, ev);
     MainWindow w;
     w.resize(1200, 800);

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "plans/core/atomic_write.h"
+#include "tests/support/golden.h"
 
 namespace fs = std::filesystem;
 using namespace shardscope;
@@ -24,7 +25,7 @@ namespace {
 
 fs::path scratch(const char* name) {
     const fs::path dir =
-        fs::temp_directory_path() / ("shardscope-atomic-" + std::to_string(::getpid()));
+        shardscope::test::testTempDir() / ("shardscope-atomic-" + std::to_string(::getpid()));
     fs::create_directories(dir);
     const fs::path p = dir / name;
     std::error_code ec;

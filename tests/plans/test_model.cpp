@@ -505,7 +505,7 @@ TEST(JsonReader, NumberBeyondDoubleIsAnErrorNamingItsPosition) {
 }
 
 TEST(JsonReader, RefusesFoldersDevicesAndBinaryFilesFromTheirFirstBytes) {
-    const auto dir = std::filesystem::temp_directory_path() / "shardscope_json_reader_test";
+    const auto dir = shardscope::test::testTempDir() / "shardscope_json_reader_test";
     std::filesystem::create_directories(dir);
     auto folder = readJsonFile(dir.string());
     ASSERT_FALSE(folder.ok());

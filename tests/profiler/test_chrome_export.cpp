@@ -9,13 +9,14 @@
 
 #include "profiler/export/chrome_export.h"
 #include "profiler/import/kineto_import.h"
+#include "tests/support/golden.h"
 
 using namespace shardscope;
 
 namespace {
 
 Trace roundTrip(const Trace& t, const std::string& name) {
-    const std::string path = std::filesystem::temp_directory_path() / name;
+    const std::string path = shardscope::test::testTempDir() / name;
     std::ofstream(path) << exportChromeTrace(t).dump();
     auto back = importKinetoFile(path);
     EXPECT_TRUE(back) << back.error();
@@ -79,7 +80,7 @@ void expectSame(const Trace& a, const Trace& b, const std::string& what) {
 
 TEST(ChromeExport, ShardScopeTracesRoundTrip) {
     // A multi-rank ShardScope trace with op ids, units, phases, collectives and memory.
-    const std::string path = std::filesystem::temp_directory_path() / "shardscope_export_in.json";
+    const std::string path = shardscope::test::testTempDir() / "shardscope_export_in.json";
     std::ofstream(path)
         << R"JSON({"displayTimeUnit": "ns", "metadata": {"producer": "shardscope run", "rank_pid_offset": 1},
       "traceEvents": [

@@ -11,6 +11,7 @@
 
 #include "profiler/analysis/fsdp_trace.h"
 #include "profiler/import/kineto_import.h"
+#include "tests/support/golden.h"
 
 using namespace shardscope;
 using Json = nlohmann::json;
@@ -63,7 +64,7 @@ TEST(FsdpTrace, GpuCollectivesAreTheKernelsTheirLaunchesFlowTo) {
     ev.push_back(x("kernel", "sm90_gemm_bwd", 7, 300, 30, {{"stream", 7}, {"correlation", 6}}));
     const Json trace = {{"distributedInfo", {{"rank", 0}, {"world_size", 2}}}, {"traceEvents", ev}};
     const std::string path =
-        (std::filesystem::temp_directory_path() / "shardscope_fsdp_gpu.json").string();
+        (shardscope::test::testTempDir() / "shardscope_fsdp_gpu.json").string();
     std::ofstream(path) << trace.dump();
     auto t = importKinetoFile(path);
     ASSERT_TRUE(t.ok()) << t.error();

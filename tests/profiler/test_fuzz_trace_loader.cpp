@@ -21,6 +21,7 @@
 #include "profiler/export/chrome_export.h"
 #include "profiler/import/kineto_import.h"
 #include "tests/support/exercise.h"
+#include "tests/support/golden.h"
 
 using namespace shardscope;
 using Json = nlohmann::json;
@@ -229,7 +230,7 @@ std::string mutated(std::mt19937& rng) {
 
 std::string write(const std::string& name, const std::string& text, bool gz) {
     const std::string path =
-        (std::filesystem::temp_directory_path() / (name + (gz ? ".json.gz" : ".json"))).string();
+        (shardscope::test::testTempDir() / (name + (gz ? ".json.gz" : ".json"))).string();
     if (gz) {
         gzFile f = gzopen(path.c_str(), "wb");
         gzwrite(f, text.data(), static_cast<unsigned>(text.size()));
@@ -392,7 +393,7 @@ TEST(TraceLoaderFuzz, InputsThatBrokeTheFirstRelease) {
         EXPECT_NE(t.error().find("gzip"), std::string::npos) << t.error();
     }
     // A folder is named as one, and one with no traces is an error naming it.
-    const auto dir = std::filesystem::temp_directory_path() / "shardscope_empty_folder";
+    const auto dir = shardscope::test::testTempDir() / "shardscope_empty_folder";
     std::filesystem::create_directories(dir);
     EXPECT_FALSE(importKinetoFile(dir.string()).ok());
     auto e = expandTraceArgs({dir.string()});

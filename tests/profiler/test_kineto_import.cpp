@@ -77,7 +77,7 @@ TEST(KinetoImport, DialectsAndHtaFigures) {
 }
 
 TEST(KinetoImport, BadInputIsAClearError) {
-    const std::string dir = std::filesystem::temp_directory_path() / "shardscope_trace_test";
+    const std::string dir = shardscope::test::testTempDir() / "shardscope_trace_test";
     std::filesystem::create_directories(dir);
     std::ofstream(dir + "/bad.json") << R"({"traceEvents": [{"ph": "X", "ts": 1,)";
     auto r = importKinetoFile(dir + "/bad.json");
@@ -91,7 +91,7 @@ TEST(KinetoImport, BadInputIsAClearError) {
 // `shardscope run --trace` writes one file for all ranks: each rank a process, each stream
 // a thread, the step program's op kind in args, the allocator's total as a counter.
 TEST(KinetoImport, ShardScopeMultiRankTrace) {
-    const std::string dir = std::filesystem::temp_directory_path() / "shardscope_trace_test";
+    const std::string dir = shardscope::test::testTempDir() / "shardscope_trace_test";
     std::filesystem::create_directories(dir);
     std::ofstream(dir + "/run.json") << R"JSON({"traceEvents": [
       {"ph": "M", "pid": 0, "name": "process_name", "args": {"name": "rank 0 (measured)"}},
@@ -224,7 +224,7 @@ TEST(TraceSummary, BandwidthByCollectiveAndSizeAsNcclTestsDefinesIt) {
 // alignment and across chunk boundaries, must read as nlohmann's own encoder wrote them, and
 // timestamps as their digits say.
 TEST(KinetoImport, EscapesBracketsAndChunkEdgesReadAsWritten) {
-    const std::string dir = std::filesystem::temp_directory_path() / "shardscope_trace_test";
+    const std::string dir = shardscope::test::testTempDir() / "shardscope_trace_test";
     std::filesystem::create_directories(dir);
     const std::vector<std::string> pieces = {"\"", "\\",       "\\\\", "{",    "}", "[",   "]",
                                              "\n", "\xc3\xa9", "],{",  "\\\"", ",", "\"}]"};
@@ -288,4 +288,30 @@ TEST(KinetoImport, EscapesBracketsAndChunkEdgesReadAsWritten) {
     ASSERT_FALSE(b.ok());
     EXPECT_NE(b.error().find("byte " + std::to_string(eventStart) + ": "), std::string::npos)
         << b.error();
+}
+
+TEST(KinetoImport, NegativeTimesAreSkippedAndCounted) {
+    // A kernel with a negative dur and an op with a negative ts have no interval on the
+    // timeline: each is skipped and counted (never summed into a breakdown), the good kernel
+    // loads, and `trace summary` says so in a warning line (docs/input-policy.md).
+    const std::string path = shardscope::test::sourcePath("data/hostile-traces/negative-dur.json");
+    auto t = importKinetoFile(path);
+    ASSERT_TRUE(t.ok()) << t.error();
+    EXPECT_EQ(t->size(), 1u);
+    EXPECT_EQ(t->skippedNegativeTime, 2);
+    const auto r = shardscope::test::runCommand(
+        std::string(SHARDSCOPE_BINARY) + " trace summary " + path, true);
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("warning: skipped 2 events with a negative \"ts\" or \"dur\""),
+              std::string::npos)
+        << r.out;
+    // Only such events: refused, saying why.
+    const auto only = shardscope::test::testTempDir() / "negative-only.json";
+    std::ofstream(only) << "{\"traceEvents\":[{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"k\","
+                           "\"ts\":1,\"dur\":-1}]}";
+    auto o = importKinetoFile(only.string());
+    ASSERT_FALSE(o.ok());
+    EXPECT_NE(o.error().find("no usable event: 1 had a negative \"ts\" or \"dur\""),
+              std::string::npos)
+        << o.error();
 }

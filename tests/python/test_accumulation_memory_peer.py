@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Peer test: peak memory with gradient accumulation against PyTorch's own accounting.
 
-FSDPMemTracker under FakeTensorMode (scripts/memory_oracle.py: the real Hugging Face model,
+FSDPMemTracker under FakeTensorMode (tests/oracles/memory_oracle.py: the real Hugging Face model,
 the real `fully_shard` applied by samples/apply_plan.py, a fake process group) runs each
 step as 4 forward/backward micro-batches before AdamW's step, reducing gradients on the
 last only (`set_requires_gradient_sync(False)` before the others) or after every one, next
@@ -29,7 +29,7 @@ import peer  # noqa: E402
 
 peer.require("torch")
 peer.require("transformers")
-sys.path.insert(0, os.path.join(peer.SOURCE, "scripts"))
+sys.path.insert(0, os.path.join(peer.SOURCE, "tests", "oracles"))
 import bench_memory  # noqa: E402
 import memory_oracle  # noqa: E402
 

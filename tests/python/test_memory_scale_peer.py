@@ -2,7 +2,7 @@
 """Peer test at full size: the simulator's peak allocated memory against PyTorch's own
 accounting (FSDPMemTracker under FakeTensorMode, 8 fake ranks) for Llama-3.1-8B,
 Qwen2-7B, Qwen3-8B, OLMo-2-7B, Phi-4, Gemma-2-9B, Mixtral-8x7B and Qwen1.5-MoE-A2.7B at micro-batch 2 x 8192, bf16 parameters with fp32 reduce, one unit per decoder
-layer, the Hugging Face `labels=` loss, through scripts/memory_oracle.py (which shards with
+layer, the Hugging Face `labels=` loss, through tests/oracles/memory_oracle.py (which shards with
 samples/apply_plan.py, as a user's script does). Nothing is allocated: each case takes
 about 15 s on a 2-core machine.
 
@@ -22,7 +22,7 @@ import peer  # noqa: E402
 
 peer.require("torch")
 peer.require("transformers")
-sys.path.insert(0, os.path.join(peer.SOURCE, "scripts"))
+sys.path.insert(0, os.path.join(peer.SOURCE, "tests", "oracles"))
 import bench_memory  # noqa: E402
 import memory_oracle  # noqa: E402
 

@@ -4,7 +4,7 @@
 `recommend` searches thousands of plans by the simulator's peak; the plan it exports
 (`-o`, ShardScope format) is then built as the real Hugging Face model under FakeTensorMode,
 sharded with the real `fully_shard` as its FSDP2 export says, and trained two steps with its
-micro-batches and gradient sync under FSDPMemTracker (scripts/memory_oracle.py). Its peak
+micro-batches and gradient sync under FSDPMemTracker (tests/oracles/memory_oracle.py). Its peak
 must be the one the search ranked it by, within 3 %.
 
 Llama-3.1-8B on 8 H100s (the sample cluster's node):
@@ -33,7 +33,7 @@ import peer  # noqa: E402
 
 peer.require("torch")
 peer.require("transformers")
-sys.path.insert(0, os.path.join(peer.SOURCE, "scripts"))
+sys.path.insert(0, os.path.join(peer.SOURCE, "tests", "oracles"))
 import memory_oracle  # noqa: E402
 
 GOAL = 0.03

@@ -116,7 +116,7 @@ class SavedActivationsPeer(unittest.TestCase):
         # A small Mixtral (8 experts, top 2) in bf16 with tokens routed evenly over the
         # experts (the oracle's balanced routing: transformers' operators, data-independent
         # token choice). One sparse-MoE block's saved bytes, formulas against autograd.
-        sys.path.insert(0, os.path.join(peer.SOURCE, "scripts"))
+        sys.path.insert(0, os.path.join(peer.SOURCE, "tests", "oracles"))
         import memory_oracle
         memory_oracle.balanced_moe_routing()
         cfg = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "vocab_size": 128,
@@ -160,7 +160,7 @@ class SavedActivationsPeer(unittest.TestCase):
                 # Training without a KV cache, as the memory oracle runs it: transformers then
                 # reads "packed sequences" from the position ids and builds a (b, 1, s, s)
                 # mask; the oracle and the formulas run causal SDPA without one
-                # (scripts/memory_oracle.py says why).
+                # (tests/oracles/memory_oracle.py says why).
                 config.use_cache = False
                 import transformers.masking_utils as masking_utils
                 masking_utils.find_packed_sequence_indices = lambda position_ids: None

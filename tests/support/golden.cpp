@@ -19,6 +19,21 @@ std::string samplePath(const std::string& relative) {
     return std::string(SHARDSCOPE_SOURCE_DIR) + "/samples/" + relative;
 }
 
+std::filesystem::path testTempDir() {
+    static const std::filesystem::path dir = [] {
+        std::error_code ec;
+        std::filesystem::path base = std::filesystem::temp_directory_path(ec);
+        if (ec) base = "/tmp";
+        std::string tmpl = (base / "shardscope-test-XXXXXX").string();
+        if (!::mkdtemp(tmpl.data())) {
+            std::perror("mkdtemp");
+            std::abort();
+        }
+        return std::filesystem::path(tmpl);
+    }();
+    return dir;
+}
+
 CommandResult runCommand(const std::string& command, bool mergeStderr) {
     CommandResult r;
     const std::string cmd = command + (mergeStderr ? " 2>&1" : " 2>/dev/null");

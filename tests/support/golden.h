@@ -6,6 +6,7 @@
 // file instead (review the git diff before committing it).
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 
 namespace shardscope::test {
@@ -14,6 +15,9 @@ namespace shardscope::test {
 std::string sourcePath(const std::string& relative);
 // Path of a file under samples/ in the source tree.
 std::string samplePath(const std::string& relative);
+// This test process's own temporary folder (mkdtemp in $TMPDIR, made on first use): tests
+// put their files there, never at a fixed name another user could have planted first.
+std::filesystem::path testTempDir();
 
 ::testing::AssertionResult matchesGolden(const std::string& name, const std::string& actual);
 

@@ -3,11 +3,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include "tests/support/golden.h"
 
 namespace shardscope::test {
 
 std::string writeLaunchFlowTrace(const std::string& fileName) {
-    const std::string path = std::filesystem::temp_directory_path() / fileName;
+    const std::string path = shardscope::test::testTempDir() / fileName;
     std::ofstream(path) << R"JSON({"traceEvents": [
       {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 11, "ts": 100, "dur": 5},
       {"ph": "s", "id": 1, "cat": "ac2g", "name": "ac2g", "pid": 10, "tid": 11, "ts": 100},
@@ -23,7 +24,7 @@ std::string writeLaunchFlowTrace(const std::string& fileName) {
 }
 
 std::string writeKernelTrace(const std::string& fileName, int events) {
-    const std::string path = std::filesystem::temp_directory_path() / fileName;
+    const std::string path = shardscope::test::testTempDir() / fileName;
     std::ofstream out(path);
     out << R"({"traceEvents": [)";
     for (int i = 0; i < events; ++i)

@@ -75,7 +75,7 @@ TEST(Cli, PlanShowGoldens) {
 }
 
 TEST(Cli, ValidateExitCodesAndMessages) {
-    const std::string dir = std::filesystem::temp_directory_path() / "shardscope_cli_test";
+    const std::string dir = shardscope::test::testTempDir() / "shardscope_cli_test";
     std::filesystem::create_directories(dir);
     const std::string bad = dir + "/bad-plan.json";
     std::ofstream(bad) << R"({"format": "shardscope.plan", "version": 1, "mesh": {"shape": [16]},
@@ -139,7 +139,7 @@ TEST(Cli, SimulateGoldensForThreeFixedPlans) {
 }
 
 TEST(Cli, SimulateTraceIsChromeJsonWithStreamsOpIdsAndCounters) {
-    const std::string out = std::filesystem::temp_directory_path() / "shardscope_sim_trace.json";
+    const std::string out = shardscope::test::testTempDir() / "shardscope_sim_trace.json";
     auto r = runCommand(ss(
         "simulate -m samples/models/tiny-llama/config.json -p samples/plans/tiny-llama-2rank.json "
         "-c samples/clusters/cpu-2core.json --trace " +
@@ -169,7 +169,7 @@ TEST(Cli, SimulateTraceIsChromeJsonWithStreamsOpIdsAndCounters) {
 }
 
 TEST(Cli, ExportWritesAtomicallyAndRefusesInvalidPlans) {
-    const std::string dir = std::filesystem::temp_directory_path() / "shardscope_cli_export";
+    const std::string dir = shardscope::test::testTempDir() / "shardscope_cli_export";
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
     for (const char* f : {"fsdp2", "fsdp1", "lightning", "lightning-fsdp1", "shardscope"}) {
@@ -265,7 +265,7 @@ TEST(Cli, ImplausibleTrainingShapesAndMachinesAreRefused) {
               std::string::npos)
         << r.out;
     // A 1-D mesh of 2^40 ranks validated.
-    const std::string dir = std::filesystem::temp_directory_path() / "shardscope_cli_plaus";
+    const std::string dir = shardscope::test::testTempDir() / "shardscope_cli_plaus";
     std::filesystem::create_directories(dir);
     const std::string huge = dir + "/huge-mesh.json";
     std::ofstream(huge) << R"({"format": "shardscope.plan", "version": 1,
@@ -290,7 +290,7 @@ TEST(Cli, ImplausibleTrainingShapesAndMachinesAreRefused) {
 TEST(Cli, BashCompletionCompletesCommandsOptionsAndChoices) {
     auto r = runCommand(ss("completion bash"));
     ASSERT_EQ(r.status, 0);
-    const std::string dir = std::filesystem::temp_directory_path() / "shardscope_cli_completion";
+    const std::string dir = shardscope::test::testTempDir() / "shardscope_cli_completion";
     std::filesystem::create_directories(dir);
     const std::string script = dir + "/shardscope.bash";
     std::ofstream(script) << r.out;
@@ -314,7 +314,7 @@ TEST(Cli, BashCompletionCompletesCommandsOptionsAndChoices) {
 // Progress on long imports: lines on stderr per quarter of the file, shown on a terminal
 // after a second (forced here with SHARDSCOPE_PROGRESS=1), never on a pipe by default.
 TEST(Cli, TraceImportsReportProgress) {
-    const std::string dir = std::filesystem::temp_directory_path() / "shardscope_cli_progress";
+    const std::string dir = shardscope::test::testTempDir() / "shardscope_cli_progress";
     std::filesystem::create_directories(dir);
     const std::string trace = dir + "/big.json";
     {

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """PyTorch's own memory accounting for a full-size model and plan, next to ShardScope's.
 
-    python scripts/memory_oracle.py --model samples/models/llama3.1-8b/config.json \\
+    python tests/oracles/memory_oracle.py --model samples/models/llama3.1-8b/config.json \\
         --plan samples/plans/llama-per-block.json [--world 8] [--batch 2 --seq 8192] \\
         [--micro-batches 4 [--sync-every-micro-batch]] [--json]
 
@@ -22,6 +22,7 @@ after its own 512-byte rounding.
 """
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import subprocess
@@ -29,7 +30,9 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import oracle_record  # noqa: E402
 GIB = 1024.0**3
 
 # FSDPMemTracker's categories -> the simulator's (memory_at_peak keys).
@@ -378,6 +381,26 @@ def oracle(model_path, plan_path, world, batch, seq, steps=2, track=True):
     return {str(k.value if hasattr(k, "value") else k): int(v) for k, v in dev.items()}
 
 
+def oracle_key_parts(model_path, plan_path, world, batch, seq, steps=2):
+    """What FSDPMemTracker's figures for a case depend on (tests/oracles/oracle_record.py
+    keys its record by them): the model's config, the FSDP2 export PyTorch applies, the
+    shape, this script and samples/apply_plan.py, and the torch and transformers versions."""
+    import torch
+    import transformers
+    export = json.loads(run_shardscope("plan", "export", "--model", model_path, "--plan", plan_path,
+                                       "--format", "fsdp2"))
+
+    def sha(path):
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+
+    return {"model": sha(model_path),
+            "export": hashlib.sha256(json.dumps(export, sort_keys=True).encode()).hexdigest(),
+            "world": world, "batch": batch, "seq": seq, "steps": steps, "oracle": sha(__file__),
+            "apply_plan": sha(os.path.join(ROOT, "samples", "apply_plan.py")),
+            "torch": torch.__version__, "transformers": transformers.__version__}
+
+
 def compare(model, plan, world=None, batch=None, seq=None, extra=(), micro_batches=None, sync_every=None):
     tmp = tempfile.mkdtemp(prefix="shardscope-oracle-")
     plan2, p = plan_with_shape(plan, batch, seq, world, tmp, micro_batches, sync_every)
@@ -390,8 +413,10 @@ def compare(model, plan, world=None, batch=None, seq=None, extra=(), micro_batch
     sim = ours(model, plan2, gpu_cluster(w, tmp), list(extra))
     acc = p.get("gradient_accumulation") or {}
     t0 = time.time()
-    theirs = oracle(model, plan2, w, b, s)
-    return {"model": model, "plan": plan, "world": w, "batch": b, "seq": s,
+    label = f"{os.path.basename(os.path.dirname(model))}, world {w}, {b} x {s}"
+    theirs, how = oracle_record.recorded("fsdp_mem_tracker", oracle_key_parts(model, plan2, w, b, s), label,
+                                         lambda: oracle(model, plan2, w, b, s))
+    return {"oracle": how, "model": model, "plan": plan, "world": w, "batch": b, "seq": s,
             "micro_batches": acc.get("micro_batches", 1),
             "sync_every_micro_batch": bool(acc.get("sync_every_micro_batch", False)),
             "shardscope": {"peak_allocated_bytes": sim["peak_allocated_bytes"], "at_peak": sim["memory_at_peak"]},
@@ -404,7 +429,8 @@ def print_table(r):
           f"micro-batch {r['batch']} x {r['seq']}"
           + (f" x {r['micro_batches']} micro-batches ({'reduced every one' if r['sync_every_micro_batch'] else 'reduced on the last'})"
              if r.get("micro_batches", 1) > 1 else "")
-          + f" (oracle {r['oracle_seconds']} s)")
+          + (f" (oracle {r['oracle_seconds']} s)" if r.get("oracle", "live") == "live"
+             else " (FSDPMemTracker's recorded figures: tests/data/oracle)"))
     print(f"  {'category':<18}{'FSDPMemTracker':>16}{'ShardScope':>14}")
     at = r["shardscope"]["at_peak"]
     for theirs_key, ours_key in CATEGORIES:

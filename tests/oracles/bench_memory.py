@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """Memory fidelity table: ShardScope's simulated peak allocated against PyTorch's own
-accounting (FSDPMemTracker under FakeTensorMode, scripts/memory_oracle.py) for full-size
+accounting (FSDPMemTracker under FakeTensorMode, tests/oracles/memory_oracle.py) for full-size
 models, per case of a matrix of models, world sizes, batch shapes, checkpointing modes,
 reshard_after_forward and precision.
 
-    python scripts/bench_memory.py                 # the whole matrix (130 cases, about 50 minutes)
-    python scripts/bench_memory.py --quick         # one case per model and mode
-    python scripts/bench_memory.py --filter mixtral --json out.json
+    python tests/oracles/bench_memory.py                 # the whole matrix (130 cases, about 50 minutes)
+    python tests/oracles/bench_memory.py --quick         # one case per model and mode
+    python tests/oracles/bench_memory.py --filter mixtral --json out.json
 
 Each row: FSDPMemTracker's peak, ours, and the error (goal within 3%, bar 5%). A row that
 fails to run prints its error and the table goes on. Exit status 1 when any case is past
