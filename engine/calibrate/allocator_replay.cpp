@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "profiler/analysis/allocator_replay.h"
+#include "engine/calibrate/allocator_replay.h"
 
 #include <zlib.h>
 

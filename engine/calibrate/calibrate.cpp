@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "engine/sim/calibrate.h"
+#include "engine/calibrate/calibrate.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "profiler/analysis/kernel_fit.h"
+#include "engine/calibrate/kernel_fit.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include <sstream>
 #include <tuple>
 
-#include "engine/sim/calibrate.h"
+#include "engine/calibrate/calibrate.h"
 #include "engine/sim/cost_model.h"
 
 namespace shardscope {

@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/calibrate/kernel_samples.h"
 #include "plans/cluster/cluster.h"
 #include "plans/core/expected.h"
-#include "profiler/analysis/kernel_samples.h"
 
 namespace shardscope {
 

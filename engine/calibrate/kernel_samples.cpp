@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "profiler/analysis/kernel_samples.h"
+#include "engine/calibrate/kernel_samples.h"
 
 #include <algorithm>
 #include <cctype>

@@ -15,7 +15,7 @@
 #include "plans/core/atomic_write.h"
 #include "plans/core/strings.h"
 #include "plans/plan/resolve.h"
-#include "profiler/analysis/fsdp_join.h"
+#include "engine/measure/fsdp_join.h"
 #include "profiler/analysis/fsdp_trace.h"
 #include "profiler/analysis/trace_loader.h"
 

@@ -27,8 +27,8 @@
 #include "plans/core/atomic_write.h"
 #include "plans/core/intervals.h"
 #include "plans/plan/resolve.h"
-#include "profiler/analysis/run_trace.h"
-#include "profiler/analysis/step_trace.h"
+#include "engine/measure/run_trace.h"
+#include "engine/measure/step_trace.h"
 #include "profiler/record/device_activity.h"
 
 namespace shardscope::cli {

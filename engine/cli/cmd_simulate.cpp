@@ -14,7 +14,7 @@
 #include "plans/core/atomic_write.h"
 #include "plans/core/strings.h"
 #include "plans/plan/resolve.h"
-#include "profiler/analysis/step_trace.h"
+#include "engine/measure/step_trace.h"
 
 namespace shardscope::cli {
 

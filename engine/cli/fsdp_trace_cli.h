@@ -10,8 +10,8 @@
 #include "plans/cluster/cluster.h"
 #include "plans/model/model_graph.h"
 #include "plans/plan/resolve.h"
-#include "profiler/analysis/fsdp_join.h"
-#include "profiler/analysis/trace_diff.h"
+#include "engine/measure/fsdp_join.h"
+#include "engine/measure/trace_diff.h"
 
 namespace shardscope::cli {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "profiler/analysis/fsdp_join.h"
+#include "engine/measure/fsdp_join.h"
 
 #include <algorithm>
 #include <cstdio>

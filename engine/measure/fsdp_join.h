@@ -18,10 +18,10 @@
 #include <utility>
 #include <vector>
 
+#include "engine/measure/step_trace.h"
 #include "engine/schedule/step_program.h"
 #include "engine/sim/simulator.h"
 #include "profiler/analysis/fsdp_trace.h"
-#include "profiler/analysis/step_trace.h"
 #include "profiler/trace/trace.h"
 
 namespace shardscope {

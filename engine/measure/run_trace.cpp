@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "profiler/analysis/run_trace.h"
+#include "engine/measure/run_trace.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -8,9 +8,9 @@
 #include <tuple>
 #include <vector>
 
+#include "engine/measure/step_trace.h"
 #include "engine/schedule/step_program.h"
 #include "plans/core/intervals.h"
-#include "profiler/analysis/step_trace.h"
 #include "profiler/import/kineto_import.h"
 #include "profiler/record/device_activity.h"
 

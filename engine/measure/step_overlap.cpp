@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "profiler/analysis/step_overlap.h"
+#include "engine/measure/step_overlap.h"
 
 #include <algorithm>
 #include <map>

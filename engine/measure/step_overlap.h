@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "profiler/analysis/step_trace.h"
+#include "engine/measure/step_trace.h"
 
 namespace shardscope {
 

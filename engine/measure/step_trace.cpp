@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "profiler/analysis/step_trace.h"
+#include "engine/measure/step_trace.h"
 
 #include <algorithm>
 #include <map>

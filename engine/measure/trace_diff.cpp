@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "profiler/analysis/trace_diff.h"
+#include "engine/measure/trace_diff.h"
 
 #include <algorithm>
 #include <cmath>

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "profiler/analysis/step_trace.h"
+#include "engine/measure/step_trace.h"
 
 namespace shardscope {
 

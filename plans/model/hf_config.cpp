@@ -19,7 +19,7 @@ namespace {
 // 10·b·H·s²·d, i.e. 2.5x, no causal discount), so the exporter's measured FLOPs and these
 // formulas agree exactly for Llama-family models (tests/python/test_export_model.py).
 // Elementwise work is memory-bound and counted as bytes read plus written, kernel by kernel as
-// `calibrate --from-trace` counts a kernel's (opBytes, profiler/analysis/kernel_samples.cpp:
+// `calibrate --from-trace` counts a kernel's (opBytes, engine/calibrate/kernel_samples.cpp:
 // its inputs, a broadcast one once, plus an output the size of the largest unless in place),
 // so that the efficiencies it fits price them; test_gpu_traces.py checks a Llama layer's
 // against an H200 trace.

@@ -4,7 +4,7 @@
 // name the file.
 #include <cstdlib>
 
-#include "profiler/analysis/allocator_replay.h"
+#include "engine/calibrate/allocator_replay.h"
 #include "tests/fuzz/fuzz_input.h"
 
 using namespace shardscope;

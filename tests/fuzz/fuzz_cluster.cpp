@@ -5,7 +5,7 @@
 
 #include "engine/sim/cost_model.h"
 #include "plans/cluster/cluster.h"
-#include "profiler/analysis/kernel_fit.h"
+#include "engine/calibrate/kernel_fit.h"
 #include "tests/fuzz/fuzz_input.h"
 
 using namespace shardscope;

@@ -3,7 +3,7 @@
 // `trace overlap` and `calibrate --trace` read them.
 #include <cstdlib>
 
-#include "profiler/analysis/step_trace.h"
+#include "engine/measure/step_trace.h"
 #include "tests/fuzz/fuzz_input.h"
 
 using namespace shardscope;

@@ -15,7 +15,7 @@
 #include <random>
 
 #include "profiler/analysis/fsdp_trace.h"
-#include "profiler/analysis/step_trace.h"
+#include "engine/measure/step_trace.h"
 #include "profiler/analysis/summary.h"
 #include "profiler/analysis/trace_loader.h"
 #include "profiler/export/chrome_export.h"

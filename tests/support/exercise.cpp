@@ -3,12 +3,12 @@
 
 #include <cstdint>
 
-#include "profiler/analysis/allocator_replay.h"
+#include "engine/calibrate/allocator_replay.h"
 #include "profiler/analysis/fsdp_trace.h"
-#include "profiler/analysis/kernel_fit.h"
-#include "profiler/analysis/kernel_samples.h"
-#include "profiler/analysis/step_overlap.h"
-#include "profiler/analysis/step_trace.h"
+#include "engine/calibrate/kernel_fit.h"
+#include "engine/calibrate/kernel_samples.h"
+#include "engine/measure/step_overlap.h"
+#include "engine/measure/step_trace.h"
 #include "profiler/analysis/summary.h"
 #include "profiler/export/chrome_export.h"
 

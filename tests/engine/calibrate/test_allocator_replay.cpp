@@ -13,7 +13,7 @@
 #include <fstream>
 
 #include "engine/sim/allocator_model.h"
-#include "profiler/analysis/allocator_replay.h"
+#include "engine/calibrate/allocator_replay.h"
 #include "profiler/import/kineto_import.h"
 #include "tests/support/golden.h"
 

@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "engine/schedule/step_program.h"
-#include "engine/sim/calibrate.h"
+#include "engine/calibrate/calibrate.h"
 #include "engine/sim/cost_model.h"
 #include "engine/sim/simulator.h"
 #include "plans/model/model_json.h"

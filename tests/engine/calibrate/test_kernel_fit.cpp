@@ -11,7 +11,7 @@
 
 #include "engine/sim/cost_model.h"
 #include "plans/cluster/cluster.h"
-#include "profiler/analysis/kernel_fit.h"
+#include "engine/calibrate/kernel_fit.h"
 
 using namespace shardscope;
 

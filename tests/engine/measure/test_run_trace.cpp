@@ -8,9 +8,9 @@
 #include <fstream>
 #include <tuple>
 
-#include "profiler/analysis/run_trace.h"
-#include "profiler/analysis/step_trace.h"
-#include "profiler/analysis/trace_diff.h"
+#include "engine/measure/run_trace.h"
+#include "engine/measure/step_trace.h"
+#include "engine/measure/trace_diff.h"
 #include "profiler/import/kineto_import.h"
 #include "profiler/record/device_activity.h"
 #include "tests/support/golden.h"
