@@ -29,6 +29,10 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache="${SHARDSCOPE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/shardscope}"
 build="${SHARDSCOPE_BUILD:-$root/build}"
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
+# Paths inside the checkout are hashed relative to it and the working directory not at all,
+# so a fresh clone elsewhere (CI's) hits what another checkout compiled.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
+export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 mkdir -p "$cache" "$CCACHE_DIR"
 t0=$(date +%s)
 step() { printf '\n==> [%ss] %s\n' "$(($(date +%s) - t0))" "$*"; }
@@ -99,6 +103,8 @@ test)
     step "running the test suite"
     cd "$build"
     export QT_QPA_PLATFORM=offscreen
+    # Every layer (labels unit, peer, slow, fuzz, gpu, gui: docs/testing.md); ctest ends
+    # with the time each label took.
     ctest --output-on-failure -j"$(nproc)" --timeout 900
     step "done in $(($(date +%s) - t0)) s"
     ;;
