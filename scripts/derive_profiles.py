@@ -55,7 +55,9 @@ COMPUTE_CURVES = ("compute_efficiency", "attention_efficiency", "masked_attentio
 
 
 def run(shardscope, *args):
-    r = subprocess.run([shardscope, *args], capture_output=True, text=True)
+    """shardscope from the checkout's root: the paths given (and written into the fitted
+    sources) are the checkout's own, the same in every clone."""
+    r = subprocess.run([os.path.abspath(shardscope), *args], capture_output=True, text=True, cwd=ROOT)
     if r.returncode != 0:
         sys.exit(f"shardscope {' '.join(args)} failed:\n{r.stderr}{r.stdout}")
     return r.stdout
@@ -81,25 +83,26 @@ def rounded(j):
 def fit_h200(shardscope, tmp):
     """calibrate --from-trace on every H200 run, the profiler's share per event fitted first
     on the Qwen3-8B selective-checkpointing run (host-bound) against its unprofiled steps."""
-    gqa = os.path.join(DATA, "h200-llama8b-4layers", "cluster-measured-gqa.json")
-    q = os.path.join(DATA, "h200-qwen3-8b-4layers-sac")
-    with open(os.path.join(q, "unprofiled-steps.json")) as f:
+    data = os.path.relpath(DATA, ROOT)
+    gqa = os.path.join(data, "h200-llama8b-4layers", "cluster-measured-gqa.json")
+    q = os.path.join(data, "h200-qwen3-8b-4layers-sac")
+    with open(os.path.join(ROOT, q, "unprofiled-steps.json")) as f:
         step_ms = statistics.median(json.load(f)["step_ms"])
     out = json.loads(run(shardscope, "calibrate", "--from-trace", os.path.join(q, "rank0.pt.trace.json.gz"),
                          "--cluster", gqa, "-o", os.path.join(tmp, "q.json"), "--json",
                          "-m", os.path.join(q, "config.json"), "-p", os.path.join(q, "plan.json"),
                          "--step-ms", repr(step_ms)))
-    with open(gqa) as f:
+    with open(os.path.join(ROOT, gqa)) as f:
         base = json.load(f)
     base["sim"]["profiler_ns_per_event"] = out["fitted"]["profiler_ns_per_event"]
     with open(os.path.join(tmp, "base.json"), "w") as f:
         json.dump(base, f)
-    traces = sorted(os.path.join(d, "rank0.pt.trace.json.gz") for d, _, files in os.walk(DATA)
+    traces = sorted(os.path.relpath(os.path.join(d, "rank0.pt.trace.json.gz"), ROOT) for d, _, files in os.walk(DATA)
                     if "rank0.pt.trace.json.gz" in files and "/h200-" in d + "/")
     run(shardscope, "calibrate", "--from-trace", *traces, "--cluster", os.path.join(tmp, "base.json"),
         "-o", os.path.join(tmp, "h200.json"))
     with open(os.path.join(tmp, "h200.json")) as f:
-        return json.load(f), [os.path.relpath(t, ROOT) for t in traces]
+        return json.load(f), traces
 
 
 def to_datasheet(fit, peaks):

@@ -5,8 +5,8 @@
 // with the buffers each op allocates and frees. Simulator, engine and trace diff share it:
 // op ids are stable, so simulated and measured ops join exactly.
 //
-// FSDP2 semantics follow ../shared/reference/fsdp-semantics.md (PyTorch
-// _fsdp_param_group.py, _fsdp_collectives.py, _fsdp_state.py):
+// FSDP2 semantics as PyTorch implements them (torch/distributed/fsdp/_fully_shard/
+// _fsdp_param_group.py, _fsdp_collectives.py, _fsdp_state.py; docs/architecture.md):
 //  - unshard = copy-in (all-gather copy-in stream; allocates the flat all-gather output),
 //    all-gather (all-gather stream; waits on its copy-in and, in forward, on the previous
 //    unit's copy-out), copy-out (compute stream; allocates the unsharded parameters);

@@ -5,7 +5,7 @@
 // unsharded sizes per rank. Every rule violation becomes a Problem naming the plan field;
 // resolution continues past errors so `plan validate` reports all of them at once.
 //
-// Semantics follow PyTorch (see ../shared/reference/fsdp-semantics.md):
+// Semantics follow PyTorch (torch/distributed/fsdp; plans/README.md):
 //  - FSDP2: parameters are chunked on dim 0 across the shard group with torch.chunk sizes
 //    c = ceil(d0/N); every rank holds c·R elements (zero-padded), the all-gather output is
 //    N·c·R (FSDPParam._init_sharded_param, init_all_gather_outputs).

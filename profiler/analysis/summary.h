@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Per-rank summary of a trace, computed as HolisticTraceAnalysis defines it
-// (../shared/reference/trace-formats.md):
+// (hta/analyzers/breakdown_analysis.py; docs/pytorch-traces.md):
 //  - temporal breakdown over GPU events: kernel_time = last end - first start;
 //    idle = kernel_time - |union of all|; compute = |union of computation kernels|;
 //    non_compute = kernel_time - compute - idle (communication hidden under compute counts

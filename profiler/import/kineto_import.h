@@ -2,7 +2,7 @@
 #pragma once
 // Imports PyTorch profiler (Kineto) Chrome-trace JSON, plain or gzip, streaming: a SAX
 // parser builds one small JSON value per event, consumes it and drops it, so a file is never
-// held whole as a DOM. Three dialects are handled (../shared/reference/trace-formats.md):
+// held whole as a DOM. Three dialects are handled (docs/pytorch-traces.md):
 // modern (relative ts with baseTimeNanoseconds), absolute epoch microseconds, and the 2021
 // legacy categories (Kernel/Memcpy/Memset/Runtime/Operator, tid "stream 7").
 //  - GPU events (kernel, gpu_memcpy, gpu_memset and the legacy names) are classified as HTA

@@ -7,9 +7,9 @@ Each case's key hashes what its figures depend on (the oracle hands over the par
 model's config, the plan as exported, the shape, the oracle's own source, the torch and
 transformers versions). SHARDSCOPE_ORACLE picks how a case's figures are obtained:
 
-  auto    (the default) the recorded figures when the key is recorded, except on the day the
-          rotation picks the key (one day in ROTATION), when PyTorch runs live and must give
-          the recorded figures again; a key with no record runs live.
+  auto    (the default) the recorded figures when the key is recorded, except for the one
+          key the day's rotation picks (the recorded keys in turn, one a day), which PyTorch
+          runs live and must give the recorded figures again; a key with no record runs live.
   live    PyTorch runs every case (`shardscope bench memory` does).
   record  PyTorch runs every case and its figures are recorded (commit the file).
 
@@ -23,7 +23,6 @@ import tempfile
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-ROTATION = 6
 
 
 def _path(name):
@@ -73,9 +72,13 @@ def recorded(name, parts, label, run_live):
     if mode == "live":
         return run_live(), "live"
     key = key_of(parts)
-    known = _read(name)["cases"].get(key)
+    cases = _read(name)["cases"]
+    known = cases.get(key)
+    # One recorded key a day runs live, the keys in turn: every case is checked against
+    # PyTorch again over len(cases) days, and a run pays for one live case at most.
     today = int(time.time() // 86400)
-    if mode == "auto" and known and int(key, 16) % ROTATION != today % ROTATION:
+    todays = sorted(cases)[today % len(cases)] if cases else None
+    if mode == "auto" and known and key != todays:
         return known["figures"], "recorded"
     figures = run_live()
     if mode == "record":
