@@ -13,12 +13,14 @@
             prepare_micro_batch(model, export, mb)  # gradient sync and resharding, as planned
             loss(model(batch[mb])).backward()
         optim.step(); optim.zero_grad()
+        after_optimizer_step(model, export)       # float8 scales, when the plan precomputes them
 
 The export comes from `shardscope plan export --format fsdp2` or `shardscope recommend
 --format fsdp2`. It lists the fully_shard calls in application order (children before the
 root) with their kwargs, the mesh ([shard] or [replicate, shard] for HSDP), explicit
-prefetch lists and per-module activation checkpointing (applied before sharding, as
-torchtitan does: "full" recomputes the module, "selective_op" is torchtitan's op-level
+prefetch lists, torchao float8 conversion of listed nn.Linear layers and torch.compile of
+listed blocks, and per-module activation checkpointing (all applied before sharding, in
+torchtitan's order: float8, checkpointing, compile, fully_shard; checkpointing: "full" recomputes the module, "selective_op" is torchtitan's op-level
 selective checkpointing (keeps mm and SDPA outputs, every second mm recomputed),
 {"mode": "selective_op", "save": [...]} keeps the listed ops' outputs, "attention" checkpoints
 the module's attention submodules (their projections and SDPA run again); Hugging Face models
@@ -26,6 +28,7 @@ must then run with use_cache=False, as their own
 gradient checkpointing requires, or the KV cache grows during recomputation). Run under torchrun (or any launcher that initialises the default
 process group); `device_type` defaults to "cuda" when available, else "cpu".
 """
+import dataclasses
 import functools
 import json
 import sys
@@ -134,11 +137,12 @@ def _submodule(model, name):
     return model.get_submodule(name) if name else model
 
 
-def apply_plan(model, export, device_type=None, mesh=None):
+def apply_plan(model, export, device_type=None, mesh=None, float8_emulate=False):
     """Shards `model` as the export says; returns the model (fully_shard works in place).
 
     `mesh`: a DeviceMesh of the export's shape to use instead of making one (a training
-    script that already has its mesh, or one made outside FakeTensorMode)."""
+    script that already has its mesh, or one made outside FakeTensorMode).
+    `float8_emulate`: float8 GEMMs in high precision (a device without fp8 tensor cores)."""
     if isinstance(export, str):
         with open(export) as f:
             export = json.load(f)
@@ -153,8 +157,11 @@ def apply_plan(model, export, device_type=None, mesh=None):
         mesh = init_device_mesh(device_type, shape, mesh_dim_names=names)
     elif tuple(mesh.shape) != shape:
         raise ValueError(f"the mesh given has shape {tuple(mesh.shape)}; the export needs {shape}")
+    # As torchtitan orders them: float8 conversion, checkpointing, compile, then FSDP.
+    convert_float8(model, export, emulate=float8_emulate)
     for name, mode in export.get("activation_checkpointing", {}).items():
         _checkpoint(_submodule(model, name), mode)
+    compile_modules(model, export)
     ignored = {model.get_parameter(n) for n in export.get("ignored_params", [])}
     for call in export["fully_shard"]:
         modules = [_submodule(model, m) for m in call["modules"]]
@@ -183,6 +190,45 @@ def apply_plan(model, export, device_type=None, mesh=None):
             if isinstance(m, FSDPModule):
                 m.set_gradient_divide_factor(export["gradient_divide_factor"])
     return model
+
+
+def convert_float8(model, export, emulate=False):
+    """torchao's float8 training on the export's nn.Linear layers, one call per config
+    (torchao.float8.convert_to_float8_training with Float8LinearConfig from its recipe and
+    enable_fsdp_float8_all_gather). `emulate` runs the float8 GEMMs in high precision, for a
+    device without fp8 tensor cores (a CPU test). Returns how many layers were converted."""
+    groups = export.get("float8") or []
+    if not groups:
+        return 0
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    n = 0
+    for g in groups:
+        config = Float8LinearConfig.from_recipe_name(g["recipe"])
+        config = dataclasses.replace(config, enable_fsdp_float8_all_gather=g["enable_fsdp_float8_all_gather"],
+                                     emulate=emulate)
+        wanted = set(g["modules"])
+        convert_to_float8_training(model, config=config, module_filter_fn=lambda mod, fqn: fqn in wanted)
+        n += len(wanted)
+    return n
+
+
+def compile_modules(model, export):
+    """torch.compile as the export says: each listed block compiled in place (torchtitan's
+    per-block compile), or the whole model."""
+    c = export.get("compile") or {}
+    for name in c.get("per_block", []):
+        _submodule(model, name).compile()
+    if c.get("full"):
+        model.compile()
+
+
+def after_optimizer_step(model, export):
+    """Call after each optimizer step: with precomputed float8 scales, torchao computes the
+    weights' scales for the next float8 all-gather in one all-reduce
+    (precompute_float8_dynamic_scale_for_fsdp), as torchtitan does."""
+    if any(g.get("precompute_float8_dynamic_scale_for_fsdp") for g in export.get("float8") or []):
+        from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
+        precompute_float8_dynamic_scale_for_fsdp(model)
 
 
 def prepare_micro_batch(model, export, micro_batch):

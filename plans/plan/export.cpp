@@ -102,6 +102,39 @@ nlohmann::json exportFsdp2(const ResolvedPlan& r) {
     j["forward_prefetch"] = fwd;
     j["backward_prefetch"] = bwd;
     j["activation_checkpointing"] = ac;
+    // torch.compile, as torchtitan applies it before fully_shard: each listed module
+    // compiled in place (module.compile()), or the whole model.
+    nlohmann::json perBlock = nlohmann::json::array();
+    bool full = false;
+    for (const auto& u : r.units) {
+        if (u.compile == CompileMode::Full) full = true;
+        if (u.compile == CompileMode::PerBlock && !u.isRoot)
+            for (ModuleId m : u.modules)
+                perBlock.push_back(r.model->module(m).fqn);
+    }
+    if (full || !perBlock.empty()) j["compile"] = {{"per_block", perBlock}, {"full", full}};
+    // torchao's float8 training: one convert_to_float8_training call per distinct config,
+    // with the nn.Linear layers it converts (module_filter_fn).
+    nlohmann::json f8 = nlohmann::json::array();
+    for (const auto& u : r.units) {
+        if (!u.float8.enabled || u.float8Linears.empty()) continue;
+        nlohmann::json* group = nullptr;
+        for (auto& gj : f8)
+            if (gj["recipe"] == u.float8.recipe &&
+                gj["enable_fsdp_float8_all_gather"] == u.float8.fsdpFloat8AllGather &&
+                gj["precompute_float8_dynamic_scale_for_fsdp"] == u.float8.precomputeScales)
+                group = &gj;
+        if (!group) {
+            f8.push_back({{"recipe", u.float8.recipe},
+                          {"enable_fsdp_float8_all_gather", u.float8.fsdpFloat8AllGather},
+                          {"precompute_float8_dynamic_scale_for_fsdp", u.float8.precomputeScales},
+                          {"modules", nlohmann::json::array()}});
+            group = &f8.back();
+        }
+        for (ModuleId m : u.float8Linears)
+            (*group)["modules"].push_back(r.model->module(m).fqn);
+    }
+    if (!f8.empty()) j["float8"] = f8;
     nlohmann::json ignored = nlohmann::json::array();
     for (ParamId p : r.ignoredParams)
         ignored.push_back(r.model->param(p).name);
@@ -167,9 +200,40 @@ nlohmann::json activationCheckpointingClasses(const ResolvedPlan& r) {
 // What an FSDP2 plan says that FullyShardedDataParallel's one set of kwargs cannot: each
 // such setting, the unit it belongs to, and what the export does instead. Empty for an
 // FSDP1 or Lightning plan.
+// torch.compile and float8 in a plan exported to FSDP1 or Lightning: neither export applies
+// them (samples/apply_fsdp1.py and apply_lightning.py wrap, they do not convert or compile),
+// so each is named with what the user does instead.
+void appendDroppedTrainingOptions(const ResolvedPlan& r, nlohmann::json& out) {
+    std::vector<std::string> compiled, converted;
+    std::string recipe;
+    for (const auto& u : r.units) {
+        if (u.compile != CompileMode::None) compiled.push_back(u.displayName());
+        if (u.float8.enabled) {
+            converted.push_back(u.displayName());
+            recipe = u.float8.recipe;
+        }
+    }
+    if (!compiled.empty())
+        out.push_back({{"units", compiled},
+                       {"setting", "compile"},
+                       {"exported_as",
+                        "nothing: this export does not apply torch.compile (compile the "
+                        "model's blocks before wrapping them, as torchtitan does)"}});
+    if (!converted.empty())
+        out.push_back({{"units", converted},
+                       {"setting", "float8 " + recipe},
+                       {"exported_as",
+                        "nothing: this export does not convert layers to float8 (call "
+                        "torchao.float8.convert_to_float8_training before wrapping; float8 "
+                        "all-gather needs FSDP2)"}});
+}
+
 nlohmann::json droppedForFsdp1(const ResolvedPlan& r, const std::string& strategy) {
     nlohmann::json out = nlohmann::json::array();
-    if (r.plan.api != PlanApi::Fsdp2) return out;
+    if (r.plan.api != PlanApi::Fsdp2) {
+        appendDroppedTrainingOptions(r, out);
+        return out;
+    }
     // One entry per (setting, what it became), with every unit it concerns, in order.
     std::vector<std::pair<std::pair<std::string, std::string>, std::vector<std::string>>> groups;
     auto drop = [&](const ResolvedUnit& u, const std::string& setting, const std::string& what) {
@@ -223,6 +287,7 @@ nlohmann::json droppedForFsdp1(const ResolvedPlan& r, const std::string& strateg
     }
     for (const auto& [k, units] : groups)
         out.push_back({{"units", units}, {"setting", k.first}, {"exported_as", k.second}});
+    appendDroppedTrainingOptions(r, out);
     if (r.plan.gradientDivideFactor)
         out.push_back({{"units", {"every unit"}},
                        {"setting", "gradient_divide_factor"},

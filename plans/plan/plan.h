@@ -82,6 +82,27 @@ struct WrapPolicySpec {
 };
 [[nodiscard]] const char* wrapPolicyName(WrapPolicySpec::Kind k);
 
+// torch.compile, as torchtitan applies it: each unit's module compiled on its own
+// (`per_block`, torchtitan's apply_compile: FSDP's hooks stay eager between the compiled
+// blocks), or the whole model compiled once (`full`: torch.compile of the root module; its
+// graph breaks at every FSDP hook, so Inductor still sees one block at a time).
+enum class CompileMode { None, PerBlock, Full };
+[[nodiscard]] const char* compileModeName(CompileMode m);  // "false", "per_block", "full"
+
+// torchao's float8 training (convert_to_float8_training with a Float8LinearConfig): the
+// nn.Linear layers whose dimensions are multiples of 16, the output head excepted, run
+// their three GEMMs in float8. `fsdpFloat8AllGather` gathers their weights in float8
+// (FSDP2 only, tensorwise only: torchao refuses rowwise); `precomputeScales` computes the
+// weights' scales for the next all-gather in one all-reduce after the optimizer step
+// (precompute_float8_dynamic_scale_for_fsdp).
+struct Float8Spec {
+    bool enabled = false;               // "float8": false, or an object
+    std::string recipe = "tensorwise";  // "tensorwise" | "rowwise" (torchao's recipe names)
+    bool fsdpFloat8AllGather = false;   // torchao's default
+    bool precomputeScales = false;
+    friend bool operator==(const Float8Spec&, const Float8Spec&) = default;
+};
+
 // Settings a unit may override; unset fields inherit the plan's defaults.
 struct UnitSettings {
     std::optional<ReshardSetting> reshardAfterForward;
@@ -89,6 +110,8 @@ struct UnitSettings {
     std::optional<AcSpec> activationCheckpointing;
     std::optional<MixedPrecisionSpec> mixedPrecision;
     std::optional<OffloadSpec> offload;
+    std::optional<CompileMode> compile;
+    std::optional<Float8Spec> float8;
     friend bool operator==(const UnitSettings&, const UnitSettings&) = default;
 };
 

@@ -20,6 +20,18 @@ const char* planApiName(PlanApi a) {
     return "?";
 }
 
+const char* compileModeName(CompileMode m) {
+    switch (m) {
+        case CompileMode::None:
+            return "false";
+        case CompileMode::PerBlock:
+            return "per_block";
+        case CompileMode::Full:
+            return "full";
+    }
+    return "?";
+}
+
 const char* acModeName(AcMode m) {
     switch (m) {
         case AcMode::None:
@@ -196,6 +208,50 @@ nlohmann::json acJson(const AcSpec& a) {
     return j;
 }
 
+// false | "per_block" | "full"
+CompileMode readCompile(const JsonReader& r) {
+    if (r.json().is_boolean()) {
+        if (!r.asBool()) return CompileMode::None;
+        r.fail(
+            "expected false, \"per_block\" (torch.compile on each unit's module, as torchtitan "
+            "does) or \"full\" (the whole model), got true");
+    }
+    const std::string s = pick(r, {"per_block", "full"});
+    return s == "full" ? CompileMode::Full : CompileMode::PerBlock;
+}
+
+nlohmann::json compileJson(CompileMode m) {
+    return m == CompileMode::None ? nlohmann::json(false) : nlohmann::json(compileModeName(m));
+}
+
+// false | {"recipe": "tensorwise" | "rowwise", "fsdp_float8_all_gather": bool,
+// "precompute_scales": bool}: torchao's defaults where a field is absent.
+Float8Spec readFloat8(const JsonReader& r) {
+    Float8Spec f;
+    if (r.json().is_boolean()) {
+        if (r.asBool())
+            r.fail(
+                "expected false or an object such as {\"recipe\": \"tensorwise\", "
+                "\"fsdp_float8_all_gather\": true, \"precompute_scales\": true}, got true");
+        return f;
+    }
+    if (!r.json().is_object()) r.failExpected("false or an object");
+    r.allowOnly({"recipe", "fsdp_float8_all_gather", "precompute_scales"});
+    f.enabled = true;
+    if (r.has("recipe")) f.recipe = pick(r.at("recipe"), {"tensorwise", "rowwise"});
+    if (r.has("fsdp_float8_all_gather"))
+        f.fsdpFloat8AllGather = r.getBool("fsdp_float8_all_gather");
+    if (r.has("precompute_scales")) f.precomputeScales = r.getBool("precompute_scales");
+    return f;
+}
+
+nlohmann::json float8Json(const Float8Spec& f) {
+    if (!f.enabled) return false;
+    return {{"recipe", f.recipe},
+            {"fsdp_float8_all_gather", f.fsdpFloat8AllGather},
+            {"precompute_scales", f.precomputeScales}};
+}
+
 void readSettings(const JsonReader& r, UnitSettings& s) {
     if (r.has("reshard_after_forward"))
         s.reshardAfterForward = readReshard(r.at("reshard_after_forward"));
@@ -205,6 +261,8 @@ void readSettings(const JsonReader& r, UnitSettings& s) {
         s.activationCheckpointing = readAc(r.at("activation_checkpointing"));
     if (r.has("mixed_precision")) s.mixedPrecision = readMp(r.at("mixed_precision"));
     if (r.has("offload")) s.offload = readOffload(r.at("offload"));
+    if (r.has("compile")) s.compile = readCompile(r.at("compile"));
+    if (r.has("float8")) s.float8 = readFloat8(r.at("float8"));
 }
 
 void writeSettings(const UnitSettings& s, nlohmann::json& j) {
@@ -214,6 +272,8 @@ void writeSettings(const UnitSettings& s, nlohmann::json& j) {
         j["activation_checkpointing"] = acJson(*s.activationCheckpointing);
     if (s.mixedPrecision) j["mixed_precision"] = mpJson(*s.mixedPrecision);
     if (s.offload) j["offload"] = offloadJson(*s.offload);
+    if (s.compile) j["compile"] = compileJson(*s.compile);
+    if (s.float8) j["float8"] = float8Json(*s.float8);
 }
 
 WrapPolicySpec readWrap(const JsonReader& r) {
@@ -298,15 +358,15 @@ Plan parsePlan(const JsonReader& r) {
     if (auto w = r.find("wrap")) p.wrap = readWrap(*w);
     if (auto d = r.find("defaults")) {
         d->allowOnly({"reshard_after_forward", "reshard_after_backward", "activation_checkpointing",
-                      "mixed_precision", "offload"});
+                      "mixed_precision", "offload", "compile", "float8"});
         readSettings(*d, p.defaults);
     }
     if (auto us = r.find("units")) {
         for (size_t i = 0; i < us->size(); ++i) {
             const JsonReader u = (*us)[i];
             u.allowOnly({"name", "modules", "reshard_after_forward", "reshard_after_backward",
-                         "activation_checkpointing", "mixed_precision", "offload",
-                         "forward_prefetch", "backward_prefetch"});
+                         "activation_checkpointing", "mixed_precision", "offload", "compile",
+                         "float8", "forward_prefetch", "backward_prefetch"});
             UnitSpec s;
             s.pointer = u.where();
             const JsonReader mods = u.at("modules");

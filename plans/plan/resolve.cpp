@@ -469,6 +469,85 @@ struct Resolver {
         }
     }
 
+    // torch.compile and torchao's float8 per unit, and the bad combinations refused naming
+    // the field: float8 on a device without fp8 tensor cores, float8 all-gather outside
+    // FSDP2 or with rowwise scaling (torchao's Float8LinearConfig asserts it), precomputed
+    // scales without float8 all-gather. The layers float8 converts are torchtitan's: every
+    // nn.Linear whose dimensions are multiples of 16 (the fp8 GEMM's requirement), the output
+    // head (lm_head, output) excepted.
+    void resolveCompileAndFloat8() {
+        const bool fsdp2 = p.api == PlanApi::Fsdp2;
+        std::set<std::string> reported;
+        for (size_t i = 0; i < r.units.size(); ++i) {
+            auto& u = r.units[i];
+            const UnitSpec* s = specs[i];
+            auto own = [&](auto member) { return s && (s->settings.*member).has_value(); };
+            auto pick = [&](auto member) {
+                return own(member) ? s->settings.*member : p.defaults.*member;
+            };
+            const std::string base = own(&UnitSettings::float8) ? s->pointer : at("/defaults");
+            u.compile = pick(&UnitSettings::compile).value_or(CompileMode::None);
+            u.float8 = pick(&UnitSettings::float8).value_or(Float8Spec{});
+            if (!u.float8.enabled) continue;
+            const std::string where = base + "/float8";
+            auto once = [&](const std::string& key, const std::string& msg) {
+                if (reported.insert(where + key).second) error(where + key, msg);
+            };
+            if (cluster && !cluster->device.isHost() &&
+                cluster->device.peakFlops.count(DType::Float8E4M3) == 0)
+                once("", "float8 training needs fp8 tensor cores, and " + cluster->device.name +
+                             " has none (its peak_flops lists no float8_e4m3fn: A100 and "
+                             "earlier have none; H100, H200 and B200 do)");
+            if (u.float8.fsdpFloat8AllGather && !fsdp2)
+                once("/fsdp_float8_all_gather",
+                     "float8 all-gather is an FSDP2 feature (torchao's "
+                     "WeightWithDynamicFloat8CastTensor hooks fully_shard's all-gather); "
+                     "FSDP1 and Lightning gather the weights in their param dtype");
+            if (u.float8.fsdpFloat8AllGather && u.float8.recipe != "tensorwise")
+                once("/fsdp_float8_all_gather",
+                     "float8 all-gather needs the tensorwise recipe: torchao refuses it with " +
+                         u.float8.recipe +
+                         " scaling (\"enable_fsdp_float8_all_gather only "
+                         "supports tensorwise scaling granularity\")");
+            if (u.float8.precomputeScales && !u.float8.fsdpFloat8AllGather)
+                once("/precompute_scales",
+                     "precompute_float8_dynamic_scale_for_fsdp computes the scales of the "
+                     "float8 all-gather: set \"fsdp_float8_all_gather\": true, or drop "
+                     "\"precompute_scales\"");
+        }
+        // Exported and applied (samples/apply_plan.py), not yet priced: said once.
+        bool compiled = false, converted = false;
+        for (const auto& u : r.units) {
+            compiled = compiled || u.compile != CompileMode::None;
+            converted = converted || u.float8.enabled;
+        }
+        if (compiled || converted)
+            warning(at("/defaults"),
+                    std::string("the simulator prices ") +
+                        (compiled && converted ? "compiled and float8 units"
+                         : compiled            ? "compiled units"
+                                               : "float8 units") +
+                        " as eager bf16 PyTorch for now: the export applies them, the step "
+                        "time and memory do not reflect them yet");
+        for (size_t m = 0; m < g.moduleCount(); ++m) {
+            const ModuleNode& mod = g.modules()[m];
+            if (!g.isInstance(ModuleId(static_cast<int32_t>(m)), "Linear")) continue;
+            const int32_t unit = unitOfModule.empty() ? 0 : unitOfModule[m];
+            if (unit < 0 || !r.units[static_cast<size_t>(unit)].float8.enabled) continue;
+            if (mod.name == "lm_head" || mod.name == "output") continue;
+            bool fits = false;
+            for (ParamId pid : mod.params) {
+                const ParamInfo& w = g.param(pid);
+                if (w.shape.size() == 2 && w.name.size() >= 6 &&
+                    w.name.compare(w.name.size() - 6, 6, "weight") == 0)
+                    fits = w.shape[0] % 16 == 0 && w.shape[1] % 16 == 0;
+            }
+            if (fits)
+                r.units[static_cast<size_t>(unit)].float8Linears.push_back(
+                    ModuleId(static_cast<int32_t>(m)));
+        }
+    }
+
     // Effective per-unit settings: unit overrides, else plan defaults, else API defaults.
     void resolveSettings() {
         const bool fsdp1 = p.api == PlanApi::Fsdp1;
@@ -858,6 +937,7 @@ ResolvedPlan resolvePlan(const ModelGraph& model, const Plan& plan, const Cluste
     rs.resolveUnits();
     rs.assignParams();
     rs.resolveSettings();
+    rs.resolveCompileAndFloat8();
     rs.computeSizes();
     rs.resolvePrefetch();
     rs.checkRest();

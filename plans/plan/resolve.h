@@ -65,6 +65,9 @@ struct ResolvedUnit {
     DType allGatherDtype = DType::Float32;
     DType reduceDtype = DType::Float32;
     OffloadSpec offload;
+    CompileMode compile = CompileMode::None;
+    Float8Spec float8;                    // the unit's torchao float8 training, if enabled
+    std::vector<ModuleId> float8Linears;  // the unit's nn.Linear layers it converts
     std::vector<UnitId> forwardPrefetch;  // explicit lists only
     std::vector<UnitId> backwardPrefetch;
     bool explicitForwardPrefetch = false;
