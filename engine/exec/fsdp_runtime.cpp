@@ -572,6 +572,12 @@ struct FsdpRuntime::Impl {
             const auto& unit = r.units[u];
             for (ModuleId m : unit.modules)
                 unitAt[m.index()] = static_cast<int32_t>(u);
+            if (unit.float8.enabled || unit.compile != CompileMode::None)
+                throw std::runtime_error(
+                    "unit " + unit.displayName() +
+                    ": float8 and compile are simulated and exported (samples/apply_plan.py "
+                    "applies them with torchao and torch.compile) but the engine does not run "
+                    "them; drop them from the plan for shardscope run");
             if (unit.activationCheckpointing == AcMode::SelectiveOp)
                 throw std::runtime_error(
                     "unit " + unit.displayName() +

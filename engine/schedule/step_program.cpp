@@ -112,13 +112,15 @@ struct GemmShapes {
     GemmShape fwd, dgrad, wgrad;
 };
 GemmShapes gemmShapesOf(const ModuleCost::Gemm& gm, double tokens) {
-    if (!gm.backward) return {};
+    const bool f8 = gm.float8;
+    const GemmShapes none{{0, 0, 0, f8}, {0, 0, 0, f8}, {0, 0, 0, f8}};
+    if (!gm.backward) return none;
     const double m = tokens * gm.mPerToken;
     const auto whole = [](double v) { return v >= 1 && v == std::floor(v) && v < 9e15; };
-    if (!whole(m) || !whole(gm.n) || !whole(gm.k)) return {};
+    if (!whole(m) || !whole(gm.n) || !whole(gm.k)) return none;
     const auto M = static_cast<int64_t>(m), N = static_cast<int64_t>(gm.n),
                K = static_cast<int64_t>(gm.k);
-    return {{M, N, K}, {M, K, N}, {N, K, M}};
+    return {{M, N, K, f8}, {M, K, N, f8}, {N, K, M, f8}};
 }
 
 // What op-level selective checkpointing keeps (ModuleRun::sacKeptGemms): its GEMMs, and
@@ -185,6 +187,7 @@ struct RunMixes {
     // Op-level selective checkpointing: its save list (empty: torchtitan's preset); the
     // kept ops are not run again (notRecomputed).
     const std::vector<std::string>* sacSave = nullptr;
+    bool float8Gathered = false;  // the unit's float8 weights arrive cast (float8 all-gather)
     void forward(KernelKind k, double per, int64_t n, bool masked = false,
                  GemmShape shape = {}) const {
         addKernels(*fwd, k, per, n, masked, shape);
@@ -221,6 +224,31 @@ void lossKernels(double logits, double e, const RunMixes& out) {
         addKernels(*out.bwd, KernelKind::MemoryBound, logits * b, b > 0 ? 1 : 0);
 }
 
+// What torchao's float8 training adds around one converted nn.Linear call of m x n x k
+// (tensorwise dynamic scaling, Float8Linear's autograd function), in a compute dtype of
+// `e` bytes: forward, the input's amax (a reduction reading it) and its cast to float8
+// (reading e, writing 1), and the weight's the same unless FSDP2 gathered it in float8;
+// backward, the output gradient's amax and cast, and the float8 transposes the gradient
+// GEMMs take (the input and the weight, 1 byte read and written an element). Each a
+// memory-bound kernel. Stated in docs/kernel-model.md; not yet checked on a GPU trace.
+void float8Kernels(const GemmShape& fwd, double calls, double e, bool weightGathered,
+                   const RunMixes& out) {
+    const double mk = static_cast<double>(fwd.m) * static_cast<double>(fwd.k);
+    const double nk = static_cast<double>(fwd.n) * static_cast<double>(fwd.k);
+    const double mn = static_cast<double>(fwd.m) * static_cast<double>(fwd.n);
+    const auto n = static_cast<int64_t>(calls);
+    out.forward(KernelKind::MemoryBound, mk * e, n);          // amax of the input
+    out.forward(KernelKind::MemoryBound, mk * (e + 1.0), n);  // its cast
+    if (!weightGathered) {
+        out.forward(KernelKind::MemoryBound, nk * e, n);
+        out.forward(KernelKind::MemoryBound, nk * (e + 1.0), n);
+    }
+    addKernels(*out.bwd, KernelKind::MemoryBound, mn * e, n);          // amax of grad output
+    addKernels(*out.bwd, KernelKind::MemoryBound, mn * (e + 1.0), n);  // its cast
+    addKernels(*out.bwd, KernelKind::MemoryBound, mk * 2.0, n);        // input, transposed
+    addKernels(*out.bwd, KernelKind::MemoryBound, nk * 2.0, n);        // weight, transposed
+}
+
 void runKernels(const ModuleRun& run, int64_t b, int64_t s, double scale, double computeBytes,
                 int64_t window, const RunMixes& out) {
     const ModuleCost& c = run.cost;
@@ -244,6 +272,8 @@ void runKernels(const ModuleRun& run, int64_t b, int64_t s, double scale, double
             addKernels(*out.bwd, KernelKind::Gemm, f, gm.calls, false, sh.dgrad);
             addKernels(*out.bwd, KernelKind::Gemm, f, gm.calls, false, sh.wgrad);
         }
+        if (gm.float8 && sh.fwd.m > 0)
+            float8Kernels(sh.fwd, gm.calls, computeBytes, out.float8Gathered, out);
         gemmFlops += f * gm.calls;
     }
     SacKept kept;
@@ -930,6 +960,7 @@ private:
         AcMode ac;
         DType dtype;
         double scale;
+        bool float8Gathered;
         int32_t ids[3];
         const std::vector<std::string>* save;  // AcMode::SelectiveOp's list (the unit's)
     };
@@ -951,6 +982,7 @@ private:
         if (cacheable)
             for (const MixKey& k : mixCache)
                 if (k.signature == sig && k.ac == ac && k.dtype == dt && k.scale == scale &&
+                    k.float8Gathered == unit.float8.fsdpFloat8AllGather &&
                     (ac != AcMode::SelectiveOp || *k.save == unit.acSave)) {
                     sg.fwdMixId = k.ids[0];
                     sg.bwdMixId = k.ids[1];
@@ -964,7 +996,8 @@ private:
                            all ? &rec : nullptr,
                            ac == AcMode::Attention ? &rec : nullptr,
                            (all || ac == AcMode::Attention) && o.recomputeEarlyStop,
-                           ac == AcMode::SelectiveOp ? &unit.acSave : nullptr};
+                           ac == AcMode::SelectiveOp ? &unit.acSave : nullptr,
+                           unit.float8.fsdpFloat8AllGather};
         for (int32_t i = 0; i < sg.runCount; ++i)
             runKernels(runs[static_cast<size_t>(sg.firstRun + i)], o.microBatchSize, o.seqLen,
                        scale, static_cast<double>(dtypeSize(dt)),
@@ -973,8 +1006,13 @@ private:
         sg.bwdMixId = internMix(bwd, dt);
         sg.recomputeMixId = internMix(rec, dt);
         if (cacheable)
-            mixCache.push_back(
-                {sig, ac, dt, scale, {sg.fwdMixId, sg.bwdMixId, sg.recomputeMixId}, &unit.acSave});
+            mixCache.push_back({sig,
+                                ac,
+                                dt,
+                                scale,
+                                unit.float8.fsdpFloat8AllGather,
+                                {sg.fwdMixId, sg.bwdMixId, sg.recomputeMixId},
+                                &unit.acSave});
     }
 
     // A mix with `kernels` more memory-bound kernels moving `moved` bytes in all (FSDP2's
@@ -1479,7 +1517,33 @@ private:
             st.waits.push_back(w);
         for (BufferId b : shardedGrads)
             st.frees.push_back(b);  // zero_grad(set_to_none=True)
-        add(std::move(st));
+        // torchao's precompute_float8_dynamic_scale_for_fsdp after the step: the amax of every
+        // float8 weight's shard (one foreach norm reading the fp32 shards) and one all-reduce
+        // of the amaxes (4 bytes a weight) over the shard group.
+        double amaxBytes = 0;
+        int64_t weights = 0;
+        for (const auto& u : r.units)
+            if (u.float8.precomputeScales && !u.float8Linears.empty()) {
+                amaxBytes += 4.0 * static_cast<double>(u.float8WeightNumel) /
+                             static_cast<double>(std::max(1, shardGroup.size));
+                weights += static_cast<int64_t>(u.float8Linears.size());
+            }
+        if (weights > 0 && st.mix >= 0) {
+            KernelMix& m = p.mixes[static_cast<size_t>(st.mix)];
+            addKernels(m, KernelKind::MemoryBound, amaxBytes, 1);
+        }
+        const OpId step = add(std::move(st));
+        if (weights > 0 && shardGroup.size > 1) {
+            Op ar{OpKind::AllReduce, Phase::Optimizer, Stream::AllReduce, UnitId(0),
+                  static_cast<int32_t>(o.microBatches - 1)};
+            ar.commBytes = 4 * weights;
+            ar.groupSize = shardGroup.size;
+            ar.groupNodes = shardGroup.nodes;
+            ar.ranksPerNode = shardGroup.perNode;
+            ar.processGroup = 0;
+            ar.waits.push_back(step);
+            add(std::move(ar));
+        }
         if (hostBytes > 0) {
             Op h{OpKind::OptimizerStep, Phase::Optimizer, Stream::Host, UnitId(0),
                  static_cast<int32_t>(o.microBatches - 1)};

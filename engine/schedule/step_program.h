@@ -94,6 +94,7 @@ enum class KernelKind : uint8_t { Gemm, Attention, MemoryBound };
 // A linear layer's forward, input gradient and weight gradient are three shapes.
 struct GemmShape {
     int64_t m = 0, n = 0, k = 0;
+    bool float8 = false;  // torchao's float8 GEMM (_scaled_mm) at the device's fp8 rate
     friend bool operator==(const GemmShape&, const GemmShape&) = default;
 };
 struct KernelEntry {

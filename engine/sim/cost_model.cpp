@@ -55,10 +55,14 @@ double entrySeconds(const ClusterSpec& c, const KernelEntry& e, DType dtype,
                     const std::string& memoryOp = moduleCurve) {
     const double n = e.count;
     switch (e.kind) {
-        case KernelKind::Gemm:
+        case KernelKind::Gemm: {
+            // A float8 GEMM (torchao's _scaled_mm) runs at the device's fp8 peak; with no fp8
+            // measurement its efficiency is the compute curve's, as a fraction of that peak.
+            const DType gd = e.shape.float8 ? DType::Float8E4M3 : dtype;
             return n * e.perKernel /
-                   (c.device.peakFor(dtype) *
-                    c.sim.gemmEfficiencyFor(e.perKernel, e.shape.m, e.shape.n, e.shape.k, dtype));
+                   (c.device.peakFor(gd) *
+                    c.sim.gemmEfficiencyFor(e.perKernel, e.shape.m, e.shape.n, e.shape.k, gd));
+        }
         case KernelKind::Attention:
             return n * e.perKernel /
                    (c.device.peakFor(dtype) * (e.masked

@@ -52,7 +52,7 @@ ModuleCost& ModuleCost::operator+=(const ModuleCost& o) {
 void ModuleCost::addGemm(const Gemm& gm) {
     for (Gemm& x : gemms)
         if (x.mPerToken == gm.mPerToken && x.n == gm.n && x.k == gm.k &&
-            x.backward == gm.backward) {
+            x.backward == gm.backward && x.float8 == gm.float8) {
             x.calls += gm.calls;
             return;
         }

@@ -117,6 +117,7 @@ struct ModuleCost {
         double n = 0, k = 0;
         int32_t calls = 1;
         bool backward = true;  // false: nothing it reads needs a gradient (RoPE's table)
+        bool float8 = false;   // an nn.Linear a plan's float8 option converts (torchao)
         friend bool operator==(const Gemm&, const Gemm&) = default;
     };
     std::vector<Gemm> gemms;

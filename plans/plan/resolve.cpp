@@ -108,6 +108,7 @@ struct Resolver {
         r.problems.push_back({Problem::Severity::Error, where, msg});
     }
     std::map<std::string, int64_t> acEveryCount;  // units seen per "every k" spec
+    std::set<int32_t> float8Gathered;  // weights all-gathered in float8, by parameter index
     std::set<std::string> warnedLegacyAc;
     void warning(const std::string& where, const std::string& msg) {
         r.problems.push_back({Problem::Severity::Warning, where, msg});
@@ -515,20 +516,16 @@ struct Resolver {
                      "float8 all-gather: set \"fsdp_float8_all_gather\": true, or drop "
                      "\"precompute_scales\"");
         }
-        // Exported and applied (samples/apply_plan.py), not yet priced: said once.
-        bool compiled = false, converted = false;
-        for (const auto& u : r.units) {
-            compiled = compiled || u.compile != CompileMode::None;
-            converted = converted || u.float8.enabled;
-        }
-        if (compiled || converted)
-            warning(at("/defaults"),
-                    std::string("the simulator prices ") +
-                        (compiled && converted ? "compiled and float8 units"
-                         : compiled            ? "compiled units"
-                                               : "float8 units") +
-                        " as eager bf16 PyTorch for now: the export applies them, the step "
-                        "time and memory do not reflect them yet");
+        // torch.compile is exported and applied (samples/apply_plan.py), not yet priced:
+        // said once.
+        for (const auto& u : r.units)
+            if (u.compile != CompileMode::None) {
+                warning(at("/defaults/compile"),
+                        "the simulator prices compiled units as eager PyTorch for now (no "
+                        "Inductor fusion): the export applies torch.compile, the step time and "
+                        "memory do not reflect it yet");
+                break;
+            }
         for (size_t m = 0; m < g.moduleCount(); ++m) {
             const ModuleNode& mod = g.modules()[m];
             if (!g.isInstance(ModuleId(static_cast<int32_t>(m)), "Linear")) continue;
@@ -542,9 +539,15 @@ struct Resolver {
                     w.name.compare(w.name.size() - 6, 6, "weight") == 0)
                     fits = w.shape[0] % 16 == 0 && w.shape[1] % 16 == 0;
             }
-            if (fits)
-                r.units[static_cast<size_t>(unit)].float8Linears.push_back(
-                    ModuleId(static_cast<int32_t>(m)));
+            if (!fits) continue;
+            auto& u = r.units[static_cast<size_t>(unit)];
+            u.float8Linears.push_back(ModuleId(static_cast<int32_t>(m)));
+            for (ParamId pid : mod.params) {
+                const ParamInfo& w = g.param(pid);
+                if (w.shape.size() != 2) continue;  // the bias stays in its dtype
+                u.float8WeightNumel += w.numel;
+                if (u.float8.fsdpFloat8AllGather) float8Gathered.insert(pid.index());
+            }
         }
     }
 
@@ -682,7 +685,10 @@ struct Resolver {
                 if (!info.requiresGrad) u.frozenNumel += info.numel;
                 u.paramBytes += info.bytes();
                 const int64_t osz = dtypeSize(info.dtype);
-                const DType ag = u.mixedPrecision.paramDtype && isFloating(info.dtype)
+                // torchao's float8 all-gather sends a converted weight in float8 (FSDP2
+                // gathers the unit in one uint8 buffer when its dtypes differ).
+                const DType ag = float8Gathered.count(pid.index()) ? DType::Float8E4M3
+                                 : u.mixedPrecision.paramDtype && isFloating(info.dtype)
                                      ? *u.mixedPrecision.paramDtype
                                      : info.dtype;
                 if (r.flatParams && fsdp1) {
@@ -929,7 +935,7 @@ void checkDtypeFlow(const ModelGraph& g, ResolvedPlan& r) {
 
 ResolvedPlan resolvePlan(const ModelGraph& model, const Plan& plan, const ClusterSpec* cluster,
                          const std::string& planFile) {
-    Resolver rs{model, plan, cluster, {}, {}, {}, {}, {}, {}, {}};
+    Resolver rs{model, plan, cluster, {}, {}, {}, {}, {}, {}, {}, {}};
     rs.r.plan = plan;
     rs.r.model = &model;
     rs.r.planFile = planFile;
@@ -1059,6 +1065,12 @@ void addMerged(std::vector<ModuleCost::Gemm>& list, const ModuleCost::Gemm& gm) 
 }  // namespace
 
 std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r, int64_t seqLen) {
+    std::vector<char> float8Module;
+    for (const auto& u : r.units)
+        for (ModuleId m : u.float8Linears) {
+            if (float8Module.empty()) float8Module.assign(g.moduleCount(), 0);
+            float8Module[m.index()] = 1;
+        }
     if (seqLen < 1) seqLen = r.plan.seqLen;
     const size_t n = g.moduleCount();
     const std::vector<int32_t> unitOf = unitOfModules(g, r);
@@ -1106,7 +1118,16 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r, 
             masked = mod.cost;
             masked.savedBytes += masked.windowSavedBytes;
         }
-        const ModuleCost& c = windowed ? masked : mod.cost;
+        const ModuleCost* cost = windowed ? &masked : &mod.cost;
+        // A layer the plan's float8 option converts runs its GEMMs in float8.
+        ModuleCost converted;
+        if (!float8Module.empty() && float8Module[m]) {
+            converted = *cost;
+            for (ModuleCost::Gemm& gm : converted.gemms)
+                gm.float8 = true;
+            cost = &converted;
+        }
+        const ModuleCost& c = *cost;
         if (c.fwdFlops.isZero() && c.savedBytes.isZero() && c.fwdMemBytes.isZero()) continue;
         if (runs.empty() || runs.back().unit != u || regionStarts) {
             runs.emplace_back().unit = u;

@@ -68,6 +68,7 @@ struct ResolvedUnit {
     CompileMode compile = CompileMode::None;
     Float8Spec float8;                    // the unit's torchao float8 training, if enabled
     std::vector<ModuleId> float8Linears;  // the unit's nn.Linear layers it converts
+    int64_t float8WeightNumel = 0;        // their weights' elements (unsharded)
     std::vector<UnitId> forwardPrefetch;  // explicit lists only
     std::vector<UnitId> backwardPrefetch;
     bool explicitForwardPrefetch = false;

@@ -35,6 +35,12 @@ CFG = peer.sample("models", "tiny-llama", "config.json")
 LAYER_LINEARS = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                  "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
 FLOAT8 = {"recipe": "tensorwise", "fsdp_float8_all_gather": True, "precompute_scales": True}
+CLUSTER = {"format": "shardscope.cluster", "version": 1, "name": "4 ranks", "nodes": 1,
+           "device": {"name": "cpu", "kind": "cpu", "memory_bytes": 1 << 34, "peak_flops": {"float32": 1e11},
+                      "hbm_bandwidth_bytes_per_s": 1e10},
+           "node": {"devices_per_node": 4, "intra_bandwidth_bytes_per_s": 1e9, "intra_latency_ns": 1000},
+           "network": {"nic_bandwidth_bytes_per_s": 1e9, "latency_ns": 1000},
+           "host": {"link_bandwidth_bytes_per_s": 1e9}}
 
 
 def plan(**defaults):
@@ -110,6 +116,19 @@ class Float8AndCompile(unittest.TestCase):
         layer_gathers = [b for _, b in gathered if abs(b - per_rank) <= 64]
         print("all-gather inputs (dtype, bytes a rank):", sorted(set(gathered), key=str), "expected a layer's", per_rank)
         self.assertGreaterEqual(len(layer_gathers), 4, gathered)
+        # The step program's all-gathers carry the same bytes, in the same order, collective
+        # by collective (the output: 4 ranks' inputs).
+        cluster = os.path.join(self.tmp, "cluster.json")
+        with open(cluster, "w") as f:
+            json.dump(CLUSTER, f)
+        path = os.path.join(self.tmp, "plan.json")
+        with open(path, "w") as f:
+            json.dump(plan(float8=FLOAT8), f)
+        prog = peer.shardscope("simulate", "-m", CFG, "-p", path, "-c", cluster, "--program", "--json")
+        ours = [op["bytes"] for op in prog["ops"] if op["kind"] == "all_gather"]
+        theirs = [4 * b for _, b in gathered]
+        print("all-gather bytes, ours:", ours, "fully_shard's:", theirs)
+        self.assertEqual(ours, theirs)
         # Precomputed scales: every converted weight carries its scale for the next all-gather.
         after_optimizer_step(model, e)
         for i in range(4):

@@ -1141,3 +1141,43 @@ TEST(StepProgram, RotaryEmbeddingsRunWhereTransformersRunsThem) {
         "model.layers.2",     "model.layers.3", "model.norm",     "<root>"};
     EXPECT_EQ(forward, expected);
 }
+
+TEST(KernelModel, Float8LayersRunTheirGemmsAtTheFp8Peak) {
+    // torchao converts every nn.Linear of the decoder layers (dims multiples of 16), not
+    // lm_head: their GEMMs are priced at the fp8 peak, here twice the bf16 one at the same
+    // efficiency, so they take half as long; lm_head's do not move. torchao's amax and cast
+    // kernels join the memory-bound ones.
+    auto g = loadModelFile(shardscope::test::samplePath("models/tiny-llama/config.json"));
+    ASSERT_TRUE(g.ok()) << g.error();
+    ClusterSpec c = cluster(1, 4);
+    c.device.kind = "gpu";
+    c.device.peakFlops[DType::BFloat16] = 1e15;
+    c.device.peakFlops[DType::Float8E4M3] = 2e15;
+    Plan p = blockPlan();
+    p.wrap.classes = {"LlamaDecoderLayer"};
+    p.defaults.mixedPrecision = MixedPrecisionSpec{DType::BFloat16, DType::Float32, {}, true};
+    p.seqLen = 64;
+    auto gemms = [&](bool f8) {
+        Plan q = p;
+        if (f8) q.defaults.float8 = Float8Spec{true, "tensorwise", true, true};
+        const ResolvedPlan r = resolvePlan(*g, q, &c, "plan.json");
+        EXPECT_FALSE(r.hasErrors());
+        const StepProgram prog = buildStepProgram(r, stepOptionsFor(q, c));
+        const KernelTotals t = kernelTotals(c, prog);
+        int64_t float8 = 0, plain = 0;
+        for (const KernelMix& m : prog.mixes)
+            for (const KernelEntry& e : m.entries)
+                if (e.kind == KernelKind::Gemm) (e.shape.float8 ? float8 : plain) += e.count;
+        return std::tuple{t.byKind[static_cast<int>(KernelKind::Gemm)].deviceSeconds,
+                          t.byKind[static_cast<int>(KernelKind::MemoryBound)].count, float8, plain};
+    };
+    const auto [bf16Seconds, bf16Mem, none, all] = gemms(false);
+    const auto [f8Seconds, f8Mem, converted, rest] = gemms(true);
+    EXPECT_EQ(none, 0);
+    EXPECT_EQ(converted + rest, all);
+    EXPECT_GT(converted, 0);
+    EXPECT_GT(rest, 0);  // lm_head's three GEMMs
+    EXPECT_LT(f8Seconds, bf16Seconds);
+    EXPECT_GT(f8Seconds, 0.5 * bf16Seconds);
+    EXPECT_GT(f8Mem, bf16Mem);
+}
