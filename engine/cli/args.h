@@ -34,12 +34,15 @@ public:
     [[nodiscard]] bool has(const std::string& name) const { return m_values.count(name) > 0; }
     [[nodiscard]] std::string get(const std::string& name) const;  // "" when absent
     [[nodiscard]] bool flag(const std::string& name) const { return has(name); }
+    // True only when the user wrote the option (has() is also true for a default).
+    [[nodiscard]] bool given(const std::string& name) const { return m_given.count(name) > 0; }
     [[nodiscard]] Expected<int64_t> getInt(const std::string& name, int64_t minimum) const;
     [[nodiscard]] const std::vector<std::string>& positionals() const { return m_positionals; }
 
 private:
     friend Expected<Args> parseArgs(const CommandSpec&, const std::vector<std::string>&);
     std::map<std::string, std::string> m_values;
+    std::map<std::string, bool> m_given;
     std::vector<std::string> m_positionals;
 };
 

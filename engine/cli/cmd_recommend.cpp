@@ -56,6 +56,52 @@ std::string line(const Candidate& c) {
     return b;
 }
 
+// --fix KEY=VALUE[,KEY=VALUE...]: the choices the user has made, which the search keeps.
+// `fsdp1` is set when the user fixed the API to FSDP1 (the search then keeps to what FSDP1
+// expresses).
+Status applyFixes(const std::string& text, SearchOptions& o, bool& fsdp1) {
+    static const std::vector<std::string> keys{"reduce_dtype", "api", "activation_checkpointing",
+                                               "micro_batch"};
+    for (const std::string& item : split(text, ',')) {
+        const auto eq = item.find('=');
+        const std::string key = trim(item.substr(0, eq));
+        const std::string value = eq == std::string::npos ? "" : trim(item.substr(eq + 1));
+        if (eq == std::string::npos || value.empty())
+            return Error{"--fix " + item + ": expected KEY=VALUE, e.g. reduce_dtype=float32"};
+        auto bad = [&](const std::string& expected) {
+            return Error{"--fix " + key + "=" + value + ": expected " + expected};
+        };
+        if (key == "reduce_dtype") {
+            const auto d = parseDType(value);
+            if (!d || (*d != DType::Float32 && *d != DType::BFloat16))
+                return bad("float32 or bfloat16 (the reduce-scatter's dtype)");
+            o.reduceDtypes = {*d};
+        } else if (key == "api") {
+            if (value != "fsdp1" && value != "fsdp2") return bad("fsdp1 or fsdp2");
+            fsdp1 = value == "fsdp1";
+        } else if (key == "activation_checkpointing") {
+            if (value == "none")
+                o.activationCheckpointing = AcMode::None;
+            else if (value == "full")
+                o.activationCheckpointing = AcMode::Full;
+            else if (value == "selective_op")
+                o.activationCheckpointing = AcMode::SelectiveOp;
+            else
+                return bad("none, full or selective_op");
+        } else if (key == "micro_batch") {
+            char* end = nullptr;
+            const long long v = std::strtoll(value.c_str(), &end, 10);
+            if (end == value.c_str() || *end != '\0' || v < 1) return bad("a positive integer");
+            o.microBatch = v;
+        } else {
+            return Error{"--fix " + item + ": unknown choice \"" + key + "\"" +
+                         didYouMean(key, keys) +
+                         " (reduce_dtype, api, activation_checkpointing, micro_batch)"};
+        }
+    }
+    return {};
+}
+
 int runRecommend(const Args& a) {
     auto g = loadModelArg(a);
     if (failed(g)) return kExitUsage;
@@ -65,7 +111,27 @@ int runRecommend(const Args& a) {
     if (failed(fmt, "--format: ")) return kExitUsage;
     SearchOptions o;
     // FSDPStrategy takes FSDP1's kwargs; ModelParallelStrategy (lightning) applies FSDP2's.
-    o.fsdp1Compatible = *fmt == ExportFormat::Fsdp1 || *fmt == ExportFormat::LightningFsdp1;
+    ExportFormat format = *fmt;
+    o.fsdp1Compatible = format == ExportFormat::Fsdp1 || format == ExportFormat::LightningFsdp1;
+    o.allowOffload = !a.flag("--no-offload");
+    bool fixedFsdp1 = false;
+    if (a.has("--fix")) {
+        if (Status st = applyFixes(a.get("--fix"), o, fixedFsdp1); !st.ok()) {
+            std::cerr << "error: " << st.error() << "\n";
+            return kExitUsage;
+        }
+        if (fixedFsdp1 && !o.fsdp1Compatible) {
+            if (a.given("--format")) {
+                std::cerr << "error: --fix api=fsdp1 with --format " << a.get("--format")
+                          << ": give --format fsdp1 or lightning-fsdp1 (FSDP1's own exports)\n";
+                return kExitUsage;
+            }
+            format = ExportFormat::Fsdp1;
+            o.fsdp1Compatible = true;
+        }
+    }
+    const bool reduceFixed =
+        a.has("--fix") && a.get("--fix").find("reduce_dtype") != std::string::npos;
     o.expandableSegments = a.flag("--expandable-segments");
     // The plan the user runs now (e.g. `plan recover` of their trace): its sequence length
     // and global batch are the search's unless given, and it is simulated beside the best.
@@ -95,6 +161,13 @@ int runRecommend(const Args& a) {
         if (!a.has("--global-batch"))
             o.globalBatch =
                 current->microBatchSize * current->microBatches * currentResolved->worldSize;
+        // The reduce precision the user trains with now is kept unless --fix says otherwise.
+        if (!reduceFixed)
+            for (const auto& u : currentResolved->units)
+                if (!u.isRoot && !u.params.empty()) {
+                    o.reduceDtypes = {u.reduceDtype};
+                    break;
+                }
     }
     if (a.has("--global-batch")) {
         auto gb = a.getInt("--global-batch", 1);
@@ -114,6 +187,16 @@ int runRecommend(const Args& a) {
         std::cerr << "error: --memory-headroom: expected a fraction in [0, 1), got \""
                   << a.get("--memory-headroom") << "\"\n";
         return kExitUsage;
+    }
+    if (o.microBatch) {
+        const int64_t perRank = searchGlobalBatch(*cluster, o) / cluster->worldSize();
+        if (perRank % *o.microBatch != 0) {
+            std::cerr << "error: --fix micro_batch=" << *o.microBatch << ": expected a divisor of "
+                      << "the per-GPU batch, " << perRank << " sequences (global batch "
+                      << searchGlobalBatch(*cluster, o) << " over " << cluster->worldSize()
+                      << " GPUs; change it with --global-batch)\n";
+            return kExitUsage;
+        }
     }
     if (findBlocks(*g).empty())
         std::cerr << "note: no repeated blocks found (a ModuleList of one class); searching the "
@@ -161,7 +244,7 @@ int runRecommend(const Args& a) {
     nlohmann::json exported;
     if (chosen) {
         const ResolvedPlan r = resolvePlan(*g, chosen->plan, &*cluster, "recommended");
-        exported = exportPlan(r, *fmt);
+        exported = exportPlan(r, format);
         if (a.has("--output")) {
             if (Status s = writeFileAtomically(a.get("--output"), exported.dump(2) + "\n"); !s) {
                 std::cerr << "error: " << s.error() << "\n";
@@ -311,7 +394,10 @@ int runRecommend(const Args& a) {
         if (c.fits) t.row({ms(c.sim.stepNs), formatBytes(c.sim.peakReserved), c.summary});
     t.print(std::cout);
     if (a.has("--output"))
-        std::cout << "\nWrote " << a.get("--output") << " (" << a.get("--format") << ")\n";
+        std::cout << "\nWrote " << a.get("--output") << " ("
+                  << (format == ExportFormat::Fsdp1 && !a.given("--format") ? "fsdp1"
+                                                                            : a.get("--format"))
+                  << ")\n";
     else
         std::cout << "\nWrite the plan with -o FILE (--format "
                      "shardscope|fsdp2|fsdp1|lightning|lightning-fsdp1).\n";
@@ -327,8 +413,9 @@ std::vector<Command> recommendCommands() {
     s.description =
         "Enumerates FSDP2 plans (blocks per unit 1/2/4, embedding and head units, 1D or HSDP\n"
         "within nodes, reshard True/False/node size, explicit prefetch depth 0-2 each way,\n"
-        "bf16 with fp32 or bf16 reduce, checkpointing none/selective/full, micro-batch with\n"
-        "accumulation to the global batch; CPU offload only if nothing else fits), simulates\n"
+        "bf16 parameters with an fp32 reduce (the --current plan's reduce dtype, or what --fix\n"
+        "says), checkpointing none/selective/full, micro-batch with accumulation to the global\n"
+        "batch; CPU offload only if nothing else fits), simulates\n"
         "each, and reports the fastest plan whose peak reserved memory fits the device with\n"
         "the headroom, against the common default (and --current, the plan you run now), with\n"
         "the Pareto front. Ctrl-C stops and reports the best found so far. Exit 1 when no plan\n"
@@ -348,6 +435,11 @@ std::vector<Command> recommendCommands() {
     s.options.push_back({"--format", "FMT",
                          "export format: shardscope, fsdp2, fsdp1, lightning, lightning-fsdp1",
                          "shardscope", false, "-f"});
+    s.options.push_back({"--fix", "KEY=VALUE,...",
+                         "choices the search keeps: reduce_dtype=float32|bfloat16 (default: "
+                         "float32, or the --current plan's), api=fsdp1, "
+                         "activation_checkpointing=none|full|selective_op, micro_batch=N"});
+    s.options.push_back({"--no-offload", "", "never propose CPU offload, even when nothing fits"});
     s.options.push_back({"--output", "FILE", "write the recommended plan here", "", false, "-o"});
     s.options.push_back({"--json", "", "print the report as JSON (with the exported plan)"});
     s.examples = {

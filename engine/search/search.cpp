@@ -92,6 +92,18 @@ void endModules(const ModelGraph& g, const std::vector<ModuleId>& blocks,
 constexpr size_t kMaxMicroBatchCandidates = 8;
 constexpr int64_t kSimulatedMicroBatches = 16;
 
+}  // namespace
+
+int64_t searchGlobalBatch(const ClusterSpec& c, const SearchOptions& o) {
+    const int64_t world = c.worldSize();
+    const int64_t tokens = int64_t{1} << 22;
+    const int64_t gb =
+        o.globalBatch > 0 ? o.globalBatch : std::max<int64_t>(world, tokens / o.seqLen);
+    return (gb + world - 1) / world * world;
+}
+
+namespace {
+
 class Searcher {
 public:
     Searcher(const ModelGraph& g, const ClusterSpec& c, const SearchOptions& o)
@@ -100,10 +112,7 @@ public:
     SearchResult run() {
         SearchResult res;
         const int64_t world = c.worldSize();
-        const int64_t tokens = int64_t{1} << 22;
-        int64_t gb =
-            o.globalBatch > 0 ? o.globalBatch : std::max<int64_t>(world, tokens / o.seqLen);
-        gb = (gb + world - 1) / world * world;
+        const int64_t gb = searchGlobalBatch(c, o);
         res.globalBatch = gb;
         perRank = gb / world;
         // Micro-batches: the powers of two dividing the per-rank batch, from 1 up, however
@@ -114,6 +123,7 @@ public:
         for (int64_t m = 1; m <= perRank && microBatches.size() < kMaxMicroBatchCandidates; m *= 2)
             if (perRank % m == 0) microBatches.push_back(m);
         if (microBatches.empty()) microBatches.push_back(perRank);
+        if (o.microBatch) microBatches = {*o.microBatch};
         res.memoryBudget = static_cast<int64_t>(static_cast<double>(c.device.memoryBytes) *
                                                 (1.0 - o.memoryHeadroom));
         budget = res.memoryBudget;
@@ -121,6 +131,7 @@ public:
         endModules(g, blocks, firstEnds, lastEnds);
 
         for (bool offload : {false, true}) {
+            if (offload && !o.allowOffload) break;
             structures.clear();
             for (int k : {1, 2, 4, 0}) {
                 if (k > 1 && (blocks.empty() || static_cast<size_t>(k) > blocks.size() / 2))
@@ -143,8 +154,10 @@ public:
             for (int rs = 0; rs < (o.fsdp1Compatible ? 2 : 3); ++rs)
                 for (int fwd = 0; fwd <= maxDepth; ++fwd)
                     for (int bwd = 0; bwd <= maxDepth; ++bwd)
-                        for (DType reduce : {DType::Float32, DType::BFloat16})
+                        for (DType reduce : o.reduceDtypes)
                             for (AcMode ac : {AcMode::None, AcMode::SelectiveOp, AcMode::Full}) {
+                                if (o.activationCheckpointing && ac != *o.activationCheckpointing)
+                                    continue;
                                 PlanVariant v;
                                 v.reshard = rs == 0 ? ReshardSetting::ofBool(true)
                                             : rs == 1
@@ -479,13 +492,20 @@ private:
                 u.backwardPrefetch = b;
             }
         }
-        char summary[256];
+        // Every choice that tells two candidates apart: their embedding/head units' own
+        // reshard included (two Pareto rows had printed alike).
+        const std::string ends =
+            !s.separateEnds ? std::string()
+            : ch.variant.endsReshard
+                ? ", own embedding/head units (reshard " + ch.variant.endsReshard->toString() + ")"
+                : ", own embedding/head units (reshard as the blocks)";
+        char summary[320];
         std::snprintf(summary, sizeof summary,
                       "%s%s%s, reshard %s, prefetch fwd %d bwd %d, bf16/%s, checkpointing %s, "
                       "micro-batch %lld x %lld%s%s",
-                      granularity(s).c_str(), s.separateEnds ? ", own embedding/head units" : "",
-                      hsdpText(s).c_str(), ch.variant.reshard.toString().c_str(),
-                      ch.variant.forwardPrefetchDepth, ch.variant.backwardPrefetchDepth,
+                      granularity(s).c_str(), ends.c_str(), hsdpText(s).c_str(),
+                      ch.variant.reshard.toString().c_str(), ch.variant.forwardPrefetchDepth,
+                      ch.variant.backwardPrefetchDepth,
                       ch.variant.reduceDtype == DType::Float32 ? "fp32 reduce" : "bf16 reduce",
                       acModeName(*ch.variant.ac), static_cast<long long>(ch.microBatch),
                       static_cast<long long>(perRank / ch.microBatch),

@@ -14,7 +14,7 @@
 //   reshard:     True, False, the node size as an int (when it divides the shard size), for
 //                the blocks and, apart, for embedding/head units;
 //   prefetch:    explicit forward depth 0-2 and backward depth 0-2 (0: implicit);
-//   precision:   bf16 parameters with fp32 or bf16 reduce;
+//   precision:   bf16 parameters with an fp32 reduce (bf16 where SearchOptions allow it);
 //   checkpoint:  none, selective, full;
 //   micro-batch: powers of two dividing the per-rank batch (at most 16 accumulation steps),
 //                accumulating to the global batch
@@ -22,6 +22,7 @@
 //   offload:     CPU offload, only when no plan fits without it.
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,8 +45,15 @@ struct SearchOptions {
     // expandable_segments:True, as torchtitan runs): reserved memory tracks the high-water
     // mark instead of the per-stream pools' segments.
     bool expandableSegments = false;
-    unsigned threads = 0;                       // 0: all cores
-    const std::atomic<bool>* cancel = nullptr;  // set to stop early and return the best so far
+    // What the user fixed (recommend --fix, --no-offload); the search keeps to it.
+    // The reduce dtypes searched: fp32 only by default (a bf16 reduce-scatter changes the
+    // numerics of training: torchtitan and most users keep fp32).
+    std::vector<DType> reduceDtypes{DType::Float32};
+    std::optional<AcMode> activationCheckpointing;  // one mode instead of none/selective/full
+    std::optional<int64_t> microBatch;              // one micro-batch size
+    bool allowOffload = true;                       // CPU offload when nothing fits without
+    unsigned threads = 0;                           // 0: all cores
+    const std::atomic<bool>* cancel = nullptr;      // set to stop early and return the best so far
     std::function<void(size_t done, size_t total)> progress;
 };
 
@@ -69,6 +77,10 @@ struct SearchResult {
     int64_t memoryBudget = 0;
     int64_t globalBatch = 0;
 };
+
+// The global batch the search uses: SearchOptions::globalBatch (4Mi tokens when 0, at least
+// one sequence per GPU), rounded up to a multiple of the world size.
+[[nodiscard]] int64_t searchGlobalBatch(const ClusterSpec& cluster, const SearchOptions& o);
 
 [[nodiscard]] SearchResult searchPlans(const ModelGraph& model, const ClusterSpec& cluster,
                                        const SearchOptions& o);
