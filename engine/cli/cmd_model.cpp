@@ -67,6 +67,10 @@ void showModule(ShowContext& c, ModuleId m, int depth, const std::string& label,
     // Saved besides, from seq_len == sliding window on (in saved_activation_bytes then).
     if (!cost.windowSavedBytes.isZero())
         c.jsonModules.back()["window_saved_bytes"] = cost.windowSavedBytes.at(c.batch, c.seq);
+    // What the subtree saves compiled as one region (torch.compile per block), where known.
+    if (!cost.compiledSavedBytes.isZero())
+        c.jsonModules.back()["compiled_saved_activation_bytes"] =
+            cost.compiledSavedBytes.at(c.batch, c.seq);
     if (depth >= c.maxDepth || repeat > 1) return;  // folded rows repeat the first's children
     const auto& ch = node.children;
     for (size_t i = 0; i < ch.size();) {

@@ -662,6 +662,27 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
             cb.dropout(g.addModule(layer, "resid_mlp_dropout", "Dropout"), H, c.residDropout);
         }
         cb.residualAdds(layer, H, 2);
+        if (!c.deepseek && !sparse && !c.legacyQwen2MoeAttention && c.residDropout == 0) {
+            // Compiled as one region, the layer saves (AOT autograd's min-cut partitioner,
+            // checked per family by tests/python/test_compiled_saved_peer.py): the block
+            // input; each GEMM input that is not it (a pre-norm's output: two, OLMo-2 one,
+            // its MLP's input); SDPA's q, k, v, output and logsumexp and o_proj's input (a
+            // copy of the output with its heads merged); the o_proj output a norm reads
+            // after it (through the residual, or a post-norm); with q/k norms the q and k
+            // projections; gate, up and their SwiGLU/GELU product; with a norm after the
+            // MLP down_proj's output; and every RMSNorm's fp32 rstd, per row.
+            const double Q = static_cast<double>(dq), KV = static_cast<double>(dkv);
+            const double I = static_cast<double>(c.inter);
+            const bool projNorms = c.qkNorm || c.olmo2;
+            const bool postMlpNorm = c.gemma || c.olmo2;
+            const double elems = H + (c.olmo2 ? 1 : 2) * H + 3 * Q + 2 * KV + H + 3 * I +
+                                 (projNorms ? Q + KV : 0) + (postMlpNorm ? H : 0);
+            const double normRows = (c.gemma ? 4 : 2) + (c.olmo2 ? 2 : 0) +
+                                    (c.qkNorm ? static_cast<double>(c.heads + c.kvHeads) : 0);
+            auto& lc = g.cost(layer);
+            lc.compiledSavedBytes.perToken = elems * cb.e;
+            lc.compiledSavedBytes.fixedPerToken = 4 * normRows + 4 * static_cast<double>(c.heads);
+        }
     }
     rmsNorm(model, "norm");
     cb.rotaryEmbedding(model, "rotary_emb", c.prefix + "RotaryEmbedding", c.rotaryDim, c.headDim,

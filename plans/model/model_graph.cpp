@@ -33,6 +33,7 @@ ModuleCost& ModuleCost::operator+=(const ModuleCost& o) {
     bwdMemBytes += o.bwdMemBytes;
     savedBytes += o.savedBytes;
     windowSavedBytes += o.windowSavedBytes;
+    compiledSavedBytes += o.compiledSavedBytes;
     outputBytes += o.outputBytes;
     mmOutputBytes += o.mmOutputBytes;
     addmmOutputBytes += o.addmmOutputBytes;

@@ -104,7 +104,8 @@ nlohmann::json kernelsJson(const ModuleCost& c) {
 
 void readCost(const JsonReader& r, ModuleCost& c) {
     r.allowOnly({"fwd_flops", "bwd_flops", "fwd_mem_bytes", "bwd_mem_bytes", "saved_bytes",
-                 "window_saved_bytes", "output_bytes", "input_bytes", "kernels"});
+                 "window_saved_bytes", "compiled_saved_bytes", "output_bytes", "input_bytes",
+                 "kernels"});
     if (auto x = r.find("kernels")) readKernels(*x, c);
     if (auto x = r.find("fwd_flops")) c.fwdFlops = readScaled(*x);
     if (auto x = r.find("bwd_flops")) c.bwdFlops = readScaled(*x);
@@ -112,6 +113,7 @@ void readCost(const JsonReader& r, ModuleCost& c) {
     if (auto x = r.find("bwd_mem_bytes")) c.bwdMemBytes = readScaled(*x);
     if (auto x = r.find("saved_bytes")) c.savedBytes = readScaled(*x);
     if (auto x = r.find("window_saved_bytes")) c.windowSavedBytes = readScaled(*x);
+    if (auto x = r.find("compiled_saved_bytes")) c.compiledSavedBytes = readScaled(*x);
     if (auto x = r.find("output_bytes")) c.outputBytes = readScaled(*x);
     if (auto x = r.find("input_bytes")) c.inputBytes = readScaled(*x);
 }
@@ -293,6 +295,7 @@ nlohmann::json modelToJson(const ModelGraph& g) {
         put("bwd_mem_bytes", c.bwdMemBytes);
         put("saved_bytes", c.savedBytes);
         put("window_saved_bytes", c.windowSavedBytes);
+        put("compiled_saved_bytes", c.compiledSavedBytes);
         put("output_bytes", c.outputBytes);
         put("input_bytes", c.inputBytes);
         if (c.hasKernels() || c.upcastElems > 0 || c.lossVocab > 0) cj["kernels"] = kernelsJson(c);

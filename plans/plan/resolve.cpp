@@ -516,16 +516,24 @@ struct Resolver {
                      "float8 all-gather: set \"fsdp_float8_all_gather\": true, or drop "
                      "\"precompute_scales\"");
         }
-        // torch.compile is exported and applied (samples/apply_plan.py), not yet priced:
-        // said once.
-        for (const auto& u : r.units)
-            if (u.compile != CompileMode::None) {
-                warning(at("/defaults/compile"),
-                        "the simulator prices compiled units as eager PyTorch for now (no "
-                        "Inductor fusion): the export applies torch.compile, the step time and "
-                        "memory do not reflect it yet");
-                break;
-            }
+        // torch.compile is exported and applied (samples/apply_plan.py); the simulator
+        // takes the saved activations of compiled decoder layers from the partitioner's
+        // rule, not yet Inductor's fusion: said once.
+        for (size_t ui = 0; ui < r.units.size(); ++ui) {
+            if (r.units[ui].compile == CompileMode::None) continue;
+            bool known = false;
+            for (size_t m = 0; m < g.moduleCount() && !known; ++m)
+                known = !g.modules()[m].cost.compiledSavedBytes.isZero();
+            warning(at("/defaults/compile"),
+                    std::string(known ? "compiled decoder layers save what AOT autograd's "
+                                        "partitioner keeps; "
+                                      : "no compiled saved-activation rule for this model's "
+                                        "layers (dense Llama-style families have one): "
+                                        "activations as eager; ") +
+                        "Inductor's kernel fusion is not modelled yet: the step time is "
+                        "eager PyTorch's");
+            break;
+        }
         for (size_t m = 0; m < g.moduleCount(); ++m) {
             const ModuleNode& mod = g.modules()[m];
             if (!g.isInstance(ModuleId(static_cast<int32_t>(m)), "Linear")) continue;
@@ -1064,7 +1072,51 @@ void addMerged(std::vector<ModuleCost::Gemm>& list, const ModuleCost::Gemm& gm) 
 }
 }  // namespace
 
-std::vector<ModuleRun> moduleRunsOf(const ModelGraph& g, const ResolvedPlan& r, int64_t seqLen) {
+namespace {
+// The model as a compiled plan runs it. In each compiled unit, a module whose whole subtree
+// the unit holds and whose compiled saved bytes are known (a decoder layer) saves what AOT
+// autograd's partitioner keeps: its modules' eager saved bytes are scaled to that total,
+// part by part (the dtype-following and the fixed bytes), so that each module still frees
+// its share when its backward runs. Empty when no unit is compiled or none of its modules
+// has compiled figures (the eager figures stand).
+std::optional<ModelGraph> compiledModel(const ModelGraph& g, const ResolvedPlan& r,
+                                        const std::vector<int32_t>& unitOf) {
+    std::optional<ModelGraph> out;
+    for (size_t m = 0; m < g.moduleCount(); ++m) {
+        const ModuleNode& mod = g.modules()[m];
+        const ScaledCost& want = mod.cost.compiledSavedBytes;
+        const int32_t u = unitOf[m];
+        if (want.isZero() || u < 0 || r.units[static_cast<size_t>(u)].compile == CompileMode::None)
+            continue;
+        const auto end = static_cast<size_t>(mod.subtreeEnd);
+        ScaledCost eager;
+        bool whole = true;
+        for (size_t x = m; x < end; ++x) {
+            whole = whole && unitOf[x] == u;
+            eager += g.modules()[x].cost.savedBytes;
+        }
+        if (!whole) continue;  // its parts are units of their own: compiled apart
+        if (!out) out = g;
+        auto rescale = [&](double ScaledCost::*part) {
+            const double from = eager.*part, to = want.*part;
+            if (from <= 0) {
+                out->cost(ModuleId(static_cast<int32_t>(m))).savedBytes.*part += to;
+                return;
+            }
+            for (size_t x = m; x < end; ++x)
+                out->cost(ModuleId(static_cast<int32_t>(x))).savedBytes.*part *= to / from;
+        };
+        rescale(&ScaledCost::perToken);
+        rescale(&ScaledCost::fixedPerToken);
+    }
+    return out;
+}
+}  // namespace
+
+std::vector<ModuleRun> moduleRunsOf(const ModelGraph& model, const ResolvedPlan& r,
+                                    int64_t seqLen) {
+    const std::optional<ModelGraph> compiled = compiledModel(model, r, unitOfModules(model, r));
+    const ModelGraph& g = compiled ? *compiled : model;
     std::vector<char> float8Module;
     for (const auto& u : r.units)
         for (ModuleId m : u.float8Linears) {

@@ -1,0 +1,137 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Peer test: what a decoder layer saves under torch.compile, against AOT autograd itself.
+
+torch.compile traces each family's transformers decoder layer (bf16, SDPA, no mask) and AOT
+autograd's min-cut partitioner (the one Inductor uses) splits it into forward and backward;
+the backward graph's inputs other than the output gradients are what the forward saves.
+Parameters and the rotary cos/sin (inputs every layer shares, saved once at the model's
+rotary embedding) are left out; the rest must equal `shardscope model show --json`'s
+compiled_saved_activation_bytes for the same layer, batch and sequence, at two sizes per
+family. The families without a compiled rule (mixture of experts, multi-head latent
+attention, GPT-2, Falcon) keep the eager figures and say so when a plan compiles them.
+"""
+import inspect
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import peer  # noqa: E402
+
+torch = peer.require("torch")
+transformers = peer.require("transformers")
+
+SEQ = 96  # no parameter has this dimension: a saved tensor with it is an activation
+SIZES = (
+    dict(hidden_size=512, intermediate_size=1536, num_attention_heads=8, num_key_value_heads=2, head_dim=64),
+    dict(hidden_size=768, intermediate_size=2304, num_attention_heads=12, num_key_value_heads=4, head_dim=96),
+)
+FAMILIES = {
+    "llama": {},
+    "mistral": {},
+    "qwen2": {},
+    "qwen3": {},
+    "olmo2": {},
+    "phi3": {"pad_token_id": 0},
+    "gemma2": {},
+    "gemma3_text": {},
+}
+
+
+def partitioner_saved_bytes(model_type, over):
+    """Bytes the compiled layer 0 saves for backward (activations only), and its config."""
+    from torch._dynamo.backends.common import aot_autograd
+    from functorch.compile import min_cut_rematerialization_partition, make_boxed_func
+
+    torch._dynamo.reset()
+    cfg = transformers.AutoConfig.for_model(model_type, num_hidden_layers=1, vocab_size=256, **over)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    layer = model.model.layers[0]
+    hidden = cfg.hidden_size
+    x = torch.randn(1, SEQ, hidden, dtype=torch.bfloat16, requires_grad=True)
+    pos = torch.arange(SEQ)[None]
+    kwargs = {"attention_mask": None, "position_ids": pos}
+    sig = inspect.signature(layer.forward).parameters
+    if "position_embeddings_global" in sig:  # Gemma-3: global and sliding-window RoPE
+        kwargs["position_embeddings_global"] = model.model.rotary_emb(x, pos)
+        kwargs["position_embeddings_local"] = model.model.rotary_emb_local(x, pos)
+    else:
+        kwargs["position_embeddings"] = model.model.rotary_emb(x, pos)
+    saved = []
+
+    def forward_compiler(gm, _):
+        return make_boxed_func(gm)
+
+    def backward_compiler(gm, _):
+        for n in gm.graph.nodes:
+            v = n.meta.get("val")
+            if n.op != "placeholder" or n.name.startswith("tangents") or not isinstance(v, torch.Tensor):
+                continue
+            shape = tuple(v.shape)
+            if SEQ not in shape:
+                continue  # a parameter
+            if n.name.startswith("primals") and len(shape) == 3 and shape[-1] != hidden:
+                continue  # cos or sin
+            saved.append(v.numel() * v.element_size())
+        return make_boxed_func(gm)
+
+    backend = aot_autograd(fw_compiler=forward_compiler, bw_compiler=backward_compiler,
+                           partition_fn=min_cut_rematerialization_partition)
+
+    def run(x):
+        out = layer(x, **kwargs)
+        return out[0] if isinstance(out, tuple) else out
+
+    torch.compile(run, backend=backend)(x).float().sum().backward()
+    assert saved, "the backward graph had no saved activations"
+    return sum(saved), cfg
+
+
+def shardscope_compiled_bytes(cfg):
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "config.json")
+        cfg.to_json_file(path)
+        shown = peer.shardscope("model", "show", "-m", path, "--json", "--no-fold", "--depth", "3",
+                                "--batch", "1", "--seq", str(SEQ), "--param-dtype", "bfloat16",
+                                "--activation-dtype", "bfloat16")
+    for m in shown["modules"]:
+        if m["name"] == "model.layers.0":
+            return m.get("compiled_saved_activation_bytes")
+    raise AssertionError("model.layers.0 not in `model show --json`")
+
+
+class CompiledSaved(unittest.TestCase):
+    def test_each_family_at_two_sizes(self):
+        rows = []
+        for family, extra in FAMILIES.items():
+            for size in SIZES:
+                with self.subTest(family=family, hidden=size["hidden_size"]):
+                    truth, cfg = partitioner_saved_bytes(family, {**size, **extra})
+                    ours = shardscope_compiled_bytes(cfg)
+                    self.assertIsNotNone(ours, f"{family}: no compiled_saved_activation_bytes")
+                    rows.append((family, size["hidden_size"], truth, ours))
+                    self.assertAlmostEqual(ours / truth, 1.0, delta=0.005,
+                                           msg=f"{family} hidden {size['hidden_size']}: "
+                                               f"partitioner {truth}, shardscope {ours}")
+        for family, h, truth, ours in rows:
+            print(f"{family:12s} hidden {h:4d}: partitioner {truth:10d} B, shardscope {ours:12.0f} B")
+
+    def test_a_compiled_moe_plan_says_it_keeps_eager_figures(self):
+        plan = {"format": "shardscope.plan", "version": 1, "api": "fsdp2",
+                "wrap": {"policy": "module_class", "classes": ["MixtralDecoderLayer"]},
+                "defaults": {"compile": "per_block"}}
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "plan.json")
+            with open(path, "w") as f:
+                json.dump(plan, f)
+            r = peer.run("plan", "validate", "-m", peer.sample("models", "mixtral-8x7b", "config.json"),
+                         "-p", path)
+        self.assertIn("no compiled saved-activation rule", r.stdout + r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
