@@ -68,9 +68,14 @@ void showModule(ShowContext& c, ModuleId m, int depth, const std::string& label,
     if (!cost.windowSavedBytes.isZero())
         c.jsonModules.back()["window_saved_bytes"] = cost.windowSavedBytes.at(c.batch, c.seq);
     // What the subtree saves compiled as one region (torch.compile per block), where known.
-    if (!cost.compiledSavedBytes.isZero())
-        c.jsonModules.back()["compiled_saved_activation_bytes"] =
-            cost.compiledSavedBytes.at(c.batch, c.seq);
+    if (cost.compiled.known()) {
+        auto& m = c.jsonModules.back();
+        m["compiled_saved_activation_bytes"] = cost.compiled.savedBytes.at(c.batch, c.seq);
+        m["compiled_fwd_mem_bytes"] = cost.compiled.fwdMemBytes.at(c.batch, c.seq);
+        m["compiled_bwd_mem_bytes"] = cost.compiled.bwdMemBytes.at(c.batch, c.seq);
+        m["compiled_fwd_mem_kernels"] = cost.compiled.fwdMemKernels;
+        m["compiled_bwd_mem_kernels"] = cost.compiled.bwdMemKernels;
+    }
     if (depth >= c.maxDepth || repeat > 1) return;  // folded rows repeat the first's children
     const auto& ch = node.children;
     for (size_t i = 0; i < ch.size();) {

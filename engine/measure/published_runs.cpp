@@ -46,10 +46,10 @@ PublishedRun readRun(const JsonReader& r) {
     if (run.api != "fsdp2" && run.api != "fsdp1")
         r.at("api").fail("expected \"fsdp2\" or \"fsdp1\", got \"" + run.api + "\"");
     run.mode = r.getString("mode");
-    if (run.mode != "eager")
+    if (run.mode != "eager" && run.mode != "compile")
         r.at("mode").fail(
-            "expected \"eager\" (torch.compile and float8 runs are not modelled "
-            "yet), got \"" +
+            "expected \"eager\" or \"compile\" (torch.compile of each block, as torchtitan "
+            "applies it), got \"" +
             run.mode + "\"");
     run.model = r.getString("model");
     run.plan = r.getString("plan");
@@ -130,6 +130,7 @@ Expected<PublishedRunResult> predictPublishedRun(const PublishedRunsFile& f,
     pj["training"]["micro_batch_size"] = run.microBatchSize;
     pj["training"]["seq_len"] = run.seqLen;
     pj["api"] = run.api;
+    if (run.mode == "compile") pj["defaults"]["compile"] = "per_block";
     auto plan = planFromJson(pj, planFile + " (with " + run.id + "'s overrides)");
     if (!plan) return Error{where + "/plan_overrides: " + plan.error()};
     auto cluster = loadClusterFile(clusterPath(clustersDir, run.cluster));
@@ -179,11 +180,13 @@ std::vector<PublishedSummary> summarizePublished(const std::vector<PublishedRun>
     std::vector<PublishedSummary> out;
     std::vector<std::vector<double>> errors;
     for (size_t i = 0; i < runs.size() && i < results.size(); ++i) {
+        // Eager and compiled runs apart: each kind of GPU and mode has its own bars.
+        const std::string key = runs[i].gpu + (runs[i].mode == "eager" ? "" : ", compiled");
         auto it = std::find_if(out.begin(), out.end(),
-                               [&](const PublishedSummary& s) { return s.gpu == runs[i].gpu; });
+                               [&](const PublishedSummary& s) { return s.gpu == key; });
         if (it == out.end()) {
             out.push_back({});
-            out.back().gpu = runs[i].gpu;
+            out.back().gpu = key;
             errors.emplace_back();
             it = out.end() - 1;
         }

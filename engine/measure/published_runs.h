@@ -24,7 +24,7 @@ struct PublishedRun {
     std::string source, quote, notes;
     std::string gpu;               // the GPU kind the run is summarised under ("A100 80GB", "H100")
     std::string api;               // "fsdp2" or "fsdp1", as the source ran it
-    std::string mode;              // "eager" (compiled and float8 runs are not modelled yet)
+    std::string mode;              // "eager", or "compile" (torch.compile per block)
     std::string model;             // samples/models/<model>/config.json
     std::string plan;              // plan file, relative to the runs file
     nlohmann::json planOverrides;  // merged over the plan file (RFC 7386 merge patch)

@@ -679,9 +679,54 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
                                  (projNorms ? Q + KV : 0) + (postMlpNorm ? H : 0);
             const double normRows = (c.gemma ? 4 : 2) + (c.olmo2 ? 2 : 0) +
                                     (c.qkNorm ? static_cast<double>(c.heads + c.kvHeads) : 0);
-            auto& lc = g.cost(layer);
-            lc.compiledSavedBytes.perToken = elems * cb.e;
-            lc.compiledSavedBytes.fixedPerToken = 4 * normRows + 4 * static_cast<double>(c.heads);
+            auto& k = g.cost(layer).compiled;
+            k.savedBytes.perToken = elems * cb.e;
+            k.savedBytes.fixedPerToken = 4 * normRows + 4 * static_cast<double>(c.heads);
+            // Inductor's fused memory-bound kernels (counted in its generated code for the
+            // layer, tests/python/test_compiled_fusion_peer.py), for the pre-norm layers of
+            // Llama's shape. Forward, five: input_layernorm (reads x, writes its output);
+            // RoPE on q and k (reads them and cos/sin, writes the rotated pair); the
+            // residual add with post_attention_layernorm (reads x and o_proj's output,
+            // writes the norm's output: the sum is recomputed, not stored); SiLU(gate) x up;
+            // the last residual add (x, o_proj's and down_proj's outputs). Backward, four:
+            // SiLU's backward (gate, up and the product's gradient in, two gradients out,
+            // beside SDPA's delta: output x its gradient per head); the second norm's
+            // backward with the residual (the two MLP input gradients, x, o_proj's output,
+            // the output gradient in, the residual gradient out); RoPE's backward; the first
+            // norm's backward (the residual gradient, the three projections' input
+            // gradients, and the second norm's weight gradient recomputed from x and
+            // o_proj's output). Per-head q/k norms (Qwen3) add one kernel each forward,
+            // reading its projection, and RoPE's kernel then writes the normalised q and k
+            // beside the rotated ones; RoPE's backward reads the projections and writes
+            // their gradients besides. q/k/v biases (Qwen2) add the bias gradients' two sums
+            // backward. Phi-3's fused projections: RoPE reads the one qkv_proj output and writes v
+            // too; backward, RoPE's kernel handles v's gradient as well and each norm's
+            // backward reads one input gradient per fused GEMM.
+            if (!c.gemma && !c.olmo2) {
+                const double rd = static_cast<double>(c.rotaryDim);
+                double fwd = 8 * H + 2 * Q + 2 * KV + 3 * I + 2 * rd;
+                double bwd = 14 * H + 2 * Q + 2 * KV + 4 * I + 2 * rd;
+                int32_t fk = 5, bk = 4;
+                if (c.qkNorm) {
+                    fwd += 2 * (Q + KV);
+                    bwd += 2 * (Q + KV);
+                    fk += 2;
+                }
+                if (c.qkvBias) {
+                    bwd += Q + KV;
+                    bk += 2;
+                }
+                if (c.phi3) {
+                    fwd += Q + 2 * KV;
+                    bwd += 2 * KV - 4 * H;
+                }
+                k.fwdMemBytes.perToken = fwd * cb.e;
+                k.fwdMemBytes.fixedPerToken = 4 * normRows;
+                k.bwdMemBytes.perToken = bwd * cb.e;
+                k.bwdMemBytes.fixedPerToken = 8 * static_cast<double>(c.heads) + 4 * normRows + 12;
+                k.fwdMemKernels = fk;
+                k.bwdMemKernels = bk;
+            }
         }
     }
     rmsNorm(model, "norm");

@@ -81,13 +81,24 @@ struct ModuleCost {
         return savedBytes.at(batch, seq) +
                (window > 0 && seq >= window ? windowSavedBytes.at(batch, seq) : 0.0);
     }
-    // What the module's whole subtree saves for backward when torch.compile traces it as one
-    // region (a decoder layer compiled per block): AOT autograd's min-cut partitioner keeps
-    // each GEMM's input, the GEMM outputs a norm or an activation reads, SDPA's inputs,
-    // output and logsumexp, each norm's fp32 rstd and the block input, and recomputes the
-    // casts, norms and pointwise ops between them (plans/README.md, `compile`). Zero: not known for
-    // this module, and a compiled unit keeps the eager figures.
-    ScaledCost compiledSavedBytes;
+    // The module's whole subtree when torch.compile traces it as one region (a decoder
+    // layer compiled per block); all zero where not known, and a compiled unit keeps the
+    // eager figures (plans/README.md, `compile`).
+    //  - savedBytes: what AOT autograd's min-cut partitioner keeps for backward: each GEMM's
+    //    input, the GEMM outputs a norm or an activation reads, SDPA's inputs, output and
+    //    logsumexp, each norm's fp32 rstd and the block input (the casts, norms and
+    //    pointwise ops between them are recomputed);
+    //  - fwd/bwdMemBytes and fwd/bwdMemKernels: Inductor's fused memory-bound kernels, one
+    //    per chain of pointwise and reduction ops between GEMMs and attention, each reading
+    //    its external inputs and writing its outputs once.
+    struct Compiled {
+        ScaledCost savedBytes;
+        ScaledCost fwdMemBytes, bwdMemBytes;
+        int32_t fwdMemKernels = 0, bwdMemKernels = 0;
+        [[nodiscard]] bool known() const { return !savedBytes.isZero(); }
+        friend bool operator==(const Compiled&, const Compiled&) = default;
+    };
+    Compiled compiled;
     ScaledCost outputBytes;  // the module's forward output
     // The module's forward input, as a checkpoint of the module keeps it: an embedding's
     // int64 token ids (fixedPerToken 8). Zero: a hidden state the size of its output.

@@ -104,8 +104,7 @@ nlohmann::json kernelsJson(const ModuleCost& c) {
 
 void readCost(const JsonReader& r, ModuleCost& c) {
     r.allowOnly({"fwd_flops", "bwd_flops", "fwd_mem_bytes", "bwd_mem_bytes", "saved_bytes",
-                 "window_saved_bytes", "compiled_saved_bytes", "output_bytes", "input_bytes",
-                 "kernels"});
+                 "window_saved_bytes", "compiled", "output_bytes", "input_bytes", "kernels"});
     if (auto x = r.find("kernels")) readKernels(*x, c);
     if (auto x = r.find("fwd_flops")) c.fwdFlops = readScaled(*x);
     if (auto x = r.find("bwd_flops")) c.bwdFlops = readScaled(*x);
@@ -113,7 +112,22 @@ void readCost(const JsonReader& r, ModuleCost& c) {
     if (auto x = r.find("bwd_mem_bytes")) c.bwdMemBytes = readScaled(*x);
     if (auto x = r.find("saved_bytes")) c.savedBytes = readScaled(*x);
     if (auto x = r.find("window_saved_bytes")) c.windowSavedBytes = readScaled(*x);
-    if (auto x = r.find("compiled_saved_bytes")) c.compiledSavedBytes = readScaled(*x);
+    if (auto x = r.find("compiled")) {
+        // The subtree compiled as one region: saved bytes, fused memory-bound bytes and
+        // kernel counts ([forward, backward]).
+        x->allowOnly({"saved_bytes", "fwd_mem_bytes", "bwd_mem_bytes", "mem"});
+        auto& k = c.compiled;
+        k.savedBytes = readScaled(x->at("saved_bytes"));
+        if (auto y = x->find("fwd_mem_bytes")) k.fwdMemBytes = readScaled(*y);
+        if (auto y = x->find("bwd_mem_bytes")) k.bwdMemBytes = readScaled(*y);
+        if (auto m = x->find("mem")) {
+            if (m->size() != 2) m->failExpected("[forward, backward], two kernel counts");
+            k.fwdMemKernels =
+                static_cast<int32_t>(std::min<int64_t>((*m)[0].asIntAtLeast(0), 1 << 20));
+            k.bwdMemKernels =
+                static_cast<int32_t>(std::min<int64_t>((*m)[1].asIntAtLeast(0), 1 << 20));
+        }
+    }
     if (auto x = r.find("output_bytes")) c.outputBytes = readScaled(*x);
     if (auto x = r.find("input_bytes")) c.inputBytes = readScaled(*x);
 }
@@ -295,7 +309,15 @@ nlohmann::json modelToJson(const ModelGraph& g) {
         put("bwd_mem_bytes", c.bwdMemBytes);
         put("saved_bytes", c.savedBytes);
         put("window_saved_bytes", c.windowSavedBytes);
-        put("compiled_saved_bytes", c.compiledSavedBytes);
+        if (c.compiled.known()) {
+            nlohmann::json k{{"saved_bytes", scaledJson(c.compiled.savedBytes)}};
+            if (!c.compiled.fwdMemBytes.isZero())
+                k["fwd_mem_bytes"] = scaledJson(c.compiled.fwdMemBytes);
+            if (!c.compiled.bwdMemBytes.isZero())
+                k["bwd_mem_bytes"] = scaledJson(c.compiled.bwdMemBytes);
+            k["mem"] = {c.compiled.fwdMemKernels, c.compiled.bwdMemKernels};
+            cj["compiled"] = k;
+        }
         put("output_bytes", c.outputBytes);
         put("input_bytes", c.inputBytes);
         if (c.hasKernels() || c.upcastElems > 0 || c.lossVocab > 0) cj["kernels"] = kernelsJson(c);

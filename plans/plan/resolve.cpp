@@ -516,22 +516,27 @@ struct Resolver {
                      "float8 all-gather: set \"fsdp_float8_all_gather\": true, or drop "
                      "\"precompute_scales\"");
         }
-        // torch.compile is exported and applied (samples/apply_plan.py); the simulator
-        // takes the saved activations of compiled decoder layers from the partitioner's
-        // rule, not yet Inductor's fusion: said once.
+        // torch.compile is exported and applied (samples/apply_plan.py). The simulator
+        // prices compiled decoder layers from the partitioner's and Inductor's rules where
+        // the model's layers have them; what it cannot price compiled is said once.
         for (size_t ui = 0; ui < r.units.size(); ++ui) {
             if (r.units[ui].compile == CompileMode::None) continue;
-            bool known = false;
-            for (size_t m = 0; m < g.moduleCount() && !known; ++m)
-                known = !g.modules()[m].cost.compiledSavedBytes.isZero();
-            warning(at("/defaults/compile"),
-                    std::string(known ? "compiled decoder layers save what AOT autograd's "
-                                        "partitioner keeps; "
-                                      : "no compiled saved-activation rule for this model's "
-                                        "layers (dense Llama-style families have one): "
-                                        "activations as eager; ") +
-                        "Inductor's kernel fusion is not modelled yet: the step time is "
-                        "eager PyTorch's");
+            bool saved = false, fused = false;
+            for (size_t m = 0; m < g.moduleCount(); ++m) {
+                const ModuleCost::Compiled& k = g.modules()[m].cost.compiled;
+                saved = saved || k.known();
+                fused = fused || k.fwdMemKernels > 0;
+            }
+            if (!saved)
+                warning(at("/defaults/compile"),
+                        "no compiled rule for this model's layers (dense Llama, Mistral, Qwen2, "
+                        "Qwen3, OLMo-2, Phi-3 and Gemma layers have one): their saved "
+                        "activations and kernels are priced as eager PyTorch's");
+            else if (!fused)
+                warning(at("/defaults/compile"),
+                        "compiled layers save what AOT autograd's partitioner keeps, but "
+                        "Inductor's fusion of this family's post-norm layers is not modelled: "
+                        "their memory-bound kernels are priced as eager PyTorch's");
             break;
         }
         for (size_t m = 0; m < g.moduleCount(); ++m) {
@@ -1084,9 +1089,10 @@ std::optional<ModelGraph> compiledModel(const ModelGraph& g, const ResolvedPlan&
     std::optional<ModelGraph> out;
     for (size_t m = 0; m < g.moduleCount(); ++m) {
         const ModuleNode& mod = g.modules()[m];
-        const ScaledCost& want = mod.cost.compiledSavedBytes;
+        const ModuleCost::Compiled& k = mod.cost.compiled;
+        const ScaledCost& want = k.savedBytes;
         const int32_t u = unitOf[m];
-        if (want.isZero() || u < 0 || r.units[static_cast<size_t>(u)].compile == CompileMode::None)
+        if (!k.known() || u < 0 || r.units[static_cast<size_t>(u)].compile == CompileMode::None)
             continue;
         const auto end = static_cast<size_t>(mod.subtreeEnd);
         ScaledCost eager;
@@ -1108,6 +1114,21 @@ std::optional<ModelGraph> compiledModel(const ModelGraph& g, const ResolvedPlan&
         };
         rescale(&ScaledCost::perToken);
         rescale(&ScaledCost::fixedPerToken);
+        // Inductor's fused kernels replace the subtree's memory-bound ones (its fp32 casts
+        // included): counted at the module itself, in the same run as its children.
+        if (k.fwdMemKernels > 0) {
+            for (size_t x = m; x < end; ++x) {
+                ModuleCost& c = out->cost(ModuleId(static_cast<int32_t>(x)));
+                c.fwdMemBytes = c.bwdMemBytes = {};
+                c.fwdMemKernels = c.bwdMemKernels = 0;
+                c.upcastElems = 0;
+            }
+            ModuleCost& c = out->cost(ModuleId(static_cast<int32_t>(m)));
+            c.fwdMemBytes = k.fwdMemBytes;
+            c.bwdMemBytes = k.bwdMemBytes;
+            c.fwdMemKernels = k.fwdMemKernels;
+            c.bwdMemKernels = k.bwdMemKernels;
+        }
     }
     return out;
 }

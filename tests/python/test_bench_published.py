@@ -1,11 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The simulator against the published record: every eager FSDP-only run of
+"""The simulator against the published record: every FSDP-only run of
 samples/published/fsdp-runs.json (torchtitan's 64 x A100 table, its Dec-2024 Llama-3.1-8B
-runs on 8 and 128 H100s, PR #165's FSDP1 and FSDP2 Llama-2-7B runs), predicted by
+runs on 8 and 128 H100s eager and compiled, PR #165's FSDP1 and FSDP2 Llama-2-7B runs eager
+and compiled), predicted by
 `shardscope bench published` from each run's description with the bundled profiles and no
 calibration, against the tokens/s per GPU and peak reserved memory the sources published.
 
-Bars (issue 48), per GPU kind: median |error| <= 10 % and max <= 20 % on tokens/s per GPU;
+Bars (issues 48 and 45), per GPU kind and mode (eager, compiled): median |error| <= 10 % and max <= 20 % on tokens/s per GPU;
 peak reserved within 5 % where published; no run predicted out of memory (every one ran).
 The simulator is deterministic, so this is a fast test of behaviour, not a timing.
 """
@@ -24,6 +25,17 @@ KNOWN_MISSES = {
         0.19,
         "every H100 run is on Meta's 500 W H100s, whose compute rate at that power limit is an "
         "assumption (f ~ P^1/3), not a measurement"),
+    ("H100, compiled", "median"): (
+        0.37,
+        "compiled rows are 24-36 % optimistic where eager ones are 11-17 %: the compile speedup "
+        "is predicted about twice the published one; Inductor's fused kernels are priced at the "
+        "bandwidth eager kernels of their size reach, and no compiled GPU trace measures them"),
+    ("H100, compiled", "max"): (
+        0.37,
+        "as the median: the fused kernels' efficiency is assumed, not measured"),
+    ("H100, compiled", "reserved"): (
+        0.12,
+        "PR #165's full-checkpointing row: the allocator slack of its eager rows (see H100 reserved)"),
     ("H100", "reserved"): (
         0.23,
         "PR #165's full-checkpointing runs reserve 31-32 GiB for 22.7-23.6 GiB allocated "
@@ -46,11 +58,11 @@ class BenchPublished(unittest.TestCase):
 
     def test_every_run_is_predicted_from_the_bundled_profiles(self):
         ids = [r["id"] for r in self.result["runs"]]
-        self.assertEqual(len(ids), 14)
+        self.assertEqual(len(ids), 20)
         self.assertEqual({r["gpu"] for r in self.result["runs"]}, {"A100 80GB", "H100"})
         for r in self.result["runs"]:
             self.assertTrue(os.path.exists(peer.sample("clusters", r["cluster"] + ".json")), r["id"])
-            self.assertEqual(r["mode"], "eager")
+            self.assertIn(r["mode"], ("eager", "compile"))
 
     def check(self, gpu, what, value):
         bar = BARS[what]

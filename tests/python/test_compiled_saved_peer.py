@@ -130,7 +130,7 @@ class CompiledSaved(unittest.TestCase):
                 json.dump(plan, f)
             r = peer.run("plan", "validate", "-m", peer.sample("models", "mixtral-8x7b", "config.json"),
                          "-p", path)
-        self.assertIn("no compiled saved-activation rule", r.stdout + r.stderr)
+        self.assertIn("no compiled rule for this model's layers", r.stdout + r.stderr)
 
 
 if __name__ == "__main__":
