@@ -155,21 +155,31 @@ public:
                 for (int fwd = 0; fwd <= maxDepth; ++fwd)
                     for (int bwd = 0; bwd <= maxDepth; ++bwd)
                         for (DType reduce : o.reduceDtypes)
-                            for (AcMode ac : {AcMode::None, AcMode::SelectiveOp, AcMode::Full}) {
-                                if (o.activationCheckpointing && ac != *o.activationCheckpointing)
-                                    continue;
-                                PlanVariant v;
-                                v.reshard = rs == 0 ? ReshardSetting::ofBool(true)
-                                            : rs == 1
-                                                ? ReshardSetting::ofBool(false)
-                                                : ReshardSetting::ofInt(c.node.devicesPerNode);
-                                v.forwardPrefetchDepth = fwd;
-                                v.backwardPrefetchDepth = bwd;
-                                v.paramDtype = DType::BFloat16;
-                                v.reduceDtype = reduce;
-                                v.ac = ac;
-                                variants.push_back(v);
-                            }
+                            for (AcMode ac : {AcMode::None, AcMode::SelectiveOp, AcMode::Full})
+                                for (CompileMode cm : o.compileModes) {
+                                    if (o.activationCheckpointing &&
+                                        ac != *o.activationCheckpointing)
+                                        continue;
+                                    PlanVariant v;
+                                    if (o.compileModes.size() > 1) v.compile = cm;
+                                    v.reshard = rs == 0 ? ReshardSetting::ofBool(true)
+                                                : rs == 1
+                                                    ? ReshardSetting::ofBool(false)
+                                                    : ReshardSetting::ofInt(c.node.devicesPerNode);
+                                    v.forwardPrefetchDepth = fwd;
+                                    v.backwardPrefetchDepth = bwd;
+                                    v.paramDtype = DType::BFloat16;
+                                    v.reduceDtype = reduce;
+                                    v.ac = ac;
+                                    variants.push_back(v);
+                                }
+            // Variants that share a compile setting run one after another: changing it
+            // rebuilds the resolved plan's module runs (applyVariant).
+            std::stable_sort(variants.begin(), variants.end(),
+                             [](const PlanVariant& x, const PlanVariant& y) {
+                                 return x.compile.value_or(CompileMode::None) <
+                                        y.compile.value_or(CompileMode::None);
+                             });
             size_t perVariant = 0;
             for (int64_t mb : microBatches)
                 perVariant += perRank / mb > 1 ? 2 : 1;
@@ -210,6 +220,13 @@ public:
                 res.best = materialize(*ch);
                 break;
             }
+        if (o.compileModes.size() > 1 && res.best && res.best->plan.units.size() > 0)
+            for (const Choice* ch : sorted)
+                if (ch->fits &&
+                    ch->variant.compile.value_or(CompileMode::None) == CompileMode::None) {
+                    res.bestEager = materialize(*ch);
+                    break;
+                }
         if (!res.best && !sorted.empty()) {
             const Choice* least = *std::min_element(
                 sorted.begin(), sorted.end(),
@@ -470,6 +487,7 @@ private:
                 });
             u.settings.reshardAfterForward = isEnd ? *ch.variant.endsReshard : ch.variant.reshard;
             u.settings.activationCheckpointing = ch.variant.ac;
+            u.settings.compile = ch.variant.compile;
         }
         auto unitName = [&](size_t idx) {
             const UnitSpec& u = p.units[idx];
@@ -502,7 +520,7 @@ private:
         char summary[320];
         std::snprintf(summary, sizeof summary,
                       "%s%s%s, reshard %s, prefetch fwd %d bwd %d, bf16/%s, checkpointing %s, "
-                      "micro-batch %lld x %lld%s%s",
+                      "micro-batch %lld x %lld%s%s%s",
                       granularity(s).c_str(), ends.c_str(), hsdpText(s).c_str(),
                       ch.variant.reshard.toString().c_str(), ch.variant.forwardPrefetchDepth,
                       ch.variant.backwardPrefetchDepth,
@@ -510,7 +528,10 @@ private:
                       acModeName(*ch.variant.ac), static_cast<long long>(ch.microBatch),
                       static_cast<long long>(perRank / ch.microBatch),
                       ch.syncEvery ? " (reduce every micro-batch)" : "",
-                      s.offload ? ", CPU offload" : "");
+                      s.offload ? ", CPU offload" : "",
+                      ch.variant.compile.value_or(CompileMode::None) != CompileMode::None
+                          ? ", compiled per block"
+                          : "");
         p.name = std::string("recommended: ") + summary;
         Candidate cand;
         cand.plan = p;

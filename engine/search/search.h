@@ -52,8 +52,11 @@ struct SearchOptions {
     std::optional<AcMode> activationCheckpointing;  // one mode instead of none/selective/full
     std::optional<int64_t> microBatch;              // one micro-batch size
     bool allowOffload = true;                       // CPU offload when nothing fits without
-    unsigned threads = 0;                           // 0: all cores
-    const std::atomic<bool>* cancel = nullptr;      // set to stop early and return the best so far
+    // torch.compile settings searched for the units (recommend --allow compile adds per_block:
+    // it needs a compiler and changes numerics slightly, so it is the user's to allow).
+    std::vector<CompileMode> compileModes{CompileMode::None};
+    unsigned threads = 0;                       // 0: all cores
+    const std::atomic<bool>* cancel = nullptr;  // set to stop early and return the best so far
     std::function<void(size_t done, size_t total)> progress;
 };
 
@@ -69,6 +72,8 @@ struct SearchResult {
     std::vector<Candidate> pareto;     // by step time, each uses less memory than the faster ones
     std::optional<Candidate> best;     // the fastest plan that fits
     std::optional<Candidate> closest;  // when nothing fits: the plan needing least memory
+    // When compile was searched: the fastest plan that fits without it (what compile buys).
+    std::optional<Candidate> bestEager;
     Candidate baseline;    // each block a unit, reshard True, root False, implicit prefetch
     size_t evaluated = 0;  // plans counted, including those pruned by memory
     size_t simulated = 0;  // plans actually simulated

@@ -14,6 +14,7 @@ int64_t ceilDiv(int64_t a, int64_t b) {
 bool applyVariant(ResolvedPlan& r, const PlanVariant& v, std::string* why) {
     const ModelGraph& g = *r.model;
     const int64_t S = r.shardSize;
+    bool compileChanged = false;
     for (size_t i = 0; i < r.units.size(); ++i) {
         ResolvedUnit& u = r.units[i];
         if (v.paramDtype || v.reduceDtype) {
@@ -32,6 +33,10 @@ bool applyVariant(ResolvedPlan& r, const PlanVariant& v, std::string* why) {
             u.reduceDtype = mp.reduceDtype.value_or(ag);
         }
         if (u.isRoot) continue;  // the root keeps its own (None: False) setting
+        if (v.compile && u.compile != *v.compile) {
+            u.compile = *v.compile;
+            compileChanged = true;
+        }
         if (v.ac) {
             u.activationCheckpointing = *v.ac;
             u.acSave.clear();  // selective_op: torchtitan's preset
@@ -80,6 +85,8 @@ bool applyVariant(ResolvedPlan& r, const PlanVariant& v, std::string* why) {
         for (int d = 1; d <= v.backwardPrefetchDepth && i > static_cast<size_t>(d); ++d)
             u.backwardPrefetch.emplace_back(static_cast<int32_t>(i - static_cast<size_t>(d)));
     }
+    // A compiled layer saves and runs other kernels: the module runs follow the setting.
+    if (compileChanged) r.moduleRuns = moduleRunsOf(g, r);
     return true;
 }
 

@@ -75,6 +75,24 @@ class RecommendFixes(unittest.TestCase):
             if c:
                 self.assertNotIn("offload", c["plan"]["defaults"], c["summary"])
 
+    def test_allow_compile_searches_it_and_says_what_it_buys(self):
+        def compiled(plan):
+            default = plan.get("defaults", {}).get("compile", False)
+            return {u.get("compile", default) for u in plan.get("units", [])} | {default}
+
+        eager = recommend()
+        self.assertNotIn("best_eager", eager)
+        self.assertEqual(compiled(eager["export"]) - {False, None, "false"}, set())
+        r = recommend("--allow", "compile")
+        self.assertIn("compiled per block", r["best"]["summary"])
+        self.assertIn("per_block", compiled(r["export"]))
+        self.assertNotIn("compiled", r["best_eager"]["summary"])
+        # The fastest eager plan is the one the search without --allow compile finds.
+        self.assertEqual(r["best_eager"]["step_time_ns"], eager["best"]["step_time_ns"])
+        self.assertLess(r["best"]["step_time_ns"], r["best_eager"]["step_time_ns"])
+        text = peer.run("recommend", "-m", MODEL, "-c", "h100-sxm-80gb", "--allow", "compile").stdout
+        self.assertIn("torch.compile per block buys +", text)
+
     def test_a_bad_fix_is_named(self):
         for fix, words in (("reduce=float32", "unknown choice \"reduce\""),
                            ("reduce_dtype=float16", "float32 or bfloat16"),
@@ -84,6 +102,10 @@ class RecommendFixes(unittest.TestCase):
             r = recommend("--fix", fix, check=False)
             self.assertEqual(r.returncode, 2, fix)
             self.assertIn(words, r.stderr, fix)
+        for allow, words in (("float8", "does not try float8 yet"), ("compiled", "did you mean")):
+            r = recommend("--allow", allow, check=False)
+            self.assertEqual(r.returncode, 2, allow)
+            self.assertIn(words, r.stderr.lower(), allow)
 
 
 if __name__ == "__main__":
