@@ -11,7 +11,9 @@
 #include <iostream>
 #include <memory>
 
+#include "engine/cli/model_export.h"
 #include "plans/core/atomic_write.h"
+#include "plans/core/json_reader.h"
 #include "plans/core/strings.h"
 
 namespace shardscope::cli {
@@ -67,6 +69,9 @@ std::vector<OptionSpec> modelOptions(bool required) {
          "float32"},
         {"--activation-dtype", "DTYPE", "dtype activations are counted in for Hugging Face configs",
          "float32"},
+        {"--no-export", "",
+         "refuse a config.json whose model_type has no native loader, instead of building its "
+         "model JSON with transformers (scripts/export_model.py, cached)"},
     };
 }
 
@@ -92,6 +97,19 @@ Expected<ModelGraph> loadModelArg(const Args& a) {
                          "config.json, a model folder holding one, or a ShardScope "
                          "model JSON)"};
         path = config;
+    }
+    // A config.json whose model_type has no native loader: exported with transformers
+    // (cached), unless --no-export.
+    if (a.has("--model") && !a.flag("--no-export") && path.size() >= 5 &&
+        path.compare(path.size() - 5, 5, ".json") == 0) {
+        if (auto j = readJsonFile(path); j && looksLikeHfConfig(*j)) {
+            const auto& type = (*j)["model_type"];
+            if (type.is_string() && !hfModelTypeSupported(type.get<std::string>())) {
+                auto exported = exportedModelPath(path, type.get<std::string>(), o.paramDtype);
+                if (!exported) return Error{exported.error()};
+                return loadModelFile(*exported, o);
+            }
+        }
     }
     return loadModelFile(path, o);
 }

@@ -1276,6 +1276,15 @@ bool looksLikeHfConfig(const nlohmann::json& j) {
     return j.is_object() && j.contains("model_type") && !j.contains("format");
 }
 
+bool hfModelTypeSupported(const std::string& type) {
+    static const char* const kTypes[] = {"llama",       "mistral",     "qwen2",     "qwen3",
+                                         "olmo2",       "mixtral",     "qwen2_moe", "qwen3_moe",
+                                         "deepseek_v3", "deepseek_v2", "phi3",      "gemma2",
+                                         "gemma3_text", "gpt2",        "falcon"};
+    return std::any_of(std::begin(kTypes), std::end(kTypes),
+                       [&](const char* t) { return type == t; });
+}
+
 Expected<ModelGraph> modelFromHfConfig(const nlohmann::json& j, const std::string& file,
                                        const HfLoadOptions& options) {
     try {

@@ -30,6 +30,8 @@ struct HfLoadOptions {
 };
 
 [[nodiscard]] bool looksLikeHfConfig(const nlohmann::json& j);
+// Whether a config's model_type has a native loader here (the families above).
+[[nodiscard]] bool hfModelTypeSupported(const std::string& modelType);
 [[nodiscard]] Expected<ModelGraph> modelFromHfConfig(const nlohmann::json& j,
                                                      const std::string& file,
                                                      const HfLoadOptions& options = {});

@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "engine/cli/model_export.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <sstream>
+#include <vector>
+
+namespace shardscope::cli {
+
+namespace {
+
+std::optional<std::string> readAll(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return std::nullopt;
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+// FNV-1a, 64 bits: a cache key, not a security boundary.
+uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ULL) {
+    for (unsigned char c : s) {
+        h ^= c;
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+}  // namespace
+
+std::string modelCacheDir() {
+    if (const char* d = std::getenv("SHARDSCOPE_CACHE"); d && *d) return d;
+    if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
+        return std::string(x) + "/shardscope";
+    const char* home = std::getenv("HOME");
+    return std::string(home && *home ? home : "/tmp") + "/.cache/shardscope";
+}
+
+Expected<std::string> exportedModelPath(const std::string& configPath, const std::string& modelType,
+                                        DType dtype) {
+    const std::string script = std::string(SHARDSCOPE_SOURCE_ROOT) + "/scripts/export_model.py";
+    const auto config = readAll(configPath);
+    if (!config) return Error{configPath + ": cannot read"};
+    const auto exporter = readAll(script);
+    if (!exporter)
+        return Error{configPath + ": model_type \"" + modelType +
+                     "\" has no native loader, and the exporter (" + script +
+                     ") is not there to build it: export it with scripts/export_model.py from "
+                     "a checkout and pass the JSON"};
+    char key[17];
+    std::snprintf(key, sizeof key, "%016llx",
+                  static_cast<unsigned long long>(
+                      fnv1a(std::string(dtypeName(dtype)), fnv1a(*exporter, fnv1a(*config)))));
+    const std::filesystem::path dir = std::filesystem::path(modelCacheDir()) / "models";
+    const std::string out = (dir / (modelType + "-" + key + ".json")).string();
+    std::error_code ec;
+    if (std::filesystem::exists(out, ec)) {
+        std::cerr << "note: " << configPath << ": model_type \"" << modelType
+                  << "\" has no native loader: using its exported model JSON " << out << "\n";
+        return out;
+    }
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return Error{dir.string() + ": cannot create the model cache: " + ec.message()};
+    std::string python = std::getenv("SHARDSCOPE_PYTHON") ? std::getenv("SHARDSCOPE_PYTHON")
+                                                          : SHARDSCOPE_DEFAULT_PYTHON;
+    if (python.empty()) python = "python3";
+    std::cerr << "note: " << configPath << ": model_type \"" << modelType
+              << "\" has no native loader: building its model JSON with transformers "
+                 "(scripts/export_model.py), once; cached as "
+              << out << " (--no-export refuses instead)\n"
+              << std::flush;
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::string> argv = {
+        python,    script,   "--hf-config", configPath,
+        "--input", "tokens", "--dtype",     std::string(dtypeName(dtype)),
+        "-o",      out};
+    const pid_t child = ::fork();
+    if (child == 0) {
+        ::dup2(STDERR_FILENO, STDOUT_FILENO);  // the command's stdout stays its own output
+        std::vector<char*> args;
+        for (auto& s : argv)
+            args.push_back(s.data());
+        args.push_back(nullptr);
+        ::execvp(args[0], args.data());
+        std::perror(("cannot run " + python).c_str());
+        ::_exit(127);
+    }
+    int status = 0;
+    if (child < 0 || ::waitpid(child, &status, 0) < 0)
+        return Error{"cannot start " + python + " to export " + configPath};
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (code != 0 || !std::filesystem::exists(out, ec))
+        return Error{configPath + ": exporting model_type \"" + modelType + "\" with " + python +
+                     " scripts/export_model.py failed (exit " + std::to_string(code) +
+                     "; its messages are above). It needs torch and transformers (`bash "
+                     "scripts/setup.sh build`, or set SHARDSCOPE_PYTHON); or export the model "
+                     "yourself and pass the JSON"};
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr, "note: exported in %.1f s\n", s);
+    return out;
+}
+
+}  // namespace shardscope::cli
