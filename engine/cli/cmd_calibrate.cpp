@@ -12,41 +12,28 @@
 #include <optional>
 #include <sstream>
 
+#include "engine/calibrate/calibrate.h"
+#include "engine/calibrate/kernel_fit.h"
+#include "engine/calibrate/kernel_report.h"
+#include "engine/calibrate/kernel_samples.h"
+#include "engine/cli/calibrate_report.h"
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
 #include "engine/cli/fsdp_trace_cli.h"
 #include "engine/cli/launch.h"
+#include "engine/measure/step_trace.h"
+#include "engine/measure/trace_diff.h"
 #include "engine/schedule/step_program.h"
-#include "engine/calibrate/calibrate.h"
 #include "engine/sim/cost_model.h"
 #include "engine/sim/simulator.h"
 #include "plans/core/atomic_write.h"
 #include "plans/core/strings.h"
 #include "plans/plan/resolve.h"
-#include "engine/calibrate/kernel_fit.h"
-#include "engine/calibrate/kernel_samples.h"
-#include "engine/measure/step_trace.h"
-#include "engine/measure/trace_diff.h"
 #include "profiler/analysis/trace_loader.h"
 
 namespace shardscope::cli {
 
 namespace {
-
-// "1e+09 FLOP: 0.450  1e+10 FLOP: 0.650  ..."
-void printCurve(const std::vector<std::pair<double, double>>& curve, const char* unit) {
-    for (const auto& [x, e] : curve) {
-        char b[64];
-        std::snprintf(b, sizeof b, "%.3g %s: %.3f  ", x, unit, e);
-        std::cout << b;
-    }
-}
-
-std::string percent(double frac) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%.1f%%", 100.0 * frac);
-    return b;
-}
 
 // What a kernel fit was made from, for its report and the cluster it writes.
 struct KernelFitInputs {
@@ -61,89 +48,6 @@ struct KernelFitInputs {
     std::function<double(const ClusterSpec&)> simulatedStepNs;
 };
 
-// What --step-ms found: the profiler's host time per recorded event that makes the simulated
-// step equal the run's step without the profiler, and the steps either side.
-struct ProfilerFit {
-    bool tried = false;
-    double nsPerEvent = 0, profiledStepNs = 0, stepNs = 0;
-    std::string note;  // why nothing (or not all) could be taken out
-};
-
-// Bisects profiler_ns_per_event: the simulated step shrinks (never grows) as the launch rates
-// do. Between 0 and the overhead that takes each rate down to a quarter of its profiled mean.
-ProfilerFit fitProfilerOverhead(KernelFit& fit, const KernelFitInputs& in) {
-    ProfilerFit r;
-    r.tried = true;
-    const double target = in.targetStepNs;
-    char b[320];
-    if (fit.launchForward.fitted <= 0 || fit.eventsPerLaunchForward <= 0 ||
-        fit.eventsPerLaunchBackward <= 0) {
-        r.note =
-            "--step-ms: no launch rates per thread were read (the trace needs ProfilerSteps and "
-            "kernels launched by the model's thread and autograd's), so the profiler's share "
-            "cannot be fitted";
-        return r;
-    }
-    // Each candidate is simulated on a copy of the fitted cluster with only the launch rates
-    // changed; the fit itself (its sources and notes) is written once, at the end.
-    ClusterSpec candidate = fit.cluster;
-    auto stepAt = [&](double ns) {
-        setLaunchRatesWithout(fit, ns, candidate.sim);
-        return in.simulatedStepNs(candidate);
-    };
-    const double hi = 0.75 * std::min(fit.launchForward.fittedNs / fit.eventsPerLaunchForward,
-                                      fit.launchBackward.fittedNs / fit.eventsPerLaunchBackward);
-    r.profiledStepNs = stepAt(0);
-    const double fastest = stepAt(hi);
-    double ns = 0;
-    if (target >= r.profiledStepNs) {
-        std::snprintf(b, sizeof b,
-                      "--step-ms: the simulated step with the profiled launch rates, %.1f ms, is "
-                      "already no longer than your %.1f ms: nothing of the profiler's is taken out "
-                      "(profiler_ns_per_event 0)",
-                      r.profiledStepNs * 1e-6, target * 1e-6);
-        r.note = b;
-    } else if (r.profiledStepNs - fastest < 0.01 * target) {
-        std::snprintf(b, sizeof b,
-                      "--step-ms: the simulated step hardly depends on the host's pace (%.1f to "
-                      "%.1f ms): a device-bound step cannot tell the profiler's share "
-                      "(profiler_ns_per_event 0); fit it on a host-bound run",
-                      r.profiledStepNs * 1e-6, fastest * 1e-6);
-        r.note = b;
-    } else if (target <= fastest) {
-        ns = hi;
-        std::snprintf(b, sizeof b,
-                      "--step-ms: even with the launch rates at a quarter of the profiled ones the "
-                      "simulated step is %.1f ms, longer than your %.1f ms: the difference is "
-                      "elsewhere than the host's pace",
-                      fastest * 1e-6, target * 1e-6);
-        r.note = b;
-    } else {
-        double lo = 0, up = hi;
-        for (int i = 0; i < 40 && up - lo > 1; ++i) {
-            const double mid = 0.5 * (lo + up);
-            (stepAt(mid) > target ? lo : up) = mid;
-        }
-        ns = 0.5 * (lo + up);
-    }
-    std::snprintf(b, sizeof b,
-                  "fitted by `shardscope calibrate --from-trace --step-ms %.3f` (the run's step "
-                  "without the profiler)",
-                  target * 1e-6);
-    r.nsPerEvent = ns;
-    r.stepNs = stepAt(ns);
-    applyProfilerOverhead(fit, ns, ns > 0 ? std::string(b) : std::string());
-    return r;
-}
-
-// A fitted median and the held-back steps' (cpu_launch_ns, kernel_gap_ns), as --json says it.
-nlohmann::json splitMedianJson(const SplitMedian& m) {
-    return {{"fitted", m.fitted},
-            {"fitted_median_ns", m.fittedNs},
-            {"held_back", m.heldBack},
-            {"held_back_median_ns", m.heldBackNs}};
-}
-
 // Fits, writes the cluster (and --samples), and prints the held-back table (or --json).
 int finishKernelCalibration(const Args& a, const KernelSamples& samples, const ClusterSpec& base,
                             const KernelFitInputs& in) {
@@ -156,7 +60,7 @@ int finishKernelCalibration(const Args& a, const KernelSamples& samples, const C
     }
     ProfilerFit pf;
     if (in.targetStepNs > 0 && in.simulatedStepNs) {
-        pf = fitProfilerOverhead(*fit, in);
+        pf = fitProfilerOverhead(*fit, in.targetStepNs, in.simulatedStepNs);
         if (!pf.note.empty()) fit->notes.push_back(pf.note);
     }
     fit->cluster.sources.erase("/sim");
@@ -171,261 +75,19 @@ int finishKernelCalibration(const Args& a, const KernelSamples& samples, const C
         std::cerr << "error: " << w.error() << "\n";
         return kExitUsage;
     }
-    if (a.has("--samples")) {
-        // Every priced kernel, measured and predicted: what a user sorts to find the outliers.
-        std::ostringstream csv;
-        csv.precision(17);
-        csv << "trace,step,class,held_out,op,kernel,dtype,flops,bytes,group_size,collective,"
-               "measured_ns,before_ns,after_ns,m,n,k\n";
-        auto quoted = [](const std::string& v) {
-            std::string q = "\"";
-            for (char ch : v)
-                q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
-            return q + "\"";
-        };
-        for (size_t i = 0; i < samples.samples.size(); ++i) {
-            const auto& k = samples.samples[i];
-            csv << k.trace << "," << k.step << "," << kernelClassName(k.cls) << ","
-                << (fit->heldOut[i] ? 1 : 0) << "," << quoted(k.op) << "," << quoted(k.kernel)
-                << "," << dtypeName(k.dtype) << "," << k.flops << "," << k.bytes << ","
-                << k.groupSize << "," << k.collective << "," << k.durNs << ","
-                << predictKernelNs(base, k) << "," << predictKernelNs(fit->cluster, k) << "," << k.m
-                << "," << k.n << "," << k.k << "\n";
-        }
-        if (Status w = writeFileAtomically(a.get("--samples"), csv.str()); !w) {
+    if (a.has("--samples"))
+        if (Status w =
+                writeFileAtomically(a.get("--samples"), kernelSamplesCsv(samples, *fit, base));
+            !w) {
             std::cerr << "error: " << w.error() << "\n";
             return kExitUsage;
         }
+    if (a.flag("--json")) {
+        const nlohmann::json out = kernelFitJson(
+            *fit, samples, pf, {in.inputs, in.baseLabel, a.get("--output"), in.targetStepNs});
+        return emitJson(out, "").ok() ? kExitOk : kExitUsage;
     }
-    nlohmann::json classes = nlohmann::json::array();
-    for (const auto& r : fit->classes) {
-        nlohmann::json j{{"class", kernelClassName(r.cls)},
-                         {"fitted", r.fitted},
-                         {"held_out", r.heldOut},
-                         {"priced", r.priced},
-                         {"held_out_measured_ns", r.measuredNs}};
-        if (r.priced) {
-            auto err = [&](double v) { return r.measuredNs > 0 ? v / r.measuredNs - 1.0 : 0.0; };
-            j["before"] = {{"predicted_ns", r.beforeNs},
-                           {"total_error", err(r.beforeNs)},
-                           {"median_abs_error", r.beforeMedianErr}};
-            j["after"] = {{"predicted_ns", r.afterNs},
-                          {"total_error", err(r.afterNs)},
-                          {"median_abs_error", r.afterMedianErr}};
-        }
-        classes.push_back(j);
-    }
-    nlohmann::json skipped = nlohmann::json::object();
-    for (const auto& [why, n] : samples.skipped)
-        skipped[why] = n;
-    nlohmann::json out{
-        {"inputs", in.inputs},
-        {"cluster", in.baseLabel},
-        {"output", a.get("--output")},
-        {"host_only", samples.hostOnly},
-        {"record_shapes", samples.hasShapes},
-        {"split", fit->split},
-        {"classes", classes},
-        {"skipped", skipped},
-        {"fitted",
-         {{"compute_efficiency", fit->cluster.sim.computeEfficiency},
-          {"memory_efficiency", fit->cluster.sim.memoryEfficiency},
-          {"memory_efficiency_by_bytes", fit->cluster.sim.memoryEfficiencyByBytes},
-          {"memory_efficiency_by_op", fit->cluster.sim.memoryEfficiencyByOp},
-          {"attention_efficiency", fit->cluster.sim.attentionEfficiency},
-          {"masked_attention_efficiency", fit->cluster.sim.maskedAttentionEfficiency},
-          {"cpu_launch_ns", fit->cluster.sim.cpuLaunchNs},
-          {"launch_gaps", splitMedianJson(fit->launch)},
-          {"cpu_launch_forward_ns", fit->cluster.sim.cpuLaunchForwardNs},
-          {"forward_launch_gaps", splitMedianJson(fit->launchForward)},
-          {"cpu_launch_backward_ns", fit->cluster.sim.cpuLaunchBackwardNs},
-          {"backward_launch_gaps", splitMedianJson(fit->launchBackward)},
-          {"profiler_events_per_kernel",
-           {{"forward", fit->eventsPerLaunchForward}, {"backward", fit->eventsPerLaunchBackward}}},
-          {"profiler_ns_per_event", fit->cluster.sim.profilerNsPerEvent},
-          {"kernel_gap_ns", fit->cluster.sim.kernelGapNs},
-          {"kernel_gaps", splitMedianJson(fit->kernelGap)},
-          {"chunk_cat_host_ns_per_block", fit->cluster.sim.chunkCatHostNsPerBlock},
-          {"chunk_cat_host",
-           {{"fitted", fit->chunkCatHost.fitted},
-            {"fitted_median_ns_per_block", fit->chunkCatHost.fittedNs},
-            {"held_back", fit->chunkCatHost.heldBack},
-            {"held_back_median_ns_per_block", fit->chunkCatHost.heldBackNs},
-            {"held_back_measured_ns", fit->chunkCatHost.heldBackMeasuredNs},
-            {"held_back_predicted_ns", fit->chunkCatHost.heldBackPredictedNs}}},
-          {"host_wait",
-           {{"ns_per_step", fit->hostWaitNs},
-            {"step_span_ns", fit->stepSpanNs},
-            {"steps", fit->hostWaitSteps}}},
-          {"hbm_bandwidth_bytes_per_s", fit->cluster.device.hbmBandwidth},
-          {"protocols", clusterToJson(fit->cluster)["sim"]["protocols"]},
-          {"intra_bandwidth_bytes_per_s", fit->cluster.node.intraBandwidth},
-          {"nic_bandwidth_bytes_per_s", fit->cluster.network.nicBandwidth}}},
-        {"notes", fit->notes}};
-    if (pf.tried)
-        out["step_ms_fit"] = {{"step_ms", in.targetStepNs * 1e-6},
-                              {"profiled_rates_step_ms", pf.profiledStepNs * 1e-6},
-                              {"fitted_step_ms", pf.stepNs * 1e-6},
-                              {"profiler_ns_per_event", pf.nsPerEvent}};
-    if (a.flag("--json")) return emitJson(out, "").ok() ? kExitOk : kExitUsage;
-    std::cout << in.headline << "\n"
-              << "  " << fit->split << "\n\n  compute efficiency  ";
-    printCurve(fit->cluster.sim.computeEfficiency, "FLOP");
-    char line[256];
-    std::snprintf(line, sizeof line,
-                  "\n  memory efficiency   %.3f of %.0f GB/s (summed bytes); per kernel  ",
-                  fit->cluster.sim.memoryEfficiency, fit->cluster.device.hbmBandwidth * 1e-9);
-    std::cout << line;
-    printCurve(fit->cluster.sim.memoryEfficiencyByBytes, "B");
-    std::cout << "\n";
-    if (const auto& byOp = fit->cluster.sim.memoryEfficiencyByOp; !byOp.empty()) {
-        // The operators with their own curve (alphabetical, the first few named).
-        std::cout << "  per operator        " << byOp.size() << " with their own curve (";
-        size_t k = 0;
-        for (const auto& [op, curve] : byOp) {
-            if (k == 4) {
-                std::cout << ", ...";
-                break;
-            }
-            std::cout << (k++ ? ", " : "") << op;
-        }
-        std::cout << "); the others use the curve by bytes\n";
-        // The curves the simulator itself takes (its kernel lists name no operator).
-        const std::pair<const char*, const char*> simulated[] = {
-            {kModuleKernelsKey, "  modules' kernels    "},
-            {kForeachOptimizerKey, "  optimizer (foreach) "}};
-        for (const auto& [key, what] : simulated)
-            if (auto it = byOp.find(key); it != byOp.end()) {
-                std::cout << what;
-                printCurve(it->second, "B");
-                std::cout << "\n";
-            }
-    }
-    if (fit->cluster.sources.count("/sim/attention_efficiency")) {
-        std::cout << "  attention           ";
-        printCurve(fit->cluster.sim.attentionEfficiency, "FLOP");
-        std::cout << "\n";
-    }
-    if (fit->cluster.sources.count("/sim/masked_attention_efficiency")) {
-        std::cout << "  masked attention    ";
-        printCurve(fit->cluster.sim.maskedAttentionEfficiency, "FLOP");
-        std::cout << "\n";
-    }
-    // A fitted median and the held-back steps' (cpu_launch_ns, kernel_gap_ns).
-    auto printMedian = [&](const char* label, const SplitMedian& m) {
-        if (m.fitted <= 0) return;
-        std::snprintf(line, sizeof line, "  %s %.1f us (median of %lld)", label, m.fittedNs * 1e-3,
-                      static_cast<long long>(m.fitted));
-        std::cout << line;
-        if (m.heldBack > 0) {
-            std::snprintf(line, sizeof line, "; held-back steps %.1f us (%+.1f%%)",
-                          m.heldBackNs * 1e-3, 100.0 * (m.fittedNs / m.heldBackNs - 1.0));
-            std::cout << line;
-        }
-        std::cout << "\n";
-    };
-    printMedian("CPU per kernel      launch to launch", fit->launch);
-    if (fit->launchForward.fitted > 0) {
-        auto printMean = [&](const char* label, const SplitMedian& m, double events,
-                             double written) {
-            std::snprintf(line, sizeof line, "  %s %.1f us (mean of %lld)", label,
-                          m.fittedNs * 1e-3, static_cast<long long>(m.fitted));
-            std::cout << line;
-            if (m.heldBack > 0) {
-                std::snprintf(line, sizeof line, "; held-back steps %.1f us (%+.1f%%)",
-                              m.heldBackNs * 1e-3, 100.0 * (m.fittedNs / m.heldBackNs - 1.0));
-                std::cout << line;
-            }
-            std::snprintf(line, sizeof line, "; %.1f profiler events a kernel", events);
-            std::cout << line;
-            if (written != m.fittedNs) {
-                std::snprintf(line, sizeof line, "; without the profiler %.1f us", written * 1e-3);
-                std::cout << line;
-            }
-            std::cout << "\n";
-        };
-        printMean("  in the forward    the model's thread, outside the optimizer",
-                  fit->launchForward, fit->eventsPerLaunchForward,
-                  fit->cluster.sim.cpuLaunchForwardNs);
-        printMean("  in the backward   autograd's thread (recompute included)", fit->launchBackward,
-                  fit->eventsPerLaunchBackward, fit->cluster.sim.cpuLaunchBackwardNs);
-        if (const double perEvent = fit->cluster.sim.profilerNsPerEvent; perEvent > 0) {
-            std::snprintf(line, sizeof line,
-                          "  profiler overhead   %.2f us a recorded event on the host (%s)\n",
-                          perEvent * 1e-3, pf.tried ? "fitted to --step-ms" : "the base cluster's");
-            std::cout << line;
-        }
-        if (pf.tried && pf.nsPerEvent > 0) {
-            std::snprintf(line, sizeof line,
-                          "  step                %.1f ms simulated without the profiler, against "
-                          "your %.1f ms (%.1f ms at the profiled pace)\n",
-                          pf.stepNs * 1e-6, in.targetStepNs * 1e-6, pf.profiledStepNs * 1e-6);
-            std::cout << line;
-        }
-    }
-    printMedian("GPU between kernels from one to the next queued", fit->kernelGap);
-    if (const auto& cc = fit->chunkCatHost; cc.fitted > 0) {
-        std::snprintf(line, sizeof line,
-                      "  CPU per _chunk_cat  %.2f ns a block of one chunk (lower quartile of %lld "
-                      "reduce-scatter copy-ins)",
-                      cc.fittedNs, static_cast<long long>(cc.fitted));
-        std::cout << line;
-        if (cc.heldBack > 0 && cc.heldBackMeasuredNs > 0) {
-            std::snprintf(line, sizeof line,
-                          "; held-back steps' %lld: %.2f ms measured, %.2f ms predicted (%+.1f%%)",
-                          static_cast<long long>(cc.heldBack), cc.heldBackMeasuredNs * 1e-6,
-                          cc.heldBackPredictedNs * 1e-6,
-                          100.0 * (cc.heldBackPredictedNs / cc.heldBackMeasuredNs - 1.0));
-            std::cout << line;
-        }
-        std::cout << "\n";
-    }
-    if (fit->hostWaitSteps > 0) {
-        std::snprintf(line, sizeof line,
-                      "  GPU waiting for CPU %.2f ms of a %.1f ms step (%.1f %%; median of %lld "
-                      "steps): launched after the device went idle\n",
-                      fit->hostWaitNs * 1e-6, fit->stepSpanNs * 1e-6,
-                      fit->stepSpanNs > 0 ? 100.0 * fit->hostWaitNs / fit->stepSpanNs : 0.0,
-                      static_cast<long long>(fit->hostWaitSteps));
-        std::cout << line;
-    }
-    if (!fit->cluster.sim.protocols.empty() && fit->cluster.sources.count("/sim/protocols")) {
-        std::snprintf(line, sizeof line,
-                      "  collectives         %.1f us + bytes / %.2f GB/s (bus, within a node)\n",
-                      fit->cluster.sim.protocols.front().baseNs * 1e-3,
-                      fit->cluster.node.intraBandwidth * fit->cluster.sim.intraEfficiency * 1e-9);
-        std::cout << line;
-    }
-    for (const auto& n : fit->notes)
-        std::cout << "  note: " << n << "\n";
-    if (!samples.skipped.empty()) {
-        std::cout << "  not priced:\n";
-        for (const auto& [why, n] : samples.skipped)
-            std::cout << "    " << withThousands(n) << "  " << why << "\n";
-    }
-    std::cout << "\nHeld-back kernels, predicted with " << in.baseLabel
-              << " (before) and the calibrated cluster (after):\n";
-    Table t({"CLASS", "FITTED", "HELD", "MEASURED", "BEFORE", "ERR", "MEDIAN |ERR|", "AFTER", "ERR",
-             "MEDIAN |ERR|"},
-            {false, true, true, true, true, true, true, true, true, true});
-    for (const auto& r : fit->classes) {
-        if (!r.priced) {
-            t.row({kernelClassName(r.cls), withThousands(r.fitted), withThousands(r.heldOut),
-                   formatMs(r.measuredNs, 3), "not priced", "", "", "", "", ""});
-            continue;
-        }
-        if (r.heldOut == 0) {
-            t.row({kernelClassName(r.cls), withThousands(r.fitted), "0", "-", "-", "", "", "-", "",
-                   ""});
-            continue;
-        }
-        t.row({kernelClassName(r.cls), withThousands(r.fitted), withThousands(r.heldOut),
-               formatMs(r.measuredNs, 3), formatMs(r.beforeNs, 3),
-               formatError(r.measuredNs, r.beforeNs), percent(r.beforeMedianErr),
-               formatMs(r.afterNs, 3), formatError(r.measuredNs, r.afterNs),
-               percent(r.afterMedianErr)});
-    }
-    t.print(std::cout);
+    printKernelFit(*fit, samples, pf, in.headline, in.baseLabel, in.targetStepNs);
     std::cout << "\nWrote " << a.get("--output") << "\n";
     return kExitOk;
 }
