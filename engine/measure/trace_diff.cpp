@@ -109,4 +109,27 @@ TraceDiff diffSides(const DiffSide& A, const DiffSide& B) {
     return d;
 }
 
+std::vector<int32_t> programOpIdsOf(const std::vector<TraceOp>& ops, const StepProgram& p,
+                                    const ResolvedPlan& r, bool& byKey) {
+    std::map<int64_t, OpKey> traceKeys, programKeys;
+    for (const TraceOp& op : ops)
+        if (op.opId >= 0)
+            traceKeys.emplace(op.opId,
+                              OpKey{op.unit, op.phase, op.kind ? opKindName(*op.kind) : ""});
+    for (size_t i = 0; i < p.ops.size(); ++i) {
+        const Op& op = p.ops[i];
+        programKeys[static_cast<int64_t>(i)] =
+            OpKey{r.units[op.unit.index()].name, phaseName(op.phase), opKindName(op.kind)};
+    }
+    const OpJoin join = joinOpIds(traceKeys, programKeys);
+    byKey = join.byKey;
+    std::vector<int32_t> ids;
+    ids.reserve(ops.size());
+    for (const TraceOp& op : ops) {
+        auto it = join.toOf.find(op.opId);
+        ids.push_back(it == join.toOf.end() ? -1 : static_cast<int32_t>(it->second));
+    }
+    return ids;
+}
+
 }  // namespace shardscope

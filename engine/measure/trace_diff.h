@@ -62,4 +62,11 @@ struct TraceDiff {
 };
 [[nodiscard]] TraceDiff diffSides(const DiffSide& a, const DiffSide& b);
 
+// The program op each trace op is (joinOpIds: by id, or for a trace of an earlier version
+// of the program, one with ops this one lacks, by unit, phase, kind and order); -1 where
+// there is none. `byKey`: whether the ids had to be joined by key.
+[[nodiscard]] std::vector<int32_t> programOpIdsOf(const std::vector<TraceOp>& ops,
+                                                  const StepProgram& p, const ResolvedPlan& r,
+                                                  bool& byKey);
+
 }  // namespace shardscope
