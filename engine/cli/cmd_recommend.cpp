@@ -142,11 +142,14 @@ int runRecommend(const Args& a) {
                 }
                 o.compileModes = {CompileMode::None, CompileMode::PerBlock};
             } else if (what == "float8") {
-                std::cerr << "error: --allow float8: the search does not try float8 yet; give a "
-                             "plan with \"float8\" to `simulate` (or as --current) to price it\n";
-                return kExitUsage;
+                if (o.fsdp1Compatible) {
+                    std::cerr << "error: --allow float8: float8 all-gather is FSDP2's; FSDP1 and "
+                                 "Lightning's FSDPStrategy exports cannot apply it\n";
+                    return kExitUsage;
+                }
+                o.allowFloat8 = true;
             } else {
-                std::cerr << "error: --allow " << what << ": expected compile"
+                std::cerr << "error: --allow " << what << ": expected compile or float8"
                           << didYouMean(what, {"compile", "float8"}) << "\n";
                 return kExitUsage;
             }
@@ -219,6 +222,11 @@ int runRecommend(const Args& a) {
             return kExitUsage;
         }
     }
+    if (o.allowFloat8 && cluster->device.peakFlops.count(DType::Float8E4M3) == 0) {
+        std::cerr << "error: --allow float8: " << cluster->device.name
+                  << " has no fp8 tensor cores (its peak_flops lists no float8_e4m3fn)\n";
+        return kExitUsage;
+    }
     if (findBlocks(*g).empty())
         std::cerr << "note: no repeated blocks found (a ModuleList of one class); searching the "
                      "other choices\n";
@@ -289,6 +297,7 @@ int runRecommend(const Args& a) {
                          {"pareto", pareto}};
         if (res.best) j["best"] = candidateJson(*res.best);
         if (res.bestEager) j["best_eager"] = candidateJson(*res.bestEager);
+        if (res.bestWithoutFloat8) j["best_without_float8"] = candidateJson(*res.bestWithoutFloat8);
         if (mine) j["current"] = candidateJson(*mine);
         if (res.closest) j["closest"] = candidateJson(*res.closest);
         if (chosen) j["export"] = exported;
@@ -357,6 +366,23 @@ int runRecommend(const Args& a) {
             std::snprintf(buf, sizeof buf,
                           "Compile:    torch.compile per block buys nothing here: the fastest "
                           "plan is eager\n");
+        std::cout << buf;
+    }
+    if (res.bestWithoutFloat8 && res.bestWithoutFloat8->sim.stepNs > 0) {
+        // What --allow float8 buys: the best plan against the fastest bf16 one that fits.
+        const Candidate& e = *res.bestWithoutFloat8;
+        if (b.summary.find("float8") != std::string::npos)
+            std::snprintf(
+                buf, sizeof buf,
+                "Float8:     torchao float8 (tensorwise, float8 all-gather) buys %+.1f%% "
+                "throughput over the fastest bf16 plan (%.1f ms)\n",
+                100.0 *
+                    (static_cast<double>(e.sim.stepNs) / static_cast<double>(b.sim.stepNs) - 1.0),
+                static_cast<double>(e.sim.stepNs) * 1e-6);
+        else
+            std::snprintf(
+                buf, sizeof buf,
+                "Float8:     torchao float8 buys nothing here: the fastest plan is bf16\n");
         std::cout << buf;
     }
     const Candidate& d = res.baseline;
@@ -482,7 +508,8 @@ std::vector<Command> recommendCommands() {
     s.options.push_back({"--no-offload", "", "never propose CPU offload, even when nothing fits"});
     s.options.push_back({"--allow", "OPTIONS",
                          "also search options that change numerics or need a compiler: compile "
-                         "(torch.compile per block, FSDP2); says what it buys"});
+                         "(torch.compile per block), float8 (torchao tensorwise with float8 "
+                         "all-gather; fp8 devices); FSDP2 only; says what each buys"});
     s.options.push_back({"--output", "FILE", "write the recommended plan here", "", false, "-o"});
     s.options.push_back({"--json", "", "print the report as JSON (with the exported plan)"});
     s.examples = {

@@ -51,6 +51,7 @@ struct Structure {
     bool separateEnds = false;  // embeddings and head as units of their own
     int hsdpNodes = 0;          // 0: 1D; k: shard across k nodes, replicate across the rest
     bool offload = false;
+    bool float8 = false;  // torchao float8 (tensorwise, float8 all-gather, precomputed scales)
 };
 
 struct Choice {
@@ -145,7 +146,8 @@ public:
                     for (int hn : {0, 1, 2, 4}) {
                         if (hn > 0 && (c.nodes < 2 || hn >= c.nodes || c.nodes % hn != 0)) continue;
                         if (hn > 1 && o.fsdp1Compatible) continue;
-                        structures.push_back({k, ends, hn, offload});
+                        structures.push_back({k, ends, hn, offload, false});
+                        if (o.allowFloat8) structures.push_back({k, ends, hn, offload, true});
                     }
                 }
             }
@@ -220,13 +222,19 @@ public:
                 res.best = materialize(*ch);
                 break;
             }
-        if (o.compileModes.size() > 1 && res.best && res.best->plan.units.size() > 0)
+        // What each allowed option buys: the fastest plan that fits without it.
+        auto bestWithout = [&](auto uses) -> std::optional<Candidate> {
             for (const Choice* ch : sorted)
-                if (ch->fits &&
-                    ch->variant.compile.value_or(CompileMode::None) == CompileMode::None) {
-                    res.bestEager = materialize(*ch);
-                    break;
-                }
+                if (ch->fits && !uses(*ch)) return materialize(*ch);
+            return std::nullopt;
+        };
+        if (o.compileModes.size() > 1 && res.best)
+            res.bestEager = bestWithout([](const Choice& ch) {
+                return ch.variant.compile.value_or(CompileMode::None) != CompileMode::None;
+            });
+        if (o.allowFloat8 && res.best)
+            res.bestWithoutFloat8 =
+                bestWithout([&](const Choice& ch) { return allStructures[ch.structure].float8; });
         if (!res.best && !sorted.empty()) {
             const Choice* least = *std::min_element(
                 sorted.begin(), sorted.end(),
@@ -269,6 +277,9 @@ private:
             p.meshShape = {c.worldSize()};
         p.defaults.mixedPrecision = MixedPrecisionSpec{DType::BFloat16, DType::Float32, {}, true};
         if (s.offload) p.defaults.offload = OffloadSpec{true, true};
+        // torchtitan's float8 recipe for FSDP2: tensorwise scaling, weights all-gathered in
+        // float8, their scales precomputed once a step.
+        if (s.float8) p.defaults.float8 = Float8Spec{true, "tensorwise", true, true};
         if (s.blocksPerUnit == 0) {
             // Attention and MLP (the block's children with parameters other than norms)
             // as units; norms stay with the enclosing unit.
@@ -520,7 +531,7 @@ private:
         char summary[320];
         std::snprintf(summary, sizeof summary,
                       "%s%s%s, reshard %s, prefetch fwd %d bwd %d, bf16/%s, checkpointing %s, "
-                      "micro-batch %lld x %lld%s%s%s",
+                      "micro-batch %lld x %lld%s%s%s%s",
                       granularity(s).c_str(), ends.c_str(), hsdpText(s).c_str(),
                       ch.variant.reshard.toString().c_str(), ch.variant.forwardPrefetchDepth,
                       ch.variant.backwardPrefetchDepth,
@@ -531,7 +542,8 @@ private:
                       s.offload ? ", CPU offload" : "",
                       ch.variant.compile.value_or(CompileMode::None) != CompileMode::None
                           ? ", compiled per block"
-                          : "");
+                          : "",
+                      s.float8 ? ", float8 (tensorwise, float8 all-gather)" : "");
         p.name = std::string("recommended: ") + summary;
         Candidate cand;
         cand.plan = p;

@@ -55,6 +55,9 @@ struct SearchOptions {
     // torch.compile settings searched for the units (recommend --allow compile adds per_block:
     // it needs a compiler and changes numerics slightly, so it is the user's to allow).
     std::vector<CompileMode> compileModes{CompileMode::None};
+    // torchao float8 training searched beside bf16 (recommend --allow float8): tensorwise,
+    // with float8 all-gather and precomputed scales, as torchtitan runs it on FSDP2.
+    bool allowFloat8 = false;
     unsigned threads = 0;                       // 0: all cores
     const std::atomic<bool>* cancel = nullptr;  // set to stop early and return the best so far
     std::function<void(size_t done, size_t total)> progress;
@@ -74,6 +77,8 @@ struct SearchResult {
     std::optional<Candidate> closest;  // when nothing fits: the plan needing least memory
     // When compile was searched: the fastest plan that fits without it (what compile buys).
     std::optional<Candidate> bestEager;
+    // When float8 was searched: the fastest plan that fits without it.
+    std::optional<Candidate> bestWithoutFloat8;
     Candidate baseline;    // each block a unit, reshard True, root False, implicit prefetch
     size_t evaluated = 0;  // plans counted, including those pruned by memory
     size_t simulated = 0;  // plans actually simulated

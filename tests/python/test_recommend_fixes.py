@@ -93,6 +93,17 @@ class RecommendFixes(unittest.TestCase):
         text = peer.run("recommend", "-m", MODEL, "-c", "h100-sxm-80gb", "--allow", "compile").stdout
         self.assertIn("torch.compile per block buys +", text)
 
+    def test_allow_float8_searches_it_and_says_what_it_buys(self):
+        r = recommend("--allow", "float8")
+        self.assertIn("float8 (tensorwise, float8 all-gather)", r["best"]["summary"])
+        f8 = r["export"]["defaults"]["float8"]
+        self.assertEqual((f8["recipe"], f8["fsdp_float8_all_gather"], f8["precompute_scales"]),
+                         ("tensorwise", True, True))
+        self.assertNotIn("float8", r["best_without_float8"]["summary"])
+        self.assertLess(r["best"]["step_time_ns"], r["best_without_float8"]["step_time_ns"])
+        text = peer.run("recommend", "-m", MODEL, "-c", "h100-sxm-80gb", "--allow", "float8").stdout
+        self.assertIn("torchao float8 (tensorwise, float8 all-gather) buys +", text)
+
     def test_a_bad_fix_is_named(self):
         for fix, words in (("reduce=float32", "unknown choice \"reduce\""),
                            ("reduce_dtype=float16", "float32 or bfloat16"),
@@ -102,10 +113,12 @@ class RecommendFixes(unittest.TestCase):
             r = recommend("--fix", fix, check=False)
             self.assertEqual(r.returncode, 2, fix)
             self.assertIn(words, r.stderr, fix)
-        for allow, words in (("float8", "does not try float8 yet"), ("compiled", "did you mean")):
-            r = recommend("--allow", allow, check=False)
-            self.assertEqual(r.returncode, 2, allow)
-            self.assertIn(words, r.stderr.lower(), allow)
+        r = recommend("--allow", "compiled", check=False)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("did you mean", r.stderr.lower())
+        r = peer.run("recommend", "-m", MODEL, "-c", "a100-sxm-80gb", "--allow", "float8")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("has no fp8 tensor cores", r.stderr)
 
 
 if __name__ == "__main__":
