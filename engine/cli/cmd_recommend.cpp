@@ -12,6 +12,8 @@
 
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
+#include "engine/cli/recommend_options.h"
+#include "engine/cli/recommend_report.h"
 #include "engine/schedule/step_program.h"
 #include "engine/search/search.h"
 #include "plans/core/atomic_write.h"
@@ -27,79 +29,6 @@ namespace {
 std::atomic<bool> g_interrupted{false};
 extern "C" void onSigint(int) {
     g_interrupted.store(true);
-}
-
-std::string ms(int64_t ns) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%.1f ms", static_cast<double>(ns) * 1e-6);
-    return b;
-}
-
-nlohmann::json candidateJson(const Candidate& c) {
-    return {{"summary", c.summary},
-            {"fits", c.fits},
-            {"step_time_ns", c.sim.stepNs},
-            {"tokens_per_s", c.sim.tokensPerS},
-            {"mfu", c.sim.mfu},
-            {"exposed_comm_ns", c.sim.exposedCommNs},
-            {"peak_allocated_bytes", c.sim.peakAllocated},
-            {"peak_reserved_bytes", c.sim.peakReserved},
-            {"plan", planToJson(c.plan)}};
-}
-
-std::string line(const Candidate& c) {
-    char b[256];
-    std::snprintf(
-        b, sizeof b, "step %s, %s tokens/s, MFU %.1f%%, peak reserved %s, exposed comm %s",
-        ms(c.sim.stepNs).c_str(), formatCount(static_cast<int64_t>(c.sim.tokensPerS)).c_str(),
-        100 * c.sim.mfu, formatBytes(c.sim.peakReserved).c_str(), ms(c.sim.exposedCommNs).c_str());
-    return b;
-}
-
-// --fix KEY=VALUE[,KEY=VALUE...]: the choices the user has made, which the search keeps.
-// `fsdp1` is set when the user fixed the API to FSDP1 (the search then keeps to what FSDP1
-// expresses).
-Status applyFixes(const std::string& text, SearchOptions& o, bool& fsdp1) {
-    static const std::vector<std::string> keys{"reduce_dtype", "api", "activation_checkpointing",
-                                               "micro_batch"};
-    for (const std::string& item : split(text, ',')) {
-        const auto eq = item.find('=');
-        const std::string key = trim(item.substr(0, eq));
-        const std::string value = eq == std::string::npos ? "" : trim(item.substr(eq + 1));
-        if (eq == std::string::npos || value.empty())
-            return Error{"--fix " + item + ": expected KEY=VALUE, e.g. reduce_dtype=float32"};
-        auto bad = [&](const std::string& expected) {
-            return Error{"--fix " + key + "=" + value + ": expected " + expected};
-        };
-        if (key == "reduce_dtype") {
-            const auto d = parseDType(value);
-            if (!d || (*d != DType::Float32 && *d != DType::BFloat16))
-                return bad("float32 or bfloat16 (the reduce-scatter's dtype)");
-            o.reduceDtypes = {*d};
-        } else if (key == "api") {
-            if (value != "fsdp1" && value != "fsdp2") return bad("fsdp1 or fsdp2");
-            fsdp1 = value == "fsdp1";
-        } else if (key == "activation_checkpointing") {
-            if (value == "none")
-                o.activationCheckpointing = AcMode::None;
-            else if (value == "full")
-                o.activationCheckpointing = AcMode::Full;
-            else if (value == "selective_op")
-                o.activationCheckpointing = AcMode::SelectiveOp;
-            else
-                return bad("none, full or selective_op");
-        } else if (key == "micro_batch") {
-            char* end = nullptr;
-            const long long v = std::strtoll(value.c_str(), &end, 10);
-            if (end == value.c_str() || *end != '\0' || v < 1) return bad("a positive integer");
-            o.microBatch = v;
-        } else {
-            return Error{"--fix " + item + ": unknown choice \"" + key + "\"" +
-                         didYouMean(key, keys) +
-                         " (reduce_dtype, api, activation_checkpointing, micro_batch)"};
-        }
-    }
-    return {};
 }
 
 int runRecommend(const Args& a) {
@@ -131,28 +60,9 @@ int runRecommend(const Args& a) {
         }
     }
     if (a.has("--allow"))
-        for (const std::string& item : split(a.get("--allow"), ',')) {
-            const std::string what = trim(item);
-            if (what == "compile") {
-                if (o.fsdp1Compatible) {
-                    std::cerr << "error: --allow compile: the search compiles FSDP2 units "
-                                 "(torchtitan's per-block compile); FSDP1 and Lightning exports "
-                                 "cannot apply it\n";
-                    return kExitUsage;
-                }
-                o.compileModes = {CompileMode::None, CompileMode::PerBlock};
-            } else if (what == "float8") {
-                if (o.fsdp1Compatible) {
-                    std::cerr << "error: --allow float8: float8 all-gather is FSDP2's; FSDP1 and "
-                                 "Lightning's FSDPStrategy exports cannot apply it\n";
-                    return kExitUsage;
-                }
-                o.allowFloat8 = true;
-            } else {
-                std::cerr << "error: --allow " << what << ": expected compile or float8"
-                          << didYouMean(what, {"compile", "float8"}) << "\n";
-                return kExitUsage;
-            }
+        if (Status st = applyAllow(a.get("--allow"), o); !st.ok()) {
+            std::cerr << "error: " << st.error() << "\n";
+            return kExitUsage;
         }
     const bool reduceFixed =
         a.has("--fix") && a.get("--fix").find("reduce_dtype") != std::string::npos;
@@ -313,152 +223,10 @@ int runRecommend(const Args& a) {
     std::snprintf(buf, sizeof buf, "  searched %zu plans in %.1f s\n\n", res.evaluated, elapsed());
     std::cout << buf;
     if (!res.best) {
-        std::cout << "No plan fits. The plan needing least memory still needs "
-                  << formatBytes(res.closest ? res.closest->sim.peakReserved : 0) << ", "
-                  << formatBytes(res.closest ? res.closest->sim.peakReserved - res.memoryBudget : 0)
-                  << " over the budget:\n  "
-                  << (res.closest ? res.closest->summary : std::string("-")) << "\n";
-        if (res.closest) {
-            // What binds: the state sharded over the ranks (parameters, gradients, optimizer
-            // state), which only more GPUs (or offload) shrink, or what one micro-batch adds
-            // (activations and the buffers around them), which micro-batch 1 and full
-            // checkpointing already minimise in this plan.
-            const auto& at = res.closest->sim.atPeak;
-            auto cat = [&](MemCategory c) { return at[static_cast<size_t>(c)]; };
-            const int64_t state = cat(MemCategory::ShardedParams) + cat(MemCategory::Gradients) +
-                                  cat(MemCategory::OptimizerState);
-            const int64_t perMicroBatch =
-                cat(MemCategory::Activations) + cat(MemCategory::Temporaries) +
-                cat(MemCategory::UnshardedParams) + cat(MemCategory::AllGatherBuffer) +
-                cat(MemCategory::ReduceScatterBuffer);
-            std::cout << "At its peak: parameters, gradients and optimizer state "
-                      << formatBytes(state) << "; activations, temporaries and communication "
-                      << "buffers " << formatBytes(perMicroBatch) << " (allocated; the rest of "
-                      << "the reserved bytes is the caching allocator's).\n";
-            if (state > res.memoryBudget)
-                std::cout << "The sharded state alone exceeds the budget: shard over more GPUs "
-                             "(it shrinks with the world size), or give less headroom "
-                             "(--memory-headroom "
-                          << o.memoryHeadroom << " now).\n";
-            else
-                std::cout << "The sharded state fits; one micro-batch's activations do not: a "
-                             "shorter sequence (--seq), more GPUs, or less headroom "
-                             "(--memory-headroom "
-                          << o.memoryHeadroom << " now).\n";
-        }
+        printNoPlanFits(res, o.memoryHeadroom);
         return kExitFailed;
     }
-    const Candidate& b = *res.best;
-    std::cout << "Best plan:  " << b.summary << "\n            " << line(b) << "\n";
-    if (res.bestEager && res.bestEager->sim.stepNs > 0) {
-        // What --allow compile buys: the best plan against the fastest eager one that fits.
-        const Candidate& e = *res.bestEager;
-        if (b.summary.find("compiled per block") != std::string::npos)
-            std::snprintf(
-                buf, sizeof buf,
-                "Compile:    torch.compile per block buys %+.1f%% throughput over the "
-                "fastest eager plan (%.1f ms); the simulator's compile speedups run about "
-                "twice the published ones (docs/profiles.md)\n",
-                100.0 *
-                    (static_cast<double>(e.sim.stepNs) / static_cast<double>(b.sim.stepNs) - 1.0),
-                static_cast<double>(e.sim.stepNs) * 1e-6);
-        else
-            std::snprintf(buf, sizeof buf,
-                          "Compile:    torch.compile per block buys nothing here: the fastest "
-                          "plan is eager\n");
-        std::cout << buf;
-    }
-    if (res.bestWithoutFloat8 && res.bestWithoutFloat8->sim.stepNs > 0) {
-        // What --allow float8 buys: the best plan against the fastest bf16 one that fits.
-        const Candidate& e = *res.bestWithoutFloat8;
-        if (b.summary.find("float8") != std::string::npos)
-            std::snprintf(
-                buf, sizeof buf,
-                "Float8:     torchao float8 (tensorwise, float8 all-gather) buys %+.1f%% "
-                "throughput over the fastest bf16 plan (%.1f ms)\n",
-                100.0 *
-                    (static_cast<double>(e.sim.stepNs) / static_cast<double>(b.sim.stepNs) - 1.0),
-                static_cast<double>(e.sim.stepNs) * 1e-6);
-        else
-            std::snprintf(
-                buf, sizeof buf,
-                "Float8:     torchao float8 buys nothing here: the fastest plan is bf16\n");
-        std::cout << buf;
-    }
-    const Candidate& d = res.baseline;
-    std::cout << "Default:    each block a unit, reshard True (root False), implicit prefetch, "
-                 "bf16/fp32\n            "
-              << line(d) << (d.fits ? "" : "  (does not fit)") << "\n";
-    if (d.fits) {
-        std::snprintf(buf, sizeof buf,
-                      "            the best plan is %.2fx the default's throughput\n",
-                      static_cast<double>(d.sim.stepNs) / static_cast<double>(b.sim.stepNs));
-        std::cout << buf;
-    }
-    if (mine) {
-        std::cout << "Current:    " << mine->summary << "\n            " << line(*mine)
-                  << (mine->fits ? "" : "  (does not fit the budget)") << "\n";
-        if (mine->sim.tokensPerS > 0) {
-            std::snprintf(buf, sizeof buf,
-                          "            the best plan is %.2fx its throughput (tokens/s)\n",
-                          b.sim.tokensPerS / mine->sim.tokensPerS);
-            std::cout << buf;
-        }
-    }
-    std::cout << "\nWhere the memory goes at the peak (allocated "
-              << formatBytes(b.sim.peakAllocated) << "):\n ";
-    for (int k = 0; k < static_cast<int>(MemCategory::Count); ++k)
-        if (b.sim.atPeak[static_cast<size_t>(k)] > 0)
-            std::cout << " " << memCategoryName(static_cast<MemCategory>(k)) << " "
-                      << formatBytes(b.sim.atPeak[static_cast<size_t>(k)]) << ";";
-    std::cout << "\n\nExposed communication: " << ms(b.sim.exposedCommNs) << " of "
-              << ms(b.sim.commNs) << " (" << static_cast<int>(100 * (1 - b.sim.overlapRatio))
-              << "% not hidden under compute)";
-    {
-        const ResolvedPlan r = resolvePlan(*g, b.plan, &*cluster, "recommended");
-        std::vector<size_t> idx;
-        for (size_t i = 0; i < b.sim.units.size() && i < r.units.size(); ++i)
-            if (b.sim.units[i].exposedCommNs > 0) idx.push_back(i);
-        std::sort(idx.begin(), idx.end(), [&](size_t x, size_t y) {
-            return b.sim.units[x].exposedCommNs > b.sim.units[y].exposedCommNs;
-        });
-        for (size_t k = 0; k < std::min<size_t>(3, idx.size()); ++k) {
-            const size_t u = idx[k];
-            const bool ends =
-                u == 0 || r.units[u].modules[0] == r.units[1 % r.units.size()].modules[0];
-            const std::string why = ends ? "gathered before the first compute and reduced after "
-                                           "the last: nothing to hide under"
-                                         : "its collectives outlast the compute they overlap, or "
-                                           "queue behind another collective of "
-                                           "the same process group";
-            std::cout << "\n  " << r.units[u].displayName() << ": "
-                      << ms(b.sim.units[u].exposedCommNs) << " exposed (" << why << ")";
-        }
-    }
-    std::cout << "\n";
-    // The next-best alternative: the fastest Pareto point using less memory than the best.
-    for (const auto& c : res.pareto)
-        if (c.sim.peakReserved < b.sim.peakReserved && c.sim.stepNs > b.sim.stepNs) {
-            std::snprintf(buf, sizeof buf, "%.2f%% slower for %s less peak memory",
-                          100.0 * static_cast<double>(c.sim.stepNs - b.sim.stepNs) /
-                              static_cast<double>(b.sim.stepNs),
-                          formatBytes(b.sim.peakReserved - c.sim.peakReserved).c_str());
-            std::cout << "\nNext-best alternative (" << buf << "):\n  " << c.summary << "\n";
-            break;
-        }
-    size_t over = 0;
-    for (const auto& c : res.pareto)
-        over += !c.fits;
-    std::cout << "\nPareto front of the plans that fit (step time vs peak reserved memory)";
-    if (over > 0)
-        std::cout << "; " << over << " faster point" << (over > 1 ? "s" : "")
-                  << " of the front need more than " << formatBytes(res.memoryBudget)
-                  << " (see --json)";
-    std::cout << ":\n";
-    Table t({"STEP", "PEAK RESERVED", "PLAN"}, {true, true, false});
-    for (const auto& c : res.pareto)
-        if (c.fits) t.row({ms(c.sim.stepNs), formatBytes(c.sim.peakReserved), c.summary});
-    t.print(std::cout);
+    printRecommendation(res, mine ? &*mine : nullptr, *g, *cluster);
     if (a.has("--output"))
         std::cout << "\nWrote " << a.get("--output") << " ("
                   << (format == ExportFormat::Fsdp1 && !a.given("--format") ? "fsdp1"
