@@ -12,7 +12,6 @@ per family (the bytes within 3 %: the norms' weights and their gradients' partia
 per kernel rather than per token, are not counted). The families Inductor fuses differently
 (OLMo-2's and Gemma's post-norms) have no compiled kernel figures and are priced as eager.
 """
-import inspect
 import os
 import re
 import sys
@@ -20,6 +19,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
+import hf_layer  # noqa: E402
 import peer  # noqa: E402
 
 torch = peer.require("torch")
@@ -77,25 +77,7 @@ def fused_kernels(code):
 def inductor_layer(model_type, over):
     from torch._inductor.utils import run_and_get_code
 
-    torch._dynamo.reset()
-    cfg = transformers.AutoConfig.for_model(model_type, num_hidden_layers=1, vocab_size=256, **over)
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
-    layer = model.model.layers[0]
-    x = torch.randn(1, SEQ, cfg.hidden_size, dtype=torch.bfloat16, requires_grad=True)
-    pos = torch.arange(SEQ)[None]
-    kwargs = {"attention_mask": None, "position_ids": pos}
-    if "position_embeddings_global" in inspect.signature(layer.forward).parameters:
-        kwargs["position_embeddings_global"] = model.model.rotary_emb(x, pos)
-        kwargs["position_embeddings_local"] = model.model.rotary_emb_local(x, pos)
-    else:
-        kwargs["position_embeddings"] = model.model.rotary_emb(x, pos)
-
-    def run(x):
-        out = layer(x, **kwargs)
-        return out[0] if isinstance(out, tuple) else out
-
+    run, x, cfg = hf_layer.decoder_layer(model_type, over, SEQ)
     compiled = torch.compile(run)
     grad = torch.ones(1, SEQ, cfg.hidden_size, dtype=torch.bfloat16)
     _, codes = run_and_get_code(lambda: compiled(x).backward(grad))

@@ -10,7 +10,6 @@ compiled_saved_activation_bytes for the same layer, batch and sequence, at two s
 family. The families without a compiled rule (mixture of experts, multi-head latent
 attention, GPT-2, Falcon) keep the eager figures and say so when a plan compiles them.
 """
-import inspect
 import json
 import os
 import sys
@@ -18,6 +17,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
+import hf_layer  # noqa: E402
 import peer  # noqa: E402
 
 torch = peer.require("torch")
@@ -45,22 +45,8 @@ def partitioner_saved_bytes(model_type, over):
     from torch._dynamo.backends.common import aot_autograd
     from functorch.compile import min_cut_rematerialization_partition, make_boxed_func
 
-    torch._dynamo.reset()
-    cfg = transformers.AutoConfig.for_model(model_type, num_hidden_layers=1, vocab_size=256, **over)
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
-    layer = model.model.layers[0]
+    run, x, cfg = hf_layer.decoder_layer(model_type, over, SEQ)
     hidden = cfg.hidden_size
-    x = torch.randn(1, SEQ, hidden, dtype=torch.bfloat16, requires_grad=True)
-    pos = torch.arange(SEQ)[None]
-    kwargs = {"attention_mask": None, "position_ids": pos}
-    sig = inspect.signature(layer.forward).parameters
-    if "position_embeddings_global" in sig:  # Gemma-3: global and sliding-window RoPE
-        kwargs["position_embeddings_global"] = model.model.rotary_emb(x, pos)
-        kwargs["position_embeddings_local"] = model.model.rotary_emb_local(x, pos)
-    else:
-        kwargs["position_embeddings"] = model.model.rotary_emb(x, pos)
     saved = []
 
     def forward_compiler(gm, _):
@@ -81,10 +67,6 @@ def partitioner_saved_bytes(model_type, over):
 
     backend = aot_autograd(fw_compiler=forward_compiler, bw_compiler=backward_compiler,
                            partition_fn=min_cut_rematerialization_partition)
-
-    def run(x):
-        out = layer(x, **kwargs)
-        return out[0] if isinstance(out, tuple) else out
 
     torch.compile(run, backend=backend)(x).float().sum().backward()
     assert saved, "the backward graph had no saved activations"

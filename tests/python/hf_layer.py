@@ -1,0 +1,33 @@
+# SPDX-License-Identifier: Apache-2.0
+"""One transformers decoder layer in bf16 with the inputs its model would give it: what the
+compile peers (test_compiled_saved_peer, test_compiled_fusion_peer) trace."""
+import inspect
+
+import torch
+import transformers
+
+
+def decoder_layer(model_type, over, seq):
+    """(run, x, cfg): `run(x)` calls layer 0 of a one-layer `model_type` model built from
+    `over` (SDPA, no mask) with its rotary cos/sin, and x is a (1, seq, hidden) bf16 input
+    that requires grad."""
+    torch._dynamo.reset()
+    cfg = transformers.AutoConfig.for_model(model_type, num_hidden_layers=1, vocab_size=256, **over)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    layer = model.model.layers[0]
+    x = torch.randn(1, seq, cfg.hidden_size, dtype=torch.bfloat16, requires_grad=True)
+    pos = torch.arange(seq)[None]
+    kwargs = {"attention_mask": None, "position_ids": pos}
+    if "position_embeddings_global" in inspect.signature(layer.forward).parameters:
+        kwargs["position_embeddings_global"] = model.model.rotary_emb(x, pos)  # Gemma-3
+        kwargs["position_embeddings_local"] = model.model.rotary_emb_local(x, pos)
+    else:
+        kwargs["position_embeddings"] = model.model.rotary_emb(x, pos)
+
+    def run(x):
+        out = layer(x, **kwargs)
+        return out[0] if isinstance(out, tuple) else out
+
+    return run, x, cfg
