@@ -2,9 +2,13 @@
 """One transformers decoder layer in bf16 with the inputs its model would give it: what the
 compile peers (test_compiled_saved_peer, test_compiled_fusion_peer) trace."""
 import inspect
+import os
+import tempfile
 
 import torch
 import transformers
+
+import peer
 
 
 def decoder_layer(model_type, over, seq):
@@ -31,3 +35,14 @@ def decoder_layer(model_type, over, seq):
         return out[0] if isinstance(out, tuple) else out
 
     return run, x, cfg
+
+
+def shardscope_layer(cfg, seq):
+    """`shardscope model show --json`'s row for layer 0 of `cfg` at 1 x seq tokens, bf16."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "config.json")
+        cfg.to_json_file(path)
+        shown = peer.shardscope("model", "show", "-m", path, "--json", "--no-fold", "--depth", "3",
+                                "--batch", "1", "--seq", str(seq), "--param-dtype", "bfloat16",
+                                "--activation-dtype", "bfloat16")
+    return next(m for m in shown["modules"] if m["name"] == "model.layers.0")

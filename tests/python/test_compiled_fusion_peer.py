@@ -15,7 +15,6 @@ per kernel rather than per token, are not counted). The families Inductor fuses 
 import os
 import re
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -85,16 +84,6 @@ def inductor_layer(model_type, over):
     return [fused_kernels(c) for c in codes], cfg
 
 
-def shardscope_layer(cfg):
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "config.json")
-        cfg.to_json_file(path)
-        shown = peer.shardscope("model", "show", "-m", path, "--json", "--no-fold", "--depth", "3",
-                                "--batch", "1", "--seq", str(SEQ), "--param-dtype", "bfloat16",
-                                "--activation-dtype", "bfloat16")
-    return next(m for m in shown["modules"] if m["name"] == "model.layers.0")
-
-
 class CompiledFusion(unittest.TestCase):
     def test_each_family_at_two_sizes(self):
         rows = []
@@ -102,7 +91,7 @@ class CompiledFusion(unittest.TestCase):
             for size in SIZES:
                 with self.subTest(family=family, hidden=size["hidden_size"]):
                     (fwd, bwd), cfg = inductor_layer(family, {**size, **extra})
-                    ours = shardscope_layer(cfg)
+                    ours = hf_layer.shardscope_layer(cfg, SEQ)
                     self.assertIn("compiled_fwd_mem_kernels", ours, family)
                     for phase, (kernels, nbytes) in (("fwd", fwd), ("bwd", bwd)):
                         got_k = ours[f"compiled_{phase}_mem_kernels"]

@@ -74,16 +74,7 @@ def partitioner_saved_bytes(model_type, over):
 
 
 def shardscope_compiled_bytes(cfg):
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "config.json")
-        cfg.to_json_file(path)
-        shown = peer.shardscope("model", "show", "-m", path, "--json", "--no-fold", "--depth", "3",
-                                "--batch", "1", "--seq", str(SEQ), "--param-dtype", "bfloat16",
-                                "--activation-dtype", "bfloat16")
-    for m in shown["modules"]:
-        if m["name"] == "model.layers.0":
-            return m.get("compiled_saved_activation_bytes")
-    raise AssertionError("model.layers.0 not in `model show --json`")
+    return hf_layer.shardscope_layer(cfg, SEQ).get("compiled_saved_activation_bytes")
 
 
 class CompiledSaved(unittest.TestCase):
