@@ -32,6 +32,7 @@ import importlib
 import json
 import os
 import sys
+import time
 import tempfile
 
 
@@ -362,15 +363,24 @@ def export(args):
     torch.manual_seed(0)
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     register_cpu_sdpa_flops()
+    t0 = time.monotonic()
+
+    def progress(what):
+        # Stage lines on stderr: a large model takes minutes, and the caller shows them.
+        print(f"  [{time.monotonic() - t0:6.1f} s] {what}", file=sys.stderr, flush=True)
+
+    progress("building the model under FakeTensorMode")
     model = build_module(args, torch, fake_mode)
     model = model.to(dtype=getattr(torch, args.dtype)) if args.dtype != "float32" else model
     model.train()
     has_seq = not args.input.startswith("image")
     seqs = [args.seq, 2 * args.seq] if has_seq else [1, 1]
     runs = []
-    for s in seqs:
+    for i, s in enumerate(seqs):
+        progress(f"measuring forward and backward at {args.batch} x {s} ({i + 1} of {len(seqs)})")
         runs.append(measure(model, make_input(args, model, s, torch, fake_mode), torch))
         model.zero_grad(set_to_none=True)
+    progress("writing the model JSON")
 
     canonical = {}
     for n, p in model.named_parameters():
