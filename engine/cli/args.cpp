@@ -59,7 +59,7 @@ Expected<Args> parseArgs(const CommandSpec& spec, const std::vector<std::string>
             if (opt->metavar.empty()) {
                 if (hasInlineValue) return Error{opt->name + " takes no value"};
                 args.m_values[opt->name] = "1";
-                args.m_given[opt->name] = true;
+                args.m_given.insert(opt->name);
                 continue;
             }
             if (!hasInlineValue) {
@@ -69,7 +69,7 @@ Expected<Args> parseArgs(const CommandSpec& spec, const std::vector<std::string>
                 value = argv[++i];
             }
             args.m_values[opt->name] = value;
-            args.m_given[opt->name] = true;
+            args.m_given.insert(opt->name);
         } else {
             // `shardscope model show config.json`: a command that takes a model and no
             // positionals reads a bare argument as its --model.
@@ -78,7 +78,7 @@ Expected<Args> parseArgs(const CommandSpec& spec, const std::vector<std::string>
                             [](const OptionSpec& o) { return o.name == "--model"; });
             if (spec.positionalsMetavar.empty() && takesModel && !args.has("--model")) {
                 args.m_values["--model"] = a;
-                args.m_given["--model"] = true;
+                args.m_given.insert("--model");
                 continue;
             }
             if (spec.positionalsMetavar.empty())

@@ -4,6 +4,7 @@
 // same declaration drives parsing, error messages (with "did you mean") and --help.
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -42,7 +43,7 @@ public:
 private:
     friend Expected<Args> parseArgs(const CommandSpec&, const std::vector<std::string>&);
     std::map<std::string, std::string> m_values;
-    std::map<std::string, bool> m_given;
+    std::set<std::string> m_given;  // options the user gave (not defaulted)
     std::vector<std::string> m_positionals;
 };
 

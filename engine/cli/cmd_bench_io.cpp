@@ -145,9 +145,7 @@ int runBenchImport(const Args& a) {
 // on full-size models (tests/oracles/bench_memory.py, which needs torch and transformers: the
 // set-up script's virtual environment).
 int runBenchMemory(const Args& a) {
-    std::string python = std::getenv("SHARDSCOPE_PYTHON") ? std::getenv("SHARDSCOPE_PYTHON")
-                                                          : SHARDSCOPE_DEFAULT_PYTHON;
-    if (python.empty()) python = "python3";
+    const std::string python = setupPython();
     const std::string script =
         std::string(SHARDSCOPE_SOURCE_ROOT) + "/tests/oracles/bench_memory.py";
     std::error_code ec;
@@ -164,29 +162,20 @@ int runBenchMemory(const Args& a) {
               << std::flush;
     // The script runs this shardscope (not whatever build/ holds).
     const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
-    const pid_t child = ::fork();
-    if (child == 0) {
-        std::vector<char*> args;
-        for (auto& s : argv)
-            args.push_back(s.data());
-        args.push_back(nullptr);
-        if (!self.empty()) ::setenv("SHARDSCOPE_BIN", self.c_str(), 0);
-        ::execvp(args[0], args.data());
-        std::perror(("cannot run " + python).c_str());
-        ::_exit(127);
-    }
-    int status = 0;
-    if (child < 0 || ::waitpid(child, &status, 0) < 0) {
+    std::vector<std::pair<std::string, std::string>> env;
+    if (!self.empty()) env.emplace_back("SHARDSCOPE_BIN", self);
+    const ChildExit r = runChild(argv, /*stdoutToStderr=*/false, env);
+    if (!r.started) {
         std::cerr << "error: cannot start " << python << "\n";
         return kExitUsage;
     }
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
+    if (r.exited && r.code == 127) {
         std::cerr << "error: " << python
                   << " did not run the table (needs torch and transformers: run `bash "
                      "scripts/setup.sh build`, or set SHARDSCOPE_PYTHON)\n";
         return kExitUsage;
     }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : kExitFailed;
+    return r.exited ? r.code : kExitFailed;
 }
 
 }  // namespace shardscope::cli

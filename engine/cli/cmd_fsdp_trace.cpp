@@ -11,11 +11,11 @@
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
 #include "engine/cli/fsdp_trace_cli.h"
+#include "engine/measure/fsdp_join.h"
 #include "engine/sim/simulator.h"
 #include "plans/core/atomic_write.h"
 #include "plans/core/strings.h"
 #include "plans/plan/resolve.h"
-#include "engine/measure/fsdp_join.h"
 #include "profiler/analysis/fsdp_trace.h"
 #include "profiler/analysis/trace_loader.h"
 

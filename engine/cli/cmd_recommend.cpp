@@ -43,13 +43,13 @@ int runRecommend(const Args& a) {
     ExportFormat format = *fmt;
     o.fsdp1Compatible = format == ExportFormat::Fsdp1 || format == ExportFormat::LightningFsdp1;
     o.allowOffload = !a.flag("--no-offload");
-    bool fixedFsdp1 = false;
+    FixedChoices fixed;
     if (a.has("--fix")) {
-        if (Status st = applyFixes(a.get("--fix"), o, fixedFsdp1); !st.ok()) {
+        if (Status st = applyFixes(a.get("--fix"), o, fixed); !st.ok()) {
             std::cerr << "error: " << st.error() << "\n";
             return kExitUsage;
         }
-        if (fixedFsdp1 && !o.fsdp1Compatible) {
+        if (fixed.fsdp1 && !o.fsdp1Compatible) {
             if (a.given("--format")) {
                 std::cerr << "error: --fix api=fsdp1 with --format " << a.get("--format")
                           << ": give --format fsdp1 or lightning-fsdp1 (FSDP1's own exports)\n";
@@ -64,8 +64,6 @@ int runRecommend(const Args& a) {
             std::cerr << "error: " << st.error() << "\n";
             return kExitUsage;
         }
-    const bool reduceFixed =
-        a.has("--fix") && a.get("--fix").find("reduce_dtype") != std::string::npos;
     o.expandableSegments = a.flag("--expandable-segments");
     // The plan the user runs now (e.g. `plan recover` of their trace): its sequence length
     // and global batch are the search's unless given, and it is simulated beside the best.
@@ -96,7 +94,7 @@ int runRecommend(const Args& a) {
             o.globalBatch =
                 current->microBatchSize * current->microBatches * currentResolved->worldSize;
         // The reduce precision the user trains with now is kept unless --fix says otherwise.
-        if (!reduceFixed)
+        if (!fixed.reduceDtype)
             for (const auto& u : currentResolved->units)
                 if (!u.isRoot && !u.params.empty()) {
                     o.reduceDtypes = {u.reduceDtype};

@@ -22,13 +22,13 @@
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
 #include "engine/cli/launch.h"
+#include "engine/measure/run_trace.h"
+#include "engine/measure/step_trace.h"
 #include "engine/schedule/step_program.h"
 #include "engine/sim/simulator.h"
 #include "plans/core/atomic_write.h"
 #include "plans/core/intervals.h"
 #include "plans/plan/resolve.h"
-#include "engine/measure/run_trace.h"
-#include "engine/measure/step_trace.h"
 #include "profiler/record/device_activity.h"
 
 namespace shardscope::cli {

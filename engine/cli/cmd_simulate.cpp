@@ -8,13 +8,13 @@
 
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
+#include "engine/measure/step_trace.h"
 #include "engine/schedule/step_program.h"
 #include "engine/sim/cost_model.h"
 #include "engine/sim/simulator.h"
 #include "plans/core/atomic_write.h"
 #include "plans/core/strings.h"
 #include "plans/plan/resolve.h"
-#include "engine/measure/step_trace.h"
 
 namespace shardscope::cli {
 

@@ -7,11 +7,11 @@
 #include <filesystem>
 #include <iostream>
 
+#include "engine/calibrate/allocator_replay.h"
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
 #include "plans/core/atomic_write.h"
 #include "plans/core/strings.h"
-#include "engine/calibrate/allocator_replay.h"
 #include "profiler/analysis/summary.h"
 #include "profiler/analysis/trace_loader.h"
 #include "profiler/export/chrome_export.h"

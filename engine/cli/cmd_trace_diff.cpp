@@ -12,10 +12,10 @@
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
 #include "engine/cli/fsdp_trace_cli.h"
-#include "plans/core/intervals.h"
 #include "engine/measure/step_overlap.h"
 #include "engine/measure/step_trace.h"
 #include "engine/measure/trace_diff.h"
+#include "plans/core/intervals.h"
 #include "profiler/analysis/trace_loader.h"
 
 namespace shardscope::cli {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "engine/cli/common.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -98,20 +99,51 @@ Expected<ModelGraph> loadModelArg(const Args& a) {
                          "model JSON)"};
         path = config;
     }
-    // A config.json whose model_type has no native loader: exported with transformers
-    // (cached), unless --no-export.
-    if (a.has("--model") && !a.flag("--no-export") && path.size() >= 5 &&
-        path.compare(path.size() - 5, 5, ".json") == 0) {
-        if (auto j = readJsonFile(path); j && looksLikeHfConfig(*j)) {
-            const auto& type = (*j)["model_type"];
-            if (type.is_string() && !hfModelTypeSupported(type.get<std::string>())) {
-                auto exported = exportedModelPath(path, type.get<std::string>(), o.paramDtype);
-                if (!exported) return Error{exported.error()};
-                return loadModelFile(*exported, o);
-            }
+    // Read once; a config.json whose model_type has no native loader is exported with
+    // transformers (cached), unless --no-export.
+    auto j = readJsonFile(path);
+    if (!j) return Error{j.error()};
+    if (!a.flag("--no-export") && looksLikeHfConfig(*j)) {
+        const auto& type = (*j)["model_type"];
+        if (type.is_string() && !hfModelTypeSupported(type.get<std::string>())) {
+            auto exported = exportedModelPath(path, type.get<std::string>(), o.paramDtype);
+            if (!exported) return Error{exported.error()};
+            return loadModelFile(*exported, o);
         }
     }
-    return loadModelFile(path, o);
+    return modelFromDocument(*j, path, o);
+}
+
+std::string setupPython() {
+    const char* env = std::getenv("SHARDSCOPE_PYTHON");
+    std::string python = env ? env : SHARDSCOPE_DEFAULT_PYTHON;
+    return python.empty() ? "python3" : python;
+}
+
+ChildExit runChild(const std::vector<std::string>& argv, bool stdoutToStderr,
+                   const std::vector<std::pair<std::string, std::string>>& env) {
+    ChildExit r;
+    if (argv.empty()) return r;
+    const pid_t child = ::fork();
+    if (child == 0) {
+        if (stdoutToStderr) ::dup2(STDERR_FILENO, STDOUT_FILENO);
+        for (const auto& [k, v] : env)
+            ::setenv(k.c_str(), v.c_str(), 0);
+        std::vector<std::string> copy = argv;
+        std::vector<char*> args;
+        for (auto& s : copy)
+            args.push_back(s.data());
+        args.push_back(nullptr);
+        ::execvp(args[0], args.data());
+        std::perror(("cannot run " + argv[0]).c_str());
+        ::_exit(127);
+    }
+    int status = 0;
+    if (child < 0 || ::waitpid(child, &status, 0) < 0) return r;
+    r.started = true;
+    r.exited = WIFEXITED(status);
+    r.code = r.exited ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return r;
 }
 
 std::string samplePath(const std::string& path) {

@@ -44,6 +44,21 @@ std::vector<OptionSpec> modelOptions(bool required);
 [[nodiscard]] bool readIntOptions(const Args& a, const std::vector<const char*>& names,
                                   const std::vector<int64_t>& mins, std::vector<int64_t>& out);
 [[nodiscard]] Expected<ModelGraph> loadModelArg(const Args& a);
+
+// The set-up script's Python: $SHARDSCOPE_PYTHON, else the one the build was configured
+// with, else python3.
+[[nodiscard]] std::string setupPython();
+
+// Runs argv (argv[0] searched on PATH) and waits for it. `stdoutToStderr`: its standard output
+// joins standard error, so that a command's own output stays clean; `env` is set in the
+// child where not already set. A child that cannot exec exits 127 after saying why.
+struct ChildExit {
+    bool started = false;  // forked and waited for
+    bool exited = false;   // exited (not killed by a signal)
+    int code = 0;          // its exit status, when it exited
+};
+[[nodiscard]] ChildExit runChild(const std::vector<std::string>& argv, bool stdoutToStderr,
+                                 const std::vector<std::pair<std::string, std::string>>& env = {});
 // A bundled sample named relative to the checkout ("samples/..."): found from the current
 // folder, else under the source tree this binary was built from, so defaults work from
 // anywhere.

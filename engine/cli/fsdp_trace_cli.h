@@ -6,12 +6,12 @@
 #include <vector>
 
 #include "engine/cli/args.h"
+#include "engine/measure/fsdp_join.h"
+#include "engine/measure/trace_diff.h"
 #include "engine/schedule/step_program.h"
 #include "plans/cluster/cluster.h"
 #include "plans/model/model_graph.h"
 #include "plans/plan/resolve.h"
-#include "engine/measure/fsdp_join.h"
-#include "engine/measure/trace_diff.h"
 
 namespace shardscope::cli {
 

@@ -1,9 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "engine/cli/model_export.h"
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -14,6 +11,8 @@
 #include <optional>
 #include <sstream>
 #include <vector>
+
+#include "engine/cli/common.h"
 
 namespace shardscope::cli {
 
@@ -71,9 +70,7 @@ Expected<std::string> exportedModelPath(const std::string& configPath, const std
     }
     std::filesystem::create_directories(dir, ec);
     if (ec) return Error{dir.string() + ": cannot create the model cache: " + ec.message()};
-    std::string python = std::getenv("SHARDSCOPE_PYTHON") ? std::getenv("SHARDSCOPE_PYTHON")
-                                                          : SHARDSCOPE_DEFAULT_PYTHON;
-    if (python.empty()) python = "python3";
+    const std::string python = setupPython();
     std::cerr << "note: " << configPath << ": model_type \"" << modelType
               << "\" has no native loader: building its model JSON with transformers "
                  "(scripts/export_model.py), once; cached as "
@@ -84,21 +81,9 @@ Expected<std::string> exportedModelPath(const std::string& configPath, const std
         python,    script,   "--hf-config", configPath,
         "--input", "tokens", "--dtype",     std::string(dtypeName(dtype)),
         "-o",      out};
-    const pid_t child = ::fork();
-    if (child == 0) {
-        ::dup2(STDERR_FILENO, STDOUT_FILENO);  // the command's stdout stays its own output
-        std::vector<char*> args;
-        for (auto& s : argv)
-            args.push_back(s.data());
-        args.push_back(nullptr);
-        ::execvp(args[0], args.data());
-        std::perror(("cannot run " + python).c_str());
-        ::_exit(127);
-    }
-    int status = 0;
-    if (child < 0 || ::waitpid(child, &status, 0) < 0)
-        return Error{"cannot start " + python + " to export " + configPath};
-    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    const ChildExit r = runChild(argv, /*stdoutToStderr=*/true);
+    if (!r.started) return Error{"cannot start " + python + " to export " + configPath};
+    const int code = r.code;
     if (code != 0 || !std::filesystem::exists(out, ec))
         return Error{configPath + ": exporting model_type \"" + modelType + "\" with " + python +
                      " scripts/export_model.py failed (exit " + std::to_string(code) +

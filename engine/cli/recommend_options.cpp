@@ -10,9 +10,7 @@
 namespace shardscope::cli {
 
 // --fix KEY=VALUE[,KEY=VALUE...]: the choices the user has made, which the search keeps.
-// `fsdp1` is set when the user fixed the API to FSDP1 (the search then keeps to what FSDP1
-// expresses).
-Status applyFixes(const std::string& text, SearchOptions& o, bool& fsdp1) {
+Status applyFixes(const std::string& text, SearchOptions& o, FixedChoices& fixed) {
     static const std::vector<std::string> keys{"reduce_dtype", "api", "activation_checkpointing",
                                                "micro_batch"};
     for (const std::string& item : split(text, ',')) {
@@ -29,9 +27,10 @@ Status applyFixes(const std::string& text, SearchOptions& o, bool& fsdp1) {
             if (!d || (*d != DType::Float32 && *d != DType::BFloat16))
                 return bad("float32 or bfloat16 (the reduce-scatter's dtype)");
             o.reduceDtypes = {*d};
+            fixed.reduceDtype = true;
         } else if (key == "api") {
             if (value != "fsdp1" && value != "fsdp2") return bad("fsdp1 or fsdp2");
-            fsdp1 = value == "fsdp1";
+            fixed.fsdp1 = value == "fsdp1";
         } else if (key == "activation_checkpointing") {
             if (value == "none")
                 o.activationCheckpointing = AcMode::None;

@@ -330,8 +330,13 @@ nlohmann::json modelToJson(const ModelGraph& g) {
 Expected<ModelGraph> loadModelFile(const std::string& path, const HfLoadOptions& hf) {
     auto j = readJsonFile(path);
     if (!j) return Error{j.error()};
-    if (looksLikeHfConfig(*j)) return modelFromHfConfig(*j, path, hf);
-    if (j->is_object() && j->contains("format")) return modelFromJson(*j, path);
+    return modelFromDocument(*j, path, hf);
+}
+
+Expected<ModelGraph> modelFromDocument(const nlohmann::json& j, const std::string& path,
+                                       const HfLoadOptions& hf) {
+    if (looksLikeHfConfig(j)) return modelFromHfConfig(j, path, hf);
+    if (j.is_object() && j.contains("format")) return modelFromJson(j, path);
     return Error{path +
                  ":/: not a model file: expected a Hugging Face config.json (with "
                  "\"model_type\") or a ShardScope model JSON (\"format\": \"" +

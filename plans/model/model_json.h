@@ -22,5 +22,9 @@ inline constexpr int kModelVersion = 1;
 // Reads a model file of either kind. `hf` applies only to Hugging Face configs.
 [[nodiscard]] Expected<ModelGraph> loadModelFile(const std::string& path,
                                                  const HfLoadOptions& hf = {});
+// The same for a document already read from `path`.
+[[nodiscard]] Expected<ModelGraph> modelFromDocument(const nlohmann::json& j,
+                                                     const std::string& path,
+                                                     const HfLoadOptions& hf = {});
 
 }  // namespace shardscope

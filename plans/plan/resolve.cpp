@@ -1136,7 +1136,13 @@ std::optional<ModelGraph> compiledModel(const ModelGraph& g, const ResolvedPlan&
 
 std::vector<ModuleRun> moduleRunsOf(const ModelGraph& model, const ResolvedPlan& r,
                                     int64_t seqLen) {
-    const std::optional<ModelGraph> compiled = compiledModel(model, r, unitOfModules(model, r));
+    // The patched copy has the same modules: one unit map serves both.
+    const std::vector<int32_t> unitOf = unitOfModules(model, r);
+    const bool anyCompiled = std::any_of(r.units.begin(), r.units.end(), [](const auto& u) {
+        return u.compile != CompileMode::None;
+    });
+    const std::optional<ModelGraph> compiled =
+        anyCompiled ? compiledModel(model, r, unitOf) : std::nullopt;
     const ModelGraph& g = compiled ? *compiled : model;
     std::vector<char> float8Module;
     for (const auto& u : r.units)
@@ -1146,7 +1152,6 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& model, const ResolvedPlan&
         }
     if (seqLen < 1) seqLen = r.plan.seqLen;
     const size_t n = g.moduleCount();
-    const std::vector<int32_t> unitOf = unitOfModules(g, r);
     std::vector<ModuleRun> runs;
     std::vector<int32_t> runOf(n, -1);
     // mm calls so far in each unit's checkpointed module (torchtitan counts per checkpointed
