@@ -1092,6 +1092,19 @@ Expected<ModelGraph> loadGpt2(const JsonReader& r, const HfLoadOptions& o) {
         cb.dropout(g.addModule(mlp, "dropout", "Dropout"), H, pResid);
         g.cost(mlp).outputBytes.perToken += H * cb.e;
         cb.residualAdds(blk, H, 2);
+        // Compiled as one region (AOT autograd's min-cut partitioner, checked by
+        // tests/python/test_compiled_saved_peer.py): the block input; ln_1's and ln_2's
+        // outputs (c_attn's and c_fc's inputs); SDPA's q, k, v, output and logsumexp and
+        // c_proj's input (the output with its heads merged); the residual sum ln_2 reads;
+        // c_fc's output, GELU's tanh and its result (c_proj's input): 9h + 3·inner a token,
+        // the same terms as a pre-norm Llama layer's with one key/value head per query head.
+        // Each LayerNorm keeps its mean and rstd (fp32 on a GPU), each residual dropout its
+        // bool mask. Attention dropout on a GPU is the flash kernel's own (it keeps its RNG
+        // seed and offset, no mask), so it adds nothing.
+        auto& k = g.cost(blk).compiled;
+        k.savedBytes.perToken = (9 * H + 3 * static_cast<double>(inner)) * cb.e;
+        k.savedBytes.fixedPerToken =
+            2 * 8 + 4 * static_cast<double>(heads) + (pResid > 0 ? 2 * H : 0);
     }
     layerNorm(tr, "ln_f");
     cb.residualAdds(tr, H, 1);  // token + position embeddings

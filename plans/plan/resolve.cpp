@@ -530,12 +530,12 @@ struct Resolver {
             if (!saved)
                 warning(at("/defaults/compile"),
                         "no compiled rule for this model's layers (dense Llama, Mistral, Qwen2, "
-                        "Qwen3, OLMo-2, Phi-3 and Gemma layers have one): their saved "
+                        "Qwen3, OLMo-2, Phi-3, Gemma and GPT-2 layers have one): their saved "
                         "activations and kernels are priced as eager PyTorch's");
             else if (!fused)
                 warning(at("/defaults/compile"),
                         "compiled layers save what AOT autograd's partitioner keeps, but "
-                        "Inductor's fusion of this family's post-norm layers is not modelled: "
+                        "Inductor's fusion of this family's layers is not modelled: "
                         "their memory-bound kernels are priced as eager PyTorch's");
             break;
         }

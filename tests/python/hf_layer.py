@@ -20,15 +20,21 @@ def decoder_layer(model_type, over, seq):
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
-    layer = model.model.layers[0]
+    body = model.model if hasattr(model, "model") else model.transformer  # GPT-2, Falcon: transformer.h
+    layer = body.layers[0] if hasattr(body, "layers") else body.h[0]
     x = torch.randn(1, seq, cfg.hidden_size, dtype=torch.bfloat16, requires_grad=True)
     pos = torch.arange(seq)[None]
-    kwargs = {"attention_mask": None, "position_ids": pos}
-    if "position_embeddings_global" in inspect.signature(layer.forward).parameters:
-        kwargs["position_embeddings_global"] = model.model.rotary_emb(x, pos)  # Gemma-3
-        kwargs["position_embeddings_local"] = model.model.rotary_emb_local(x, pos)
-    else:
-        kwargs["position_embeddings"] = model.model.rotary_emb(x, pos)
+    params = inspect.signature(layer.forward).parameters
+    kwargs = {"attention_mask": None}
+    if "position_ids" in params:
+        kwargs["position_ids"] = pos
+    if "alibi" in params:
+        kwargs["alibi"] = None  # Falcon with rotary
+    if "position_embeddings_global" in params:
+        kwargs["position_embeddings_global"] = body.rotary_emb(x, pos)  # Gemma-3
+        kwargs["position_embeddings_local"] = body.rotary_emb_local(x, pos)
+    elif hasattr(body, "rotary_emb"):
+        kwargs["position_embeddings"] = body.rotary_emb(x, pos)
 
     def run(x):
         out = layer(x, **kwargs)
@@ -45,4 +51,4 @@ def shardscope_layer(cfg, seq):
         shown = peer.shardscope("model", "show", "-m", path, "--json", "--no-fold", "--depth", "3",
                                 "--batch", "1", "--seq", str(seq), "--param-dtype", "bfloat16",
                                 "--activation-dtype", "bfloat16")
-    return next(m for m in shown["modules"] if m["name"] == "model.layers.0")
+    return next(m for m in shown["modules"] if m["name"] in ("model.layers.0", "transformer.h.0"))
