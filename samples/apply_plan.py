@@ -11,7 +11,7 @@
     for step in range(steps):
         for mb in range(micro_batches):
             prepare_micro_batch(model, export, mb)  # gradient sync and resharding, as planned
-            loss(model(batch[mb])).backward()
+            loss_fn(model(batch[mb])).backward()  # loss_fn = compile_loss(loss_fn, export)
         optim.step(); optim.zero_grad()
         after_optimizer_step(model, export)       # float8 scales, when the plan precomputes them
 
@@ -220,6 +220,15 @@ def compile_modules(model, export):
         _submodule(model, name).compile()
     if c.get("full"):
         model.compile()
+
+
+def compile_loss(loss_fn, export):
+    """The training loop's loss function, compiled when the plan says so (training.compile_loss:
+    torchtitan compiles its cross-entropy with the model): Inductor keeps no fp32 copy of the
+    logits."""
+    if (export.get("compile") or {}).get("loss"):
+        return torch.compile(loss_fn)
+    return loss_fn
 
 
 def after_optimizer_step(model, export):

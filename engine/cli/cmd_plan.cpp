@@ -264,12 +264,14 @@ int runPlanExport(const Args& a) {
     // export's "dropped" list).
     if (exported.contains("dropped"))
         for (const auto& d : exported["dropped"]) {
+            // No units: a setting of the training loop (training.compile_loss).
             const auto& units = d["units"];
-            std::string which = units.size() == 1 ? units[0].get<std::string>()
-                                                  : std::to_string(units.size()) + " units (" +
-                                                        units.front().get<std::string>() +
-                                                        (units.size() > 2 ? " .. " : ", ") +
-                                                        units.back().get<std::string>() + ")";
+            std::string which = units.empty()       ? "the training loop"
+                                : units.size() == 1 ? units[0].get<std::string>()
+                                                    : std::to_string(units.size()) + " units (" +
+                                                          units.front().get<std::string>() +
+                                                          (units.size() > 2 ? " .. " : ", ") +
+                                                          units.back().get<std::string>() + ")";
             std::cerr << "warning: " << a.get("--format") << " cannot express "
                       << d.value("setting", "") << " of " << which << ": exported as "
                       << d.value("exported_as", "") << "\n";

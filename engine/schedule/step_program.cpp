@@ -202,6 +202,9 @@ struct RunMixes {
 // _log_softmax_backward_data reads it and the output and writes (12), the cast back reads 4
 // and writes e. On an H200 (4,096 tokens, a vocabulary of 128,256) log_softmax and its
 // backward took 2.06 and 2.13 ms, the rate of copies of their size. 0: no such kernel.
+// Compiled (ModuleCost::lossCompiled), Inductor's two fused kernels: forward reads the
+// logits once (each row's max, log-sum-exp and target logit), backward reads them and
+// writes their gradient in the compute dtype.
 struct LossKernels {
     double fwd[2], bwd[3];
 };
@@ -211,13 +214,14 @@ double fp32CastBytes(double e) {
     return e < 4 ? e + 4.0 : 0.0;
 }
 
-LossKernels lossKernelsPerLogit(double e) {
+LossKernels lossKernelsPerLogit(double e, bool compiled) {
+    if (compiled) return {{e, 0.0}, {2.0 * e, 0.0, 0.0}};
     const double upcast = fp32CastBytes(e);
     return {{upcast, 12.0}, {4.0, 12.0, upcast}};
 }
 
-void lossKernels(double logits, double e, const RunMixes& out) {
-    const LossKernels k = lossKernelsPerLogit(e);
+void lossKernels(double logits, double e, bool compiled, const RunMixes& out) {
+    const LossKernels k = lossKernelsPerLogit(e, compiled);
     for (double b : k.fwd)
         out.forward(KernelKind::MemoryBound, logits * b, b > 0 ? 1 : 0);
     for (double b : k.bwd)
@@ -253,7 +257,7 @@ void runKernels(const ModuleRun& run, int64_t b, int64_t s, double scale, double
                 int64_t window, const RunMixes& out) {
     const ModuleCost& c = run.cost;
     const double tokens = static_cast<double>(b) * static_cast<double>(s);
-    if (c.lossVocab > 0) lossKernels(tokens * c.lossVocab, computeBytes, out);
+    if (c.lossVocab > 0) lossKernels(tokens * c.lossVocab, computeBytes, c.lossCompiled, out);
     const double fwdMem = c.fwdMemBytes.at(b, s, scale), bwdMem = c.bwdMemBytes.at(b, s, scale);
     if (!c.hasKernels()) {
         const int32_t k = std::max(1, run.kernels);
@@ -564,17 +568,24 @@ private:
             const int64_t gradSize = dtypeSize(unit.allGatherDtype);  // also the compute dtype's
             sg.gradBytes += run.gradNumel * gradSize;
             sg.tiedGradTemp += 2 * run.tiedGradNumel * gradSize;
-            sg.bwdTransient = std::max(sg.bwdTransient, 2.0 * run.peakOutputBytes.at(b, s, scale));
+            // A module's output gradient beside its input gradient; with the loss compiled
+            // the largest output is the logits, whose gradient the loss's one backward
+            // kernel writes and lm_head's backward reads (no second tensor of their size).
+            sg.bwdTransient = std::max(sg.bwdTransient, (c.lossCompiled ? 1.0 : 2.0) *
+                                                            run.peakOutputBytes.at(b, s, scale));
             if (c.lossVocab > 0) {
                 // ModuleCost::lossVocab: the logits in the compute dtype and their fp32
                 // upcast (one tensor when the compute dtype is fp32) beside the saved fp32
                 // log-probabilities.
+                // Compiled, the logits are what the loss keeps (saved bytes) and nothing
+                // else of their size exists.
                 const auto e = static_cast<double>(gradSize);
                 const double tokens = static_cast<double>(b) * static_cast<double>(s);
-                sg.fwdTransient =
-                    std::max(sg.fwdTransient, tokens * c.lossVocab * (e < 4 ? e + 4.0 : e));
+                if (!c.lossCompiled)
+                    sg.fwdTransient =
+                        std::max(sg.fwdTransient, tokens * c.lossVocab * (e < 4 ? e + 4.0 : e));
                 // The bytes its kernels move (lossKernelsPerLogit), as the op's memory bytes.
-                const LossKernels k = lossKernelsPerLogit(e);
+                const LossKernels k = lossKernelsPerLogit(e, c.lossCompiled);
                 for (double b : k.fwd)
                     sg.fwdMem += tokens * c.lossVocab * b;
                 for (double b : k.bwd)

@@ -500,6 +500,8 @@ private:
             u.settings.activationCheckpointing = ch.variant.ac;
             u.settings.compile = ch.variant.compile;
         }
+        // With its blocks compiled, the loss is too (applyVariant).
+        if (ch.variant.compile) p.compileLoss = *ch.variant.compile != CompileMode::None;
         auto unitName = [&](size_t idx) {
             const UnitSpec& u = p.units[idx];
             return u.name.empty() ? u.modules[0] : u.name;

@@ -15,6 +15,11 @@ bool applyVariant(ResolvedPlan& r, const PlanVariant& v, std::string* why) {
     const ModelGraph& g = *r.model;
     const int64_t S = r.shardSize;
     bool compileChanged = false;
+    // Compiling the blocks compiles the loss too, as torchtitan's compile does.
+    if (v.compile && r.plan.compileLoss != (*v.compile != CompileMode::None)) {
+        r.plan.compileLoss = *v.compile != CompileMode::None;
+        compileChanged = true;
+    }
     for (size_t i = 0; i < r.units.size(); ++i) {
         ResolvedUnit& u = r.units[i];
         if (v.paramDtype || v.reduceDtype) {

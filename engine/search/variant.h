@@ -24,7 +24,7 @@ struct PlanVariant {
         0;  // explicit backward prefetch of the previous N units (0: implicit)
     std::optional<DType> paramDtype;  // mixed precision param_dtype for every unit
     std::optional<DType> reduceDtype;
-    std::optional<CompileMode> compile;  // torch.compile for every non-root unit
+    std::optional<CompileMode> compile;  // torch.compile for every non-root unit and the loss
     friend bool operator==(const PlanVariant&, const PlanVariant&) = default;
 };
 

@@ -44,6 +44,7 @@ ModuleCost& ModuleCost::operator+=(const ModuleCost& o) {
     sdpaOutputBytes += o.sdpaOutputBytes;
     mmCount += o.mmCount;
     lossVocab += o.lossVocab;
+    lossCompiled = lossCompiled || o.lossCompiled;
     upcastElems += o.upcastElems;
     for (const Gemm& gm : o.gemms)
         addGemm(gm);

@@ -115,6 +115,12 @@ struct ModuleCost {
     // in fp32) and the fp32 log-probabilities (saved) at once: the step program adds the
     // first two as forward working memory, once the compute dtype is known.
     double lossVocab = 0;
+    // The loss runs compiled (torch.compile on the loss function, as torchtitan does with
+    // compile on since April 2025): Inductor reads the logits once forward for each row's
+    // max and log-sum-exp and once backward to write their gradient in the compute dtype;
+    // no fp32 copy of the logits exists and what backward keeps is the logits themselves
+    // (tests/python/test_compiled_loss_peer.py). Set by the resolver from the plan.
+    bool lossCompiled = false;
     // Elements per token the module casts to fp32 and back when it runs in a compute dtype
     // below fp32 (LlamaRMSNorm: hidden.to(float32), ..., .to(input_dtype)), 0 for none: the
     // step program adds the two casts forward and their two backward (each reading one dtype

@@ -112,7 +112,12 @@ nlohmann::json exportFsdp2(const ResolvedPlan& r) {
             for (ModuleId m : u.modules)
                 perBlock.push_back(r.model->module(m).fqn);
     }
-    if (full || !perBlock.empty()) j["compile"] = {{"per_block", perBlock}, {"full", full}};
+    if (full || !perBlock.empty() || r.plan.compileLoss) {
+        j["compile"] = {{"per_block", perBlock}, {"full", full}};
+        // training.compile_loss: the loss function compiled too (torchtitan's
+        // build_cross_entropy_loss), which the training loop applies (compile_loss()).
+        if (r.plan.compileLoss) j["compile"]["loss"] = true;
+    }
     // torchao's float8 training: one convert_to_float8_training call per distinct config,
     // with the nn.Linear layers it converts (module_filter_fn).
     nlohmann::json f8 = nlohmann::json::array();
@@ -213,6 +218,12 @@ void appendDroppedTrainingOptions(const ResolvedPlan& r, nlohmann::json& out) {
             recipe = u.float8.recipe;
         }
     }
+    if (r.plan.compileLoss)
+        out.push_back({{"units", nlohmann::json::array()},
+                       {"setting", "training.compile_loss"},
+                       {"exported_as",
+                        "nothing: compile the loss function in the training loop "
+                        "(torch.compile(loss_fn), as torchtitan does)"}});
     if (!compiled.empty())
         out.push_back({{"units", compiled},
                        {"setting", "compile"},

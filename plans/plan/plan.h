@@ -167,6 +167,9 @@ struct Plan {
     int64_t microBatchSize = 1;
     int64_t seqLen = 2048;
     bool seqLenDefaulted = true;  // no training.seq_len (nor --seq): the 2048 above
+    // training.compile_loss: the training loop compiles its loss function (torchtitan's
+    // build_cross_entropy_loss with compile on); see ModuleCost::lossCompiled.
+    bool compileLoss = false;
     Fsdp1Options fsdp1;
     LightningOptions lightning;
     friend bool operator==(const Plan&, const Plan&) = default;

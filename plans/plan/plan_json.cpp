@@ -393,13 +393,14 @@ Plan parsePlan(const JsonReader& r) {
         p.gradientDivideFactor = r.at("gradient_divide_factor").asPositiveNumber();
     if (r.has("ignored_params")) p.ignoredParams = r.at("ignored_params").asStringList();
     if (auto t = r.find("training")) {
-        t->allowOnly({"micro_batch_size", "seq_len"});
+        t->allowOnly({"micro_batch_size", "seq_len", "compile_loss"});
         if (t->has("micro_batch_size"))
             p.microBatchSize = t->at("micro_batch_size").asIntAtLeast(1);
         if (t->has("seq_len")) {
             p.seqLen = t->at("seq_len").asIntAtLeast(1);
             p.seqLenDefaulted = false;
         }
+        if (t->has("compile_loss")) p.compileLoss = t->at("compile_loss").asBool();
     }
     if (auto f = r.find("fsdp1")) {
         if (p.api != PlanApi::Fsdp1)
@@ -494,6 +495,7 @@ nlohmann::json planToJson(const Plan& p) {
     j["ignored_params"] = p.ignoredParams;
     j["training"] = {{"micro_batch_size", p.microBatchSize}};
     if (!p.seqLenDefaulted) j["training"]["seq_len"] = p.seqLen;  // a default stays one
+    if (p.compileLoss) j["training"]["compile_loss"] = true;
     if (p.api == PlanApi::Fsdp1)
         j["fsdp1"] = {{"sharding_strategy", p.fsdp1.shardingStrategy},
                       {"backward_prefetch", p.fsdp1.backwardPrefetch},

@@ -1084,6 +1084,23 @@ namespace {
 // part by part (the dtype-following and the fixed bytes), so that each module still frees
 // its share when its backward runs. Empty when no unit is compiled or none of its modules
 // has compiled figures (the eager figures stand).
+// The loss compiled (training.compile_loss): backward keeps the logits in the compute dtype
+// (their bytes at the model's activation dtype, as saved bytes are) and each row's fp32 max
+// and log-sum-exp, where eager keeps the fp32 log-probabilities; the loss outputs a scalar,
+// so its gradient is the logits' own (lm_head's output). Inductor's generated code for the
+// loss, tests/python/test_compiled_loss_peer.py.
+void compileLoss(ModelGraph& g) {
+    const double e = static_cast<double>(dtypeSize(g.activationDtype));
+    for (size_t m = 0; m < g.moduleCount(); ++m) {
+        ModuleCost& c = g.cost(ModuleId(static_cast<int32_t>(m)));
+        if (c.lossVocab <= 0 || c.lossCompiled) continue;
+        c.lossCompiled = true;
+        c.savedBytes.fixedPerToken += 8 - 4 * c.lossVocab;
+        c.savedBytes.perToken += e * c.lossVocab;
+        c.outputBytes.fixedPerToken -= 4 * c.lossVocab;
+    }
+}
+
 std::optional<ModelGraph> compiledModel(const ModelGraph& g, const ResolvedPlan& r,
                                         const std::vector<int32_t>& unitOf) {
     std::optional<ModelGraph> out;
@@ -1141,8 +1158,9 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& model, const ResolvedPlan&
     const bool anyCompiled = std::any_of(r.units.begin(), r.units.end(), [](const auto& u) {
         return u.compile != CompileMode::None;
     });
-    const std::optional<ModelGraph> compiled =
+    std::optional<ModelGraph> compiled =
         anyCompiled ? compiledModel(model, r, unitOf) : std::nullopt;
+    if (r.plan.compileLoss) compileLoss(compiled ? *compiled : compiled.emplace(model));
     const ModelGraph& g = compiled ? *compiled : model;
     std::vector<char> float8Module;
     for (const auto& u : r.units)
@@ -1441,7 +1459,7 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& model, const ResolvedPlan&
                x.fwdFlops == y.fwdFlops && x.bwdFlops == y.bwdFlops &&
                x.fwdMemBytes == y.fwdMemBytes && x.bwdMemBytes == y.bwdMemBytes &&
                x.upcastElems == y.upcastElems && x.lossVocab == y.lossVocab &&
-               a.attnUpcastElems == b.attnUpcastElems;
+               x.lossCompiled == y.lossCompiled && a.attnUpcastElems == b.attnUpcastElems;
     };
     std::vector<int32_t> distinct;
     for (size_t i = 0; i < runs.size(); ++i) {

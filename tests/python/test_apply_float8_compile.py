@@ -29,7 +29,7 @@ import torch.distributed as dist  # noqa: E402
 from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: E402
 
 sys.path.insert(0, peer.sample())
-from apply_plan import after_optimizer_step, apply_plan  # noqa: E402
+from apply_plan import after_optimizer_step, apply_plan, compile_loss  # noqa: E402
 
 CFG = peer.sample("models", "tiny-llama", "config.json")
 LAYER_LINEARS = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
@@ -90,6 +90,27 @@ class Float8AndCompile(unittest.TestCase):
         self.assertNotIsInstance(model.lm_head, Float8Linear)
         for i in range(4):  # compiled in place: the module keeps its identity for fully_shard
             self.assertIsNotNone(model.model.layers[i]._compiled_call_impl, i)
+
+    def test_a_compiled_loss_is_exported_and_applied(self):
+        p = plan(compile="per_block")
+        p["training"]["compile_loss"] = True
+        e = self.export(p)
+        self.assertTrue(e["compile"]["loss"])
+        model, cfg = self.model()
+        apply_plan(model, e, device_type="cpu")
+
+        def loss_fn(logits, labels):
+            return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(0, 1))
+
+        compiled = compile_loss(loss_fn, e)
+        self.assertIsNot(compiled, loss_fn)
+        logits = torch.randn(2, 16, cfg.vocab_size, requires_grad=True)
+        labels = torch.randint(0, cfg.vocab_size, (2, 16))
+        torch.testing.assert_close(compiled(logits, labels), loss_fn(logits, labels))
+        self.assertIs(compile_loss(loss_fn, self.export(plan(compile="per_block"))), loss_fn)
+        for fmt in ("fsdp1", "lightning-fsdp1"):
+            settings = {d["setting"] for d in self.export(p, fmt)["dropped"]}
+            self.assertIn("training.compile_loss", settings, fmt)
 
     def test_float8_all_gather_moves_one_byte_an_element(self):
         gathered = []
