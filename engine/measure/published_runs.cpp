@@ -34,7 +34,8 @@ std::string clusterPath(const std::string& dir, const std::string& name) {
 
 PublishedRun readRun(const JsonReader& r) {
     r.allowOnly({"id", "source", "quote", "notes", "gpu", "api", "mode", "model", "plan",
-                 "plan_overrides", "cluster", "gpus", "micro_batch_size", "seq_len", "published"});
+                 "plan_overrides", "cluster", "gpus", "micro_batch_size", "seq_len",
+                 "expandable_segments", "published"});
     PublishedRun run;
     run.pointer = r.pointer();
     run.id = r.getString("id");
@@ -61,6 +62,7 @@ PublishedRun readRun(const JsonReader& r) {
     run.gpus = r.at("gpus").asIntAtLeast(1);
     run.microBatchSize = r.at("micro_batch_size").asIntAtLeast(1);
     run.seqLen = r.at("seq_len").asIntAtLeast(1);
+    run.expandableSegments = r.optBool("expandable_segments").value_or(false);
     const JsonReader pub = r.at("published");
     pub.allowOnly({"tokens_per_s_per_gpu", "peak_reserved_gib"});
     run.publishedTokensPerSPerGpu = pub.at("tokens_per_s_per_gpu").asPositiveNumber();
@@ -153,6 +155,7 @@ Expected<PublishedRunResult> predictPublishedRun(const PublishedRunsFile& f,
     SimOptions opts;
     opts.keepTimeline = false;
     opts.keepOpTimes = false;
+    opts.expandableSegments = run.expandableSegments;
     const SimResult s = simulate(prog, *cluster, r.worldSize, opts);
 
     PublishedRunResult out;

@@ -31,6 +31,9 @@ struct PublishedRun {
     std::string cluster;           // samples/clusters/<cluster>.json
     int64_t gpus = 0;
     int64_t microBatchSize = 0, seqLen = 0;
+    // PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, where the source's launcher sets it
+    // (torchtitan's run_train.sh since October 2024).
+    bool expandableSegments = false;
     double publishedTokensPerSPerGpu = 0;
     std::optional<double> publishedPeakReservedGiB;
     std::string pointer;  // the run's JSON pointer in its file, for messages
