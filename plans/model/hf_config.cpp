@@ -269,22 +269,81 @@ int64_t positive(const JsonReader& r, std::string_view key) {
     return n;
 }
 
-Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
-                                    const HfLoadOptions& o) {
-    ModelGraph g;
-    g.name = c.family;
-    g.maxPositions = c.maxPositions;
-    g.slidingWindow = c.slidingWindow;
-    g.source = "hf:" + c.family;
-    g.activationDtype = o.activationDtype;
-    g.setRootClass(c.prefix + "ForCausalLM");
-    CostBuilder cb{g, static_cast<double>(dtypeSize(o.activationDtype))};
-    const DType pd = o.paramDtype;
-    const int64_t h = c.hidden, dq = c.heads * c.headDim, dkv = c.kvHeads * c.headDim;
-    const double H = static_cast<double>(h);
+// Builds a Llama-like decoder (transformers' LlamaForCausalLM and the families that share
+// its layout, LlamaLike): the module tree in registration order, each module with its
+// parameters and the costs of its own operators. One method per part of a decoder layer.
+class LlamaLikeBuilder {
+public:
+    LlamaLikeBuilder(const LlamaLike& config, const HfLoadOptions& o)
+        : c(config),
+          cb{g, static_cast<double>(dtypeSize(o.activationDtype))},
+          pd(o.paramDtype),
+          h(c.hidden),
+          dq(c.heads * c.headDim),
+          dkv(c.kvHeads * c.headDim),
+          H(static_cast<double>(h)) {
+        g.name = c.family;
+        g.maxPositions = c.maxPositions;
+        g.slidingWindow = c.slidingWindow;
+        g.source = "hf:" + c.family;
+        g.activationDtype = o.activationDtype;
+        g.setRootClass(c.prefix + "ForCausalLM");
+    }
 
-    auto linear = [&](ModuleId parent, const char* name, int64_t in, int64_t out, bool bias,
-                      bool savesInput, bool sumsInputGrad = false) {
+    Expected<ModelGraph> build(const std::string& file) {
+        ModuleId model =
+            g.addModule(g.root(), "model", c.prefix + (c.gemma3 ? "TextModel" : "Model"));
+        ModuleId embed = g.addModule(model, "embed_tokens",
+                                     c.gemma3 ? "Gemma3TextScaledWordEmbedding" : "Embedding");
+        ParamId embedW = g.addParam(embed, "weight", {c.vocab, h}, pd);
+        cb.embedding(embed, H);
+        if (c.gemma) {
+            // The embedding times sqrt(hidden_size): a multiply by a constant, nothing saved.
+            if (c.gemma3) g.addBuffer(embed, {"embed_scale", {}, DType::Float32, false});
+            // Counted at the embedding (Gemma-2 multiplies in its model's forward, right after).
+            auto& ec = g.cost(embed);
+            ec.fwdMemKernels += 1;
+            ec.bwdMemKernels += 1;
+            ec.fwdMemBytes.perToken += 2 * H * cb.e;
+            ec.bwdMemBytes.perToken += 2 * H * cb.e;
+        }
+        ModuleId layers = g.addModule(model, "layers", "ModuleList", {"ModuleList"});
+        for (int64_t i = 0; i < c.layers; ++i)
+            decoderLayer(g.addModule(layers, std::to_string(i), c.prefix + "DecoderLayer"), i);
+        rmsNorm(model, "norm");
+        cb.rotaryEmbedding(model, "rotary_emb", c.prefix + "RotaryEmbedding", c.rotaryDim,
+                           c.headDim, c.deepseekV2);
+        if (c.gemma3)  // the sliding-window layers' own cos and sin (rope_local_base_freq)
+            cb.rotaryEmbedding(model, "rotary_emb_local", c.prefix + "RotaryEmbedding", c.rotaryDim,
+                               c.headDim);
+        g.cost(model).outputBytes.perToken += H * cb.e;
+        if (c.tie) {
+            ModuleId head = g.addModule(g.root(), "lm_head", "Linear");
+            g.tieParam(embedW, head, "weight");
+            cb.linear(head, H, static_cast<double>(c.vocab), true);
+        } else {
+            linear(g.root(), "lm_head", h, c.vocab, false, true);
+        }
+        if (c.finalSoftcap > 0) {
+            // logits / cap, tanh (keeps its output), * cap, before the loss.
+            auto& rc = g.cost(g.root());
+            const double V = static_cast<double>(c.vocab);
+            rc.savedBytes.perToken += V * cb.e;
+            rc.fwdMemKernels += 3;
+            rc.bwdMemKernels += 3;
+            rc.fwdMemBytes.perToken += 6 * V * cb.e;
+            rc.bwdMemBytes.perToken += 7 * V * cb.e;
+        }
+        cb.causalLmLoss(g.root(), static_cast<double>(c.vocab));
+        if (Status s = g.finalize(); !s) return Error{file + ":/: " + s.error()};
+        return g;
+        if (Status s = g.finalize(); !s) return Error{file + ":/: " + s.error()};
+        return std::move(g);
+    }
+
+private:
+    ModuleId linear(ModuleId parent, const char* name, int64_t in, int64_t out, bool bias,
+                    bool savesInput, bool sumsInputGrad = false) {
         ModuleId m = g.addModule(parent, name, "Linear");
         g.addParam(m, "weight", {out, in}, pd);
         if (bias) g.addParam(m, "bias", {out}, pd);
@@ -293,23 +352,23 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
         cb.linear(m, static_cast<double>(in), static_cast<double>(out), savesInput,
                   /*addmm=*/bias, sumsInputGrad);
         return m;
-    };
+    }
     // An RMSNorm over `width` (its weight's size), CostBuilder::rmsNorm's costs.
-    auto normOf = [&](ModuleId parent, const char* name, int64_t width, bool weightInFp32 = false) {
+    ModuleId normOf(ModuleId parent, const char* name, int64_t width, bool weightInFp32 = false) {
         ModuleId m = g.addModule(parent, name, c.prefix + "RMSNorm");
         g.addParam(m, "weight", {width}, pd);
         cb.rmsNorm(m, static_cast<double>(width), 1, weightInFp32);
         return m;
-    };
-    auto rmsNorm = [&](ModuleId parent, const char* name) {
+    }
+    ModuleId rmsNorm(ModuleId parent, const char* name) {
         return normOf(parent, name, h, c.olmo2 || c.gemma);
-    };
+    }
     // SwiGLU MLP: down(silu(gate(x)) * up(x)). Saved in the MLP itself: gate output (SiLU
     // input), SiLU output and up output (the mul's operands). `tokenShare` is the fraction
     // of tokens routed to this MLP (1 for dense, top_k/num_experts for an expert under
     // balanced routing).
-    auto swiglu = [&](ModuleId m, const char* gate, const char* up, const char* down, int64_t inter,
-                      double tokenShare, bool gateSavesInput) {
+    void swiglu(ModuleId m, const char* gate, const char* up, const char* down, int64_t inter,
+                double tokenShare, bool gateSavesInput) {
         const double I = static_cast<double>(inter);
         auto scaled = [&](ModuleId x) {
             auto& cc = g.cost(x);
@@ -342,7 +401,7 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
         mc.outputBytes.perToken += H * cb.e;
         for (ModuleId x : {gm, um, dm, m})
             scaled(x);
-    };
+    }
 
     // DeepSeek's multi-head latent attention (DeepseekV3Attention, transformers 4.57, SDPA):
     // q = q_b_proj(q_a_layernorm(q_a_proj(x))) (or q_proj(x)), split into a no-position part
@@ -352,7 +411,7 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
     // view whose storage is kv_b_proj's whole output (heads x (nope + v)), its output
     // (heads x v, also o_proj's input) and the fp32 logsumexp. Interleaved RoPE copies q's and
     // k's rotary parts and saves nothing per token.
-    auto mla = [&](ModuleId attn) {
+    void mla(ModuleId attn) {
         const int64_t qk = c.nopeDim + c.ropeDim;
         if (c.qLora > 0) {
             linear(attn, "q_a_proj", h, c.qLora, c.qkvBias, true);
@@ -387,10 +446,10 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
         cb.sdpa(attn, static_cast<double>(c.heads), static_cast<double>(qk),
                 2.0 * Hq + static_cast<double>(c.heads * (c.nopeDim + c.vDim)),
                 static_cast<double>(c.vDim));
-    };
+    }
     // DeepseekV3MoE: experts, then the router (a module with its own weight and the
     // e_score_correction_bias buffer), then the shared experts on every token.
-    auto deepseekMoe = [&](ModuleId layer) {
+    void deepseekMoe(ModuleId layer) {
         ModuleId moe = g.addModule(layer, "mlp", c.prefix + "MoE");
         ModuleId experts = g.addModule(moe, "experts", "ModuleList", {"ModuleList"});
         const double share = static_cast<double>(c.topK) / static_cast<double>(c.experts);
@@ -450,26 +509,27 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
         mc.fwdMemKernels += 4 + 6 * static_cast<int32_t>(c.experts);
         mc.bwdMemKernels += 4 + 10 * static_cast<int32_t>(c.experts);
         mc.outputBytes.perToken += H * cb.e;
-    };
-
-    ModuleId model = g.addModule(g.root(), "model", c.prefix + (c.gemma3 ? "TextModel" : "Model"));
-    ModuleId embed = g.addModule(model, "embed_tokens",
-                                 c.gemma3 ? "Gemma3TextScaledWordEmbedding" : "Embedding");
-    ParamId embedW = g.addParam(embed, "weight", {c.vocab, h}, pd);
-    cb.embedding(embed, H);
-    if (c.gemma) {
-        // The embedding times sqrt(hidden_size): a multiply by a constant, nothing saved.
-        if (c.gemma3) g.addBuffer(embed, {"embed_scale", {}, DType::Float32, false});
-        // Counted at the embedding (Gemma-2 multiplies in its model's forward, right after).
-        auto& ec = g.cost(embed);
-        ec.fwdMemKernels += 1;
-        ec.bwdMemKernels += 1;
-        ec.fwdMemBytes.perToken += 2 * H * cb.e;
-        ec.bwdMemBytes.perToken += 2 * H * cb.e;
     }
-    ModuleId layers = g.addModule(model, "layers", "ModuleList", {"ModuleList"});
-    for (int64_t i = 0; i < c.layers; ++i) {
-        ModuleId layer = g.addModule(layers, std::to_string(i), c.prefix + "DecoderLayer");
+
+    void decoderLayer(ModuleId layer, int64_t i) {
+        attention(layer, i);
+        const bool sparse =
+            c.experts > 0 && (i + 1) % c.sparseStep == 0 &&
+            std::find(c.mlpOnlyLayers.begin(), c.mlpOnlyLayers.end(), i) == c.mlpOnlyLayers.end();
+        if (c.deepseek && i >= c.firstDense)
+            deepseekMoe(layer);
+        else if (sparse && !c.deepseek)
+            sparseMoe(layer);
+        else
+            denseMlp(layer);
+        norms(layer);
+        cb.residualAdds(layer, H, 2);
+        if (!c.deepseek && !sparse && !c.legacyQwen2MoeAttention && c.residDropout == 0)
+            compiledRule(layer);
+    }
+
+    // The attention module: projections (or MLA), q/k norms, RoPE and SDPA.
+    void attention(ModuleId layer, int64_t i) {
         ModuleId attn =
             g.addModule(layer, "self_attn",
                         c.prefix + (c.legacyQwen2MoeAttention ? "SdpaAttention" : "Attention"));
@@ -563,85 +623,88 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
                 ac.bwdMemBytes.perToken += 2.0 * (dkv + dq) * cb.e;
             }
         }
+    }
+
+    // A mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE): router, experts, shared expert.
+    void sparseMoe(ModuleId layer) {
         const bool mixtral = c.family == "mixtral";
-        const bool sparse =
-            c.experts > 0 && (i + 1) % c.sparseStep == 0 &&
-            std::find(c.mlpOnlyLayers.begin(), c.mlpOnlyLayers.end(), i) == c.mlpOnlyLayers.end();
-        if (c.deepseek && i >= c.firstDense) {
-            deepseekMoe(layer);
-        } else if (sparse && !c.deepseek) {
-            ModuleId moe = g.addModule(layer, mixtral ? "block_sparse_moe" : "mlp",
-                                       c.prefix + "SparseMoeBlock");
-            // Router: Linear(h → E), softmax and top-k in fp32.
-            linear(moe, "gate", h, c.experts, false, true);
-            auto& mc = g.cost(moe);
-            // Saved per token, measured with saved_tensors_hooks on transformers' block (fp32
-            // softmax, top-k indices, and with renormalisation the top-k values and their sum)
-            // and per routed slot: the token and slot indices (int64 each), the routing
-            // weight, the expert's output (kept by the multiply with the weight) and the
-            // weighted output (kept by index_add_, whose backward expands to the source). The
-            // expert's input is counted by its first projection.
-            const double k = static_cast<double>(c.topK);
-            mc.savedBytes.fixedPerToken += 4.0 * static_cast<double>(c.experts) + 8.0 * k +
-                                           16.0 * k + (c.normTopK ? 4.0 * k + 4.0 : 0.0);
-            mc.savedBytes.perToken += (2.0 * H * k + k) * cb.e;
-            mc.fwdMemBytes.perToken += 2.0 * H * cb.e * static_cast<double>(c.topK);
-            mc.bwdMemBytes.perToken += 2.0 * H * cb.e * static_cast<double>(c.topK);
-            // Router (softmax, topk, sum, div, one-hot scatter, ...: 11) and per expert the
-            // token lookup, gathers, routing multiply and index_add_ (6); backward 8 + 10 per
-            // expert (transformers 4.57, counted with a dispatch mode).
-            mc.fwdMemKernels += 11 + 6 * static_cast<int32_t>(c.experts) - (c.normTopK ? 0 : 2);
-            mc.bwdMemKernels += 8 + 10 * static_cast<int32_t>(c.experts) - (c.normTopK ? 0 : 2);
-            mc.outputBytes.perToken += H * cb.e;
-            ModuleId experts = g.addModule(moe, "experts", "ModuleList", {"ModuleList"});
-            const double share = static_cast<double>(c.topK) / static_cast<double>(c.experts);
-            for (int64_t x = 0; x < c.experts; ++x) {
-                // Each expert gathers its tokens (hidden_states[top_x], a copy it saves).
-                if (mixtral) {
-                    ModuleId ex =
-                        g.addModule(experts, std::to_string(x), "MixtralBlockSparseTop2MLP");
-                    swiglu(ex, "w1", "w3", "w2", c.inter, share, true);
-                } else {
-                    ModuleId ex = g.addModule(experts, std::to_string(x), c.prefix + "MLP");
-                    swiglu(ex, "gate_proj", "up_proj", "down_proj", c.moeInter, share, true);
-                }
-            }
-            if (c.sharedInter > 0) {
-                // Every token also goes through the shared expert; its input is the block's
-                // (saved by the router), its output is scaled by sigmoid(shared_expert_gate(x))
-                // (the multiply keeps both: the [tokens, 1] sigmoid and the expert's output),
-                // then added to the routed sum.
-                ModuleId sh = g.addModule(moe, "shared_expert", c.prefix + "MLP");
-                swiglu(sh, "gate_proj", "up_proj", "down_proj", c.sharedInter, 1.0, false);
-                linear(moe, "shared_expert_gate", h, 1, false, false);
-                auto& bc = g.cost(moe);  // adding modules moved the costs
-                bc.savedBytes.perToken += (H + 1.0) * cb.e;
-                bc.fwdMemBytes.perToken += (3.0 * H + 2.0) * cb.e;
-                bc.bwdMemBytes.perToken += (4.0 * H + 2.0) * cb.e;
-                bc.fwdMemKernels += 3;  // sigmoid, mul, add
-                bc.bwdMemKernels += 4;  // mul x2, the broadcast's sum, sigmoid_backward
-            }
-        } else {
-            ModuleId mlp = g.addModule(layer, "mlp", c.prefix + "MLP");
-            if (c.phi3) {
-                // gate_up_proj's output (2I) is chunked into gate and up, views kept by the
-                // SiLU and the multiply; the SiLU's output and the product (down_proj's
-                // input) are new: 4I per token as SwiGLU's three outputs and down's input.
-                const double I = static_cast<double>(c.inter);
-                linear(mlp, "gate_up_proj", h, 2 * c.inter, false, true);
-                linear(mlp, "down_proj", c.inter, h, false, true);
-                g.addModule(mlp, "activation_fn", "SiLUActivation");
-                auto& mc = g.cost(mlp);
-                mc.fwdMemBytes.perToken += 5 * I * cb.e;
-                mc.bwdMemBytes.perToken += 8 * I * cb.e;
-                mc.fwdMemKernels += 2;  // silu, mul
-                mc.bwdMemKernels += 4;  // mul, mul, silu_backward, the chunk's cat
-                mc.savedBytes.perToken += 3 * I * cb.e;
-                mc.outputBytes.perToken += H * cb.e;
+        ModuleId moe =
+            g.addModule(layer, mixtral ? "block_sparse_moe" : "mlp", c.prefix + "SparseMoeBlock");
+        // Router: Linear(h → E), softmax and top-k in fp32.
+        linear(moe, "gate", h, c.experts, false, true);
+        auto& mc = g.cost(moe);
+        // Saved per token, measured with saved_tensors_hooks on transformers' block (fp32
+        // softmax, top-k indices, and with renormalisation the top-k values and their sum)
+        // and per routed slot: the token and slot indices (int64 each), the routing
+        // weight, the expert's output (kept by the multiply with the weight) and the
+        // weighted output (kept by index_add_, whose backward expands to the source). The
+        // expert's input is counted by its first projection.
+        const double k = static_cast<double>(c.topK);
+        mc.savedBytes.fixedPerToken += 4.0 * static_cast<double>(c.experts) + 8.0 * k + 16.0 * k +
+                                       (c.normTopK ? 4.0 * k + 4.0 : 0.0);
+        mc.savedBytes.perToken += (2.0 * H * k + k) * cb.e;
+        mc.fwdMemBytes.perToken += 2.0 * H * cb.e * static_cast<double>(c.topK);
+        mc.bwdMemBytes.perToken += 2.0 * H * cb.e * static_cast<double>(c.topK);
+        // Router (softmax, topk, sum, div, one-hot scatter, ...: 11) and per expert the
+        // token lookup, gathers, routing multiply and index_add_ (6); backward 8 + 10 per
+        // expert (transformers 4.57, counted with a dispatch mode).
+        mc.fwdMemKernels += 11 + 6 * static_cast<int32_t>(c.experts) - (c.normTopK ? 0 : 2);
+        mc.bwdMemKernels += 8 + 10 * static_cast<int32_t>(c.experts) - (c.normTopK ? 0 : 2);
+        mc.outputBytes.perToken += H * cb.e;
+        ModuleId experts = g.addModule(moe, "experts", "ModuleList", {"ModuleList"});
+        const double share = static_cast<double>(c.topK) / static_cast<double>(c.experts);
+        for (int64_t x = 0; x < c.experts; ++x) {
+            // Each expert gathers its tokens (hidden_states[top_x], a copy it saves).
+            if (mixtral) {
+                ModuleId ex = g.addModule(experts, std::to_string(x), "MixtralBlockSparseTop2MLP");
+                swiglu(ex, "w1", "w3", "w2", c.inter, share, true);
             } else {
-                swiglu(mlp, "gate_proj", "up_proj", "down_proj", c.inter, 1.0, true);
+                ModuleId ex = g.addModule(experts, std::to_string(x), c.prefix + "MLP");
+                swiglu(ex, "gate_proj", "up_proj", "down_proj", c.moeInter, share, true);
             }
         }
+        if (c.sharedInter > 0) {
+            // Every token also goes through the shared expert; its input is the block's
+            // (saved by the router), its output is scaled by sigmoid(shared_expert_gate(x))
+            // (the multiply keeps both: the [tokens, 1] sigmoid and the expert's output),
+            // then added to the routed sum.
+            ModuleId sh = g.addModule(moe, "shared_expert", c.prefix + "MLP");
+            swiglu(sh, "gate_proj", "up_proj", "down_proj", c.sharedInter, 1.0, false);
+            linear(moe, "shared_expert_gate", h, 1, false, false);
+            auto& bc = g.cost(moe);  // adding modules moved the costs
+            bc.savedBytes.perToken += (H + 1.0) * cb.e;
+            bc.fwdMemBytes.perToken += (3.0 * H + 2.0) * cb.e;
+            bc.bwdMemBytes.perToken += (4.0 * H + 2.0) * cb.e;
+            bc.fwdMemKernels += 3;  // sigmoid, mul, add
+            bc.bwdMemKernels += 4;  // mul x2, the broadcast's sum, sigmoid_backward
+        }
+    }
+
+    // The dense MLP (SwiGLU; Phi-3's fused gate_up_proj).
+    void denseMlp(ModuleId layer) {
+        ModuleId mlp = g.addModule(layer, "mlp", c.prefix + "MLP");
+        if (c.phi3) {
+            // gate_up_proj's output (2I) is chunked into gate and up, views kept by the
+            // SiLU and the multiply; the SiLU's output and the product (down_proj's
+            // input) are new: 4I per token as SwiGLU's three outputs and down's input.
+            const double I = static_cast<double>(c.inter);
+            linear(mlp, "gate_up_proj", h, 2 * c.inter, false, true);
+            linear(mlp, "down_proj", c.inter, h, false, true);
+            g.addModule(mlp, "activation_fn", "SiLUActivation");
+            auto& mc = g.cost(mlp);
+            mc.fwdMemBytes.perToken += 5 * I * cb.e;
+            mc.bwdMemBytes.perToken += 8 * I * cb.e;
+            mc.fwdMemKernels += 2;  // silu, mul
+            mc.bwdMemKernels += 4;  // mul, mul, silu_backward, the chunk's cat
+            mc.savedBytes.perToken += 3 * I * cb.e;
+            mc.outputBytes.perToken += H * cb.e;
+        } else {
+            swiglu(mlp, "gate_proj", "up_proj", "down_proj", c.inter, 1.0, true);
+        }
+    }
+
+    // The layer's own norms (pre-norm, OLMo-2's and Gemma's post-norms) and Phi-3's dropouts.
+    void norms(ModuleId layer) {
         if (c.olmo2) {
             // x + post_attention_layernorm(attn(x)), then the same around the MLP: q/k/v and
             // gate/up read the residual stream itself (saved by q_proj and gate_proj).
@@ -661,101 +724,220 @@ Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
             cb.dropout(g.addModule(layer, "resid_attn_dropout", "Dropout"), H, c.residDropout);
             cb.dropout(g.addModule(layer, "resid_mlp_dropout", "Dropout"), H, c.residDropout);
         }
-        cb.residualAdds(layer, H, 2);
-        if (!c.deepseek && !sparse && !c.legacyQwen2MoeAttention && c.residDropout == 0) {
-            // Compiled as one region, the layer saves (AOT autograd's min-cut partitioner,
-            // checked per family by tests/python/test_compiled_saved_peer.py): the block
-            // input; each GEMM input that is not it (a pre-norm's output: two, OLMo-2 one,
-            // its MLP's input); SDPA's q, k, v, output and logsumexp and o_proj's input (a
-            // copy of the output with its heads merged); the o_proj output a norm reads
-            // after it (through the residual, or a post-norm); with q/k norms the q and k
-            // projections; gate, up and their SwiGLU/GELU product; with a norm after the
-            // MLP down_proj's output; and every RMSNorm's fp32 rstd, per row.
-            const double Q = static_cast<double>(dq), KV = static_cast<double>(dkv);
-            const double I = static_cast<double>(c.inter);
-            const bool projNorms = c.qkNorm || c.olmo2;
-            const bool postMlpNorm = c.gemma || c.olmo2;
-            const double elems = H + (c.olmo2 ? 1 : 2) * H + 3 * Q + 2 * KV + H + 3 * I +
-                                 (projNorms ? Q + KV : 0) + (postMlpNorm ? H : 0);
-            const double normRows = (c.gemma ? 4 : 2) + (c.olmo2 ? 2 : 0) +
-                                    (c.qkNorm ? static_cast<double>(c.heads + c.kvHeads) : 0);
-            auto& k = g.cost(layer).compiled;
-            k.savedBytes.perToken = elems * cb.e;
-            k.savedBytes.fixedPerToken = 4 * normRows + 4 * static_cast<double>(c.heads);
-            // Inductor's fused memory-bound kernels (counted in its generated code for the
-            // layer, tests/python/test_compiled_fusion_peer.py), for the pre-norm layers of
-            // Llama's shape. Forward, five: input_layernorm (reads x, writes its output);
-            // RoPE on q and k (reads them and cos/sin, writes the rotated pair); the
-            // residual add with post_attention_layernorm (reads x and o_proj's output,
-            // writes the norm's output: the sum is recomputed, not stored); SiLU(gate) x up;
-            // the last residual add (x, o_proj's and down_proj's outputs). Backward, four:
-            // SiLU's backward (gate, up and the product's gradient in, two gradients out,
-            // beside SDPA's delta: output x its gradient per head); the second norm's
-            // backward with the residual (the two MLP input gradients, x, o_proj's output,
-            // the output gradient in, the residual gradient out); RoPE's backward; the first
-            // norm's backward (the residual gradient, the three projections' input
-            // gradients, and the second norm's weight gradient recomputed from x and
-            // o_proj's output). Per-head q/k norms (Qwen3) add one kernel each forward,
-            // reading its projection, and RoPE's kernel then writes the normalised q and k
-            // beside the rotated ones; RoPE's backward reads the projections and writes
-            // their gradients besides. q/k/v biases (Qwen2) add the bias gradients' two sums
-            // backward. Phi-3's fused projections: RoPE reads the one qkv_proj output and writes v
-            // too; backward, RoPE's kernel handles v's gradient as well and each norm's
-            // backward reads one input gradient per fused GEMM.
-            if (!c.gemma && !c.olmo2) {
-                const double rd = static_cast<double>(c.rotaryDim);
-                double fwd = 8 * H + 2 * Q + 2 * KV + 3 * I + 2 * rd;
-                double bwd = 14 * H + 2 * Q + 2 * KV + 4 * I + 2 * rd;
-                int32_t fk = 5, bk = 4;
-                if (c.qkNorm) {
-                    fwd += 2 * (Q + KV);
-                    bwd += 2 * (Q + KV);
-                    fk += 2;
-                }
-                if (c.qkvBias) {
-                    bwd += Q + KV;
-                    bk += 2;
-                }
-                if (c.phi3) {
-                    fwd += Q + 2 * KV;
-                    bwd += 2 * KV - 4 * H;
-                }
-                k.fwdMemBytes.perToken = fwd * cb.e;
-                k.fwdMemBytes.fixedPerToken = 4 * normRows;
-                k.bwdMemBytes.perToken = bwd * cb.e;
-                k.bwdMemBytes.fixedPerToken = 8 * static_cast<double>(c.heads) + 4 * normRows + 12;
-                k.fwdMemKernels = fk;
-                k.bwdMemKernels = bk;
+    }
+
+    void compiledRule(ModuleId layer) {
+        // Compiled as one region, the layer saves (AOT autograd's min-cut partitioner,
+        // checked per family by tests/python/test_compiled_saved_peer.py): the block
+        // input; each GEMM input that is not it (a pre-norm's output: two, OLMo-2 one,
+        // its MLP's input); SDPA's q, k, v, output and logsumexp and o_proj's input (a
+        // copy of the output with its heads merged); the o_proj output a norm reads
+        // after it (through the residual, or a post-norm); with q/k norms the q and k
+        // projections; gate, up and their SwiGLU/GELU product; with a norm after the
+        // MLP down_proj's output; and every RMSNorm's fp32 rstd, per row.
+        const double Q = static_cast<double>(dq), KV = static_cast<double>(dkv);
+        const double I = static_cast<double>(c.inter);
+        const bool projNorms = c.qkNorm || c.olmo2;
+        const bool postMlpNorm = c.gemma || c.olmo2;
+        const double elems = H + (c.olmo2 ? 1 : 2) * H + 3 * Q + 2 * KV + H + 3 * I +
+                             (projNorms ? Q + KV : 0) + (postMlpNorm ? H : 0);
+        const double normRows = (c.gemma ? 4 : 2) + (c.olmo2 ? 2 : 0) +
+                                (c.qkNorm ? static_cast<double>(c.heads + c.kvHeads) : 0);
+        auto& k = g.cost(layer).compiled;
+        k.savedBytes.perToken = elems * cb.e;
+        k.savedBytes.fixedPerToken = 4 * normRows + 4 * static_cast<double>(c.heads);
+        // Inductor's fused memory-bound kernels (counted in its generated code for the
+        // layer, tests/python/test_compiled_fusion_peer.py), for the pre-norm layers of
+        // Llama's shape. Forward, five: input_layernorm (reads x, writes its output);
+        // RoPE on q and k (reads them and cos/sin, writes the rotated pair); the
+        // residual add with post_attention_layernorm (reads x and o_proj's output,
+        // writes the norm's output: the sum is recomputed, not stored); SiLU(gate) x up;
+        // the last residual add (x, o_proj's and down_proj's outputs). Backward, four:
+        // SiLU's backward (gate, up and the product's gradient in, two gradients out,
+        // beside SDPA's delta: output x its gradient per head); the second norm's
+        // backward with the residual (the two MLP input gradients, x, o_proj's output,
+        // the output gradient in, the residual gradient out); RoPE's backward; the first
+        // norm's backward (the residual gradient, the three projections' input
+        // gradients, and the second norm's weight gradient recomputed from x and
+        // o_proj's output). Per-head q/k norms (Qwen3) add one kernel each forward,
+        // reading its projection, and RoPE's kernel then writes the normalised q and k
+        // beside the rotated ones; RoPE's backward reads the projections and writes
+        // their gradients besides. q/k/v biases (Qwen2) add the bias gradients' two sums
+        // backward. Phi-3's fused projections: RoPE reads the one qkv_proj output and writes v
+        // too; backward, RoPE's kernel handles v's gradient as well and each norm's
+        // backward reads one input gradient per fused GEMM.
+        if (!c.gemma && !c.olmo2) {
+            const double rd = static_cast<double>(c.rotaryDim);
+            double fwd = 8 * H + 2 * Q + 2 * KV + 3 * I + 2 * rd;
+            double bwd = 14 * H + 2 * Q + 2 * KV + 4 * I + 2 * rd;
+            int32_t fk = 5, bk = 4;
+            if (c.qkNorm) {
+                fwd += 2 * (Q + KV);
+                bwd += 2 * (Q + KV);
+                fk += 2;
             }
+            if (c.qkvBias) {
+                bwd += Q + KV;
+                bk += 2;
+            }
+            if (c.phi3) {
+                fwd += Q + 2 * KV;
+                bwd += 2 * KV - 4 * H;
+            }
+            k.fwdMemBytes.perToken = fwd * cb.e;
+            k.fwdMemBytes.fixedPerToken = 4 * normRows;
+            k.bwdMemBytes.perToken = bwd * cb.e;
+            k.bwdMemBytes.fixedPerToken = 8 * static_cast<double>(c.heads) + 4 * normRows + 12;
+            k.fwdMemKernels = fk;
+            k.bwdMemKernels = bk;
         }
     }
-    rmsNorm(model, "norm");
-    cb.rotaryEmbedding(model, "rotary_emb", c.prefix + "RotaryEmbedding", c.rotaryDim, c.headDim,
-                       c.deepseekV2);
-    if (c.gemma3)  // the sliding-window layers' own cos and sin (rope_local_base_freq)
-        cb.rotaryEmbedding(model, "rotary_emb_local", c.prefix + "RotaryEmbedding", c.rotaryDim,
-                           c.headDim);
-    g.cost(model).outputBytes.perToken += H * cb.e;
-    if (c.tie) {
-        ModuleId head = g.addModule(g.root(), "lm_head", "Linear");
-        g.tieParam(embedW, head, "weight");
-        cb.linear(head, H, static_cast<double>(c.vocab), true);
-    } else {
-        linear(g.root(), "lm_head", h, c.vocab, false, true);
+
+    const LlamaLike& c;
+    ModelGraph g;
+    CostBuilder cb;
+    const DType pd;
+    const int64_t h, dq, dkv;
+    const double H;
+};
+
+Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
+                                    const HfLoadOptions& o) {
+    return LlamaLikeBuilder(c, o).build(file);
+}
+
+// The sliding window and the layers that use it, as transformers' configs decide them
+// (config.layer_types where the family has it): from seq_len == window on, each such
+// layer's SDPA keeps a (b, 1, s, s) mask (ModuleCost::windowSavedBytes).
+void readSlidingWindow(const JsonReader& r, const std::string& family, LlamaLike& c) {
+    bool everyLayer = false;  // one mask for the whole model (no layer_types)
+    int64_t fullBelow = 0;    // Qwen2/Qwen3: the first max_window_layers attend fully
+    if (family == "mistral") {
+        // MistralConfig's default window is 4096; null turns it off.
+        c.slidingWindow = !r.has("sliding_window")         ? 4096
+                          : r.hasNonNull("sliding_window") ? positive(r, "sliding_window")
+                                                           : 0;
+        everyLayer = true;
+    } else if (family == "mixtral" || family == "qwen3_moe" || c.phi3) {
+        if (family == "qwen3_moe" && !r.optBool("use_sliding_window").value_or(false))
+            c.slidingWindow = 0;
+        else if (family == "qwen3_moe")
+            c.slidingWindow = r.hasNonNull("sliding_window") ? positive(r, "sliding_window") : 4096;
+        else
+            c.slidingWindow = r.hasNonNull("sliding_window") ? positive(r, "sliding_window") : 0;
+        everyLayer = true;
+    } else if (family == "qwen2" || family == "qwen3") {
+        c.slidingWindow = !r.optBool("use_sliding_window").value_or(false) ? 0
+                          : !r.has("sliding_window")                       ? 4096
+                          : r.hasNonNull("sliding_window") ? positive(r, "sliding_window")
+                                                           : 0;
+        fullBelow =
+            r.hasNonNull("max_window_layers") ? r.at("max_window_layers").asIntAtLeast(0) : 28;
+    } else if (!c.gemma) {
+        c.slidingWindow = 0;
     }
-    if (c.finalSoftcap > 0) {
-        // logits / cap, tanh (keeps its output), * cap, before the loss.
-        auto& rc = g.cost(g.root());
-        const double V = static_cast<double>(c.vocab);
-        rc.savedBytes.perToken += V * cb.e;
-        rc.fwdMemKernels += 3;
-        rc.bwdMemKernels += 3;
-        rc.fwdMemBytes.perToken += 6 * V * cb.e;
-        rc.bwdMemBytes.perToken += 7 * V * cb.e;
+    if (c.slidingWindow > 0) {
+        c.slidingLayers.assign(static_cast<size_t>(c.layers), 0);
+        const bool listed = !everyLayer && r.hasNonNull("layer_types");
+        if (listed) {
+            const JsonReader list = r.at("layer_types");
+            list.requireArray();
+            if (static_cast<int64_t>(list.size()) != c.layers)
+                list.fail("layer_types lists " + std::to_string(list.size()) +
+                          " layers, num_hidden_layers is " + std::to_string(c.layers));
+            for (size_t k = 0; k < list.size(); ++k) {
+                const std::string t = list[k].asString();
+                if (t != "sliding_attention" && t != "full_attention")
+                    list[k].fail("unknown layer type \"" + t +
+                                 "\" (sliding_attention or full_attention)");
+                c.slidingLayers[k] = t == "sliding_attention";
+            }
+        }
+        // Gemma-2 alternates from layer 0; Gemma-3 makes every sliding_window_pattern-th
+        // layer (default 6) a full one.
+        const int64_t pattern = family == "gemma2" ? 2
+                                : !c.gemma3        ? 0
+                                : r.hasNonNull("sliding_window_pattern")
+                                    ? positive(r, "sliding_window_pattern")
+                                    : 6;
+        for (int64_t i = 0; !listed && i < c.layers; ++i)
+            c.slidingLayers[static_cast<size_t>(i)] =
+                everyLayer || (pattern > 0 ? (i + 1) % pattern != 0 : i >= fullBelow);
     }
-    cb.causalLmLoss(g.root(), static_cast<double>(c.vocab));
-    if (Status s = g.finalize(); !s) return Error{file + ":/: " + s.error()};
-    return g;
+}
+
+// The experts of the mixture-of-experts families; returns the key naming their count.
+const char* readExperts(const JsonReader& r, const std::string& family, LlamaLike& c) {
+    // Each MoE family names its expert count differently.
+    const char* expertsKey = family == "mixtral" ? "num_local_experts"
+                             : c.deepseek        ? "n_routed_experts"
+                                                 : "num_experts";
+    if (family == "mixtral") {
+        c.experts = positive(r, expertsKey);
+        c.topK = positive(r, "num_experts_per_tok");
+    }
+    if (c.deepseek) {
+        c.experts = positive(r, expertsKey);
+        c.topK = positive(r, "num_experts_per_tok");
+        c.moeInter = positive(r, "moe_intermediate_size");
+        // V2 may have none (n_shared_experts null: no shared_experts module); V3 has some.
+        c.sharedExperts =
+            r.hasNonNull("n_shared_experts") ? r.at("n_shared_experts").asIntAtLeast(0) : 0;
+        if (c.sharedExperts == 0 && !c.deepseekV2)
+            r.at("n_shared_experts")
+                .fail("DeepSeek-V3 models have shared experts (n_shared_experts >= 1)");
+        if (c.sharedExperts > kMaxDim)
+            r.at("n_shared_experts").fail("implausibly many shared experts");
+        // DeepseekV2MoEGate reads norm_topk_prob but never renormalises.
+        c.normTopK = !c.deepseekV2 && r.optBool("norm_topk_prob").value_or(true);
+        c.firstDense = r.hasNonNull("first_k_dense_replace")
+                           ? r.at("first_k_dense_replace").asIntAtLeast(0)
+                           : 0;
+        // V2 groups the experts only with topk_method "group_limited_greedy" (default
+        // "greedy"); V3 always.
+        const bool grouped =
+            !c.deepseekV2 ||
+            (r.hasNonNull("topk_method") && r.getString("topk_method") == "group_limited_greedy");
+        if (c.deepseekV2 && r.hasNonNull("topk_method")) {
+            const std::string m = r.getString("topk_method");
+            if (m != "greedy" && m != "group_limited_greedy")
+                r.at("topk_method")
+                    .fail("unknown topk_method \"" + m +
+                          "\" (DeepSeek-V2 has greedy and group_limited_greedy)");
+        }
+        if (grouped) {
+            const int64_t groups = r.hasNonNull("n_group") ? positive(r, "n_group") : 1;
+            if (c.experts % groups != 0)
+                r.at("n_group").fail("n_group (" + std::to_string(groups) +
+                                     ") must divide n_routed_experts (" +
+                                     std::to_string(c.experts) + ")");
+        }
+    }
+    if (family == "qwen2_moe" || family == "qwen3_moe") {
+        c.experts = r.hasNonNull(expertsKey) ? r.at(expertsKey).asIntAtLeast(0) : 0;
+        if (c.experts > 0) {
+            c.topK = positive(r, "num_experts_per_tok");
+            c.moeInter = positive(r, "moe_intermediate_size");
+            c.normTopK = r.optBool("norm_topk_prob").value_or(false);
+            if (r.hasNonNull("decoder_sparse_step"))
+                c.sparseStep = positive(r, "decoder_sparse_step");
+            if (r.hasNonNull("mlp_only_layers")) {
+                const JsonReader list = r.at("mlp_only_layers");
+                list.requireArray();
+                for (size_t k = 0; k < list.size(); ++k) {
+                    const int64_t layer = list[k].asIntAtLeast(0);
+                    if (layer >= c.layers)
+                        list[k].fail("layer " + std::to_string(layer) +
+                                     " does not exist (num_hidden_layers is " +
+                                     std::to_string(c.layers) + ")");
+                    c.mlpOnlyLayers.push_back(layer);
+                }
+            }
+            if (family == "qwen2_moe")
+                c.sharedInter = positive(r, "shared_expert_intermediate_size");
+        }
+    }
+    return expertsKey;
 }
 
 Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& family,
@@ -868,137 +1050,9 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
                 "sliding-window attention is not modelled for Qwen2-MoE (its legacy attention "
                 "builds its own masks); set it to false or export the model with "
                 "scripts/export_model.py");
-    // The sliding window and the layers that use it, as transformers' configs decide them
-    // (config.layer_types where the family has it): from seq_len == window on, each such
-    // layer's SDPA keeps a (b, 1, s, s) mask (ModuleCost::windowSavedBytes).
-    {
-        bool everyLayer = false;  // one mask for the whole model (no layer_types)
-        int64_t fullBelow = 0;    // Qwen2/Qwen3: the first max_window_layers attend fully
-        if (family == "mistral") {
-            // MistralConfig's default window is 4096; null turns it off.
-            c.slidingWindow = !r.has("sliding_window")         ? 4096
-                              : r.hasNonNull("sliding_window") ? positive(r, "sliding_window")
-                                                               : 0;
-            everyLayer = true;
-        } else if (family == "mixtral" || family == "qwen3_moe" || c.phi3) {
-            if (family == "qwen3_moe" && !r.optBool("use_sliding_window").value_or(false))
-                c.slidingWindow = 0;
-            else if (family == "qwen3_moe")
-                c.slidingWindow =
-                    r.hasNonNull("sliding_window") ? positive(r, "sliding_window") : 4096;
-            else
-                c.slidingWindow =
-                    r.hasNonNull("sliding_window") ? positive(r, "sliding_window") : 0;
-            everyLayer = true;
-        } else if (family == "qwen2" || family == "qwen3") {
-            c.slidingWindow = !r.optBool("use_sliding_window").value_or(false) ? 0
-                              : !r.has("sliding_window")                       ? 4096
-                              : r.hasNonNull("sliding_window") ? positive(r, "sliding_window")
-                                                               : 0;
-            fullBelow =
-                r.hasNonNull("max_window_layers") ? r.at("max_window_layers").asIntAtLeast(0) : 28;
-        } else if (!c.gemma) {
-            c.slidingWindow = 0;
-        }
-        if (c.slidingWindow > 0) {
-            c.slidingLayers.assign(static_cast<size_t>(c.layers), 0);
-            const bool listed = !everyLayer && r.hasNonNull("layer_types");
-            if (listed) {
-                const JsonReader list = r.at("layer_types");
-                list.requireArray();
-                if (static_cast<int64_t>(list.size()) != c.layers)
-                    list.fail("layer_types lists " + std::to_string(list.size()) +
-                              " layers, num_hidden_layers is " + std::to_string(c.layers));
-                for (size_t k = 0; k < list.size(); ++k) {
-                    const std::string t = list[k].asString();
-                    if (t != "sliding_attention" && t != "full_attention")
-                        list[k].fail("unknown layer type \"" + t +
-                                     "\" (sliding_attention or full_attention)");
-                    c.slidingLayers[k] = t == "sliding_attention";
-                }
-            }
-            // Gemma-2 alternates from layer 0; Gemma-3 makes every sliding_window_pattern-th
-            // layer (default 6) a full one.
-            const int64_t pattern = family == "gemma2" ? 2
-                                    : !c.gemma3        ? 0
-                                    : r.hasNonNull("sliding_window_pattern")
-                                        ? positive(r, "sliding_window_pattern")
-                                        : 6;
-            for (int64_t i = 0; !listed && i < c.layers; ++i)
-                c.slidingLayers[static_cast<size_t>(i)] =
-                    everyLayer || (pattern > 0 ? (i + 1) % pattern != 0 : i >= fullBelow);
-        }
-    }
+    readSlidingWindow(r, family, c);
     c.mlpBias = (family == "llama" || c.deepseekV2) && r.optBool("mlp_bias").value_or(false);
-    // Each MoE family names its expert count differently.
-    const char* expertsKey = family == "mixtral" ? "num_local_experts"
-                             : c.deepseek        ? "n_routed_experts"
-                                                 : "num_experts";
-    if (family == "mixtral") {
-        c.experts = positive(r, expertsKey);
-        c.topK = positive(r, "num_experts_per_tok");
-    }
-    if (c.deepseek) {
-        c.experts = positive(r, expertsKey);
-        c.topK = positive(r, "num_experts_per_tok");
-        c.moeInter = positive(r, "moe_intermediate_size");
-        // V2 may have none (n_shared_experts null: no shared_experts module); V3 has some.
-        c.sharedExperts =
-            r.hasNonNull("n_shared_experts") ? r.at("n_shared_experts").asIntAtLeast(0) : 0;
-        if (c.sharedExperts == 0 && !c.deepseekV2)
-            r.at("n_shared_experts")
-                .fail("DeepSeek-V3 models have shared experts (n_shared_experts >= 1)");
-        if (c.sharedExperts > kMaxDim)
-            r.at("n_shared_experts").fail("implausibly many shared experts");
-        // DeepseekV2MoEGate reads norm_topk_prob but never renormalises.
-        c.normTopK = !c.deepseekV2 && r.optBool("norm_topk_prob").value_or(true);
-        c.firstDense = r.hasNonNull("first_k_dense_replace")
-                           ? r.at("first_k_dense_replace").asIntAtLeast(0)
-                           : 0;
-        // V2 groups the experts only with topk_method "group_limited_greedy" (default
-        // "greedy"); V3 always.
-        const bool grouped =
-            !c.deepseekV2 ||
-            (r.hasNonNull("topk_method") && r.getString("topk_method") == "group_limited_greedy");
-        if (c.deepseekV2 && r.hasNonNull("topk_method")) {
-            const std::string m = r.getString("topk_method");
-            if (m != "greedy" && m != "group_limited_greedy")
-                r.at("topk_method")
-                    .fail("unknown topk_method \"" + m +
-                          "\" (DeepSeek-V2 has greedy and group_limited_greedy)");
-        }
-        if (grouped) {
-            const int64_t groups = r.hasNonNull("n_group") ? positive(r, "n_group") : 1;
-            if (c.experts % groups != 0)
-                r.at("n_group").fail("n_group (" + std::to_string(groups) +
-                                     ") must divide n_routed_experts (" +
-                                     std::to_string(c.experts) + ")");
-        }
-    }
-    if (family == "qwen2_moe" || family == "qwen3_moe") {
-        c.experts = r.hasNonNull(expertsKey) ? r.at(expertsKey).asIntAtLeast(0) : 0;
-        if (c.experts > 0) {
-            c.topK = positive(r, "num_experts_per_tok");
-            c.moeInter = positive(r, "moe_intermediate_size");
-            c.normTopK = r.optBool("norm_topk_prob").value_or(false);
-            if (r.hasNonNull("decoder_sparse_step"))
-                c.sparseStep = positive(r, "decoder_sparse_step");
-            if (r.hasNonNull("mlp_only_layers")) {
-                const JsonReader list = r.at("mlp_only_layers");
-                list.requireArray();
-                for (size_t k = 0; k < list.size(); ++k) {
-                    const int64_t layer = list[k].asIntAtLeast(0);
-                    if (layer >= c.layers)
-                        list[k].fail("layer " + std::to_string(layer) +
-                                     " does not exist (num_hidden_layers is " +
-                                     std::to_string(c.layers) + ")");
-                    c.mlpOnlyLayers.push_back(layer);
-                }
-            }
-            if (family == "qwen2_moe")
-                c.sharedInter = positive(r, "shared_expert_intermediate_size");
-        }
-    }
+    const char* expertsKey = readExperts(r, family, c);
     if (c.layers > 10000)
         r.at("num_hidden_layers").fail("implausibly many layers (more than 10000)");
     if (c.experts > 0 && c.topK > c.experts)
