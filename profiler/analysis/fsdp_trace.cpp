@@ -198,57 +198,84 @@ bool isForwardOnlyOp(std::string_view name, bool* attention) {
     return sdpa || name == "aten::linear" || name == "aten::embedding";
 }
 
-FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
-    FsdpTraceAnalysis a;
-    a.worldSize = t.worldSize;
-    a.rank = t.rank;
-    a.processGroups = t.processGroups;
-    // The main thread: the host lane with the most FSDP labels.
-    std::unordered_map<int32_t, int64_t> labels;
-    int64_t fsdp2 = 0, fsdp1 = 0;
-    for (size_t i = 0; i < t.size(); ++i) {
-        if (t.lanes[static_cast<size_t>(t.lane[i])].kind != LaneKind::HostThread) continue;
-        const std::string& n = t.strings.at(t.name[i]);
-        if (startsWith(n, "FSDP::")) {
-            ++labels[t.lane[i]];
-            ++fsdp2;
-        } else if (startsWith(n, "FullyShardedDataParallel.")) {
-            ++labels[t.lane[i]];
-            ++fsdp1;
+namespace {
+// One rank's trace walked as analyzeFsdp reads it: the main thread's FSDP ranges in order,
+// the units they name, the collectives issued and where they ran.
+class FsdpAnalyzer {
+public:
+    explicit FsdpAnalyzer(const Trace& trace) : t(trace) {
+        a.worldSize = t.worldSize;
+        a.rank = t.rank;
+        a.processGroups = t.processGroups;
+    }
+
+    FsdpTraceAnalysis run() {
+        if (!findMainThread()) return std::move(a);
+        for (int32_t e : walk.order)
+            visit(e);
+        for (int32_t m : microOfStep)
+            a.microBatches = std::max(a.microBatches, m);
+        if (a.api == "fsdp1") matchFsdp1Backward();
+        locateCollectives();
+        exposedTimes();
+        perUnit();
+        sortUnits();
+        batchAndSeq();
+        return std::move(a);
+    }
+
+private:
+    bool findMainThread() {
+        // The main thread: the host lane with the most FSDP labels.
+        std::unordered_map<int32_t, int64_t> labels;
+        int64_t fsdp2 = 0, fsdp1 = 0;
+        for (size_t i = 0; i < t.size(); ++i) {
+            if (t.lanes[static_cast<size_t>(t.lane[i])].kind != LaneKind::HostThread) continue;
+            const std::string& n = t.strings.at(t.name[i]);
+            if (startsWith(n, "FSDP::")) {
+                ++labels[t.lane[i]];
+                ++fsdp2;
+            } else if (startsWith(n, "FullyShardedDataParallel.")) {
+                ++labels[t.lane[i]];
+                ++fsdp1;
+            }
         }
-    }
-    if (labels.empty()) {
-        a.notes.push_back(
-            "no FSDP record_function labels (FSDP::* or FullyShardedDataParallel.*) in the "
-            "trace: not an FSDP run, or profiled without CPU activity");
-        return a;
-    }
-    a.api = fsdp2 >= fsdp1 ? "fsdp2" : "fsdp1";
-    a.mainLane = std::max_element(labels.begin(), labels.end(), [](const auto& x, const auto& y) {
-                     return x.second < y.second;
-                 })->first;
+        if (labels.empty()) {
+            a.notes.push_back(
+                "no FSDP record_function labels (FSDP::* or FullyShardedDataParallel.*) in the "
+                "trace: not an FSDP run, or profiled without CPU activity");
+            return false;
+        }
+        a.api = fsdp2 >= fsdp1 ? "fsdp2" : "fsdp1";
+        a.mainLane =
+            std::max_element(labels.begin(), labels.end(), [](const auto& x, const auto& y) {
+                return x.second < y.second;
+            })->first;
 
-    for (const auto& [lane, n] : labels)
-        if (t.lanes[static_cast<size_t>(lane)].pid == t.lanes[static_cast<size_t>(a.mainLane)].pid)
-            a.hostLanes.push_back(lane);
-    std::sort(a.hostLanes.begin(), a.hostLanes.end());
-    const MainThreadWalk walk = mainThreadWalk(t, a.hostLanes);
-    const std::vector<int32_t>& order = walk.order;
-    const std::vector<Interval>& steps = walk.steps;
-    if (!walk.haveSteps)
-        a.notes.push_back("no ProfilerStep ranges: the whole trace is taken as one step");
-    a.steps = static_cast<int32_t>(steps.size());
-    // On a GPU the host runs ahead of the device: a step takes what its launches took there.
-    a.launched = deviceLaunches(t, a.hostLanes);
-    for (const auto& s : steps) {
-        const Interval d = a.launched.spanOf(s.first, s.second);
-        a.stepNs += static_cast<double>(d.first >= 0 ? d.second - d.first : s.second - s.first);
+        for (const auto& [lane, n] : labels)
+            if (t.lanes[static_cast<size_t>(lane)].pid ==
+                t.lanes[static_cast<size_t>(a.mainLane)].pid)
+                a.hostLanes.push_back(lane);
+        std::sort(a.hostLanes.begin(), a.hostLanes.end());
+        walk = mainThreadWalk(t, a.hostLanes);
+        const std::vector<Interval>& steps = walk.steps;
+        if (!walk.haveSteps)
+            a.notes.push_back("no ProfilerStep ranges: the whole trace is taken as one step");
+        a.steps = static_cast<int32_t>(steps.size());
+        // On a GPU the host runs ahead of the device: a step takes what its launches took there.
+        a.launched = deviceLaunches(t, a.hostLanes);
+        for (const auto& s : steps) {
+            const Interval d = a.launched.spanOf(s.first, s.second);
+            a.stepNs += static_cast<double>(d.first >= 0 ? d.second - d.first : s.second - s.first);
+        }
+        a.stepNs /= static_cast<double>(steps.size());
+        microOfStep.assign(steps.size(), 0);
+        return true;
     }
-    a.stepNs /= static_cast<double>(steps.size());
-    auto stepOf = [&](int64_t ts) { return walk.stepOf(ts); };
 
-    std::unordered_map<std::string, int32_t> unitIndex;
-    auto unitOf = [&](const std::string& fqn) {
+    int32_t stepOf(int64_t ts) const { return walk.stepOf(ts); }
+
+    int32_t unitOf(const std::string& fqn) {
         auto [it, fresh] = unitIndex.try_emplace(fqn, static_cast<int32_t>(a.units.size()));
         if (fresh) {
             FsdpUnit u;
@@ -257,66 +284,51 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
             a.units.push_back(std::move(u));
         }
         return it->second;
-    };
-    auto addTarget = [](std::vector<std::string>& v, const std::string& x) {
+    }
+    static void addTarget(std::vector<std::string>& v, const std::string& x) {
         if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(x);
-    };
+    }
 
-    // FSDP1: units numbered by the order of _pre_forward within a forward.
-    int32_t fsdp1Forward = 0;
-    std::vector<int32_t> microOfStep(steps.size(), 0);
-    int32_t fwdCounter = 0, bwdCounter = 0, postFwdCounter = 0;
-    int32_t lastPreForward = -1, lastPreBackward = -1;  // the latest pre hook's unit
-    bool inBackward = false;            // since the micro-batch's first backward hook
-    std::vector<int32_t> forwardStack;  // units between their pre_forward and post_forward
-    struct Open {
-        int32_t event;
-        int64_t end;
-    };
-    std::vector<Open> stack;
-    std::unordered_map<int32_t, int32_t> fsdp1UnitOf;  // FSDP1 forward / hook range -> unit
-    int32_t fsdp1Hook = 0;                             // pre-backward hooks this micro-batch
-    int32_t fsdp1LastPreBackward = -1;                 // the unit of the latest one
     // A forward-only op (isForwardOnlyOp) that ran in unit u: in forward, the unit's own; in
     // backward, its recompute's. u -1: none.
-    auto countForwardOnly = [&](int32_t u, bool sdpa) {
+    void countForwardOnly(int32_t u, bool sdpa) {
         if (u < 0) return;
         FsdpUnit& unit = a.units[static_cast<size_t>(u)];
         (inBackward ? unit.recomputedOps : unit.forwardOps) += !sdpa;
         (inBackward ? unit.recomputedAttention : unit.forwardAttention) += sdpa;
-    };
+    }
     // A record inside a record of itself on its thread: a selective policy's dispatch mode
     // records an op around the op's own record (FsdpUnit::policyForwardMm).
-    auto nestedInItself = [&](int32_t e, int64_t end) {
+    bool nestedInItself(int32_t e, int64_t end) {
         for (auto it = stack.rbegin(); it != stack.rend(); ++it)
             if (t.lane[it->event] == t.lane[e] && t.name[it->event] == t.name[e] && it->end >= end)
                 return true;  // the mode's own records may lie between the two
         return false;
-    };
+    }
     // An mm or SDPA kernel op that ran under a selective policy, counted in unit u.
-    auto countPolicyOp = [&](int32_t u, int32_t e, const std::string& name, int64_t end) {
+    void countPolicyOp(int32_t u, int32_t e, const std::string& name, int64_t end) {
         const bool mm = name == "aten::mm";
         if (u < 0 || !(mm || isSdpaKernelOp(name)) || !nestedInItself(e, end)) return;
         FsdpUnit& unit = a.units[static_cast<size_t>(u)];
         (mm ? (inBackward ? unit.policyRecomputedMm : unit.policyForwardMm)
             : (inBackward ? unit.policyRecomputedSdpa : unit.policyForwardSdpa)) += 1;
         if (!inBackward) ++unit.policyForwardNested;
-    };
+    }
     // A forward-only op (counted once: a policy's inner record of it only marks the unit) or
     // an op a policy handles, in unit u.
-    auto countForwardOp = [&](int32_t u, int32_t e, const std::string& name, int64_t end) {
+    void countForwardOp(int32_t u, int32_t e, const std::string& name, int64_t end) {
         if (bool sdpa = false; !isForwardOnlyOp(name, &sdpa))
             countPolicyOp(u, e, name, end);
         else if (!nestedInItself(e, end))
             countForwardOnly(u, sdpa);
         else if (u >= 0 && !inBackward)
             ++a.units[static_cast<size_t>(u)].policyForwardNested;
-    };
+    }
     // FSDP2's own copies, by the innermost FSDP range open on the op's thread: a copy into
     // the unsharded storage right inside a pre-forward or pre-backward (over one rank; with
     // record_shapes the cast before it, of another source dtype, is left out), and the
     // reduce dtype of a post-backward's fsdp::chunk_cat (its output's).
-    auto countFsdp2Copy = [&](int32_t e, const std::string& name) {
+    void countFsdp2Copy(int32_t e, const std::string& name) {
         const std::string* range = nullptr;
         for (auto it = stack.rbegin(); it != stack.rend() && !range; ++it)
             if (t.lane[it->event] == t.lane[e] &&
@@ -337,14 +349,23 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
         if (types && types->size() >= 2 && (*types)[0] != (*types)[1]) return;  // the cast
         (l->op == "FSDP::pre_forward" ? u.forwardLocalCopies : u.backwardLocalCopies) += 1;
         if (types && !types->empty() && u.localCopyDtype.empty()) u.localCopyDtype = (*types)[0];
-    };
-    for (int32_t e : order) {
+    }
+
+    void visit(int32_t e) {
         const int64_t s = t.start[e];
         while (!stack.empty() && stack.back().end <= s)
             stack.pop_back();
         const std::string& name = t.strings.at(t.name[e]);
         const int32_t step = stepOf(s);
         const int64_t end = s + t.dur[e];
+        visitFsdp2(e, name, step, end);
+        visitFsdp1(e, name, step, end);
+        visitCollective(e, name, step, s, end);
+        stack.push_back({e, end});
+    }
+
+    // FSDP2's ranges: micro-batches, units in forward and backward order, prefetch targets.
+    void visitFsdp2(int32_t e, const std::string& name, int32_t step, int64_t end) {
         if (step >= 0 && a.api == "fsdp2") {
             if (name == "FSDP::root_pre_forward") {
                 ++microOfStep[static_cast<size_t>(step)];
@@ -391,6 +412,9 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
                 }
             }
         }
+    }
+
+    void visitFsdp1(int32_t e, const std::string& name, int32_t step, int64_t end) {
         // FSDP1's forward-only ops: in forward, those of the innermost unit whose forward
         // range holds them; in backward, a recompute's, in the unit whose pre-backward hook
         // fired last (it fires as the unit's output gradient is made, before autograd
@@ -440,7 +464,10 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
                     a.units[static_cast<size_t>(u)].backwardPos = bwdCounter++;
             }
         }
+    }
 
+    // A collective issued on the main thread, with its sizes, unit and issuer.
+    void visitCollective(int32_t e, const std::string& name, int32_t step, int64_t s, int64_t end) {
         const CollectiveKind kind = issueKind(name);
         if (step >= 0 && kind != CollectiveKind::Other) {
             FsdpCollectiveUse c;
@@ -511,14 +538,11 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
             }
             a.collectives.push_back(std::move(c));
         }
-        stack.push_back({e, end});
     }
-    for (int32_t m : microOfStep)
-        a.microBatches = std::max(a.microBatches, m);
 
     // FSDP1 backward: all-gathers and reduce-scatters run in reverse forward order; each
     // goes to the next unit (in that order, per micro-batch) with the same shard size.
-    if (a.api == "fsdp1") {
+    void matchFsdp1Backward() {
         for (auto& c : a.collectives) {
             if (c.kind == CollectiveKind::AllGather && !c.backward && c.unit >= 0) {
                 FsdpUnit& u = a.units[static_cast<size_t>(c.unit)];
@@ -547,184 +571,220 @@ FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
         }
     }
 
-    // Where each collective ran.
-    std::vector<int32_t> comm;  // communication events (device kernels or Gloo ranges)
-    for (size_t i = 0; i < t.size(); ++i)
-        if (t.cls[i] == EventClass::Communication) comm.push_back(static_cast<int32_t>(i));
-    // A GPU run: collectives ran as device kernels, or (one rank, which FSDP2 does not
-    // gather for) the trace has device work at all.
-    a.gpu = std::any_of(comm.begin(), comm.end(),
-                        [&](int32_t e) {
-                            return t.lanes[static_cast<size_t>(t.lane[e])].kind ==
-                                   LaneKind::DeviceStream;
-                        }) ||
-            (comm.empty() && std::any_of(t.lane.begin(), t.lane.end(), [&](int32_t l) {
-                 return t.lanes[static_cast<size_t>(l)].kind == LaneKind::DeviceStream;
-             }));
-    std::unordered_map<int32_t, const Collective*> collOfEvent;
-    for (const auto& c : t.collectives)
-        collOfEvent[c.event] = &c;
-    if (a.gpu) {
-        // Launch flows: host launch -> device kernel; a collective's kernel is the
-        // communication kernel launched from inside its issuing op.
-        std::vector<std::pair<int32_t, int32_t>> flows;
-        for (const auto& [from, to] : t.flowEvents)
-            if (t.cls[static_cast<size_t>(to)] == EventClass::Communication &&
-                std::find(a.hostLanes.begin(), a.hostLanes.end(),
-                          t.lane[static_cast<size_t>(from)]) != a.hostLanes.end())
-                flows.emplace_back(from, to);
-        std::sort(flows.begin(), flows.end(), [&](const auto& x, const auto& y) {
-            return t.start[x.first] < t.start[y.first];
-        });
-        for (auto& c : a.collectives) {
-            auto it =
-                std::lower_bound(flows.begin(), flows.end(), c.startNs,
-                                 [&](const auto& f, int64_t ts) { return t.start[f.first] < ts; });
-            for (; it != flows.end() && t.start[it->first] < c.endNs; ++it) {
-                c.commEvent = it->second;
-                break;
-            }
-        }
-    } else {
-        std::sort(comm.begin(), comm.end(),
-                  [&](int32_t x, int32_t y) { return t.start[x] < t.start[y]; });
-        std::vector<bool> used(comm.size(), false);
-        size_t firstFree = 0;
-        for (auto& c : a.collectives) {
-            while (firstFree < comm.size() && used[firstFree])
-                ++firstFree;
-            for (size_t k = firstFree; k < comm.size() && k < firstFree + 64; ++k) {
-                if (used[k]) continue;
-                const int32_t e = comm[k];
-                if (t.start[e] + 1000 < c.startNs) continue;  // began before it was issued
-                const auto cit = collOfEvent.find(e);
-                if (cit == collOfEvent.end()) continue;
-                const Collective& g = *cit->second;
-                const CollectiveKind gk = collectiveKindOf(g.name);
-                // Gloo runs a reduce-scatter as an all-reduce of the full input.
-                const bool kindOk = gk == c.kind || (c.kind == CollectiveKind::ReduceScatter &&
-                                                     gk == CollectiveKind::AllReduce);
-                const bool sizeOk = g.elements == 0 || c.inputElements == 0 ||
-                                    g.elements == c.inputElements || g.elements == c.outputElements;
-                if (!kindOk || !sizeOk) continue;
-                used[k] = true;
-                c.commEvent = e;
-                // c10d::allgather_ takes tensor lists: the dtype is the Gloo call's.
-                if (c.dtype.empty() || c.dtype == "TensorList") c.dtype = g.dtype;
-                if (c.inputElements == 0) c.inputElements = g.elements;
-                break;
-            }
-        }
-    }
-
-    // Exposed time: the collective's interval less the busy union.
-    std::vector<Interval> busy;
-    if (a.gpu) {
-        std::vector<Interval> v;
+    // Where each collective ran: its device kernel, or the Gloo range it issued.
+    void locateCollectives() {
+        std::vector<int32_t> comm;  // communication events (device kernels or Gloo ranges)
         for (size_t i = 0; i < t.size(); ++i)
-            if (t.cls[i] == EventClass::Computation)
-                v.emplace_back(t.start[i], t.start[i] + t.dur[i]);
-        busy = mergeIntervals(std::move(v));
-    } else {
-        busy = hostBusy(t, a.hostLanes);
-    }
-    std::vector<Interval> allComm;
-    for (auto& c : a.collectives) {
-        if (c.commEvent < 0) {
-            ++a.unmatched;
-            continue;
-        }
-        c.startNs = t.start[c.commEvent];
-        c.endNs = c.startNs + t.dur[c.commEvent];
-        const std::vector<Interval> one{{c.startNs, c.endNs}};
-        c.exposedNs = (c.endNs - c.startNs) - intersectionLength(one, busy);
-        if (c.unit >= 0) allComm.emplace_back(c.startNs, c.endNs);
-    }
-    const auto commU = mergeIntervals(allComm);
-    a.commNs = totalLength(commU) / a.steps;
-    a.exposedNs = (totalLength(commU) - intersectionLength(commU, busy)) / a.steps;
-    if (a.unmatched > 0)
-        a.notes.push_back(std::to_string(a.unmatched) +
-                          " collectives were issued but where they ran was not found in the "
-                          "trace (their time is not counted)");
-
-    // Per unit.
-    for (auto& c : a.collectives) {
-        if (c.unit < 0) continue;
-        FsdpUnit& u = a.units[static_cast<size_t>(c.unit)];
-        FsdpPhaseStats& p = c.backward ? u.backward : u.forward;
-        const int64_t dur = c.commEvent >= 0 ? c.endNs - c.startNs : 0;
-        if (c.kind == CollectiveKind::AllGather) {
-            ++p.allGathers;
-            p.allGatherNs += dur;
-            p.allGatherExposedNs += c.exposedNs;
-            if (c.issuer >= 0) {
-                const FsdpUnit& by = a.units[static_cast<size_t>(c.issuer)];
-                c.prefetchDistance =
-                    c.backward ? u.backwardPos - by.backwardPos : u.forwardPos - by.forwardPos;
-                if (!p.sawAllGather) p.minDistance = p.maxDistance = c.prefetchDistance;
-                p.minDistance = std::min(p.minDistance, c.prefetchDistance);
-                p.maxDistance = std::max(p.maxDistance, c.prefetchDistance);
+            if (t.cls[i] == EventClass::Communication) comm.push_back(static_cast<int32_t>(i));
+        // A GPU run: collectives ran as device kernels, or (one rank, which FSDP2 does not
+        // gather for) the trace has device work at all.
+        a.gpu = std::any_of(comm.begin(), comm.end(),
+                            [&](int32_t e) {
+                                return t.lanes[static_cast<size_t>(t.lane[e])].kind ==
+                                       LaneKind::DeviceStream;
+                            }) ||
+                (comm.empty() && std::any_of(t.lane.begin(), t.lane.end(), [&](int32_t l) {
+                     return t.lanes[static_cast<size_t>(l)].kind == LaneKind::DeviceStream;
+                 }));
+        std::unordered_map<int32_t, const Collective*> collOfEvent;
+        for (const auto& c : t.collectives)
+            collOfEvent[c.event] = &c;
+        if (a.gpu) {
+            // Launch flows: host launch -> device kernel; a collective's kernel is the
+            // communication kernel launched from inside its issuing op.
+            std::vector<std::pair<int32_t, int32_t>> flows;
+            for (const auto& [from, to] : t.flowEvents)
+                if (t.cls[static_cast<size_t>(to)] == EventClass::Communication &&
+                    std::find(a.hostLanes.begin(), a.hostLanes.end(),
+                              t.lane[static_cast<size_t>(from)]) != a.hostLanes.end())
+                    flows.emplace_back(from, to);
+            std::sort(flows.begin(), flows.end(), [&](const auto& x, const auto& y) {
+                return t.start[x.first] < t.start[y.first];
+            });
+            for (auto& c : a.collectives) {
+                auto it = std::lower_bound(
+                    flows.begin(), flows.end(), c.startNs,
+                    [&](const auto& f, int64_t ts) { return t.start[f.first] < ts; });
+                for (; it != flows.end() && t.start[it->first] < c.endNs; ++it) {
+                    c.commEvent = it->second;
+                    break;
+                }
             }
-            p.sawAllGather = true;
-            if (c.backward) {
-                if (u.backwardGroup == 0) u.backwardGroup = c.groupSize;
-            } else {
-                if (u.forwardGroup == 0) u.forwardGroup = c.groupSize;
-                if (u.shardElements == 0) u.shardElements = c.inputElements;
-                if (u.allGatherDtype.empty()) u.allGatherDtype = c.dtype;
+        } else {
+            std::sort(comm.begin(), comm.end(),
+                      [&](int32_t x, int32_t y) { return t.start[x] < t.start[y]; });
+            std::vector<bool> used(comm.size(), false);
+            size_t firstFree = 0;
+            for (auto& c : a.collectives) {
+                while (firstFree < comm.size() && used[firstFree])
+                    ++firstFree;
+                for (size_t k = firstFree; k < comm.size() && k < firstFree + 64; ++k) {
+                    if (used[k]) continue;
+                    const int32_t e = comm[k];
+                    if (t.start[e] + 1000 < c.startNs) continue;  // began before it was issued
+                    const auto cit = collOfEvent.find(e);
+                    if (cit == collOfEvent.end()) continue;
+                    const Collective& g = *cit->second;
+                    const CollectiveKind gk = collectiveKindOf(g.name);
+                    // Gloo runs a reduce-scatter as an all-reduce of the full input.
+                    const bool kindOk = gk == c.kind || (c.kind == CollectiveKind::ReduceScatter &&
+                                                         gk == CollectiveKind::AllReduce);
+                    const bool sizeOk = g.elements == 0 || c.inputElements == 0 ||
+                                        g.elements == c.inputElements ||
+                                        g.elements == c.outputElements;
+                    if (!kindOk || !sizeOk) continue;
+                    used[k] = true;
+                    c.commEvent = e;
+                    // c10d::allgather_ takes tensor lists: the dtype is the Gloo call's.
+                    if (c.dtype.empty() || c.dtype == "TensorList") c.dtype = g.dtype;
+                    if (c.inputElements == 0) c.inputElements = g.elements;
+                    break;
+                }
             }
-        } else if (c.kind == CollectiveKind::ReduceScatter) {
-            ++p.reduceScatters;
-            p.reduceScatterNs += dur;
-            p.reduceScatterExposedNs += c.exposedNs;
-            if (u.reduceDtype.empty()) u.reduceDtype = c.dtype;
-        } else if (c.kind == CollectiveKind::AllReduce) {
-            ++p.allReduces;
-            p.allReduceNs += dur;
-            p.allReduceExposedNs += c.exposedNs;
         }
-    }
-    for (auto& u : a.units)
-        for (FsdpPhaseStats* p : {&u.forward, &u.backward}) {
-            for (int64_t* x : {&p->allGathers, &p->allGatherNs, &p->allGatherExposedNs,
-                               &p->reduceScatters, &p->reduceScatterNs, &p->reduceScatterExposedNs,
-                               &p->allReduces, &p->allReduceNs, &p->allReduceExposedNs})
-                *x /= a.steps;
-        }
-    std::stable_sort(a.units.begin(), a.units.end(), [](const FsdpUnit& x, const FsdpUnit& y) {
-        const int32_t px = x.forwardPos < 0 ? INT32_MAX : x.forwardPos;
-        const int32_t py = y.forwardPos < 0 ? INT32_MAX : y.forwardPos;
-        return px < py;
-    });
-    // Unit indices in collectives follow the sort.
-    std::unordered_map<std::string, int32_t> sorted;
-    for (size_t i = 0; i < a.units.size(); ++i)
-        sorted[a.units[i].name] = static_cast<int32_t>(i);
-    std::vector<std::string> before(unitIndex.size());
-    for (const auto& [n, i] : unitIndex)
-        before[static_cast<size_t>(i)] = n;
-    for (auto& c : a.collectives) {
-        if (c.unit >= 0) c.unit = sorted[before[static_cast<size_t>(c.unit)]];
-        if (c.issuer >= 0) c.issuer = sorted[before[static_cast<size_t>(c.issuer)]];
     }
 
-    // Batch and sequence from the token embedding's indices.
-    for (int32_t e : order) {
-        if (t.strings.at(t.name[e]) != "aten::embedding" || stepOf(t.start[e]) < 0) continue;
-        const auto it = t.opInputs.find(e);
-        if (it == t.opInputs.end() || it->second.dims.size() < 2) continue;
-        const auto& idx = it->second.dims[1];
-        if (idx.size() == 2) {
-            a.microBatchSize = idx[0];
-            a.seqLen = idx[1];
-        } else if (idx.size() == 1) {
-            a.microBatchSize = 1;
-            a.seqLen = idx[0];
+    void exposedTimes() {
+        // Exposed time: the collective's interval less the busy union.
+        std::vector<Interval> busy;
+        if (a.gpu) {
+            std::vector<Interval> v;
+            for (size_t i = 0; i < t.size(); ++i)
+                if (t.cls[i] == EventClass::Computation)
+                    v.emplace_back(t.start[i], t.start[i] + t.dur[i]);
+            busy = mergeIntervals(std::move(v));
+        } else {
+            busy = hostBusy(t, a.hostLanes);
         }
-        break;
+        std::vector<Interval> allComm;
+        for (auto& c : a.collectives) {
+            if (c.commEvent < 0) {
+                ++a.unmatched;
+                continue;
+            }
+            c.startNs = t.start[c.commEvent];
+            c.endNs = c.startNs + t.dur[c.commEvent];
+            const std::vector<Interval> one{{c.startNs, c.endNs}};
+            c.exposedNs = (c.endNs - c.startNs) - intersectionLength(one, busy);
+            if (c.unit >= 0) allComm.emplace_back(c.startNs, c.endNs);
+        }
+        const auto commU = mergeIntervals(allComm);
+        a.commNs = totalLength(commU) / a.steps;
+        a.exposedNs = (totalLength(commU) - intersectionLength(commU, busy)) / a.steps;
+        if (a.unmatched > 0)
+            a.notes.push_back(std::to_string(a.unmatched) +
+                              " collectives were issued but where they ran was not found in the "
+                              "trace (their time is not counted)");
     }
-    return a;
+
+    void perUnit() {
+        for (auto& c : a.collectives) {
+            if (c.unit < 0) continue;
+            FsdpUnit& u = a.units[static_cast<size_t>(c.unit)];
+            FsdpPhaseStats& p = c.backward ? u.backward : u.forward;
+            const int64_t dur = c.commEvent >= 0 ? c.endNs - c.startNs : 0;
+            if (c.kind == CollectiveKind::AllGather) {
+                ++p.allGathers;
+                p.allGatherNs += dur;
+                p.allGatherExposedNs += c.exposedNs;
+                if (c.issuer >= 0) {
+                    const FsdpUnit& by = a.units[static_cast<size_t>(c.issuer)];
+                    c.prefetchDistance =
+                        c.backward ? u.backwardPos - by.backwardPos : u.forwardPos - by.forwardPos;
+                    if (!p.sawAllGather) p.minDistance = p.maxDistance = c.prefetchDistance;
+                    p.minDistance = std::min(p.minDistance, c.prefetchDistance);
+                    p.maxDistance = std::max(p.maxDistance, c.prefetchDistance);
+                }
+                p.sawAllGather = true;
+                if (c.backward) {
+                    if (u.backwardGroup == 0) u.backwardGroup = c.groupSize;
+                } else {
+                    if (u.forwardGroup == 0) u.forwardGroup = c.groupSize;
+                    if (u.shardElements == 0) u.shardElements = c.inputElements;
+                    if (u.allGatherDtype.empty()) u.allGatherDtype = c.dtype;
+                }
+            } else if (c.kind == CollectiveKind::ReduceScatter) {
+                ++p.reduceScatters;
+                p.reduceScatterNs += dur;
+                p.reduceScatterExposedNs += c.exposedNs;
+                if (u.reduceDtype.empty()) u.reduceDtype = c.dtype;
+            } else if (c.kind == CollectiveKind::AllReduce) {
+                ++p.allReduces;
+                p.allReduceNs += dur;
+                p.allReduceExposedNs += c.exposedNs;
+            }
+        }
+        for (auto& u : a.units)
+            for (FsdpPhaseStats* p : {&u.forward, &u.backward}) {
+                for (int64_t* x :
+                     {&p->allGathers, &p->allGatherNs, &p->allGatherExposedNs, &p->reduceScatters,
+                      &p->reduceScatterNs, &p->reduceScatterExposedNs, &p->allReduces,
+                      &p->allReduceNs, &p->allReduceExposedNs})
+                    *x /= a.steps;
+            }
+    }
+
+    // Units in forward order; the collectives' unit indices follow.
+    void sortUnits() {
+        std::stable_sort(a.units.begin(), a.units.end(), [](const FsdpUnit& x, const FsdpUnit& y) {
+            const int32_t px = x.forwardPos < 0 ? INT32_MAX : x.forwardPos;
+            const int32_t py = y.forwardPos < 0 ? INT32_MAX : y.forwardPos;
+            return px < py;
+        });
+        // Unit indices in collectives follow the sort.
+        std::unordered_map<std::string, int32_t> sorted;
+        for (size_t i = 0; i < a.units.size(); ++i)
+            sorted[a.units[i].name] = static_cast<int32_t>(i);
+        std::vector<std::string> before(unitIndex.size());
+        for (const auto& [n, i] : unitIndex)
+            before[static_cast<size_t>(i)] = n;
+        for (auto& c : a.collectives) {
+            if (c.unit >= 0) c.unit = sorted[before[static_cast<size_t>(c.unit)]];
+            if (c.issuer >= 0) c.issuer = sorted[before[static_cast<size_t>(c.issuer)]];
+        }
+    }
+
+    void batchAndSeq() {
+        for (int32_t e : walk.order) {
+            if (t.strings.at(t.name[e]) != "aten::embedding" || stepOf(t.start[e]) < 0) continue;
+            const auto it = t.opInputs.find(e);
+            if (it == t.opInputs.end() || it->second.dims.size() < 2) continue;
+            const auto& idx = it->second.dims[1];
+            if (idx.size() == 2) {
+                a.microBatchSize = idx[0];
+                a.seqLen = idx[1];
+            } else if (idx.size() == 1) {
+                a.microBatchSize = 1;
+                a.seqLen = idx[0];
+            }
+            break;
+        }
+    }
+
+    const Trace& t;
+    FsdpTraceAnalysis a;
+    MainThreadWalk walk;
+    std::unordered_map<std::string, int32_t> unitIndex;
+    // FSDP1: units numbered by the order of _pre_forward within a forward.
+    int32_t fsdp1Forward = 0;
+    std::vector<int32_t> microOfStep;  // micro-batches seen in each step
+    int32_t fwdCounter = 0, bwdCounter = 0, postFwdCounter = 0;
+    int32_t lastPreForward = -1, lastPreBackward = -1;  // the latest pre hook's unit
+    bool inBackward = false;            // since the micro-batch's first backward hook
+    std::vector<int32_t> forwardStack;  // units between their pre_forward and post_forward
+    struct Open {
+        int32_t event;
+        int64_t end;
+    };
+    std::vector<Open> stack;
+    std::unordered_map<int32_t, int32_t> fsdp1UnitOf;  // FSDP1 forward / hook range -> unit
+    int32_t fsdp1Hook = 0;                             // pre-backward hooks this micro-batch
+    int32_t fsdp1LastPreBackward = -1;                 // the unit of the latest one
+};
+}  // namespace
+
+FsdpTraceAnalysis analyzeFsdp(const Trace& t) {
+    return FsdpAnalyzer(t).run();
 }
 
 PeerWaitFit fillPeerWaits(const std::vector<FsdpTraceAnalysis*>& ranks) {
@@ -986,16 +1046,11 @@ void recoverFsdp1Units(const FsdpTraceAnalysis& a, const ModelGraph* model, Reco
 
 }  // namespace
 
-RecoveredPlan recoverPlan(const FsdpTraceAnalysis& a, const std::string& source,
-                          const ModelGraph* model) {
-    RecoveredPlan r;
+namespace {
+// The mesh: the all-gathers' group is the shard dimension; an all-reduce after the
+// reduce-scatter is HSDP's replicate dimension. Returns whether there is one.
+bool recoverMesh(const FsdpTraceAnalysis& a, RecoveredPlan& r) {
     Plan& p = r.plan;
-    p.name = "recovered from " + source;
-    p.api = a.api == "fsdp1" ? PlanApi::Fsdp1 : PlanApi::Fsdp2;
-    r.inferred.push_back("api: " + a.api + " (its record_function labels)");
-
-    // Mesh: the all-gathers' group is the shard dimension; an all-reduce after the
-    // reduce-scatter is HSDP's replicate dimension.
     int32_t shard = 0;
     bool replicate = false;
     for (const auto& u : a.units) {
@@ -1030,26 +1085,36 @@ RecoveredPlan recoverPlan(const FsdpTraceAnalysis& a, const std::string& source,
             "cluster when simulated");
     }
 
-    if (a.api == "fsdp1") {
-        recoverFsdp1Units(a, model, r);
-        bool fullShard = false;
-        for (const auto& u : a.units)
-            fullShard = fullShard || u.backward.allGathers > 0;
-        p.fsdp1.shardingStrategy = replicate ? (fullShard ? "HYBRID_SHARD" : "_HYBRID_SHARD_ZERO2")
-                                   : fullShard ? "FULL_SHARD"
-                                               : "SHARD_GRAD_OP";
-        r.inferred.push_back("fsdp1.sharding_strategy: " + p.fsdp1.shardingStrategy +
-                             " (all-gathers in backward: " + (fullShard ? "yes" : "no") +
-                             "; gradients all-reduced after the reduce-scatter: " +
-                             (replicate ? "yes" : "no") + ")");
-        p.fsdp1.backwardPrefetch =
-            a.fsdp1BackwardPrefetch.empty() ? "NONE" : a.fsdp1BackwardPrefetch;
-        p.fsdp1.forwardPrefetch = a.fsdp1ForwardPrefetch;
-        r.inferred.push_back("fsdp1.backward_prefetch: " + p.fsdp1.backwardPrefetch +
-                             ", forward_prefetch: " + (p.fsdp1.forwardPrefetch ? "true" : "false") +
-                             " (the prefetch ranges the all-gathers ran under)");
-        r.defaulted.push_back("fsdp1.limit_all_gathers, use_orig_params: defaults");
-    }
+    return replicate;
+}
+
+// FSDP1's units, sharding strategy and prefetch settings.
+void recoverFsdp1(const FsdpTraceAnalysis& a, const ModelGraph* model, bool replicate,
+                  RecoveredPlan& r) {
+    Plan& p = r.plan;
+    recoverFsdp1Units(a, model, r);
+    bool fullShard = false;
+    for (const auto& u : a.units)
+        fullShard = fullShard || u.backward.allGathers > 0;
+    p.fsdp1.shardingStrategy = replicate   ? (fullShard ? "HYBRID_SHARD" : "_HYBRID_SHARD_ZERO2")
+                               : fullShard ? "FULL_SHARD"
+                                           : "SHARD_GRAD_OP";
+    r.inferred.push_back(
+        "fsdp1.sharding_strategy: " + p.fsdp1.shardingStrategy +
+        " (all-gathers in backward: " + (fullShard ? "yes" : "no") +
+        "; gradients all-reduced after the reduce-scatter: " + (replicate ? "yes" : "no") + ")");
+    p.fsdp1.backwardPrefetch = a.fsdp1BackwardPrefetch.empty() ? "NONE" : a.fsdp1BackwardPrefetch;
+    p.fsdp1.forwardPrefetch = a.fsdp1ForwardPrefetch;
+    r.inferred.push_back("fsdp1.backward_prefetch: " + p.fsdp1.backwardPrefetch +
+                         ", forward_prefetch: " + (p.fsdp1.forwardPrefetch ? "true" : "false") +
+                         " (the prefetch ranges the all-gathers ran under)");
+    r.defaulted.push_back("fsdp1.limit_all_gathers, use_orig_params: defaults");
+}
+
+// FSDP2's units in forward order with their reshard and prefetch settings (FSDP1's come
+// from its wrap policy). Returns whether parameters were copied in, not gathered (one rank).
+bool recoverUnits(const FsdpTraceAnalysis& a, RecoveredPlan& r) {
+    Plan& p = r.plan;
     // Units in forward order (the root, always a unit, implicitly).
     if (a.api == "fsdp2") p.wrap.kind = WrapPolicySpec::Kind::None;
     int trueCount = 0, falseCount = 0;
@@ -1144,7 +1209,12 @@ RecoveredPlan recoverPlan(const FsdpTraceAnalysis& a, const std::string& source,
                                                : "FSDP2's implicit previous-unit prefetch"));
     }
 
-    // Mixed precision from the collectives' dtypes (the masters are taken to be fp32).
+    return local;
+}
+
+// Mixed precision from the collectives' dtypes (the masters are taken to be fp32).
+void recoverMixedPrecision(const FsdpTraceAnalysis& a, bool local, RecoveredPlan& r) {
+    Plan& p = r.plan;
     std::string ag, rs, copied, chunkCat;
     for (const auto& u : a.units) {
         if (ag.empty()) ag = u.allGatherDtype;
@@ -1176,7 +1246,11 @@ RecoveredPlan recoverPlan(const FsdpTraceAnalysis& a, const std::string& source,
         r.inferred.push_back("mixed_precision: none (all-gathers in " +
                              (ag.empty() ? std::string("an unknown dtype") : ag) + ")");
     }
+}
 
+// Gradient accumulation, micro-batch size and sequence length.
+void recoverTraining(const FsdpTraceAnalysis& a, RecoveredPlan& r) {
+    Plan& p = r.plan;
     p.microBatches = a.microBatches;
     r.inferred.push_back("gradient_accumulation.micro_batches: " + std::to_string(a.microBatches) +
                          " (forwards per ProfilerStep)");
@@ -1201,125 +1275,141 @@ RecoveredPlan recoverPlan(const FsdpTraceAnalysis& a, const std::string& source,
             "training: micro_batch_size and seq_len (no aten::embedding "
             "shapes: profile with record_shapes=True)");
     }
-    {
-        // A unit whose forward-only ops all run again in its backward recomputes its forward:
-        // torch.utils.checkpoint enters each op of the recompute, the one its early stop ends
-        // at included. Op-level selective policies (torchtitan's, "attention") enter the
-        // same ops and hand back the kept ones' outputs; their dispatch mode shows in nested
-        // records of mm and SDPA (FsdpUnit::policyForwardMm), which tell what was kept.
-        const bool fsdp1 = a.api == "fsdp1";
-        int64_t full = 0, partial = 0, units = 0;
-        std::vector<std::string> fullUnits;
-        int64_t policyMm = 0, policyMmAgain = 0, policySdpa = 0, policySdpaAgain = 0;
-        int64_t policyUnits = 0;
-        // A checkpointed attention module ("attention", as samples/apply_plan.py and the
-        // engine run it): every SDPA call of the unit and some of its other forward ops ran
-        // again, not all of them (the MLP's did not).
-        std::vector<std::string> attentionUnits;
-        int64_t withAttention = 0;
-        for (const auto& u : a.units) {
-            // The root is not checkpointed (FSDP1 numbers it unit 0).
-            if (u.name.empty() || (fsdp1 && u.name == "unit 0")) continue;
-            ++units;
-            withAttention += u.forwardAttention > 0;
-            if (u.forwardAttention > 0 && u.recomputedAttention >= u.forwardAttention &&
-                u.recomputedOps > 0 && u.recomputedOps < u.forwardOps &&
-                u.policyForwardNested == 0) {
-                attentionUnits.push_back(splitUnitModules(u.name).front());
-                continue;
-            }
-            const bool all = u.forwardOps > 0 && u.recomputedOps >= u.forwardOps &&
-                             u.recomputedAttention >= u.forwardAttention;
-            if (all) {
-                ++full;
-                fullUnits.push_back(splitUnitModules(u.name).front());
-                if (u.policyForwardNested > 0) ++policyUnits;
-                policyMm += u.policyForwardMm;
-                policyMmAgain += u.policyRecomputedMm;
-                policySdpa += u.policyForwardSdpa;
-                policySdpaAgain += u.policyRecomputedSdpa;
-            } else if (u.recomputedOps > 0 || u.recomputedAttention > 0) {
-                ++partial;
-            }
+}
+
+void recoverCheckpointing(const FsdpTraceAnalysis& a, RecoveredPlan& r) {
+    Plan& p = r.plan;
+    // A unit whose forward-only ops all run again in its backward recomputes its forward:
+    // torch.utils.checkpoint enters each op of the recompute, the one its early stop ends
+    // at included. Op-level selective policies (torchtitan's, "attention") enter the
+    // same ops and hand back the kept ones' outputs; their dispatch mode shows in nested
+    // records of mm and SDPA (FsdpUnit::policyForwardMm), which tell what was kept.
+    const bool fsdp1 = a.api == "fsdp1";
+    int64_t full = 0, partial = 0, units = 0;
+    std::vector<std::string> fullUnits;
+    int64_t policyMm = 0, policyMmAgain = 0, policySdpa = 0, policySdpaAgain = 0;
+    int64_t policyUnits = 0;
+    // A checkpointed attention module ("attention", as samples/apply_plan.py and the
+    // engine run it): every SDPA call of the unit and some of its other forward ops ran
+    // again, not all of them (the MLP's did not).
+    std::vector<std::string> attentionUnits;
+    int64_t withAttention = 0;
+    for (const auto& u : a.units) {
+        // The root is not checkpointed (FSDP1 numbers it unit 0).
+        if (u.name.empty() || (fsdp1 && u.name == "unit 0")) continue;
+        ++units;
+        withAttention += u.forwardAttention > 0;
+        if (u.forwardAttention > 0 && u.recomputedAttention >= u.forwardAttention &&
+            u.recomputedOps > 0 && u.recomputedOps < u.forwardOps && u.policyForwardNested == 0) {
+            attentionUnits.push_back(splitUnitModules(u.name).front());
+            continue;
         }
-        // Which policy: torchtitan's preset runs about every second mm again and no SDPA; a
-        // list that keeps every mm runs none; "attention" keeps all but SDPA.
-        AcSpec mode(AcMode::Full);
-        std::string modeText = "full";
-        std::string policyText;
-        if (policyUnits > 0 && policyUnits == full) {
-            const bool sdpaKept = policySdpa > 0 && policySdpaAgain == 0;
-            const bool mmAllKept = policyMm > 0 && policyMmAgain == 0;
-            const bool mmSomeKept = policyMm > 0 && policyMmAgain > 0 && policyMmAgain < policyMm;
-            policyText = " (an op-level selective policy: " + std::to_string(policyMmAgain) +
-                         " of " + std::to_string(policyMm) + " mm calls and " +
-                         std::to_string(policySdpaAgain) + " of " + std::to_string(policySdpa) +
-                         " SDPA calls ran again in the recompute)";
-            if (mmSomeKept && (sdpaKept || policySdpa == 0)) {
-                mode = AcSpec(AcMode::SelectiveOp);
-                modeText = "selective_op (torchtitan's preset: every second mm and SDPA kept)";
-            } else if (mmAllKept && policySdpa > 0 && !sdpaKept) {
-                mode = AcSpec(AcMode::Attention);
-                modeText = "attention (everything kept but SDPA)";
-            } else {
-                mode = AcSpec(AcMode::SelectiveOp);
-                if (mmAllKept) mode.save.push_back("mm");
-                if (sdpaKept) mode.save.push_back("sdpa");
-                modeText = mode.toString();
-            }
+        const bool all = u.forwardOps > 0 && u.recomputedOps >= u.forwardOps &&
+                         u.recomputedAttention >= u.forwardAttention;
+        if (all) {
+            ++full;
+            fullUnits.push_back(splitUnitModules(u.name).front());
+            if (u.policyForwardNested > 0) ++policyUnits;
+            policyMm += u.policyForwardMm;
+            policyMmAgain += u.policyRecomputedMm;
+            policySdpa += u.policyForwardSdpa;
+            policySdpaAgain += u.policyRecomputedSdpa;
+        } else if (u.recomputedOps > 0 || u.recomputedAttention > 0) {
+            ++partial;
         }
-        // `mode` on the units whose first modules are `names`: the plan's default when they
-        // are all the units that could take it.
-        auto checkpoint = [&](const std::vector<std::string>& names, bool everyUnit,
-                              const AcSpec& mode) {
-            if (everyUnit) {
-                p.defaults.activationCheckpointing = mode;
-                return;
-            }
-            for (auto& spec : p.units)
-                if (!spec.modules.empty() &&
-                    std::find(names.begin(), names.end(), spec.modules.front()) != names.end())
-                    spec.settings.activationCheckpointing = mode;
-        };
-        const std::string fullOn = "activation_checkpointing: " + modeText + " on " +
-                                   std::to_string(full) + " of " + std::to_string(units) + " units";
-        if (full == 0) {
-            if (attentionUnits.empty())
-                r.inferred.push_back(
-                    "activation_checkpointing: none (no forward op of a unit ran again in its "
-                    "backward)");
-        } else if (full < units && fsdp1) {
-            // FSDP1 names no unit in its trace: the units cannot be listed in the plan.
-            r.defaulted.push_back(fullOn + " by the trace, which FSDP1 does not name: left unset");
-        } else {
-            checkpoint(fullUnits, full == units, mode);
-            r.inferred.push_back(fullOn +
-                                 " (each forward op ran again in the unit's backward: a "
-                                 "recompute" +
-                                 (policyText.empty() ? std::string(")") : ")" + policyText));
-        }
-        if (!attentionUnits.empty()) {
-            const std::string on = "activation_checkpointing: attention on " +
-                                   std::to_string(attentionUnits.size()) + " of " +
-                                   std::to_string(units) + " units";
-            if (fsdp1) {
-                r.defaulted.push_back(on + " by the trace, which FSDP1 does not name: left unset");
-            } else {
-                checkpoint(
-                    attentionUnits,
-                    full == 0 && static_cast<int64_t>(attentionUnits.size()) == withAttention,
-                    AcSpec(AcMode::Attention));
-                r.inferred.push_back(on +
-                                     " (every SDPA call and some of the unit's other forward "
-                                     "ops ran again in its backward, not all: a checkpointed "
-                                     "attention module)");
-            }
-        }
-        if (partial > 0)
-            r.defaulted.push_back("activation_checkpointing: " + std::to_string(partial) +
-                                  " unit(s) recomputed part of their forward (a checkpointed "
-                                  "submodule): left unset");
     }
+    // Which policy: torchtitan's preset runs about every second mm again and no SDPA; a
+    // list that keeps every mm runs none; "attention" keeps all but SDPA.
+    AcSpec mode(AcMode::Full);
+    std::string modeText = "full";
+    std::string policyText;
+    if (policyUnits > 0 && policyUnits == full) {
+        const bool sdpaKept = policySdpa > 0 && policySdpaAgain == 0;
+        const bool mmAllKept = policyMm > 0 && policyMmAgain == 0;
+        const bool mmSomeKept = policyMm > 0 && policyMmAgain > 0 && policyMmAgain < policyMm;
+        policyText = " (an op-level selective policy: " + std::to_string(policyMmAgain) + " of " +
+                     std::to_string(policyMm) + " mm calls and " + std::to_string(policySdpaAgain) +
+                     " of " + std::to_string(policySdpa) +
+                     " SDPA calls ran again in the recompute)";
+        if (mmSomeKept && (sdpaKept || policySdpa == 0)) {
+            mode = AcSpec(AcMode::SelectiveOp);
+            modeText = "selective_op (torchtitan's preset: every second mm and SDPA kept)";
+        } else if (mmAllKept && policySdpa > 0 && !sdpaKept) {
+            mode = AcSpec(AcMode::Attention);
+            modeText = "attention (everything kept but SDPA)";
+        } else {
+            mode = AcSpec(AcMode::SelectiveOp);
+            if (mmAllKept) mode.save.push_back("mm");
+            if (sdpaKept) mode.save.push_back("sdpa");
+            modeText = mode.toString();
+        }
+    }
+    // `mode` on the units whose first modules are `names`: the plan's default when they
+    // are all the units that could take it.
+    auto checkpoint = [&](const std::vector<std::string>& names, bool everyUnit,
+                          const AcSpec& mode) {
+        if (everyUnit) {
+            p.defaults.activationCheckpointing = mode;
+            return;
+        }
+        for (auto& spec : p.units)
+            if (!spec.modules.empty() &&
+                std::find(names.begin(), names.end(), spec.modules.front()) != names.end())
+                spec.settings.activationCheckpointing = mode;
+    };
+    const std::string fullOn = "activation_checkpointing: " + modeText + " on " +
+                               std::to_string(full) + " of " + std::to_string(units) + " units";
+    if (full == 0) {
+        if (attentionUnits.empty())
+            r.inferred.push_back(
+                "activation_checkpointing: none (no forward op of a unit ran again in its "
+                "backward)");
+    } else if (full < units && fsdp1) {
+        // FSDP1 names no unit in its trace: the units cannot be listed in the plan.
+        r.defaulted.push_back(fullOn + " by the trace, which FSDP1 does not name: left unset");
+    } else {
+        checkpoint(fullUnits, full == units, mode);
+        r.inferred.push_back(fullOn +
+                             " (each forward op ran again in the unit's backward: a "
+                             "recompute" +
+                             (policyText.empty() ? std::string(")") : ")" + policyText));
+    }
+    if (!attentionUnits.empty()) {
+        const std::string on = "activation_checkpointing: attention on " +
+                               std::to_string(attentionUnits.size()) + " of " +
+                               std::to_string(units) + " units";
+        if (fsdp1) {
+            r.defaulted.push_back(on + " by the trace, which FSDP1 does not name: left unset");
+        } else {
+            checkpoint(attentionUnits,
+                       full == 0 && static_cast<int64_t>(attentionUnits.size()) == withAttention,
+                       AcSpec(AcMode::Attention));
+            r.inferred.push_back(on +
+                                 " (every SDPA call and some of the unit's other forward "
+                                 "ops ran again in its backward, not all: a checkpointed "
+                                 "attention module)");
+        }
+    }
+    if (partial > 0)
+        r.defaulted.push_back("activation_checkpointing: " + std::to_string(partial) +
+                              " unit(s) recomputed part of their forward (a checkpointed "
+                              "submodule): left unset");
+}
+}  // namespace
+
+RecoveredPlan recoverPlan(const FsdpTraceAnalysis& a, const std::string& source,
+                          const ModelGraph* model) {
+    RecoveredPlan r;
+    Plan& p = r.plan;
+    p.name = "recovered from " + source;
+    p.api = a.api == "fsdp1" ? PlanApi::Fsdp1 : PlanApi::Fsdp2;
+    r.inferred.push_back("api: " + a.api + " (its record_function labels)");
+    const bool replicate = recoverMesh(a, r);
+    if (a.api == "fsdp1") recoverFsdp1(a, model, replicate, r);
+    const bool local = recoverUnits(a, r);
+    recoverMixedPrecision(a, local, r);
+    recoverTraining(a, r);
+    recoverCheckpointing(a, r);
     r.defaulted.push_back("offload, reshard_after_backward, gradient_divide_factor: defaults");
     return r;
 }

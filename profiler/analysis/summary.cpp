@@ -51,6 +51,66 @@ int64_t floorUs(int64_t ns) {
     return (r < 0 ? q - 1 : q) * 1000;
 }
 
+// A CPU run: collectives on Gloo's threads, compute on the thread that issued them (the host
+// thread with the most ops). Exposed: communication while it was idle.
+void hostCommunication(const Trace& t, TraceSummary& s) {
+    std::vector<Interval> comm;
+    std::unordered_map<int32_t, int64_t> ops;
+    for (size_t i = 0; i < t.size(); ++i) {
+        if (t.cls[i] == EventClass::Communication)
+            comm.emplace_back(t.start[i], t.start[i] + t.dur[i]);
+        else if (t.cls[i] == EventClass::Cpu)
+            ++ops[t.lane[i]];
+    }
+    if (!comm.empty() && !ops.empty()) {
+        const int32_t main =
+            std::max_element(ops.begin(), ops.end(), [](const auto& x, const auto& y) {
+                return x.second < y.second;
+            })->first;
+        const auto commU = mergeIntervals(std::move(comm));
+        s.hostCommNs = totalLength(commU);
+        s.hostExposedNs = s.hostCommNs - intersectionLength(commU, hostBusy(t, {main}));
+    }
+}
+
+// Collective bandwidth by kind and size, in buckets of factor 16 from 64 KiB: per bucket
+// the sums, then the ratios. Only the kept events (`keep`) count.
+void collectiveBandwidth(const Trace& t, const std::vector<bool>& keep, TraceSummary& s) {
+    static const int64_t edges[] = {0, 64 << 10, 1 << 20, 16 << 20, 256 << 20};
+    constexpr int kBuckets = 5;
+    struct Sums {
+        TraceSummary::Bandwidth bw;
+        double busBytes = 0;  // S x the bus factor, summed
+        bool busKnown = true;
+    };
+    std::map<std::pair<std::string, int>, Sums> buckets;
+    for (const auto& c : t.collectives) {
+        if (!keep[static_cast<size_t>(c.event)]) continue;
+        const int64_t dur = t.dur[static_cast<size_t>(c.event)];
+        if (c.fullBytes <= 0 || dur <= 0) continue;
+        int b = 0;
+        while (b + 1 < kBuckets && c.fullBytes >= edges[b + 1])
+            ++b;
+        const std::string name = c.name.empty() ? "unknown" : c.name;
+        Sums& k = buckets[{name, b}];
+        k.bw.collective = name;
+        k.bw.minBytes = edges[b];
+        k.bw.maxBytes = b + 1 < kBuckets ? edges[b + 1] : 0;
+        ++k.bw.count;
+        k.bw.bytes += c.fullBytes;
+        k.bw.durationNs += dur;
+        const double factor = busBandwidthFactor(collectiveKindOf(name), c.groupSize);
+        k.busKnown = k.busKnown && factor >= 0;
+        k.busBytes += factor * static_cast<double>(c.fullBytes);
+    }
+    for (auto& [_, k] : buckets) {
+        const auto ns = static_cast<double>(k.bw.durationNs);
+        k.bw.algGBps = static_cast<double>(k.bw.bytes) / ns;
+        k.bw.busGBps = k.busKnown ? k.busBytes / ns : -1;
+        s.bandwidth.push_back(k.bw);
+    }
+}
+
 }  // namespace
 
 TraceSummary summarize(const Trace& t, const SummaryOptions& o) {
@@ -135,27 +195,7 @@ TraceSummary summarize(const Trace& t, const SummaryOptions& o) {
                                             static_cast<double>(s.commNs)
                                       : 0;
     }
-    if (s.kernelTimeNs == 0) {
-        // A CPU run: collectives on Gloo's threads, compute on the thread that issued them
-        // (the host thread with the most ops). Exposed: communication while it was idle.
-        std::vector<Interval> comm;
-        std::unordered_map<int32_t, int64_t> ops;
-        for (size_t i = 0; i < t.size(); ++i) {
-            if (t.cls[i] == EventClass::Communication)
-                comm.emplace_back(t.start[i], t.start[i] + t.dur[i]);
-            else if (t.cls[i] == EventClass::Cpu)
-                ++ops[t.lane[i]];
-        }
-        if (!comm.empty() && !ops.empty()) {
-            const int32_t main =
-                std::max_element(ops.begin(), ops.end(), [](const auto& x, const auto& y) {
-                    return x.second < y.second;
-                })->first;
-            const auto commU = mergeIntervals(std::move(comm));
-            s.hostCommNs = totalLength(commU);
-            s.hostExposedNs = s.hostCommNs - intersectionLength(commU, hostBusy(t, {main}));
-        }
-    }
+    if (s.kernelTimeNs == 0) hostCommunication(t, s);
     for (const auto& m : t.hostMemory)
         s.hostPeakAllocated = std::max(s.hostPeakAllocated, m.allocated);
     for (const auto& c : t.collectives) {
@@ -165,42 +205,7 @@ TraceSummary summarize(const Trace& t, const SummaryOptions& o) {
         st.bytes += c.bytes;
         st.durationNs += t.dur[static_cast<size_t>(c.event)];
     }
-    {
-        // Size buckets of factor 16 from 64 KiB; per bucket the sums, then the ratios.
-        static const int64_t edges[] = {0, 64 << 10, 1 << 20, 16 << 20, 256 << 20};
-        constexpr int kBuckets = 5;
-        struct Sums {
-            TraceSummary::Bandwidth bw;
-            double busBytes = 0;  // S x the bus factor, summed
-            bool busKnown = true;
-        };
-        std::map<std::pair<std::string, int>, Sums> buckets;
-        for (const auto& c : t.collectives) {
-            if (!keep[static_cast<size_t>(c.event)]) continue;
-            const int64_t dur = t.dur[static_cast<size_t>(c.event)];
-            if (c.fullBytes <= 0 || dur <= 0) continue;
-            int b = 0;
-            while (b + 1 < kBuckets && c.fullBytes >= edges[b + 1])
-                ++b;
-            const std::string name = c.name.empty() ? "unknown" : c.name;
-            Sums& k = buckets[{name, b}];
-            k.bw.collective = name;
-            k.bw.minBytes = edges[b];
-            k.bw.maxBytes = b + 1 < kBuckets ? edges[b + 1] : 0;
-            ++k.bw.count;
-            k.bw.bytes += c.fullBytes;
-            k.bw.durationNs += dur;
-            const double factor = busBandwidthFactor(collectiveKindOf(name), c.groupSize);
-            k.busKnown = k.busKnown && factor >= 0;
-            k.busBytes += factor * static_cast<double>(c.fullBytes);
-        }
-        for (auto& [_, k] : buckets) {
-            const auto ns = static_cast<double>(k.bw.durationNs);
-            k.bw.algGBps = static_cast<double>(k.bw.bytes) / ns;
-            k.bw.busGBps = k.busKnown ? k.busBytes / ns : -1;
-            s.bandwidth.push_back(k.bw);
-        }
-    }
+    collectiveBandwidth(t, keep, s);
     for (const auto& m : t.memory) {
         s.peakAllocated = std::max(s.peakAllocated, m.allocated);
         s.peakReserved = std::max(s.peakReserved, m.reserved);

@@ -885,6 +885,121 @@ public:
         return nameInfo[i];
     }
 
+    // Metadata, counters, flows and memory events: not complete events. True when `f` is one.
+    bool consumeMarker(const Fields& f) {
+        const std::string_view ph = f.ph, cat = f.cat, name = f.name;
+        if (ph == "M") {
+            const json& a = argsOf(f);
+            if (name == "thread_name" && f.hasArgs)
+                threadNames[f.key()] = a.contains("name") && a["name"].is_string()
+                                           ? a["name"].get<std::string>()
+                                           : std::string();
+            if (name == "process_name" && a.contains("name") && a["name"].is_string())
+                processNames[f.pidNumber()] = a["name"].get<std::string>();
+            return true;
+        }
+        // ShardScope's own traces (`simulate --trace`, `run --trace`): the memory counter of
+        // the first rank (the lowest pid; kept per pid until the end).
+        if (ph == "C" && name == "memory (bytes)" && f.hasArgs) {
+            const json& a = argsOf(f);
+            MemoryCounter m;
+            m.ts = f.tsNs;
+            m.allocated = a.contains("allocated") ? number(a["allocated"]) : 0;
+            m.reserved = a.contains("reserved") ? number(a["reserved"]) : 0;
+            t.counterPeakAllocated = std::max(t.counterPeakAllocated, m.allocated);
+            ourMemory[f.pidNumber()].push_back(m);
+            return true;
+        }
+        if (ph == "s" || ph == "f") {
+            if (ph == "s") ++t.flows;
+            if (f.hasId) {
+                const uint64_t lh = laneHash(f.key());
+                flowPoints.push_back({flowId(f.id, cat),
+                                      ph == "s" ? lh | FlowPoint::kStart : lh & ~FlowPoint::kStart,
+                                      f.tsNs});
+            }
+            return true;
+        }
+        if ((ph == "i" || ph == "I") && name == "[memory]") {
+            memory(f, argsOf(f));
+            return true;
+        }
+        return false;
+    }
+
+    // The class of a complete event: ShardScope's op kinds, Gloo's ranges, a device kernel
+    // by its name and category (each pair classified once); a host event otherwise.
+    EventClass eventClass(int32_t idx, int32_t nameId, std::string_view name, std::string_view cat,
+                          const json& args, bool ours, bool onHost, bool gloo, bool gpu) {
+        EventClass cls = EventClass::Cpu;
+        if (ours && !onHost) {
+            const std::string kind = args["kind"].get<std::string>();
+            cls = kind == "all_gather" || kind == "reduce_scatter" || kind == "all_reduce"
+                      ? EventClass::Communication
+                  : kind == "forward" || kind == "backward" || kind == "recompute" ||
+                          kind == "optimizer"
+                      ? EventClass::Computation
+                      : EventClass::Memory;
+            if (cls == EventClass::Communication) {
+                Collective c;
+                c.event = idx;
+                c.name = kind;
+                c.bytes = args.contains("bytes") ? number(args["bytes"]) : 0;
+                c.fullBytes = c.bytes;  // ShardScope writes the full tensor's bytes
+                c.groupSize = args.contains("group_size")
+                                  ? static_cast<int32_t>(number(args["group_size"]))
+                                  : 0;
+                t.collectives.push_back(std::move(c));
+            }
+        } else if (gloo) {
+            cls = EventClass::Communication;
+        } else if (gpu) {
+            // Kernel names repeat by the thousand: classify each (name, category) once. A
+            // name nearly always comes with one category: the last one is kept by the name.
+            NameInfo& n = nameInfo[static_cast<size_t>(nameId)];
+            const int32_t catKey = t.category.back();
+            if (n.classCategory == catKey) {
+                cls = n.deviceClass;
+            } else {
+                const int64_t key =
+                    (static_cast<int64_t>(nameId) << 32) | static_cast<uint32_t>(catKey);
+                auto it = classCache.find(key);
+                cls = it != classCache.end()
+                          ? it->second
+                          : classCache
+                                .emplace(key,
+                                         classifyDeviceEvent(std::string(name), std::string(cat)))
+                                .first->second;
+                n.classCategory = catKey;
+                n.deviceClass = cls;
+            }
+        }
+        return cls;
+    }
+
+    // A GPU op of a `shardscope run --device cuda` trace names the FSDP op that launched it
+    // (fsdp_op_id, fsdp_unit, fsdp_phase): it joins the op's unit and phase.
+    void labelEvent(int32_t idx, const json& args, bool ours, bool gpu) {
+        const char* idKey = ours ? "op_id" : "fsdp_op_id";
+        const char* unitKey = ours ? "unit" : "fsdp_unit";
+        const char* phaseKey = ours ? "phase" : "fsdp_phase";
+        const bool labelled = ours || (gpu && args.contains("fsdp_op_id"));
+        t.opId.push_back(labelled && args.contains(idKey) && args[idKey].is_number_integer()
+                             ? static_cast<int32_t>(
+                                   std::clamp<int64_t>(args[idKey].get<int64_t>(), -1, INT32_MAX))
+                             : -1);
+        t.unit.push_back(labelled && args.contains(unitKey) && args[unitKey].is_string()
+                             ? t.strings.intern(args[unitKey].get<std::string>())
+                             : -1);
+        t.phase.push_back(labelled && args.contains(phaseKey) && args[phaseKey].is_string()
+                              ? t.strings.intern(args[phaseKey].get<std::string>())
+                              : -1);
+        const char* stepKey = ours ? "step" : "fsdp_step";
+        if (labelled && args.contains(stepKey) && args[stepKey].is_number_integer())
+            t.opStep.emplace(idx, static_cast<int32_t>(std::clamp<int64_t>(
+                                      args[stepKey].get<int64_t>(), INT32_MIN, INT32_MAX)));
+    }
+
     void consume(const Fields& f) {
         const std::string_view ph = f.ph, cat = f.cat, name = f.name;
         const bool complete = ph.size() == 1 && ph[0] == 'X';
@@ -900,42 +1015,7 @@ public:
                 countByCat.resize(static_cast<size_t>(catId) + 1, 0);
             ++countByCat[static_cast<size_t>(catId)];
         }
-        if (ph == "M") {
-            const json& a = argsOf(f);
-            if (name == "thread_name" && f.hasArgs)
-                threadNames[f.key()] = a.contains("name") && a["name"].is_string()
-                                           ? a["name"].get<std::string>()
-                                           : std::string();
-            if (name == "process_name" && a.contains("name") && a["name"].is_string())
-                processNames[f.pidNumber()] = a["name"].get<std::string>();
-            return;
-        }
-        // ShardScope's own traces (`simulate --trace`, `run --trace`): the memory counter of
-        // the first rank (the lowest pid; kept per pid until the end).
-        if (ph == "C" && name == "memory (bytes)" && f.hasArgs) {
-            const json& a = argsOf(f);
-            MemoryCounter m;
-            m.ts = f.tsNs;
-            m.allocated = a.contains("allocated") ? number(a["allocated"]) : 0;
-            m.reserved = a.contains("reserved") ? number(a["reserved"]) : 0;
-            t.counterPeakAllocated = std::max(t.counterPeakAllocated, m.allocated);
-            ourMemory[f.pidNumber()].push_back(m);
-            return;
-        }
-        if (ph == "s" || ph == "f") {
-            if (ph == "s") ++t.flows;
-            if (f.hasId) {
-                const uint64_t lh = laneHash(f.key());
-                flowPoints.push_back({flowId(f.id, cat),
-                                      ph == "s" ? lh | FlowPoint::kStart : lh & ~FlowPoint::kStart,
-                                      f.tsNs});
-            }
-            return;
-        }
-        if ((ph == "i" || ph == "I") && name == "[memory]") {
-            memory(f, argsOf(f));
-            return;
-        }
+        if (consumeMarker(f)) return;
         if (!complete) return;
         static const CatInfo noCategory{};
         const CatInfo& ci = catId >= 0 ? catInfoOf(catId, cat) : noCategory;
@@ -985,70 +1065,9 @@ public:
         t.lane.push_back(laneId);
         t.name.push_back(nameId);
         t.category.push_back(catId >= 0 ? catId : t.strings.intern(""));
-        EventClass cls = EventClass::Cpu;
-        if (ours && !onHost) {
-            const std::string kind = args["kind"].get<std::string>();
-            cls = kind == "all_gather" || kind == "reduce_scatter" || kind == "all_reduce"
-                      ? EventClass::Communication
-                  : kind == "forward" || kind == "backward" || kind == "recompute" ||
-                          kind == "optimizer"
-                      ? EventClass::Computation
-                      : EventClass::Memory;
-            if (cls == EventClass::Communication) {
-                Collective c;
-                c.event = idx;
-                c.name = kind;
-                c.bytes = args.contains("bytes") ? number(args["bytes"]) : 0;
-                c.fullBytes = c.bytes;  // ShardScope writes the full tensor's bytes
-                c.groupSize = args.contains("group_size")
-                                  ? static_cast<int32_t>(number(args["group_size"]))
-                                  : 0;
-                t.collectives.push_back(std::move(c));
-            }
-        } else if (gloo) {
-            cls = EventClass::Communication;
-        } else if (gpu) {
-            // Kernel names repeat by the thousand: classify each (name, category) once. A
-            // name nearly always comes with one category: the last one is kept by the name.
-            NameInfo& n = nameInfo[static_cast<size_t>(nameId)];
-            const int32_t catKey = t.category.back();
-            if (n.classCategory == catKey) {
-                cls = n.deviceClass;
-            } else {
-                const int64_t key =
-                    (static_cast<int64_t>(nameId) << 32) | static_cast<uint32_t>(catKey);
-                auto it = classCache.find(key);
-                cls = it != classCache.end()
-                          ? it->second
-                          : classCache
-                                .emplace(key,
-                                         classifyDeviceEvent(std::string(name), std::string(cat)))
-                                .first->second;
-                n.classCategory = catKey;
-                n.deviceClass = cls;
-            }
-        }
+        const EventClass cls = eventClass(idx, nameId, name, cat, args, ours, onHost, gloo, gpu);
         t.cls.push_back(cls);
-        // A GPU op of a `shardscope run --device cuda` trace names the FSDP op that launched
-        // it (fsdp_op_id, fsdp_unit, fsdp_phase): it joins the op's unit and phase.
-        const char* idKey = ours ? "op_id" : "fsdp_op_id";
-        const char* unitKey = ours ? "unit" : "fsdp_unit";
-        const char* phaseKey = ours ? "phase" : "fsdp_phase";
-        const bool labelled = ours || (gpu && args.contains("fsdp_op_id"));
-        t.opId.push_back(labelled && args.contains(idKey) && args[idKey].is_number_integer()
-                             ? static_cast<int32_t>(
-                                   std::clamp<int64_t>(args[idKey].get<int64_t>(), -1, INT32_MAX))
-                             : -1);
-        t.unit.push_back(labelled && args.contains(unitKey) && args[unitKey].is_string()
-                             ? t.strings.intern(args[unitKey].get<std::string>())
-                             : -1);
-        t.phase.push_back(labelled && args.contains(phaseKey) && args[phaseKey].is_string()
-                              ? t.strings.intern(args[phaseKey].get<std::string>())
-                              : -1);
-        const char* stepKey = ours ? "step" : "fsdp_step";
-        if (labelled && args.contains(stepKey) && args[stepKey].is_number_integer())
-            t.opStep.emplace(idx, static_cast<int32_t>(std::clamp<int64_t>(
-                                      args[stepKey].get<int64_t>(), INT32_MIN, INT32_MAX)));
+        labelEvent(idx, args, ours, gpu);
         if (!ours && gpu && cls == EventClass::Communication && ni.nccl) {
             NcclArgs na;
             if (needArgs)
