@@ -451,26 +451,55 @@ bool sameDevice(const std::string& traceDevice, const std::string& clusterDevice
     return contains(lower(clusterDevice), lower(token));
 }
 
-void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out,
-                          const KernelSampleOptions& o) {
-    for (const auto& d : t.deviceNames)
-        if (std::find(out.deviceNames.begin(), out.deviceNames.end(), d) == out.deviceNames.end())
-            out.deviceNames.push_back(d);
-    const size_t n = t.size();
-    auto name = [&](size_t i) -> const std::string& { return t.strings.at(t.name[i]); };
-    auto category = [&](size_t i) -> const std::string& { return t.strings.at(t.category[i]); };
-    auto isHostOp = [&](size_t i) {
+namespace {
+// One trace's kernels as calibration samples (collectKernelSamples).
+class SampleCollector {
+public:
+    SampleCollector(const Trace& trace, int32_t index, KernelSamples& samples,
+                    const KernelSampleOptions& options)
+        : t(trace), traceIndex(index), out(samples), o(options), n(trace.size()) {}
+
+    void run() {
+        for (const auto& d : t.deviceNames)
+            if (std::find(out.deviceNames.begin(), out.deviceNames.end(), d) ==
+                out.deviceNames.end())
+                out.deviceNames.push_back(d);
+        if (!t.opInputs.empty()) out.hasShapes = true;
+        findNesting();
+        findSteps();
+        for (size_t c = 0; c < t.collectives.size(); ++c)
+            collectiveOf[t.collectives[c].event] = c;
+        size_t deviceKernels = 0;
+        for (size_t i = 0; i < n; ++i)
+            if (!onHost(i) &&
+                (t.cls[i] == EventClass::Computation || t.cls[i] == EventClass::Communication))
+                ++deviceKernels;
+        out.deviceKernels += static_cast<int64_t>(deviceKernels);
+        if (deviceKernels > 0)
+            gpu();
+        else
+            hostOnly();
+    }
+
+private:
+    const std::string& name(size_t i) const { return t.strings.at(t.name[i]); }
+    const std::string& category(size_t i) const { return t.strings.at(t.category[i]); }
+    bool isHostOp(size_t i) const {
         const auto& c = category(i);
         return c == "cpu_op" || c == "Operator";
-    };
-    auto onHost = [&](size_t i) {
+    }
+    bool onHost(size_t i) const {
         return t.lanes[static_cast<size_t>(t.lane[i])].kind == LaneKind::HostThread;
-    };
-    if (!t.opInputs.empty()) out.hasShapes = true;
+    }
+    const OpInputs* inputsOf(int32_t e) const {
+        auto it = t.opInputs.find(e);
+        return it == t.opInputs.end() ? nullptr : &it->second;
+    }
+    void skip(const std::string& why) { ++out.skipped[why]; }
 
     // Nesting on each host thread: parent[i] is the innermost host event enclosing i.
-    std::vector<int32_t> parent(n, -1);
-    {
+    void findNesting() {
+        parent.assign(n, -1);
         std::unordered_map<int32_t, std::vector<int32_t>> byLane;
         for (size_t i = 0; i < n; ++i)
             if (onHost(i) && t.cls[i] != EventClass::Communication)
@@ -499,40 +528,28 @@ void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out
     }
 
     // ProfilerStep ranges, by start, per host lane's rank (one rank per trace file).
-    struct StepRange {
-        int64_t start, end;
-        int32_t step;
-    };
-    std::vector<StepRange> steps;
-    for (size_t i = 0; i < n; ++i)
-        if (onHost(i))
-            if (const int32_t s = stepNumber(name(i)); s >= 0)
-                steps.push_back({t.start[i], t.start[i] + t.dur[i], s});
-    std::sort(steps.begin(), steps.end(),
-              [](const StepRange& a, const StepRange& b) { return a.start < b.start; });
-    for (const auto& s : steps)
-        if (std::find(out.steps.begin(), out.steps.end(), s.step) == out.steps.end())
-            out.steps.push_back(s.step);
-    std::sort(out.steps.begin(), out.steps.end());
-    auto stepAt = [&](int64_t ts) {
+    void findSteps() {
+        for (size_t i = 0; i < n; ++i)
+            if (onHost(i))
+                if (const int32_t s = stepNumber(name(i)); s >= 0)
+                    steps.push_back({t.start[i], t.start[i] + t.dur[i], s});
+        std::sort(steps.begin(), steps.end(),
+                  [](const StepRange& a, const StepRange& b) { return a.start < b.start; });
+        for (const auto& s : steps)
+            if (std::find(out.steps.begin(), out.steps.end(), s.step) == out.steps.end())
+                out.steps.push_back(s.step);
+        std::sort(out.steps.begin(), out.steps.end());
+    }
+
+    int32_t stepAt(int64_t ts) const {
         auto it = std::upper_bound(steps.begin(), steps.end(), ts,
                                    [](int64_t v, const StepRange& s) { return v < s.start; });
         if (it == steps.begin()) return -1;
         --it;
         return ts < it->end ? it->step : -1;
-    };
+    }
 
-    auto inputsOf = [&](int32_t e) -> const OpInputs* {
-        auto it = t.opInputs.find(e);
-        return it == t.opInputs.end() ? nullptr : &it->second;
-    };
-    std::unordered_map<int32_t, size_t> collectiveOf;
-    for (size_t c = 0; c < t.collectives.size(); ++c)
-        collectiveOf[t.collectives[c].event] = c;
-
-    auto skip = [&](const std::string& why) { ++out.skipped[why]; };
-
-    auto addCollective = [&](size_t i, int32_t step) {
+    void addCollective(size_t i, int32_t step) {
         auto it = collectiveOf.find(static_cast<int32_t>(i));
         if (it == collectiveOf.end()) {
             skip("collective kernel without its size (no 'In msg nelems' args)");
@@ -564,320 +581,325 @@ void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out
             return;
         }
         out.samples.push_back(std::move(s));
-    };
+    }
 
-    size_t deviceKernels = 0;
-    for (size_t i = 0; i < n; ++i)
-        if (!onHost(i) &&
-            (t.cls[i] == EventClass::Computation || t.cls[i] == EventClass::Communication))
-            ++deviceKernels;
-    out.deviceKernels += static_cast<int64_t>(deviceKernels);
+    // Sized by the parameters' bytes (KernelSampleOptions::optimizerParamBytes): AdamW's
+    // _foreach_* ops inside an Optimizer.step# range. The bytes one moves; 0 otherwise.
+    double adamwForeachBytes(int32_t op) const {
+        const auto e = static_cast<size_t>(op);
+        if (optimizerSteps.empty() || !startsWith(name(e), "aten::_foreach_")) return 0.0;
+        const bool inStep = std::any_of(
+            optimizerSteps.begin(), optimizerSteps.end(),
+            [&](const auto& s) { return t.start[e] >= s.first && t.start[e] < s.second; });
+        if (!inStep) return 0.0;
+        for (const AdamWForeachOp& f : kAdamWForeach)
+            if (name(e) == f.op) return f.perByte * o.optimizerParamBytes;
+        return 0.0;
+    }
 
-    if (deviceKernels > 0) {
-        // GPU: each kernel and the host event that launched it.
-        std::vector<std::pair<size_t, int32_t>> memoryFrom;   // sample -> the op it priced by
-        std::vector<std::pair<size_t, int32_t>> foreachFrom;  // the same, AdamW's foreach ops
-        // Sized by the parameters' bytes (KernelSampleOptions::optimizerParamBytes): AdamW's
-        // _foreach_* ops inside an Optimizer.step# range. The bytes one moves; 0 otherwise.
-        std::vector<std::pair<int64_t, int64_t>> optimizerSteps;
+    // GPU: each kernel and the host event that launched it.
+    void gpu() {
         if (o.optimizerParamBytes > 0)
             for (size_t i = 0; i < n; ++i)
                 if (startsWith(name(i), "Optimizer.step#"))
                     optimizerSteps.emplace_back(t.start[i], t.start[i] + t.dur[i]);
-        auto adamwForeachBytes = [&](int32_t op) {
-            const auto e = static_cast<size_t>(op);
-            if (optimizerSteps.empty() || !startsWith(name(e), "aten::_foreach_")) return 0.0;
-            const bool inStep = std::any_of(
-                optimizerSteps.begin(), optimizerSteps.end(),
-                [&](const auto& s) { return t.start[e] >= s.first && t.start[e] < s.second; });
-            if (!inStep) return 0.0;
-            for (const AdamWForeachOp& f : kAdamWForeach)
-                if (name(e) == f.op) return f.perByte * o.optimizerParamBytes;
-            return 0.0;
-        };
-        std::unordered_map<int32_t, int32_t> launchOf;
-        std::unordered_map<int32_t, size_t> attentionSample;  // SDPA op -> its sample
         for (const auto& [host, dev] : t.flowEvents)
             if (host >= 0 && dev >= 0) launchOf.emplace(dev, host);
-        {
-            // Launch to launch on each thread: the CPU's cost per kernel. A gap over 1 ms is
-            // the CPU waiting (a sync, the data loader), not launching.
-            std::vector<std::pair<int64_t, int64_t>> optimizer;  // Optimizer.step# ranges
-            std::unordered_set<int32_t> stepLanes;  // the threads that run ProfilerSteps
-            for (size_t i = 0; i < n; ++i) {
-                if (!onHost(i)) continue;
-                if (startsWith(name(i), "Optimizer.step#"))
-                    optimizer.emplace_back(t.start[i], t.start[i] + t.dur[i]);
-                if (stepNumber(name(i)) >= 0) stepLanes.insert(t.lane[i]);
-            }
-            auto launcher = [&](int32_t lane, int64_t ts) {
-                for (const auto& [s0, s1] : optimizer)
-                    if (ts >= s0 && ts < s1) return KernelSamples::Launcher::Optimizer;
-                return stepLanes.count(lane) ? KernelSamples::Launcher::Forward
-                                             : KernelSamples::Launcher::Backward;
-            };
-            std::vector<std::pair<int32_t, int64_t>> launches;  // (lane, start) of kernels
-            for (const auto& [host, dev] : t.flowEvents)
-                if (host >= 0 && dev >= 0 &&
-                    t.cls[static_cast<size_t>(dev)] == EventClass::Computation)
-                    launches.push_back(
-                        {t.lane[static_cast<size_t>(host)], t.start[static_cast<size_t>(host)]});
-            std::sort(launches.begin(), launches.end());
-            launches.erase(std::unique(launches.begin(), launches.end()), launches.end());
-            // Kernels and host events per step and launcher, on the launching threads.
-            {
-                std::map<std::pair<int32_t, KernelSamples::Launcher>, KernelSamples::LauncherEvents>
-                    per;
-                std::unordered_set<int32_t> launching;
-                for (const auto& [lane, ts] : launches) {
-                    launching.insert(lane);
-                    const auto by = launcher(lane, ts);
-                    auto& x = per[{stepAt(ts), by}];
-                    ++x.launches;
-                }
-                for (size_t i = 0; i < n; ++i) {
-                    if (!onHost(i) || !launching.count(t.lane[i])) continue;
-                    const auto& cat = category(i);
-                    if (!(isHostOp(i) || cat == "user_annotation" || cat == "cuda_runtime" ||
-                          cat == "cuda_driver" || cat == "Runtime"))
-                        continue;
-                    const auto it = per.find({stepAt(t.start[i]), launcher(t.lane[i], t.start[i])});
-                    if (it != per.end()) ++it->second.events;
-                }
-                for (auto& [key, x] : per) {
-                    if (key.first < 0) continue;
-                    x.step = key.first;
-                    x.by = key.second;
-                    out.launcherEvents.push_back(x);
-                }
-            }
-            for (size_t k = 1; k < launches.size(); ++k) {
-                if (launches[k].first != launches[k - 1].first) continue;
-                const int64_t gap = launches[k].second - launches[k - 1].second;
-                const int32_t step = stepAt(launches[k].second);
-                if (gap > 0 && gap < 1000000 && step == stepAt(launches[k - 1].second))
-                    out.launchGaps.push_back(
-                        {step, gap, launcher(launches[k].first, launches[k].second)});
-            }
-        }
-        {
-            // The device's own time between kernels: on each stream, from a kernel's end to
-            // the next one's start where the next was launched before the first ended (it
-            // was queued; a later launch would be the host's gap, not the device's).
-            // Waits for another stream's event are in it too: its median is the figure.
-            std::vector<std::tuple<int32_t, int64_t, size_t>> kernels;  // (lane, start, event)
-            for (size_t i = 0; i < n; ++i)
-                if (!onHost(i) &&
-                    (t.cls[i] == EventClass::Computation || t.cls[i] == EventClass::Communication ||
-                     t.cls[i] == EventClass::Memory))
-                    kernels.emplace_back(t.lane[i], t.start[i], i);
-            std::sort(kernels.begin(), kernels.end());
-            for (size_t k = 1; k < kernels.size(); ++k) {
-                const auto& [lane0, s0, e0] = kernels[k - 1];
-                const auto& [lane1, s1, e1] = kernels[k];
-                if (lane0 != lane1) continue;
-                const int64_t end0 = s0 + t.dur[e0];
-                const auto l = launchOf.find(static_cast<int32_t>(e1));
-                if (l == launchOf.end()) continue;
-                const auto host = static_cast<size_t>(l->second);
-                const int64_t gap = s1 - end0;
-                if (t.start[host] + t.dur[host] < end0 && gap >= 0 && gap < 1000000)
-                    out.deviceGaps.push_back({stepAt(t.start[host]), gap});
-            }
-            // The device idle, every stream at once, waiting for a launch: in start order, a
-            // gap after all earlier work ended, before work launched after it had begun. Each
-            // gap and span goes to the step whose range launched the work.
-            std::vector<std::tuple<int64_t, int64_t, int64_t, int32_t>> work;  // start, end,
-            for (const auto& [lane, start, e] : kernels) {                     // launch end, step
-                const auto l = launchOf.find(static_cast<int32_t>(e));
-                if (l == launchOf.end()) continue;
-                const auto host = static_cast<size_t>(l->second);
-                const int32_t step = stepAt(t.start[host]);
-                if (step < 0) continue;
-                work.emplace_back(start, start + t.dur[e], t.start[host] + t.dur[host], step);
-            }
-            std::sort(work.begin(), work.end());
-            struct Span {
-                int64_t first = 0, last = 0, wait = 0;
-            };
-            std::map<int32_t, Span> perStep;
-            int64_t busyUntil = work.empty() ? 0 : std::get<0>(work.front());
-            for (const auto& [start, end, launched, step] : work) {
-                auto [it, fresh] = perStep.try_emplace(step, Span{start, end, 0});
-                Span& v = it->second;
-                v.last = std::max(v.last, end);
-                if (!fresh && start > busyUntil && launched > busyUntil)
-                    v.wait += start - busyUntil;
-                busyUntil = std::max(busyUntil, end);
-            }
-            for (const auto& [step, v] : perStep)
-                out.stepDevice.push_back({step, v.last - v.first, v.wait});
-        }
+        hostLaunches();
+        deviceGaps();
+        for (size_t i = 0; i < n; ++i)
+            gpuKernel(i);
+        dropSplitOps();
+    }
+
+    void hostLaunches() {
+        // Launch to launch on each thread: the CPU's cost per kernel. A gap over 1 ms is
+        // the CPU waiting (a sync, the data loader), not launching.
+        std::vector<std::pair<int64_t, int64_t>> optimizer;  // Optimizer.step# ranges
+        std::unordered_set<int32_t> stepLanes;               // the threads that run ProfilerSteps
         for (size_t i = 0; i < n; ++i) {
-            if (onHost(i)) continue;
-            const EventClass cls = t.cls[i];
-            if (cls != EventClass::Computation && cls != EventClass::Communication) {
-                if (cls == EventClass::Memory) skip("memcpy/memset (not priced per kernel)");
-                continue;
+            if (!onHost(i)) continue;
+            if (startsWith(name(i), "Optimizer.step#"))
+                optimizer.emplace_back(t.start[i], t.start[i] + t.dur[i]);
+            if (stepNumber(name(i)) >= 0) stepLanes.insert(t.lane[i]);
+        }
+        auto launcher = [&](int32_t lane, int64_t ts) {
+            for (const auto& [s0, s1] : optimizer)
+                if (ts >= s0 && ts < s1) return KernelSamples::Launcher::Optimizer;
+            return stepLanes.count(lane) ? KernelSamples::Launcher::Forward
+                                         : KernelSamples::Launcher::Backward;
+        };
+        std::vector<std::pair<int32_t, int64_t>> launches;  // (lane, start) of kernels
+        for (const auto& [host, dev] : t.flowEvents)
+            if (host >= 0 && dev >= 0 && t.cls[static_cast<size_t>(dev)] == EventClass::Computation)
+                launches.push_back(
+                    {t.lane[static_cast<size_t>(host)], t.start[static_cast<size_t>(host)]});
+        std::sort(launches.begin(), launches.end());
+        launches.erase(std::unique(launches.begin(), launches.end()), launches.end());
+        // Kernels and host events per step and launcher, on the launching threads.
+        {
+            std::map<std::pair<int32_t, KernelSamples::Launcher>, KernelSamples::LauncherEvents>
+                per;
+            std::unordered_set<int32_t> launching;
+            for (const auto& [lane, ts] : launches) {
+                launching.insert(lane);
+                const auto by = launcher(lane, ts);
+                auto& x = per[{stepAt(ts), by}];
+                ++x.launches;
             }
-            auto l = launchOf.find(static_cast<int32_t>(i));
-            const int32_t launch = l == launchOf.end() ? -1 : l->second;
-            const int32_t step = launch >= 0 ? stepAt(t.start[static_cast<size_t>(launch)]) : -1;
-            if (cls == EventClass::Communication) {
-                addCollective(i, step);
-                continue;
-            }
-            if (launch < 0) {
-                skip("kernel without a launch flow to its host op");
-                continue;
-            }
-            // The ops above the launch, innermost first.
-            const MatmulOp* mm = nullptr;
-            int32_t mmEvent = -1, inputsEvent = -1, attentionEvent = -1, innermostOp = -1,
-                    sdpaEvent = -1;
-            bool convolution = false, collectiveOp = false;
-            for (int32_t p = launch; p >= 0; p = parent[static_cast<size_t>(p)]) {
-                const auto up = static_cast<size_t>(p);
-                if (!isHostOp(up)) continue;
-                if (innermostOp < 0) innermostOp = p;
-                const std::string& on = name(up);
-                if (!mm && mmEvent < 0)
-                    if (const MatmulOp* m = matmulOp(on)) {
-                        mm = m;
-                        mmEvent = p;
-                    }
-                if (attentionEvent < 0 && isAttentionOp(lower(on))) attentionEvent = p;
-                if (sdpaEvent < 0 && contains(on, "scaled_dot_product")) sdpaEvent = p;
-                if (contains(on, "convolution") || contains(on, "conv2d") ||
-                    contains(on, "conv1d") || contains(on, "conv3d"))
-                    convolution = true;
-                if (inputsEvent < 0 && inputsOf(p) && !inputsOf(p)->dims.empty()) inputsEvent = p;
-                if (!collectiveKind(on).empty() && collectiveKind(on) != "sendrecv")
-                    collectiveOp = true;
-            }
-            if (collectiveOp) {
-                skip("collective outside NCCL (symmetric memory, a custom all-reduce)");
-                continue;
-            }
-            const std::string kname = lower(name(i));
-            KernelSample s;
-            s.trace = traceIndex;
-            s.event = static_cast<int32_t>(i);
-            s.step = step;
-            s.durNs = t.dur[i];
-            s.kernel = name(i);
-            // A kernel the public SDPA op launches itself, outside its backend op, that is no
-            // attention kernel prepares the inputs (cuDNN's fill of a converted mask, 0.15 ms
-            // beside a 3 ms forward on an H200): memory-bound, not a second attention call.
-            const bool preparation =
-                sdpaEvent >= 0 && !isAttentionKernel(kname) &&
-                name(static_cast<size_t>(sdpaEvent)) == "aten::scaled_dot_product_attention";
-            if ((attentionEvent >= 0 || isAttentionKernel(kname)) && !preparation) {
-                s.cls = KernelClass::Attention;
-                s.op = attentionEvent >= 0 ? name(static_cast<size_t>(attentionEvent)) : "";
-                // Priced per SDPA op (flash backward launches two or three kernels): the
-                // innermost op named scaled_dot_product gives the FLOPs, its kernels' times
-                // add up into one sample.
-                if (sdpaEvent >= 0) {
-                    if (auto it = attentionSample.find(sdpaEvent); it != attentionSample.end()) {
-                        out.samples[it->second].durNs += s.durNs;
-                        continue;
-                    }
-                    const std::string& sn = name(static_cast<size_t>(sdpaEvent));
-                    if (const OpInputs* in = inputsOf(sdpaEvent)) {
-                        s.flops = attentionFlops(sn, *in);
-                        s.masked = attentionMasked(sn, *in);
-                        const auto dt = !in->types.empty() ? recordShapesDtype(in->types[0])
-                                                           : std::optional<DType>{};
-                        if (dt) s.dtype = *dt;
-                    }
-                    s.op = sn;
-                    attentionSample.emplace(sdpaEvent, out.samples.size());
-                }
-                out.samples.push_back(std::move(s));
-                continue;
-            }
-            if (isGemmKernel(kname) || mm) {
-                if (convolution) {
-                    skip("convolution kernel (FLOPs need the convolution's arguments)");
+            for (size_t i = 0; i < n; ++i) {
+                if (!onHost(i) || !launching.count(t.lane[i])) continue;
+                const auto& cat = category(i);
+                if (!(isHostOp(i) || cat == "user_annotation" || cat == "cuda_runtime" ||
+                      cat == "cuda_driver" || cat == "Runtime"))
                     continue;
-                }
-                if (!mm) {
-                    skip("GEMM kernel under no matmul op (aten::mm/addmm/bmm/...)");
-                    continue;
-                }
-                if (!isGemmKernel(kname)) {
-                    skip("helper kernel of a matmul op (bias copy, split-K reduction)");
-                    continue;
-                }
-                const OpInputs* in = inputsOf(mmEvent);
-                if (!in) {
-                    skip("GEMM kernel without record_shapes");
-                    continue;
-                }
-                setMatmul(s, *mm, *in);
-                const auto ti = static_cast<size_t>(mm->a);
-                const auto dt = ti < in->types.size() ? recordShapesDtype(in->types[ti])
-                                                      : std::optional<DType>{};
-                if (s.flops <= 0 || !dt) {
-                    skip("GEMM whose shapes or dtype record_shapes does not give");
-                    continue;
-                }
-                s.dtype = *dt;
-                s.cls = KernelClass::Gemm;
-                s.op = name(static_cast<size_t>(mmEvent));
-                out.samples.push_back(std::move(s));
-                continue;
+                const auto it = per.find({stepAt(t.start[i]), launcher(t.lane[i], t.start[i])});
+                if (it != per.end()) ++it->second.events;
             }
+            for (auto& [key, x] : per) {
+                if (key.first < 0) continue;
+                x.step = key.first;
+                x.by = key.second;
+                out.launcherEvents.push_back(x);
+            }
+        }
+        for (size_t k = 1; k < launches.size(); ++k) {
+            if (launches[k].first != launches[k - 1].first) continue;
+            const int64_t gap = launches[k].second - launches[k - 1].second;
+            const int32_t step = stepAt(launches[k].second);
+            if (gap > 0 && gap < 1000000 && step == stepAt(launches[k - 1].second))
+                out.launchGaps.push_back(
+                    {step, gap, launcher(launches[k].first, launches[k].second)});
+        }
+    }
+
+    void deviceGaps() {
+        // The device's own time between kernels: on each stream, from a kernel's end to
+        // the next one's start where the next was launched before the first ended (it
+        // was queued; a later launch would be the host's gap, not the device's).
+        // Waits for another stream's event are in it too: its median is the figure.
+        std::vector<std::tuple<int32_t, int64_t, size_t>> kernels;  // (lane, start, event)
+        for (size_t i = 0; i < n; ++i)
+            if (!onHost(i) &&
+                (t.cls[i] == EventClass::Computation || t.cls[i] == EventClass::Communication ||
+                 t.cls[i] == EventClass::Memory))
+                kernels.emplace_back(t.lane[i], t.start[i], i);
+        std::sort(kernels.begin(), kernels.end());
+        for (size_t k = 1; k < kernels.size(); ++k) {
+            const auto& [lane0, s0, e0] = kernels[k - 1];
+            const auto& [lane1, s1, e1] = kernels[k];
+            if (lane0 != lane1) continue;
+            const int64_t end0 = s0 + t.dur[e0];
+            const auto l = launchOf.find(static_cast<int32_t>(e1));
+            if (l == launchOf.end()) continue;
+            const auto host = static_cast<size_t>(l->second);
+            const int64_t gap = s1 - end0;
+            if (t.start[host] + t.dur[host] < end0 && gap >= 0 && gap < 1000000)
+                out.deviceGaps.push_back({stepAt(t.start[host]), gap});
+        }
+        // The device idle, every stream at once, waiting for a launch: in start order, a
+        // gap after all earlier work ended, before work launched after it had begun. Each
+        // gap and span goes to the step whose range launched the work.
+        std::vector<std::tuple<int64_t, int64_t, int64_t, int32_t>> work;  // start, end,
+        for (const auto& [lane, start, e] : kernels) {                     // launch end, step
+            const auto l = launchOf.find(static_cast<int32_t>(e));
+            if (l == launchOf.end()) continue;
+            const auto host = static_cast<size_t>(l->second);
+            const int32_t step = stepAt(t.start[host]);
+            if (step < 0) continue;
+            work.emplace_back(start, start + t.dur[e], t.start[host] + t.dur[host], step);
+        }
+        std::sort(work.begin(), work.end());
+        struct Span {
+            int64_t first = 0, last = 0, wait = 0;
+        };
+        std::map<int32_t, Span> perStep;
+        int64_t busyUntil = work.empty() ? 0 : std::get<0>(work.front());
+        for (const auto& [start, end, launched, step] : work) {
+            auto [it, fresh] = perStep.try_emplace(step, Span{start, end, 0});
+            Span& v = it->second;
+            v.last = std::max(v.last, end);
+            if (!fresh && start > busyUntil && launched > busyUntil) v.wait += start - busyUntil;
+            busyUntil = std::max(busyUntil, end);
+        }
+        for (const auto& [step, v] : perStep)
+            out.stepDevice.push_back({step, v.last - v.first, v.wait});
+    }
+
+    void gpuKernel(size_t i) {
+        if (onHost(i)) return;
+        const EventClass cls = t.cls[i];
+        if (cls != EventClass::Computation && cls != EventClass::Communication) {
+            if (cls == EventClass::Memory) skip("memcpy/memset (not priced per kernel)");
+            return;
+        }
+        auto l = launchOf.find(static_cast<int32_t>(i));
+        const int32_t launch = l == launchOf.end() ? -1 : l->second;
+        const int32_t step = launch >= 0 ? stepAt(t.start[static_cast<size_t>(launch)]) : -1;
+        if (cls == EventClass::Communication) {
+            addCollective(i, step);
+            return;
+        }
+        if (launch < 0) {
+            skip("kernel without a launch flow to its host op");
+            return;
+        }
+        // The ops above the launch, innermost first.
+        const MatmulOp* mm = nullptr;
+        int32_t mmEvent = -1, inputsEvent = -1, attentionEvent = -1, innermostOp = -1,
+                sdpaEvent = -1;
+        bool convolution = false, collectiveOp = false;
+        for (int32_t p = launch; p >= 0; p = parent[static_cast<size_t>(p)]) {
+            const auto up = static_cast<size_t>(p);
+            if (!isHostOp(up)) continue;
+            if (innermostOp < 0) innermostOp = p;
+            const std::string& on = name(up);
+            if (!mm && mmEvent < 0)
+                if (const MatmulOp* m = matmulOp(on)) {
+                    mm = m;
+                    mmEvent = p;
+                }
+            if (attentionEvent < 0 && isAttentionOp(lower(on))) attentionEvent = p;
+            if (sdpaEvent < 0 && contains(on, "scaled_dot_product")) sdpaEvent = p;
+            if (contains(on, "convolution") || contains(on, "conv2d") || contains(on, "conv1d") ||
+                contains(on, "conv3d"))
+                convolution = true;
+            if (inputsEvent < 0 && inputsOf(p) && !inputsOf(p)->dims.empty()) inputsEvent = p;
+            if (!collectiveKind(on).empty() && collectiveKind(on) != "sendrecv")
+                collectiveOp = true;
+        }
+        if (collectiveOp) {
+            skip("collective outside NCCL (symmetric memory, a custom all-reduce)");
+            return;
+        }
+        const std::string kname = lower(name(i));
+        KernelSample s;
+        s.trace = traceIndex;
+        s.event = static_cast<int32_t>(i);
+        s.step = step;
+        s.durNs = t.dur[i];
+        s.kernel = name(i);
+        // A kernel the public SDPA op launches itself, outside its backend op, that is no
+        // attention kernel prepares the inputs (cuDNN's fill of a converted mask, 0.15 ms
+        // beside a 3 ms forward on an H200): memory-bound, not a second attention call.
+        const bool preparation =
+            sdpaEvent >= 0 && !isAttentionKernel(kname) &&
+            name(static_cast<size_t>(sdpaEvent)) == "aten::scaled_dot_product_attention";
+        if ((attentionEvent >= 0 || isAttentionKernel(kname)) && !preparation) {
+            s.cls = KernelClass::Attention;
+            s.op = attentionEvent >= 0 ? name(static_cast<size_t>(attentionEvent)) : "";
+            // Priced per SDPA op (flash backward launches two or three kernels): the
+            // innermost op named scaled_dot_product gives the FLOPs, its kernels' times
+            // add up into one sample.
+            if (sdpaEvent >= 0) {
+                if (auto it = attentionSample.find(sdpaEvent); it != attentionSample.end()) {
+                    out.samples[it->second].durNs += s.durNs;
+                    return;
+                }
+                const std::string& sn = name(static_cast<size_t>(sdpaEvent));
+                if (const OpInputs* in = inputsOf(sdpaEvent)) {
+                    s.flops = attentionFlops(sn, *in);
+                    s.masked = attentionMasked(sn, *in);
+                    const auto dt = !in->types.empty() ? recordShapesDtype(in->types[0])
+                                                       : std::optional<DType>{};
+                    if (dt) s.dtype = *dt;
+                }
+                s.op = sn;
+                attentionSample.emplace(sdpaEvent, out.samples.size());
+            }
+            out.samples.push_back(std::move(s));
+            return;
+        }
+        if (isGemmKernel(kname) || mm) {
             if (convolution) {
                 skip("convolution kernel (FLOPs need the convolution's arguments)");
-                continue;
+                return;
             }
-            if (inputsEvent < 0) {
-                skip(out.hasShapes || !t.opInputs.empty()
-                         ? "kernel whose launching op has no tensor inputs"
-                         : "kernel without record_shapes");
-                continue;
+            if (!mm) {
+                skip("GEMM kernel under no matmul op (aten::mm/addmm/bmm/...)");
+                return;
             }
-            const std::string& on = name(static_cast<size_t>(inputsEvent));
-            if (const double bytes = adamwForeachBytes(inputsEvent); bytes > 0) {
-                s.bytes = bytes;  // the op's, shared by its kernels below
-                s.cls = KernelClass::MemoryBound;
-                s.op = kForeachOptimizerKey;
-                foreachFrom.push_back({out.samples.size(), inputsEvent});
-                out.samples.push_back(std::move(s));
-                continue;
+            if (!isGemmKernel(kname)) {
+                skip("helper kernel of a matmul op (bias copy, split-K reduction)");
+                return;
             }
-            if (indexedOp(on)) {
-                skip(
-                    "kernel of an indexed op (gather, scatter, index_select...: it moves what "
-                    "its index names, not its inputs)");
-                continue;
+            const OpInputs* in = inputsOf(mmEvent);
+            if (!in) {
+                skip("GEMM kernel without record_shapes");
+                return;
             }
-            const OpInputs& inputs = *inputsOf(inputsEvent);
-            s.bytes = on == kChunkCatKey ? chunkCatBytes(inputs, name(i)) : 0;
-            if (on == kChunkCatKey)
-                if (const int64_t blocks = chunkCatBlocksPerChunk(inputs); blocks > 0) {
-                    // The host's time from entering the op to launching its kernel: the block
-                    // table, its copy to the device, the output's allocation.
-                    const auto host = static_cast<size_t>(inputsEvent);
-                    const int64_t ns = t.start[static_cast<size_t>(launch)] - t.start[host];
-                    if (ns > 0) out.chunkCatHost.push_back({step, blocks, ns});
-                }
-            if (s.bytes <= 0) s.bytes = opBytes(on, inputs, &s.broadcast);
-            if (s.bytes <= 0) {
-                skip("kernel whose launching op has no tensor inputs");
-                continue;
+            setMatmul(s, *mm, *in);
+            const auto ti = static_cast<size_t>(mm->a);
+            const auto dt =
+                ti < in->types.size() ? recordShapesDtype(in->types[ti]) : std::optional<DType>{};
+            if (s.flops <= 0 || !dt) {
+                skip("GEMM whose shapes or dtype record_shapes does not give");
+                return;
             }
-            s.cls = KernelClass::MemoryBound;
-            s.op = on;
-            memoryFrom.push_back({out.samples.size(), inputsEvent});
+            s.dtype = *dt;
+            s.cls = KernelClass::Gemm;
+            s.op = name(static_cast<size_t>(mmEvent));
             out.samples.push_back(std::move(s));
+            return;
         }
-        // An op that launched several memory-bound kernels (a fused custom op, MoE routing):
-        // its bytes cannot be split among them. AdamW's foreach ops are: multi_tensor_apply
-        // runs an op's tensor list as kernels of about equal chunks, and the step program
-        // prices them so.
+        if (convolution) {
+            skip("convolution kernel (FLOPs need the convolution's arguments)");
+            return;
+        }
+        if (inputsEvent < 0) {
+            skip(out.hasShapes || !t.opInputs.empty()
+                     ? "kernel whose launching op has no tensor inputs"
+                     : "kernel without record_shapes");
+            return;
+        }
+        memoryBoundSample(std::move(s), i, inputsEvent, launch, step);
+    }
+
+    // A memory-bound kernel priced by the bytes of the op that launched it (AdamW's foreach
+    // ops by the parameters' bytes).
+    void memoryBoundSample(KernelSample s, size_t i, int32_t inputsEvent, int32_t launch,
+                           int32_t step) {
+        const std::string& on = name(static_cast<size_t>(inputsEvent));
+        if (const double bytes = adamwForeachBytes(inputsEvent); bytes > 0) {
+            s.bytes = bytes;  // the op's, shared by its kernels below
+            s.cls = KernelClass::MemoryBound;
+            s.op = kForeachOptimizerKey;
+            foreachFrom.push_back({out.samples.size(), inputsEvent});
+            out.samples.push_back(std::move(s));
+            return;
+        }
+        if (indexedOp(on)) {
+            skip(
+                "kernel of an indexed op (gather, scatter, index_select...: it moves what "
+                "its index names, not its inputs)");
+            return;
+        }
+        const OpInputs& inputs = *inputsOf(inputsEvent);
+        s.bytes = on == kChunkCatKey ? chunkCatBytes(inputs, name(i)) : 0;
+        if (on == kChunkCatKey)
+            if (const int64_t blocks = chunkCatBlocksPerChunk(inputs); blocks > 0) {
+                // The host's time from entering the op to launching its kernel: the block
+                // table, its copy to the device, the output's allocation.
+                const auto host = static_cast<size_t>(inputsEvent);
+                const int64_t ns = t.start[static_cast<size_t>(launch)] - t.start[host];
+                if (ns > 0) out.chunkCatHost.push_back({step, blocks, ns});
+            }
+        if (s.bytes <= 0) s.bytes = opBytes(on, inputs, &s.broadcast);
+        if (s.bytes <= 0) {
+            skip("kernel whose launching op has no tensor inputs");
+            return;
+        }
+        s.cls = KernelClass::MemoryBound;
+        s.op = on;
+        memoryFrom.push_back({out.samples.size(), inputsEvent});
+        out.samples.push_back(std::move(s));
+    }
+
+    // An op that launched several memory-bound kernels (a fused custom op, MoE routing):
+    // its bytes cannot be split among them. AdamW's foreach ops are: multi_tensor_apply
+    // runs an op's tensor list as kernels of about equal chunks, and the step program
+    // prices them so.
+    void dropSplitOps() {
         std::unordered_map<int32_t, int32_t> kernelsOf;
         for (const auto& [_, op] : memoryFrom)
             ++kernelsOf[op];
@@ -899,100 +921,125 @@ void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out
             ++w;
         }
         out.samples.resize(w);
-        return;
     }
 
     // CPU only: host ops are the kernels.
-    out.hostOnly = true;
-    std::vector<uint8_t> hasChildOp(n, 0), underCompute(n, 0), hasMatmulBelow(n, 0);
-    for (size_t i = 0; i < n; ++i) {
-        if (!isHostOp(i)) continue;
-        const bool mm = matmulOp(name(i)) != nullptr;
-        bool first = true;
-        for (int32_t p = parent[i]; p >= 0; p = parent[static_cast<size_t>(p)]) {
-            const auto up = static_cast<size_t>(p);
-            if (!isHostOp(up)) continue;
-            if (first) hasChildOp[up] = 1;
-            first = false;
-            if (mm) hasMatmulBelow[up] = 1;
-        }
-    }
-    for (size_t i = 0; i < n; ++i) {
-        if (!isHostOp(i)) continue;
-        for (int32_t p = parent[i]; p >= 0; p = parent[static_cast<size_t>(p)]) {
-            const auto up = static_cast<size_t>(p);
-            // aten ops only: autograd's "evaluate_function: ...AttentionBackward0" ranges
-            // enclose the backward's aten op, which is the kernel.
-            if (isHostOp(up) && name(up).compare(0, 6, "aten::") == 0 &&
-                (matmulOp(name(up)) || isAttentionOp(lower(name(up))))) {
-                underCompute[i] = 1;
-                break;
+    void hostOnly() {
+        out.hostOnly = true;
+        std::vector<uint8_t> hasChildOp(n, 0), underCompute(n, 0), hasMatmulBelow(n, 0);
+        for (size_t i = 0; i < n; ++i) {
+            if (!isHostOp(i)) continue;
+            const bool mm = matmulOp(name(i)) != nullptr;
+            bool first = true;
+            for (int32_t p = parent[i]; p >= 0; p = parent[static_cast<size_t>(p)]) {
+                const auto up = static_cast<size_t>(p);
+                if (!isHostOp(up)) continue;
+                if (first) hasChildOp[up] = 1;
+                first = false;
+                if (mm) hasMatmulBelow[up] = 1;
             }
         }
-    }
-    for (size_t i = 0; i < n; ++i) {
-        if (t.cls[i] == EventClass::Communication) {
-            addCollective(i, stepAt(t.start[i]));
-            continue;
+        for (size_t i = 0; i < n; ++i) {
+            if (!isHostOp(i)) continue;
+            for (int32_t p = parent[i]; p >= 0; p = parent[static_cast<size_t>(p)]) {
+                const auto up = static_cast<size_t>(p);
+                // aten ops only: autograd's "evaluate_function: ...AttentionBackward0" ranges
+                // enclose the backward's aten op, which is the kernel.
+                if (isHostOp(up) && name(up).compare(0, 6, "aten::") == 0 &&
+                    (matmulOp(name(up)) || isAttentionOp(lower(name(up))))) {
+                    underCompute[i] = 1;
+                    break;
+                }
+            }
         }
-        if (!isHostOp(i)) continue;
-        const std::string& on = name(i);
-        KernelSample s;
-        s.trace = traceIndex;
-        s.event = static_cast<int32_t>(i);
-        s.step = stepAt(t.start[i]);
-        s.durNs = t.dur[i];
-        s.op = on;
-        s.kernel = on;
-        if (const MatmulOp* m = matmulOp(on)) {
-            if (hasMatmulBelow[i]) continue;  // aten::linear above its aten::addmm
+        for (size_t i = 0; i < n; ++i) {
+            if (t.cls[i] == EventClass::Communication) {
+                addCollective(i, stepAt(t.start[i]));
+                continue;
+            }
+            if (!isHostOp(i)) continue;
+            const std::string& on = name(i);
+            KernelSample s;
+            s.trace = traceIndex;
+            s.event = static_cast<int32_t>(i);
+            s.step = stepAt(t.start[i]);
+            s.durNs = t.dur[i];
+            s.op = on;
+            s.kernel = on;
+            if (const MatmulOp* m = matmulOp(on)) {
+                if (hasMatmulBelow[i]) continue;  // aten::linear above its aten::addmm
+                const OpInputs* in = inputsOf(static_cast<int32_t>(i));
+                if (!in) {
+                    skip("matmul op without record_shapes");
+                    continue;
+                }
+                setMatmul(s, *m, *in);
+                const auto ti = static_cast<size_t>(m->a);
+                const auto dt = ti < in->types.size() ? recordShapesDtype(in->types[ti])
+                                                      : std::optional<DType>{};
+                if (s.flops <= 0 || !dt) {
+                    skip("matmul op whose shapes or dtype record_shapes does not give");
+                    continue;
+                }
+                s.dtype = *dt;
+                s.cls = KernelClass::Gemm;
+                out.samples.push_back(std::move(s));
+                continue;
+            }
+            if (underCompute[i]) continue;
+            if (on.compare(0, 6, "aten::") == 0 && isAttentionOp(lower(on))) {
+                s.cls = KernelClass::Attention;
+                if (const OpInputs* in = inputsOf(static_cast<int32_t>(i))) {
+                    s.flops = attentionFlops(on, *in);
+                    const auto dt = !in->types.empty() ? recordShapesDtype(in->types[0])
+                                                       : std::optional<DType>{};
+                    if (dt) s.dtype = *dt;
+                }
+                out.samples.push_back(std::move(s));
+                continue;
+            }
+            if (hasChildOp[i] || movesNoData(on) || on.substr(0, 6) != "aten::") continue;
+            if (indexedOp(on)) {
+                skip(
+                    "indexed op (gather, scatter, index_select...: it moves what its index names, "
+                    "not its inputs)");
+                continue;
+            }
             const OpInputs* in = inputsOf(static_cast<int32_t>(i));
             if (!in) {
-                skip("matmul op without record_shapes");
+                skip("op without record_shapes");
                 continue;
             }
-            setMatmul(s, *m, *in);
-            const auto ti = static_cast<size_t>(m->a);
-            const auto dt =
-                ti < in->types.size() ? recordShapesDtype(in->types[ti]) : std::optional<DType>{};
-            if (s.flops <= 0 || !dt) {
-                skip("matmul op whose shapes or dtype record_shapes does not give");
-                continue;
-            }
-            s.dtype = *dt;
-            s.cls = KernelClass::Gemm;
+            s.bytes = opBytes(on, *in, &s.broadcast);
+            if (s.bytes <= 0) continue;
+            s.cls = KernelClass::MemoryBound;
             out.samples.push_back(std::move(s));
-            continue;
         }
-        if (underCompute[i]) continue;
-        if (on.compare(0, 6, "aten::") == 0 && isAttentionOp(lower(on))) {
-            s.cls = KernelClass::Attention;
-            if (const OpInputs* in = inputsOf(static_cast<int32_t>(i))) {
-                s.flops = attentionFlops(on, *in);
-                const auto dt =
-                    !in->types.empty() ? recordShapesDtype(in->types[0]) : std::optional<DType>{};
-                if (dt) s.dtype = *dt;
-            }
-            out.samples.push_back(std::move(s));
-            continue;
-        }
-        if (hasChildOp[i] || movesNoData(on) || on.substr(0, 6) != "aten::") continue;
-        if (indexedOp(on)) {
-            skip(
-                "indexed op (gather, scatter, index_select...: it moves what its index names, "
-                "not its inputs)");
-            continue;
-        }
-        const OpInputs* in = inputsOf(static_cast<int32_t>(i));
-        if (!in) {
-            skip("op without record_shapes");
-            continue;
-        }
-        s.bytes = opBytes(on, *in, &s.broadcast);
-        if (s.bytes <= 0) continue;
-        s.cls = KernelClass::MemoryBound;
-        out.samples.push_back(std::move(s));
     }
+
+    const Trace& t;
+    const int32_t traceIndex;
+    KernelSamples& out;
+    const KernelSampleOptions& o;
+    const size_t n;
+    std::vector<int32_t> parent;
+    struct StepRange {
+        int64_t start, end;
+        int32_t step;
+    };
+    std::vector<StepRange> steps;
+    std::unordered_map<int32_t, size_t> collectiveOf;
+    std::vector<std::pair<int64_t, int64_t>> optimizerSteps;
+    std::unordered_map<int32_t, int32_t> launchOf;
+    std::unordered_map<int32_t, size_t> attentionSample;  // SDPA op -> its sample
+    std::vector<std::pair<size_t, int32_t>> memoryFrom;   // sample -> the op it priced by
+    std::vector<std::pair<size_t, int32_t>> foreachFrom;  // the same, AdamW's foreach ops
+};
+}  // namespace
+
+void collectKernelSamples(const Trace& t, int32_t traceIndex, KernelSamples& out,
+                          const KernelSampleOptions& o) {
+    SampleCollector(t, traceIndex, out, o).run();
 }
 
 }  // namespace shardscope
