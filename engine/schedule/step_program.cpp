@@ -544,180 +544,10 @@ private:
             computed = moduleRunsOf(g, r, o.seqLen);
             runs = &computed;
         }
-        const auto b = o.microBatchSize;
-        const auto s = o.seqLen;
         segs.reserve(runs->size());
-        for (const ModuleRun& run : *runs) {
-            const ModuleCost& c = run.cost;
-            const int32_t u = run.unit;
-            const auto& unit = r.units[u];
-            const double scale = activationScale(unit);
-            const double fwd = c.fwdFlops.at(b, s), saved = c.savedBytes.at(b, s, scale);
-            if (fwd == 0 && saved == 0 && c.fwdMemBytes.isZero()) continue;
-            if (segs.empty() || segs.back().unit != u) {
-                segs.emplace_back();
-                segs.back().unit = u;
-            }
-            Segment& sg = segs.back();
-            sg.fwdFlops += fwd;
-            sg.bwdFlops += c.bwdFlops.at(b, s);
-            sg.fwdMem += c.fwdMemBytes.at(b, s, scale);
-            sg.bwdMem += c.bwdMemBytes.at(b, s, scale);
-            sg.kernels += run.kernels;
-            if (sg.runCount++ == 0) sg.firstRun = static_cast<int32_t>(&run - runs->data());
-            const int64_t gradSize = dtypeSize(unit.allGatherDtype);  // also the compute dtype's
-            sg.gradBytes += run.gradNumel * gradSize;
-            sg.tiedGradTemp += 2 * run.tiedGradNumel * gradSize;
-            // A module's output gradient beside its input gradient; with the loss compiled
-            // the largest output is the logits, whose gradient the loss's one backward
-            // kernel writes and lm_head's backward reads (no second tensor of their size).
-            sg.bwdTransient = std::max(sg.bwdTransient, (c.lossCompiled ? 1.0 : 2.0) *
-                                                            run.peakOutputBytes.at(b, s, scale));
-            if (c.lossVocab > 0) {
-                // ModuleCost::lossVocab: the logits in the compute dtype and their fp32
-                // upcast (one tensor when the compute dtype is fp32) beside the saved fp32
-                // log-probabilities.
-                // Compiled, the logits are what the loss keeps (saved bytes) and nothing
-                // else of their size exists.
-                const auto e = static_cast<double>(gradSize);
-                const double tokens = static_cast<double>(b) * static_cast<double>(s);
-                if (!c.lossCompiled)
-                    sg.fwdTransient =
-                        std::max(sg.fwdTransient, tokens * c.lossVocab * (e < 4 ? e + 4.0 : e));
-                // The bytes its kernels move (lossKernelsPerLogit), as the op's memory bytes.
-                const LossKernels k = lossKernelsPerLogit(e, c.lossCompiled);
-                for (double b : k.fwd)
-                    sg.fwdMem += tokens * c.lossVocab * b;
-                for (double b : k.bwd)
-                    sg.bwdMem += tokens * c.lossVocab * b;
-            }
-            {
-                // A weight gradient made while its output's gradient is alive (ModuleRun):
-                // the part above the run's gradients.
-                // What the modules after that one saved is freed by then
-                // (ModuleRun::firstGradSavedAfter).
-                const auto d = static_cast<double>(gradSize);
-                const double all = static_cast<double>(run.gradNumel) * d;
-                const double moment = std::max(all + run.firstGradOutput.at(b, s, scale) -
-                                                   run.firstGradSavedAfter.at(b, s, scale),
-                                               static_cast<double>(run.largestOutGradNumel) * d +
-                                                   run.largestGradOutput.at(b, s, scale) -
-                                                   run.largestGradSavedAfter.at(b, s, scale));
-                sg.bwdGradExtra = std::max(sg.bwdGradExtra, moment - all);
-            }
-            // Full and op-level checkpointing: what the recompute saves after the last
-            // attention, and its gradients (Segment::recomputeLate).
-            // A loop of alike members there (ModuleRun::loopSaved, a mixture-of-experts
-            // block's experts) makes one member's gradients while that member's recomputed
-            // activations are alive and the ones it has passed are freed: at most all the
-            // activations and one member's gradients, or all the gradients and one member's
-            // activations, live at once. The rest of its gradients are made after the
-            // recompute is gone.
-            // A unit of several modules checkpoints each on its own (our exports, per-block
-            // checkpoint_wrapper): backward recomputes one module, runs its backward and
-            // frees what it remade before the next, so the recompute holds the largest
-            // module's, not their sum.
-            const bool perModule = unit.modules.size() > 1;
-            const auto addRecomputed = [&](double& into, double v) {
-                into = perModule ? std::max(into, v) : into + v;
-            };
-            const auto splitRecompute = [&] {
-                if (!run.hasAttn) return;
-                addRecomputed(sg.recomputeLate, run.savedAfterAttn.at(b, s, scale));
-                int64_t overlap = 0;
-                if (run.loopMembers >= 2) {
-                    const double n = run.loopMembers;
-                    const double acts = run.loopSaved.at(b, s, scale);
-                    const auto grads = static_cast<double>(run.loopGradNumel * gradSize);
-                    overlap = static_cast<int64_t>((n - 1.0) / n * std::min(acts, grads));
-                }
-                sg.gradLateBytes += run.gradNumelAfterAttn * gradSize - overlap;
-            };
-            switch (unit.activationCheckpointing) {
-                case AcMode::Full:
-                    // A run with no FLOPs (an embedding lookup) still runs again: backward
-                    // unpacks what it saved (the ids) through the checkpoint.
-                    sg.recomputes = sg.recomputes || fwd > 0 || !c.fwdMemBytes.isZero();
-                    sg.recomputeFlops +=
-                        fwd - recomputeSkippedFlops(run, b, s, nullptr, o.recomputeEarlyStop);
-                    addRecomputed(sg.recomputeSaved, saved);
-                    splitRecompute();
-                    break;
-                case AcMode::SelectiveOp: {
-                    // torch.utils.checkpoint with a selective policy: forward keeps the kept
-                    // ops' outputs (and, below, the unit's input); backward recomputes the
-                    // unit and holds all it saves while its backward runs, as full does.
-                    const auto& save = unit.acSave;
-                    auto has = [&](const char* op) {
-                        return std::find(save.begin(), save.end(), op) != save.end();
-                    };
-                    double kept = 0;
-                    if (save.empty()) {
-                        kept = run.sacPresetSaved.at(b, s, scale);
-                    } else {
-                        if (has("mm")) kept += run.mmSaved.at(b, s, scale);
-                        if (has("addmm")) kept += run.addmmSaved.at(b, s, scale);
-                        if (has("sdpa")) kept += run.sdpaSaved.at(b, s, scale);
-                    }
-                    sg.saved += kept;
-                    sg.recomputes = sg.recomputes || fwd > 0 || !c.fwdMemBytes.isZero();
-                    const SacKept k = sacKept(run, save);
-                    sg.recomputeFlops +=
-                        fwd - recomputeSkippedFlops(run, b, s, &k, o.recomputeEarlyStop);
-                    addRecomputed(sg.recomputeSaved, saved);
-                    splitRecompute();
-                    break;
-                }
-                case AcMode::Attention: {
-                    const double attnFwd =
-                        run.attnFwdFlops.at(b, s) -
-                        (o.recomputeEarlyStop ? gemmFlops(run.attnStopGemms, b, s) : 0.0);
-                    const double attnSaved = run.attnSavedBytes.at(b, s, scale);
-                    sg.recomputes = sg.recomputes || attnFwd > 0;
-                    sg.recomputeFlops += attnFwd;
-                    sg.recomputeSaved += attnSaved;
-                    sg.saved += saved - attnSaved;
-                    const int64_t grads = run.gradNumel * gradSize;
-                    if (run.hasAttn) {  // only what follows the last attention comes first
-                        sg.savedLate = run.savedAfterAttn.at(b, s, scale);
-                        sg.gradLateBytes = run.gradNumelAfterAttn * gradSize;
-                    } else {
-                        sg.savedLate += saved;
-                        sg.gradLateBytes += grads;
-                    }
-                    break;
-                }
-                case AcMode::None:
-                    sg.saved += saved;
-                    break;
-            }
-        }
-        // Full checkpointing keeps the unit's input: one hidden state per token. Its
-        // recompute also makes the unit's output again, which the checkpoint's backward
-        // holds until it is done.
-        for (auto& sg : segs) {
-            const auto& unit = r.units[sg.unit];
-            if ((unit.activationCheckpointing == AcMode::Full ||
-                 unit.activationCheckpointing == AcMode::SelectiveOp) &&
-                !unit.isRoot) {
-                // Each of a unit's modules is its own checkpoint (as our exports apply it,
-                // and checkpoint_wrapper per block): each keeps its input. The first's is
-                // its model's input size (ModuleCost::inputBytes: an embedding's int64
-                // token ids), or else a hidden state of its output's size; past the first,
-                // the output of the module before it (a unit of two decoder layers keeps
-                // two hidden states, norm and lm_head two).
-                const double scale = activationScale(unit);
-                const ModuleCost& first = g.module(unit.modules[0]).cost;
-                double hidden = first.inputBytes.isZero() ? first.outputBytes.at(b, s, scale)
-                                                          : first.inputBytes.at(b, s, scale);
-                // The recompute makes a module's output again, held until its backward is
-                // done: one module's at a time.
-                sg.recomputeSaved += hidden;
-                for (size_t k = 1; k < unit.modules.size(); ++k)
-                    hidden += g.module(unit.modules[k - 1]).cost.outputBytes.at(b, s, scale);
-                sg.saved += hidden;
-            }
-        }
+        for (const ModuleRun& run : *runs)
+            addRun(run, *runs);
+        keepCheckpointInputs();
         for (auto& sg : segs) {
             p.modelFlopsPerRank += (sg.fwdFlops + sg.bwdFlops) * o.microBatches;
             segmentKernels(sg, *runs);
@@ -747,6 +577,195 @@ private:
         std::vector<int32_t> next(unitSegStart.begin(), unitSegStart.end() - 1);
         for (size_t i = 0; i < segs.size(); ++i)
             unitSegList[static_cast<size_t>(next[segs[i].unit]++)] = static_cast<int32_t>(i);
+    }
+
+    // One module run into the segment of its unit (a new one when the unit changes).
+    void addRun(const ModuleRun& run, const std::vector<ModuleRun>& runs) {
+        const auto b = o.microBatchSize;
+        const auto s = o.seqLen;
+        const ModuleCost& c = run.cost;
+        const int32_t u = run.unit;
+        const auto& unit = r.units[u];
+        const double scale = activationScale(unit);
+        const double fwd = c.fwdFlops.at(b, s), saved = c.savedBytes.at(b, s, scale);
+        if (fwd == 0 && saved == 0 && c.fwdMemBytes.isZero()) return;
+        if (segs.empty() || segs.back().unit != u) {
+            segs.emplace_back();
+            segs.back().unit = u;
+        }
+        Segment& sg = segs.back();
+        sg.fwdFlops += fwd;
+        sg.bwdFlops += c.bwdFlops.at(b, s);
+        sg.fwdMem += c.fwdMemBytes.at(b, s, scale);
+        sg.bwdMem += c.bwdMemBytes.at(b, s, scale);
+        sg.kernels += run.kernels;
+        if (sg.runCount++ == 0) sg.firstRun = static_cast<int32_t>(&run - runs.data());
+        const int64_t gradSize = dtypeSize(unit.allGatherDtype);  // also the compute dtype's
+        sg.gradBytes += run.gradNumel * gradSize;
+        sg.tiedGradTemp += 2 * run.tiedGradNumel * gradSize;
+        // A module's output gradient beside its input gradient; with the loss compiled
+        // the largest output is the logits, whose gradient the loss's one backward
+        // kernel writes and lm_head's backward reads (no second tensor of their size).
+        sg.bwdTransient = std::max(
+            sg.bwdTransient, (c.lossCompiled ? 1.0 : 2.0) * run.peakOutputBytes.at(b, s, scale));
+        if (c.lossVocab > 0) {
+            // ModuleCost::lossVocab: the logits in the compute dtype and their fp32
+            // upcast (one tensor when the compute dtype is fp32) beside the saved fp32
+            // log-probabilities.
+            // Compiled, the logits are what the loss keeps (saved bytes) and nothing
+            // else of their size exists.
+            const auto e = static_cast<double>(gradSize);
+            const double tokens = static_cast<double>(b) * static_cast<double>(s);
+            if (!c.lossCompiled)
+                sg.fwdTransient =
+                    std::max(sg.fwdTransient, tokens * c.lossVocab * (e < 4 ? e + 4.0 : e));
+            // The bytes its kernels move (lossKernelsPerLogit), as the op's memory bytes.
+            const LossKernels k = lossKernelsPerLogit(e, c.lossCompiled);
+            for (double b : k.fwd)
+                sg.fwdMem += tokens * c.lossVocab * b;
+            for (double b : k.bwd)
+                sg.bwdMem += tokens * c.lossVocab * b;
+        }
+        {
+            // A weight gradient made while its output's gradient is alive (ModuleRun):
+            // the part above the run's gradients.
+            // What the modules after that one saved is freed by then
+            // (ModuleRun::firstGradSavedAfter).
+            const auto d = static_cast<double>(gradSize);
+            const double all = static_cast<double>(run.gradNumel) * d;
+            const double moment = std::max(
+                all + run.firstGradOutput.at(b, s, scale) - run.firstGradSavedAfter.at(b, s, scale),
+                static_cast<double>(run.largestOutGradNumel) * d +
+                    run.largestGradOutput.at(b, s, scale) -
+                    run.largestGradSavedAfter.at(b, s, scale));
+            sg.bwdGradExtra = std::max(sg.bwdGradExtra, moment - all);
+        }
+        checkpointRun(sg, run, unit, fwd, saved, scale, gradSize);
+    }
+
+    // What the unit's activation checkpointing keeps of a run, recomputes and holds then.
+    void checkpointRun(Segment& sg, const ModuleRun& run, const ResolvedUnit& unit, double fwd,
+                       double saved, double scale, int64_t gradSize) {
+        const auto b = o.microBatchSize;
+        const auto s = o.seqLen;
+        const ModuleCost& c = run.cost;
+        // Full and op-level checkpointing: what the recompute saves after the last
+        // attention, and its gradients (Segment::recomputeLate).
+        // A loop of alike members there (ModuleRun::loopSaved, a mixture-of-experts
+        // block's experts) makes one member's gradients while that member's recomputed
+        // activations are alive and the ones it has passed are freed: at most all the
+        // activations and one member's gradients, or all the gradients and one member's
+        // activations, live at once. The rest of its gradients are made after the
+        // recompute is gone.
+        // A unit of several modules checkpoints each on its own (our exports, per-block
+        // checkpoint_wrapper): backward recomputes one module, runs its backward and
+        // frees what it remade before the next, so the recompute holds the largest
+        // module's, not their sum.
+        const bool perModule = unit.modules.size() > 1;
+        const auto addRecomputed = [&](double& into, double v) {
+            into = perModule ? std::max(into, v) : into + v;
+        };
+        const auto splitRecompute = [&] {
+            if (!run.hasAttn) return;
+            addRecomputed(sg.recomputeLate, run.savedAfterAttn.at(b, s, scale));
+            int64_t overlap = 0;
+            if (run.loopMembers >= 2) {
+                const double n = run.loopMembers;
+                const double acts = run.loopSaved.at(b, s, scale);
+                const auto grads = static_cast<double>(run.loopGradNumel * gradSize);
+                overlap = static_cast<int64_t>((n - 1.0) / n * std::min(acts, grads));
+            }
+            sg.gradLateBytes += run.gradNumelAfterAttn * gradSize - overlap;
+        };
+        switch (unit.activationCheckpointing) {
+            case AcMode::Full:
+                // A run with no FLOPs (an embedding lookup) still runs again: backward
+                // unpacks what it saved (the ids) through the checkpoint.
+                sg.recomputes = sg.recomputes || fwd > 0 || !c.fwdMemBytes.isZero();
+                sg.recomputeFlops +=
+                    fwd - recomputeSkippedFlops(run, b, s, nullptr, o.recomputeEarlyStop);
+                addRecomputed(sg.recomputeSaved, saved);
+                splitRecompute();
+                break;
+            case AcMode::SelectiveOp: {
+                // torch.utils.checkpoint with a selective policy: forward keeps the kept
+                // ops' outputs (and, below, the unit's input); backward recomputes the
+                // unit and holds all it saves while its backward runs, as full does.
+                const auto& save = unit.acSave;
+                auto has = [&](const char* op) {
+                    return std::find(save.begin(), save.end(), op) != save.end();
+                };
+                double kept = 0;
+                if (save.empty()) {
+                    kept = run.sacPresetSaved.at(b, s, scale);
+                } else {
+                    if (has("mm")) kept += run.mmSaved.at(b, s, scale);
+                    if (has("addmm")) kept += run.addmmSaved.at(b, s, scale);
+                    if (has("sdpa")) kept += run.sdpaSaved.at(b, s, scale);
+                }
+                sg.saved += kept;
+                sg.recomputes = sg.recomputes || fwd > 0 || !c.fwdMemBytes.isZero();
+                const SacKept k = sacKept(run, save);
+                sg.recomputeFlops +=
+                    fwd - recomputeSkippedFlops(run, b, s, &k, o.recomputeEarlyStop);
+                addRecomputed(sg.recomputeSaved, saved);
+                splitRecompute();
+                break;
+            }
+            case AcMode::Attention: {
+                const double attnFwd =
+                    run.attnFwdFlops.at(b, s) -
+                    (o.recomputeEarlyStop ? gemmFlops(run.attnStopGemms, b, s) : 0.0);
+                const double attnSaved = run.attnSavedBytes.at(b, s, scale);
+                sg.recomputes = sg.recomputes || attnFwd > 0;
+                sg.recomputeFlops += attnFwd;
+                sg.recomputeSaved += attnSaved;
+                sg.saved += saved - attnSaved;
+                const int64_t grads = run.gradNumel * gradSize;
+                if (run.hasAttn) {  // only what follows the last attention comes first
+                    sg.savedLate = run.savedAfterAttn.at(b, s, scale);
+                    sg.gradLateBytes = run.gradNumelAfterAttn * gradSize;
+                } else {
+                    sg.savedLate += saved;
+                    sg.gradLateBytes += grads;
+                }
+                break;
+            }
+            case AcMode::None:
+                sg.saved += saved;
+                break;
+        }
+    }
+
+    // Full checkpointing keeps the unit's input: one hidden state per token. Its recompute
+    // also makes the unit's output again, which the checkpoint's backward holds until it is
+    // done.
+    void keepCheckpointInputs() {
+        const auto b = o.microBatchSize;
+        const auto s = o.seqLen;
+        for (auto& sg : segs) {
+            const auto& unit = r.units[sg.unit];
+            if ((unit.activationCheckpointing == AcMode::Full ||
+                 unit.activationCheckpointing == AcMode::SelectiveOp) &&
+                !unit.isRoot) {
+                // Each of a unit's modules is its own checkpoint (as our exports apply it,
+                // and checkpoint_wrapper per block): each keeps its input. The first's is
+                // its model's input size (ModuleCost::inputBytes: an embedding's int64
+                // token ids), or else a hidden state of its output's size; past the first,
+                // the output of the module before it (a unit of two decoder layers keeps
+                // two hidden states, norm and lm_head two).
+                const double scale = activationScale(unit);
+                const ModuleCost& first = g.module(unit.modules[0]).cost;
+                double hidden = first.inputBytes.isZero() ? first.outputBytes.at(b, s, scale)
+                                                          : first.inputBytes.at(b, s, scale);
+                // The recompute makes a module's output again, held until its backward is
+                // done: one module's at a time.
+                sg.recomputeSaved += hidden;
+                for (size_t k = 1; k < unit.modules.size(); ++k)
+                    hidden += g.module(unit.modules[k - 1]).cost.outputBytes.at(b, s, scale);
+                sg.saved += hidden;
+            }
+        }
     }
     std::span<const int32_t> unitSegs(int32_t u) const {
         return {unitSegList.data() + unitSegStart[static_cast<size_t>(u)],
@@ -1244,23 +1263,117 @@ private:
         }
     }
 
+    // Post-forward order: units by the end of their forward. Only parameter groups record it
+    // (FSDPParamGroup.post_forward): a unit without parameters is not in it, so the unit
+    // before it prefetches the one after.
+    std::vector<int32_t> postForwardOrder() const {
+        std::vector<int32_t> order;
+        std::vector<int32_t> lastSeg(r.units.size(), -1);
+        for (size_t i = 0; i < segs.size(); ++i)
+            lastSeg[segs[i].unit] = static_cast<int32_t>(i);
+        std::vector<std::pair<int32_t, int32_t>> byEnd;
+        for (size_t u = 0; u < r.units.size(); ++u)
+            if (lastSeg[u] >= 0 && !r.units[u].params.empty())
+                byEnd.push_back({lastSeg[u], static_cast<int32_t>(u)});
+        std::sort(byEnd.begin(), byEnd.end());
+        for (const auto& [_, u] : byEnd)
+            order.push_back(u);
+        return order;
+    }
+
+    // A checkpointed segment's recompute before its backward: what it saves again, and the
+    // gradients made before the rest (Segment::gradLateBytes). Returns those gradients'
+    // bytes; `lateTemp` is what the recompute saves after the last attention.
+    int64_t recompute(size_t i, int32_t mb, bool upcast, BufferId& lateTemp) {
+        const Segment& sg = segs[i];
+        const int32_t u = sg.unit;
+        int64_t lateGrads = 0;
+        Op& rc = computeOp(OpKind::Recompute, Phase::Backward, sg, mb, sg.recomputeFlops, 0);
+        const BufferId tmp =
+            buffer(static_cast<int64_t>(sg.recomputeSaved - sg.recomputeLate),
+                   MemCategory::Activations, Stream::Compute, r.units[sg.unit].allGatherDtype);
+        rc.allocs.push_back(tmp);
+        if (sg.recomputeLate > 0) {
+            lateTemp = buffer(static_cast<int64_t>(sg.recomputeLate), MemCategory::Activations,
+                              Stream::Compute, r.units[sg.unit].allGatherDtype);
+            rc.allocs.push_back(lateTemp);
+        }
+        // Selective: PyTorch reaches the checkpointed attention in the middle of the
+        // layer's backward; what comes after it in forward has made its gradients
+        // and freed its activations by then.
+        if (!gradLateBuf[i].valid() && sg.gradLateBytes > 0) {
+            const BufferId lb = buffer(sg.gradLateBytes, MemCategory::Gradients, Stream::Compute,
+                                       r.units[sg.unit].allGatherDtype);
+            rc.allocs.push_back(lb);
+            lateGrads = sg.gradLateBytes;
+            if (upcast)
+                transientGrads.push_back({u, lb});
+            else
+                gradLateBuf[i] = lb;
+        }
+        if (savedLateBuf[i].valid()) rc.frees.push_back(savedLateBuf[i]);
+        savedTemp.push_back(tmp);
+        return lateGrads;
+    }
+
+    // The post-backward's own kernels, with the unit's last backward ones: the accumulating
+    // copy in the reduce dtype, FSDP1's flat gradient and its divisions. Returns the
+    // gradient bytes it allocates.
+    int64_t postBackwardKernels(Op& c, int32_t u, bool sync, bool upcast) {
+        int64_t newGrads = 0;
+        // Accumulating in the reduce dtype: the unit's post-backward makes the copy that
+        // every later micro-batch adds to (FSDPParam.to_accumulated_grad_if_needed, then
+        // accumulate_unsharded_grad_if_needed): a cast (read the param dtype, write the
+        // reduce dtype) the first time, an add (read both, write) after, one kernel per
+        // parameter on the compute stream.
+        if (upcast && !r.units[u].params.empty()) {
+            const auto& unit = r.units[u];
+            const int64_t agSize = dtypeSize(unit.allGatherDtype);
+            const int64_t elems = unshardedElems(unit);
+            const int64_t redSize = dtypeSize(unit.reduceDtype);
+            const bool first = !accumulatedGrad[u].valid();
+            if (first) {
+                accumulatedGrad[u] = buffer(elems * redSize, MemCategory::Gradients,
+                                            Stream::Compute, unit.reduceDtype);
+                c.allocs.push_back(accumulatedGrad[u]);
+                newGrads += elems * redSize;
+            }
+            const double moved =
+                static_cast<double>(elems) *
+                static_cast<double>(first ? agSize + redSize : 2 * redSize + agSize);
+            addMemoryKernels(c, moved, static_cast<int64_t>(unit.params.size()));
+        }
+        // A FlatParameter's (FSDP1, fairscale) parameters are views of it (split, then
+        // view), so autograd makes the flat gradient at the end of the unit's backward:
+        // SplitWithSizesBackward's cat, one kernel reading every parameter's gradient and
+        // writing the flat one (a device-to-device copy for a unit of one parameter). On
+        // an H200 a Llama-8B layer's took 0.21-0.25 ms, a quarter of its post-backward's
+        // copies. Where it reduces, the post-backward then divides the gradient in place
+        // before and after the reduction (a sum), by factors of the data-parallel size
+        // (FSDP1's _div_if_needed, fairscale's the same): each a read and a write in the
+        // reduce dtype, the first of the unsharded gradient, the second of the reduced
+        // shard (of the whole gradient under NO_SHARD). They run on the post-backward
+        // stream; counted here, with the unit's last backward kernels.
+        if (r.flatParams && !r.units[u].params.empty()) {
+            const auto& unit = r.units[u];
+            const auto elems = static_cast<double>(unshardedElems(unit));
+            addMemoryKernels(c, 2.0 * elems * static_cast<double>(dtypeSize(unit.allGatherDtype)),
+                             1);
+            const auto [pre, post] = flatGradientDivideFactors();
+            const double reduced = elems * static_cast<double>(dtypeSize(unit.reduceDtype));
+            if (sync && pre > 1) addMemoryKernels(c, 2.0 * reduced, 1);
+            if (sync && post > 1)
+                addMemoryKernels(
+                    c, 2.0 * reduced / static_cast<double>(r.noShard ? 1 : shardGroup.size), 1);
+        }
+        return newGrads;
+    }
+
     void backward(int32_t mb, bool sync) {
         // Post-forward order: units by the end of their forward. Only parameter groups
         // record it (FSDPParamGroup.post_forward): a unit without parameters is not in it,
         // so the unit before it prefetches the one after.
-        std::vector<int32_t> order;
-        {
-            std::vector<int32_t> lastSeg(r.units.size(), -1);
-            for (size_t i = 0; i < segs.size(); ++i)
-                lastSeg[segs[i].unit] = static_cast<int32_t>(i);
-            std::vector<std::pair<int32_t, int32_t>> byEnd;
-            for (size_t u = 0; u < r.units.size(); ++u)
-                if (lastSeg[u] >= 0 && !r.units[u].params.empty())
-                    byEnd.push_back({lastSeg[u], static_cast<int32_t>(u)});
-            std::sort(byEnd.begin(), byEnd.end());
-            for (const auto& [_, u] : byEnd)
-                order.push_back(u);
-        }
+        const std::vector<int32_t> order = postForwardOrder();
         std::vector<int32_t> posInOrder(r.units.size(), -1);
         for (size_t i = 0; i < order.size(); ++i)
             posInOrder[order[i]] = static_cast<int32_t>(i);
@@ -1292,37 +1405,8 @@ private:
                     unshard(order[posInOrder[u] - 1], Phase::Backward, mb);
                 }
             }
-            int64_t lateGrads = 0;
             BufferId lateTemp;
-            if (sg.recomputes) {
-                Op& rc =
-                    computeOp(OpKind::Recompute, Phase::Backward, sg, mb, sg.recomputeFlops, 0);
-                const BufferId tmp = buffer(
-                    static_cast<int64_t>(sg.recomputeSaved - sg.recomputeLate),
-                    MemCategory::Activations, Stream::Compute, r.units[sg.unit].allGatherDtype);
-                rc.allocs.push_back(tmp);
-                if (sg.recomputeLate > 0) {
-                    lateTemp =
-                        buffer(static_cast<int64_t>(sg.recomputeLate), MemCategory::Activations,
-                               Stream::Compute, r.units[sg.unit].allGatherDtype);
-                    rc.allocs.push_back(lateTemp);
-                }
-                // Selective: PyTorch reaches the checkpointed attention in the middle of the
-                // layer's backward; what comes after it in forward has made its gradients
-                // and freed its activations by then.
-                if (!gradLateBuf[i].valid() && sg.gradLateBytes > 0) {
-                    const BufferId lb = buffer(sg.gradLateBytes, MemCategory::Gradients,
-                                               Stream::Compute, r.units[sg.unit].allGatherDtype);
-                    rc.allocs.push_back(lb);
-                    lateGrads = sg.gradLateBytes;
-                    if (upcast)
-                        transientGrads.push_back({u, lb});
-                    else
-                        gradLateBuf[i] = lb;
-                }
-                if (savedLateBuf[i].valid()) rc.frees.push_back(savedLateBuf[i]);
-                savedTemp.push_back(tmp);
-            }
+            const int64_t lateGrads = sg.recomputes ? recompute(i, mb, upcast, lateTemp) : 0;
             Op& c = computeOp(OpKind::Backward, Phase::Backward, sg, mb, sg.bwdFlops, sg.bwdMem);
             if (lateTemp.valid()) {  // Segment::recomputeLate: gone before the rest is made
                 c.frees.push_back(lateTemp);
@@ -1342,52 +1426,8 @@ private:
                     gradSegBuf[i] = gb;
             }
             newGrads += lateGrads;
-            // Accumulating in the reduce dtype: the unit's post-backward makes the copy that
-            // every later micro-batch adds to (FSDPParam.to_accumulated_grad_if_needed, then
-            // accumulate_unsharded_grad_if_needed): a cast (read the param dtype, write the
-            // reduce dtype) the first time, an add (read both, write) after, one kernel per
-            // parameter on the compute stream.
             const bool postBackward = firstSeg[u] == static_cast<int32_t>(i);
-            if (upcast && postBackward && !r.units[u].params.empty()) {
-                const auto& unit = r.units[u];
-                const int64_t agSize = dtypeSize(unit.allGatherDtype);
-                const int64_t elems = unshardedElems(unit);
-                const int64_t redSize = dtypeSize(unit.reduceDtype);
-                const bool first = !accumulatedGrad[u].valid();
-                if (first) {
-                    accumulatedGrad[u] = buffer(elems * redSize, MemCategory::Gradients,
-                                                Stream::Compute, unit.reduceDtype);
-                    c.allocs.push_back(accumulatedGrad[u]);
-                    newGrads += elems * redSize;
-                }
-                const double moved =
-                    static_cast<double>(elems) *
-                    static_cast<double>(first ? agSize + redSize : 2 * redSize + agSize);
-                addMemoryKernels(c, moved, static_cast<int64_t>(unit.params.size()));
-            }
-            // A FlatParameter's (FSDP1, fairscale) parameters are views of it (split, then
-            // view), so autograd makes the flat gradient at the end of the unit's backward:
-            // SplitWithSizesBackward's cat, one kernel reading every parameter's gradient and
-            // writing the flat one (a device-to-device copy for a unit of one parameter). On
-            // an H200 a Llama-8B layer's took 0.21-0.25 ms, a quarter of its post-backward's
-            // copies. Where it reduces, the post-backward then divides the gradient in place
-            // before and after the reduction (a sum), by factors of the data-parallel size
-            // (FSDP1's _div_if_needed, fairscale's the same): each a read and a write in the
-            // reduce dtype, the first of the unsharded gradient, the second of the reduced
-            // shard (of the whole gradient under NO_SHARD). They run on the post-backward
-            // stream; counted here, with the unit's last backward kernels.
-            if (r.flatParams && postBackward && !r.units[u].params.empty()) {
-                const auto& unit = r.units[u];
-                const auto elems = static_cast<double>(unshardedElems(unit));
-                addMemoryKernels(
-                    c, 2.0 * elems * static_cast<double>(dtypeSize(unit.allGatherDtype)), 1);
-                const auto [pre, post] = flatGradientDivideFactors();
-                const double reduced = elems * static_cast<double>(dtypeSize(unit.reduceDtype));
-                if (sync && pre > 1) addMemoryKernels(c, 2.0 * reduced, 1);
-                if (sync && post > 1)
-                    addMemoryKernels(
-                        c, 2.0 * reduced / static_cast<double>(r.noShard ? 1 : shardGroup.size), 1);
-            }
+            if (postBackward) newGrads += postBackwardKernels(c, u, sync, upcast);
             // The activation gradients' working memory, for the op's duration. Gradients
             // allocated by the same backward mostly appear after it has shrunk, so only the
             // part above them counts (all of it in a later micro-batch, which allocates none).

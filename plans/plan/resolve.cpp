@@ -237,8 +237,8 @@ struct Resolver {
 
     std::vector<int32_t> unitOfModule;  // by module index
 
-    void resolveUnits() {
-        // Ignored parameters first: they are excluded from wrapping numel.
+    // Ignored parameters first: they are excluded from wrapping numel.
+    void resolveIgnoredParams() {
         for (size_t i = 0; i < p.ignoredParams.size(); ++i) {
             const auto& n = p.ignoredParams[i];
             if (auto pid = g.findParam(n)) {
@@ -251,7 +251,73 @@ struct Resolver {
                       "unknown parameter \"" + n + "\"" + didYouMean(n, names));
             }
         }
+    }
 
+    // A unit's modules as its spec lists them (`base`: its pointer), each found, none a
+    // container, listed twice or nested in another.
+    std::vector<ModuleId> unitModules(const UnitSpec& s, const std::string& base) {
+        std::vector<ModuleId> mods;
+        for (size_t k = 0; k < s.modules.size(); ++k) {
+            const std::string where = at(base + "/modules/" + std::to_string(k));
+            auto m = lookupModule(s.modules[k], where);
+            if (!m) continue;
+            if (g.isContainer(*m)) {
+                error(where, moduleLabel(*m) + " is a " + g.module(*m).cls +
+                                 ", which has no forward and cannot be a unit; make its "
+                                 "children units, or group some of them in one unit's "
+                                 "\"modules\" list");
+                continue;
+            }
+            if (std::find(mods.begin(), mods.end(), *m) != mods.end()) {
+                error(where, moduleLabel(*m) + " is listed twice in this unit");
+                continue;
+            }
+            bool nested = false;
+            for (ModuleId o : mods)
+                if (g.isAncestorOrSelf(o, *m) || g.isAncestorOrSelf(*m, o)) {
+                    const bool outer = g.isAncestorOrSelf(*m, o);
+                    error(where,
+                          moduleLabel(outer ? *m : o) + " contains " + moduleLabel(outer ? o : *m) +
+                              ", which this unit also lists; a unit's modules must not nest");
+                    nested = true;
+                }
+            if (!nested) mods.push_back(*m);
+        }
+        return mods;
+    }
+
+    // Forward order: pre-order of each unit's first module; then each module's managing unit,
+    // the nearest enclosing unit module (pre-order walk).
+    void orderUnits(std::vector<ResolvedUnit>& units, const std::vector<const UnitSpec*>& specOf) {
+        std::vector<size_t> order(units.size());
+        for (size_t i = 0; i < order.size(); ++i)
+            order[i] = i;
+        std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+            return units[a].modules[0] < units[b].modules[0];
+        });
+        std::vector<const UnitSpec*> specSorted;
+        for (size_t i : order) {
+            r.units.push_back(std::move(units[i]));
+            specSorted.push_back(specOf[i]);
+        }
+        specs = std::move(specSorted);
+
+        // Module -> managing unit: the nearest enclosing unit module (pre-order walk).
+        unitOfModule.assign(g.moduleCount(), -1);
+        std::vector<int32_t> unitRootOf(g.moduleCount(), -1);
+        for (size_t u = 0; u < r.units.size(); ++u)
+            for (ModuleId m : r.units[u].modules)
+                unitRootOf[m.index()] = static_cast<int32_t>(u);
+        for (size_t m = 0; m < g.moduleCount(); ++m) {
+            if (unitRootOf[m] >= 0)
+                unitOfModule[m] = unitRootOf[m];
+            else
+                unitOfModule[m] = unitOfModule[g.modules()[m].parent.index()];
+        }
+    }
+
+    void resolveUnits() {
+        resolveIgnoredParams();
         ResolvedUnit root;
         root.modules = {g.root()};
         root.isRoot = true;
@@ -297,34 +363,7 @@ struct Resolver {
         for (size_t i = 0; i < p.units.size(); ++i) {
             const UnitSpec& s = p.units[i];
             const std::string base = "/units/" + std::to_string(i);
-            std::vector<ModuleId> mods;
-            for (size_t k = 0; k < s.modules.size(); ++k) {
-                const std::string where = at(base + "/modules/" + std::to_string(k));
-                auto m = lookupModule(s.modules[k], where);
-                if (!m) continue;
-                if (g.isContainer(*m)) {
-                    error(where, moduleLabel(*m) + " is a " + g.module(*m).cls +
-                                     ", which has no forward and cannot be a unit; make its "
-                                     "children units, or group some of them in one unit's "
-                                     "\"modules\" list");
-                    continue;
-                }
-                if (std::find(mods.begin(), mods.end(), *m) != mods.end()) {
-                    error(where, moduleLabel(*m) + " is listed twice in this unit");
-                    continue;
-                }
-                bool nested = false;
-                for (ModuleId o : mods)
-                    if (g.isAncestorOrSelf(o, *m) || g.isAncestorOrSelf(*m, o)) {
-                        const bool outer = g.isAncestorOrSelf(*m, o);
-                        error(where,
-                              moduleLabel(outer ? *m : o) + " contains " +
-                                  moduleLabel(outer ? o : *m) +
-                                  ", which this unit also lists; a unit's modules must not nest");
-                        nested = true;
-                    }
-                if (!nested) mods.push_back(*m);
-            }
+            const std::vector<ModuleId> mods = unitModules(s, base);
             if (mods.empty()) continue;
             if (mods.size() > 1 && p.api != PlanApi::Fsdp2)
                 error(at(base + "/modules"),
@@ -376,32 +415,7 @@ struct Resolver {
                     error(units[i].pointer, "unit name \"" + units[i].name + "\" is used twice");
         }
 
-        // Forward order: pre-order of each unit's first module.
-        std::vector<size_t> order(units.size());
-        for (size_t i = 0; i < order.size(); ++i)
-            order[i] = i;
-        std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-            return units[a].modules[0] < units[b].modules[0];
-        });
-        std::vector<const UnitSpec*> specSorted;
-        for (size_t i : order) {
-            r.units.push_back(std::move(units[i]));
-            specSorted.push_back(specOf[i]);
-        }
-        specs = std::move(specSorted);
-
-        // Module -> managing unit: the nearest enclosing unit module (pre-order walk).
-        unitOfModule.assign(g.moduleCount(), -1);
-        std::vector<int32_t> unitRootOf(g.moduleCount(), -1);
-        for (size_t u = 0; u < r.units.size(); ++u)
-            for (ModuleId m : r.units[u].modules)
-                unitRootOf[m.index()] = static_cast<int32_t>(u);
-        for (size_t m = 0; m < g.moduleCount(); ++m) {
-            if (unitRootOf[m] >= 0)
-                unitOfModule[m] = unitRootOf[m];
-            else
-                unitOfModule[m] = unitOfModule[g.modules()[m].parent.index()];
-        }
+        orderUnits(units, specOf);
     }
 
     std::vector<const UnitSpec*> specs;  // by resolved unit index
@@ -1151,6 +1165,243 @@ std::optional<ModelGraph> compiledModel(const ModelGraph& g, const ResolvedPlan&
 }
 }  // namespace
 
+namespace {
+// torchtitan counts mm calls per checkpointed forward and recomputes the even ones; a
+// module's mm calls are split evenly between kept and recomputed after its first. `mmSeen`:
+// the mm calls of the module's unit so far.
+void addMmCalls(const ModuleCost& c, int64_t& mmSeen, ModuleRun& run) {
+    {
+        int64_t calls = 0;
+        for (const ModuleCost::Gemm& gm : c.gemms)
+            calls += gm.calls;
+        if (c.mmCount > 0 && c.mmCount == calls) {  // every GEMM call an mm
+            int64_t idx = mmSeen;
+            for (const ModuleCost::Gemm& gm : c.gemms) {
+                addMerged(run.mmGemms, gm);
+                ModuleCost::Gemm kept = gm;
+                kept.calls = static_cast<int32_t>(keptMmCalls(idx, gm.calls));
+                if (kept.calls > 0) addMerged(run.sacKeptGemms, kept);
+                idx += gm.calls;
+            }
+        } else if (c.mmCount == 0 && !c.addmmOutputBytes.isZero()) {
+            for (const ModuleCost::Gemm& gm : c.gemms)
+                addMerged(run.addmmGemms, gm);
+        }
+    }
+    if (c.mmCount > 0) {
+        int64_t& n = mmSeen;
+        const int64_t keep = keptMmCalls(n, c.mmCount);
+        ScaledCost kept = c.mmOutputBytes;
+        const double share = static_cast<double>(keep) / static_cast<double>(c.mmCount);
+        kept.perToken *= share;
+        kept.perTokenSeq *= share;
+        kept.fixedPerToken *= share;
+        run.sacPresetSaved += kept;
+        n += c.mmCount;
+    }
+}
+
+// An attention module ends the run's part before attention (ModuleRun::attnFwdFlops and
+// the rest): its subtree, whose descendants ran before it in this run (`runMods`).
+void addAttention(const ModelGraph& g, int32_t m, const ModuleCost& c,
+                  const std::vector<int32_t>& runMods, ModuleRun& run,
+                  std::vector<char>& afterAttn) {
+    // Its subtree (ModuleRun::attnFwdFlops): its descendants ran before it in this run.
+    ModuleCost sub = c;
+    int32_t first = -1, lastGemm = -1;
+    for (int32_t x : runMods)
+        if (g.isAncestorOrSelf(ModuleId(m), ModuleId(x))) {
+            const ModuleCost& xc = g.modules()[static_cast<size_t>(x)].cost;
+            sub += xc;
+            if (first < 0) first = x;
+            if (!xc.gemms.empty()) lastGemm = x;
+        }
+    run.attnFwdFlops += sub.fwdFlops;
+    ScaledCost freed = sub.savedBytes;
+    if (first >= 0) {  // the checkpoint keeps the module's input, which its first saved
+        const ScaledCost& in = g.modules()[static_cast<size_t>(first)].cost.savedBytes;
+        freed.perToken -= in.perToken;
+        freed.perTokenSeq -= in.perTokenSeq;
+        freed.fixedPerToken -= in.fixedPerToken;
+    }
+    run.attnSavedBytes += freed;
+    for (const ModuleCost::Gemm& gm : sub.gemms)
+        addMerged(run.attnGemms, gm);
+    if (lastGemm >= 0)
+        for (const ModuleCost::Gemm& gm : g.modules()[static_cast<size_t>(lastGemm)].cost.gemms)
+            addMerged(run.attnStopGemms, gm);
+    run.attnMemBytes += sub.fwdMemBytes;
+    run.attnMemKernels += sub.fwdMemKernels;
+    run.attnUpcastElems += sub.upcastElems;
+    // Everything so far (its projections included) comes before this attention.
+    run.hasAttn = true;
+    run.savedAfterAttn = {};
+    for (int32_t x : runMods)
+        afterAttn[static_cast<size_t>(x)] = 0;
+}
+
+// Each trainable parameter's gradient appears at the backward of its last forward use:
+// the runs' gradient sizes; returns each module's own.
+std::vector<int64_t> assignGradients(const ModelGraph& g, const ResolvedPlan& r,
+                                     std::vector<ModuleRun>& runs,
+                                     const std::vector<std::vector<int32_t>>& runMods,
+                                     const std::vector<char>& afterAttn) {
+    const size_t n = g.moduleCount();
+    // Within a run, the last use is the module latest in post-order.
+    std::vector<int32_t> lastRun(g.paramCount(), -1), lastMod(g.paramCount(), -1);
+    for (size_t ri = 0; ri < runMods.size(); ++ri)
+        for (int32_t m : runMods[ri])
+            for (ParamId p : g.modules()[static_cast<size_t>(m)].params)
+                if (r.unitOfParam[p.index()].valid() &&
+                    r.unitOfParam[p.index()].value == runs[ri].unit) {
+                    lastRun[p.index()] = static_cast<int32_t>(ri);
+                    lastMod[p.index()] = m;
+                }
+    for (size_t ri = 0; ri < runMods.size(); ++ri)
+        for (int32_t m : runMods[ri])
+            for (ParamId p : g.modules()[static_cast<size_t>(m)].params)
+                if (g.params()[p.index()].requiresGrad && lastMod[p.index()] >= 0 &&
+                    lastMod[p.index()] != m && r.unitOfParam[p.index()].valid() &&
+                    r.unitOfParam[p.index()].value == runs[ri].unit)
+                    runs[ri].tiedGradNumel += g.params()[p.index()].numel;
+    std::vector<int64_t> gradOfMod(n, 0);
+    for (size_t p = 0; p < lastRun.size(); ++p)
+        if (lastRun[p] >= 0 && g.params()[p].requiresGrad) {
+            ModuleRun& run = runs[static_cast<size_t>(lastRun[p])];
+            run.gradNumel += g.params()[p].numel;
+            gradOfMod[static_cast<size_t>(lastMod[p])] += g.params()[p].numel;
+            if (afterAttn[static_cast<size_t>(lastMod[p])])
+                run.gradNumelAfterAttn += g.params()[p].numel;
+        }
+    return gradOfMod;
+}
+
+// Loops after the last attention (ModuleRun::loopSaved): a module belongs to the member of
+// a ModuleList of alike siblings (experts.3 for experts.3.w1) that holds no attention.
+void findLoops(const ModelGraph& g, std::vector<ModuleRun>& runs,
+               const std::vector<std::vector<int32_t>>& runMods, const std::vector<char>& afterAttn,
+               const std::vector<int64_t>& gradOfMod) {
+    const size_t n = g.moduleCount();
+    std::vector<char> hasAttention(n, 0);
+    for (size_t m = n; m-- > 0;) {
+        const ModuleNode& mod = g.modules()[m];
+        if (mod.cls.find("Attention") != std::string::npos) hasAttention[m] = 1;
+        if (hasAttention[m] && mod.parent.valid()) hasAttention[mod.parent.index()] = 1;
+    }
+    // Children of a container with a sibling of their class (counted once per container:
+    // a list of thousands of experts stays linear).
+    std::vector<char> alike(n, 0);
+    std::unordered_map<std::string_view, int> classCount;
+    for (size_t m = 0; m < n; ++m) {
+        if (!g.isContainer(ModuleId(static_cast<int32_t>(m)))) continue;
+        classCount.clear();
+        for (ModuleId c : g.modules()[m].children)
+            ++classCount[g.module(c).cls];
+        for (ModuleId c : g.modules()[m].children)
+            alike[c.index()] = classCount[g.module(c).cls] >= 2;
+    }
+    std::vector<int32_t> member(n, -1);
+    for (size_t m = 1; m < n; ++m) {
+        const ModuleNode& mod = g.modules()[m];
+        if (hasAttention[m] || !mod.parent.valid()) continue;
+        const size_t parent = mod.parent.index();
+        if (member[parent] >= 0)
+            member[m] = member[parent];
+        else if (alike[m])
+            member[m] = static_cast<int32_t>(m);
+    }
+    for (size_t ri = 0; ri < runMods.size(); ++ri) {
+        struct Loop {
+            ScaledCost saved;
+            int64_t grads = 0;
+            std::unordered_set<int32_t> members;
+        };
+        std::unordered_map<size_t, Loop> loops;  // by the list holding the members
+        for (int32_t x : runMods[ri]) {
+            const auto xi = static_cast<size_t>(x);
+            if (!afterAttn[xi] || member[xi] < 0) continue;
+            Loop& l = loops[g.modules()[static_cast<size_t>(member[xi])].parent.index()];
+            l.saved += g.modules()[xi].cost.savedBytes;
+            l.grads += gradOfMod[xi];
+            l.members.insert(member[xi]);
+        }
+        ModuleRun& run = runs[ri];
+        // The largest; between equal ones the first list in module order (deterministic
+        // whatever the hash map's order).
+        size_t chosen = n;
+        for (const auto& [list, l] : loops)
+            if (l.members.size() >= 2 &&
+                (l.grads > run.loopGradNumel || (l.grads == run.loopGradNumel && list < chosen))) {
+                chosen = list;
+                run.loopSaved = l.saved;
+                run.loopGradNumel = l.grads;
+                run.loopMembers = static_cast<int32_t>(l.members.size());
+            }
+    }
+}
+
+// The gradient moments (ModuleRun::firstGradOutput, largestGradOutput): backward walks the
+// run last module first, its gradients accumulating.
+void gradientMoments(const ModelGraph& g, std::vector<ModuleRun>& runs,
+                     const std::vector<std::vector<int32_t>>& runMods,
+                     const std::vector<int64_t>& gradOfMod) {
+    for (size_t ri = 0; ri < runMods.size(); ++ri) {
+        ModuleRun& run = runs[ri];
+        int64_t acc = 0;
+        double largest = -1;
+        ScaledCost freed;  // saved by the modules backward has passed
+        for (auto it = runMods[ri].rbegin(); it != runMods[ri].rend(); ++it) {
+            const ModuleCost& mc = g.modules()[static_cast<size_t>(*it)].cost;
+            const int64_t own = gradOfMod[static_cast<size_t>(*it)];
+            if (own != 0) {
+                acc += own;
+                const ScaledCost& o = mc.outputBytes;
+                run.firstGradOutput = o;
+                run.firstGradSavedAfter = freed;
+                if (const double size = o.perToken + o.fixedPerToken; size > largest) {
+                    largest = size;
+                    run.largestGradOutput = o;
+                    run.largestOutGradNumel = acc;
+                    run.largestGradSavedAfter = freed;
+                }
+            }
+            freed += mc.savedBytes;  // its own inputs live until its weight gradient is made
+        }
+    }
+}
+
+// Runs alike in what their kernels depend on share a signature (decoder layers do), so a
+// step program prices one and reuses it.
+void shareKernelSignatures(std::vector<ModuleRun>& runs) {
+    auto sameKernels = [](const ModuleRun& a, const ModuleRun& b) {
+        const ModuleCost &x = a.cost, &y = b.cost;
+        return a.kernels == b.kernels && x.gemms == y.gemms &&
+               a.recomputeSkips == b.recomputeSkips && a.sacKeptGemms == b.sacKeptGemms &&
+               a.mmGemms == b.mmGemms && a.addmmGemms == b.addmmGemms &&
+               a.attnGemms == b.attnGemms && a.attnStopGemms == b.attnStopGemms &&
+               a.attnMemKernels == b.attnMemKernels && a.attnMemBytes == b.attnMemBytes &&
+               x.attentionCalls == y.attentionCalls &&
+               x.windowAttentionCalls == y.windowAttentionCalls &&
+               x.fwdMemKernels == y.fwdMemKernels && x.bwdMemKernels == y.bwdMemKernels &&
+               x.fwdFlops == y.fwdFlops && x.bwdFlops == y.bwdFlops &&
+               x.fwdMemBytes == y.fwdMemBytes && x.bwdMemBytes == y.bwdMemBytes &&
+               x.upcastElems == y.upcastElems && x.lossVocab == y.lossVocab &&
+               x.lossCompiled == y.lossCompiled && a.attnUpcastElems == b.attnUpcastElems;
+    };
+    std::vector<int32_t> distinct;
+    for (size_t i = 0; i < runs.size(); ++i) {
+        runs[i].kernelSignature = static_cast<int32_t>(i);
+        for (int32_t d : distinct)
+            if (sameKernels(runs[static_cast<size_t>(d)], runs[i])) {
+                runs[i].kernelSignature = d;
+                break;
+            }
+        if (runs[i].kernelSignature == static_cast<int32_t>(i))
+            distinct.push_back(static_cast<int32_t>(i));
+    }
+}
+}  // namespace
+
 std::vector<ModuleRun> moduleRunsOf(const ModelGraph& model, const ResolvedPlan& r,
                                     int64_t seqLen) {
     // The patched copy has the same modules: one unit map serves both.
@@ -1251,71 +1502,9 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& model, const ResolvedPlan&
         run.addmmSaved += c.addmmOutputBytes;
         run.sdpaSaved += c.sdpaOutputBytes;
         run.sacPresetSaved += c.sdpaOutputBytes;
-        // torchtitan counts mm calls per checkpointed forward and recomputes the even ones;
-        // a module's mm calls are split evenly between kept and recomputed after its first.
-        {
-            int64_t calls = 0;
-            for (const ModuleCost::Gemm& gm : c.gemms)
-                calls += gm.calls;
-            if (c.mmCount > 0 && c.mmCount == calls) {  // every GEMM call an mm
-                int64_t idx = mmSeen[static_cast<size_t>(u)];
-                for (const ModuleCost::Gemm& gm : c.gemms) {
-                    addMerged(run.mmGemms, gm);
-                    ModuleCost::Gemm kept = gm;
-                    kept.calls = static_cast<int32_t>(keptMmCalls(idx, gm.calls));
-                    if (kept.calls > 0) addMerged(run.sacKeptGemms, kept);
-                    idx += gm.calls;
-                }
-            } else if (c.mmCount == 0 && !c.addmmOutputBytes.isZero()) {
-                for (const ModuleCost::Gemm& gm : c.gemms)
-                    addMerged(run.addmmGemms, gm);
-            }
-        }
-        if (c.mmCount > 0) {
-            int64_t& n = mmSeen[static_cast<size_t>(u)];
-            const int64_t keep = keptMmCalls(n, c.mmCount);
-            ScaledCost kept = c.mmOutputBytes;
-            const double share = static_cast<double>(keep) / static_cast<double>(c.mmCount);
-            kept.perToken *= share;
-            kept.perTokenSeq *= share;
-            kept.fixedPerToken *= share;
-            run.sacPresetSaved += kept;
-            n += c.mmCount;
-        }
+        addMmCalls(c, mmSeen[static_cast<size_t>(u)], run);
         if (mod.cls.find("Attention") != std::string::npos) {
-            // Its subtree (ModuleRun::attnFwdFlops): its descendants ran before it in this run.
-            ModuleCost sub = c;
-            int32_t first = -1, lastGemm = -1;
-            for (int32_t x : runMods.back())
-                if (g.isAncestorOrSelf(ModuleId(m), ModuleId(x))) {
-                    const ModuleCost& xc = g.modules()[static_cast<size_t>(x)].cost;
-                    sub += xc;
-                    if (first < 0) first = x;
-                    if (!xc.gemms.empty()) lastGemm = x;
-                }
-            run.attnFwdFlops += sub.fwdFlops;
-            ScaledCost freed = sub.savedBytes;
-            if (first >= 0) {  // the checkpoint keeps the module's input, which its first saved
-                const ScaledCost& in = g.modules()[static_cast<size_t>(first)].cost.savedBytes;
-                freed.perToken -= in.perToken;
-                freed.perTokenSeq -= in.perTokenSeq;
-                freed.fixedPerToken -= in.fixedPerToken;
-            }
-            run.attnSavedBytes += freed;
-            for (const ModuleCost::Gemm& gm : sub.gemms)
-                addMerged(run.attnGemms, gm);
-            if (lastGemm >= 0)
-                for (const ModuleCost::Gemm& gm :
-                     g.modules()[static_cast<size_t>(lastGemm)].cost.gemms)
-                    addMerged(run.attnStopGemms, gm);
-            run.attnMemBytes += sub.fwdMemBytes;
-            run.attnMemKernels += sub.fwdMemKernels;
-            run.attnUpcastElems += sub.upcastElems;
-            // Everything so far (its projections included) comes before this attention.
-            run.hasAttn = true;
-            run.savedAfterAttn = {};
-            for (int32_t x : runMods.back())
-                afterAttn[static_cast<size_t>(x)] = 0;
+            addAttention(g, m, c, runMods.back(), run, afterAttn);
         } else if (run.hasAttn) {
             run.savedAfterAttn += c.savedBytes;
             afterAttn[static_cast<size_t>(m)] = 1;
@@ -1332,146 +1521,10 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& model, const ResolvedPlan&
         }
         runMods.back().push_back(m);
     }
-    // Each trainable parameter's gradient appears at the backward of its last forward use.
-    // Within a run, the last use is the module latest in post-order.
-    std::vector<int32_t> lastRun(g.paramCount(), -1), lastMod(g.paramCount(), -1);
-    for (size_t ri = 0; ri < runMods.size(); ++ri)
-        for (int32_t m : runMods[ri])
-            for (ParamId p : g.modules()[static_cast<size_t>(m)].params)
-                if (r.unitOfParam[p.index()].valid() &&
-                    r.unitOfParam[p.index()].value == runs[ri].unit) {
-                    lastRun[p.index()] = static_cast<int32_t>(ri);
-                    lastMod[p.index()] = m;
-                }
-    for (size_t ri = 0; ri < runMods.size(); ++ri)
-        for (int32_t m : runMods[ri])
-            for (ParamId p : g.modules()[static_cast<size_t>(m)].params)
-                if (g.params()[p.index()].requiresGrad && lastMod[p.index()] >= 0 &&
-                    lastMod[p.index()] != m && r.unitOfParam[p.index()].valid() &&
-                    r.unitOfParam[p.index()].value == runs[ri].unit)
-                    runs[ri].tiedGradNumel += g.params()[p.index()].numel;
-    std::vector<int64_t> gradOfMod(n, 0);
-    for (size_t p = 0; p < lastRun.size(); ++p)
-        if (lastRun[p] >= 0 && g.params()[p].requiresGrad) {
-            ModuleRun& run = runs[static_cast<size_t>(lastRun[p])];
-            run.gradNumel += g.params()[p].numel;
-            gradOfMod[static_cast<size_t>(lastMod[p])] += g.params()[p].numel;
-            if (afterAttn[static_cast<size_t>(lastMod[p])])
-                run.gradNumelAfterAttn += g.params()[p].numel;
-        }
-    // Loops after the last attention (ModuleRun::loopSaved): a module belongs to the member
-    // of a ModuleList of alike siblings (experts.3 for experts.3.w1) that holds no attention.
-    {
-        std::vector<char> hasAttention(n, 0);
-        for (size_t m = n; m-- > 0;) {
-            const ModuleNode& mod = g.modules()[m];
-            if (mod.cls.find("Attention") != std::string::npos) hasAttention[m] = 1;
-            if (hasAttention[m] && mod.parent.valid()) hasAttention[mod.parent.index()] = 1;
-        }
-        // Children of a container with a sibling of their class (counted once per container:
-        // a list of thousands of experts stays linear).
-        std::vector<char> alike(n, 0);
-        std::unordered_map<std::string_view, int> classCount;
-        for (size_t m = 0; m < n; ++m) {
-            if (!g.isContainer(ModuleId(static_cast<int32_t>(m)))) continue;
-            classCount.clear();
-            for (ModuleId c : g.modules()[m].children)
-                ++classCount[g.module(c).cls];
-            for (ModuleId c : g.modules()[m].children)
-                alike[c.index()] = classCount[g.module(c).cls] >= 2;
-        }
-        std::vector<int32_t> member(n, -1);
-        for (size_t m = 1; m < n; ++m) {
-            const ModuleNode& mod = g.modules()[m];
-            if (hasAttention[m] || !mod.parent.valid()) continue;
-            const size_t parent = mod.parent.index();
-            if (member[parent] >= 0)
-                member[m] = member[parent];
-            else if (alike[m])
-                member[m] = static_cast<int32_t>(m);
-        }
-        for (size_t ri = 0; ri < runMods.size(); ++ri) {
-            struct Loop {
-                ScaledCost saved;
-                int64_t grads = 0;
-                std::unordered_set<int32_t> members;
-            };
-            std::unordered_map<size_t, Loop> loops;  // by the list holding the members
-            for (int32_t x : runMods[ri]) {
-                const auto xi = static_cast<size_t>(x);
-                if (!afterAttn[xi] || member[xi] < 0) continue;
-                Loop& l = loops[g.modules()[static_cast<size_t>(member[xi])].parent.index()];
-                l.saved += g.modules()[xi].cost.savedBytes;
-                l.grads += gradOfMod[xi];
-                l.members.insert(member[xi]);
-            }
-            ModuleRun& run = runs[ri];
-            // The largest; between equal ones the first list in module order (deterministic
-            // whatever the hash map's order).
-            size_t chosen = n;
-            for (const auto& [list, l] : loops)
-                if (l.members.size() >= 2 && (l.grads > run.loopGradNumel ||
-                                              (l.grads == run.loopGradNumel && list < chosen))) {
-                    chosen = list;
-                    run.loopSaved = l.saved;
-                    run.loopGradNumel = l.grads;
-                    run.loopMembers = static_cast<int32_t>(l.members.size());
-                }
-        }
-    }
-    // The gradient moments (ModuleRun::firstGradOutput, largestGradOutput): backward walks
-    // the run last module first, its gradients accumulating.
-    for (size_t ri = 0; ri < runMods.size(); ++ri) {
-        ModuleRun& run = runs[ri];
-        int64_t acc = 0;
-        double largest = -1;
-        ScaledCost freed;  // saved by the modules backward has passed
-        for (auto it = runMods[ri].rbegin(); it != runMods[ri].rend(); ++it) {
-            const ModuleCost& mc = g.modules()[static_cast<size_t>(*it)].cost;
-            const int64_t own = gradOfMod[static_cast<size_t>(*it)];
-            if (own != 0) {
-                acc += own;
-                const ScaledCost& o = mc.outputBytes;
-                run.firstGradOutput = o;
-                run.firstGradSavedAfter = freed;
-                if (const double size = o.perToken + o.fixedPerToken; size > largest) {
-                    largest = size;
-                    run.largestGradOutput = o;
-                    run.largestOutGradNumel = acc;
-                    run.largestGradSavedAfter = freed;
-                }
-            }
-            freed += mc.savedBytes;  // its own inputs live until its weight gradient is made
-        }
-    }
-    // Runs alike in what their kernels depend on share a signature (decoder layers do), so
-    // a step program prices one and reuses it.
-    auto sameKernels = [](const ModuleRun& a, const ModuleRun& b) {
-        const ModuleCost &x = a.cost, &y = b.cost;
-        return a.kernels == b.kernels && x.gemms == y.gemms &&
-               a.recomputeSkips == b.recomputeSkips && a.sacKeptGemms == b.sacKeptGemms &&
-               a.mmGemms == b.mmGemms && a.addmmGemms == b.addmmGemms &&
-               a.attnGemms == b.attnGemms && a.attnStopGemms == b.attnStopGemms &&
-               a.attnMemKernels == b.attnMemKernels && a.attnMemBytes == b.attnMemBytes &&
-               x.attentionCalls == y.attentionCalls &&
-               x.windowAttentionCalls == y.windowAttentionCalls &&
-               x.fwdMemKernels == y.fwdMemKernels && x.bwdMemKernels == y.bwdMemKernels &&
-               x.fwdFlops == y.fwdFlops && x.bwdFlops == y.bwdFlops &&
-               x.fwdMemBytes == y.fwdMemBytes && x.bwdMemBytes == y.bwdMemBytes &&
-               x.upcastElems == y.upcastElems && x.lossVocab == y.lossVocab &&
-               x.lossCompiled == y.lossCompiled && a.attnUpcastElems == b.attnUpcastElems;
-    };
-    std::vector<int32_t> distinct;
-    for (size_t i = 0; i < runs.size(); ++i) {
-        runs[i].kernelSignature = static_cast<int32_t>(i);
-        for (int32_t d : distinct)
-            if (sameKernels(runs[static_cast<size_t>(d)], runs[i])) {
-                runs[i].kernelSignature = d;
-                break;
-            }
-        if (runs[i].kernelSignature == static_cast<int32_t>(i))
-            distinct.push_back(static_cast<int32_t>(i));
-    }
+    const std::vector<int64_t> gradOfMod = assignGradients(g, r, runs, runMods, afterAttn);
+    findLoops(g, runs, runMods, afterAttn, gradOfMod);
+    gradientMoments(g, runs, runMods, gradOfMod);
+    shareKernelSignatures(runs);
     return runs;
 }
 
