@@ -68,6 +68,53 @@ Plan perBlock(int64_t world) {
 
 volatile int64_t g_sink = 0;  // keeps results observable
 
+// The plan variants a search tries (reshard x checkpointing x micro-batch x prefetch), as
+// per-block plans of 80 blocks on 1,024 GPUs.
+std::vector<Plan> benchPlanVariants() {
+    std::vector<Plan> variants;
+    for (int reshard = 0; reshard < 3; ++reshard)
+        for (int ac = 0; ac < 3; ++ac)
+            for (int64_t mbs : {1, 2})
+                for (bool prefetch : {false, true}) {
+                    Plan v = perBlock(1024);
+                    v.defaults.reshardAfterForward = reshard == 0   ? ReshardSetting::ofBool(true)
+                                                     : reshard == 1 ? ReshardSetting::ofBool(false)
+                                                                    : ReshardSetting::ofInt(8);
+                    v.defaults.activationCheckpointing = static_cast<AcMode>(ac);
+                    v.microBatchSize = mbs;
+                    if (prefetch)
+                        for (int i = 0; i + 2 < 80; ++i) {
+                            UnitSpec u;
+                            u.modules = {"model.layers." + std::to_string(i)};
+                            u.forwardPrefetch =
+                                std::vector<std::string>{"model.layers." + std::to_string(i + 1),
+                                                         "model.layers." + std::to_string(i + 2)};
+                            v.units.push_back(u);
+                        }
+                    variants.push_back(std::move(v));
+                }
+    return variants;
+}
+
+// The same settings as variants applied to a resolved plan in place (the search's path),
+// each with its micro-batch size.
+std::vector<std::pair<PlanVariant, int64_t>> benchFastVariants() {
+    std::vector<std::pair<PlanVariant, int64_t>> fast;
+    for (int reshard = 0; reshard < 3; ++reshard)
+        for (int ac = 0; ac < 3; ++ac)
+            for (int64_t mbs : {1, 2})
+                for (int depth : {0, 2}) {
+                    PlanVariant v;
+                    v.reshard = reshard == 0   ? ReshardSetting::ofBool(true)
+                                : reshard == 1 ? ReshardSetting::ofBool(false)
+                                               : ReshardSetting::ofInt(8);
+                    v.ac = static_cast<AcMode>(ac);
+                    v.forwardPrefetchDepth = depth;
+                    fast.push_back({v, mbs});
+                }
+    return fast;
+}
+
 int runBenchSimulate(const Args& a) {
     auto cfg = readJsonFile(samplePath(a.get("--model")));
     auto base = loadClusterFile(samplePath(a.get("--cluster")));
@@ -132,28 +179,7 @@ int runBenchSimulate(const Args& a) {
                 tResolve * 1e6);
 
     // Plan variants: each is resolved, built and simulated, as a search does.
-    std::vector<Plan> variants;
-    for (int reshard = 0; reshard < 3; ++reshard)
-        for (int ac = 0; ac < 3; ++ac)
-            for (int64_t mbs : {1, 2})
-                for (bool prefetch : {false, true}) {
-                    Plan v = perBlock(1024);
-                    v.defaults.reshardAfterForward = reshard == 0   ? ReshardSetting::ofBool(true)
-                                                     : reshard == 1 ? ReshardSetting::ofBool(false)
-                                                                    : ReshardSetting::ofInt(8);
-                    v.defaults.activationCheckpointing = static_cast<AcMode>(ac);
-                    v.microBatchSize = mbs;
-                    if (prefetch)
-                        for (int i = 0; i + 2 < 80; ++i) {
-                            UnitSpec u;
-                            u.modules = {"model.layers." + std::to_string(i)};
-                            u.forwardPrefetch =
-                                std::vector<std::string>{"model.layers." + std::to_string(i + 1),
-                                                         "model.layers." + std::to_string(i + 2)};
-                            v.units.push_back(u);
-                        }
-                    variants.push_back(std::move(v));
-                }
+    const std::vector<Plan> variants = benchPlanVariants();
     size_t k = 0;
     const double tVariant = timeIt(
         [&] {
@@ -168,19 +194,7 @@ int runBenchSimulate(const Args& a) {
         "    %8.0f simulations/s   (goal >= 10,000; Calculon, Python: ~600/s)\n",
         variants.size(), 1.0 / tVariant);
     // The search's fast path: settings applied to the resolved plan in place.
-    std::vector<std::pair<PlanVariant, int64_t>> fast;
-    for (int reshard = 0; reshard < 3; ++reshard)
-        for (int ac = 0; ac < 3; ++ac)
-            for (int64_t mbs : {1, 2})
-                for (int depth : {0, 2}) {
-                    PlanVariant v;
-                    v.reshard = reshard == 0   ? ReshardSetting::ofBool(true)
-                                : reshard == 1 ? ReshardSetting::ofBool(false)
-                                               : ReshardSetting::ofInt(8);
-                    v.ac = static_cast<AcMode>(ac);
-                    v.forwardPrefetchDepth = depth;
-                    fast.push_back({v, mbs});
-                }
+    const std::vector<std::pair<PlanVariant, int64_t>> fast = benchFastVariants();
     ResolvedPlan work = r;
     // One of the variants applied to the resolved plan, built and simulated.
     auto variantStep = [&](size_t i, const SimOptions& so) {

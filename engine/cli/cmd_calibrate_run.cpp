@@ -35,6 +35,73 @@ namespace shardscope::cli {
 
 // `calibrate --trace`: a measured run (a `shardscope run --trace` file, or a user's PyTorch
 // FSDP traces joined to the plan that ran), fitted op by op.
+// The calibration against the measured step, before and after, and what was fitted.
+nlohmann::json opByOpJson(const Args& a, const TraceFile& measured, const SimResult& before,
+                          const SimResult& after, const CalibrationFit& fit) {
+    const double ms0 = measured.stepNs;
+    const double pk = measured.peakAllocated;
+    auto err = [](double pred, double meas) { return meas > 0 ? (pred - meas) / meas : 0.0; };
+    return {{"trace", a.get("--trace")},
+            {"cluster", a.get("--cluster")},
+            {"output", a.get("--output")},
+            {"measured_step_time_ns", ms0},
+            {"measured_peak_allocated_bytes", static_cast<int64_t>(measured.peakAllocated)},
+            {"before",
+             {{"step_time_ns", before.stepNs},
+              {"step_time_error", err(static_cast<double>(before.stepNs), ms0)},
+              {"peak_allocated_bytes", before.peakAllocated},
+              {"peak_allocated_error", err(static_cast<double>(before.peakAllocated), pk)}}},
+            {"after",
+             {{"step_time_ns", after.stepNs},
+              {"step_time_error", err(static_cast<double>(after.stepNs), ms0)},
+              {"peak_allocated_bytes", after.peakAllocated},
+              {"peak_allocated_error", err(static_cast<double>(after.peakAllocated), pk)}}},
+            {"fitted",
+             {{"compute_efficiency", fit.cluster.sim.computeEfficiency},
+              {"memory_efficiency", fit.cluster.sim.memoryEfficiency},
+              {"overlap_slowdown", fit.cluster.sim.overlapSlowdown},
+              {"cpu_issue_ns", fit.cluster.sim.cpuIssueNs},
+              {"collective_latency_ns", fit.latencyNs},
+              {"collective_bus_bandwidth_bytes_per_s", fit.busBandwidth},
+              {"compute_ops", fit.computeOps},
+              {"memory_ops", fit.memoryOps},
+              {"collective_ops", fit.collectiveOps}}},
+            {"notes", fit.notes}};
+}
+
+// The same as text: the fitted figures and the step before and after.
+void printOpByOp(const Args& a, const TraceFile& measured, const SimResult& before,
+                 const SimResult& after, const CalibrationFit& fit) {
+    const double ms0 = measured.stepNs;
+    const double pk = measured.peakAllocated;
+    std::cout << "Calibrated " << a.get("--cluster") << " from " << a.get("--trace") << " ("
+              << measured.ops.size() << " measured ops)\n\n"
+              << "  compute efficiency  ";
+    printCurve(fit.cluster.sim.computeEfficiency, "FLOP");
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "\n  memory efficiency   %.3f\n  overlap slowdown    %.2f\n  CPU issue per op    "
+                  "%.1f us\n  collectives         %.1f us + bytes / %.2f GB/s (bus)\n",
+                  fit.cluster.sim.memoryEfficiency, fit.cluster.sim.overlapSlowdown,
+                  fit.cluster.sim.cpuIssueNs * 1e-3, fit.latencyNs * 1e-3, fit.busBandwidth * 1e-9);
+    std::cout << line;
+    for (const auto& n : fit.notes)
+        std::cout << "  note: " << n << "\n";
+    std::cout << "\n";
+    Table t({"", "MEASURED", "BEFORE", "ERROR", "AFTER", "ERROR"},
+            {false, true, true, true, true, true});
+    t.row({"step time", formatMs(ms0), formatMs(static_cast<double>(before.stepNs)),
+           formatError(ms0, static_cast<double>(before.stepNs)),
+           formatMs(static_cast<double>(after.stepNs)),
+           formatError(ms0, static_cast<double>(after.stepNs))});
+    t.row({"peak allocated", formatMiB(pk), formatMiB(static_cast<double>(before.peakAllocated)),
+           formatError(pk, static_cast<double>(before.peakAllocated)),
+           formatMiB(static_cast<double>(after.peakAllocated)),
+           formatError(pk, static_cast<double>(after.peakAllocated))});
+    t.print(std::cout);
+    std::cout << "\nWrote " << a.get("--output") << "\n";
+}
+
 int runCalibrateOpByOp(const Args& a) {
     if (!a.positionals().empty()) {
         std::cerr << "error: more trace files (" << a.positionals().front()
@@ -139,64 +206,9 @@ int runCalibrateOpByOp(const Args& a) {
         std::cerr << "error: " << st.error() << "\n";
         return kExitUsage;
     }
-    const double ms0 = measured->stepNs;
-    const double pk = measured->peakAllocated;
-    auto err = [](double pred, double meas) { return meas > 0 ? (pred - meas) / meas : 0.0; };
-    nlohmann::json out{
-        {"trace", a.get("--trace")},
-        {"cluster", a.get("--cluster")},
-        {"output", a.get("--output")},
-        {"measured_step_time_ns", ms0},
-        {"measured_peak_allocated_bytes", static_cast<int64_t>(measured->peakAllocated)},
-        {"before",
-         {{"step_time_ns", before.stepNs},
-          {"step_time_error", err(static_cast<double>(before.stepNs), ms0)},
-          {"peak_allocated_bytes", before.peakAllocated},
-          {"peak_allocated_error", err(static_cast<double>(before.peakAllocated), pk)}}},
-        {"after",
-         {{"step_time_ns", after.stepNs},
-          {"step_time_error", err(static_cast<double>(after.stepNs), ms0)},
-          {"peak_allocated_bytes", after.peakAllocated},
-          {"peak_allocated_error", err(static_cast<double>(after.peakAllocated), pk)}}},
-        {"fitted",
-         {{"compute_efficiency", fit->cluster.sim.computeEfficiency},
-          {"memory_efficiency", fit->cluster.sim.memoryEfficiency},
-          {"overlap_slowdown", fit->cluster.sim.overlapSlowdown},
-          {"cpu_issue_ns", fit->cluster.sim.cpuIssueNs},
-          {"collective_latency_ns", fit->latencyNs},
-          {"collective_bus_bandwidth_bytes_per_s", fit->busBandwidth},
-          {"compute_ops", fit->computeOps},
-          {"memory_ops", fit->memoryOps},
-          {"collective_ops", fit->collectiveOps}}},
-        {"notes", fit->notes}};
+    const nlohmann::json out = opByOpJson(a, *measured, before, after, *fit);
     if (a.flag("--json")) return emitJson(out, "").ok() ? kExitOk : kExitUsage;
-    std::cout << "Calibrated " << a.get("--cluster") << " from " << a.get("--trace") << " ("
-              << measured->ops.size() << " measured ops)\n\n"
-              << "  compute efficiency  ";
-    printCurve(fit->cluster.sim.computeEfficiency, "FLOP");
-    char line[256];
-    std::snprintf(line, sizeof line,
-                  "\n  memory efficiency   %.3f\n  overlap slowdown    %.2f\n  CPU issue per op    "
-                  "%.1f us\n  collectives         %.1f us + bytes / %.2f GB/s (bus)\n",
-                  fit->cluster.sim.memoryEfficiency, fit->cluster.sim.overlapSlowdown,
-                  fit->cluster.sim.cpuIssueNs * 1e-3, fit->latencyNs * 1e-3,
-                  fit->busBandwidth * 1e-9);
-    std::cout << line;
-    for (const auto& n : fit->notes)
-        std::cout << "  note: " << n << "\n";
-    std::cout << "\n";
-    Table t({"", "MEASURED", "BEFORE", "ERROR", "AFTER", "ERROR"},
-            {false, true, true, true, true, true});
-    t.row({"step time", formatMs(ms0), formatMs(static_cast<double>(before.stepNs)),
-           formatError(ms0, static_cast<double>(before.stepNs)),
-           formatMs(static_cast<double>(after.stepNs)),
-           formatError(ms0, static_cast<double>(after.stepNs))});
-    t.row({"peak allocated", formatMiB(pk), formatMiB(static_cast<double>(before.peakAllocated)),
-           formatError(pk, static_cast<double>(before.peakAllocated)),
-           formatMiB(static_cast<double>(after.peakAllocated)),
-           formatError(pk, static_cast<double>(after.peakAllocated))});
-    t.print(std::cout);
-    std::cout << "\nWrote " << a.get("--output") << "\n";
+    printOpByOp(a, *measured, before, after, *fit);
     return kExitOk;
 }
 

@@ -67,125 +67,94 @@ struct UnitRow {
 
 }  // namespace
 
-int runPyTorchTraceOverlap(const Args& a) {
-    std::vector<std::string> skipped;
-    auto ranks = analyzeAll(a.positionals(), skipped);
-    for (const auto& s : skipped)
-        std::cerr << "note: skipped " << s << "\n";
-    if (failed(ranks)) return kExitUsage;
-    std::vector<FsdpTraceAnalysis*> all;
-    for (auto& r : *ranks)
-        all.push_back(&r.a);
-    const PeerWaitFit fit = fillPeerWaits(all);
-    const bool waits = fit.matched > 0;
-    std::vector<UnitRow> rows;
-    std::map<std::string, size_t> rowOf;
-    double stepNs = 0, comm = 0, exposed = 0, peerWait = 0;
-    for (const auto& r : *ranks) {
-        stepNs += r.a.stepNs;
-        peerWait += static_cast<double>(r.a.peerWaitNs);
-        comm += static_cast<double>(r.a.commNs);
-        exposed += static_cast<double>(r.a.exposedNs);
-        for (const auto& u : r.a.units) {
-            auto [it, fresh] = rowOf.try_emplace(u.name, rows.size());
-            if (fresh) rows.push_back({&u});
-            UnitRow& x = rows[it->second];
-            x.fwdAg += static_cast<double>(u.forward.allGatherNs);
-            x.fwdAgExp += static_cast<double>(u.forward.allGatherExposedNs);
-            x.bwdAg += static_cast<double>(u.backward.allGatherNs);
-            x.bwdAgExp += static_cast<double>(u.backward.allGatherExposedNs);
-            x.rs += static_cast<double>(u.backward.reduceScatterNs);
-            x.rsExp += static_cast<double>(u.backward.reduceScatterExposedNs);
-            x.ar += static_cast<double>(u.backward.allReduceNs);
-            x.arExp += static_cast<double>(u.backward.allReduceExposedNs);
-            x.fwdWait += static_cast<double>(u.forward.peerWaitNs);
-            x.bwdWait += static_cast<double>(u.backward.peerWaitNs);
-            x.fwdAgs += u.forward.allGathers;
-            x.bwdAgs += u.backward.allGathers;
-            x.rss += u.backward.reduceScatters;
-            x.ars += u.backward.allReduces;
-            if (u.forward.sawAllGather) {
-                x.fwdMin = std::min(x.fwdMin, u.forward.minDistance);
-                x.fwdMax = std::max(x.fwdMax, u.forward.maxDistance);
-            }
-            if (u.backward.sawAllGather) {
-                x.bwdMin = std::min(x.bwdMin, u.backward.minDistance);
-                x.bwdMax = std::max(x.bwdMax, u.backward.maxDistance);
-            }
-        }
+namespace {
+// One rank's unit into its row (units by name across ranks): the sums over ranks.
+void addUnit(const FsdpUnit& u, std::vector<UnitRow>& rows, std::map<std::string, size_t>& rowOf) {
+    auto [it, fresh] = rowOf.try_emplace(u.name, rows.size());
+    if (fresh) rows.push_back({&u});
+    UnitRow& x = rows[it->second];
+    x.fwdAg += static_cast<double>(u.forward.allGatherNs);
+    x.fwdAgExp += static_cast<double>(u.forward.allGatherExposedNs);
+    x.bwdAg += static_cast<double>(u.backward.allGatherNs);
+    x.bwdAgExp += static_cast<double>(u.backward.allGatherExposedNs);
+    x.rs += static_cast<double>(u.backward.reduceScatterNs);
+    x.rsExp += static_cast<double>(u.backward.reduceScatterExposedNs);
+    x.ar += static_cast<double>(u.backward.allReduceNs);
+    x.arExp += static_cast<double>(u.backward.allReduceExposedNs);
+    x.fwdWait += static_cast<double>(u.forward.peerWaitNs);
+    x.bwdWait += static_cast<double>(u.backward.peerWaitNs);
+    x.fwdAgs += u.forward.allGathers;
+    x.bwdAgs += u.backward.allGathers;
+    x.rss += u.backward.reduceScatters;
+    x.ars += u.backward.allReduces;
+    if (u.forward.sawAllGather) {
+        x.fwdMin = std::min(x.fwdMin, u.forward.minDistance);
+        x.fwdMax = std::max(x.fwdMax, u.forward.maxDistance);
     }
-    const auto n = static_cast<double>(ranks->size());
-    const auto& first = ranks->front().a;
-    if (a.flag("--json")) {
-        nlohmann::json per = nlohmann::json::array();
-        for (const auto& r : *ranks) {
-            nlohmann::json j = fsdpAnalysisToJson(r.a);
-            j["file"] = r.path;
-            j["rank"] = r.rank;
-            if (!a.flag("--collectives")) j.erase("collectives");
-            per.push_back(std::move(j));
-        }
-        nlohmann::json units = nlohmann::json::array();
-        for (const auto& x : rows) {
-            auto phase = [&](double ag, double agExp, int64_t ags, int32_t lo, int32_t hi) {
-                nlohmann::json j = {{"all_gathers", static_cast<double>(ags) / n},
-                                    {"all_gather_ns", ag / n},
-                                    {"all_gather_exposed_ns", agExp / n}};
-                if (ags > 0) j["prefetch_distance"] = {{"min", lo}, {"max", hi}};
-                return j;
-            };
-            nlohmann::json fwd = phase(x.fwdAg, x.fwdAgExp, x.fwdAgs, x.fwdMin, x.fwdMax);
-            nlohmann::json bwd = phase(x.bwdAg, x.bwdAgExp, x.bwdAgs, x.bwdMin, x.bwdMax);
-            bwd["reduce_scatters"] = static_cast<double>(x.rss) / n;
-            bwd["reduce_scatter_ns"] = x.rs / n;
-            bwd["reduce_scatter_exposed_ns"] = x.rsExp / n;
-            bwd["all_reduces"] = static_cast<double>(x.ars) / n;
-            bwd["all_reduce_ns"] = x.ar / n;
-            bwd["all_reduce_exposed_ns"] = x.arExp / n;
-            if (waits) {
-                fwd["peer_wait_ns"] = x.fwdWait / n;
-                bwd["peer_wait_ns"] = x.bwdWait / n;
-            }
-            units.push_back({{"unit", x.first->name},
-                             {"modules", x.first->modules},
-                             {"forward", fwd},
-                             {"backward", bwd}});
-        }
-        return emitJson({{"format", "shardscope.trace_overlap"},
-                         {"source", "pytorch"},
-                         {"api", first.api},
-                         {"ranks", ranks->size()},
-                         {"steps", first.steps},
-                         {"micro_batches", first.microBatches},
-                         {"step_ns", stepNs / n},
-                         {"comm_ns_per_step", comm / n},
-                         {"exposed_ns_per_step", exposed / n},
-                         {"peer_wait_ns_per_step",
-                          waits ? nlohmann::json(peerWait / n) : nlohmann::json(nullptr)},
-                         {"clock_offsets_ns", fit.clockOffsetNs},
-                         {"units", units},
-                         {"per_rank", per}},
-                        "")
-                       .ok()
-                   ? kExitOk
-                   : kExitUsage;
+    if (u.backward.sawAllGather) {
+        x.bwdMin = std::min(x.bwdMin, u.backward.minDistance);
+        x.bwdMax = std::max(x.bwdMax, u.backward.maxDistance);
     }
-    std::cout << "PyTorch " << (first.api == "fsdp2" ? "FSDP2" : "FSDP1") << " trace"
-              << (ranks->size() > 1 ? "s" : "") << " of " << ranks->size() << " rank"
-              << (ranks->size() > 1 ? "s" : "") << " ("
-              << (first.gpu ? (first.collectives.empty() ? "GPU" : "NCCL kernels") : "Gloo")
-              << "), " << first.steps << " step" << (first.steps > 1 ? "s" : "") << " of "
-              << first.microBatches << " micro-batch" << (first.microBatches > 1 ? "es" : "")
-              << ", step " << formatMs(stepNs / n) << "\n";
-    std::cout << "per step and rank: FSDP communication " << formatMs(comm / n) << ", of it "
-              << formatMs(exposed / n) << " exposed ("
-              << (comm > 0 ? static_cast<int>(std::lround(100.0 * (comm - exposed) / comm)) : 0)
-              << "% hidden under compute)\n";
-    if (waits)
-        std::cout << "of the communication, " << formatMs(peerWait / n)
-                  << " a step was waiting for the last rank to arrive (PEER WAIT), not "
-                     "moving data\n";
-    std::cout << "\n";
+}
+
+// `trace overlap --json` of PyTorch traces: the units averaged over ranks, each rank's own.
+nlohmann::json overlapJson(const Args& a, const std::vector<RankAnalysis>& ranks,
+                           const std::vector<UnitRow>& rows, const PeerWaitFit& fit, bool waits,
+                           double stepNs, double comm, double exposed, double peerWait) {
+    const auto n = static_cast<double>(ranks.size());
+    const auto& first = ranks.front().a;
+    nlohmann::json per = nlohmann::json::array();
+    for (const auto& r : ranks) {
+        nlohmann::json j = fsdpAnalysisToJson(r.a);
+        j["file"] = r.path;
+        j["rank"] = r.rank;
+        if (!a.flag("--collectives")) j.erase("collectives");
+        per.push_back(std::move(j));
+    }
+    nlohmann::json units = nlohmann::json::array();
+    for (const auto& x : rows) {
+        auto phase = [&](double ag, double agExp, int64_t ags, int32_t lo, int32_t hi) {
+            nlohmann::json j = {{"all_gathers", static_cast<double>(ags) / n},
+                                {"all_gather_ns", ag / n},
+                                {"all_gather_exposed_ns", agExp / n}};
+            if (ags > 0) j["prefetch_distance"] = {{"min", lo}, {"max", hi}};
+            return j;
+        };
+        nlohmann::json fwd = phase(x.fwdAg, x.fwdAgExp, x.fwdAgs, x.fwdMin, x.fwdMax);
+        nlohmann::json bwd = phase(x.bwdAg, x.bwdAgExp, x.bwdAgs, x.bwdMin, x.bwdMax);
+        bwd["reduce_scatters"] = static_cast<double>(x.rss) / n;
+        bwd["reduce_scatter_ns"] = x.rs / n;
+        bwd["reduce_scatter_exposed_ns"] = x.rsExp / n;
+        bwd["all_reduces"] = static_cast<double>(x.ars) / n;
+        bwd["all_reduce_ns"] = x.ar / n;
+        bwd["all_reduce_exposed_ns"] = x.arExp / n;
+        if (waits) {
+            fwd["peer_wait_ns"] = x.fwdWait / n;
+            bwd["peer_wait_ns"] = x.bwdWait / n;
+        }
+        units.push_back({{"unit", x.first->name},
+                         {"modules", x.first->modules},
+                         {"forward", fwd},
+                         {"backward", bwd}});
+    }
+    return {
+        {"format", "shardscope.trace_overlap"},
+        {"source", "pytorch"},
+        {"api", first.api},
+        {"ranks", ranks.size()},
+        {"steps", first.steps},
+        {"micro_batches", first.microBatches},
+        {"step_ns", stepNs / n},
+        {"comm_ns_per_step", comm / n},
+        {"exposed_ns_per_step", exposed / n},
+        {"peer_wait_ns_per_step", waits ? nlohmann::json(peerWait / n) : nlohmann::json(nullptr)},
+        {"clock_offsets_ns", fit.clockOffsetNs},
+        {"units", units},
+        {"per_rank", per}};
+}
+
+// The units' table: per step, averaged over ranks.
+void printUnitRows(const std::vector<UnitRow>& rows, double n, bool waits) {
     bool anyAr = false;
     for (const auto& x : rows)
         anyAr = anyAr || x.ars > 0;
@@ -223,6 +192,58 @@ int runPyTorchTraceOverlap(const Args& a) {
         t.row(cells);
     }
     t.print(std::cout);
+}
+
+}  // namespace
+
+int runPyTorchTraceOverlap(const Args& a) {
+    std::vector<std::string> skipped;
+    auto ranks = analyzeAll(a.positionals(), skipped);
+    for (const auto& s : skipped)
+        std::cerr << "note: skipped " << s << "\n";
+    if (failed(ranks)) return kExitUsage;
+    std::vector<FsdpTraceAnalysis*> all;
+    for (auto& r : *ranks)
+        all.push_back(&r.a);
+    const PeerWaitFit fit = fillPeerWaits(all);
+    const bool waits = fit.matched > 0;
+    std::vector<UnitRow> rows;
+    std::map<std::string, size_t> rowOf;
+    double stepNs = 0, comm = 0, exposed = 0, peerWait = 0;
+    for (const auto& r : *ranks) {
+        stepNs += r.a.stepNs;
+        peerWait += static_cast<double>(r.a.peerWaitNs);
+        comm += static_cast<double>(r.a.commNs);
+        exposed += static_cast<double>(r.a.exposedNs);
+        for (const auto& u : r.a.units) {
+            addUnit(u, rows, rowOf);
+        }
+    }
+    const auto n = static_cast<double>(ranks->size());
+    const auto& first = ranks->front().a;
+    if (a.flag("--json"))
+        return emitJson(overlapJson(a, *ranks, rows, fit, waits, stepNs, comm, exposed, peerWait),
+                        "")
+                       .ok()
+                   ? kExitOk
+                   : kExitUsage;
+    std::cout << "PyTorch " << (first.api == "fsdp2" ? "FSDP2" : "FSDP1") << " trace"
+              << (ranks->size() > 1 ? "s" : "") << " of " << ranks->size() << " rank"
+              << (ranks->size() > 1 ? "s" : "") << " ("
+              << (first.gpu ? (first.collectives.empty() ? "GPU" : "NCCL kernels") : "Gloo")
+              << "), " << first.steps << " step" << (first.steps > 1 ? "s" : "") << " of "
+              << first.microBatches << " micro-batch" << (first.microBatches > 1 ? "es" : "")
+              << ", step " << formatMs(stepNs / n) << "\n";
+    std::cout << "per step and rank: FSDP communication " << formatMs(comm / n) << ", of it "
+              << formatMs(exposed / n) << " exposed ("
+              << (comm > 0 ? static_cast<int>(std::lround(100.0 * (comm - exposed) / comm)) : 0)
+              << "% hidden under compute)\n";
+    if (waits)
+        std::cout << "of the communication, " << formatMs(peerWait / n)
+                  << " a step was waiting for the last rank to arrive (PEER WAIT), not "
+                     "moving data\n";
+    std::cout << "\n";
+    printUnitRows(rows, n, waits);
     std::cout << "\nTimes per step, averaged over ranks. DIST: how many units ahead of the unit "
                  "whose hook issued it an all-gather was (0: issued by its own pre-forward or "
                  "pre-backward, no prefetch)."

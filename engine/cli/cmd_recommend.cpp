@@ -31,6 +31,116 @@ extern "C" void onSigint(int) {
     g_interrupted.store(true);
 }
 
+// The plan the user runs now (--current, e.g. `plan recover` of their trace): its sequence
+// length, global batch and reduce precision are the search's unless given. Resolved before
+// the search, so that a plan with errors stops it from starting. False (said) on an error.
+bool readCurrentPlan(const Args& a, const ModelGraph& g, const ClusterSpec& cluster,
+                     const FixedChoices& fixed, SearchOptions& o, std::optional<Plan>& current,
+                     std::optional<ResolvedPlan>& currentResolved) {
+    // The plan the user runs now (e.g. `plan recover` of their trace): its sequence length
+    // and global batch are the search's unless given, and it is simulated beside the best.
+    if (a.has("--current")) {
+        auto p = loadPlanFile(a.get("--current"));
+        if (failed(p, "--current: ")) return false;
+        current = std::move(*p);
+    }
+    o.seqLen = current && current->seqLen > 0 ? current->seqLen : 8192;
+    if (a.has("--seq")) {
+        auto seq = a.getInt("--seq", 1);
+        if (failed(seq)) return false;
+        o.seqLen = *seq;
+    }
+    // Resolved before the search, so that a plan with errors stops it from starting.
+    if (current) {
+        current->seqLen = o.seqLen;
+        currentResolved = resolvePlan(g, *current, &cluster, a.get("--current"));
+        if (currentResolved->hasErrors()) {
+            for (const auto& pr : currentResolved->problems)
+                std::cerr << pr.toString() << "\n";
+            std::cerr << "error: --current: the plan has errors on this model and cluster\n";
+            return false;
+        }
+        if (!a.has("--global-batch"))
+            o.globalBatch =
+                current->microBatchSize * current->microBatches * currentResolved->worldSize;
+        // The reduce precision the user trains with now is kept unless --fix says otherwise.
+        if (!fixed.reduceDtype)
+            for (const auto& u : currentResolved->units)
+                if (!u.isRoot && !u.params.empty()) {
+                    o.reduceDtypes = {u.reduceDtype};
+                    break;
+                }
+    }
+    return true;
+}
+
+// --global-batch, --memory-headroom and what the fixed choices need of them. False (said)
+// on an error.
+bool readBatchOptions(const Args& a, const ClusterSpec& cluster, SearchOptions& o) {
+    if (a.has("--global-batch")) {
+        auto gb = a.getInt("--global-batch", 1);
+        if (!gb) {
+            std::cerr << "error: " << gb.error() << "\n";
+            return false;
+        }
+        o.globalBatch = *gb;
+    }
+    try {
+        size_t used = 0;
+        o.memoryHeadroom = std::stod(a.get("--memory-headroom"), &used);
+        if (used != a.get("--memory-headroom").size() || o.memoryHeadroom < 0 ||
+            o.memoryHeadroom >= 1)
+            throw std::invalid_argument("range");
+    } catch (const std::exception&) {
+        std::cerr << "error: --memory-headroom: expected a fraction in [0, 1), got \""
+                  << a.get("--memory-headroom") << "\"\n";
+        return false;
+    }
+    if (o.microBatch) {
+        const int64_t perRank = searchGlobalBatch(cluster, o) / cluster.worldSize();
+        if (perRank % *o.microBatch != 0) {
+            std::cerr << "error: --fix micro_batch=" << *o.microBatch << ": expected a divisor of "
+                      << "the per-GPU batch, " << perRank << " sequences (global batch "
+                      << searchGlobalBatch(cluster, o) << " over " << cluster.worldSize()
+                      << " GPUs; change it with --global-batch)\n";
+            return false;
+        }
+    }
+    if (o.allowFloat8 && cluster.device.peakFlops.count(DType::Float8E4M3) == 0) {
+        std::cerr << "error: --allow float8: " << cluster.device.name
+                  << " has no fp8 tensor cores (its peak_flops lists no float8_e4m3fn)\n";
+        return false;
+    }
+    return true;
+}
+
+// The search's answer as JSON (--json).
+nlohmann::json recommendJson(const ModelGraph& g, const ClusterSpec& cluster,
+                             const SearchOptions& o, const SearchResult& res,
+                             const std::optional<Candidate>& mine, const Candidate* chosen,
+                             const nlohmann::json& exported) {
+    nlohmann::json pareto = nlohmann::json::array();
+    for (const auto& c : res.pareto)
+        pareto.push_back(candidateJson(c));
+    nlohmann::json j{{"model", g.name},
+                     {"cluster", cluster.name},
+                     {"global_batch", res.globalBatch},
+                     {"seq_len", o.seqLen},
+                     {"memory_budget_bytes", res.memoryBudget},
+                     {"evaluated", res.evaluated},
+                     {"total", res.total},
+                     {"cancelled", res.cancelled},
+                     {"baseline", candidateJson(res.baseline)},
+                     {"pareto", pareto}};
+    if (res.best) j["best"] = candidateJson(*res.best);
+    if (res.bestEager) j["best_eager"] = candidateJson(*res.bestEager);
+    if (res.bestWithoutFloat8) j["best_without_float8"] = candidateJson(*res.bestWithoutFloat8);
+    if (mine) j["current"] = candidateJson(*mine);
+    if (res.closest) j["closest"] = candidateJson(*res.closest);
+    if (chosen) j["export"] = exported;
+    return j;
+}
+
 int runRecommend(const Args& a) {
     auto g = loadModelArg(a);
     if (failed(g)) return kExitUsage;
@@ -65,76 +175,10 @@ int runRecommend(const Args& a) {
             return kExitUsage;
         }
     o.expandableSegments = a.flag("--expandable-segments");
-    // The plan the user runs now (e.g. `plan recover` of their trace): its sequence length
-    // and global batch are the search's unless given, and it is simulated beside the best.
     std::optional<Plan> current;
-    if (a.has("--current")) {
-        auto p = loadPlanFile(a.get("--current"));
-        if (failed(p, "--current: ")) return kExitUsage;
-        current = std::move(*p);
-    }
-    o.seqLen = current && current->seqLen > 0 ? current->seqLen : 8192;
-    if (a.has("--seq")) {
-        auto seq = a.getInt("--seq", 1);
-        if (failed(seq)) return kExitUsage;
-        o.seqLen = *seq;
-    }
-    // Resolved before the search, so that a plan with errors stops it from starting.
     std::optional<ResolvedPlan> currentResolved;
-    if (current) {
-        current->seqLen = o.seqLen;
-        currentResolved = resolvePlan(*g, *current, &*cluster, a.get("--current"));
-        if (currentResolved->hasErrors()) {
-            for (const auto& pr : currentResolved->problems)
-                std::cerr << pr.toString() << "\n";
-            std::cerr << "error: --current: the plan has errors on this model and cluster\n";
-            return kExitUsage;
-        }
-        if (!a.has("--global-batch"))
-            o.globalBatch =
-                current->microBatchSize * current->microBatches * currentResolved->worldSize;
-        // The reduce precision the user trains with now is kept unless --fix says otherwise.
-        if (!fixed.reduceDtype)
-            for (const auto& u : currentResolved->units)
-                if (!u.isRoot && !u.params.empty()) {
-                    o.reduceDtypes = {u.reduceDtype};
-                    break;
-                }
-    }
-    if (a.has("--global-batch")) {
-        auto gb = a.getInt("--global-batch", 1);
-        if (!gb) {
-            std::cerr << "error: " << gb.error() << "\n";
-            return kExitUsage;
-        }
-        o.globalBatch = *gb;
-    }
-    try {
-        size_t used = 0;
-        o.memoryHeadroom = std::stod(a.get("--memory-headroom"), &used);
-        if (used != a.get("--memory-headroom").size() || o.memoryHeadroom < 0 ||
-            o.memoryHeadroom >= 1)
-            throw std::invalid_argument("range");
-    } catch (const std::exception&) {
-        std::cerr << "error: --memory-headroom: expected a fraction in [0, 1), got \""
-                  << a.get("--memory-headroom") << "\"\n";
-        return kExitUsage;
-    }
-    if (o.microBatch) {
-        const int64_t perRank = searchGlobalBatch(*cluster, o) / cluster->worldSize();
-        if (perRank % *o.microBatch != 0) {
-            std::cerr << "error: --fix micro_batch=" << *o.microBatch << ": expected a divisor of "
-                      << "the per-GPU batch, " << perRank << " sequences (global batch "
-                      << searchGlobalBatch(*cluster, o) << " over " << cluster->worldSize()
-                      << " GPUs; change it with --global-batch)\n";
-            return kExitUsage;
-        }
-    }
-    if (o.allowFloat8 && cluster->device.peakFlops.count(DType::Float8E4M3) == 0) {
-        std::cerr << "error: --allow float8: " << cluster->device.name
-                  << " has no fp8 tensor cores (its peak_flops lists no float8_e4m3fn)\n";
-        return kExitUsage;
-    }
+    if (!readCurrentPlan(a, *g, *cluster, fixed, o, current, currentResolved)) return kExitUsage;
+    if (!readBatchOptions(a, *cluster, o)) return kExitUsage;
     if (findBlocks(*g).empty())
         std::cerr << "note: no repeated blocks found (a ModuleList of one class); searching the "
                      "other choices\n";
@@ -190,26 +234,8 @@ int runRecommend(const Args& a) {
         }
     }
     if (a.flag("--json")) {
-        nlohmann::json pareto = nlohmann::json::array();
-        for (const auto& c : res.pareto)
-            pareto.push_back(candidateJson(c));
-        nlohmann::json j{{"model", g->name},
-                         {"cluster", cluster->name},
-                         {"global_batch", res.globalBatch},
-                         {"seq_len", o.seqLen},
-                         {"memory_budget_bytes", res.memoryBudget},
-                         {"evaluated", res.evaluated},
-                         {"total", res.total},
-                         {"cancelled", res.cancelled},
-                         {"baseline", candidateJson(res.baseline)},
-                         {"pareto", pareto}};
-        if (res.best) j["best"] = candidateJson(*res.best);
-        if (res.bestEager) j["best_eager"] = candidateJson(*res.bestEager);
-        if (res.bestWithoutFloat8) j["best_without_float8"] = candidateJson(*res.bestWithoutFloat8);
-        if (mine) j["current"] = candidateJson(*mine);
-        if (res.closest) j["closest"] = candidateJson(*res.closest);
-        if (chosen) j["export"] = exported;
-        if (!emitJson(j, "").ok()) return kExitUsage;
+        if (!emitJson(recommendJson(*g, *cluster, o, res, mine, chosen, exported), "").ok())
+            return kExitUsage;
         return res.best ? kExitOk : kExitFailed;
     }
     std::cout << "Recommendation for " << (g->name.empty() ? a.get("--model") : g->name) << " on "

@@ -179,6 +179,139 @@ nlohmann::json chromeTrace(const ResolvedPlan& r, const StepProgram& p, const Si
               {"world_size", r.worldSize}}}};
 }
 
+// The step program op by op with its simulated times (--program --json).
+nlohmann::json programJson(const ResolvedPlan& r, const StepProgram& prog, const SimResult& s,
+                           const ClusterSpec& cluster) {
+    nlohmann::json ops = nlohmann::json::array();
+    for (size_t i = 0; i < prog.ops.size(); ++i) {
+        const Op& op = prog.ops[i];
+        // FSDP2's reduce over a shard group of one is a device copy, not a collective
+        // (foreach_reduce's world_size == 1 path): listed as such, so counting the
+        // program's collectives counts what NCCL runs.
+        const bool reduceCopy = isCollective(op.kind) && op.groupSize <= 1 && op.memBytes > 0;
+        ops.push_back({{"id", i},
+                       {"kind", reduceCopy ? "reduce_copy" : opKindName(op.kind)},
+                       {"phase", phaseName(op.phase)},
+                       {"stream", streamName(op.stream)},
+                       {"unit", r.units[op.unit.index()].name},
+                       {"micro_batch", op.microBatch},
+                       {"bytes", op.commBytes},
+                       {"group_size", op.groupSize},
+                       {"start_ns", s.start[i]},
+                       {"end_ns", s.end[i]}});
+        // A copy's bytes (FSDP's copy-ins, copy-outs and casts).
+        if (op.mix < 0 && op.memBytes > 0) ops.back()["memory_bytes"] = op.memBytes;
+        // A compute op's kernels (docs/kernel-model.md): counts by class, and the bytes
+        // its memory-bound kernels move.
+        if (op.mix >= 0 && static_cast<size_t>(op.mix) < prog.mixes.size()) {
+            int64_t count[3] = {0, 0, 0};  // by KernelKind
+            double bytes = 0;
+            for (const KernelEntry& e : prog.mixes[static_cast<size_t>(op.mix)].entries) {
+                count[static_cast<int>(e.kind)] += e.count;
+                if (e.kind == KernelKind::MemoryBound)
+                    bytes += static_cast<double>(e.count) * e.perKernel;
+            }
+            nlohmann::json k = nlohmann::json::object();
+            for (KernelKind kk : {KernelKind::Gemm, KernelKind::Attention, KernelKind::MemoryBound})
+                k[kernelKindName(kk)] = count[static_cast<int>(kk)];
+            ops.back()["kernels"] = k;
+            ops.back()["memory_bound_bytes"] = bytes;
+            if (op.kind != OpKind::OptimizerStep)  // priced by its foreach curve instead
+                ops.back()["memory_bound_ns"] =
+                    std::llround(1e9 * mixParts(cluster, prog.mixes[static_cast<size_t>(op.mix)],
+                                                op.computeDtype)
+                                           .memorySeconds);
+        }
+    }
+    return {{"ops", ops}};
+}
+
+// The simulated step as text: the totals, the kernels, the peak and the units by exposed
+// communication.
+void printSimulation(const Args& a, const ResolvedPlan& r, const StepProgram& prog,
+                     const StepOptions& so, const SimResult& s, const ClusterSpec& cluster) {
+    std::cout << "Simulated step of plan " << (r.plan.name.empty() ? a.get("--plan") : r.plan.name)
+              << "\n"
+              << "  on " << cluster.name << ", micro-batch " << so.microBatchSize << " x "
+              << so.seqLen << " tokens"
+              << (so.microBatches > 1 ? " x " + std::to_string(so.microBatches) + " micro-batches"
+                                      : "")
+              << ", " << prog.ops.size() << " ops per rank\n";
+    if (cluster.simDefaulted)
+        std::cout << "  (cluster file has no \"sim\" section: using the documented defaults)\n";
+    char line[256];
+    std::snprintf(line, sizeof line, "  step time     %s   tokens/s %s   MFU %.1f%%\n",
+                  ms(s.stepNs).c_str(), formatCount(static_cast<int64_t>(s.tokensPerS)).c_str(),
+                  100.0 * s.mfu);
+    std::cout << line;
+    std::snprintf(line, sizeof line,
+                  "  compute       %s   communication %s, exposed %s (overlap %.1f%%)\n",
+                  ms(s.computeNs).c_str(), ms(s.commNs).c_str(), ms(s.exposedCommNs).c_str(),
+                  100.0 * s.overlapRatio);
+    std::cout << line;
+    if (s.mfu > 1.0)
+        std::cout << "  warning: MFU above 100%: the model's FLOPs ran faster than the cluster's "
+                     "peak_flops allows; check the cluster's peak and efficiency figures\n";
+    {
+        const KernelTotals kt = kernelTotals(cluster, prog);
+        const auto& gm = kt.byKind[static_cast<int>(KernelKind::Gemm)];
+        const auto& at = kt.byKind[static_cast<int>(KernelKind::Attention)];
+        const auto& mb = kt.byKind[static_cast<int>(KernelKind::MemoryBound)];
+        auto sec = [&](double x) { return ms(static_cast<int64_t>(x * 1e9)); };
+        std::cout << "  kernels       " << formatCount(kt.count())
+                  << " per step: " << formatCount(gm.count) << " GEMM " << sec(gm.deviceSeconds)
+                  << ", " << formatCount(at.count) << " attention " << sec(at.deviceSeconds) << ", "
+                  << formatCount(mb.count) << " memory-bound " << sec(mb.deviceSeconds);
+        if (kt.launchSeconds > 0) std::cout << "; CPU launches " << sec(kt.launchSeconds);
+        if (s.chunkCatHostNs > 0)
+            std::cout << ", and the reduce-scatter copy-ins' block tables " << ms(s.chunkCatHostNs);
+        std::cout << "\n";
+    }
+    if (so.recomputeEarlyStop) {
+        // What full checkpointing's early stop leaves out (docs/kernel-model.md).
+        int64_t skipped = 0;
+        for (const ModuleRun& run : r.moduleRuns)
+            if (r.units[static_cast<size_t>(run.unit)].activationCheckpointing == AcMode::Full)
+                for (const auto& gm : run.recomputeSkips)
+                    skipped += gm.calls;
+        if (skipped > 0)
+            std::cout << "  recompute     stops before " << skipped << " GEMM"
+                      << (skipped == 1 ? "" : "s")
+                      << " a micro-batch, as non-reentrant torch.utils.checkpoint does "
+                         "(--reentrant-checkpointing: all of forward)\n";
+    }
+    std::cout << "  peak memory   allocated " << formatBytes(s.peakAllocated) << ", reserved "
+              << formatBytes(s.peakReserved) << " of " << formatBytes(cluster.device.memoryBytes)
+              << (s.oom ? "  -> OUT OF MEMORY by " +
+                              formatBytes(s.peakReserved - cluster.device.memoryBytes)
+                        : "  (fits)")
+              << "\n  at the peak  ";
+    for (int k = 0; k < static_cast<int>(MemCategory::Count); ++k)
+        if (s.atPeak[static_cast<size_t>(k)] > 0)
+            std::cout << " " << memCategoryName(static_cast<MemCategory>(k)) << " "
+                      << formatBytes(s.atPeak[static_cast<size_t>(k)]) << ";";
+    std::cout << "\n\n";
+    std::vector<size_t> idx;
+    for (size_t i = 0; i < r.units.size() && i < s.units.size(); ++i)
+        idx.push_back(i);
+    std::stable_sort(idx.begin(), idx.end(), [&](size_t x, size_t y) {
+        return s.units[x].exposedCommNs > s.units[y].exposedCommNs;
+    });
+    Table t({"UNIT", "ALL-GATHER", "REDUCE-SCATTER", "COMM", "EXPOSED"},
+            {false, true, true, true, true});
+    const size_t shown = std::min<size_t>(idx.size(), a.flag("--all-units") ? idx.size() : 8);
+    for (size_t k = 0; k < shown; ++k) {
+        const auto& u = s.units[idx[k]];
+        t.row({r.units[idx[k]].displayName(), formatBytes(u.allGatherBytes),
+               formatBytes(u.reduceScatterBytes), ms(u.commNs), ms(u.exposedCommNs)});
+    }
+    std::cout << "Units by exposed communication"
+              << (shown < idx.size() ? " (top " + std::to_string(shown) + "; --all-units for all)"
+                                     : "")
+              << ":\n";
+    t.print(std::cout);
+}
+
 int runSimulate(const Args& a) {
     auto g = loadModelArg(a);
     if (failed(g)) return kExitUsage;
@@ -228,133 +361,12 @@ int runSimulate(const Args& a) {
             std::cout << prog.dump(r);
             return kExitOk;
         }
-        nlohmann::json ops = nlohmann::json::array();
-        for (size_t i = 0; i < prog.ops.size(); ++i) {
-            const Op& op = prog.ops[i];
-            // FSDP2's reduce over a shard group of one is a device copy, not a collective
-            // (foreach_reduce's world_size == 1 path): listed as such, so counting the
-            // program's collectives counts what NCCL runs.
-            const bool reduceCopy = isCollective(op.kind) && op.groupSize <= 1 && op.memBytes > 0;
-            ops.push_back({{"id", i},
-                           {"kind", reduceCopy ? "reduce_copy" : opKindName(op.kind)},
-                           {"phase", phaseName(op.phase)},
-                           {"stream", streamName(op.stream)},
-                           {"unit", r.units[op.unit.index()].name},
-                           {"micro_batch", op.microBatch},
-                           {"bytes", op.commBytes},
-                           {"group_size", op.groupSize},
-                           {"start_ns", s.start[i]},
-                           {"end_ns", s.end[i]}});
-            // A copy's bytes (FSDP's copy-ins, copy-outs and casts).
-            if (op.mix < 0 && op.memBytes > 0) ops.back()["memory_bytes"] = op.memBytes;
-            // A compute op's kernels (docs/kernel-model.md): counts by class, and the bytes
-            // its memory-bound kernels move.
-            if (op.mix >= 0 && static_cast<size_t>(op.mix) < prog.mixes.size()) {
-                int64_t count[3] = {0, 0, 0};  // by KernelKind
-                double bytes = 0;
-                for (const KernelEntry& e : prog.mixes[static_cast<size_t>(op.mix)].entries) {
-                    count[static_cast<int>(e.kind)] += e.count;
-                    if (e.kind == KernelKind::MemoryBound)
-                        bytes += static_cast<double>(e.count) * e.perKernel;
-                }
-                nlohmann::json k = nlohmann::json::object();
-                for (KernelKind kk :
-                     {KernelKind::Gemm, KernelKind::Attention, KernelKind::MemoryBound})
-                    k[kernelKindName(kk)] = count[static_cast<int>(kk)];
-                ops.back()["kernels"] = k;
-                ops.back()["memory_bound_bytes"] = bytes;
-                if (op.kind != OpKind::OptimizerStep)  // priced by its foreach curve instead
-                    ops.back()["memory_bound_ns"] = std::llround(
-                        1e9 *
-                        mixParts(*cluster, prog.mixes[static_cast<size_t>(op.mix)], op.computeDtype)
-                            .memorySeconds);
-            }
-        }
-        return emitJson({{"ops", ops}}, "").ok() ? kExitOk : kExitUsage;
+        return emitJson(programJson(r, prog, s, *cluster), "").ok() ? kExitOk : kExitUsage;
     }
     if (a.flag("--json"))
         return emitJson(summaryJson(r, prog, s, *cluster), "").ok() ? kExitOk : kExitUsage;
 
-    std::cout << "Simulated step of plan " << (r.plan.name.empty() ? a.get("--plan") : r.plan.name)
-              << "\n"
-              << "  on " << cluster->name << ", micro-batch " << so.microBatchSize << " x "
-              << so.seqLen << " tokens"
-              << (so.microBatches > 1 ? " x " + std::to_string(so.microBatches) + " micro-batches"
-                                      : "")
-              << ", " << prog.ops.size() << " ops per rank\n";
-    if (cluster->simDefaulted)
-        std::cout << "  (cluster file has no \"sim\" section: using the documented defaults)\n";
-    char line[256];
-    std::snprintf(line, sizeof line, "  step time     %s   tokens/s %s   MFU %.1f%%\n",
-                  ms(s.stepNs).c_str(), formatCount(static_cast<int64_t>(s.tokensPerS)).c_str(),
-                  100.0 * s.mfu);
-    std::cout << line;
-    std::snprintf(line, sizeof line,
-                  "  compute       %s   communication %s, exposed %s (overlap %.1f%%)\n",
-                  ms(s.computeNs).c_str(), ms(s.commNs).c_str(), ms(s.exposedCommNs).c_str(),
-                  100.0 * s.overlapRatio);
-    std::cout << line;
-    if (s.mfu > 1.0)
-        std::cout << "  warning: MFU above 100%: the model's FLOPs ran faster than the cluster's "
-                     "peak_flops allows; check the cluster's peak and efficiency figures\n";
-    {
-        const KernelTotals kt = kernelTotals(*cluster, prog);
-        const auto& gm = kt.byKind[static_cast<int>(KernelKind::Gemm)];
-        const auto& at = kt.byKind[static_cast<int>(KernelKind::Attention)];
-        const auto& mb = kt.byKind[static_cast<int>(KernelKind::MemoryBound)];
-        auto sec = [&](double x) { return ms(static_cast<int64_t>(x * 1e9)); };
-        std::cout << "  kernels       " << formatCount(kt.count())
-                  << " per step: " << formatCount(gm.count) << " GEMM " << sec(gm.deviceSeconds)
-                  << ", " << formatCount(at.count) << " attention " << sec(at.deviceSeconds) << ", "
-                  << formatCount(mb.count) << " memory-bound " << sec(mb.deviceSeconds);
-        if (kt.launchSeconds > 0) std::cout << "; CPU launches " << sec(kt.launchSeconds);
-        if (s.chunkCatHostNs > 0)
-            std::cout << ", and the reduce-scatter copy-ins' block tables " << ms(s.chunkCatHostNs);
-        std::cout << "\n";
-    }
-    if (so.recomputeEarlyStop) {
-        // What full checkpointing's early stop leaves out (docs/kernel-model.md).
-        int64_t skipped = 0;
-        for (const ModuleRun& run : r.moduleRuns)
-            if (r.units[static_cast<size_t>(run.unit)].activationCheckpointing == AcMode::Full)
-                for (const auto& gm : run.recomputeSkips)
-                    skipped += gm.calls;
-        if (skipped > 0)
-            std::cout << "  recompute     stops before " << skipped << " GEMM"
-                      << (skipped == 1 ? "" : "s")
-                      << " a micro-batch, as non-reentrant torch.utils.checkpoint does "
-                         "(--reentrant-checkpointing: all of forward)\n";
-    }
-    std::cout << "  peak memory   allocated " << formatBytes(s.peakAllocated) << ", reserved "
-              << formatBytes(s.peakReserved) << " of " << formatBytes(cluster->device.memoryBytes)
-              << (s.oom ? "  -> OUT OF MEMORY by " +
-                              formatBytes(s.peakReserved - cluster->device.memoryBytes)
-                        : "  (fits)")
-              << "\n  at the peak  ";
-    for (int k = 0; k < static_cast<int>(MemCategory::Count); ++k)
-        if (s.atPeak[static_cast<size_t>(k)] > 0)
-            std::cout << " " << memCategoryName(static_cast<MemCategory>(k)) << " "
-                      << formatBytes(s.atPeak[static_cast<size_t>(k)]) << ";";
-    std::cout << "\n\n";
-    std::vector<size_t> idx;
-    for (size_t i = 0; i < r.units.size() && i < s.units.size(); ++i)
-        idx.push_back(i);
-    std::stable_sort(idx.begin(), idx.end(), [&](size_t x, size_t y) {
-        return s.units[x].exposedCommNs > s.units[y].exposedCommNs;
-    });
-    Table t({"UNIT", "ALL-GATHER", "REDUCE-SCATTER", "COMM", "EXPOSED"},
-            {false, true, true, true, true});
-    const size_t shown = std::min<size_t>(idx.size(), a.flag("--all-units") ? idx.size() : 8);
-    for (size_t k = 0; k < shown; ++k) {
-        const auto& u = s.units[idx[k]];
-        t.row({r.units[idx[k]].displayName(), formatBytes(u.allGatherBytes),
-               formatBytes(u.reduceScatterBytes), ms(u.commNs), ms(u.exposedCommNs)});
-    }
-    std::cout << "Units by exposed communication"
-              << (shown < idx.size() ? " (top " + std::to_string(shown) + "; --all-units for all)"
-                                     : "")
-              << ":\n";
-    t.print(std::cout);
+    printSimulation(a, r, prog, so, s, *cluster);
     return kExitOk;
 }
 

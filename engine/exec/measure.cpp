@@ -111,30 +111,22 @@ nlohmann::json sample(const char* cls, const std::string& op, int64_t rep, doubl
 
 }  // namespace
 
-int runMeasure(const std::vector<std::string>& argv) {
-    const Options o = parse(argv);
-    if (o.out.empty()) throw std::runtime_error("--out FILE is required");
-    const bool cuda = o.device == "cuda";
-    const char* ws = std::getenv("WORLD_SIZE");
-    const int64_t world = ws ? std::max<int64_t>(1, std::atoll(ws)) : 1;
-    const char* lr = std::getenv("LOCAL_RANK");
-    if (cuda) useCudaDevice(lr ? std::atoi(lr) : 0);
-    at::set_num_threads(static_cast<int>(o.threads));
-    const c10::Device dev =
-        cuda ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(lr ? std::atoi(lr) : 0))
-             : c10::Device(c10::kCPU);
-    Groups groups;
-    if (world > 1) groups = makeFlatGroups(std::chrono::seconds(o.timeoutS), dev);
-    const int64_t rank = groups.rank;
-    const Timer timer(cuda, o.quick ? 0.004 : 0.02);
-    const auto opts = at::TensorOptions().device(dev);
-    nlohmann::json samples = nlohmann::json::array();
-    double launchNs = 0;
-    auto say = [&](const std::string& what) {
-        if (rank == 0) std::cerr << "measure: " << what << "\n" << std::flush;
-    };
+namespace {
+// The kernels and collectives `calibrate --measure` times on this machine, each a list of
+// samples in the format `calibrate --from-trace` fits.
+struct Microbenchmarks {
+    const Options& o;
+    const Timer& timer;
+    at::TensorOptions opts;
+    bool cuda;
+    int64_t rank;
+    nlohmann::json& samples;
 
-    if (rank == 0) {
+    void say(const std::string& what) const {
+        if (rank == 0) std::cerr << "measure: " << what << "\n" << std::flush;
+    }
+
+    void gemms() {
         // GEMMs: n x n x n by dtype.
         std::vector<int64_t> sizes = cuda ? std::vector<int64_t>{256, 512, 1024, 2048, 4096, 8192}
                                           : std::vector<int64_t>{128, 256, 512, 1024, 2048};
@@ -160,6 +152,9 @@ int runMeasure(const std::vector<std::string>& argv) {
                 }
             }
         }
+    }
+
+    void memoryBound() {
         // Memory-bound: a copy (read + write) and an add (two reads + a write), fp32.
         say("copies and elementwise adds");
         std::vector<int64_t> bytes = cuda
@@ -184,6 +179,9 @@ int runMeasure(const std::vector<std::string>& argv) {
                 samples.push_back(s);
             }
         }
+    }
+
+    void attention() {
         // Causal attention with grouped-query keys and values, as decoder layers call SDPA
         // (enable_gqa, 4 query heads to a key/value head): on a GPU 32 query heads of 128 (a
         // Llama-3-8B layer) from 1,024 to 8,192 tokens, 1.7e10 to 1.1e12 FLOPs a call, the
@@ -234,14 +232,10 @@ int runMeasure(const std::vector<std::string>& argv) {
                 samples.push_back(b);
             }
         }
-        // The cost of one tiny op, launch included.
-        say("launch cost");
-        const at::Tensor one = at::ones({1}, opts.dtype(at::kFloat));
-        at::Tensor out = at::empty({1}, opts.dtype(at::kFloat));
-        launchNs = 1e9 * timer.perCall([&] { at::add_out(out, one, one); });
     }
 
-    if (world > 1) {
+    // All-gather, reduce-scatter and all-reduce over every rank, by shard size.
+    void collectives(Groups& groups, int64_t world) {
         groups.world->barrier()->wait();
         say("collectives over " + std::to_string(world) + " ranks");
         std::vector<int64_t> shardBytes =
@@ -306,7 +300,9 @@ int runMeasure(const std::vector<std::string>& argv) {
                 }
         }
     }
+};
 
+nlohmann::json deviceOf(bool cuda) {
     nlohmann::json deviceJson;
     if (cuda) {
         const CudaDeviceInfo info = cudaDeviceInfo();
@@ -316,6 +312,45 @@ int runMeasure(const std::vector<std::string>& argv) {
                             static_cast<int64_t>(::sysconf(_SC_PAGESIZE));
         deviceJson = {{"kind", "cpu"}, {"name", cpuName()}, {"memory_bytes", mem}};
     }
+    return deviceJson;
+}
+
+}  // namespace
+
+int runMeasure(const std::vector<std::string>& argv) {
+    const Options o = parse(argv);
+    if (o.out.empty()) throw std::runtime_error("--out FILE is required");
+    const bool cuda = o.device == "cuda";
+    const char* ws = std::getenv("WORLD_SIZE");
+    const int64_t world = ws ? std::max<int64_t>(1, std::atoll(ws)) : 1;
+    const char* lr = std::getenv("LOCAL_RANK");
+    if (cuda) useCudaDevice(lr ? std::atoi(lr) : 0);
+    at::set_num_threads(static_cast<int>(o.threads));
+    const c10::Device dev =
+        cuda ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(lr ? std::atoi(lr) : 0))
+             : c10::Device(c10::kCPU);
+    Groups groups;
+    if (world > 1) groups = makeFlatGroups(std::chrono::seconds(o.timeoutS), dev);
+    const int64_t rank = groups.rank;
+    const Timer timer(cuda, o.quick ? 0.004 : 0.02);
+    const auto opts = at::TensorOptions().device(dev);
+    nlohmann::json samples = nlohmann::json::array();
+    double launchNs = 0;
+
+    if (rank == 0) {
+        Microbenchmarks bench{o, timer, opts, cuda, rank, samples};
+        bench.gemms();
+        bench.memoryBound();
+        bench.attention();
+        // The cost of one tiny op, launch included.
+        bench.say("launch cost");
+        const at::Tensor one = at::ones({1}, opts.dtype(at::kFloat));
+        at::Tensor out = at::empty({1}, opts.dtype(at::kFloat));
+        launchNs = 1e9 * timer.perCall([&] { at::add_out(out, one, one); });
+    }
+
+    if (world > 1) Microbenchmarks{o, timer, opts, cuda, rank, samples}.collectives(groups, world);
+    const nlohmann::json deviceJson = deviceOf(cuda);
     const nlohmann::json result{{"format", "shardscope.measure"},
                                 {"version", 1},
                                 {"rank", rank},

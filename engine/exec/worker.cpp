@@ -304,6 +304,294 @@ nlohmann::json compareOrder(const StepProgram& prog, const ResolvedPlan& r,
 
 }  // namespace
 
+namespace {
+// Each label the recorder enters is what a stop signal reports, and where an injected fault
+// (SHARDSCOPE_FAULT) fires on its rank.
+void installFaultHook(Recorder& rec, int64_t rank) {
+    const Fault fault = parseFault();
+    rec.setHook([fault, rank](const std::string& what) {
+        const size_t n = std::min(what.size(), sizeof g_doing - 1);
+        std::memcpy(g_doing, what.data(), n);
+        g_doingLen = static_cast<sig_atomic_t>(n);
+        if (rank != fault.rank || what != fault.label) return;
+        std::fprintf(stderr, "shardscope-engine rank %lld: injected fault (%s) at %s\n",
+                     static_cast<long long>(rank), fault.mode.c_str(), what.c_str());
+        if (fault.mode == "exit") std::_Exit(3);
+        if (fault.mode == "crash") std::abort();
+        for (;;)
+            std::this_thread::sleep_for(std::chrono::seconds(1));
+    });
+}
+
+// What the training loop measured on this rank.
+struct Measured {
+    std::vector<double> losses;
+    std::vector<int64_t> stepNs;
+    int64_t measuredStart = 0, lastStepStart = 0, lastStepT0 = 0;
+    std::vector<std::pair<int64_t, int64_t>> stepSpans;  // measured steps: [t0, t1]
+    std::vector<std::pair<int64_t, int64_t>> timeline;
+    // On CUDA: the caching allocator's figures, and the CUPTI trace of the measured steps.
+    int64_t cudaPeak = 0, cudaPeakReserved = 0, cudaLastPeak = 0;
+    std::optional<record::DeviceActivity> deviceActivityOps;
+    std::string deviceTraceNote;
+    int64_t allocationsAtStart = 0;
+};
+
+// Warm-up and measured steps over synthetic tokens with a fixed seed: the same global batch
+// on every rank, each rank taking its slice, so the unsharded reference can replay all of
+// them.
+struct TrainingLoop {
+    const Options& o;
+    const Plan& plan;
+    Groups& groups;
+    FsdpRuntime& rt;
+    Recorder& rec;
+    CountingAllocator* mem;
+    LlamaModel* llama;
+    ProxyModel* proxy;
+    c10::Device device;
+    bool cuda;
+    int64_t world, vocab;
+
+    Measured run() {
+        Measured x;
+        const int64_t total = o.warmup + o.steps, m = plan.microBatches;
+        auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed);
+        const at::Tensor data =
+            at::randint(0, vocab, {total, world, m, plan.microBatchSize, plan.seqLen}, gen,
+                        at::TensorOptions(at::kLong));
+#if defined(SHARDSCOPE_HAVE_CUPTI)
+        std::unique_ptr<record::CuptiRecorder> cupti;
+#endif
+        try {
+            for (int64_t step = 0; step < total; ++step) {
+                if (step == o.warmup) {
+                    if (!o.reference) groups.world->barrier()->wait();
+
+                    mem->resetPeak();
+                    if (cuda) {
+                        synchronizeCuda();
+                        resetCudaPeaks();
+                    }
+#if defined(SHARDSCOPE_HAVE_CUPTI)
+                    if (cuda && o.record && o.deviceTrace) {
+                        cupti = std::make_unique<record::CuptiRecorder>(&nowNs);
+                        if (Status st = cupti->start(); st) {
+                            rec.setLaunchLabels(&record::CuptiRecorder::pushOp,
+                                                &record::CuptiRecorder::popOp);
+                        } else {
+                            x.deviceTraceNote = st.error();
+                            std::fprintf(stderr,
+                                         "shardscope-engine rank %lld: no device trace: %s\n",
+                                         static_cast<long long>(groups.rank), st.error().c_str());
+                            cupti.reset();
+                        }
+                    }
+#endif
+                    x.measuredStart = nowNs();
+                    x.allocationsAtStart = mem->allocations();
+                    mem->startTimeline();  // every measured step, for the trace's counter
+                }
+                if (step == total - 1) {
+                    x.lastStepStart = mem->current();
+                    if (cuda) {  // the peaks so far, then the last step's own
+                        const CudaMemory cm = cudaMemory();
+                        x.lastStepStart = cm.allocated;
+                        x.cudaPeak = std::max(x.cudaPeak, cm.peakAllocated);
+                        x.cudaPeakReserved = std::max(x.cudaPeakReserved, cm.peakReserved);
+                        resetCudaPeaks();
+                    }
+                    x.lastStepT0 = nowNs();
+                }
+                rec.setStep(static_cast<int32_t>(step));
+                const int64_t t0 = nowNs();
+                at::Tensor lossSum;
+                const int64_t ranksHere = o.reference ? world : 1;
+                for (int64_t rk = 0; rk < ranksHere; ++rk)
+                    for (int64_t mb = 0; mb < m; ++mb) {
+                        const int64_t dataRank = o.reference ? rk : groups.rank;
+                        rt.beginMicroBatch(static_cast<int32_t>(mb),
+                                           mb + 1 == m || plan.syncEveryMicroBatch, mb + 1 == m);
+                        const at::Tensor tokens = data[step][dataRank][mb].to(device);
+                        const at::Tensor loss = llama ? llama->loss(tokens) : proxy->loss(tokens);
+                        // Summed on the device: reading it each micro-batch would stall a GPU.
+                        const at::Tensor l64 = loss.detach().to(at::kDouble);
+                        lossSum = lossSum.defined() ? lossSum + l64 : l64;
+                        rt.backward(loss / static_cast<double>(m * ranksHere));
+                    }
+                rt.optimizerStep();
+                if (cuda) synchronizeCuda();  // the step ends when the GPU has finished it
+                const int64_t t1 = nowNs();
+                if (step >= o.warmup) {
+                    x.stepNs.push_back(t1 - t0);
+                    x.stepSpans.push_back({t0, t1});
+                }
+                if (step == total - 1) {
+                    x.timeline = mem->stopTimeline();
+                    if (cuda) {
+                        const CudaMemory cm = cudaMemory();
+                        x.cudaLastPeak = cm.peakAllocated;
+                        x.cudaPeak = std::max(x.cudaPeak, cm.peakAllocated);
+                        x.cudaPeakReserved = std::max(x.cudaPeakReserved, cm.peakReserved);
+                    }
+#if defined(SHARDSCOPE_HAVE_CUPTI)
+                    if (cupti) {
+                        auto activity = cupti->stop();
+                        rec.setLaunchLabels(nullptr, nullptr);
+                        if (activity) {
+                            x.deviceActivityOps = std::move(*activity);
+                        } else {
+                            x.deviceTraceNote = activity.error();
+                        }
+                        cupti.reset();
+                    }
+#endif
+                }
+                // This rank's loss. The ranks' mean is taken once after the last step: an
+                // all-reduce here would line the ranks up at every step boundary, which a training
+                // loop does not (PyTorch's ranks enter the next step's first all-gather as far
+                // apart as their optimizer steps left them, and that wait is part of its exposed
+                // time).
+                x.losses.push_back(
+                    (lossSum.cpu() / static_cast<double>(m * ranksHere)).item<double>());
+                if (groups.rank == 0)
+                    std::fprintf(
+                        stderr,
+                        "[shardscope-engine] step %lld/%lld loss %.6f on rank 0 (%.1f ms)\n",
+                        static_cast<long long>(step + 1), static_cast<long long>(total),
+                        x.losses.back(), static_cast<double>(t1 - t0) * 1e-6);
+            }
+            if (!o.reference && !x.losses.empty()) {
+                at::Tensor l = at::tensor(x.losses, at::TensorOptions(at::kDouble));
+                std::vector<at::Tensor> t{l};
+                groups.world->allreduce(t)->wait();
+                l.div_(static_cast<double>(world));
+                const double* v = l.const_data_ptr<double>();
+                x.losses.assign(v, v + l.numel());
+            }
+        } catch (const c10::Error& e) {
+            throw std::runtime_error(
+                "rank " + std::to_string(groups.rank) + " failed in " +
+                (rec.current().empty() ? std::string("start-up") : rec.current()) + ": " +
+                e.what_without_backtrace());
+        } catch (const std::exception& e) {
+            throw std::runtime_error(
+                "rank " + std::to_string(groups.rank) + " failed in " +
+                (rec.current().empty() ? std::string("start-up") : rec.current()) + ": " +
+                e.what());
+        }
+        return x;
+    }
+};
+
+// The rank's result document (format shardscope.rank_result): its losses and step times,
+// memory figures, the recorded ops joined with the step program and their order.
+nlohmann::json rankResult(const Options& o, const ResolvedPlan& r, const Plan& plan,
+                          const Groups& groups, const FsdpRuntime& rt, const Recorder& rec,
+                          CountingAllocator* mem, const Measured& x, int64_t world, bool asLlama,
+                          bool cuda, const c10::Device& device) {
+    const int64_t total = o.warmup + o.steps, m = plan.microBatches;
+    // Op order of every step against the step program.
+    StepOptions so = stepOptionsFor(plan, world);
+    so.recomputeEarlyStop = false;  // its checkpoint is reentrant: all of forward again
+    const StepProgram prog = buildStepProgram(r, so);
+    const auto ops = rec.ops();
+    std::vector<int64_t> opIds(ops.size(), -1);
+    nlohmann::json order = nlohmann::json::array();
+    bool allMatch = true;
+    if (!o.reference && o.record)
+        for (int64_t s = 0; s < total; ++s) {
+            order.push_back(compareOrder(prog, r, ops, static_cast<int32_t>(s), opIds));
+            allMatch = allMatch && order.back()["matches"].get<bool>();
+        }
+
+    nlohmann::json j;
+    j["format"] = "shardscope.rank_result";
+    j["version"] = 1;
+    j["rank"] = groups.rank;
+    j["world_size"] = world;
+    j["shard_rank"] = groups.shardRank;
+    j["replicate_rank"] = groups.replicateRank;
+    j["plan"] = r.plan.name;
+    j["model_kind"] = asLlama ? "llama" : "proxy";
+    j["micro_batch_size"] = plan.microBatchSize;
+    j["seq_len"] = plan.seqLen;
+    j["micro_batches"] = m;
+    j["warmup_steps"] = o.warmup;
+    j["losses"] = x.losses;
+    j["step_time_ns"] = x.stepNs;
+    j["device"] = cuda ? "cuda:" + std::to_string(device.index()) : std::string("cpu");
+    // On CUDA the caching allocator's peaks (torch.cuda.max_memory_allocated/_reserved);
+    // on CPU the engine's allocator hook (no cache: reserved is what is allocated).
+    j["peak_allocated_bytes"] = cuda ? x.cudaPeak : mem->peak();
+    // What the CPU recorder handled per measured step (scripts/bench_recorder_overhead.py
+    // multiplies these by `shardscope-engine recorder-cost`).
+    const double measuredSteps = static_cast<double>(std::max<int64_t>(1, o.steps));
+    j["allocations_per_step"] =
+        static_cast<double>(mem->allocations() - x.allocationsAtStart) / measuredSteps;
+    if (cuda) {
+        j["peak_reserved_bytes"] = x.cudaPeakReserved;
+        j["host_peak_allocated_bytes"] = mem->peak();
+    }
+    j["sharded_param_bytes"] = rt.shardedBytes();
+    j["measured_start_ns"] = x.measuredStart;
+    j["recorded"] = o.record;
+    j["op_order_matches_program"] = allMatch;
+    j["op_order"] = order;
+    j["units"] = nlohmann::json::array();
+    for (const auto& u : r.units)
+        j["units"].push_back(u.displayName());
+    nlohmann::json jo = nlohmann::json::array();
+    std::vector<int64_t> emitted(ops.size(), -1);  // recorder index -> index in "ops"
+    for (size_t i = 0; i < ops.size(); ++i) {
+        const auto& op = ops[i];
+        if (op.step < o.warmup) continue;
+        emitted[i] = static_cast<int64_t>(jo.size());
+        jo.push_back({{"op_id", opIds[i]},
+                      {"step", op.step},
+                      {"kind", opKindName(op.kind)},
+                      {"phase", phaseName(op.phase)},
+                      {"stream", streamName(op.stream)},
+                      {"unit", op.unit},
+                      {"micro_batch", op.microBatch},
+                      {"start_ns", op.startNs},
+                      {"end_ns", op.endNs},
+                      {"bytes", opIds[i] >= 0 ? prog.ops[static_cast<size_t>(opIds[i])].commBytes
+                                              : int64_t{0}}});
+    }
+    j["recorded_ops_per_step"] = static_cast<double>(jo.size()) / measuredSteps;
+    j["ops"] = std::move(jo);
+    // GPU work from CUPTI, each op's "fsdp_op" pointing into "ops" (the op that launched it).
+    if (x.deviceActivityOps) {
+        record::DeviceActivity activity = *x.deviceActivityOps;
+        for (auto& dop : activity.ops)
+            if (dop.external >= 0)
+                dop.external = static_cast<size_t>(dop.external) < emitted.size()
+                                   ? emitted[static_cast<size_t>(dop.external)]
+                                   : record::kNoExternalId;
+        j["device_activity"] = record::toJson(activity);
+    }
+    if (!x.deviceTraceNote.empty()) j["device_trace_note"] = x.deviceTraceNote;
+    j["collectives"] = o.blocking ? "blocking" : "overlapped";
+    nlohmann::json tl = nlohmann::json::array();
+    for (const auto& [t, b] : x.timeline)
+        tl.push_back({t, b});
+    j["memory_timeline"] = std::move(tl);
+    // The last step's working memory: what it allocated above what it started with.
+    int64_t lastPeak = cuda ? x.cudaLastPeak : x.lastStepStart;
+    if (!cuda)
+        for (const auto& [t, b] : x.timeline)
+            if (t >= x.lastStepT0) lastPeak = std::max(lastPeak, b);
+    nlohmann::json spans = nlohmann::json::array();
+    for (const auto& [a, b] : x.stepSpans)
+        spans.push_back({a, b});
+    j["step_spans_ns"] = std::move(spans);
+    j["last_step_start_allocated_bytes"] = x.lastStepStart;
+    j["last_step_peak_allocated_bytes"] = lastPeak;
+    return j;
+}
+}  // namespace
+
 int runWorker(const std::vector<std::string>& argv) {
     const Options o = parse(argv);
     CountingAllocator* mem = installCountingAllocator(o.record);
@@ -354,19 +642,7 @@ int runWorker(const std::vector<std::string>& argv) {
     Recorder rec;
     rec.setEnabled(o.record);
     g_rank = static_cast<int>(groups.rank);
-    const Fault fault = parseFault();
-    rec.setHook([&fault, rank = groups.rank](const std::string& what) {
-        const size_t n = std::min(what.size(), sizeof g_doing - 1);
-        std::memcpy(g_doing, what.data(), n);
-        g_doingLen = static_cast<sig_atomic_t>(n);
-        if (rank != fault.rank || what != fault.label) return;
-        std::fprintf(stderr, "shardscope-engine rank %lld: injected fault (%s) at %s\n",
-                     static_cast<long long>(rank), fault.mode.c_str(), what.c_str());
-        if (fault.mode == "exit") std::_Exit(3);
-        if (fault.mode == "crash") std::abort();
-        for (;;)
-            std::this_thread::sleep_for(std::chrono::seconds(1));
-    });
+    installFaultHook(rec, groups.rank);
     std::signal(SIGTERM, onStop);
     std::signal(SIGINT, onStop);
     RuntimeOptions ro;
@@ -397,236 +673,11 @@ int runWorker(const std::vector<std::string>& argv) {
     };
     if (!o.dumpInitial.empty()) dump(o.dumpInitial);
 
-    // Synthetic tokens with a fixed seed: the same global batch on every rank, each rank
-    // taking its slice, so the unsharded reference can replay all of them.
-    const int64_t total = o.warmup + o.steps, m = plan->microBatches;
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed);
-    const at::Tensor data =
-        at::randint(0, vocab, {total, world, m, plan->microBatchSize, plan->seqLen}, gen,
-                    at::TensorOptions(at::kLong));
-
-    std::vector<double> losses;
-    std::vector<int64_t> stepNs;
-    int64_t measuredStart = 0, lastStepStart = 0, lastStepT0 = 0;
-    std::vector<std::pair<int64_t, int64_t>> stepSpans;  // measured steps: [t0, t1]
-    std::vector<std::pair<int64_t, int64_t>> timeline;
-    // On CUDA: the caching allocator's figures, and the CUPTI trace of the measured steps.
-    int64_t cudaPeak = 0, cudaPeakReserved = 0, cudaLastPeak = 0;
-#if defined(SHARDSCOPE_HAVE_CUPTI)
-    std::unique_ptr<record::CuptiRecorder> cupti;
-#endif
-    std::optional<record::DeviceActivity> deviceActivityOps;
-    std::string deviceTraceNote;
-    int64_t allocationsAtStart = 0;
-    try {
-        for (int64_t step = 0; step < total; ++step) {
-            if (step == o.warmup) {
-                if (!o.reference) groups.world->barrier()->wait();
-
-                mem->resetPeak();
-                if (cuda) {
-                    synchronizeCuda();
-                    resetCudaPeaks();
-                }
-#if defined(SHARDSCOPE_HAVE_CUPTI)
-                if (cuda && o.record && o.deviceTrace) {
-                    cupti = std::make_unique<record::CuptiRecorder>(&nowNs);
-                    if (Status st = cupti->start(); st) {
-                        rec.setLaunchLabels(&record::CuptiRecorder::pushOp,
-                                            &record::CuptiRecorder::popOp);
-                    } else {
-                        deviceTraceNote = st.error();
-                        std::fprintf(stderr, "shardscope-engine rank %lld: no device trace: %s\n",
-                                     static_cast<long long>(groups.rank), st.error().c_str());
-                        cupti.reset();
-                    }
-                }
-#endif
-                measuredStart = nowNs();
-                allocationsAtStart = mem->allocations();
-                mem->startTimeline();  // every measured step, for the trace's counter
-            }
-            if (step == total - 1) {
-                lastStepStart = mem->current();
-                if (cuda) {  // the peaks so far, then the last step's own
-                    const CudaMemory cm = cudaMemory();
-                    lastStepStart = cm.allocated;
-                    cudaPeak = std::max(cudaPeak, cm.peakAllocated);
-                    cudaPeakReserved = std::max(cudaPeakReserved, cm.peakReserved);
-                    resetCudaPeaks();
-                }
-                lastStepT0 = nowNs();
-            }
-            rec.setStep(static_cast<int32_t>(step));
-            const int64_t t0 = nowNs();
-            at::Tensor lossSum;
-            const int64_t ranksHere = o.reference ? world : 1;
-            for (int64_t rk = 0; rk < ranksHere; ++rk)
-                for (int64_t mb = 0; mb < m; ++mb) {
-                    const int64_t dataRank = o.reference ? rk : groups.rank;
-                    rt.beginMicroBatch(static_cast<int32_t>(mb),
-                                       mb + 1 == m || plan->syncEveryMicroBatch, mb + 1 == m);
-                    const at::Tensor tokens = data[step][dataRank][mb].to(device);
-                    const at::Tensor loss = llama ? llama->loss(tokens) : proxy->loss(tokens);
-                    // Summed on the device: reading it each micro-batch would stall a GPU.
-                    const at::Tensor l64 = loss.detach().to(at::kDouble);
-                    lossSum = lossSum.defined() ? lossSum + l64 : l64;
-                    rt.backward(loss / static_cast<double>(m * ranksHere));
-                }
-            rt.optimizerStep();
-            if (cuda) synchronizeCuda();  // the step ends when the GPU has finished it
-            const int64_t t1 = nowNs();
-            if (step >= o.warmup) {
-                stepNs.push_back(t1 - t0);
-                stepSpans.push_back({t0, t1});
-            }
-            if (step == total - 1) {
-                timeline = mem->stopTimeline();
-                if (cuda) {
-                    const CudaMemory cm = cudaMemory();
-                    cudaLastPeak = cm.peakAllocated;
-                    cudaPeak = std::max(cudaPeak, cm.peakAllocated);
-                    cudaPeakReserved = std::max(cudaPeakReserved, cm.peakReserved);
-                }
-#if defined(SHARDSCOPE_HAVE_CUPTI)
-                if (cupti) {
-                    auto activity = cupti->stop();
-                    rec.setLaunchLabels(nullptr, nullptr);
-                    if (activity) {
-                        deviceActivityOps = std::move(*activity);
-                    } else {
-                        deviceTraceNote = activity.error();
-                    }
-                    cupti.reset();
-                }
-#endif
-            }
-            // This rank's loss. The ranks' mean is taken once after the last step: an
-            // all-reduce here would line the ranks up at every step boundary, which a training
-            // loop does not (PyTorch's ranks enter the next step's first all-gather as far apart
-            // as their optimizer steps left them, and that wait is part of its exposed time).
-            losses.push_back((lossSum.cpu() / static_cast<double>(m * ranksHere)).item<double>());
-            if (groups.rank == 0)
-                std::fprintf(stderr,
-                             "[shardscope-engine] step %lld/%lld loss %.6f on rank 0 (%.1f ms)\n",
-                             static_cast<long long>(step + 1), static_cast<long long>(total),
-                             losses.back(), static_cast<double>(t1 - t0) * 1e-6);
-        }
-        if (!o.reference && !losses.empty()) {
-            at::Tensor l = at::tensor(losses, at::TensorOptions(at::kDouble));
-            std::vector<at::Tensor> t{l};
-            groups.world->allreduce(t)->wait();
-            l.div_(static_cast<double>(world));
-            const double* v = l.const_data_ptr<double>();
-            losses.assign(v, v + l.numel());
-        }
-    } catch (const c10::Error& e) {
-        throw std::runtime_error("rank " + std::to_string(groups.rank) + " failed in " +
-                                 (rec.current().empty() ? std::string("start-up") : rec.current()) +
-                                 ": " + e.what_without_backtrace());
-    } catch (const std::exception& e) {
-        throw std::runtime_error("rank " + std::to_string(groups.rank) + " failed in " +
-                                 (rec.current().empty() ? std::string("start-up") : rec.current()) +
-                                 ": " + e.what());
-    }
-
-    // Op order of every step against the step program.
-    StepOptions so = stepOptionsFor(*plan, world);
-    so.recomputeEarlyStop = false;  // its checkpoint is reentrant: all of forward again
-    const StepProgram prog = buildStepProgram(r, so);
-    const auto ops = rec.ops();
-    std::vector<int64_t> opIds(ops.size(), -1);
-    nlohmann::json order = nlohmann::json::array();
-    bool allMatch = true;
-    if (!o.reference && o.record)
-        for (int64_t s = 0; s < total; ++s) {
-            order.push_back(compareOrder(prog, r, ops, static_cast<int32_t>(s), opIds));
-            allMatch = allMatch && order.back()["matches"].get<bool>();
-        }
-
-    nlohmann::json j;
-    j["format"] = "shardscope.rank_result";
-    j["version"] = 1;
-    j["rank"] = groups.rank;
-    j["world_size"] = world;
-    j["shard_rank"] = groups.shardRank;
-    j["replicate_rank"] = groups.replicateRank;
-    j["plan"] = r.plan.name;
-    j["model_kind"] = asLlama ? "llama" : "proxy";
-    j["micro_batch_size"] = plan->microBatchSize;
-    j["seq_len"] = plan->seqLen;
-    j["micro_batches"] = m;
-    j["warmup_steps"] = o.warmup;
-    j["losses"] = losses;
-    j["step_time_ns"] = stepNs;
-    j["device"] = cuda ? "cuda:" + std::to_string(device.index()) : std::string("cpu");
-    // On CUDA the caching allocator's peaks (torch.cuda.max_memory_allocated/_reserved);
-    // on CPU the engine's allocator hook (no cache: reserved is what is allocated).
-    j["peak_allocated_bytes"] = cuda ? cudaPeak : mem->peak();
-    // What the CPU recorder handled per measured step (scripts/bench_recorder_overhead.py
-    // multiplies these by `shardscope-engine recorder-cost`).
-    const double measuredSteps = static_cast<double>(std::max<int64_t>(1, o.steps));
-    j["allocations_per_step"] =
-        static_cast<double>(mem->allocations() - allocationsAtStart) / measuredSteps;
-    if (cuda) {
-        j["peak_reserved_bytes"] = cudaPeakReserved;
-        j["host_peak_allocated_bytes"] = mem->peak();
-    }
-    j["sharded_param_bytes"] = rt.shardedBytes();
-    j["measured_start_ns"] = measuredStart;
-    j["recorded"] = o.record;
-    j["op_order_matches_program"] = allMatch;
-    j["op_order"] = order;
-    j["units"] = nlohmann::json::array();
-    for (const auto& u : r.units)
-        j["units"].push_back(u.displayName());
-    nlohmann::json jo = nlohmann::json::array();
-    std::vector<int64_t> emitted(ops.size(), -1);  // recorder index -> index in "ops"
-    for (size_t i = 0; i < ops.size(); ++i) {
-        const auto& op = ops[i];
-        if (op.step < o.warmup) continue;
-        emitted[i] = static_cast<int64_t>(jo.size());
-        jo.push_back({{"op_id", opIds[i]},
-                      {"step", op.step},
-                      {"kind", opKindName(op.kind)},
-                      {"phase", phaseName(op.phase)},
-                      {"stream", streamName(op.stream)},
-                      {"unit", op.unit},
-                      {"micro_batch", op.microBatch},
-                      {"start_ns", op.startNs},
-                      {"end_ns", op.endNs},
-                      {"bytes", opIds[i] >= 0 ? prog.ops[static_cast<size_t>(opIds[i])].commBytes
-                                              : int64_t{0}}});
-    }
-    j["recorded_ops_per_step"] = static_cast<double>(jo.size()) / measuredSteps;
-    j["ops"] = std::move(jo);
-    // GPU work from CUPTI, each op's "fsdp_op" pointing into "ops" (the op that launched it).
-    if (deviceActivityOps) {
-        for (auto& dop : deviceActivityOps->ops)
-            if (dop.external >= 0)
-                dop.external = static_cast<size_t>(dop.external) < emitted.size()
-                                   ? emitted[static_cast<size_t>(dop.external)]
-                                   : record::kNoExternalId;
-        j["device_activity"] = record::toJson(*deviceActivityOps);
-    }
-    if (!deviceTraceNote.empty()) j["device_trace_note"] = deviceTraceNote;
-    j["collectives"] = o.blocking ? "blocking" : "overlapped";
-    nlohmann::json tl = nlohmann::json::array();
-    for (const auto& [t, b] : timeline)
-        tl.push_back({t, b});
-    j["memory_timeline"] = std::move(tl);
-    // The last step's working memory: what it allocated above what it started with.
-    int64_t lastPeak = cuda ? cudaLastPeak : lastStepStart;
-    if (!cuda)
-        for (const auto& [t, b] : timeline)
-            if (t >= lastStepT0) lastPeak = std::max(lastPeak, b);
-    nlohmann::json spans = nlohmann::json::array();
-    for (const auto& [a, b] : stepSpans)
-        spans.push_back({a, b});
-    j["step_spans_ns"] = std::move(spans);
-    j["last_step_start_allocated_bytes"] = lastStepStart;
-    j["last_step_peak_allocated_bytes"] = lastPeak;
-
+    const Measured x = TrainingLoop{o,           *plan,       groups, rt,   rec,   mem,
+                                    llama.get(), proxy.get(), device, cuda, world, vocab}
+                           .run();
+    nlohmann::json j =
+        rankResult(o, r, *plan, groups, rt, rec, mem, x, world, asLlama, cuda, device);
     if (!o.dumpParams.empty()) dump(o.dumpParams);
     if (!o.reference) groups.world->barrier()->wait();
     const std::string text = j.dump() + "\n";

@@ -191,12 +191,41 @@ void fsdp1ComputeItems(const Trace& t, const FsdpTraceAnalysis& a, const Resolve
     }
 }
 
-// One rank's FSDP2 work as items.
-std::vector<Item> itemsOf(const Trace& t, const FsdpTraceAnalysis& a, const ResolvedPlan& plan,
-                          std::vector<std::string>& notes) {
-    std::vector<Item> items;
-    std::unordered_map<std::string, int32_t> unitOfName;
-    auto planUnit = [&](const std::string& label) -> int32_t {
+// Per (step, micro-batch): a unit's forward and backward label times.
+struct UnitTimes {
+    Interval preForward{-1, -1}, postForward{-1, -1}, preBackward{-1, -1};
+    int64_t accumulateStart = -1, backwardEnd = -1;
+};
+
+// One rank's FSDP work as items (itemsOf).
+class RankItems {
+public:
+    RankItems(const Trace& trace, const FsdpTraceAnalysis& analysis, const ResolvedPlan& p,
+              std::vector<std::string>& n)
+        : t(trace), a(analysis), plan(p), notes(n) {}
+
+    std::vector<Item> run() {
+        for (const auto& c : a.collectives) {
+            if (c.unit < 0 || c.commEvent < 0) continue;
+            const OpKind k = c.kind == CollectiveKind::AllGather       ? OpKind::AllGather
+                             : c.kind == CollectiveKind::ReduceScatter ? OpKind::ReduceScatter
+                                                                       : OpKind::AllReduce;
+            items.push_back({k, c.backward ? Phase::Backward : Phase::Forward,
+                             planUnit(a.units[static_cast<size_t>(c.unit)].name), c.step,
+                             c.microBatch, c.startNs, c.endNs});
+        }
+        if (a.api != "fsdp2") {
+            fsdp1ComputeItems(t, a, plan, items);
+            return std::move(items);
+        }
+        walkLabels();
+        computeSegments();
+        return std::move(items);
+    }
+
+private:
+    // The plan's unit of a trace's unit label (-1, noted, when it has none).
+    int32_t planUnit(const std::string& label) {
         auto [it, fresh] = unitOfName.try_emplace(label, -1);
         if (fresh) {
             if (a.api == "fsdp1") {
@@ -218,145 +247,153 @@ std::vector<Item> itemsOf(const Trace& t, const FsdpTraceAnalysis& a, const Reso
                 notes.push_back("the trace's unit \"" + label + "\" is not a unit of the plan");
         }
         return it->second;
-    };
-    for (const auto& c : a.collectives) {
-        if (c.unit < 0 || c.commEvent < 0) continue;
-        const OpKind k = c.kind == CollectiveKind::AllGather       ? OpKind::AllGather
-                         : c.kind == CollectiveKind::ReduceScatter ? OpKind::ReduceScatter
-                                                                   : OpKind::AllReduce;
-        items.push_back({k, c.backward ? Phase::Backward : Phase::Forward,
-                         planUnit(a.units[static_cast<size_t>(c.unit)].name), c.step, c.microBatch,
-                         c.startNs, c.endNs});
     }
-    if (a.api != "fsdp2") {
-        fsdp1ComputeItems(t, a, plan, items);
-        return items;
+
+    // The main thread's FSDP2 labels in order: each unit's label times per (step,
+    // micro-batch), FSDP's copies, the optimizer steps, and the forward-only ops run again in
+    // backward (a checkpoint's recompute).
+    void walkLabels() {
+        const MainThreadWalk walk = mainThreadWalk(t, a.hostLanes);
+        struct Open {
+            int32_t event;
+            int64_t end;
+        };
+        std::vector<Open> stack;
+        std::vector<int32_t> micro(walk.steps.size(), -1);
+        bool inBackward = false;
+        for (int32_t e : walk.order) {
+            const int64_t s = t.start[e], end = s + t.dur[e];
+            while (!stack.empty() && stack.back().end <= s)
+                stack.pop_back();
+            const int32_t step = walk.stepOf(s);
+            const std::string& name = t.strings.at(t.name[e]);
+            if (step >= 0) {
+                int32_t& m = micro[static_cast<size_t>(step)];
+                if (name == "FSDP::root_pre_forward") {
+                    ++m;
+                    inBackward = false;
+                }
+                const int32_t mb = std::max(0, m);
+                const Phase phase = inBackward ? Phase::Backward : Phase::Forward;
+                auto enclosing = [&](std::string_view op) -> std::optional<std::string> {
+                    for (auto it = stack.rbegin(); it != stack.rend(); ++it) {
+                        const auto l = parseFsdp2Label(t.strings.at(t.name[it->event]));
+                        if (l && l->op == op) return l->fqn;
+                    }
+                    return std::nullopt;
+                };
+                // The root's post-backward callback runs every group's post_backward again
+                // (no-ops for those that ran): only the root's own count there.
+                const bool inRootCallback =
+                    std::any_of(stack.begin(), stack.end(), [&](const Open& op) {
+                        return t.strings.at(t.name[op.event]) ==
+                               "FSDP::root_post_backward_callback";
+                    });
+                if (const auto l = parseFsdp2Label(name);
+                    l && !(inRootCallback && !l->fqn.empty() &&
+                           startsWith(l->op, "FSDP::post_backward"))) {
+                    UnitTimes& u = times[{step, mb, l->fqn}];
+                    if (l->op == "FSDP::pre_forward") u.preForward = {s, end};
+                    if (l->op == "FSDP::post_forward") u.postForward = {s, end};
+                    if (l->op == "FSDP::pre_backward") {
+                        u.preBackward = {s, end};
+                        inBackward = true;
+                    }
+                    if (l->op == "FSDP::post_backward_accumulate") {
+                        if (u.accumulateStart < 0) u.accumulateStart = s;
+                        inBackward = true;
+                    }
+                    if (startsWith(l->op, "FSDP::post_backward"))
+                        u.backwardEnd = std::max(u.backwardEnd, end);
+                    if (l->op == "FSDP::all_gather_copy_out")
+                        items.push_back(
+                            {OpKind::CopyOut, phase, planUnit(l->fqn), step, mb, s, end});
+                } else if (name == "fsdp::all_gather_copy_in") {
+                    if (auto fqn = enclosing("FSDP::all_gather"))
+                        items.push_back({OpKind::CopyIn, phase, planUnit(*fqn), step, mb, s, end});
+                } else if (name == "fsdp::chunk_cat") {
+                    if (auto fqn = enclosing("FSDP::post_backward_reduce"))
+                        items.push_back({OpKind::ReduceScatterCopyIn, Phase::Backward,
+                                         planUnit(*fqn), step, mb, s, end});
+                } else if (inBackward && isForwardOnlyOp(name)) {
+                    recomputedOps[{step, mb}].emplace_back(s, end);
+                } else if (startsWith(name, "Optimizer.step#")) {
+                    items.push_back({OpKind::OptimizerStep, Phase::Optimizer, 0, step, 0, s, end});
+                }
+            }
+            stack.push_back({e, end});
+        }
     }
-    const MainThreadWalk walk = mainThreadWalk(t, a.hostLanes);
-    // Per (step, micro-batch): each unit's forward and backward label times.
-    struct UnitTimes {
-        Interval preForward{-1, -1}, postForward{-1, -1}, preBackward{-1, -1};
-        int64_t accumulateStart = -1, backwardEnd = -1;
-    };
+
+    // Compute segments per (step, micro-batch): what each unit ran between its labels, less
+    // the other units' spans inside.
+    void computeSegments() {
+        std::map<std::pair<int32_t, int32_t>, std::vector<std::pair<std::string, UnitTimes>>>
+            bySlot;
+        for (const auto& [key, u] : times)
+            bySlot[{std::get<0>(key), std::get<1>(key)}].emplace_back(std::get<2>(key), u);
+        for (const auto& [slot, units] : bySlot) {
+            std::vector<Interval> forwardSpans, backwardSpans;
+            for (const auto& [_, u] : units) {
+                if (u.preForward.first >= 0 && u.postForward.first >= 0)
+                    forwardSpans.emplace_back(u.preForward.first, u.postForward.second);
+                if (u.preBackward.first >= 0 && u.backwardEnd >= 0)
+                    backwardSpans.emplace_back(u.preBackward.first, u.backwardEnd);
+            }
+            for (const auto& [fqn, u] : units) {
+                const int32_t unit = planUnit(fqn);
+                std::vector<Interval> segs;
+                if (u.preForward.first >= 0 && u.postForward.first >= 0) {
+                    std::vector<Interval> children;
+                    for (const auto& c : forwardSpans)
+                        if (c != Interval{u.preForward.first, u.postForward.second})
+                            children.push_back(c);
+                    selfSegments({u.preForward.second, u.postForward.first}, children, segs);
+                    for (const auto& g : segs)
+                        items.push_back({OpKind::Forward, Phase::Forward, unit, slot.first,
+                                         slot.second, g.first, g.second});
+                }
+                segs.clear();
+                if (u.preBackward.first >= 0 && u.accumulateStart >= 0) {
+                    std::vector<Interval> children;
+                    for (const auto& c : backwardSpans)
+                        if (c != Interval{u.preBackward.first, u.backwardEnd})
+                            children.push_back(c);
+                    // A recompute: the forward ops that ran again in this unit's own backward.
+                    const Interval recompute = recomputeIn(
+                        recomputedOps, slot, {u.preBackward.second, u.accumulateStart}, children);
+                    // The recompute runs first (from the unit's pre-backward: its norms come
+                    // before the first forward op counted); the backward is the rest, in one piece.
+                    int64_t backwardFrom = u.preBackward.second;
+                    if (recompute.first >= 0) {
+                        items.push_back({OpKind::Recompute, Phase::Backward, unit, slot.first,
+                                         slot.second, u.preBackward.second, recompute.second});
+                        backwardFrom = recompute.second;
+                    }
+                    selfSegments({backwardFrom, u.accumulateStart}, children, segs);
+                    for (const auto& g : segs)
+                        items.push_back({OpKind::Backward, Phase::Backward, unit, slot.first,
+                                         slot.second, g.first, g.second});
+                }
+            }
+        }
+    }
+
+    const Trace& t;
+    const FsdpTraceAnalysis& a;
+    const ResolvedPlan& plan;
+    std::vector<std::string>& notes;
+    std::vector<Item> items;
+    std::unordered_map<std::string, int32_t> unitOfName;
     std::map<std::tuple<int32_t, int32_t, std::string>, UnitTimes> times;
-    struct Open {
-        int32_t event;
-        int64_t end;
-    };
-    std::vector<Open> stack;
-    std::vector<int32_t> micro(walk.steps.size(), -1);
-    bool inBackward = false;
     // Forward-only ops seen in backward (a checkpoint's recompute), per (step, micro-batch).
     std::map<std::pair<int32_t, int32_t>, std::vector<Interval>> recomputedOps;
-    for (int32_t e : walk.order) {
-        const int64_t s = t.start[e], end = s + t.dur[e];
-        while (!stack.empty() && stack.back().end <= s)
-            stack.pop_back();
-        const int32_t step = walk.stepOf(s);
-        const std::string& name = t.strings.at(t.name[e]);
-        if (step >= 0) {
-            int32_t& m = micro[static_cast<size_t>(step)];
-            if (name == "FSDP::root_pre_forward") {
-                ++m;
-                inBackward = false;
-            }
-            const int32_t mb = std::max(0, m);
-            const Phase phase = inBackward ? Phase::Backward : Phase::Forward;
-            auto enclosing = [&](std::string_view op) -> std::optional<std::string> {
-                for (auto it = stack.rbegin(); it != stack.rend(); ++it) {
-                    const auto l = parseFsdp2Label(t.strings.at(t.name[it->event]));
-                    if (l && l->op == op) return l->fqn;
-                }
-                return std::nullopt;
-            };
-            // The root's post-backward callback runs every group's post_backward again
-            // (no-ops for those that ran): only the root's own count there.
-            const bool inRootCallback =
-                std::any_of(stack.begin(), stack.end(), [&](const Open& op) {
-                    return t.strings.at(t.name[op.event]) == "FSDP::root_post_backward_callback";
-                });
-            if (const auto l = parseFsdp2Label(name);
-                l &&
-                !(inRootCallback && !l->fqn.empty() && startsWith(l->op, "FSDP::post_backward"))) {
-                UnitTimes& u = times[{step, mb, l->fqn}];
-                if (l->op == "FSDP::pre_forward") u.preForward = {s, end};
-                if (l->op == "FSDP::post_forward") u.postForward = {s, end};
-                if (l->op == "FSDP::pre_backward") {
-                    u.preBackward = {s, end};
-                    inBackward = true;
-                }
-                if (l->op == "FSDP::post_backward_accumulate") {
-                    if (u.accumulateStart < 0) u.accumulateStart = s;
-                    inBackward = true;
-                }
-                if (startsWith(l->op, "FSDP::post_backward"))
-                    u.backwardEnd = std::max(u.backwardEnd, end);
-                if (l->op == "FSDP::all_gather_copy_out")
-                    items.push_back({OpKind::CopyOut, phase, planUnit(l->fqn), step, mb, s, end});
-            } else if (name == "fsdp::all_gather_copy_in") {
-                if (auto fqn = enclosing("FSDP::all_gather"))
-                    items.push_back({OpKind::CopyIn, phase, planUnit(*fqn), step, mb, s, end});
-            } else if (name == "fsdp::chunk_cat") {
-                if (auto fqn = enclosing("FSDP::post_backward_reduce"))
-                    items.push_back({OpKind::ReduceScatterCopyIn, Phase::Backward, planUnit(*fqn),
-                                     step, mb, s, end});
-            } else if (inBackward && isForwardOnlyOp(name)) {
-                recomputedOps[{step, mb}].emplace_back(s, end);
-            } else if (startsWith(name, "Optimizer.step#")) {
-                items.push_back({OpKind::OptimizerStep, Phase::Optimizer, 0, step, 0, s, end});
-            }
-        }
-        stack.push_back({e, end});
-    }
-    // Compute segments per (step, micro-batch).
-    std::map<std::pair<int32_t, int32_t>, std::vector<std::pair<std::string, UnitTimes>>> bySlot;
-    for (const auto& [key, u] : times)
-        bySlot[{std::get<0>(key), std::get<1>(key)}].emplace_back(std::get<2>(key), u);
-    for (const auto& [slot, units] : bySlot) {
-        std::vector<Interval> forwardSpans, backwardSpans;
-        for (const auto& [_, u] : units) {
-            if (u.preForward.first >= 0 && u.postForward.first >= 0)
-                forwardSpans.emplace_back(u.preForward.first, u.postForward.second);
-            if (u.preBackward.first >= 0 && u.backwardEnd >= 0)
-                backwardSpans.emplace_back(u.preBackward.first, u.backwardEnd);
-        }
-        for (const auto& [fqn, u] : units) {
-            const int32_t unit = planUnit(fqn);
-            std::vector<Interval> segs;
-            if (u.preForward.first >= 0 && u.postForward.first >= 0) {
-                std::vector<Interval> children;
-                for (const auto& c : forwardSpans)
-                    if (c != Interval{u.preForward.first, u.postForward.second})
-                        children.push_back(c);
-                selfSegments({u.preForward.second, u.postForward.first}, children, segs);
-                for (const auto& g : segs)
-                    items.push_back({OpKind::Forward, Phase::Forward, unit, slot.first, slot.second,
-                                     g.first, g.second});
-            }
-            segs.clear();
-            if (u.preBackward.first >= 0 && u.accumulateStart >= 0) {
-                std::vector<Interval> children;
-                for (const auto& c : backwardSpans)
-                    if (c != Interval{u.preBackward.first, u.backwardEnd}) children.push_back(c);
-                // A recompute: the forward ops that ran again in this unit's own backward.
-                const Interval recompute = recomputeIn(
-                    recomputedOps, slot, {u.preBackward.second, u.accumulateStart}, children);
-                // The recompute runs first (from the unit's pre-backward: its norms come
-                // before the first forward op counted); the backward is the rest, in one piece.
-                int64_t backwardFrom = u.preBackward.second;
-                if (recompute.first >= 0) {
-                    items.push_back({OpKind::Recompute, Phase::Backward, unit, slot.first,
-                                     slot.second, u.preBackward.second, recompute.second});
-                    backwardFrom = recompute.second;
-                }
-                selfSegments({backwardFrom, u.accumulateStart}, children, segs);
-                for (const auto& g : segs)
-                    items.push_back({OpKind::Backward, Phase::Backward, unit, slot.first,
-                                     slot.second, g.first, g.second});
-            }
-        }
-    }
-    return items;
+};
+
+// One rank's FSDP2 work as items.
+std::vector<Item> itemsOf(const Trace& t, const FsdpTraceAnalysis& a, const ResolvedPlan& plan,
+                          std::vector<std::string>& notes) {
+    return RankItems(t, a, plan, notes).run();
 }
 
 }  // namespace

@@ -209,6 +209,80 @@ void appendDeviceActivity(nlohmann::json& ev, const nlohmann::json& r, int64_t t
 
 }  // namespace
 
+namespace {
+// A rank's process and its streams' lanes, named and ordered.
+void appendRankLanes(nlohmann::json& ev, int rank, int pid, bool hostOps) {
+    ev.push_back({{"ph", "M"},
+                  {"pid", pid},
+                  {"name", "process_name"},
+                  {"args", {{"name", "rank " + std::to_string(rank) + " (measured)"}}}});
+    for (int st = 0; st < static_cast<int>(Stream::Count); ++st) {
+        ev.push_back({{"ph", "M"},
+                      {"pid", pid},
+                      {"tid", traceTid(rank, st)},
+                      {"name", "thread_name"},
+                      {"args",
+                       {{"name", hostOps ? std::string(streamName(static_cast<Stream>(st))) +
+                                               " (host launches)"
+                                         : std::string(streamName(static_cast<Stream>(st)))}}}});
+        ev.push_back({{"ph", "M"},
+                      {"pid", pid},
+                      {"tid", traceTid(rank, st)},
+                      {"name", "thread_sort_index"},
+                      {"args", {{"sort_index", st}}}});
+    }
+}
+
+// Measured ops of one stream can overlap partly: a Gloo collective's span runs from
+// its issue to its completion, so the next one issued before the previous finished
+// overlaps it. Perfetto draws only nested slices right on one thread, so such an op
+// goes to an overflow lane of its stream ("reduce_scatter ·2"), its times unchanged.
+// Returns each op's lane; an overflow lane's name records go into `ev`.
+std::vector<int> overflowLanes(const nlohmann::json& ops, int rank, int pid, nlohmann::json& ev) {
+    std::vector<int> laneOf(ops.size(), 0);
+    std::set<int> named;  // overflow lanes that have their name record
+    std::vector<size_t> order(ops.size());
+    for (size_t i = 0; i < ops.size(); ++i)
+        order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        return ops[a]["start_ns"].get<int64_t>() < ops[b]["start_ns"].get<int64_t>();
+    });
+    std::map<int, std::vector<int64_t>> busyUntil;  // stream -> end per overflow level
+    for (size_t i : order) {
+        int st = 0;
+        for (int k = 0; k < static_cast<int>(Stream::Count); ++k)
+            if (ops[i]["stream"] == streamName(static_cast<Stream>(k))) st = k;
+        auto& levels = busyUntil[st];
+        const int64_t s = ops[i]["start_ns"].get<int64_t>();
+        const int64_t e = std::max(s, ops[i]["end_ns"].get<int64_t>());
+        size_t level = 0;
+        while (level < levels.size() && levels[level] > s && level + 1 < kMaxOverflowLanes)
+            ++level;
+        if (level == levels.size()) levels.push_back(0);
+        levels[level] = e;
+        const int lane = st + kOverflowLaneStride * static_cast<int>(level);
+        laneOf[i] = lane;
+        if (level > 0 && !named.count(lane)) {
+            named.insert(lane);
+            ev.push_back({{"ph", "M"},
+                          {"pid", pid},
+                          {"tid", traceTid(rank, lane)},
+                          {"name", "thread_name"},
+                          {"args",
+                           {{"name", std::string(streamName(static_cast<Stream>(st))) + " \u00b7" +
+                                         std::to_string(level + 1)}}}});
+            ev.push_back({{"ph", "M"},
+                          {"pid", pid},
+                          {"tid", traceTid(rank, lane)},
+                          {"name", "thread_sort_index"},
+                          {"args", {{"sort_index", lane}}}});
+        }
+    }
+    return laneOf;
+}
+
+}  // namespace
+
 nlohmann::json mergedTrace(const std::vector<nlohmann::json>& ranks, const std::string& plan,
                            nlohmann::json run) {
     int64_t t0 = INT64_MAX;
@@ -221,73 +295,10 @@ nlohmann::json mergedTrace(const std::vector<nlohmann::json>& ranks, const std::
         // On a GPU the FSDP ops' spans are their launches on the host; the kernels are the
         // device work (its own lanes, from the CUPTI recording).
         const bool hostOps = r.contains("device_activity");
-        std::set<int> named;  // overflow lanes that have their name record
-        ev.push_back({{"ph", "M"},
-                      {"pid", pid},
-                      {"name", "process_name"},
-                      {"args", {{"name", "rank " + std::to_string(rank) + " (measured)"}}}});
-        for (int st = 0; st < static_cast<int>(Stream::Count); ++st) {
-            ev.push_back(
-                {{"ph", "M"},
-                 {"pid", pid},
-                 {"tid", traceTid(rank, st)},
-                 {"name", "thread_name"},
-                 {"args",
-                  {{"name",
-                    hostOps ? std::string(streamName(static_cast<Stream>(st))) + " (host launches)"
-                            : std::string(streamName(static_cast<Stream>(st)))}}}});
-            ev.push_back({{"ph", "M"},
-                          {"pid", pid},
-                          {"tid", traceTid(rank, st)},
-                          {"name", "thread_sort_index"},
-                          {"args", {{"sort_index", st}}}});
-        }
+        appendRankLanes(ev, rank, pid, hostOps);
         const auto& units = r["units"];
-        // Measured ops of one stream can overlap partly: a Gloo collective's span runs from
-        // its issue to its completion, so the next one issued before the previous finished
-        // overlaps it. Perfetto draws only nested slices right on one thread, so such an op
-        // goes to an overflow lane of its stream ("reduce_scatter ·2"), its times unchanged.
         const auto& ops = r["ops"];
-        std::vector<int> laneOf(ops.size(), 0);
-        {
-            std::vector<size_t> order(ops.size());
-            for (size_t i = 0; i < ops.size(); ++i)
-                order[i] = i;
-            std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-                return ops[a]["start_ns"].get<int64_t>() < ops[b]["start_ns"].get<int64_t>();
-            });
-            std::map<int, std::vector<int64_t>> busyUntil;  // stream -> end per overflow level
-            for (size_t i : order) {
-                int st = 0;
-                for (int k = 0; k < static_cast<int>(Stream::Count); ++k)
-                    if (ops[i]["stream"] == streamName(static_cast<Stream>(k))) st = k;
-                auto& levels = busyUntil[st];
-                const int64_t s = ops[i]["start_ns"].get<int64_t>();
-                const int64_t e = std::max(s, ops[i]["end_ns"].get<int64_t>());
-                size_t level = 0;
-                while (level < levels.size() && levels[level] > s && level + 1 < kMaxOverflowLanes)
-                    ++level;
-                if (level == levels.size()) levels.push_back(0);
-                levels[level] = e;
-                const int lane = st + kOverflowLaneStride * static_cast<int>(level);
-                laneOf[i] = lane;
-                if (level > 0 && !named.count(lane)) {
-                    named.insert(lane);
-                    ev.push_back({{"ph", "M"},
-                                  {"pid", pid},
-                                  {"tid", traceTid(rank, lane)},
-                                  {"name", "thread_name"},
-                                  {"args",
-                                   {{"name", std::string(streamName(static_cast<Stream>(st))) +
-                                                 " \u00b7" + std::to_string(level + 1)}}}});
-                    ev.push_back({{"ph", "M"},
-                                  {"pid", pid},
-                                  {"tid", traceTid(rank, lane)},
-                                  {"name", "thread_sort_index"},
-                                  {"args", {{"sort_index", lane}}}});
-                }
-            }
-        }
+        const std::vector<int> laneOf = overflowLanes(ops, rank, pid, ev);
         for (size_t i = 0; i < ops.size(); ++i) {
             const auto& op = ops[i];
             const int tid = laneOf[i];

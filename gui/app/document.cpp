@@ -75,6 +75,217 @@ EventKind collectiveKind(const std::string& name) {
     return EventKind::Other;
 }
 
+// Each unit's forward (pre_forward to post_forward) and backward (pre_backward to its last
+// post_backward hook) from FSDP2's labels: the root's encloses the others, so the track
+// nests.
+void fsdp2UnitSpans(const Trace& t, std::unordered_map<std::string, int32_t>& unitByName,
+                    TimelineData& d, TimelineRow& units) {
+    struct Open {
+        // (start, event) of each pre_forward / pre_backward: the span's op is that
+        // event, so a click shows its details.
+        std::vector<std::pair<int64_t, int32_t>> fwd, bwd;
+        std::vector<std::pair<int64_t, int64_t>> fwdEnds, bwdEnds;  // (start, end)
+    };
+    std::map<std::string, Open> byUnit;
+    for (size_t i = 0; i < t.size(); ++i) {
+        const auto l = parseFsdp2Label(t.strings.at(t.name[i]));
+        if (!l) continue;
+        Open& o = byUnit[l->fqn];
+        const int64_t a = t.start[i], b = t.start[i] + t.dur[i];
+        if (l->op == "FSDP::pre_forward")
+            o.fwd.push_back({a, static_cast<int32_t>(i)});
+        else if (l->op == "FSDP::post_forward")
+            o.fwdEnds.push_back({a, b});
+        else if (l->op == "FSDP::pre_backward")
+            o.bwd.push_back({a, static_cast<int32_t>(i)});
+        else if (l->op.rfind("FSDP::post_backward", 0) == 0)
+            o.bwdEnds.push_back({a, b});
+    }
+    // Each opening pairs with the last closing hook before the next opening.
+    struct Span {
+        int64_t start, end;
+        int32_t event;
+    };
+    const auto spans = [](std::vector<std::pair<int64_t, int32_t>> opens,
+                          std::vector<std::pair<int64_t, int64_t>> closes) {
+        std::sort(opens.begin(), opens.end());
+        std::sort(closes.begin(), closes.end());
+        std::vector<Span> out;
+        for (size_t k = 0; k < opens.size(); ++k) {
+            const int64_t at = opens[k].first;
+            const int64_t next = k + 1 < opens.size() ? opens[k + 1].first : INT64_MAX;
+            int64_t end = -1;
+            for (const auto& [a, b] : closes)
+                if (a >= at && a < next) end = std::max(end, b);
+            if (end > at) out.push_back({at, end, opens[k].second});
+        }
+        return out;
+    };
+    for (const auto& [fqn, o] : byUnit) {
+        auto [it, added] = unitByName.emplace(fqn, static_cast<int32_t>(d.units.size()));
+        if (added) d.units.push_back(fqn);
+        const std::string name = fqn.empty() ? std::string("<root>") : fqn;
+        for (const Span& sp : spans(o.fwd, o.fwdEnds))
+            units.events.push_back(
+                {sp.start, sp.end, EventKind::Other, sp.event, name + " forward", it->second});
+        for (const Span& sp : spans(o.bwd, o.bwdEnds))
+            units.events.push_back(
+                {sp.start, sp.end, EventKind::Other, sp.event, name + " backward", it->second});
+    }
+}
+
+// FSDP1 names no unit: each FullyShardedDataParallel.forward range is one, numbered as the
+// analysis numbers them (the root 0, then the nested ones in start order).
+void fsdp1UnitSpans(const Trace& t, std::unordered_map<std::string, int32_t>& unitByName,
+                    TimelineData& d, TimelineRow& units) {
+    std::vector<int32_t> fwd;
+    for (size_t i = 0; i < t.size(); ++i)
+        if (t.strings.at(t.name[i]) == "FullyShardedDataParallel.forward")
+            fwd.push_back(static_cast<int32_t>(i));
+    std::sort(fwd.begin(), fwd.end(), [&](int32_t a, int32_t b) {
+        return t.start[a] != t.start[b] ? t.start[a] < t.start[b] : t.dur[a] > t.dur[b];
+    });
+    int64_t rootEnd = -1;
+    int32_t nested = 0;
+    for (int32_t i : fwd) {
+        const bool inRoot = t.start[i] < rootEnd;
+        if (!inRoot) {
+            rootEnd = t.start[i] + t.dur[i];
+            nested = 0;
+        }
+        const std::string name = "unit " + std::to_string(inRoot ? ++nested : 0);
+        auto [it, added] = unitByName.emplace(name, static_cast<int32_t>(d.units.size()));
+        if (added) d.units.push_back(name);
+        units.events.push_back({t.start[i], t.start[i] + t.dur[i], EventKind::Other, i,
+                                name + " forward", it->second});
+    }
+}
+
+// FSDP's units, from its own labels (a PyTorch FSDP2/FSDP1 run): a row of all-gathers and
+// one of reduce-scatters and all-reduces, each labelled with its unit, phase and exposed
+// time, as `shardscope trace overlap` prints them, and a row of the units' spans.
+void addFsdpRows(const Trace& t, const FsdpTraceAnalysis* fsdp, bool manyRanks, TimelineData& d) {
+    const std::string group = manyRanks ? "rank " + std::to_string(t.rank) : std::string();
+    TimelineRow ag = namedRow("FSDP all-gathers", group),
+                rs = namedRow("FSDP reduce-scatters", group);
+    std::unordered_map<std::string, int32_t> unitByName;
+    for (size_t u = 0; u < d.units.size(); ++u)
+        unitByName.emplace(d.units[u], static_cast<int32_t>(u));
+    for (const auto& c : fsdp->collectives) {
+        if (c.unit < 0 || c.commEvent < 0) continue;
+        const FsdpUnit& u = fsdp->units[static_cast<size_t>(c.unit)];
+        auto [it, added] = unitByName.emplace(u.name, static_cast<int32_t>(d.units.size()));
+        if (added) d.units.push_back(u.name);
+        const bool gather = c.kind == CollectiveKind::AllGather;
+        const char* what = gather                                    ? "all-gather"
+                           : c.kind == CollectiveKind::ReduceScatter ? "reduce-scatter"
+                                                                     : "all-reduce";
+        char b[160];
+        char wait[64] = "";
+        if (c.peerWaitNs > 0)
+            std::snprintf(wait, sizeof wait, ", %.2f ms waiting for a peer",
+                          static_cast<double>(c.peerWaitNs) * 1e-6);
+        std::snprintf(b, sizeof b, " (%s%s, %.2f ms exposed%s)",
+                      c.backward ? "backward" : "forward", c.prefetch ? ", prefetched" : "",
+                      static_cast<double>(c.exposedNs) * 1e-6, wait);
+        (gather ? ag : rs)
+            .events.push_back({c.startNs, c.endNs,
+                               gather                                    ? EventKind::AllGather
+                               : c.kind == CollectiveKind::ReduceScatter ? EventKind::ReduceScatter
+                                                                         : EventKind::AllReduce,
+                               c.commEvent, u.displayName() + " " + what + b, it->second});
+    }
+    // Each unit's forward (pre_forward to post_forward) and backward (pre_backward to
+    // its last post_backward hook) from FSDP2's labels: the root's encloses the others,
+    // so the track nests.
+    TimelineRow units = namedRow("FSDP units", group);
+    if (fsdp->api == "fsdp2") fsdp2UnitSpans(t, unitByName, d, units);
+    if (fsdp->api == "fsdp1") fsdp1UnitSpans(t, unitByName, d, units);
+    for (TimelineRow* r : {&units, &ag, &rs})
+        if (!r->events.empty()) d.rows.push_back(std::move(*r));
+}
+
+// ShardScope's own lanes in stream order (compute first), each stream's overflow lanes
+// ("reduce_scatter ·2") after it; other traces keep their lane order.
+void orderRows(TimelineData& d) {
+    auto streamRank = [](const std::string& name) {
+        if (name.rfind("FSDP ", 0) == 0) return -1;  // FSDP's units and collectives on top
+        const std::string base = name.substr(0, name.find(" \u00b7"));
+        for (int s = 0; s < static_cast<int>(Stream::Count); ++s)
+            if (base == streamName(static_cast<Stream>(s))) return s;
+        return static_cast<int>(Stream::Count);
+    };
+    std::unordered_map<std::string, size_t> groupOrder;
+    for (const auto& r : d.rows)
+        groupOrder.emplace(r.group, groupOrder.size());
+    std::stable_sort(d.rows.begin(), d.rows.end(), [&](const TimelineRow& a, const TimelineRow& b) {
+        const size_t ga = groupOrder.at(a.group), gb = groupOrder.at(b.group);
+        return ga != gb ? ga < gb : streamRank(a.name) < streamRank(b.name);
+    });
+}
+
+// Launch-to-kernel flows between the rows' events, after the rows are in their final order.
+void addFlows(const Trace& t, TimelineData& d) {
+    if (t.flowEvents.empty()) return;
+    std::unordered_map<int32_t, std::pair<int32_t, int64_t>> where;  // event -> (row, start)
+    std::unordered_set<int32_t> ends;
+    for (const auto& [from, to] : t.flowEvents)
+        ends.insert(from), ends.insert(to);
+    for (size_t r = 0; r < d.rows.size(); ++r)
+        for (const auto& e : d.rows[r].events)
+            if (ends.count(e.op)) where[e.op] = {static_cast<int32_t>(r), e.start};
+    for (const auto& [from, to] : t.flowEvents) {
+        const auto a = where.find(from), b = where.find(to);
+        if (a == where.end() || b == where.end()) continue;
+        d.flows.push_back({a->second.first, a->second.second, b->second.first, b->second.second});
+    }
+    std::sort(d.flows.begin(), d.flows.end(),
+              [](const auto& x, const auto& y) { return x.fromTime < y.fromTime; });
+}
+
+// The details of an event, as the timeline shows them on a click.
+std::function<std::string(int32_t)> describer(
+    std::shared_ptr<const Trace> trace,
+    std::shared_ptr<std::unordered_map<int32_t, Collective>> collectiveOf,
+    std::shared_ptr<std::unordered_map<int32_t, int32_t>> launchOf) {
+    return [trace, collectiveOf, launchOf](int32_t op) -> std::string {
+        const Trace& t = *trace;
+        if (op < 0 || static_cast<size_t>(op) >= t.size()) return {};
+        const auto i = static_cast<size_t>(op);
+        const Lane& lane = t.lanes[static_cast<size_t>(t.lane[i])];
+        char b[128];
+        std::snprintf(b, sizeof b, "\nstart %.3f ms, duration %.3f ms",
+                      static_cast<double>(t.start[i]) * 1e-6, static_cast<double>(t.dur[i]) * 1e-6);
+        std::string s = t.strings.at(t.name[i]) + "\n" + eventClassName(t.cls[i]) + " · " +
+                        t.strings.at(t.category[i]) + " · " +
+                        (lane.name.empty() ? lane.tid : lane.name) + b;
+        if (i < t.opId.size() && t.opId[i] >= 0) {
+            s += "\nop " + std::to_string(t.opId[i]);
+            if (t.unit[i] >= 0)
+                s += " · unit " + (t.strings.at(t.unit[i]).empty() ? std::string("<root>")
+                                                                   : t.strings.at(t.unit[i]));
+            if (t.phase[i] >= 0) s += " · " + t.strings.at(t.phase[i]);
+        }
+        if (const auto l = launchOf->find(op); l != launchOf->end()) {
+            const auto li = static_cast<size_t>(l->second);
+            const Lane& ll = t.lanes[static_cast<size_t>(t.lane[li])];
+            char w[160];
+            std::snprintf(w, sizeof w, " at %.3f ms on %s (queued %.3f ms before it ran)",
+                          static_cast<double>(t.start[li]) * 1e-6,
+                          (ll.name.empty() ? ll.tid : ll.name).c_str(),
+                          static_cast<double>(t.start[i] - t.start[li]) * 1e-6);
+            s += "\nlaunched by " + t.strings.at(t.name[li]) + w;
+        }
+        const auto c = collectiveOf->find(op);
+        if (c != collectiveOf->end())
+            s += "\n" + (c->second.bytes > 0
+                             ? describeCollective(c->second.name.c_str(), c->second.bytes,
+                                                  c->second.groupSize, t.dur[i])
+                             : c->second.name + " (message size not in the trace)");
+        return s;
+    };
+}
+
 TimelineData timelineFromTrace(const std::shared_ptr<const Trace>& trace,
                                const FsdpTraceAnalysis* fsdp) {
     const Trace& t = *trace;
@@ -169,203 +380,19 @@ TimelineData timelineFromTrace(const std::shared_ptr<const Trace>& trace,
     // FSDP's units, from its own labels (a PyTorch FSDP2/FSDP1 run): a row of all-gathers and
     // one of reduce-scatters and all-reduces, each labelled with its unit, phase and exposed
     // time, as `shardscope trace overlap` prints them.
-    if (fsdp && !fsdp->api.empty()) {
-        const std::string group =
-            ranks.size() > 1 ? "rank " + std::to_string(t.rank) : std::string();
-        TimelineRow ag = namedRow("FSDP all-gathers", group),
-                    rs = namedRow("FSDP reduce-scatters", group);
-        std::unordered_map<std::string, int32_t> unitByName;
-        for (size_t u = 0; u < d.units.size(); ++u)
-            unitByName.emplace(d.units[u], static_cast<int32_t>(u));
-        for (const auto& c : fsdp->collectives) {
-            if (c.unit < 0 || c.commEvent < 0) continue;
-            const FsdpUnit& u = fsdp->units[static_cast<size_t>(c.unit)];
-            auto [it, added] = unitByName.emplace(u.name, static_cast<int32_t>(d.units.size()));
-            if (added) d.units.push_back(u.name);
-            const bool gather = c.kind == CollectiveKind::AllGather;
-            const char* what = gather                                    ? "all-gather"
-                               : c.kind == CollectiveKind::ReduceScatter ? "reduce-scatter"
-                                                                         : "all-reduce";
-            char b[160];
-            char wait[64] = "";
-            if (c.peerWaitNs > 0)
-                std::snprintf(wait, sizeof wait, ", %.2f ms waiting for a peer",
-                              static_cast<double>(c.peerWaitNs) * 1e-6);
-            std::snprintf(b, sizeof b, " (%s%s, %.2f ms exposed%s)",
-                          c.backward ? "backward" : "forward", c.prefetch ? ", prefetched" : "",
-                          static_cast<double>(c.exposedNs) * 1e-6, wait);
-            (gather ? ag : rs)
-                .events.push_back({c.startNs, c.endNs,
-                                   gather ? EventKind::AllGather
-                                   : c.kind == CollectiveKind::ReduceScatter
-                                       ? EventKind::ReduceScatter
-                                       : EventKind::AllReduce,
-                                   c.commEvent, u.displayName() + " " + what + b, it->second});
-        }
-        // Each unit's forward (pre_forward to post_forward) and backward (pre_backward to
-        // its last post_backward hook) from FSDP2's labels: the root's encloses the others,
-        // so the track nests.
-        TimelineRow units = namedRow("FSDP units", group);
-        if (fsdp->api == "fsdp2") {
-            struct Open {
-                // (start, event) of each pre_forward / pre_backward: the span's op is that
-                // event, so a click shows its details.
-                std::vector<std::pair<int64_t, int32_t>> fwd, bwd;
-                std::vector<std::pair<int64_t, int64_t>> fwdEnds, bwdEnds;  // (start, end)
-            };
-            std::map<std::string, Open> byUnit;
-            for (size_t i = 0; i < t.size(); ++i) {
-                const auto l = parseFsdp2Label(t.strings.at(t.name[i]));
-                if (!l) continue;
-                Open& o = byUnit[l->fqn];
-                const int64_t a = t.start[i], b = t.start[i] + t.dur[i];
-                if (l->op == "FSDP::pre_forward")
-                    o.fwd.push_back({a, static_cast<int32_t>(i)});
-                else if (l->op == "FSDP::post_forward")
-                    o.fwdEnds.push_back({a, b});
-                else if (l->op == "FSDP::pre_backward")
-                    o.bwd.push_back({a, static_cast<int32_t>(i)});
-                else if (l->op.rfind("FSDP::post_backward", 0) == 0)
-                    o.bwdEnds.push_back({a, b});
-            }
-            // Each opening pairs with the last closing hook before the next opening.
-            struct Span {
-                int64_t start, end;
-                int32_t event;
-            };
-            const auto spans = [](std::vector<std::pair<int64_t, int32_t>> opens,
-                                  std::vector<std::pair<int64_t, int64_t>> closes) {
-                std::sort(opens.begin(), opens.end());
-                std::sort(closes.begin(), closes.end());
-                std::vector<Span> out;
-                for (size_t k = 0; k < opens.size(); ++k) {
-                    const int64_t at = opens[k].first;
-                    const int64_t next = k + 1 < opens.size() ? opens[k + 1].first : INT64_MAX;
-                    int64_t end = -1;
-                    for (const auto& [a, b] : closes)
-                        if (a >= at && a < next) end = std::max(end, b);
-                    if (end > at) out.push_back({at, end, opens[k].second});
-                }
-                return out;
-            };
-            for (const auto& [fqn, o] : byUnit) {
-                auto [it, added] = unitByName.emplace(fqn, static_cast<int32_t>(d.units.size()));
-                if (added) d.units.push_back(fqn);
-                const std::string name = fqn.empty() ? std::string("<root>") : fqn;
-                for (const Span& sp : spans(o.fwd, o.fwdEnds))
-                    units.events.push_back({sp.start, sp.end, EventKind::Other, sp.event,
-                                            name + " forward", it->second});
-                for (const Span& sp : spans(o.bwd, o.bwdEnds))
-                    units.events.push_back({sp.start, sp.end, EventKind::Other, sp.event,
-                                            name + " backward", it->second});
-            }
-        }
-        if (fsdp->api == "fsdp1") {
-            // FSDP1 names no unit: each FullyShardedDataParallel.forward range is one, numbered
-            // as the analysis numbers them (the root 0, then the nested ones in start order).
-            std::vector<int32_t> fwd;
-            for (size_t i = 0; i < t.size(); ++i)
-                if (t.strings.at(t.name[i]) == "FullyShardedDataParallel.forward")
-                    fwd.push_back(static_cast<int32_t>(i));
-            std::sort(fwd.begin(), fwd.end(), [&](int32_t a, int32_t b) {
-                return t.start[a] != t.start[b] ? t.start[a] < t.start[b] : t.dur[a] > t.dur[b];
-            });
-            int64_t rootEnd = -1;
-            int32_t nested = 0;
-            for (int32_t i : fwd) {
-                const bool inRoot = t.start[i] < rootEnd;
-                if (!inRoot) {
-                    rootEnd = t.start[i] + t.dur[i];
-                    nested = 0;
-                }
-                const std::string name = "unit " + std::to_string(inRoot ? ++nested : 0);
-                auto [it, added] = unitByName.emplace(name, static_cast<int32_t>(d.units.size()));
-                if (added) d.units.push_back(name);
-                units.events.push_back({t.start[i], t.start[i] + t.dur[i], EventKind::Other, i,
-                                        name + " forward", it->second});
-            }
-        }
-        for (TimelineRow* r : {&units, &ag, &rs})
-            if (!r->events.empty()) d.rows.push_back(std::move(*r));
-    }
+    if (fsdp && !fsdp->api.empty()) addFsdpRows(t, fsdp, ranks.size() > 1, d);
     splitNestedRows(d.rows);  // a CPU thread's nested slices: one row per depth
     sortEventsByStart(d.rows);
-    // ShardScope's own lanes in stream order (compute first), each stream's overflow lanes
-    // ("reduce_scatter ·2") after it; other traces keep their lane order.
-    auto streamRank = [](const std::string& name) {
-        if (name.rfind("FSDP ", 0) == 0) return -1;  // FSDP's units and collectives on top
-        const std::string base = name.substr(0, name.find(" \u00b7"));
-        for (int s = 0; s < static_cast<int>(Stream::Count); ++s)
-            if (base == streamName(static_cast<Stream>(s))) return s;
-        return static_cast<int>(Stream::Count);
-    };
-    std::unordered_map<std::string, size_t> groupOrder;
-    for (const auto& r : d.rows)
-        groupOrder.emplace(r.group, groupOrder.size());
-    std::stable_sort(d.rows.begin(), d.rows.end(), [&](const TimelineRow& a, const TimelineRow& b) {
-        const size_t ga = groupOrder.at(a.group), gb = groupOrder.at(b.group);
-        return ga != gb ? ga < gb : streamRank(a.name) < streamRank(b.name);
-    });
+    orderRows(d);
     std::sort(d.steps.begin(), d.steps.end(),
               [](const auto& a, const auto& b) { return a.start < b.start; });
     markExposedCommunication(d);
-    if (!t.flowEvents.empty()) {  // after the rows are in their final order
-        std::unordered_map<int32_t, std::pair<int32_t, int64_t>> where;  // event -> (row, start)
-        std::unordered_set<int32_t> ends;
-        for (const auto& [from, to] : t.flowEvents)
-            ends.insert(from), ends.insert(to);
-        for (size_t r = 0; r < d.rows.size(); ++r)
-            for (const auto& e : d.rows[r].events)
-                if (ends.count(e.op)) where[e.op] = {static_cast<int32_t>(r), e.start};
-        for (const auto& [from, to] : t.flowEvents) {
-            const auto a = where.find(from), b = where.find(to);
-            if (a == where.end() || b == where.end()) continue;
-            d.flows.push_back(
-                {a->second.first, a->second.second, b->second.first, b->second.second});
-        }
-        std::sort(d.flows.begin(), d.flows.end(),
-                  [](const auto& x, const auto& y) { return x.fromTime < y.fromTime; });
-    }
+    addFlows(t, d);
     // What a kernel waited on, as far as a trace tells: the launch that queued it.
     auto launchOf = std::make_shared<std::unordered_map<int32_t, int32_t>>();
     for (const auto& [from, to] : t.flowEvents)
         launchOf->emplace(to, from);
-    d.describe = [trace, collectiveOf, launchOf](int32_t op) -> std::string {
-        const Trace& t = *trace;
-        if (op < 0 || static_cast<size_t>(op) >= t.size()) return {};
-        const auto i = static_cast<size_t>(op);
-        const Lane& lane = t.lanes[static_cast<size_t>(t.lane[i])];
-        char b[128];
-        std::snprintf(b, sizeof b, "\nstart %.3f ms, duration %.3f ms",
-                      static_cast<double>(t.start[i]) * 1e-6, static_cast<double>(t.dur[i]) * 1e-6);
-        std::string s = t.strings.at(t.name[i]) + "\n" + eventClassName(t.cls[i]) + " · " +
-                        t.strings.at(t.category[i]) + " · " +
-                        (lane.name.empty() ? lane.tid : lane.name) + b;
-        if (i < t.opId.size() && t.opId[i] >= 0) {
-            s += "\nop " + std::to_string(t.opId[i]);
-            if (t.unit[i] >= 0)
-                s += " · unit " + (t.strings.at(t.unit[i]).empty() ? std::string("<root>")
-                                                                   : t.strings.at(t.unit[i]));
-            if (t.phase[i] >= 0) s += " · " + t.strings.at(t.phase[i]);
-        }
-        if (const auto l = launchOf->find(op); l != launchOf->end()) {
-            const auto li = static_cast<size_t>(l->second);
-            const Lane& ll = t.lanes[static_cast<size_t>(t.lane[li])];
-            char w[160];
-            std::snprintf(w, sizeof w, " at %.3f ms on %s (queued %.3f ms before it ran)",
-                          static_cast<double>(t.start[li]) * 1e-6,
-                          (ll.name.empty() ? ll.tid : ll.name).c_str(),
-                          static_cast<double>(t.start[i] - t.start[li]) * 1e-6);
-            s += "\nlaunched by " + t.strings.at(t.name[li]) + w;
-        }
-        const auto c = collectiveOf->find(op);
-        if (c != collectiveOf->end())
-            s += "\n" + (c->second.bytes > 0
-                             ? describeCollective(c->second.name.c_str(), c->second.bytes,
-                                                  c->second.groupSize, t.dur[i])
-                             : c->second.name + " (message size not in the trace)");
-        return s;
-    };
+    d.describe = describer(trace, collectiveOf, launchOf);
     return d;
 }
 
