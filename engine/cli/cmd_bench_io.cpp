@@ -146,8 +146,7 @@ int runBenchImport(const Args& a) {
 // set-up script's virtual environment).
 int runBenchMemory(const Args& a) {
     const std::string python = setupPython();
-    const std::string script =
-        std::string(SHARDSCOPE_SOURCE_ROOT) + "/tests/oracles/bench_memory.py";
+    const std::string script = dataPath("tests/oracles/bench_memory.py");
     std::error_code ec;
     if (!std::filesystem::exists(script, ec)) {
         std::cerr << "error: " << script << " is not there (bench memory runs from a checkout)\n";

@@ -146,10 +146,31 @@ ChildExit runChild(const std::vector<std::string>& argv, bool stdoutToStderr,
     return r;
 }
 
+std::vector<std::string> dataRoots() {
+    std::vector<std::string> roots;
+    if (const char* d = std::getenv("SHARDSCOPE_DATA_DIR"); d && *d) roots.emplace_back(d);
+    std::error_code ec;
+    const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (!ec) {
+        const std::filesystem::path dir = exe.parent_path();
+        roots.push_back((dir.parent_path() / "share" / "shardscope").string());
+        roots.push_back(dir.parent_path().parent_path().string());
+    }
+    roots.emplace_back(SHARDSCOPE_SOURCE_ROOT);
+    return roots;
+}
+
+std::string dataPath(const std::string& path) {
+    std::error_code ec;
+    for (const std::string& root : dataRoots())
+        if (const std::string p = root + "/" + path; std::filesystem::exists(p, ec)) return p;
+    return std::string(SHARDSCOPE_SOURCE_ROOT) + "/" + path;
+}
+
 std::string samplePath(const std::string& path) {
     std::error_code ec;
     if (path.empty() || path[0] == '/' || std::filesystem::exists(path, ec)) return path;
-    const std::string rooted = std::string(SHARDSCOPE_SOURCE_ROOT) + "/" + path;
+    const std::string rooted = dataPath(path);
     return std::filesystem::exists(rooted, ec) ? rooted : path;
 }
 

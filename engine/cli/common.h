@@ -62,6 +62,14 @@ struct ChildExit {
 // A bundled sample named relative to the checkout ("samples/..."): found from the current
 // folder, else under the source tree this binary was built from, so defaults work from
 // anywhere.
+// Where the bundled samples, scripts and oracles are, first found: $SHARDSCOPE_DATA_DIR, an
+// installed tree next to the binary (bin/shardscope: share/shardscope), the checkout it was
+// built in (build/engine/shardscope: the checkout), the source tree it was built from.
+[[nodiscard]] std::vector<std::string> dataRoots();
+// `path` (relative to the checkout: samples/..., scripts/...) under the first root that has
+// it; under the source tree when none does.
+[[nodiscard]] std::string dataPath(const std::string& path);
+// A relative path as given when it exists here, else its bundled copy (dataPath).
 [[nodiscard]] std::string samplePath(const std::string& path);
 [[nodiscard]] Expected<std::optional<ClusterSpec>> loadClusterArg(const Args& a);
 // A cluster named on the command line: a file, or the name of a bundled profile

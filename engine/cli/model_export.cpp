@@ -47,7 +47,7 @@ std::string modelCacheDir() {
 
 Expected<std::string> exportedModelPath(const std::string& configPath, const std::string& modelType,
                                         DType dtype) {
-    const std::string script = std::string(SHARDSCOPE_SOURCE_ROOT) + "/scripts/export_model.py";
+    const std::string script = dataPath("scripts/export_model.py");
     const auto config = readAll(configPath);
     if (!config) return Error{configPath + ": cannot read"};
     const auto exporter = readAll(script);
