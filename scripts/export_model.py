@@ -20,6 +20,10 @@ The module is built under FakeTensorMode (tensors with shapes and dtypes but no 
     Costs are measured at sequence lengths S and 2S and fitted to
     value = per_token·(B·S) + per_token_seq·(B·S)·S, which separates attention's
     quadratic term. Self costs exclude children.
+  * of the model's layer list (model.layers, transformer.h), only the first two layers of
+    each kind are measured (kind: module tree, shapes and plain attributes such as a sliding
+    window); the others take the second one's figures, equal to measuring them
+    (--every-layer measures all). The two lengths are measured at once on two cores.
 
 Examples:
   scripts/export_model.py --factory mypkg.models:build_model --kwargs '{"depth": 12}' \\
@@ -50,6 +54,9 @@ def parse_args(argv):
     p.add_argument("--seq", type=int, default=128, help="sequence length to measure at (and twice it) [128]")
     p.add_argument("--dtype", default="float32", help="parameter and activation dtype [float32]")
     p.add_argument("--name", help="model name to record [the class name]")
+    p.add_argument("--every-layer", action="store_true",
+                   help="measure every layer of the model's layer list, not one or two of each kind "
+                        "(the costs are the same; it is slower)")
     p.add_argument("-o", "--output", required=True, help="output file (written atomically)")
     return p.parse_args(argv)
 
@@ -59,6 +66,9 @@ def build_module(args, torch, fake_mode):
     if args.hf_config:
         import transformers
         cfg = transformers.AutoConfig.from_pretrained(args.hf_config)
+        # Built in the dtype: converting fake parameters afterwards (Module.to) fails where
+        # transformers keeps weak references to them.
+        kwargs.setdefault("dtype", getattr(torch, args.dtype))
         with fake_mode:
             return transformers.AutoModelForCausalLM.from_config(cfg, **kwargs)
     mod_name, _, attr = args.factory.partition(":")
@@ -225,6 +235,60 @@ class BalancedRouting:
                             src[t] = src[first]
 
 
+# Attributes that number a layer without changing what it computes.
+INDEX_ATTRIBUTES = {"layer_idx", "layer_id", "layer_index", "idx", "training"}
+
+
+def layer_list(model, torch):
+    """(name, ModuleList) of the model's repeated layers: the shallowest list of three or more
+    modules of one class at most two levels down (model.layers, transformer.h,
+    model.decoder.layers; a mixture's experts, deeper in a layer and picked by routing,
+    never), the longest of those; or (None, None)."""
+    best, depth = (None, None), None
+    for name, m in model.named_modules():
+        if not isinstance(m, torch.nn.ModuleList) or len(m) < 3 or len({type(c) for c in m}) != 1:
+            continue
+        d = name.count(".")
+        if d > 2:
+            continue
+        if best[1] is None or d < depth or (d == depth and len(m) > len(best[1])):
+            best, depth = (name, m), d
+    return best
+
+
+def layer_signature(layer):
+    """What a layer's costs depend on: its module tree, parameter and buffer shapes and
+    dtypes, and every plain attribute of its modules (sliding window, attention type, RoPE
+    or not...) except the ones that only number it."""
+    sig = []
+    for name, m in layer.named_modules():
+        attrs = tuple(sorted((k, v) for k, v in vars(m).items()
+                             if k not in INDEX_ATTRIBUTES and not k.startswith("_")
+                             and isinstance(v, (int, float, bool, str, type(None)))))
+        params = tuple((k, tuple(p.shape), str(p.dtype), p.requires_grad)
+                       for k, p in m._parameters.items() if p is not None)
+        bufs = tuple((k, tuple(b.shape), str(b.dtype)) for k, b in m._buffers.items() if b is not None)
+        sig.append((name, type(m).__name__, attrs, params, bufs))
+    return tuple(sig)
+
+
+def measured_layers(layers):
+    """The layers to measure: the first two of each kind (the second stands for the rest: the
+    first may save what all layers share, such as the rotary cos and sin). Returns their
+    indices, in order, and for each layer the index of the one measured for it."""
+    first, second, stand_in = {}, {}, []
+    sigs = [layer_signature(l) for l in layers]
+    for i, s in enumerate(sigs):
+        if s not in first:
+            first[s] = i
+        elif s not in second:
+            second[s] = i
+    for i, s in enumerate(sigs):
+        stand_in.append(i if first[s] == i else second[s])
+    keep = sorted(set(first.values()) | set(second.values()))
+    return keep, stand_in
+
+
 def measure(model, inp, torch):
     """One forward and backward on fake tensors; per-module self costs.
 
@@ -232,8 +296,9 @@ def measure(model, inp, torch):
     forward, an operator's cost goes to the innermost module running. In backward,
     FlopCounterMode's own module attribution is approximate (it can charge one op to
     several modules), so instead every autograd node is tagged in forward with the module
-    that created it, and a backward op is charged to the module of the node executing it
-    (torch._C._current_autograd_node()). Untagged nodes (the loss) go to the root.
+    that created it (the nodes inside a composite function too), and a backward op is
+    charged to the module of the node executing it (torch._C._current_autograd_node()).
+    Untagged nodes (the loss) go to the root.
     """
     from torch.overrides import TorchFunctionMode
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -277,11 +342,18 @@ def measure(model, inp, torch):
         return t
 
     class TagNodes(TorchFunctionMode):
+        # Every node a function made is tagged: its output's and the ones inside it (a
+        # linear on 3-D input is a view of an mm, whose MmBackward0 runs the FLOPs), back to
+        # the nodes of its inputs, which their own functions tagged.
         def __torch_function__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            for t in pytree.tree_leaves(out):
-                if isinstance(t, torch.Tensor) and t.grad_fn is not None and t.grad_fn not in node_module:
-                    node_module[t.grad_fn] = stack[-1]
+            todo = [t.grad_fn for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+            while todo:
+                fn = todo.pop()
+                if fn is None or fn in node_module:
+                    continue
+                node_module[fn] = stack[-1]
+                todo.extend(nxt for nxt, _ in fn.next_functions)
             return out
 
     class Costs(TorchDispatchMode):
@@ -357,10 +429,52 @@ def fit(v1, v2, batch, seq):
     return [max(a, 0.0), max(c, 0.0)]
 
 
+def measure_all(args, model, seqs, torch, fake_mode, progress):
+    """measure() at each sequence length. On a machine of two cores or more the second runs in
+    a forked copy of this process at the same time (fake tensors, one thread each: nothing
+    is shared but the built model, copied on write); its figures come back through a pipe."""
+    def one(i, s):
+        progress(f"measuring forward and backward at {args.batch} x {s} ({i + 1} of {len(seqs)})")
+        r = measure(model, make_input(args, model, s, torch, fake_mode), torch)
+        model.zero_grad(set_to_none=True)
+        return r
+    if len(seqs) < 2 or (os.cpu_count() or 1) < 2 or not hasattr(os, "fork"):
+        return [one(i, s) for i, s in enumerate(seqs)]
+    import pickle
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the copy: the second length, its figures to the pipe, and out
+        code = 0
+        try:
+            os.close(read)
+            data = pickle.dumps(one(1, seqs[1]))
+            with os.fdopen(write, "wb") as w:
+                w.write(data)
+        except BaseException as e:  # said, and the parent reports the failure
+            print(f"export_model.py: measuring at {args.batch} x {seqs[1]} failed: {e}", file=sys.stderr)
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write)
+    try:
+        first = one(0, seqs[0])
+    except BaseException:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        raise
+    with os.fdopen(read, "rb") as r:
+        data = r.read()
+    _, status = os.waitpid(pid, 0)
+    if status != 0 or not data:
+        raise SystemExit(f"export_model.py: measuring at {args.batch} x {seqs[1]} failed (see above)")
+    return [first, pickle.loads(data)]
+
+
 def export(args):
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     torch.manual_seed(0)
+    torch.set_num_threads(1)  # fake tensors need no threads, and measure_all forks
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     register_cpu_sdpa_flops()
     t0 = time.monotonic()
@@ -371,15 +485,43 @@ def export(args):
 
     progress("building the model under FakeTensorMode")
     model = build_module(args, torch, fake_mode)
-    model = model.to(dtype=getattr(torch, args.dtype)) if args.dtype != "float32" else model
+    if args.dtype != "float32" and not args.hf_config:
+        model = model.to(dtype=getattr(torch, args.dtype))
     model.train()
     has_seq = not args.input.startswith("image")
     seqs = [args.seq, 2 * args.seq] if has_seq else [1, 1]
+    # Layers alike cost alike: one or two of each kind are measured and the others take their
+    # figures (module names mapped from the measured list's positions to every layer's).
+    list_name, layers = (None, None) if args.every_layer else layer_list(model, torch)
+    rename = lambda name: name  # noqa: E731  a module of the model -> its measured stand-in
+    restore = None
+    if layers is not None:
+        keep, stand_in = measured_layers(list(layers))
+        if len(keep) < len(layers):
+            parent_name, _, attr = list_name.rpartition(".")
+            parent = model.get_submodule(parent_name) if parent_name else model
+            full = layers
+            setattr(parent, attr, torch.nn.ModuleList([full[i] for i in keep]))
+            restore = lambda: setattr(parent, attr, full)  # noqa: E731
+            position = {i: k for k, i in enumerate(keep)}
+            prefix = list_name + "."
+
+            def rename(name):
+                if not name.startswith(prefix):
+                    return name
+                index, _, rest = name[len(prefix):].partition(".")
+                if not index.isdigit():
+                    return name
+                mapped = f"{prefix}{position[stand_in[int(index)]]}"
+                return mapped + ("." + rest if rest else "")
+            progress(f"measuring {len(keep)} of the {len(full)} layers of {list_name} "
+                     "(each of the others costs what one of them does)")
     runs = []
-    for i, s in enumerate(seqs):
-        progress(f"measuring forward and backward at {args.batch} x {s} ({i + 1} of {len(seqs)})")
-        runs.append(measure(model, make_input(args, model, s, torch, fake_mode), torch))
-        model.zero_grad(set_to_none=True)
+    try:
+        runs = measure_all(args, model, seqs, torch, fake_mode, progress)
+    finally:
+        if restore:
+            restore()
     progress("writing the model JSON")
 
     canonical = {}
@@ -414,7 +556,7 @@ def export(args):
         cost = {}
         for key, idx in (("fwd_flops", 0), ("bwd_flops", 1), ("saved_bytes", 2), ("output_bytes", 3),
                          ("fwd_mem_bytes", 4)):
-            v1, v2 = runs[0][idx][name], runs[1][idx][name]
+            v1, v2 = runs[0][idx][rename(name)], runs[1][idx][rename(name)]
             if has_seq:
                 val = fit(float(v1), float(v2), b, args.seq)
             else:
@@ -425,8 +567,8 @@ def export(args):
             cost["bwd_mem_bytes"] = [2 * x for x in cost["fwd_mem_bytes"]]
         # What a checkpoint of the module keeps: its floating inputs scale with the
         # activation dtype, integer ones (an embedding's token ids) are per token as they are.
-        ints = float(runs[0][6][name]) / (b * (args.seq if has_seq else 1))
-        v1, v2 = runs[0][5][name], runs[1][5][name]
+        ints = float(runs[0][6][rename(name)]) / (b * (args.seq if has_seq else 1))
+        v1, v2 = runs[0][5][rename(name)], runs[1][5][rename(name)]
         floats = fit(float(v1), float(v2), b, args.seq) if has_seq else [float(v1) / b, 0.0]
         if floats != [0.0, 0.0] or ints:
             cost["input_bytes"] = floats + [ints] if ints else floats

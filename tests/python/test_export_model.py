@@ -227,6 +227,93 @@ class ExportModel(unittest.TestCase):
             self.assertIn("depends on tensor values", r.stderr)
             self.assertFalse(os.path.exists(os.path.join(d, "out.json")))
 
+    def export_hf(self, d, name, over, *extra):
+        """Exports a small transformers model of `over` (its config.json written in `d`)."""
+        transformers = peer.require("transformers")
+        cfg = transformers.AutoConfig.for_model(**over)
+        path = os.path.join(d, name + ".config.json")
+        cfg.to_json_file(path)
+        out = os.path.join(d, name + ".json")
+        subprocess.run([sys.executable, os.path.join(peer.SOURCE, "scripts", "export_model.py"),
+                        "--hf-config", path, "--batch", "2", "--seq", "16", "-o", out, *extra],
+                       check=True, capture_output=True)
+        return cfg, out
+
+    def test_backward_flops_land_on_the_module_that_ran_them(self):
+        # PyTorch's FlopCounterMode on real tensors, forward and backward told apart, per
+        # nn.Linear (a leaf: its own mm calls, no attribution question) against the exported
+        # figures at the same size. A linear on 3-D input is an mm inside a view: its backward
+        # FLOPs belong to it, not to the root.
+        transformers = peer.require("transformers")
+        from torch.utils.flop_counter import FlopCounterMode
+        with tempfile.TemporaryDirectory() as d:
+            cfg, out = self.export_hf(d, "llama", dict(model_type="llama", vocab_size=256, hidden_size=64,
+                                                       intermediate_size=160, num_hidden_layers=3,
+                                                       num_attention_heads=4, num_key_value_heads=2))
+            shown = peer.shardscope("model", "show", "--model", out, "--depth", "99", "--no-fold",
+                                    "--json", "--batch", "2", "--seq", "16")
+            with open(out) as fh:
+                root_self = next(m for m in json.load(fh)["modules"] if m["name"] == "")
+        ours = {m["name"]: m for m in shown["modules"]}
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+        tokens = torch.randint(0, 256, (2, 16))
+        counter = FlopCounterMode(display=False)
+        prefix = type(model).__name__ + "."
+
+        def per_module():
+            return {k[len(prefix):]: sum(v.values()) for k, v in counter.get_flop_counts().items()
+                    if k.startswith(prefix)}
+        with counter:  # one mode: its module hooks are set in forward
+            logits = model(tokens).logits
+            f = per_module()
+            logits.float().sum().backward()
+        b = {k: v - f.get(k, 0) for k, v in per_module().items()}
+        linears = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+        self.assertGreater(len(linears), 10)
+        # FlopCounterMode tells a module's backward by the module hooks around it, which
+        # overlap for siblings reading one input (q/k/v, gate/up): its per-module figure is
+        # exact only for a linear whose input is its own (o_proj, down_proj, lm_head).
+        own_input = [n for n in linears if n.endswith(("o_proj", "down_proj", "lm_head"))]
+        self.assertEqual(len(own_input), 2 * cfg.num_hidden_layers + 1)
+        for n in own_input:
+            self.assertAlmostEqual(ours[n]["fwd_flops"], f[n], delta=1e-6 * f[n], msg=n)
+            self.assertAlmostEqual(ours[n]["bwd_flops"], b[n], delta=1e-6 * b[n], msg=n)
+        # Every linear's backward is its input and weight gradients, twice its forward; the
+        # ones that share an input together as PyTorch counts their parent.
+        for n in linears:
+            self.assertAlmostEqual(ours[n]["bwd_flops"], 2 * ours[n]["fwd_flops"],
+                                   delta=1e-6 * ours[n]["bwd_flops"], msg=n)
+        for i in range(cfg.num_hidden_layers):
+            mlp = f"model.layers.{i}.mlp"
+            self.assertAlmostEqual(sum(ours[f"{mlp}.{p}"]["bwd_flops"] for p in ("gate_proj", "up_proj", "down_proj")),
+                                   b[mlp], delta=1e-6 * b[mlp], msg=mlp)
+        # The root's own backward (the loss's): per token, no GEMM left there.
+        root_bwd = root_self.get("cost", {}).get("bwd_flops", [0.0, 0.0])
+        self.assertLess(root_bwd[0] * 2 * 16, 0.01 * sum(b[n] for n in own_input),
+                        "backward FLOPs left at the root")
+
+    def test_layers_measured_once_a_kind_give_every_layer_the_same_figures(self):
+        # One or two layers of each kind measured (Gemma-3's sliding and full layers,
+        # Qwen2-MoE's sparse and dense ones) against all of them measured: the same file.
+        cases = {
+            "gemma3": dict(model_type="gemma3_text", vocab_size=256, hidden_size=64, intermediate_size=128,
+                           num_hidden_layers=7, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                           sliding_window=8),
+            "qwen2_moe": dict(model_type="qwen2_moe", vocab_size=256, hidden_size=64, intermediate_size=128,
+                              moe_intermediate_size=32, shared_expert_intermediate_size=64, num_experts=4,
+                              num_experts_per_tok=2, num_hidden_layers=5, num_attention_heads=4,
+                              num_key_value_heads=2, mlp_only_layers=[1, 3]),
+        }
+        with tempfile.TemporaryDirectory() as d:
+            for name, over in cases.items():
+                with self.subTest(model=name):
+                    _, few = self.export_hf(d, name, over)
+                    _, every = self.export_hf(d, name + "-every", over, "--every-layer")
+                    a, b = json.load(open(few)), json.load(open(every))
+                    self.assertEqual(a["modules"], b["modules"])
+                    self.assertEqual(a["total_params"], b["total_params"])
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
