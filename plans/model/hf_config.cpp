@@ -1310,6 +1310,19 @@ Expected<ModelGraph> loadFalcon(const JsonReader& r, const HfLoadOptions& o) {
         // Parallel: mlp + attention, then the residual; sequential: the residual after the
         // attention, then after the MLP.
         cb.residualAdds(blk, H, 2);
+        if (newArch && parallel && lnCount == 2 && !alibi) {
+            // Compiled as one region (AOT autograd's min-cut partitioner,
+            // tests/python/test_compiled_saved_peer.py), the parallel block of
+            // new_decoder_architecture saves: the block input and ln_attn's output (ln_mlp's
+            // is recomputed from the input and its statistics); the rotated q and k and v,
+            // each broadcast to every query head, SDPA's output and logsumexp and dense's
+            // input (the output with its heads merged); dense_h_to_4h's output (GELU's
+            // input) and GELU's output: 3h + 4·(heads x head_dim) + 2·ffn a token, and each
+            // LayerNorm's mean and rstd (fp32 on a GPU).
+            auto& k = g.cost(blk).compiled;
+            k.savedBytes.perToken = (3 * H + 4 * Dq + 2 * static_cast<double>(ffn)) * cb.e;
+            k.savedBytes.fixedPerToken = 2 * 8 + 4 * static_cast<double>(heads);
+        }
     }
     layerNorm(tr, "ln_f", true);
     const ModuleId rot = cb.rotaryEmbedding(tr, "rotary_emb", "FalconRotaryEmbedding", d, d);

@@ -544,8 +544,9 @@ struct Resolver {
             if (!saved)
                 warning(at("/defaults/compile"),
                         "no compiled rule for this model's layers (dense Llama, Mistral, Qwen2, "
-                        "Qwen3, OLMo-2, Phi-3, Gemma and GPT-2 layers have one): their saved "
-                        "activations and kernels are priced as eager PyTorch's");
+                        "Qwen3, OLMo-2, Phi-3, Gemma, GPT-2 and Falcon-40B-style layers have "
+                        "one): their saved activations and kernels are priced as eager "
+                        "PyTorch's");
             else if (!fused)
                 warning(at("/defaults/compile"),
                         "compiled layers save what AOT autograd's partitioner keeps, but "

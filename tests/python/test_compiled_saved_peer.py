@@ -8,7 +8,8 @@ Parameters and the rotary cos/sin (inputs every layer shares, saved once at the 
 rotary embedding) are left out; the rest must equal `shardscope model show --json`'s
 compiled_saved_activation_bytes for the same layer, batch and sequence, at two sizes per
 family. The families without a compiled rule (mixture of experts, multi-head latent
-attention, Falcon) keep the eager figures and say so when a plan compiles them. GPT-2's
+attention, Falcon's multi-query and ALiBi layouts) keep the eager figures and say so when a
+plan compiles them. GPT-2's
 LayerNorm keeps its mean and rstd in bf16 on the CPU, fp32 on a GPU (as modelled): 8 B a
 token a layer, inside the tolerance.
 """
@@ -42,6 +43,11 @@ FAMILIES = {
     # Residual dropout on (its masks are saved); attention dropout off: on a GPU it is the
     # flash kernel's own, on the CPU SDPA with dropout falls back to the math kernel.
     "gpt2": {"attn_pdrop": 0.0},
+    # Falcon-40B/180B's layout: ln_attn and ln_mlp in parallel, grouped k and v broadcast to
+    # every head before SDPA. (Falcon-7B's one-head multi-query SDPA runs the math kernel on
+    # a CPU: no oracle here for the flash kernel a GPU runs.)
+    # head_dim is FalconConfig's property (hidden / heads): None leaves it out.
+    "falcon": {"new_decoder_architecture": True, "num_kv_heads": 2, "head_dim": None},
 }
 
 
@@ -88,7 +94,8 @@ class CompiledSaved(unittest.TestCase):
         for family, extra in FAMILIES.items():
             for size in SIZES:
                 with self.subTest(family=family, hidden=size["hidden_size"]):
-                    truth, cfg = partitioner_saved_bytes(family, {**size, **extra})
+                    over = {k: v for k, v in {**size, **extra}.items() if v is not None}
+                    truth, cfg = partitioner_saved_bytes(family, over)
                     ours = shardscope_compiled_bytes(cfg)
                     self.assertIsNotNone(ours, f"{family}: no compiled_saved_activation_bytes")
                     rows.append((family, size["hidden_size"], truth, ours))
