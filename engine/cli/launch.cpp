@@ -111,6 +111,73 @@ Expected<fs::path> makeRunFolder(const std::string& prefix) {
     return fs::path(tmpl);
 }
 
+// Starts rank `rk` of `nproc` as torchrun would (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT), its result to DIR/rank<rk>.json and its output to DIR/rank<rk>.log (rank 0
+// keeps stdout). Returns its pid.
+pid_t spawnRank(const std::vector<std::string>& common, int64_t rk, int64_t nproc,
+                const fs::path& dir, int port, pid_t launcher) {
+    std::vector<std::string> args = common;
+    args.push_back("--out");
+    args.push_back((dir / ("rank" + std::to_string(rk) + ".json")).string());
+    const std::string log = (dir / ("rank" + std::to_string(rk) + ".log")).string();
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // no orphans if the launcher dies
+        if (::getppid() != launcher) ::_exit(1);
+        ::setpgid(0, 0);
+        const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            if (rk != 0) ::dup2(fd, 1);
+            ::dup2(fd, 2);
+            ::close(fd);
+        }
+        ::setenv("RANK", std::to_string(rk).c_str(), 1);
+        ::setenv("LOCAL_RANK", std::to_string(rk).c_str(), 1);
+        ::setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+        ::setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+        ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+        ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+        std::vector<char*> cargs;
+        for (auto& s : args)
+            cargs.push_back(s.data());
+        cargs.push_back(nullptr);
+        ::execv(cargs[0], cargs.data());
+        ::_exit(127);
+    }
+    return pid;
+}
+
+// Says which rank failed first and how, which ones were stopped, and the last lines of
+// every failed rank's log.
+void reportFailure(int64_t firstFailure, const std::vector<int64_t>& stopped, int64_t grace,
+                   int64_t timeoutS, const std::vector<int>& status, int64_t nproc,
+                   const fs::path& dir) {
+    if (!stopped.empty() && grace == 2) {
+        // The first failure was a timeout waiting for the ranks that never finished.
+        std::cerr << "error: rank";
+        for (size_t i = 0; i < stopped.size(); ++i)
+            std::cerr << (i ? ", " : " ") << stopped[i];
+        std::cerr << " stopped responding (hung, or stopped by a signal): rank " << firstFailure
+                  << " timed out waiting for " << (stopped.size() > 1 ? "them" : "it") << " after "
+                  << timeoutS << " s; every rank was stopped.";
+    } else {
+        std::cerr << "error: rank " << firstFailure << " failed";
+        const int st = status[static_cast<size_t>(firstFailure)];
+        if (WIFSIGNALED(st)) std::cerr << " (killed by signal " << WTERMSIG(st) << ")";
+        std::cerr << "; every rank was stopped.";
+        for (int64_t rk : stopped)
+            std::cerr << " Rank " << rk << " had not exited " << grace
+                      << " s after that (hung? its log says where it was).";
+    }
+    std::cerr << " Last lines of each failed rank's log:\n";
+    for (int64_t rk = 0; rk < nproc; ++rk) {
+        const int s = status[static_cast<size_t>(rk)];
+        if (WIFEXITED(s) && WEXITSTATUS(s) == 0) continue;
+        std::cerr << "  rank " << rk << ":\n"
+                  << tail(dir / ("rank" + std::to_string(rk) + ".log"), 4);
+    }
+}
+
 int launchLocalRanks(const std::vector<std::string>& common, int64_t nproc, const fs::path& dir,
                      int64_t timeoutS, const std::string& who) {
     const int port = freePort();
@@ -124,34 +191,7 @@ int launchLocalRanks(const std::vector<std::string>& common, int64_t nproc, cons
     const pid_t launcher = ::getpid();
     std::vector<pid_t> pids;
     for (int64_t rk = 0; rk < nproc; ++rk) {
-        std::vector<std::string> args = common;
-        args.push_back("--out");
-        args.push_back((dir / ("rank" + std::to_string(rk) + ".json")).string());
-        const std::string log = (dir / ("rank" + std::to_string(rk) + ".log")).string();
-        const pid_t pid = ::fork();
-        if (pid == 0) {
-            ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // no orphans if the launcher dies
-            if (::getppid() != launcher) ::_exit(1);
-            ::setpgid(0, 0);
-            const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-            if (fd >= 0) {
-                if (rk != 0) ::dup2(fd, 1);
-                ::dup2(fd, 2);
-                ::close(fd);
-            }
-            ::setenv("RANK", std::to_string(rk).c_str(), 1);
-            ::setenv("LOCAL_RANK", std::to_string(rk).c_str(), 1);
-            ::setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
-            ::setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
-            ::setenv("MASTER_ADDR", "127.0.0.1", 1);
-            ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-            std::vector<char*> cargs;
-            for (auto& s : args)
-                cargs.push_back(s.data());
-            cargs.push_back(nullptr);
-            ::execv(cargs[0], cargs.data());
-            ::_exit(127);
-        }
+        const pid_t pid = spawnRank(common, rk, nproc, dir, port, launcher);
         pids.push_back(pid);
     }
     auto killAll = [&](int sig) {
@@ -237,33 +277,9 @@ int launchLocalRanks(const std::vector<std::string>& common, int64_t nproc, cons
         return 128 + g_interrupted;  // the shell's convention: 130 for SIGINT, 143 for SIGTERM
     }
     if (firstFailure >= 0) {
-        if (!stopped.empty() && grace == 2) {
-            // The first failure was a timeout waiting for the ranks that never finished.
-            std::cerr << "error: rank";
-            for (size_t i = 0; i < stopped.size(); ++i)
-                std::cerr << (i ? ", " : " ") << stopped[i];
-            std::cerr << " stopped responding (hung, or stopped by a signal): rank " << firstFailure
-                      << " timed out waiting for " << (stopped.size() > 1 ? "them" : "it")
-                      << " after " << timeoutS << " s; every rank was stopped.";
-        } else {
-            std::cerr << "error: rank " << firstFailure << " failed";
-            const int st = status[static_cast<size_t>(firstFailure)];
-            if (WIFSIGNALED(st)) std::cerr << " (killed by signal " << WTERMSIG(st) << ")";
-            std::cerr << "; every rank was stopped.";
-            for (int64_t rk : stopped)
-                std::cerr << " Rank " << rk << " had not exited " << grace
-                          << " s after that (hung? its log says where it was).";
-        }
-        std::cerr << " Last lines of each failed rank's log:\n";
-        for (int64_t rk = 0; rk < nproc; ++rk) {
-            const int s = status[static_cast<size_t>(rk)];
-            if (WIFEXITED(s) && WEXITSTATUS(s) == 0) continue;
-            std::cerr << "  rank " << rk << ":\n"
-                      << tail(dir / ("rank" + std::to_string(rk) + ".log"), 4);
-        }
+        reportFailure(firstFailure, stopped, grace, timeoutS, status, nproc, dir);
         return kExitFailed;
     }
-
     return kExitOk;
 }
 
