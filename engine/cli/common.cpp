@@ -147,17 +147,21 @@ ChildExit runChild(const std::vector<std::string>& argv, bool stdoutToStderr,
 }
 
 std::vector<std::string> dataRoots() {
-    std::vector<std::string> roots;
-    if (const char* d = std::getenv("SHARDSCOPE_DATA_DIR"); d && *d) roots.emplace_back(d);
-    std::error_code ec;
-    const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-    if (!ec) {
-        const std::filesystem::path dir = exe.parent_path();
-        roots.push_back((dir.parent_path() / "share" / "shardscope").string());
-        roots.push_back(dir.parent_path().parent_path().string());
-    }
-    roots.emplace_back(SHARDSCOPE_SOURCE_ROOT);
-    return roots;
+    // Once per process: where the binary is does not change while it runs.
+    static const std::vector<std::string> found = [] {
+        std::vector<std::string> roots;
+        if (const char* d = std::getenv("SHARDSCOPE_DATA_DIR"); d && *d) roots.emplace_back(d);
+        std::error_code ec;
+        const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+        if (!ec) {
+            const std::filesystem::path dir = exe.parent_path();
+            roots.push_back((dir.parent_path() / "share" / "shardscope").string());
+            roots.push_back(dir.parent_path().parent_path().string());
+        }
+        roots.emplace_back(SHARDSCOPE_SOURCE_ROOT);
+        return roots;
+    }();
+    return found;
 }
 
 std::string dataPath(const std::string& path) {

@@ -488,7 +488,7 @@ struct TrainingLoop {
 // memory figures, the recorded ops joined with the step program and their order.
 nlohmann::json rankResult(const Options& o, const ResolvedPlan& r, const Plan& plan,
                           const Groups& groups, const FsdpRuntime& rt, const Recorder& rec,
-                          CountingAllocator* mem, const Measured& x, int64_t world, bool asLlama,
+                          CountingAllocator* mem, Measured& x, int64_t world, bool asLlama,
                           bool cuda, const c10::Device& device) {
     const int64_t total = o.warmup + o.steps, m = plan.microBatches;
     // Op order of every step against the step program.
@@ -563,13 +563,12 @@ nlohmann::json rankResult(const Options& o, const ResolvedPlan& r, const Plan& p
     j["ops"] = std::move(jo);
     // GPU work from CUPTI, each op's "fsdp_op" pointing into "ops" (the op that launched it).
     if (x.deviceActivityOps) {
-        record::DeviceActivity activity = *x.deviceActivityOps;
-        for (auto& dop : activity.ops)
+        for (auto& dop : x.deviceActivityOps->ops)
             if (dop.external >= 0)
                 dop.external = static_cast<size_t>(dop.external) < emitted.size()
                                    ? emitted[static_cast<size_t>(dop.external)]
                                    : record::kNoExternalId;
-        j["device_activity"] = record::toJson(activity);
+        j["device_activity"] = record::toJson(*x.deviceActivityOps);
     }
     if (!x.deviceTraceNote.empty()) j["device_trace_note"] = x.deviceTraceNote;
     j["collectives"] = o.blocking ? "blocking" : "overlapped";
@@ -673,9 +672,9 @@ int runWorker(const std::vector<std::string>& argv) {
     };
     if (!o.dumpInitial.empty()) dump(o.dumpInitial);
 
-    const Measured x = TrainingLoop{o,           *plan,       groups, rt,   rec,   mem,
-                                    llama.get(), proxy.get(), device, cuda, world, vocab}
-                           .run();
+    Measured x = TrainingLoop{o,           *plan,       groups, rt,   rec,   mem,
+                              llama.get(), proxy.get(), device, cuda, world, vocab}
+                     .run();
     nlohmann::json j =
         rankResult(o, r, *plan, groups, rt, rec, mem, x, world, asLlama, cuda, device);
     if (!o.dumpParams.empty()) dump(o.dumpParams);

@@ -62,9 +62,8 @@ def inductor_loss():
     return [fusion.fused_kernels(c) for c in codes], kept, big_fp32
 
 
-def root_ops(compile_loss, batch=1, seq=SEQ):
-    """The root unit's forward and backward compute ops of tiny-llama, batch x seq tokens,
-    and the summary."""
+def simulate(compile_loss, *extra, batch=1, seq=SEQ):
+    """`simulate --json` (with `extra`) of tiny-llama's plan, batch x seq tokens."""
     plan = {"format": "shardscope.plan", "version": 1, "api": "fsdp2",
             "wrap": {"policy": "module_class", "classes": ["LlamaDecoderLayer"]},
             "defaults": {"mixed_precision": {"param_dtype": "bfloat16", "reduce_dtype": "float32"}},
@@ -74,17 +73,19 @@ def root_ops(compile_loss, batch=1, seq=SEQ):
         path = os.path.join(d, "plan.json")
         with open(path, "w") as f:
             json.dump(plan, f)
-        ops = peer.shardscope("simulate", "-m", peer.sample("models", "tiny-llama", "config.json"),
-                              "-p", path, "-c", peer.sample("clusters", "h200-sxm-1x8.json"),
-                              "--program", "--json")["ops"]
-        summary = peer.shardscope("simulate", "-m", peer.sample("models", "tiny-llama", "config.json"),
-                                  "-p", path, "-c", peer.sample("clusters", "h200-sxm-1x8.json"), "--json")
-    # The root's forward op after the layers (lm_head and the loss; the one before them is
-    # the embedding) and its first backward op.
+        return peer.shardscope("simulate", "-m", peer.sample("models", "tiny-llama", "config.json"),
+                               "-p", path, "-c", peer.sample("clusters", "h200-sxm-1x8.json"),
+                               "--json", *extra)
+
+
+def root_ops(compile_loss):
+    """The root unit's forward op after the layers (lm_head and the loss; the one before them
+    is the embedding) and its first backward op, 1 x SEQ tokens."""
+    ops = simulate(compile_loss, "--program")["ops"]
     root = [o for o in ops if o["unit"] == "" and o["kind"] in ("forward", "backward")]
     fwd = max((o for o in root if o["kind"] == "forward"), key=lambda o: o["memory_bound_bytes"])
     bwd = next(o for o in root if o["kind"] == "backward")
-    return fwd, bwd, summary
+    return fwd, bwd
 
 
 class CompiledLoss(unittest.TestCase):
@@ -108,8 +109,8 @@ class CompiledLoss(unittest.TestCase):
     def test_the_simulator_prices_what_inductor_runs(self):
         (_, fb), (_, bb) = self.kernels
         logits = SEQ * VOCAB
-        ef, eb, _ = root_ops(False)
-        cf, cb, _ = root_ops(True)
+        ef, eb = root_ops(False)
+        cf, cb = root_ops(True)
         # The simulator moves Inductor's bytes where eager moved EAGER_FWD/EAGER_BWD a logit
         # (Inductor's per-row numbers aside: within 24 B a row).
         self.assertAlmostEqual(ef["memory_bound_bytes"] - cf["memory_bound_bytes"], EAGER_FWD * logits - fb,
@@ -123,8 +124,8 @@ class CompiledLoss(unittest.TestCase):
         # backward the log-probabilities with two fp32 gradients (12 B a logit); compiled,
         # the logits and their bf16 gradient (4 B a logit).
         logits = 16 * 512 * VOCAB
-        eager = root_ops(False, 16, 512)[2]["peak_allocated_bytes"]
-        compiled = root_ops(True, 16, 512)[2]["peak_allocated_bytes"]
+        eager = simulate(False, batch=16, seq=512)["peak_allocated_bytes"]
+        compiled = simulate(True, batch=16, seq=512)["peak_allocated_bytes"]
         print(f"peak allocated: eager {eager} B, compiled loss {compiled} B "
               f"({(eager - compiled) / logits:.2f} B a logit less)")
         self.assertAlmostEqual((eager - compiled) / logits, 12 - 4, delta=0.5)
