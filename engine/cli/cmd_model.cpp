@@ -1,11 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 // `shardscope model show`: the module tree with parameter counts, sizes and per-module
-// compute and activation costs.
+// compute and activation costs. `shardscope model families`: the natively loaded
+// Hugging Face families and the bundled configs of each, with their parameter counts.
+#include <algorithm>
+#include <filesystem>
 #include <iostream>
+#include <map>
 
 #include "engine/cli/commands.h"
 #include "engine/cli/common.h"
+#include "plans/core/json_reader.h"
 #include "plans/core/strings.h"
+#include "plans/model/hf_config.h"
 
 namespace shardscope::cli {
 
@@ -167,6 +173,65 @@ int runModelShow(const Args& a) {
     return kExitOk;
 }
 
+// The bundled Hugging Face configs (samples/models/*/config.json) by model_type, each with
+// its folder name and total parameter count as loaded here.
+struct Sample {
+    std::string name;
+    int64_t params = 0;
+};
+std::map<std::string, std::vector<Sample>> samplesByType() {
+    std::map<std::string, std::vector<Sample>> out;
+    const std::filesystem::path dir = dataPath("samples/models");
+    std::error_code ec;
+    std::vector<std::filesystem::path> folders;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+        if (e.is_directory()) folders.push_back(e.path());
+    std::sort(folders.begin(), folders.end());
+    for (const auto& f : folders) {
+        const std::string file = (f / "config.json").string();
+        Expected<nlohmann::json> j = readJsonFile(file);
+        if (!j.ok() || !looksLikeHfConfig(*j) || !(*j)["model_type"].is_string()) continue;
+        Expected<ModelGraph> g = modelFromHfConfig(*j, file);
+        if (!g.ok()) continue;
+        out[(*j)["model_type"].get<std::string>()].push_back(
+            {f.filename().string(), g->totalParams()});
+    }
+    return out;
+}
+
+int runModelFamilies(const Args& a) {
+    const auto samples = samplesByType();
+    nlohmann::json rows = nlohmann::json::array();
+    Table t({"model_type", "transformers class", "covers", "bundled configs (parameters)"});
+    for (const HfFamily& f : hfFamilies()) {
+        nlohmann::json js = nlohmann::json::array();
+        std::string cell;
+        if (auto it = samples.find(f.modelType); it != samples.end())
+            for (const Sample& s : it->second) {
+                js.push_back({{"name", s.name},
+                              {"config", "samples/models/" + s.name + "/config.json"},
+                              {"total_params", s.params}});
+                cell += (cell.empty() ? "" : ", ") + s.name + " " + withThousands(s.params);
+            }
+        rows.push_back({{"model_type", f.modelType},
+                        {"class", f.causalLm},
+                        {"covers", f.models},
+                        {"samples", js}});
+        t.row({f.modelType, f.causalLm, f.models, cell.empty() ? "-" : cell});
+    }
+    if (a.flag("--json")) {
+        std::cout << nlohmann::json{{"families", rows}}.dump(2) << "\n";
+        return kExitOk;
+    }
+    std::cout << hfFamilies().size()
+              << " model families load natively from a config.json (totals as transformers "
+                 "builds them, tests/python/test_hf_modules.py):\n\n";
+    t.print(std::cout);
+    std::cout << "\nAny other model_type is exported with transformers the first time "
+                 "(scripts/export_model.py; --no-export refuses).\n";
+    return kExitOk;
+}
+
 }  // namespace
 
 std::vector<Command> modelCommands() {
@@ -175,9 +240,9 @@ std::vector<Command> modelCommands() {
     show.summary =
         "Show a model's module tree with parameter counts, sizes, FLOPs and activations.";
     show.description =
-        "Reads a Hugging Face config.json (llama, mistral, qwen2, qwen3, olmo2, mixtral,\n"
-        "qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, phi3, gemma2, gemma3_text, falcon,\n"
-        "gpt2) or a ShardScope model JSON (scripts/export_model.py writes one for any\n"
+        "Reads a Hugging Face config.json of a natively loaded family (`shardscope model\n"
+        "families` lists them) or a ShardScope model JSON (scripts/export_model.py writes one for "
+        "any\n"
         "torch.nn.Module, mixture-of-experts models included). A config.json of any other\n"
         "model_type is exported with transformers the first time (every command that takes\n"
         "--model does this; cached under ~/.cache/shardscope/models, --no-export refuses).\n"
@@ -194,7 +259,17 @@ std::vector<Command> modelCommands() {
     show.options.push_back({"--json", "", "print JSON (with total_params) instead of a table"});
     show.examples = {"shardscope model show --model samples/models/llama3-8b/config.json",
                      "shardscope model show -m samples/models/gpt2/config.json --depth 5 --json"};
-    return {{show, runModelShow}};
+    CommandSpec families;
+    families.name = "model families";
+    families.summary = "List the Hugging Face model families loaded natively, with sample totals.";
+    families.description =
+        "Each family's config.json model_type, the transformers class it builds, the published\n"
+        "models it covers, and the configs bundled under samples/models with their exact\n"
+        "parameter counts (equal to transformers' on the meta device, checked by the test\n"
+        "suite).";
+    families.options = {{"--json", "", "print JSON instead of a table"}};
+    families.examples = {"shardscope model families", "shardscope model families --json"};
+    return {{show, runModelShow}, {families, runModelFamilies}};
 }
 
 }  // namespace shardscope::cli

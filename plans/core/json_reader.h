@@ -75,6 +75,7 @@ public:
     [[nodiscard]] double asPositiveNumber() const;
     [[nodiscard]] std::vector<std::string> asStringList() const;
     [[nodiscard]] bool isNull() const { return m_j->is_null(); }
+    [[nodiscard]] bool isString() const { return m_j->is_string(); }
 
     // Member shorthands.
     [[nodiscard]] std::string getString(std::string_view key) const { return at(key).asString(); }

@@ -250,6 +250,20 @@ struct LlamaLike {
     int64_t slidingWindow = 0;
     std::vector<char> slidingLayers;  // per layer, when slidingWindow > 0
     double residDropout = 0;
+    // Seed-OSS: functional dropout (residual_dropout) on o_proj's and down_proj's outputs,
+    // inside the attention and the MLP.
+    double branchDropout = 0;
+    // Granite: the embedding, each residual branch and the logits scaled by the config's
+    // multipliers, always applied (1.0 included): one multiply each way, nothing saved.
+    bool granite = false;
+    // Exaone-4: OLMo-2's post-norm layout (no input_layernorm) with Qwen3's per-head q/k
+    // norms and Llama's RMSNorm (weight applied after the cast back).
+    bool postNorms = false;
+    // Per layer, whether RoPE is applied (SmolLM3's no_rope_layers, Exaone-4's global layers
+    // when a sliding window is set); empty: every layer.
+    std::vector<char> ropeLayers;
+    // OLMo-3: one rotary embedding per attention type, in a ModuleDict `rotary_embs`.
+    bool rotaryPerType = false;
     int64_t qLora = 0, kvLora = 0, ropeDim = 0, nopeDim = 0, vDim = 0, firstDense = 0;
     int64_t sharedExperts = 0;
     int64_t maxPositions = 0;
@@ -297,10 +311,12 @@ public:
                                      c.gemma3 ? "Gemma3TextScaledWordEmbedding" : "Embedding");
         ParamId embedW = g.addParam(embed, "weight", {c.vocab, h}, pd);
         cb.embedding(embed, H);
-        if (c.gemma) {
-            // The embedding times sqrt(hidden_size): a multiply by a constant, nothing saved.
+        if (c.gemma || c.granite) {
+            // The embedding times sqrt(hidden_size) (Granite: embedding_multiplier): a
+            // multiply by a constant, nothing saved.
             if (c.gemma3) g.addBuffer(embed, {"embed_scale", {}, DType::Float32, false});
-            // Counted at the embedding (Gemma-2 multiplies in its model's forward, right after).
+            // Counted at the embedding (Gemma-2 and Granite multiply in their model's
+            // forward, right after).
             auto& ec = g.cost(embed);
             ec.fwdMemKernels += 1;
             ec.bwdMemKernels += 1;
@@ -311,8 +327,11 @@ public:
         for (int64_t i = 0; i < c.layers; ++i)
             decoderLayer(g.addModule(layers, std::to_string(i), c.prefix + "DecoderLayer"), i);
         rmsNorm(model, "norm");
-        cb.rotaryEmbedding(model, "rotary_emb", c.prefix + "RotaryEmbedding", c.rotaryDim,
-                           c.headDim, c.deepseekV2);
+        if (c.rotaryPerType)
+            rotaryPerType(model);
+        else
+            cb.rotaryEmbedding(model, "rotary_emb", c.prefix + "RotaryEmbedding", c.rotaryDim,
+                               c.headDim, c.deepseekV2);
         if (c.gemma3)  // the sliding-window layers' own cos and sin (rope_local_base_freq)
             cb.rotaryEmbedding(model, "rotary_emb_local", c.prefix + "RotaryEmbedding", c.rotaryDim,
                                c.headDim);
@@ -323,6 +342,15 @@ public:
             cb.linear(head, H, static_cast<double>(c.vocab), true);
         } else {
             linear(g.root(), "lm_head", h, c.vocab, false, true);
+        }
+        if (c.granite) {
+            // logits / logits_scaling: the scaled logits replace lm_head's, nothing saved.
+            auto& rc = g.cost(g.root());
+            const double V = static_cast<double>(c.vocab);
+            rc.fwdMemKernels += 1;
+            rc.bwdMemKernels += 1;
+            rc.fwdMemBytes.perToken += 2 * V * cb.e;
+            rc.bwdMemBytes.perToken += 2 * V * cb.e;
         }
         if (c.finalSoftcap > 0) {
             // logits / cap, tanh (keeps its output), * cap, before the loss.
@@ -337,11 +365,24 @@ public:
         cb.causalLmLoss(g.root(), static_cast<double>(c.vocab));
         if (Status s = g.finalize(); !s) return Error{file + ":/: " + s.error()};
         return g;
-        if (Status s = g.finalize(); !s) return Error{file + ":/: " + s.error()};
-        return std::move(g);
     }
 
 private:
+    // OLMo-3's rotary embeddings, one per attention type (the sliding layers' without
+    // rope_scaling): each layer saves its type's cos and sin, so a type no layer has keeps
+    // nothing.
+    void rotaryPerType(ModuleId model) {
+        ModuleId dict = g.addModule(model, "rotary_embs", "ModuleDict", {"ModuleDict"});
+        for (const bool sliding : {true, false}) {
+            ModuleId m = cb.rotaryEmbedding(dict, sliding ? "sliding_attention" : "full_attention",
+                                            c.prefix + "RotaryEmbedding", c.rotaryDim, c.headDim);
+            const bool used = std::any_of(c.slidingLayers.begin(), c.slidingLayers.end(),
+                                          [&](char s) { return (s != 0) == sliding; }) ||
+                              (c.slidingLayers.empty() && !sliding);
+            if (!used) g.cost(m).savedBytes = {};
+        }
+    }
+
     ModuleId linear(ModuleId parent, const char* name, int64_t in, int64_t out, bool bias,
                     bool savesInput, bool sumsInputGrad = false) {
         ModuleId m = g.addModule(parent, name, "Linear");
@@ -524,8 +565,17 @@ private:
             denseMlp(layer);
         norms(layer);
         cb.residualAdds(layer, H, 2);
-        if (!c.deepseek && !sparse && !c.legacyQwen2MoeAttention && c.residDropout == 0)
-            compiledRule(layer);
+        if (c.granite) {
+            // residual + branch * residual_multiplier, twice: a multiply by a constant each.
+            auto& lc = g.cost(layer);
+            lc.fwdMemKernels += 2;
+            lc.bwdMemKernels += 2;
+            lc.fwdMemBytes.perToken += 4 * H * cb.e;
+            lc.bwdMemBytes.perToken += 4 * H * cb.e;
+        }
+        if (!c.deepseek && !sparse && !c.legacyQwen2MoeAttention && c.residDropout == 0 &&
+            c.branchDropout == 0)
+            compiledRule(layer, i);
     }
 
     // The attention module: projections (or MLA), q/k norms, RoPE and SDPA.
@@ -580,6 +630,7 @@ private:
         // RoPE: q·cos + rotate_half(q)·sin saves only cos and sin (they need no gradient,
         // so q and rotate_half(q) are not kept); cos and sin are shared across layers and
         // counted once at rotary_emb. The rotated q and k are saved by SDPA.
+        const bool rope = c.ropeLayers.empty() || c.ropeLayers[static_cast<size_t>(i)];
         if (!c.deepseek) {
             auto& ac = g.cost(attn);
             // Per element of q and k: forward the products by cos and by sin (2 each), neg
@@ -587,14 +638,16 @@ private:
             // slice_backward's fills and copies (4), the in-place sums of the halves and of the
             // two paths (4) and SDPA's gradient made contiguous (2). Llama-3.1-8B on an H200
             // at 4,096 tokens: 25h forward, 37.5h backward (within 1 %).
-            ac.fwdMemBytes.perToken += 10.0 * (dq + dkv) * cb.e;
-            ac.bwdMemBytes.perToken += 15.0 * (dq + dkv) * cb.e;
+            // A layer without RoPE (NoPE) runs none of it.
+            const double ropes = rope ? 1 : 0;
+            ac.fwdMemBytes.perToken += ropes * 10.0 * (dq + dkv) * cb.e;
+            ac.bwdMemBytes.perToken += ropes * 15.0 * (dq + dkv) * cb.e;
             // rotate_half and the products for q and k (mul 4, neg 2, cat 2) and the two adds;
             // backward: mul 4, neg 2, slice_backward 4, add 4, clone 2. transformers fills a
             // DynamicCache in training too unless use_cache=False: two cats forward, the zeros
             // of their backward.
-            ac.fwdMemKernels += 12;
-            ac.bwdMemKernels += 18;
+            ac.fwdMemKernels += rope ? 12 : 2;
+            ac.bwdMemKernels += rope ? 18 : 2;
             ac.outputBytes.perToken += H * cb.e;
             const bool repeatKv = c.legacyQwen2MoeAttention && c.kvHeads < c.heads;
             // Phi-3's v is a view of qkv_proj's output, so SDPA keeps that whole storage
@@ -623,6 +676,7 @@ private:
                 ac.bwdMemBytes.perToken += 2.0 * (dkv + dq) * cb.e;
             }
         }
+        cb.dropout(attn, H, c.branchDropout);  // Seed-OSS, on o_proj's output
     }
 
     // A mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE): router, experts, shared expert.
@@ -701,11 +755,12 @@ private:
         } else {
             swiglu(mlp, "gate_proj", "up_proj", "down_proj", c.inter, 1.0, true);
         }
+        cb.dropout(mlp, H, c.branchDropout);  // Seed-OSS, on down_proj's output
     }
 
     // The layer's own norms (pre-norm, OLMo-2's and Gemma's post-norms) and Phi-3's dropouts.
     void norms(ModuleId layer) {
-        if (c.olmo2) {
+        if (c.olmo2 || c.postNorms) {
             // x + post_attention_layernorm(attn(x)), then the same around the MLP: q/k/v and
             // gate/up read the residual stream itself (saved by q_proj and gate_proj).
             rmsNorm(layer, "post_attention_layernorm");
@@ -726,7 +781,7 @@ private:
         }
     }
 
-    void compiledRule(ModuleId layer) {
+    void compiledRule(ModuleId layer, int64_t i) {
         // Compiled as one region, the layer saves (AOT autograd's min-cut partitioner,
         // checked per family by tests/python/test_compiled_saved_peer.py): the block
         // input; each GEMM input that is not it (a pre-norm's output: two, OLMo-2 one,
@@ -738,8 +793,9 @@ private:
         const double Q = static_cast<double>(dq), KV = static_cast<double>(dkv);
         const double I = static_cast<double>(c.inter);
         const bool projNorms = c.qkNorm || c.olmo2;
-        const bool postMlpNorm = c.gemma || c.olmo2;
-        const double elems = H + (c.olmo2 ? 1 : 2) * H + 3 * Q + 2 * KV + H + 3 * I +
+        const bool post = c.olmo2 || c.postNorms;  // no pre-norms: one GEMM input besides x
+        const bool postMlpNorm = c.gemma || post;
+        const double elems = H + (post ? 1 : 2) * H + 3 * Q + 2 * KV + H + 3 * I +
                              (projNorms ? Q + KV : 0) + (postMlpNorm ? H : 0);
         const double normRows = (c.gemma ? 4 : 2) + (c.olmo2 ? 2 : 0) +
                                 (c.qkNorm ? static_cast<double>(c.heads + c.kvHeads) : 0);
@@ -765,8 +821,10 @@ private:
         // their gradients besides. q/k/v biases (Qwen2) add the bias gradients' two sums
         // backward. Phi-3's fused projections: RoPE reads the one qkv_proj output and writes v
         // too; backward, RoPE's kernel handles v's gradient as well and each norm's
-        // backward reads one input gradient per fused GEMM.
-        if (!c.gemma && !c.olmo2) {
+        // backward reads one input gradient per fused GEMM. Granite's scaled residual
+        // branches add a kernel backward.
+        const bool rope = c.ropeLayers.empty() || c.ropeLayers[static_cast<size_t>(i)];
+        if (!c.gemma && !c.olmo2 && !c.postNorms && rope) {
             const double rd = static_cast<double>(c.rotaryDim);
             double fwd = 8 * H + 2 * Q + 2 * KV + 3 * I + 2 * rd;
             double bwd = 14 * H + 2 * Q + 2 * KV + 4 * I + 2 * rd;
@@ -779,6 +837,12 @@ private:
             if (c.qkvBias) {
                 bwd += Q + KV;
                 bk += 2;
+            }
+            if (c.granite) {
+                // The residual multiplier's gradient: one more kernel backward, reading and
+                // writing about three hidden-sized tensors.
+                bwd += 3 * H;
+                bk += 1;
             }
             if (c.phi3) {
                 fwd += Q + 2 * KV;
@@ -804,6 +868,22 @@ private:
 Expected<ModelGraph> buildLlamaLike(const LlamaLike& c, const std::string& file,
                                     const HfLoadOptions& o) {
     return LlamaLikeBuilder(c, o).build(file);
+}
+
+// Exaone-4's sliding_window_pattern: every pattern-th layer attends fully (default 4). A
+// string such as "LLLG" is the same period written out (its length; the last must be G).
+int64_t exaonePattern(const JsonReader& r) {
+    if (!r.hasNonNull("sliding_window_pattern")) return 4;
+    const JsonReader v = r.at("sliding_window_pattern");
+    if (!v.isString()) return positive(r, "sliding_window_pattern");
+    const std::string p = v.asString();
+    const bool valid = !p.empty() && p.back() == 'G' &&
+                       std::count(p.begin(), p.end(), 'L') == static_cast<long>(p.size()) - 1;
+    if (!valid)
+        v.fail(
+            "expected a period such as \"LLLG\" (sliding layers L, then one global G) or "
+            "an integer");
+    return static_cast<int64_t>(p.size());
 }
 
 // The sliding window and the layers that use it, as transformers' configs decide them
@@ -833,6 +913,16 @@ void readSlidingWindow(const JsonReader& r, const std::string& family, LlamaLike
                                                            : 0;
         fullBelow =
             r.hasNonNull("max_window_layers") ? r.at("max_window_layers").asIntAtLeast(0) : 28;
+    } else if (family == "olmo3" || family == "exaone4") {
+        // Both default to a 4096 window; null turns it off.
+        c.slidingWindow = !r.has("sliding_window")         ? 4096
+                          : r.hasNonNull("sliding_window") ? positive(r, "sliding_window")
+                                                           : 0;
+    } else if (family == "smollm3") {
+        c.slidingWindow =
+            r.optBool("use_sliding_window").value_or(false) && r.hasNonNull("sliding_window")
+                ? positive(r, "sliding_window")
+                : 0;
     } else if (!c.gemma) {
         c.slidingWindow = 0;
     }
@@ -854,15 +944,20 @@ void readSlidingWindow(const JsonReader& r, const std::string& family, LlamaLike
             }
         }
         // Gemma-2 alternates from layer 0; Gemma-3 makes every sliding_window_pattern-th
-        // layer (default 6) a full one.
-        const int64_t pattern = family == "gemma2" ? 2
-                                : !c.gemma3        ? 0
+        // layer (default 6) a full one, Exaone-4 likewise (default 4), OLMo-3 every 4th.
+        // SmolLM3 slides on its layers without RoPE.
+        const int64_t pattern = family == "gemma2"    ? 2
+                                : family == "olmo3"   ? 4
+                                : family == "exaone4" ? exaonePattern(r)
+                                : !c.gemma3           ? 0
                                 : r.hasNonNull("sliding_window_pattern")
                                     ? positive(r, "sliding_window_pattern")
                                     : 6;
         for (int64_t i = 0; !listed && i < c.layers; ++i)
             c.slidingLayers[static_cast<size_t>(i)] =
-                everyLayer || (pattern > 0 ? (i + 1) % pattern != 0 : i >= fullBelow);
+                family == "smollm3" ? !c.ropeLayers[static_cast<size_t>(i)]
+                : everyLayer        ? true
+                                    : (pattern > 0 ? (i + 1) % pattern != 0 : i >= fullBelow);
     }
 }
 
@@ -940,6 +1035,59 @@ const char* readExperts(const JsonReader& r, const std::string& family, LlamaLik
     return expertsKey;
 }
 
+// A probability in [0, 1) (dropout), 0 when absent.
+double dropoutOf(const JsonReader& r, std::string_view key, double fallback) {
+    const double p = r.optNumber(key).value_or(fallback);
+    if (p < 0 || p >= 1) r.at(key).fail("a dropout probability must be in [0, 1)");
+    return p;
+}
+
+// The options of the Llama-derived families that differ from Llama in a few operators:
+// Seed-OSS (q/k/v biases by default, attention_out_bias, residual dropout), Granite
+// (multipliers), SmolLM3 (layers without RoPE), Exaone-4 (post-norms, per-head q/k norms,
+// RoPE on the sliding layers only) and OLMo-3 (OLMo-2 with sliding windows).
+void readLlamaVariant(const JsonReader& r, const std::string& family, LlamaLike& c) {
+    if (family == "seed_oss") {
+        c.qkvBias = r.optBool("attention_bias").value_or(true);
+        c.oBias = r.optBool("attention_out_bias").value_or(false);
+        c.branchDropout = dropoutOf(r, "residual_dropout", 0.1);
+        // Attention dropout (0.1 by default) runs inside the flash kernel on a GPU, which
+        // keeps its random state, not a mask: no cost modelled.
+        dropoutOf(r, "attention_dropout", 0.1);
+    }
+    c.granite = family == "granite";
+    if (c.granite)
+        for (const char* key : {"embedding_multiplier", "residual_multiplier",
+                                "attention_multiplier", "logits_scaling"})
+            if (r.hasNonNull(key)) static_cast<void>(r.at(key).asPositiveNumber());
+    if (family == "smollm3") {
+        c.ropeLayers.assign(static_cast<size_t>(c.layers), 1);
+        if (r.hasNonNull("no_rope_layers")) {
+            // Despite its name, 1 marks a layer that applies RoPE.
+            const JsonReader list = r.at("no_rope_layers");
+            list.requireArray();
+            if (static_cast<int64_t>(list.size()) != c.layers)
+                list.fail("no_rope_layers lists " + std::to_string(list.size()) +
+                          " layers, num_hidden_layers is " + std::to_string(c.layers));
+            for (size_t k = 0; k < list.size(); ++k) {
+                const int64_t v = list[k].asIntAtLeast(0);
+                if (v > 1) list[k].fail("expected 1 (RoPE) or 0 (no RoPE)");
+                c.ropeLayers[k] = static_cast<char>(v);
+            }
+        } else {
+            const int64_t every =
+                r.hasNonNull("no_rope_layer_interval") ? positive(r, "no_rope_layer_interval") : 4;
+            for (int64_t i = 0; i < c.layers; ++i)
+                c.ropeLayers[static_cast<size_t>(i)] = (i + 1) % every != 0;
+        }
+    }
+    if (family == "exaone4") {
+        c.postNorms = true;
+        c.qkNorm = true;
+    }
+    c.rotaryPerType = family == "olmo3";
+}
+
 Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& family,
                                    const HfLoadOptions& o) {
     LlamaLike c;
@@ -956,6 +1104,11 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
                : family == "phi3"        ? "Phi3"
                : family == "gemma2"      ? "Gemma2"
                : family == "gemma3_text" ? "Gemma3"
+               : family == "seed_oss"    ? "SeedOss"
+               : family == "granite"     ? "Granite"
+               : family == "smollm3"     ? "SmolLM3"
+               : family == "olmo3"       ? "Olmo3"
+               : family == "exaone4"     ? "Exaone4"
                                          : "Mixtral";
     c.vocab = positive(r, "vocab_size");
     c.hidden = positive(r, "hidden_size");
@@ -993,7 +1146,8 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
     c.rotaryDim = c.headDim;  // Phi-3's partial_rotary_factor narrows it below
     c.gemma3 = family == "gemma3_text";
     c.gemma = family == "gemma2" || c.gemma3;
-    c.tie = r.optBool("tie_word_embeddings").value_or(c.gemma);  // Gemma ties by default
+    // Gemma ties by default, and so does SmolLM3 (PretrainedConfig's default).
+    c.tie = r.optBool("tie_word_embeddings").value_or(c.gemma || family == "smollm3");
     if (r.hasNonNull("max_position_embeddings"))
         c.maxPositions = positive(r, "max_position_embeddings");
     // Qwen2 always has q/k/v biases; Llama and Qwen3 have attention_bias (q, k, v and o),
@@ -1003,7 +1157,8 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
     c.qkvBias = family == "qwen2" || attnBias ||
                 (family == "qwen2_moe" && r.optBool("qkv_bias").value_or(true));
     c.oBias =
-        (family == "llama" || family == "qwen3" || family == "qwen3_moe" || family == "olmo2") &&
+        (family == "llama" || family == "qwen3" || family == "qwen3_moe" || family == "olmo2" ||
+         family == "olmo3" || family == "granite" || family == "smollm3") &&
         attnBias;
     if (c.deepseek) c.qkvBias = c.oBias = attnBias;  // q_a, kv_a and o projections
     if (c.gemma) {
@@ -1042,7 +1197,8 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
             r.at("resid_pdrop").fail("resid_pdrop must be in [0, 1)");
     }
     c.qkNorm = family == "qwen3" || family == "qwen3_moe" || c.gemma3;
-    c.olmo2 = family == "olmo2";
+    c.olmo2 = family == "olmo2" || family == "olmo3";
+    readLlamaVariant(r, family, c);
     c.legacyQwen2MoeAttention = family == "qwen2_moe";
     if (family == "qwen2_moe" && r.optBool("use_sliding_window").value_or(false))
         r.at("use_sliding_window")
@@ -1051,7 +1207,12 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
                 "builds its own masks); set it to false or export the model with "
                 "scripts/export_model.py");
     readSlidingWindow(r, family, c);
-    c.mlpBias = (family == "llama" || c.deepseekV2) && r.optBool("mlp_bias").value_or(false);
+    // Exaone-4 with a sliding window applies RoPE on its sliding layers only.
+    if (family == "exaone4" && c.slidingWindow > 0)
+        c.ropeLayers.assign(c.slidingLayers.begin(), c.slidingLayers.end());
+    c.mlpBias = (family == "llama" || family == "granite" || family == "smollm3" ||
+                 family == "seed_oss" || c.deepseekV2) &&
+                r.optBool("mlp_bias").value_or(false);
     const char* expertsKey = readExperts(r, family, c);
     if (c.layers > 10000)
         r.at("num_hidden_layers").fail("implausibly many layers (more than 10000)");
@@ -1356,13 +1517,35 @@ bool looksLikeHfConfig(const nlohmann::json& j) {
     return j.is_object() && j.contains("model_type") && !j.contains("format");
 }
 
+const std::vector<HfFamily>& hfFamilies() {
+    static const std::vector<HfFamily> kFamilies = {
+        {"llama", "LlamaForCausalLM", "Llama 2, Llama 3, 3.1, 3.2, 3.3"},
+        {"mistral", "MistralForCausalLM", "Mistral 7B, Mistral NeMo, Mistral Small"},
+        {"mixtral", "MixtralForCausalLM", "Mixtral 8x7B, 8x22B"},
+        {"qwen2", "Qwen2ForCausalLM", "Qwen2, Qwen2.5"},
+        {"qwen2_moe", "Qwen2MoeForCausalLM", "Qwen1.5-MoE, Qwen2-MoE"},
+        {"qwen3", "Qwen3ForCausalLM", "Qwen3 dense"},
+        {"qwen3_moe", "Qwen3MoeForCausalLM", "Qwen3 MoE (30B-A3B, 235B-A22B)"},
+        {"deepseek_v2", "DeepseekV2ForCausalLM", "DeepSeek-V2, V2-Lite"},
+        {"deepseek_v3", "DeepseekV3ForCausalLM", "DeepSeek-V3, R1, Moonlight"},
+        {"phi3", "Phi3ForCausalLM", "Phi-3, Phi-3.5, Phi-4"},
+        {"gemma2", "Gemma2ForCausalLM", "Gemma 2"},
+        {"gemma3_text", "Gemma3ForCausalLM", "Gemma 3 1B and Gemma 3's text model"},
+        {"olmo2", "Olmo2ForCausalLM", "OLMo 2"},
+        {"olmo3", "Olmo3ForCausalLM", "OLMo 3"},
+        {"falcon", "FalconForCausalLM", "Falcon 7B, 40B, 180B, RW, Falcon2 11B"},
+        {"gpt2", "GPT2LMHeadModel", "GPT-2"},
+        {"seed_oss", "SeedOssForCausalLM", "Seed-OSS"},
+        {"granite", "GraniteForCausalLM", "Granite 3.0-3.3 dense"},
+        {"smollm3", "SmolLM3ForCausalLM", "SmolLM3"},
+        {"exaone4", "Exaone4ForCausalLM", "EXAONE 4.0"},
+    };
+    return kFamilies;
+}
+
 bool hfModelTypeSupported(const std::string& type) {
-    static const char* const kTypes[] = {"llama",       "mistral",     "qwen2",     "qwen3",
-                                         "olmo2",       "mixtral",     "qwen2_moe", "qwen3_moe",
-                                         "deepseek_v3", "deepseek_v2", "phi3",      "gemma2",
-                                         "gemma3_text", "gpt2",        "falcon"};
-    return std::any_of(std::begin(kTypes), std::end(kTypes),
-                       [&](const char* t) { return type == t; });
+    const auto& f = hfFamilies();
+    return std::any_of(f.begin(), f.end(), [&](const HfFamily& x) { return type == x.modelType; });
 }
 
 Expected<ModelGraph> modelFromHfConfig(const nlohmann::json& j, const std::string& file,
@@ -1375,7 +1558,8 @@ Expected<ModelGraph> modelFromHfConfig(const nlohmann::json& j, const std::strin
         if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" ||
             type == "olmo2" || type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" ||
             type == "deepseek_v3" || type == "deepseek_v2" || type == "phi3" || type == "gemma2" ||
-            type == "gemma3_text")
+            type == "gemma3_text" || type == "seed_oss" || type == "granite" || type == "smollm3" ||
+            type == "olmo3" || type == "exaone4")
             g = loadLlamaLike(r, type, options);
         else if (type == "gemma3")
             r.at("model_type")
@@ -1388,15 +1572,15 @@ Expected<ModelGraph> modelFromHfConfig(const nlohmann::json& j, const std::strin
             g = loadGpt2(r, options);
         else if (type == "falcon")
             g = loadFalcon(r, options);
-        else
+        else {
+            std::string list;
+            for (const HfFamily& f : hfFamilies())
+                list += std::string(list.empty() ? "" : ", ") + f.modelType;
             r.at("model_type")
-                .fail(
-                    "unsupported model_type \"" + type +
-                    "\" (supported: llama, mistral, qwen2, qwen3, olmo2, mixtral, qwen2_moe, "
-                    "qwen3_moe, deepseek_v2, deepseek_v3, phi3, gemma2, gemma3_text, falcon, gpt2; "
-                    "for "
-                    "other models "
-                    "export a ShardScope model JSON with scripts/export_model.py)");
+                .fail("unsupported model_type \"" + type + "\" (supported: " + list +
+                      "; for other models export a ShardScope model JSON with "
+                      "scripts/export_model.py)");
+        }
         if (g.ok() && r.hasNonNull("_name_or_path")) g->name = r.getString("_name_or_path");
         return g;
     } catch (const JsonError& e) {

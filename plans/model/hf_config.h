@@ -5,15 +5,13 @@
 // parameter shapes exact enough that totals equal the published counts
 // (Llama-3-8B 8,030,261,248; Mistral-7B-v0.1 7,241,732,096; GPT-2 124,439,808).
 //
-// Families: llama (Llama 2, 3, 3.1, 3.2), mistral, qwen2, qwen3, olmo2, mixtral, qwen2_moe,
-// qwen3_moe, deepseek_v2 (DeepSeek-V2, V2-Lite), deepseek_v3 (DeepSeek-V3, Moonlight), phi3
-// (Phi-3, Phi-4), gemma2 (Gemma-2), gemma3_text (Gemma-3 1B and the text model), falcon
-// (Falcon-7B, -40B, -180B, Falcon2-11B: rotary, parallel attention), gpt2.
+// Families: hfFamilies() below (`shardscope model families` prints them).
 // Per-operator cost formulas and their assumptions are documented in plans/README.md
 // ("Model costs") and next to each formula in hf_config.cpp.
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <vector>
 
 #include "plans/core/dtype.h"
 #include "plans/core/expected.h"
@@ -28,6 +26,15 @@ struct HfLoadOptions {
     // dtype activations are counted in; the simulator rescales to the plan's param_dtype.
     DType activationDtype = DType::Float32;
 };
+
+// A natively loaded family: its config.json model_type, transformers' class and the
+// published models it covers.
+struct HfFamily {
+    const char* modelType;
+    const char* causalLm;
+    const char* models;
+};
+[[nodiscard]] const std::vector<HfFamily>& hfFamilies();
 
 [[nodiscard]] bool looksLikeHfConfig(const nlohmann::json& j);
 // Whether a config's model_type has a native loader here (the families above).

@@ -543,10 +543,10 @@ struct Resolver {
             }
             if (!saved)
                 warning(at("/defaults/compile"),
-                        "no compiled rule for this model's layers (dense Llama, Mistral, Qwen2, "
-                        "Qwen3, OLMo-2, Phi-3, Gemma, GPT-2 and Falcon-40B-style layers have "
-                        "one): their saved activations and kernels are priced as eager "
-                        "PyTorch's");
+                        "no compiled rule for this model's layers (the dense layers of Llama, "
+                        "Mistral, Qwen2, Qwen3, OLMo-2/3, Phi-3, Gemma, GPT-2, Falcon-40B, "
+                        "Seed-OSS, Granite, SmolLM3 and EXAONE-4 have one): their saved "
+                        "activations and kernels are priced as eager PyTorch's");
             else if (!fused)
                 warning(at("/defaults/compile"),
                         "compiled layers save what AOT autograd's partitioner keeps, but "

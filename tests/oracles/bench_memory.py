@@ -56,7 +56,17 @@ MODELS = {
     "falcon-rw-1b": ("FalconDecoderLayer", None, None),
     # A 4096 sliding window on every layer (Mistral-7B-v0.1).
     "mistral-7b-v0.1": ("MistralDecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
+    # Families of 2025-2026. Seed-OSS and Granite with dropout off, as GPT-2 (see there).
+    "seed-oss-36b": ("SeedOssDecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
+    "granite-3.1-8b": ("GraniteDecoderLayer", None, None),  # tied embeddings
+    "smollm3-3b": ("SmolLM3DecoderLayer", None, None),  # tied; NoPE every 4th layer
+    "olmo3-7b": ("Olmo3DecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
+    "exaone4-32b": ("Exaone4DecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
 }
+# The dropout probabilities set to 0 for the oracle (see GPT-2 above).
+DROPOUT_KEYS = {"gpt2": ("resid_pdrop", "embd_pdrop", "attn_pdrop"),
+                "seed-oss": ("attention_dropout", "residual_dropout"),
+                "granite": ("attention_dropout",)}
 # Under the tracker these take about 13 minutes a case (FSDPMemTracker hooks every one of their
 # thousands of experts): in the matrix only when --filter names them.
 SLOW = {"qwen3-30b-a3b", "qwen2-57b-a14b"}
@@ -82,13 +92,15 @@ def plan_for(model, ac, reshard, precision, batch, seq, world):
 
 
 def model_config(model, tmp):
-    """The sample config; GPT-2's with its dropout probabilities set to 0 (see MODELS)."""
+    """The sample config; with its dropout probabilities set to 0 where it has any (see
+    MODELS)."""
     path = os.path.join(ROOT, "samples", "models", model, "config.json")
-    if not model.startswith("gpt2"):
+    keys = next((v for k, v in DROPOUT_KEYS.items() if model.startswith(k)), None)
+    if not keys:
         return path
     with open(path) as f:
         cfg = json.load(f)
-    for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop"):
+    for k in keys:
         cfg[k] = 0.0
     out = os.path.join(tmp, model, "config.json")
     os.makedirs(os.path.dirname(out), exist_ok=True)

@@ -35,6 +35,8 @@ def decoder_layer(model_type, over, seq):
         kwargs["position_embeddings_local"] = body.rotary_emb_local(x, pos)
     elif hasattr(body, "rotary_emb"):
         kwargs["position_embeddings"] = body.rotary_emb(x, pos)
+    elif hasattr(body, "rotary_embs"):  # OLMo-3: one per attention type
+        kwargs["position_embeddings"] = body.rotary_embs[cfg.layer_types[0]](x, pos)
 
     def run(x):
         out = layer(x, **kwargs)

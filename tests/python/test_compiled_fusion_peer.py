@@ -29,7 +29,10 @@ SIZES = (
     dict(hidden_size=512, intermediate_size=1536, num_attention_heads=8, num_key_value_heads=2, head_dim=64),
     dict(hidden_size=768, intermediate_size=2304, num_attention_heads=12, num_key_value_heads=4, head_dim=96),
 )
-FAMILIES = {"llama": {}, "mistral": {}, "qwen2": {}, "qwen3": {}, "phi3": {"pad_token_id": 0}}
+FAMILIES = {"llama": {}, "mistral": {}, "qwen2": {}, "qwen3": {}, "phi3": {"pad_token_id": 0},
+            # Llama's layer with q/k/v biases; with constant multipliers; SmolLM3's RoPE layer.
+            "seed_oss": {"attention_dropout": 0.0, "residual_dropout": 0.0, "pad_token_id": 0},
+            "granite": {"residual_multiplier": 0.22}, "smollm3": {"pad_token_id": 0}}
 ELEMENT = {"at::BFloat16": 2, "at::Half": 2, "float": 4, "double": 8, "int64_t": 8, "int32_t": 4, "bool": 1}
 
 

@@ -18,7 +18,7 @@ transformers = peer.require("transformers")
 MODELS = ["llama3-8b", "llama3.1-8b", "llama3-70b", "llama2-7b", "mistral-7b-v0.1", "qwen2-0.5b",
           "qwen2-7b", "qwen3-8b", "olmo2-7b", "mixtral-8x7b", "qwen1.5-moe-a2.7b", "qwen2-57b-a14b",
           "qwen3-30b-a3b", "deepseek-v3", "deepseek-v2-lite", "moonlight-16b-a3b", "gemma2-9b", "gemma3-1b", "falcon-7b", "falcon-40b", "falcon-rw-1b", "phi3-mini-4k", "phi4", "gpt2",
-          "tiny-llama"]
+          "seed-oss-36b", "granite-3.1-8b", "smollm3-3b", "olmo3-7b", "exaone4-32b", "tiny-llama"]
 
 
 def hf_model(name):
@@ -50,6 +50,35 @@ class HfModules(unittest.TestCase):
                 # Tied embeddings exactly when transformers ties them.
                 tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
                 self.assertEqual(bool(ours["tied_params"]), tied)
+
+    def test_every_family_at_its_default_config(self):
+        # The second size of each family: transformers' own default configuration (the
+        # bundled samples are published checkpoints'). Totals equal transformers' on the meta
+        # device, for every family `shardscope model families` lists, each of which bundles
+        # at least one published config.
+        import tempfile
+        families = peer.shardscope("model", "families", "--json")["families"]
+        self.assertGreaterEqual(len(families), 20)
+        for f in families:
+            with self.subTest(model_type=f["model_type"]):
+                self.assertTrue(f["samples"], "no bundled config")
+                cfg = transformers.AutoConfig.for_model(f["model_type"])
+                if f["model_type"] == "deepseek_v2":
+                    # Its default num_experts_per_tok is null, which its router cannot run
+                    # (ShardScope refuses it, naming the field): V2-Lite's 6.
+                    cfg.num_experts_per_tok = 6
+                with torch.device("meta"):
+                    model = transformers.AutoModelForCausalLM.from_config(cfg)
+                self.assertEqual(type(model).__name__, f["class"])
+                with tempfile.TemporaryDirectory() as d:
+                    path = os.path.join(d, "config.json")
+                    cfg.to_json_file(path)
+                    ours = peer.shardscope("model", "show", "--model", path, "--json")
+                theirs = sum(p.numel() for p in model.parameters())
+                print("%-12s default config %18s parameters; %s" % (
+                    f["model_type"], format(theirs, ","),
+                    ", ".join("%s %s" % (s["name"], format(s["total_params"], ",")) for s in f["samples"])))
+                self.assertEqual(ours["total_params"], theirs)
 
     def test_sliding_window_layers_are_transformers(self):
         # The layers whose SDPA gets a sliding-window mask (and so keeps it, and repeated K

@@ -245,6 +245,46 @@ class SavedActivationsPeer(unittest.TestCase):
             "gemma3_text", transformers.Gemma3TextConfig, transformers.Gemma3ForCausalLM,
             {"head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 4096, "sliding_window_pattern": 2})
 
+    def test_seed_oss_matches_autograd(self):
+        # q/k/v biases without o_proj's (attention_out_bias). Dropout off: on the CPU, SDPA
+        # with attention dropout falls back to the math kernel (a GPU's flash kernel keeps
+        # only its random state) and residual dropout saves its mask in the input's dtype
+        # (CUDA's fused kernel: bool, as modelled).
+        self.small_family_matches_autograd(
+            "seed_oss", transformers.SeedOssConfig, transformers.SeedOssForCausalLM,
+            {"head_dim": 16, "attention_bias": True, "attention_out_bias": False, "attention_dropout": 0.0,
+             "residual_dropout": 0.0})
+
+    def test_granite_matches_autograd(self):
+        # The embedding, both residual branches and the logits scaled by constants: extra
+        # multiplies that save nothing.
+        self.small_family_matches_autograd(
+            "granite", transformers.GraniteConfig, transformers.GraniteForCausalLM,
+            {"embedding_multiplier": 12.0, "residual_multiplier": 0.22, "attention_multiplier": 0.0078125,
+             "logits_scaling": 16.0})
+
+    def test_smollm3_matches_autograd(self):
+        # Layer 1 (the one checked) skips RoPE: SDPA keeps q and k as the projections made them.
+        self.small_family_matches_autograd(
+            "smollm3", transformers.SmolLM3Config, transformers.SmolLM3ForCausalLM,
+            {"no_rope_layers": [1, 0], "pad_token_id": 0})
+
+    def test_olmo3_matches_autograd(self):
+        # OLMo-2's layer with sliding-window layers and a rotary embedding per attention
+        # type, both kept: layers 0 and 1 slide (the first saves their cos and sin), layer 2
+        # attends fully.
+        self.small_family_matches_autograd(
+            "olmo3", transformers.Olmo3Config, transformers.Olmo3ForCausalLM,
+            {"sliding_window": 4096, "num_hidden_layers": 3,
+             "layer_types": ["sliding_attention", "sliding_attention", "full_attention"]})
+
+    def test_exaone4_matches_autograd(self):
+        # Post-norms, per-head q/k norms, and RoPE on the sliding layer 0 only: layer 1 (the
+        # one checked) is global and has none.
+        self.small_family_matches_autograd(
+            "exaone4", transformers.Exaone4Config, transformers.Exaone4ForCausalLM,
+            {"head_dim": 16, "sliding_window": 4096, "layer_types": ["sliding_attention", "full_attention"]})
+
     def test_sliding_window_layers_past_the_window_match_autograd(self):
         # From seq_len == window on transformers gives each sliding-window layer's SDPA a
         # (b, 1, s, s) mask: SDPA keeps a copy of it in the query's dtype, and with a mask
