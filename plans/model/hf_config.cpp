@@ -107,6 +107,20 @@ struct CostBuilder {
         c.outputBytes.perToken += H * e;
         return m;
     }
+    // OLMo's LayerNorm without weight or bias, in fp32: F.layer_norm(x.float()).to(dtype).
+    // native_layer_norm saves its fp32 input, mean and rstd; reads and writes fp32 (8h),
+    // backward reads the gradient and the input and writes one (12h); the casts each way
+    // as RMSNorm's (ModuleCost::upcastElems).
+    void fp32LayerNorm(ModuleId m, double h) {
+        auto& c = g.cost(m);
+        c.fwdMemKernels += 1;
+        c.bwdMemKernels += 1;
+        c.upcastElems += h;
+        c.fwdMemBytes.fixedPerToken += 8 * h;
+        c.bwdMemBytes.fixedPerToken += 12 * h;
+        c.savedBytes.fixedPerToken += 4 * h + 8;
+        c.outputBytes.perToken += h * e;
+    }
     // nn.Embedding: a gather; saves the int64 indices.
     void embedding(ModuleId m, double h) {
         auto& c = g.cost(m);
@@ -264,6 +278,10 @@ struct LlamaLike {
     std::vector<char> ropeLayers;
     // OLMo-3: one rotary embedding per attention type, in a ModuleDict `rotary_embs`.
     bool rotaryPerType = false;
+    // OLMo (1): LayerNorms without parameters computed in fp32 (OlmoLayerNorm), and with
+    // clip_qkv the q/k/v projections clamped in place.
+    bool olmo1 = false;
+    double clipQkv = 0;
     int64_t qLora = 0, kvLora = 0, ropeDim = 0, nopeDim = 0, vDim = 0, firstDense = 0;
     int64_t sharedExperts = 0;
     int64_t maxPositions = 0;
@@ -396,6 +414,11 @@ private:
     }
     // An RMSNorm over `width` (its weight's size), CostBuilder::rmsNorm's costs.
     ModuleId normOf(ModuleId parent, const char* name, int64_t width, bool weightInFp32 = false) {
+        if (c.olmo1) {
+            ModuleId m = g.addModule(parent, name, "OlmoLayerNorm");
+            cb.fp32LayerNorm(m, static_cast<double>(width));
+            return m;
+        }
         ModuleId m = g.addModule(parent, name, c.prefix + "RMSNorm");
         g.addParam(m, "weight", {width}, pd);
         cb.rmsNorm(m, static_cast<double>(width), 1, weightInFp32);
@@ -574,7 +597,7 @@ private:
             lc.bwdMemBytes.perToken += 4 * H * cb.e;
         }
         if (!c.deepseek && !sparse && !c.legacyQwen2MoeAttention && c.residDropout == 0 &&
-            c.branchDropout == 0)
+            c.branchDropout == 0 && c.clipQkv == 0)
             compiledRule(layer, i);
     }
 
@@ -630,6 +653,18 @@ private:
         // RoPE: q·cos + rotate_half(q)·sin saves only cos and sin (they need no gradient,
         // so q and rotate_half(q) are not kept); cos and sin are shared across layers and
         // counted once at rotary_emb. The rotated q and k are saved by SDPA.
+        if (c.clipQkv > 0) {
+            // clamp_ in place on each projection's output: autograd keeps a copy of the
+            // unclamped output for clamp's backward (a clone forward, the clamp, and one
+            // masked kernel backward, each).
+            const double w = static_cast<double>(dq + 2 * dkv);
+            auto& ac = g.cost(attn);
+            ac.savedBytes.perToken += w * cb.e;
+            ac.fwdMemKernels += 6;
+            ac.bwdMemKernels += 3;
+            ac.fwdMemBytes.perToken += 4 * w * cb.e;
+            ac.bwdMemBytes.perToken += 3 * w * cb.e;
+        }
         const bool rope = c.ropeLayers.empty() || c.ropeLayers[static_cast<size_t>(i)];
         if (!c.deepseek) {
             auto& ac = g.cost(attn);
@@ -802,6 +837,9 @@ private:
         auto& k = g.cost(layer).compiled;
         k.savedBytes.perToken = elems * cb.e;
         k.savedBytes.fixedPerToken = 4 * normRows + 4 * static_cast<double>(c.heads);
+        // OLMo's parameterless fp32 LayerNorms: mean and rstd per row, and the partitioner
+        // keeps one hidden-sized fp32 tensor besides (checked at two sizes).
+        if (c.olmo1) k.savedBytes.fixedPerToken += 4 * normRows + 4 * H;
         // Inductor's fused memory-bound kernels (counted in its generated code for the
         // layer, tests/python/test_compiled_fusion_peer.py), for the pre-norm layers of
         // Llama's shape. Forward, five: input_layernorm (reads x, writes its output);
@@ -824,7 +862,7 @@ private:
         // backward reads one input gradient per fused GEMM. Granite's scaled residual
         // branches add a kernel backward.
         const bool rope = c.ropeLayers.empty() || c.ropeLayers[static_cast<size_t>(i)];
-        if (!c.gemma && !c.olmo2 && !c.postNorms && rope) {
+        if (!c.gemma && !c.olmo2 && !c.postNorms && !c.olmo1 && rope) {
             const double rd = static_cast<double>(c.rotaryDim);
             double fwd = 8 * H + 2 * Q + 2 * KV + 3 * I + 2 * rd;
             double bwd = 14 * H + 2 * Q + 2 * KV + 4 * I + 2 * rd;
@@ -1086,6 +1124,8 @@ void readLlamaVariant(const JsonReader& r, const std::string& family, LlamaLike&
         c.qkNorm = true;
     }
     c.rotaryPerType = family == "olmo3";
+    c.olmo1 = family == "olmo";
+    if (c.olmo1 && r.hasNonNull("clip_qkv")) c.clipQkv = r.at("clip_qkv").asPositiveNumber();
 }
 
 Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& family,
@@ -1109,6 +1149,7 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
                : family == "smollm3"     ? "SmolLM3"
                : family == "olmo3"       ? "Olmo3"
                : family == "exaone4"     ? "Exaone4"
+               : family == "olmo"        ? "Olmo"
                                          : "Mixtral";
     c.vocab = positive(r, "vocab_size");
     c.hidden = positive(r, "hidden_size");
@@ -1157,8 +1198,8 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
     c.qkvBias = family == "qwen2" || attnBias ||
                 (family == "qwen2_moe" && r.optBool("qkv_bias").value_or(true));
     c.oBias =
-        (family == "llama" || family == "qwen3" || family == "qwen3_moe" || family == "olmo2" ||
-         family == "olmo3" || family == "granite" || family == "smollm3") &&
+        (family == "llama" || family == "qwen3" || family == "qwen3_moe" || family == "olmo" ||
+         family == "olmo2" || family == "olmo3" || family == "granite" || family == "smollm3") &&
         attnBias;
     if (c.deepseek) c.qkvBias = c.oBias = attnBias;  // q_a, kv_a and o projections
     if (c.gemma) {
@@ -1531,6 +1572,7 @@ const std::vector<HfFamily>& hfFamilies() {
         {"phi3", "Phi3ForCausalLM", "Phi-3, Phi-3.5, Phi-4"},
         {"gemma2", "Gemma2ForCausalLM", "Gemma 2"},
         {"gemma3_text", "Gemma3ForCausalLM", "Gemma 3 1B and Gemma 3's text model"},
+        {"olmo", "OlmoForCausalLM", "OLMo 1, OLMo 1.7 (clip_qkv)"},
         {"olmo2", "Olmo2ForCausalLM", "OLMo 2"},
         {"olmo3", "Olmo3ForCausalLM", "OLMo 3"},
         {"falcon", "FalconForCausalLM", "Falcon 7B, 40B, 180B, RW, Falcon2 11B"},
@@ -1555,11 +1597,8 @@ Expected<ModelGraph> modelFromHfConfig(const nlohmann::json& j, const std::strin
         r.requireObject();
         const std::string type = r.getString("model_type");
         Expected<ModelGraph> g = Error{""};
-        if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" ||
-            type == "olmo2" || type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" ||
-            type == "deepseek_v3" || type == "deepseek_v2" || type == "phi3" || type == "gemma2" ||
-            type == "gemma3_text" || type == "seed_oss" || type == "granite" || type == "smollm3" ||
-            type == "olmo3" || type == "exaone4")
+        // Every family but the ones with loaders of their own is Llama-like.
+        if (hfModelTypeSupported(type) && type != "gpt2" && type != "falcon")
             g = loadLlamaLike(r, type, options);
         else if (type == "gemma3")
             r.at("model_type")

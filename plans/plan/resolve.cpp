@@ -544,7 +544,7 @@ struct Resolver {
             if (!saved)
                 warning(at("/defaults/compile"),
                         "no compiled rule for this model's layers (the dense layers of Llama, "
-                        "Mistral, Qwen2, Qwen3, OLMo-2/3, Phi-3, Gemma, GPT-2, Falcon-40B, "
+                        "Mistral, Qwen2, Qwen3, OLMo-1/2/3, Phi-3, Gemma, GPT-2, Falcon-40B, "
                         "Seed-OSS, Granite, SmolLM3 and EXAONE-4 have one): their saved "
                         "activations and kernels are priced as eager PyTorch's");
             else if (!fused)

@@ -62,6 +62,8 @@ MODELS = {
     "smollm3-3b": ("SmolLM3DecoderLayer", None, None),  # tied; NoPE every 4th layer
     "olmo3-7b": ("Olmo3DecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
     "exaone4-32b": ("Exaone4DecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
+    # Parameterless fp32 LayerNorms and clip_qkv's in-place clamps; positions stop at 4096.
+    "olmo-1.7-7b": ("OlmoDecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
 }
 # The dropout probabilities set to 0 for the oracle (see GPT-2 above).
 DROPOUT_KEYS = {"gpt2": ("resid_pdrop", "embd_pdrop", "attn_pdrop"),

@@ -56,6 +56,8 @@ FAMILIES = {
     "olmo3": {"pad_token_id": 0},
     "exaone4": {},
     "exaone4:global, no rope": {"layer_types": ["full_attention"]},
+    # OLMo (1) without clip_qkv (with it, the clamps' masks are left to eager figures).
+    "olmo": {"pad_token_id": 0},
 }
 
 

@@ -278,6 +278,14 @@ class SavedActivationsPeer(unittest.TestCase):
             {"sliding_window": 4096, "num_hidden_layers": 3,
              "layer_types": ["sliding_attention", "sliding_attention", "full_attention"]})
 
+    def test_olmo_matches_autograd(self):
+        # OLMo (1): LayerNorms without parameters in fp32, and OLMo-1.7's clip_qkv (clamp_ in
+        # place: autograd keeps each projection's unclamped output).
+        for clip in (None, 8.0):
+            with self.subTest(clip_qkv=clip):
+                self.small_family_matches_autograd("olmo", transformers.OlmoConfig, transformers.OlmoForCausalLM,
+                                                   {"clip_qkv": clip, "pad_token_id": 0})
+
     def test_exaone4_matches_autograd(self):
         # Post-norms, per-head q/k norms, and RoPE on the sliding layer 0 only: layer 1 (the
         # one checked) is global and has none.
