@@ -15,6 +15,7 @@
 #include "plans/core/atomic_write.h"
 #include "plans/core/strings.h"
 #include "plans/plan/resolve.h"
+#include "profiler/export/chrome_trace_writer.h"
 
 namespace shardscope::cli {
 
@@ -110,26 +111,11 @@ nlohmann::json summaryJson(const ResolvedPlan& r, const StepProgram& p, const Si
 // simulated rank role, one thread per stream, memory counters by category. ShardScope's
 // op ids, units and phases ride in args.
 nlohmann::json chromeTrace(const ResolvedPlan& r, const StepProgram& p, const SimResult& s) {
-    nlohmann::json ev = nlohmann::json::array();
+    ChromeTraceWriter w;
     const int pid = tracePid(0);
-    ev.push_back(
-        {{"ph", "M"},
-         {"pid", pid},
-         {"name", "process_name"},
-         {"args",
-          {{"name", "rank 0 (simulated; all " + std::to_string(r.worldSize) + " ranks alike)"}}}});
-    for (int st = 0; st < static_cast<int>(Stream::Count); ++st) {
-        ev.push_back({{"ph", "M"},
-                      {"pid", pid},
-                      {"tid", traceTid(0, st)},
-                      {"name", "thread_name"},
-                      {"args", {{"name", streamName(static_cast<Stream>(st))}}}});
-        ev.push_back({{"ph", "M"},
-                      {"pid", pid},
-                      {"tid", traceTid(0, st)},
-                      {"name", "thread_sort_index"},
-                      {"args", {{"sort_index", st}}}});
-    }
+    w.processName(pid, "rank 0 (simulated; all " + std::to_string(r.worldSize) + " ranks alike)");
+    for (int st = 0; st < static_cast<int>(Stream::Count); ++st)
+        w.lane(pid, traceTid(0, st), streamName(static_cast<Stream>(st)), st);
     for (size_t i = 0; i < p.ops.size(); ++i) {
         const Op& op = p.ops[i];
         nlohmann::json args{{"op_id", i},
@@ -142,14 +128,9 @@ nlohmann::json chromeTrace(const ResolvedPlan& r, const StepProgram& p, const Si
             args["bytes"] = op.commBytes;
             args["group_size"] = op.groupSize;
         }
-        ev.push_back({{"ph", "X"},
-                      {"pid", pid},
-                      {"tid", traceTid(0, static_cast<int>(op.stream))},
-                      {"name", opLabel(r, op)},
-                      {"cat", opKindName(op.kind)},
-                      {"ts", static_cast<double>(s.start[i]) / 1000.0},
-                      {"dur", static_cast<double>(s.end[i] - s.start[i]) / 1000.0},
-                      {"args", args}});
+        w.span(pid, traceTid(0, static_cast<int>(op.stream)), opLabel(r, op), opKindName(op.kind),
+               static_cast<double>(s.start[i]), static_cast<double>(s.end[i] - s.start[i]),
+               std::move(args));
     }
     // Every point, several at one instant included: the counter's maximum is then the
     // reported peak (an allocation and a free at one instant peak in between).
@@ -157,26 +138,16 @@ nlohmann::json chromeTrace(const ResolvedPlan& r, const StepProgram& p, const Si
         nlohmann::json a = nlohmann::json::object();
         for (int k = 0; k < static_cast<int>(MemCategory::Count); ++k)
             a[memCategoryName(static_cast<MemCategory>(k))] = m.byCategory[static_cast<size_t>(k)];
-        ev.push_back({{"ph", "C"},
-                      {"pid", pid},
-                      {"tid", traceTid(0, kCounterLane)},
-                      {"name", "memory allocated by category (bytes)"},
-                      {"ts", static_cast<double>(m.timeNs) / 1000.0},
-                      {"args", a}});
-        ev.push_back({{"ph", "C"},
-                      {"pid", pid},
-                      {"tid", traceTid(0, kCounterLane)},
-                      {"name", "memory (bytes)"},
-                      {"ts", static_cast<double>(m.timeNs) / 1000.0},
-                      {"args", {{"allocated", m.allocated}, {"reserved", m.reserved}}}});
+        const auto at = static_cast<double>(m.timeNs);
+        w.counter(pid, traceTid(0, kCounterLane), "memory allocated by category (bytes)", at,
+                  std::move(a));
+        w.counter(pid, traceTid(0, kCounterLane), "memory (bytes)", at,
+                  {{"allocated", m.allocated}, {"reserved", m.reserved}});
     }
-    return {{"traceEvents", ev},
-            {"displayTimeUnit", "ns"},
-            {"metadata",
-             {{"producer", "shardscope simulate"},
-              {"rank_pid_offset", kRankPidOffset},
-              {"plan", r.plan.name},
-              {"world_size", r.worldSize}}}};
+    return w.finish({{"producer", "shardscope simulate"},
+                     {"rank_pid_offset", kRankPidOffset},
+                     {"plan", r.plan.name},
+                     {"world_size", r.worldSize}});
 }
 
 // The step program op by op with its simulated times (--program --json).

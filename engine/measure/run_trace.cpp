@@ -11,6 +11,7 @@
 #include "engine/measure/step_trace.h"
 #include "engine/schedule/step_program.h"
 #include "plans/core/intervals.h"
+#include "profiler/export/chrome_trace_writer.h"
 #include "profiler/import/kineto_import.h"
 #include "profiler/record/device_activity.h"
 
@@ -89,7 +90,7 @@ constexpr int kDeviceLaneBase = 200;   // + the stream's index on the rank
 constexpr int kHostApiLaneBase = 300;  // + the thread's index on the rank
 constexpr int kDeviceMemoryLane = 102;
 
-void appendDeviceActivity(nlohmann::json& ev, const nlohmann::json& r, int64_t t0) {
+void appendDeviceActivity(ChromeTraceWriter& w, const nlohmann::json& r, int64_t t0) {
     const int rank = r["rank"].get<int>();
     const int pid = tracePid(rank);
     const record::DeviceActivity a = record::deviceActivityFromJson(r["device_activity"]);
@@ -107,19 +108,10 @@ void appendDeviceActivity(nlohmann::json& ev, const nlohmann::json& r, int64_t t
         const std::string name =
             hostSide ? "CUDA API (thread " + std::to_string(op.stream) + ")"
                      : "GPU " + std::to_string(op.device) + " stream " + std::to_string(op.stream);
-        ev.push_back({{"ph", "M"},
-                      {"pid", pid},
-                      {"tid", traceTid(rank, lane)},
-                      {"name", "thread_name"},
-                      {"args", {{"name", name}}}});
-        ev.push_back({{"ph", "M"},
-                      {"pid", pid},
-                      {"tid", traceTid(rank, lane)},
-                      {"name", "thread_sort_index"},
-                      {"args", {{"sort_index", lane}}}});
+        w.lane(pid, traceTid(rank, lane), name, lane);
         return lane;
     };
-    const auto us = [t0](int64_t ns) { return static_cast<double>(ns - t0) / 1000.0; };
+    const auto at = [t0](int64_t ns) { return static_cast<double>(ns - t0); };
     // Flow ids unique across ranks: the rank in the high bits, CUPTI's correlation below.
     const auto flowId = [rank](uint32_t c) { return (static_cast<int64_t>(rank) << 32) | c; };
     // A flow needs both ends: a host-side call and the device work it queued.
@@ -179,57 +171,30 @@ void appendDeviceActivity(nlohmann::json& ev, const nlohmann::json& r, int64_t t
             args["fsdp_op"] = fop["kind"];
         }
         const int tid = traceTid(rank, laneOf(op));
-        ev.push_back({{"ph", "X"},
-                      {"pid", pid},
-                      {"tid", tid},
-                      {"name", a.nameOf(op)},
-                      {"cat", cat},
-                      {"ts", us(op.startNs)},
-                      {"dur", static_cast<double>(op.endNs - op.startNs) / 1000.0},
-                      {"args", std::move(args)}});
-        const bool end = record::isDeviceWork(op.kind) && launched.count(op.correlation);
-        if (end || (hostSide && onDevice.count(op.correlation))) {
-            nlohmann::json f{
-                {"ph", end ? "f" : "s"}, {"pid", pid},    {"tid", tid},
-                {"name", "launch"},      {"cat", "ac2g"}, {"id", flowId(op.correlation)},
-                {"ts", us(op.startNs)}};
-            if (end) f["bp"] = "e";  // bound to the enclosing slice, as Kineto writes it
-            ev.push_back(std::move(f));
-        }
+        w.span(pid, tid, a.nameOf(op), cat, at(op.startNs),
+               static_cast<double>(op.endNs - op.startNs), std::move(args));
+        // The end bound to the enclosing slice, as Kineto writes it.
+        if (record::isDeviceWork(op.kind) && launched.count(op.correlation))
+            w.flowEnd(pid, tid, "launch", "ac2g", flowId(op.correlation), at(op.startNs), true);
+        else if (hostSide && onDevice.count(op.correlation))
+            w.flowStart(pid, tid, "launch", "ac2g", flowId(op.correlation), at(op.startNs));
     }
     // What was allocated while recording (a free of older memory does not count).
     for (const auto& [ts, bytes] : record::deviceMemoryTimeline(a.memory))
-        ev.push_back({{"ph", "C"},
-                      {"pid", pid},
-                      {"tid", traceTid(rank, kDeviceMemoryLane)},
-                      {"name", "device memory (cudaMalloc while recording, bytes)"},
-                      {"ts", us(ts)},
-                      {"args", {{"reserved", bytes}}}});
+        w.counter(pid, traceTid(rank, kDeviceMemoryLane),
+                  "device memory (cudaMalloc while recording, bytes)", at(ts),
+                  {{"reserved", bytes}});
 }
 
 }  // namespace
 
 namespace {
 // A rank's process and its streams' lanes, named and ordered.
-void appendRankLanes(nlohmann::json& ev, int rank, int pid, bool hostOps) {
-    ev.push_back({{"ph", "M"},
-                  {"pid", pid},
-                  {"name", "process_name"},
-                  {"args", {{"name", "rank " + std::to_string(rank) + " (measured)"}}}});
+void appendRankLanes(ChromeTraceWriter& w, int rank, int pid, bool hostOps) {
+    w.processName(pid, "rank " + std::to_string(rank) + " (measured)");
     for (int st = 0; st < static_cast<int>(Stream::Count); ++st) {
-        ev.push_back({{"ph", "M"},
-                      {"pid", pid},
-                      {"tid", traceTid(rank, st)},
-                      {"name", "thread_name"},
-                      {"args",
-                       {{"name", hostOps ? std::string(streamName(static_cast<Stream>(st))) +
-                                               " (host launches)"
-                                         : std::string(streamName(static_cast<Stream>(st)))}}}});
-        ev.push_back({{"ph", "M"},
-                      {"pid", pid},
-                      {"tid", traceTid(rank, st)},
-                      {"name", "thread_sort_index"},
-                      {"args", {{"sort_index", st}}}});
+        const std::string name = streamName(static_cast<Stream>(st));
+        w.lane(pid, traceTid(rank, st), hostOps ? name + " (host launches)" : name, st);
     }
 }
 
@@ -237,8 +202,8 @@ void appendRankLanes(nlohmann::json& ev, int rank, int pid, bool hostOps) {
 // its issue to its completion, so the next one issued before the previous finished
 // overlaps it. Perfetto draws only nested slices right on one thread, so such an op
 // goes to an overflow lane of its stream ("reduce_scatter ·2"), its times unchanged.
-// Returns each op's lane; an overflow lane's name records go into `ev`.
-std::vector<int> overflowLanes(const nlohmann::json& ops, int rank, int pid, nlohmann::json& ev) {
+// Returns each op's lane; an overflow lane's name records go into `w`.
+std::vector<int> overflowLanes(const nlohmann::json& ops, int rank, int pid, ChromeTraceWriter& w) {
     std::vector<int> laneOf(ops.size(), 0);
     std::set<int> named;  // overflow lanes that have their name record
     std::vector<size_t> order(ops.size());
@@ -264,18 +229,10 @@ std::vector<int> overflowLanes(const nlohmann::json& ops, int rank, int pid, nlo
         laneOf[i] = lane;
         if (level > 0 && !named.count(lane)) {
             named.insert(lane);
-            ev.push_back({{"ph", "M"},
-                          {"pid", pid},
-                          {"tid", traceTid(rank, lane)},
-                          {"name", "thread_name"},
-                          {"args",
-                           {{"name", std::string(streamName(static_cast<Stream>(st))) + " \u00b7" +
-                                         std::to_string(level + 1)}}}});
-            ev.push_back({{"ph", "M"},
-                          {"pid", pid},
-                          {"tid", traceTid(rank, lane)},
-                          {"name", "thread_sort_index"},
-                          {"args", {{"sort_index", lane}}}});
+            w.lane(pid, traceTid(rank, lane),
+                   std::string(streamName(static_cast<Stream>(st))) + " \u00b7" +
+                       std::to_string(level + 1),
+                   lane);
         }
     }
     return laneOf;
@@ -288,17 +245,17 @@ nlohmann::json mergedTrace(const std::vector<nlohmann::json>& ranks, const std::
     int64_t t0 = INT64_MAX;
     for (const auto& r : ranks)
         t0 = std::min(t0, r["measured_start_ns"].get<int64_t>());
-    nlohmann::json ev = nlohmann::json::array();
+    ChromeTraceWriter w;
     for (const auto& r : ranks) {
         const int rank = r["rank"].get<int>();
         const int pid = tracePid(rank);
         // On a GPU the FSDP ops' spans are their launches on the host; the kernels are the
         // device work (its own lanes, from the CUPTI recording).
         const bool hostOps = r.contains("device_activity");
-        appendRankLanes(ev, rank, pid, hostOps);
+        appendRankLanes(w, rank, pid, hostOps);
         const auto& units = r["units"];
         const auto& ops = r["ops"];
-        const std::vector<int> laneOf = overflowLanes(ops, rank, pid, ev);
+        const std::vector<int> laneOf = overflowLanes(ops, rank, pid, w);
         for (size_t i = 0; i < ops.size(); ++i) {
             const auto& op = ops[i];
             const int tid = laneOf[i];
@@ -308,42 +265,27 @@ nlohmann::json mergedTrace(const std::vector<nlohmann::json>& ranks, const std::
                                                     : units[unit].get<std::string>() + " " + kind;
             std::replace(label.begin(), label.end(), '_', ' ');
             const int64_t s = op["start_ns"].get<int64_t>(), e = op["end_ns"].get<int64_t>();
-            ev.push_back({{"ph", "X"},
-                          {"pid", pid},
-                          {"tid", traceTid(rank, tid)},
-                          {"name", label},
-                          {"cat", kind},
-                          {"ts", static_cast<double>(s - t0) / 1000.0},
-                          {"dur", static_cast<double>(std::max<int64_t>(0, e - s)) / 1000.0},
-                          {"args",
-                           {{"op_id", op["op_id"]},
-                            {"step", op["step"]},
-                            {"unit", units[unit].get<std::string>() == "<root>"
-                                         ? std::string()
-                                         : units[unit].get<std::string>()},
-                            {"phase", op["phase"]},
-                            {"kind", kind},
-                            {"micro_batch", op["micro_batch"]},
-                            {"bytes", op.value("bytes", int64_t{0})},
-                            {"group_size", static_cast<int64_t>(ranks.size())}}}});
-            if (hostOps) ev.back()["args"]["launched_on_host"] = true;
+            nlohmann::json args{{"op_id", op["op_id"]},
+                                {"step", op["step"]},
+                                {"unit", units[unit].get<std::string>() == "<root>"
+                                             ? std::string()
+                                             : units[unit].get<std::string>()},
+                                {"phase", op["phase"]},
+                                {"kind", kind},
+                                {"micro_batch", op["micro_batch"]},
+                                {"bytes", op.value("bytes", int64_t{0})},
+                                {"group_size", static_cast<int64_t>(ranks.size())}};
+            if (hostOps) args["launched_on_host"] = true;
+            w.span(pid, traceTid(rank, tid), label, kind, static_cast<double>(s - t0),
+                   static_cast<double>(std::max<int64_t>(0, e - s)), std::move(args));
         }
         // The measured steps on their own row: a step's span is what step_time_ns averages.
-        ev.push_back({{"ph", "M"},
-                      {"pid", pid},
-                      {"tid", traceTid(rank, kStepsLane)},
-                      {"name", "thread_name"},
-                      {"args", {{"name", "steps"}}}});
+        w.threadName(pid, traceTid(rank, kStepsLane), "steps");
         int64_t stepIndex = r["warmup_steps"].get<int64_t>();
         for (const auto& sp : r.value("step_spans_ns", nlohmann::json::array())) {
             const int64_t a = sp[0].get<int64_t>(), b = sp[1].get<int64_t>();
-            ev.push_back({{"ph", "X"},
-                          {"pid", pid},
-                          {"tid", traceTid(rank, kStepsLane)},
-                          {"name", "step " + std::to_string(stepIndex++)},
-                          {"cat", "step"},
-                          {"ts", static_cast<double>(a - t0) / 1000.0},
-                          {"dur", static_cast<double>(b - a) / 1000.0}});
+            w.span(pid, traceTid(rank, kStepsLane), "step " + std::to_string(stepIndex++), "step",
+                   static_cast<double>(a - t0), static_cast<double>(b - a));
         }
         // Every allocator sample (several at one instant keep the last), so the counter's
         // maximum is the reported peak.
@@ -354,15 +296,10 @@ nlohmann::json mergedTrace(const std::vector<nlohmann::json>& ranks, const std::
                 // A later sample at the same instant replaces this one unless this is higher.
                 if (tl[k + 1][1].get<int64_t>() >= tl[k][1].get<int64_t>()) continue;
             }
-            const auto& m = tl[k];
-            ev.push_back({{"ph", "C"},
-                          {"pid", pid},
-                          {"tid", traceTid(rank, kCounterLane)},
-                          {"name", "memory (bytes)"},
-                          {"ts", static_cast<double>(t - t0) / 1000.0},
-                          {"args", {{"allocated", m[1]}}}});
+            w.counter(pid, traceTid(rank, kCounterLane), "memory (bytes)",
+                      static_cast<double>(t - t0), {{"allocated", tl[k][1]}});
         }
-        if (r.contains("device_activity")) appendDeviceActivity(ev, r, t0);
+        if (r.contains("device_activity")) appendDeviceActivity(w, r, t0);
     }
     // A GPU rank's allocations are the caching allocator's, which the host recorder does
     // not see: its peak (torch.cuda.max_memory_allocated) rides in the metadata.
@@ -371,14 +308,11 @@ nlohmann::json mergedTrace(const std::vector<nlohmann::json>& ranks, const std::
         if (r.contains("device_activity") && r.contains("peak_allocated_bytes"))
             devicePeaks.push_back(r["peak_allocated_bytes"]);
     if (!devicePeaks.empty()) run["device_peak_allocated_bytes"] = std::move(devicePeaks);
-    return {{"traceEvents", ev},
-            {"displayTimeUnit", "ns"},
-            {"metadata",
-             {{"producer", "shardscope run"},
-              {"rank_pid_offset", kRankPidOffset},
-              {"plan", plan},
-              {"world_size", ranks.size()},
-              {"run", std::move(run)}}}};
+    return w.finish({{"producer", "shardscope run"},
+                     {"rank_pid_offset", kRankPidOffset},
+                     {"plan", plan},
+                     {"world_size", ranks.size()},
+                     {"run", std::move(run)}});
 }
 
 }  // namespace shardscope

@@ -5,19 +5,17 @@
 #include <map>
 #include <unordered_map>
 
+#include "profiler/export/chrome_trace_writer.h"
+
 namespace shardscope {
 
 namespace {
 
 using json = nlohmann::json;
 
-double us(int64_t ns) {
-    return static_cast<double>(ns) / 1000.0;
+double ns(int64_t t) {
+    return static_cast<double>(t);
 }
-
-}  // namespace
-
-namespace {
 // Kineto's distributedInfo as the importer reads it back: rank, world size, process groups.
 nlohmann::json distributedInfo(const Trace& t) {
     nlohmann::json d = {{"rank", t.rank}};
@@ -36,7 +34,7 @@ nlohmann::json distributedInfo(const Trace& t) {
 }  // namespace
 
 json exportChromeTrace(const Trace& t) {
-    json ev = json::array();
+    ChromeTraceWriter w;
     // Processes: one per (rank, original pid); lanes keep their names as thread names. A
     // multi-rank trace's lane names are "rank N · stream"; the process takes "rank N" and
     // the thread the rest, which the importer joins back.
@@ -51,19 +49,10 @@ json exportChromeTrace(const Trace& t) {
         const std::string prefix = "rank " + std::to_string(l.rank) + " \u00b7 ";
         const bool multiRank = l.name.rfind(prefix, 0) == 0;
         if (added)
-            ev.push_back({{"ph", "M"},
-                          {"pid", lanePid[i]},
-                          {"name", "process_name"},
-                          {"args",
-                           {{"name", multiRank ? "rank " + std::to_string(l.rank)
-                                               : "pid " + std::to_string(l.pid)}}}});
-        const std::string name =
-            multiRank ? l.name.substr(prefix.size()) : (l.name.empty() ? l.tid : l.name);
-        ev.push_back({{"ph", "M"},
-                      {"pid", lanePid[i]},
-                      {"tid", laneTid[i]},
-                      {"name", "thread_name"},
-                      {"args", {{"name", name}}}});
+            w.processName(lanePid[i], multiRank ? "rank " + std::to_string(l.rank)
+                                                : "pid " + std::to_string(l.pid));
+        w.threadName(lanePid[i], laneTid[i],
+                     multiRank ? l.name.substr(prefix.size()) : (l.name.empty() ? l.tid : l.name));
     }
     std::unordered_map<int32_t, const Collective*> collectiveOf;
     for (const auto& c : t.collectives)
@@ -73,14 +62,6 @@ json exportChromeTrace(const Trace& t) {
         const bool ours = i < t.opId.size() && t.opId[i] >= 0;
         // Events in their order with their category: the importer then gives each lane the
         // same kind (from its first event) and the same index.
-        const std::string& cat = t.strings.at(t.category[i]);
-        json e{{"ph", "X"},
-               {"name", t.strings.at(t.name[i])},
-               {"cat", cat},
-               {"pid", lanePid[lane]},
-               {"tid", laneTid[lane]},
-               {"ts", us(t.start[i])},
-               {"dur", us(t.dur[i])}};
         json args = json::object();
         if (ours) {
             args["op_id"] = t.opId[i];
@@ -112,8 +93,8 @@ json exportChromeTrace(const Trace& t) {
                 if (col.groupSize > 0) args["Group size"] = col.groupSize;
             }
         }
-        if (!args.empty()) e["args"] = std::move(args);
-        ev.push_back(std::move(e));
+        w.span(lanePid[lane], laneTid[lane], t.strings.at(t.name[i]), t.strings.at(t.category[i]),
+               ns(t.start[i]), ns(t.dur[i]), args.empty() ? json() : std::move(args));
     }
     // [memory] instant events as Kineto writes them: the device's (Device Type 1, with each
     // allocation's Bytes and Addr) and the CPU allocator's (Device Type 0).
@@ -125,14 +106,7 @@ json exportChromeTrace(const Trace& t) {
             args["Bytes"] = m.bytes;
             args["Addr"] = m.addr;
         }
-        ev.push_back({{"ph", "i"},
-                      {"s", "t"},
-                      {"name", "[memory]"},
-                      {"cat", "cpu_instant_event"},
-                      {"pid", 1},
-                      {"tid", 999},
-                      {"ts", us(m.ts)},
-                      {"args", std::move(args)}});
+        w.instant(1, 999, "[memory]", "cpu_instant_event", ns(m.ts), std::move(args));
     };
     for (const auto& m : t.memory)
         memoryEvent(m, 1);
@@ -142,26 +116,13 @@ json exportChromeTrace(const Trace& t) {
         const auto [from, to] = t.flowEvents[f];
         const auto lf = static_cast<size_t>(t.lane[static_cast<size_t>(from)]);
         const auto lt = static_cast<size_t>(t.lane[static_cast<size_t>(to)]);
-        ev.push_back({{"ph", "s"},
-                      {"id", f + 1},
-                      {"cat", "ac2g"},
-                      {"name", "ac2g"},
-                      {"pid", lanePid[lf]},
-                      {"tid", laneTid[lf]},
-                      {"ts", us(t.start[static_cast<size_t>(from)])}});
-        ev.push_back({{"ph", "f"},
-                      {"id", f + 1},
-                      {"bp", "e"},
-                      {"cat", "ac2g"},
-                      {"name", "ac2g"},
-                      {"pid", lanePid[lt]},
-                      {"tid", laneTid[lt]},
-                      {"ts", us(t.start[static_cast<size_t>(to)])}});
+        w.flowStart(lanePid[lf], laneTid[lf], "ac2g", "ac2g", f + 1,
+                    ns(t.start[static_cast<size_t>(from)]));
+        w.flowEnd(lanePid[lt], laneTid[lt], "ac2g", "ac2g", f + 1,
+                  ns(t.start[static_cast<size_t>(to)]), true);
     }
-    return {{"traceEvents", std::move(ev)},
-            {"displayTimeUnit", "ns"},
-            {"distributedInfo", distributedInfo(t)},
-            {"metadata", {{"producer", "shardscope trace export"}, {"dialect", t.dialect}}}};
+    return w.finish({{"producer", "shardscope trace export"}, {"dialect", t.dialect}},
+                    {{"distributedInfo", distributedInfo(t)}});
 }
 
 }  // namespace shardscope

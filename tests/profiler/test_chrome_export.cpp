@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "profiler/export/chrome_export.h"
+#include "profiler/export/chrome_trace_writer.h"
 #include "profiler/import/kineto_import.h"
 #include "tests/support/golden.h"
 
@@ -123,4 +124,40 @@ TEST(ChromeExport, EverySharedTraceRoundTrips) {
     }
     EXPECT_GT(files, 3);
     std::printf("%d shared traces exported and read back identical\n", files);
+}
+
+TEST(ChromeTraceWriter, WritesTheRecordsTheImporterReads) {
+    ChromeTraceWriter w;
+    w.processName(1, "rank 0");
+    w.lane(1, 1001, "compute", 0);
+    w.span(1, 1001, "layers.0 forward", "forward", 2000, 1500,
+           {{"op_id", 0}, {"unit", "layers.0"}});
+    w.span(1, 1001, "step 0", "step", 0, 9000);
+    w.counter(1, 1101, "memory (bytes)", 2500, {{"allocated", 64}});
+    w.flowStart(1, 1001, "launch", "ac2g", 7, 2000);
+    w.flowEnd(1, 1001, "launch", "ac2g", 7, 2100, true);
+    const nlohmann::json t = w.finish({{"producer", "test"}}, {{"distributedInfo", {{"rank", 0}}}});
+    const auto& ev = t["traceEvents"];
+    ASSERT_EQ(ev.size(), 8u);
+    EXPECT_EQ(ev[1]["name"], "thread_name");
+    EXPECT_EQ(ev[2]["args"]["sort_index"], 0);
+    EXPECT_DOUBLE_EQ(ev[3]["ts"].get<double>(), 2.0);  // microseconds
+    EXPECT_DOUBLE_EQ(ev[3]["dur"].get<double>(), 1.5);
+    EXPECT_FALSE(ev[4].contains("args"));  // none given
+    EXPECT_EQ(ev[5]["ph"], "C");
+    EXPECT_EQ(ev[7]["bp"], "e");
+    EXPECT_EQ(t["displayTimeUnit"], "ns");
+    EXPECT_EQ(t["metadata"]["producer"], "test");
+    EXPECT_EQ(t["distributedInfo"]["rank"], 0);
+    EXPECT_TRUE(w.finish({})["traceEvents"].empty());  // the writer starts over
+
+    // What the importer makes of it: one span with ShardScope's op id on the named lane.
+    const auto path = shardscope::test::testTempDir() / "shardscope_writer_test.json";
+    std::ofstream(path) << t.dump();
+    auto back = importKinetoFile(path.string());
+    std::filesystem::remove(path);
+    ASSERT_TRUE(back) << back.error();
+    ASSERT_EQ(back->size(), 2u);
+    EXPECT_EQ(back->strings.at(back->name[0]), "layers.0 forward");
+    EXPECT_EQ(back->start[0], 2000);
 }
