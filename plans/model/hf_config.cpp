@@ -231,10 +231,11 @@ struct LlamaLike {
     int64_t moeInter = 0, sharedInter = 0, sparseStep = 1;
     std::vector<int64_t> mlpOnlyLayers;
     bool normTopK = true;
-    // Qwen2-MoE (transformers 4.57) keeps its own attention classes: Qwen2MoeSdpaAttention
-    // with an unused per-layer rotary_emb, and repeat_kv copies K and V to every query head
-    // before SDPA, which then saves them at the query width.
-    bool legacyQwen2MoeAttention = false;
+    // Qwen2-MoE and OLMoE (transformers 4.57) keep their own attention classes
+    // (Qwen2MoeSdpaAttention, with an unused per-layer rotary_emb; OlmoeSdpaAttention), and
+    // repeat_kv copies K and V to every query head before SDPA, which then saves them at the
+    // query width.
+    bool legacySdpaAttention = false;
     // DeepSeek-V3: multi-head latent attention (q through a rank-qLora bottleneck unless
     // q_lora_rank is null, k and v from one rank-kvLora latent plus a shared rotary key), and
     // from layer firstDense on an MoE of experts, a sigmoid top-k router with group-limited
@@ -582,6 +583,8 @@ private:
             std::find(c.mlpOnlyLayers.begin(), c.mlpOnlyLayers.end(), i) == c.mlpOnlyLayers.end();
         if (c.deepseek && i >= c.firstDense)
             deepseekMoe(layer);
+        else if (c.family == "granitemoe")
+            parallelMoe(layer);
         else if (sparse && !c.deepseek)
             sparseMoe(layer);
         else
@@ -596,16 +599,15 @@ private:
             lc.fwdMemBytes.perToken += 4 * H * cb.e;
             lc.bwdMemBytes.perToken += 4 * H * cb.e;
         }
-        if (!c.deepseek && !sparse && !c.legacyQwen2MoeAttention && c.residDropout == 0 &&
+        if (!c.deepseek && !sparse && !c.legacySdpaAttention && c.residDropout == 0 &&
             c.branchDropout == 0 && c.clipQkv == 0)
             compiledRule(layer, i);
     }
 
     // The attention module: projections (or MLA), q/k norms, RoPE and SDPA.
     void attention(ModuleId layer, int64_t i) {
-        ModuleId attn =
-            g.addModule(layer, "self_attn",
-                        c.prefix + (c.legacyQwen2MoeAttention ? "SdpaAttention" : "Attention"));
+        ModuleId attn = g.addModule(
+            layer, "self_attn", c.prefix + (c.legacySdpaAttention ? "SdpaAttention" : "Attention"));
         if (c.deepseek) {
             mla(attn);
         } else if (c.phi3) {
@@ -630,14 +632,15 @@ private:
             // both, counted at SDPA.
             linear(attn, "o_proj", dq, h, c.oBias, false);
         }
-        if (c.legacyQwen2MoeAttention) {
+        if (c.family == "qwen2_moe") {
             ModuleId rot = g.addModule(attn, "rotary_emb", c.prefix + "RotaryEmbedding");
             g.addBuffer(rot, {"inv_freq", {c.headDim / 2}, DType::Float32, false});
         }
-        if (c.olmo2) {
-            // q_norm(q_proj(x)) and k_norm(k_proj(x)) before the heads are split.
+        if (c.olmo2 || c.family == "olmoe") {
+            // q_norm(q_proj(x)) and k_norm(k_proj(x)) before the heads are split (OLMoE's
+            // norms apply the weight after the cast back, as Llama's).
             for (auto [name, width] : {std::pair{"q_norm", dq}, std::pair{"k_norm", dkv}})
-                normOf(attn, name, width, true);
+                normOf(attn, name, width, c.olmo2);
         }
         if (c.qkNorm) {
             // q_norm(q_proj(x).view(b, s, heads, head_dim)), the same for k: registered after
@@ -684,7 +687,7 @@ private:
             ac.fwdMemKernels += rope ? 12 : 2;
             ac.bwdMemKernels += rope ? 18 : 2;
             ac.outputBytes.perToken += H * cb.e;
-            const bool repeatKv = c.legacyQwen2MoeAttention && c.kvHeads < c.heads;
+            const bool repeatKv = c.legacySdpaAttention && c.kvHeads < c.heads;
             // Phi-3's v is a view of qkv_proj's output, so SDPA keeps that whole storage
             // beside the rotated q and k (without a KV cache, as in training; a cache's cat
             // would copy v instead).
@@ -714,7 +717,67 @@ private:
         cb.dropout(attn, H, c.branchDropout);  // Seed-OSS, on o_proj's output
     }
 
-    // A mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE): router, experts, shared expert.
+    // Granite-MoE's block (GraniteMoeMoE, `block_sparse_moe`): a router (GraniteMoeTopKGating:
+    // Linear to the experts, fp32 logits, top k, softmax over them), the token slots gathered
+    // in expert order, each expert's SwiGLU through two GraniteMoeParallelExperts (one
+    // [E, 2I, h] and one [E, h, I] parameter, an F.linear per expert on its share of the
+    // slots, outputs concatenated), the outputs weighted and index_add'ed back.
+    // Saved per token (k slots): the router's topk indices (int64) and fp32 softmax, the
+    // slots' sorted order and token index (int64 each), the gathered input (h), the
+    // concatenated gate/up output (2I, kept by the SiLU and the multiply), the SiLU output
+    // and the product (I each, the product by output_linear), the expert output and its gate
+    // (h + 1, by the weighting) and the weighted output (h, by index_add).
+    void parallelMoe(ModuleId layer) {
+        ModuleId moe = g.addModule(layer, "block_sparse_moe", c.prefix + "MoE");
+        g.addModule(moe, "activation", c.actClass);
+        const double E = static_cast<double>(c.experts), k = static_cast<double>(c.topK);
+        const double I = static_cast<double>(c.inter);
+        auto experts = [&](const char* name, int64_t in, int64_t out) {
+            ModuleId m = g.addModule(moe, name, c.prefix + "ParallelExperts");
+            g.addParam(m, "weight", {c.experts, out, in}, pd);
+            auto& x = g.cost(m);
+            const double In = static_cast<double>(in), Out = static_cast<double>(out);
+            x.addGemm({k / E, Out, In, static_cast<int32_t>(c.experts)});
+            x.fwdFlops.perToken += 2 * In * Out * k;
+            x.bwdFlops.perToken += 4 * In * Out * k;
+            x.savedBytes.perToken += k * In * cb.e;
+            x.mmOutputBytes.perToken += k * Out * cb.e;
+            x.mmCount += static_cast<int32_t>(c.experts);
+            x.outputBytes.perToken += k * Out * cb.e;
+            // The per-expert outputs concatenated (backward: the input gradients likewise).
+            x.fwdMemKernels += 1;
+            x.bwdMemKernels += 1;
+            x.fwdMemBytes.perToken += 2 * k * Out * cb.e;
+            x.bwdMemBytes.perToken += 2 * k * In * cb.e;
+        };
+        experts("input_linear", h, 2 * c.inter);
+        experts("output_linear", c.inter, h);
+        ModuleId router = g.addModule(moe, "router", c.prefix + "TopKGating");
+        linear(router, "layer", h, c.experts, false, true);
+        auto& rc = g.cost(router);
+        rc.savedBytes.fixedPerToken += 8 * k + 4 * k;
+        // fp32 cast, topk, softmax, cast back, the one-hot scatter and its sum, the sort, the
+        // division and the gates' gather; backward their gradients' casts, softmax's, topk's
+        // scatter and the gather's index_put.
+        rc.fwdMemKernels += 11;
+        rc.bwdMemKernels += 7;
+        rc.fwdMemBytes.fixedPerToken += 4 * E * 2 + 24 * k;
+        rc.bwdMemBytes.fixedPerToken += 4 * E * 3 + 24 * k;
+        auto& mc = g.cost(moe);
+        mc.savedBytes.fixedPerToken += 16 * k;
+        mc.savedBytes.perToken += k * (2 * I + I + H + 1 + H) * cb.e;
+        // Gather, SiLU, multiply, gate multiply, zeros and index_add forward; backward the
+        // index_add's gather, the gate multiply's two and its sum, the multiply's two, SiLU's,
+        // the chunk's cat and the gather's index_put.
+        mc.fwdMemKernels += 6;
+        mc.bwdMemKernels += 10;
+        mc.fwdMemBytes.perToken += (k * (2 * H + 2 * I + 3 * I + 3 * H + H) + 2 * H) * cb.e;
+        mc.bwdMemBytes.perToken += (k * (3 * H + 3 * I + 4 * I + 4 * H + 2 * I) + 2 * H) * cb.e;
+        mc.outputBytes.perToken += H * cb.e;
+    }
+
+    // A mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE): router, experts, shared
+    // expert.
     void sparseMoe(ModuleId layer) {
         const bool mixtral = c.family == "mixtral";
         ModuleId moe =
@@ -1002,9 +1065,9 @@ void readSlidingWindow(const JsonReader& r, const std::string& family, LlamaLike
 // The experts of the mixture-of-experts families; returns the key naming their count.
 const char* readExperts(const JsonReader& r, const std::string& family, LlamaLike& c) {
     // Each MoE family names its expert count differently.
-    const char* expertsKey = family == "mixtral" ? "num_local_experts"
-                             : c.deepseek        ? "n_routed_experts"
-                                                 : "num_experts";
+    const char* expertsKey = family == "mixtral" || family == "granitemoe" ? "num_local_experts"
+                             : c.deepseek                                  ? "n_routed_experts"
+                                                                           : "num_experts";
     if (family == "mixtral") {
         c.experts = positive(r, expertsKey);
         c.topK = positive(r, "num_experts_per_tok");
@@ -1045,6 +1108,17 @@ const char* readExperts(const JsonReader& r, const std::string& family, LlamaLik
                                      ") must divide n_routed_experts (" +
                                      std::to_string(c.experts) + ")");
         }
+    }
+    if (family == "granitemoe") {
+        c.experts = positive(r, expertsKey);
+        c.topK = positive(r, "num_experts_per_tok");
+    }
+    if (family == "olmoe") {
+        // Every layer sparse, experts of intermediate_size, no shared expert.
+        c.experts = positive(r, expertsKey);
+        c.topK = positive(r, "num_experts_per_tok");
+        c.moeInter = c.inter;
+        c.normTopK = r.optBool("norm_topk_prob").value_or(false);
     }
     if (family == "qwen2_moe" || family == "qwen3_moe") {
         c.experts = r.hasNonNull(expertsKey) ? r.at(expertsKey).asIntAtLeast(0) : 0;
@@ -1093,7 +1167,7 @@ void readLlamaVariant(const JsonReader& r, const std::string& family, LlamaLike&
         // keeps its random state, not a mask: no cost modelled.
         dropoutOf(r, "attention_dropout", 0.1);
     }
-    c.granite = family == "granite";
+    c.granite = family == "granite" || family == "granitemoe";
     if (c.granite)
         for (const char* key : {"embedding_multiplier", "residual_multiplier",
                                 "attention_multiplier", "logits_scaling"})
@@ -1125,7 +1199,8 @@ void readLlamaVariant(const JsonReader& r, const std::string& family, LlamaLike&
     }
     c.rotaryPerType = family == "olmo3";
     c.olmo1 = family == "olmo";
-    if (c.olmo1 && r.hasNonNull("clip_qkv")) c.clipQkv = r.at("clip_qkv").asPositiveNumber();
+    if ((c.olmo1 || family == "olmoe") && r.hasNonNull("clip_qkv"))
+        c.clipQkv = r.at("clip_qkv").asPositiveNumber();
 }
 
 Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& family,
@@ -1150,6 +1225,8 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
                : family == "olmo3"       ? "Olmo3"
                : family == "exaone4"     ? "Exaone4"
                : family == "olmo"        ? "Olmo"
+               : family == "olmoe"       ? "Olmoe"
+               : family == "granitemoe"  ? "GraniteMoe"
                                          : "Mixtral";
     c.vocab = positive(r, "vocab_size");
     c.hidden = positive(r, "hidden_size");
@@ -1197,10 +1274,10 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
     // Qwen2-MoE spells its q/k/v bias qkv_bias (default true).
     c.qkvBias = family == "qwen2" || attnBias ||
                 (family == "qwen2_moe" && r.optBool("qkv_bias").value_or(true));
-    c.oBias =
-        (family == "llama" || family == "qwen3" || family == "qwen3_moe" || family == "olmo" ||
-         family == "olmo2" || family == "olmo3" || family == "granite" || family == "smollm3") &&
-        attnBias;
+    c.oBias = (family == "llama" || family == "qwen3" || family == "qwen3_moe" ||
+               family == "olmo" || family == "olmoe" || family == "olmo2" || family == "olmo3" ||
+               family == "granite" || family == "granitemoe" || family == "smollm3") &&
+              attnBias;
     if (c.deepseek) c.qkvBias = c.oBias = attnBias;  // q_a, kv_a and o projections
     if (c.gemma) {
         c.qkvBias = c.oBias = attnBias;
@@ -1240,7 +1317,7 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
     c.qkNorm = family == "qwen3" || family == "qwen3_moe" || c.gemma3;
     c.olmo2 = family == "olmo2" || family == "olmo3";
     readLlamaVariant(r, family, c);
-    c.legacyQwen2MoeAttention = family == "qwen2_moe";
+    c.legacySdpaAttention = family == "qwen2_moe" || family == "olmoe";
     if (family == "qwen2_moe" && r.optBool("use_sliding_window").value_or(false))
         r.at("use_sliding_window")
             .fail(
@@ -1390,42 +1467,56 @@ Expected<ModelGraph> loadGpt2(const JsonReader& r, const HfLoadOptions& o) {
 // projection's input. falcon-rw's sequential block (parallel_attn false: input_layernorm,
 // attention, residual, post_attention_layernorm, MLP, residual) and ALiBi positions (one
 // (b, heads, s, s) bias for all layers, no RoPE) too.
-Expected<ModelGraph> loadFalcon(const JsonReader& r, const HfLoadOptions& o) {
+// Falcon's config: the layout (new_decoder_architecture, multi_query, alibi, parallel_attn)
+// and sizes, with both spellings transformers accepts (n_layer, n_head, n_head_kv).
+struct FalconShape {
+    int64_t vocab, h, layers, heads, kvHeads, lnCount, ffn;
+    bool newArch, multiQuery, alibi, parallel, bias, tie;
+};
+
+FalconShape readFalcon(const JsonReader& r) {
     auto pick = [&](const char* a, const char* b) { return r.hasNonNull(a) ? a : b; };
-    const int64_t vocab = positive(r, "vocab_size");
-    const int64_t h = positive(r, "hidden_size");
+    FalconShape f{};
+    f.vocab = positive(r, "vocab_size");
+    f.h = positive(r, "hidden_size");
     const char* layersKey = pick("num_hidden_layers", "n_layer");
     const char* headsKey = pick("num_attention_heads", "n_head");
-    const int64_t layers = positive(r, layersKey);
-    const int64_t heads = positive(r, headsKey);
-    if (h % heads != 0) r.at(headsKey).fail("the number of heads must divide hidden_size");
-    if (layers > 10000) r.at(layersKey).fail("implausibly many layers (more than 10000)");
-    const bool newArch = r.optBool("new_decoder_architecture").value_or(false);
-    const bool multiQuery = r.optBool("multi_query").value_or(true);
-    const bool alibi = r.optBool("alibi").value_or(false);
-    const bool parallel = r.optBool("parallel_attn").value_or(true);
+    f.layers = positive(r, layersKey);
+    f.heads = positive(r, headsKey);
+    if (f.h % f.heads != 0) r.at(headsKey).fail("the number of heads must divide hidden_size");
+    if (f.layers > 10000) r.at(layersKey).fail("implausibly many layers (more than 10000)");
+    f.newArch = r.optBool("new_decoder_architecture").value_or(false);
+    f.multiQuery = r.optBool("multi_query").value_or(true);
+    f.alibi = r.optBool("alibi").value_or(false);
+    f.parallel = r.optBool("parallel_attn").value_or(true);
     const char* kvKey = pick("num_kv_heads", "n_head_kv");
-    int64_t kvHeads = heads;
-    if (newArch) {
-        if (r.hasNonNull(kvKey)) kvHeads = positive(r, kvKey);
-        if (heads % kvHeads != 0)
+    f.kvHeads = f.heads;
+    if (f.newArch) {
+        if (r.hasNonNull(kvKey)) f.kvHeads = positive(r, kvKey);
+        if (f.heads % f.kvHeads != 0)
             r.at(kvKey).fail("the number of key/value heads must divide the number of heads");
-    } else if (multiQuery) {
-        kvHeads = 1;
+    } else if (f.multiQuery) {
+        f.kvHeads = 1;
     }
-    const int64_t lnCount = !newArch ? 1
-                                     : (r.hasNonNull("num_ln_in_parallel_attn")
-                                            ? r.at("num_ln_in_parallel_attn").asIntAtLeast(1)
-                                            : 2);
-    if (lnCount > 2) r.at("num_ln_in_parallel_attn").fail("num_ln_in_parallel_attn must be 1 or 2");
-    const int64_t ffn = r.hasNonNull("ffn_hidden_size") ? positive(r, "ffn_hidden_size") : 4 * h;
-    const bool bias = r.optBool("bias").value_or(false);
-    const bool tie = r.optBool("tie_word_embeddings").value_or(true);
-    {
-        const std::string act = r.hasNonNull("activation") ? r.getString("activation") : "gelu";
-        if (act != "gelu")
-            r.at("activation").fail("unsupported activation \"" + act + "\" for Falcon (gelu)");
-    }
+    f.lnCount = !f.newArch ? 1
+                           : (r.hasNonNull("num_ln_in_parallel_attn")
+                                  ? r.at("num_ln_in_parallel_attn").asIntAtLeast(1)
+                                  : 2);
+    if (f.lnCount > 2)
+        r.at("num_ln_in_parallel_attn").fail("num_ln_in_parallel_attn must be 1 or 2");
+    f.ffn = r.hasNonNull("ffn_hidden_size") ? positive(r, "ffn_hidden_size") : 4 * f.h;
+    f.bias = r.optBool("bias").value_or(false);
+    f.tie = r.optBool("tie_word_embeddings").value_or(true);
+    const std::string act = r.hasNonNull("activation") ? r.getString("activation") : "gelu";
+    if (act != "gelu")
+        r.at("activation").fail("unsupported activation \"" + act + "\" for Falcon (gelu)");
+    return f;
+}
+
+Expected<ModelGraph> loadFalcon(const JsonReader& r, const HfLoadOptions& o) {
+    const FalconShape f = readFalcon(r);
+    const auto [vocab, h, layers, heads, kvHeads, lnCount, ffn, newArch, multiQuery, alibi,
+                parallel, bias, tie] = f;
     const int64_t d = h / heads, dq = h, dkv = kvHeads * d;
     const int64_t qkvOut = newArch ? (2 * kvHeads + heads) * d : multiQuery ? h + 2 * d : 3 * h;
 
@@ -1574,11 +1665,13 @@ const std::vector<HfFamily>& hfFamilies() {
         {"gemma3_text", "Gemma3ForCausalLM", "Gemma 3 1B and Gemma 3's text model"},
         {"olmo", "OlmoForCausalLM", "OLMo 1, OLMo 1.7 (clip_qkv)"},
         {"olmo2", "Olmo2ForCausalLM", "OLMo 2"},
+        {"olmoe", "OlmoeForCausalLM", "OLMoE"},
         {"olmo3", "Olmo3ForCausalLM", "OLMo 3"},
         {"falcon", "FalconForCausalLM", "Falcon 7B, 40B, 180B, RW, Falcon2 11B"},
         {"gpt2", "GPT2LMHeadModel", "GPT-2"},
         {"seed_oss", "SeedOssForCausalLM", "Seed-OSS"},
         {"granite", "GraniteForCausalLM", "Granite 3.0-3.3 dense"},
+        {"granitemoe", "GraniteMoeForCausalLM", "Granite 3.0/3.1 MoE (1B-A400M, 3B-A800M)"},
         {"smollm3", "SmolLM3ForCausalLM", "SmolLM3"},
         {"exaone4", "Exaone4ForCausalLM", "EXAONE 4.0"},
     };

@@ -64,6 +64,11 @@ MODELS = {
     "exaone4-32b": ("Exaone4DecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
     # Parameterless fp32 LayerNorms and clip_qkv's in-place clamps; positions stop at 4096.
     "olmo-1.7-7b": ("OlmoDecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
+    # Mixtures of experts under balanced routing (memory_oracle.balanced_moe_routing): OLMoE's
+    # 64 experts a layer (4096 positions), Granite-MoE's experts in two 3-D parameters a
+    # layer (tied embeddings; attention dropout off, as Granite's).
+    "olmoe-1b-7b": ("OlmoeDecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
+    "granite-3.1-1b-a400m": ("GraniteMoeDecoderLayer", None, None),
 }
 # The dropout probabilities set to 0 for the oracle (see GPT-2 above).
 DROPOUT_KEYS = {"gpt2": ("resid_pdrop", "embd_pdrop", "attn_pdrop"),

@@ -105,8 +105,8 @@ def ours(model, plan, cluster, extra):
 
 
 def balanced_moe_routing():
-    """The sparse MoE blocks of Mixtral, Qwen2-MoE and Qwen3-MoE with tokens routed evenly
-    over the experts.
+    """The sparse MoE blocks of Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE and Granite-MoE with
+    tokens routed evenly over the experts.
 
     Hugging Face's loop picks each expert's tokens with `torch.where` on the router's choice,
     whose output size depends on the values, which fake tensors do not have. This forward
@@ -119,7 +119,9 @@ def balanced_moe_routing():
     """
     import torch
     import torch.nn.functional as F
+    from transformers.models.granitemoe import modeling_granitemoe
     from transformers.models.mixtral import modeling_mixtral
+    from transformers.models.olmoe import modeling_olmoe
     from transformers.models.qwen2_moe import modeling_qwen2_moe
     from transformers.models.qwen3_moe import modeling_qwen3_moe
 
@@ -148,9 +150,39 @@ def balanced_moe_routing():
             final = final + F.sigmoid(self.shared_expert_gate(hs)) * shared
         return final.reshape(batch_size, sequence_length, hidden_dim), router_logits
 
+    def granite_forward(self, layer_input):
+        # GraniteMoeMoE and its router's operators, the slots sorted by a balanced expert
+        # choice (slot s to expert s // per_expert) instead of the router's, and the experts'
+        # sizes known without reading a tensor (the router's .tolist()).
+        bsz, length, emb_size = layer_input.size()
+        layer_input = layer_input.reshape(-1, emb_size)
+        router = self.router
+        logits = router.layer(layer_input).float()
+        top_k_logits, top_k_indices = logits.topk(router.top_k, dim=1)
+        top_k_gates = torch.softmax(top_k_logits, dim=1).type_as(layer_input)
+        slots = layer_input.shape[0] * router.top_k
+        per_expert = slots // router.num_experts
+        expert_size = [per_expert] * router.num_experts
+        choice = torch.arange(slots, device=layer_input.device) // per_expert
+        _, index_sorted_experts = choice.sort(0)
+        batch_index = index_sorted_experts.div(router.top_k, rounding_mode="trunc")
+        batch_gates = top_k_gates.flatten()[index_sorted_experts]
+        expert_inputs = layer_input[batch_index]
+        hidden_states = self.input_linear(expert_inputs, expert_size)
+        chunked_hidden_states = hidden_states.chunk(2, dim=-1)
+        hidden_states = self.activation(chunked_hidden_states[0]) * chunked_hidden_states[1]
+        expert_outputs = self.output_linear(hidden_states, expert_size)
+        expert_outputs = expert_outputs * batch_gates[:, None]
+        zeros = torch.zeros((bsz * length, self.input_size), dtype=expert_outputs.dtype,
+                            device=expert_outputs.device)
+        layer_output = zeros.index_add(0, batch_index, expert_outputs)
+        return layer_output.view(bsz, length, self.input_size), logits
+
     modeling_mixtral.MixtralSparseMoeBlock.forward = forward
     modeling_qwen2_moe.Qwen2MoeSparseMoeBlock.forward = forward
     modeling_qwen3_moe.Qwen3MoeSparseMoeBlock.forward = forward
+    modeling_olmoe.OlmoeSparseMoeBlock.forward = forward
+    modeling_granitemoe.GraniteMoeMoE.forward = granite_forward
 
 
 def hide_dtensor_shape_propagation():
@@ -323,7 +355,7 @@ def oracle(model_path, plan_path, world, batch, seq, steps=2, track=True):
     # do, and as ShardScope models attention.
     import transformers.masking_utils as masking_utils
     masking_utils.find_packed_sequence_indices = lambda position_ids: None
-    if cfg.model_type in ("mixtral", "qwen2_moe", "qwen3_moe"):
+    if cfg.model_type in ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe"):
         balanced_moe_routing()
     hide_dtensor_shape_propagation()
     keep_fsdp_group_hooks()

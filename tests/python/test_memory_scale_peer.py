@@ -143,6 +143,15 @@ class MemoryAtScale(unittest.TestCase):
                 seq = min(8192, bench_memory.max_seq(model))
                 self.assertLess(abs(self.case(model, seq=seq)["error"]), GOAL)
 
+    def test_more_moe_families(self):
+        # OLMoE-1B-7B (64 experts of which 8 per token, q/k norms, K and V repeated before
+        # SDPA; 4096 positions) and Granite-3.1-1B-A400M (32 experts of which 8, in two 3-D
+        # parameters a layer; multipliers, tied), balanced routing in the oracle.
+        for model in ("olmoe-1b-7b", "granite-3.1-1b-a400m"):
+            with self.subTest(model=model):
+                seq = min(8192, bench_memory.max_seq(model))
+                self.assertLess(abs(self.case(model, seq=seq)["error"]), GOAL)
+
     def test_qwen15_moe_a27b_bf16(self):
         # Qwen2-MoE (native loader since 2026-11-25): 60 experts of which 4 per token, the
         # sigmoid-gated shared expert, no renormalisation; balanced routing in the oracle.

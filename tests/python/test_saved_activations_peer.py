@@ -286,6 +286,23 @@ class SavedActivationsPeer(unittest.TestCase):
                 self.small_family_matches_autograd("olmo", transformers.OlmoConfig, transformers.OlmoForCausalLM,
                                                    {"clip_qkv": clip, "pad_token_id": 0})
 
+    def test_olmoe_matches_autograd(self):
+        # OLMoE: q/k norms over whole projections, the legacy SDPA attention (repeat_kv copies
+        # K and V to every query head), every layer sparse (4 experts of intermediate_size, top
+        # 2, not renormalised); transformers' own routing (each token fills top_k slots).
+        self.small_family_matches_autograd(
+            "olmoe", transformers.OlmoeConfig, transformers.OlmoeForCausalLM,
+            {"num_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 48, "pad_token_id": 0})
+
+    def test_granitemoe_matches_autograd(self):
+        # Granite-MoE: Granite's multipliers and a GraniteMoeMoE block in every layer (4 experts
+        # of intermediate_size in two [E, out, in] parameters, top 2, softmax over the top k);
+        # transformers' own routing (each token fills top_k slots whatever it picks).
+        self.small_family_matches_autograd(
+            "granitemoe", transformers.GraniteMoeConfig, transformers.GraniteMoeForCausalLM,
+            {"num_local_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 48, "embedding_multiplier": 12.0,
+             "residual_multiplier": 0.22, "logits_scaling": 6.0})
+
     def test_exaone4_matches_autograd(self):
         # Post-norms, per-head q/k norms, and RoPE on the sliding layer 0 only: layer 1 (the
         # one checked) is global and has none.
