@@ -382,7 +382,7 @@ std::vector<Command> benchCommands() {
         "Mixtral-8x7B, Qwen1.5-MoE-A2.7B, GPT-2-XL, Llama-3-70B, Gemma-2-9B, Gemma-3-1B,\n"
         "Mistral-7B-v0.1 (past their sliding windows at 8192), falcon-rw-1b (ALiBi),\n"
         "Seed-OSS-36B, Granite-3.1-8B, SmolLM3-3B, OLMo-3-7B, EXAONE-4.0-32B, OLMo-1.7-7B,\n"
-        "OLMoE-1B-7B, Granite-3.1-1B-A400M: 210 cases, about 100 minutes on\n"
+        "OLMoE-1B-7B, Granite-3.1-1B-A400M, StarCoder2-7B: 220 cases, about 105 minutes on\n"
         "2 cores; Qwen3-30B-A3B and Qwen2-57B-A14B, about 13 minutes a case, only with\n"
         "--filter naming them;\n"
         "world 8 and 64; batch 1-2; seq 2048 and 8192; checkpointing none, full, every second\n"

@@ -283,6 +283,11 @@ struct LlamaLike {
     // clip_qkv the q/k/v projections clamped in place.
     bool olmo1 = false;
     double clipQkv = 0;
+    // StarCoder2: nn.LayerNorm (weight and bias) for every norm, a GELU MLP (c_fc, act,
+    // c_proj), biases on every projection (use_bias), residual dropout after o_proj and
+    // c_proj (branchDropout) and dropout on the embedding.
+    bool starcoder2 = false;
+    double embedDropout = 0;
     int64_t qLora = 0, kvLora = 0, ropeDim = 0, nopeDim = 0, vDim = 0, firstDense = 0;
     int64_t sharedExperts = 0;
     int64_t maxPositions = 0;
@@ -330,6 +335,7 @@ public:
                                      c.gemma3 ? "Gemma3TextScaledWordEmbedding" : "Embedding");
         ParamId embedW = g.addParam(embed, "weight", {c.vocab, h}, pd);
         cb.embedding(embed, H);
+        cb.dropout(embed, H, c.embedDropout);  // StarCoder2's, in its model's forward
         if (c.gemma || c.granite) {
             // The embedding times sqrt(hidden_size) (Granite: embedding_multiplier): a
             // multiply by a constant, nothing saved.
@@ -415,6 +421,7 @@ private:
     }
     // An RMSNorm over `width` (its weight's size), CostBuilder::rmsNorm's costs.
     ModuleId normOf(ModuleId parent, const char* name, int64_t width, bool weightInFp32 = false) {
+        if (c.starcoder2) return cb.layerNorm(parent, name, width, pd);
         if (c.olmo1) {
             ModuleId m = g.addModule(parent, name, "OlmoLayerNorm");
             cb.fp32LayerNorm(m, static_cast<double>(width));
@@ -600,7 +607,7 @@ private:
             lc.bwdMemBytes.perToken += 4 * H * cb.e;
         }
         if (!c.deepseek && !sparse && !c.legacySdpaAttention && c.residDropout == 0 &&
-            c.branchDropout == 0 && c.clipQkv == 0)
+            !c.starcoder2 && c.branchDropout == 0 && c.clipQkv == 0)
             compiledRule(layer, i);
     }
 
@@ -835,7 +842,20 @@ private:
     // The dense MLP (SwiGLU; Phi-3's fused gate_up_proj).
     void denseMlp(ModuleId layer) {
         ModuleId mlp = g.addModule(layer, "mlp", c.prefix + "MLP");
-        if (c.phi3) {
+        if (c.starcoder2) {
+            // c_fc, the GELU (keeps its input), c_proj (keeps the GELU's output).
+            const double I = static_cast<double>(c.inter);
+            linear(mlp, "c_fc", h, c.inter, c.mlpBias, true);
+            linear(mlp, "c_proj", c.inter, h, c.mlpBias, true);
+            g.addModule(mlp, "act", c.actClass);
+            auto& mc = g.cost(mlp);
+            mc.savedBytes.perToken += I * cb.e;
+            mc.fwdMemBytes.perToken += 2 * I * cb.e;
+            mc.bwdMemBytes.perToken += 3 * I * cb.e;
+            mc.fwdMemKernels += 1;
+            mc.bwdMemKernels += 1;
+            mc.outputBytes.perToken += H * cb.e;
+        } else if (c.phi3) {
             // gate_up_proj's output (2I) is chunked into gate and up, views kept by the
             // SiLU and the multiply; the SiLU's output and the product (down_proj's
             // input) are new: 4I per token as SwiGLU's three outputs and down's input.
@@ -999,7 +1019,7 @@ void readSlidingWindow(const JsonReader& r, const std::string& family, LlamaLike
                           : r.hasNonNull("sliding_window") ? positive(r, "sliding_window")
                                                            : 0;
         everyLayer = true;
-    } else if (family == "mixtral" || family == "qwen3_moe" || c.phi3) {
+    } else if (family == "mixtral" || family == "qwen3_moe" || c.phi3 || family == "starcoder2") {
         if (family == "qwen3_moe" && !r.optBool("use_sliding_window").value_or(false))
             c.slidingWindow = 0;
         else if (family == "qwen3_moe")
@@ -1198,6 +1218,24 @@ void readLlamaVariant(const JsonReader& r, const std::string& family, LlamaLike&
         c.qkNorm = true;
     }
     c.rotaryPerType = family == "olmo3";
+    c.starcoder2 = family == "starcoder2";
+    if (c.starcoder2) {
+        c.qkvBias = c.oBias = c.mlpBias = r.optBool("use_bias").value_or(true);
+        c.branchDropout = dropoutOf(r, "residual_dropout", 0.0);
+        c.embedDropout = dropoutOf(r, "embedding_dropout", 0.0);
+        // Attention dropout runs inside the flash kernel on a GPU (its random state, no mask).
+        dropoutOf(r, "attention_dropout", 0.0);
+        const std::string act =
+            r.hasNonNull("hidden_act") ? r.getString("hidden_act") : "gelu_pytorch_tanh";
+        if (act == "gelu_pytorch_tanh")
+            c.actClass = "GELUTanh";
+        else if (act == "gelu")
+            c.actClass = "GELUActivation";
+        else
+            r.at("hidden_act")
+                .fail("unsupported activation \"" + act +
+                      "\" for StarCoder2 (gelu_pytorch_tanh or gelu)");
+    }
     c.olmo1 = family == "olmo";
     if ((c.olmo1 || family == "olmoe") && r.hasNonNull("clip_qkv"))
         c.clipQkv = r.at("clip_qkv").asPositiveNumber();
@@ -1227,6 +1265,7 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
                : family == "olmo"        ? "Olmo"
                : family == "olmoe"       ? "Olmoe"
                : family == "granitemoe"  ? "GraniteMoe"
+               : family == "starcoder2"  ? "Starcoder2"
                                          : "Mixtral";
     c.vocab = positive(r, "vocab_size");
     c.hidden = positive(r, "hidden_size");
@@ -1265,7 +1304,8 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
     c.gemma3 = family == "gemma3_text";
     c.gemma = family == "gemma2" || c.gemma3;
     // Gemma ties by default, and so does SmolLM3 (PretrainedConfig's default).
-    c.tie = r.optBool("tie_word_embeddings").value_or(c.gemma || family == "smollm3");
+    c.tie = r.optBool("tie_word_embeddings")
+                .value_or(c.gemma || family == "smollm3" || family == "starcoder2");
     if (r.hasNonNull("max_position_embeddings"))
         c.maxPositions = positive(r, "max_position_embeddings");
     // Qwen2 always has q/k/v biases; Llama and Qwen3 have attention_bias (q, k, v and o),
@@ -1328,9 +1368,10 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
     // Exaone-4 with a sliding window applies RoPE on its sliding layers only.
     if (family == "exaone4" && c.slidingWindow > 0)
         c.ropeLayers.assign(c.slidingLayers.begin(), c.slidingLayers.end());
-    c.mlpBias = (family == "llama" || family == "granite" || family == "smollm3" ||
-                 family == "seed_oss" || c.deepseekV2) &&
-                r.optBool("mlp_bias").value_or(false);
+    if (!c.starcoder2)  // StarCoder2's use_bias covers its MLP
+        c.mlpBias = (family == "llama" || family == "granite" || family == "smollm3" ||
+                     family == "seed_oss" || c.deepseekV2) &&
+                    r.optBool("mlp_bias").value_or(false);
     const char* expertsKey = readExperts(r, family, c);
     if (c.layers > 10000)
         r.at("num_hidden_layers").fail("implausibly many layers (more than 10000)");
@@ -1669,6 +1710,7 @@ const std::vector<HfFamily>& hfFamilies() {
         {"olmo3", "Olmo3ForCausalLM", "OLMo 3"},
         {"falcon", "FalconForCausalLM", "Falcon 7B, 40B, 180B, RW, Falcon2 11B"},
         {"gpt2", "GPT2LMHeadModel", "GPT-2"},
+        {"starcoder2", "Starcoder2ForCausalLM", "StarCoder2"},
         {"seed_oss", "SeedOssForCausalLM", "Seed-OSS"},
         {"granite", "GraniteForCausalLM", "Granite 3.0-3.3 dense"},
         {"granitemoe", "GraniteMoeForCausalLM", "Granite 3.0/3.1 MoE (1B-A400M, 3B-A800M)"},

@@ -2,7 +2,7 @@
 """A config.json whose model_type has no native loader works in one command.
 
 `shardscope model show / simulate / recommend -m config.json` for families ShardScope has
-no loader for (GPT-NeoX, OLMo, StarCoder2 here, small) builds the model JSON through
+no loader for (GPT-NeoX, StableLM, GPT-J here, small) builds the model JSON through
 scripts/export_model.py with transformers, says so in one line, caches it by the config's
 content (the second command loads it at once and says so) and goes on. The totals equal
 transformers' own parameter count (the oracle). --no-export refuses as before; a config
@@ -23,10 +23,9 @@ transformers = peer.require("transformers")
 CONFIGS = {
     "gpt_neox": dict(hidden_size=256, intermediate_size=1024, num_attention_heads=4, num_hidden_layers=2,
                      vocab_size=1000),
-    "olmo": dict(hidden_size=256, intermediate_size=688, num_attention_heads=4, num_hidden_layers=2,
-                 vocab_size=1000),
-    "starcoder2": dict(hidden_size=256, intermediate_size=1024, num_attention_heads=4, num_key_value_heads=2,
-                       num_hidden_layers=2, vocab_size=1000),
+    "stablelm": dict(hidden_size=256, intermediate_size=688, num_attention_heads=4, num_key_value_heads=2,
+                     num_hidden_layers=2, vocab_size=1000),
+    "gptj": dict(n_embd=256, n_head=4, n_layer=2, rotary_dim=32, vocab_size=1000),
 }
 
 
@@ -51,7 +50,9 @@ class AutoExport(unittest.TestCase):
         cfg.to_json_file(path)
         with torch.device("meta"):
             model = transformers.AutoModelForCausalLM.from_config(cfg)
-        return path, sum(p.numel() for p in model.parameters()), type(model.model.layers[0] if hasattr(model, "model") else model.gpt_neox.layers[0]).__name__
+        body = getattr(model, "model", None) or getattr(model, "gpt_neox", None) or model.transformer
+        layers = body.layers if hasattr(body, "layers") else body.h
+        return path, sum(p.numel() for p in model.parameters()), type(layers[0]).__name__
 
     def test_each_family_in_one_command_then_from_the_cache(self):
         for model_type in CONFIGS:

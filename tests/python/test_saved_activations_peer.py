@@ -142,9 +142,12 @@ class SavedActivationsPeer(unittest.TestCase):
               % (BATCH, SEQ, ours, moe, 100.0 * (ours - moe) / moe))
         self.assertLess(abs(ours - moe), 0.01 * moe)
 
-    def small_family_matches_autograd(self, model_type, config_class, model_class, extra):
+    def small_family_matches_autograd(self, model_type, config_class, model_class, extra, layer_norms=0):
         """A small model of a family: one decoder layer's and the whole model's saved bytes
-        against autograd, and FLOPs against torch.utils.flop_counter, in fp32 and bf16."""
+        against autograd, and FLOPs against torch.utils.flop_counter, in fp32 and bf16.
+        `layer_norms`: nn.LayerNorms a decoder layer has (and one final one). In bf16 the CPU
+        keeps their mean and rstd in bf16 where a GPU keeps fp32 (as modelled): autograd's
+        figure is raised by that difference, 4 B a token a norm."""
         cfg = {"model_type": model_type, "vocab_size": 256, "hidden_size": 64, "intermediate_size": 192,
                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
                "max_position_embeddings": 256, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
@@ -168,6 +171,9 @@ class SavedActivationsPeer(unittest.TestCase):
                 model = model_class(config).to(dtype).train()
                 ids = torch.randint(0, cfg["vocab_size"], (BATCH, SEQ))
                 total, layer = measured_saved_bytes(model, ids, ids, layer=model.model.layers[1])
+                if dtype == torch.bfloat16 and layer_norms:
+                    layer += 4 * BATCH * SEQ * layer_norms
+                    total += 4 * BATCH * SEQ * (layer_norms * cfg["num_hidden_layers"] + 1)
                 show = peer.shardscope("model", "show", "--model", path, "--batch", str(BATCH), "--seq",
                                        str(SEQ), "--param-dtype", name, "--activation-dtype", name, "--json")
                 mods = {m["name"]: m for m in show["modules"]}
@@ -302,6 +308,17 @@ class SavedActivationsPeer(unittest.TestCase):
             "granitemoe", transformers.GraniteMoeConfig, transformers.GraniteMoeForCausalLM,
             {"num_local_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 48, "embedding_multiplier": 12.0,
              "residual_multiplier": 0.22, "logits_scaling": 6.0})
+
+    def test_starcoder2_matches_autograd(self):
+        # LayerNorms with biases, biases on every projection, a GELU-tanh MLP (c_fc, c_proj);
+        # dropout off on the CPU (see Seed-OSS), with and without a sliding window past the
+        # sequence.
+        for window in (None, 64):
+            with self.subTest(sliding_window=window):
+                self.small_family_matches_autograd(
+                    "starcoder2", transformers.Starcoder2Config, transformers.Starcoder2ForCausalLM,
+                    {"use_bias": True, "residual_dropout": 0.0, "embedding_dropout": 0.0, "attention_dropout": 0.0,
+                     "sliding_window": window}, layer_norms=2)
 
     def test_exaone4_matches_autograd(self):
         # Post-norms, per-head q/k norms, and RoPE on the sliding layer 0 only: layer 1 (the
