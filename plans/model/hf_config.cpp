@@ -1508,6 +1508,119 @@ Expected<ModelGraph> loadGpt2(const JsonReader& r, const HfLoadOptions& o) {
 // projection's input. falcon-rw's sequential block (parallel_attn false: input_layernorm,
 // attention, residual, post_attention_layernorm, MLP, residual) and ALiBi positions (one
 // (b, heads, s, s) bias for all layers, no RoPE) too.
+// Phi (phi-1, phi-1.5, phi-2: PhiForCausalLM): a parallel block under one LayerNorm
+// (x + dropout(attention(ln(x))) + dropout(mlp(ln(x)))), q/k/v/dense projections with biases,
+// RoPE on partial_rotary_factor of each head made with slices and a cat, an fc1/fc2 MLP with
+// the unfused tanh GELU (NewGELUActivation), an lm_head with a bias.
+Expected<ModelGraph> loadPhi(const JsonReader& r, const HfLoadOptions& o) {
+    const int64_t vocab = positive(r, "vocab_size");
+    const int64_t h = positive(r, "hidden_size");
+    const int64_t inter = positive(r, "intermediate_size");
+    const int64_t layers = positive(r, "num_hidden_layers");
+    const int64_t heads = positive(r, "num_attention_heads");
+    const int64_t kvHeads =
+        r.hasNonNull("num_key_value_heads") ? positive(r, "num_key_value_heads") : heads;
+    if (h % heads != 0) r.at("num_attention_heads").fail("must divide hidden_size");
+    if (heads % kvHeads != 0) r.at("num_key_value_heads").fail("must divide num_attention_heads");
+    if (layers > 10000) r.at("num_hidden_layers").fail("implausibly many layers (more than 10000)");
+    const double factor = r.optNumber("partial_rotary_factor").value_or(0.5);
+    if (!(factor > 0 && factor <= 1))
+        r.at("partial_rotary_factor").fail("partial_rotary_factor must be in (0, 1]");
+    if (r.optBool("qk_layernorm").value_or(false))
+        r.at("qk_layernorm")
+            .fail(
+                "q/k LayerNorms are not modelled for Phi; export the model with "
+                "scripts/export_model.py");
+    const std::string act = r.hasNonNull("hidden_act") ? r.getString("hidden_act") : "gelu_new";
+    if (act != "gelu_new")
+        r.at("hidden_act").fail("unsupported activation \"" + act + "\" for Phi (gelu_new)");
+    const double pResid = dropoutOf(r, "resid_pdrop", 0.0);
+    const double pEmbd = dropoutOf(r, "embd_pdrop", 0.0);
+    dropoutOf(r, "attention_dropout", 0.0);  // inside the flash kernel on a GPU: no mask
+    const bool tie = r.optBool("tie_word_embeddings").value_or(false);
+    const int64_t d = h / heads, dq = heads * d, dkv = kvHeads * d;
+    const auto rot = static_cast<int64_t>(static_cast<double>(d) * factor);
+
+    ModelGraph g;
+    g.name = "phi";
+    g.source = "hf:phi";
+    if (r.hasNonNull("max_position_embeddings"))
+        g.maxPositions = positive(r, "max_position_embeddings");
+    g.activationDtype = o.activationDtype;
+    g.setRootClass("PhiForCausalLM");
+    CostBuilder cb{g, static_cast<double>(dtypeSize(o.activationDtype))};
+    const DType pd = o.paramDtype;
+    const double H = static_cast<double>(h), Q = static_cast<double>(dq);
+    const double KV = static_cast<double>(dkv), I = static_cast<double>(inter);
+    auto linear = [&](ModuleId parent, const char* name, int64_t in, int64_t out, bool saves,
+                      bool sumsInputGrad = false) {
+        ModuleId m = g.addModule(parent, name, "Linear");
+        g.addParam(m, "weight", {out, in}, pd);
+        g.addParam(m, "bias", {out}, pd);
+        cb.linear(m, static_cast<double>(in), static_cast<double>(out), saves, true, sumsInputGrad);
+        return m;
+    };
+    ModuleId model = g.addModule(g.root(), "model", "PhiModel");
+    ModuleId embed = g.addModule(model, "embed_tokens", "Embedding");
+    ParamId embW = g.addParam(embed, "weight", {vocab, h}, pd);
+    cb.embedding(embed, H);
+    ModuleId list = g.addModule(model, "layers", "ModuleList", {"ModuleList"});
+    for (int64_t i = 0; i < layers; ++i) {
+        ModuleId layer = g.addModule(list, std::to_string(i), "PhiDecoderLayer");
+        ModuleId attn = g.addModule(layer, "self_attn", "PhiAttention");
+        linear(attn, "q_proj", h, dq, true);
+        linear(attn, "k_proj", h, dkv, false, true);
+        linear(attn, "v_proj", h, dkv, false, true);
+        // q and k are made by a cat, so SDPA returns its output in their (b, h, s, d) order
+        // and merging the heads copies: dense saves the copy.
+        linear(attn, "dense", dq, h, true);
+        // RoPE on the rotary slices (as Llama's, on heads x rot), the cats of the rotated
+        // and passed-through parts; SDPA keeps the cats' q and k and v_proj's output.
+        const double rq = static_cast<double>(heads * rot), rk = static_cast<double>(kvHeads * rot);
+        auto& ac = g.cost(attn);
+        ac.fwdMemBytes.perToken += (10.0 * (rq + rk) + 2.0 * (Q + KV)) * cb.e;
+        ac.bwdMemBytes.perToken += (15.0 * (rq + rk) + 2.0 * (Q + KV)) * cb.e;
+        ac.fwdMemKernels += 12 + 2;
+        ac.bwdMemKernels += 18 + 2;
+        ac.outputBytes.perToken += H * cb.e;
+        cb.sdpa(attn, static_cast<double>(heads), static_cast<double>(d), Q + 2 * KV);
+        ModuleId mlp = g.addModule(layer, "mlp", "PhiMLP");
+        // The unfused tanh GELU saves four intermediate-wide tensors (as GPT-2's).
+        ModuleId gelu = g.addModule(mlp, "activation_fn", "NewGELUActivation");
+        auto& gc = g.cost(gelu);
+        gc.savedBytes.perToken += 4.0 * I * cb.e;
+        gc.fwdMemBytes.perToken += 10.0 * I * cb.e;
+        gc.bwdMemBytes.perToken += 12.0 * I * cb.e;
+        gc.outputBytes.perToken += I * cb.e;
+        gc.fwdMemKernels += 8;
+        gc.bwdMemKernels += 11;
+        // fc1 reads the norm's output that q_proj saves; its input gradient adds to theirs.
+        linear(mlp, "fc1", h, inter, false, true);
+        linear(mlp, "fc2", inter, h, true);
+        g.cost(mlp).outputBytes.perToken += H * cb.e;
+        cb.layerNorm(layer, "input_layernorm", h, pd);
+        // One nn.Dropout applied to the attention's output and to the MLP's.
+        ModuleId drop = g.addModule(layer, "resid_dropout", "Dropout");
+        cb.dropout(drop, H, pResid);
+        cb.dropout(drop, H, pResid);
+        cb.residualAdds(layer, H, 2);
+    }
+    cb.rotaryEmbedding(model, "rotary_emb", "PhiRotaryEmbedding", rot, d);
+    cb.dropout(g.addModule(model, "embed_dropout", "Dropout"), H, pEmbd);
+    cb.layerNorm(model, "final_layernorm", h, pd);
+    g.cost(model).outputBytes.perToken += H * cb.e;
+    ModuleId head = g.addModule(g.root(), "lm_head", "Linear");
+    if (tie)
+        g.tieParam(embW, head, "weight");
+    else
+        g.addParam(head, "weight", {vocab, h}, pd);
+    g.addParam(head, "bias", {vocab}, pd);
+    cb.linear(head, H, static_cast<double>(vocab), true, true);
+    cb.causalLmLoss(g.root(), static_cast<double>(vocab));
+    if (Status st = g.finalize(); !st) return Error{r.file() + ":/: " + st.error()};
+    return g;
+}
+
 // Falcon's config: the layout (new_decoder_architecture, multi_query, alibi, parallel_attn)
 // and sizes, with both spellings transformers accepts (n_layer, n_head, n_head_kv).
 struct FalconShape {
@@ -1701,6 +1814,7 @@ const std::vector<HfFamily>& hfFamilies() {
         {"qwen3_moe", "Qwen3MoeForCausalLM", "Qwen3 MoE (30B-A3B, 235B-A22B)"},
         {"deepseek_v2", "DeepseekV2ForCausalLM", "DeepSeek-V2, V2-Lite"},
         {"deepseek_v3", "DeepseekV3ForCausalLM", "DeepSeek-V3, R1, Moonlight"},
+        {"phi", "PhiForCausalLM", "phi-1, phi-1.5, phi-2"},
         {"phi3", "Phi3ForCausalLM", "Phi-3, Phi-3.5, Phi-4"},
         {"gemma2", "Gemma2ForCausalLM", "Gemma 2"},
         {"gemma3_text", "Gemma3ForCausalLM", "Gemma 3 1B and Gemma 3's text model"},
@@ -1733,7 +1847,7 @@ Expected<ModelGraph> modelFromHfConfig(const nlohmann::json& j, const std::strin
         const std::string type = r.getString("model_type");
         Expected<ModelGraph> g = Error{""};
         // Every family but the ones with loaders of their own is Llama-like.
-        if (hfModelTypeSupported(type) && type != "gpt2" && type != "falcon")
+        if (hfModelTypeSupported(type) && type != "gpt2" && type != "falcon" && type != "phi")
             g = loadLlamaLike(r, type, options);
         else if (type == "gemma3")
             r.at("model_type")
@@ -1746,6 +1860,8 @@ Expected<ModelGraph> modelFromHfConfig(const nlohmann::json& j, const std::strin
             g = loadGpt2(r, options);
         else if (type == "falcon")
             g = loadFalcon(r, options);
+        else if (type == "phi")
+            g = loadPhi(r, options);
         else {
             std::string list;
             for (const HfFamily& f : hfFamilies())

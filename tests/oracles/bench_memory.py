@@ -66,6 +66,8 @@ MODELS = {
     "olmo-1.7-7b": ("OlmoDecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
     # LayerNorms and biases, a 4096 window on every layer; tied; dropout off (see GPT-2).
     "starcoder2-7b": ("Starcoder2DecoderLayer", None, None),
+    # The parallel block under one LayerNorm, partial RoPE, the unfused GELU; dropout off.
+    "phi-2": ("PhiDecoderLayer", ["model.embed_tokens"], ["model.final_layernorm", "lm_head"]),
     # Mixtures of experts under balanced routing (memory_oracle.balanced_moe_routing): OLMoE's
     # 64 experts a layer (4096 positions), Granite-MoE's experts in two 3-D parameters a
     # layer (tied embeddings; attention dropout off, as Granite's).
@@ -76,7 +78,8 @@ MODELS = {
 DROPOUT_KEYS = {"gpt2": ("resid_pdrop", "embd_pdrop", "attn_pdrop"),
                 "seed-oss": ("attention_dropout", "residual_dropout"),
                 "granite": ("attention_dropout",),
-                "starcoder2": ("attention_dropout", "residual_dropout", "embedding_dropout")}
+                "starcoder2": ("attention_dropout", "residual_dropout", "embedding_dropout"),
+                "phi-2": ("resid_pdrop", "embd_pdrop", "attention_dropout")}
 # Under the tracker these take about 13 minutes a case (FSDPMemTracker hooks every one of their
 # thousands of experts): in the matrix only when --filter names them.
 SLOW = {"qwen3-30b-a3b", "qwen2-57b-a14b"}

@@ -320,6 +320,14 @@ class SavedActivationsPeer(unittest.TestCase):
                     {"use_bias": True, "residual_dropout": 0.0, "embedding_dropout": 0.0, "attention_dropout": 0.0,
                      "sliding_window": window}, layer_norms=2)
 
+    def test_phi_matches_autograd(self):
+        # Phi-2's parallel block under one LayerNorm, RoPE on part of each head through a cat
+        # (dense saves a copy of SDPA's output), the unfused tanh GELU, lm_head's bias;
+        # residual dropout off on the CPU (see Seed-OSS).
+        self.small_family_matches_autograd(
+            "phi", transformers.PhiConfig, transformers.PhiForCausalLM,
+            {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "partial_rotary_factor": 0.4}, layer_norms=1)
+
     def test_exaone4_matches_autograd(self):
         # Post-norms, per-head q/k norms, and RoPE on the sliding layer 0 only: layer 1 (the
         # one checked) is global and has none.
