@@ -1621,6 +1621,105 @@ Expected<ModelGraph> loadPhi(const JsonReader& r, const HfLoadOptions& o) {
     return g;
 }
 
+// GPT-NeoX (Pythia, GPT-NeoX-20B: GPTNeoXForCausalLM): LayerNorms before the attention and
+// the MLP, in parallel by default (x + attention(ln1(x)) + mlp(ln2(x))), one fused
+// query_key_value whose output is split per head into q, k and v (views), RoPE on rotary_pct
+// of each head through a cat, a GELU MLP (dense_h_to_4h, act, dense_4h_to_h), embed_out.
+Expected<ModelGraph> loadGptNeoX(const JsonReader& r, const HfLoadOptions& o) {
+    const int64_t vocab = positive(r, "vocab_size");
+    const int64_t h = positive(r, "hidden_size");
+    const int64_t inter = positive(r, "intermediate_size");
+    const int64_t layers = positive(r, "num_hidden_layers");
+    const int64_t heads = positive(r, "num_attention_heads");
+    if (h % heads != 0) r.at("num_attention_heads").fail("must divide hidden_size");
+    if (layers > 10000) r.at("num_hidden_layers").fail("implausibly many layers (more than 10000)");
+    const double pct = r.optNumber("rotary_pct").value_or(0.25);
+    if (!(pct > 0 && pct <= 1)) r.at("rotary_pct").fail("rotary_pct must be in (0, 1]");
+    const std::string act = r.hasNonNull("hidden_act") ? r.getString("hidden_act") : "gelu";
+    if (act != "gelu")
+        r.at("hidden_act").fail("unsupported activation \"" + act + "\" for GPT-NeoX (gelu)");
+    const double pHidden = dropoutOf(r, "hidden_dropout", 0.0);
+    dropoutOf(r, "attention_dropout", 0.0);  // inside the flash kernel on a GPU: no mask
+    const bool parallel = r.optBool("use_parallel_residual").value_or(true);
+    const bool bias = r.optBool("attention_bias").value_or(true);
+    const bool tie = r.optBool("tie_word_embeddings").value_or(false);
+    const int64_t d = h / heads;
+    const auto rot = static_cast<int64_t>(static_cast<double>(d) * pct);
+
+    ModelGraph g;
+    g.name = "gpt_neox";
+    g.source = "hf:gpt_neox";
+    if (r.hasNonNull("max_position_embeddings"))
+        g.maxPositions = positive(r, "max_position_embeddings");
+    g.activationDtype = o.activationDtype;
+    g.setRootClass("GPTNeoXForCausalLM");
+    CostBuilder cb{g, static_cast<double>(dtypeSize(o.activationDtype))};
+    const DType pd = o.paramDtype;
+    const double H = static_cast<double>(h), I = static_cast<double>(inter);
+    auto linear = [&](ModuleId parent, const char* name, int64_t in, int64_t out, bool withBias,
+                      bool saves) {
+        ModuleId m = g.addModule(parent, name, "Linear");
+        g.addParam(m, "weight", {out, in}, pd);
+        if (withBias) g.addParam(m, "bias", {out}, pd);
+        cb.linear(m, static_cast<double>(in), static_cast<double>(out), saves, withBias);
+        return m;
+    };
+    ModuleId model = g.addModule(g.root(), "gpt_neox", "GPTNeoXModel");
+    ModuleId embed = g.addModule(model, "embed_in", "Embedding");
+    ParamId embW = g.addParam(embed, "weight", {vocab, h}, pd);
+    cb.embedding(embed, H);
+    cb.dropout(g.addModule(model, "emb_dropout", "Dropout"), H, pHidden);
+    ModuleId list = g.addModule(model, "layers", "ModuleList", {"ModuleList"});
+    for (int64_t i = 0; i < layers; ++i) {
+        ModuleId layer = g.addModule(list, std::to_string(i), "GPTNeoXLayer");
+        cb.layerNorm(layer, "input_layernorm", h, pd);
+        // In parallel both norms read the layer's input, saved once (by the first).
+        cb.layerNorm(layer, "post_attention_layernorm", h, pd, !parallel);
+        cb.dropout(g.addModule(layer, "post_attention_dropout", "Dropout"), H, pHidden);
+        cb.dropout(g.addModule(layer, "post_mlp_dropout", "Dropout"), H, pHidden);
+        ModuleId attn = g.addModule(layer, "attention", "GPTNeoXAttention");
+        linear(attn, "query_key_value", h, 3 * h, bias, true);
+        // q and k are made by a cat, so SDPA's output comes back in their (b, h, s, d) order
+        // and dense saves the copy merging the heads makes.
+        linear(attn, "dense", h, h, bias, true);
+        // RoPE on the rotary slices (as Llama's) and the cats; SDPA keeps the cats' q and k
+        // and, v being a view of it, query_key_value's whole output.
+        const double rq = static_cast<double>(heads * rot);
+        auto& ac = g.cost(attn);
+        ac.fwdMemBytes.perToken += (10.0 * 2 * rq + 2.0 * 2 * H) * cb.e;
+        ac.bwdMemBytes.perToken += (15.0 * 2 * rq + 2.0 * 2 * H) * cb.e;
+        ac.fwdMemKernels += 12 + 2;
+        ac.bwdMemKernels += 18 + 2;
+        ac.outputBytes.perToken += H * cb.e;
+        cb.sdpa(attn, static_cast<double>(heads), static_cast<double>(d), 5 * H);
+        ModuleId mlp = g.addModule(layer, "mlp", "GPTNeoXMLP");
+        linear(mlp, "dense_h_to_4h", h, inter, true, true);
+        linear(mlp, "dense_4h_to_h", inter, h, true, true);
+        ModuleId gelu = g.addModule(mlp, "act", "GELUActivation");
+        auto& gc = g.cost(gelu);
+        gc.savedBytes.perToken += I * cb.e;  // GELU's input
+        gc.fwdMemBytes.perToken += 2 * I * cb.e;
+        gc.bwdMemBytes.perToken += 3 * I * cb.e;
+        gc.fwdMemKernels += 1;
+        gc.bwdMemKernels += 1;
+        gc.outputBytes.perToken += I * cb.e;
+        g.cost(mlp).outputBytes.perToken += H * cb.e;
+        cb.residualAdds(layer, H, 2);
+    }
+    cb.layerNorm(model, "final_layer_norm", h, pd);
+    cb.rotaryEmbedding(model, "rotary_emb", "GPTNeoXRotaryEmbedding", rot, d);
+    g.cost(model).outputBytes.perToken += H * cb.e;
+    ModuleId head = g.addModule(g.root(), "embed_out", "Linear");
+    if (tie)
+        g.tieParam(embW, head, "weight");
+    else
+        g.addParam(head, "weight", {vocab, h}, pd);
+    cb.linear(head, H, static_cast<double>(vocab), true);
+    cb.causalLmLoss(g.root(), static_cast<double>(vocab));
+    if (Status st = g.finalize(); !st) return Error{r.file() + ":/: " + st.error()};
+    return g;
+}
+
 // Falcon's config: the layout (new_decoder_architecture, multi_query, alibi, parallel_attn)
 // and sizes, with both spellings transformers accepts (n_layer, n_head, n_head_kv).
 struct FalconShape {
@@ -1824,6 +1923,7 @@ const std::vector<HfFamily>& hfFamilies() {
         {"olmo3", "Olmo3ForCausalLM", "OLMo 3"},
         {"falcon", "FalconForCausalLM", "Falcon 7B, 40B, 180B, RW, Falcon2 11B"},
         {"gpt2", "GPT2LMHeadModel", "GPT-2"},
+        {"gpt_neox", "GPTNeoXForCausalLM", "GPT-NeoX-20B, Pythia"},
         {"starcoder2", "Starcoder2ForCausalLM", "StarCoder2"},
         {"seed_oss", "SeedOssForCausalLM", "Seed-OSS"},
         {"granite", "GraniteForCausalLM", "Granite 3.0-3.3 dense"},
@@ -1847,7 +1947,8 @@ Expected<ModelGraph> modelFromHfConfig(const nlohmann::json& j, const std::strin
         const std::string type = r.getString("model_type");
         Expected<ModelGraph> g = Error{""};
         // Every family but the ones with loaders of their own is Llama-like.
-        if (hfModelTypeSupported(type) && type != "gpt2" && type != "falcon" && type != "phi")
+        if (hfModelTypeSupported(type) && type != "gpt2" && type != "falcon" && type != "phi" &&
+            type != "gpt_neox")
             g = loadLlamaLike(r, type, options);
         else if (type == "gemma3")
             r.at("model_type")
@@ -1862,6 +1963,8 @@ Expected<ModelGraph> modelFromHfConfig(const nlohmann::json& j, const std::strin
             g = loadFalcon(r, options);
         else if (type == "phi")
             g = loadPhi(r, options);
+        else if (type == "gpt_neox")
+            g = loadGptNeoX(r, options);
         else {
             std::string list;
             for (const HfFamily& f : hfFamilies())

@@ -68,6 +68,8 @@ MODELS = {
     "starcoder2-7b": ("Starcoder2DecoderLayer", None, None),
     # The parallel block under one LayerNorm, partial RoPE, the unfused GELU; dropout off.
     "phi-2": ("PhiDecoderLayer", ["model.embed_tokens"], ["model.final_layernorm", "lm_head"]),
+    # GPT-NeoX's parallel residual and fused query_key_value (Pythia; 2048 positions).
+    "pythia-6.9b": ("GPTNeoXLayer", ["gpt_neox.embed_in"], ["gpt_neox.final_layer_norm", "embed_out"]),
     # Mixtures of experts under balanced routing (memory_oracle.balanced_moe_routing): OLMoE's
     # 64 experts a layer (4096 positions), Granite-MoE's experts in two 3-D parameters a
     # layer (tied embeddings; attention dropout off, as Granite's).

@@ -138,10 +138,11 @@ class MemoryAtScale(unittest.TestCase):
         # with 4096 windows on 3 layers in 4: past the window at 8192), EXAONE-4.0-32B
         # (post-norms, per-head q/k norms, windows and RoPE on 3 layers in 4) and
         # OLMo-1.7-7B (parameterless fp32 LayerNorms, clip_qkv; 4096 positions) and
-        # StarCoder2-7B (LayerNorms, biases, GELU MLP, a 4096 window on every layer) and phi-2
-        # (the parallel block, partial RoPE, the unfused GELU; 2048 positions), dropout off.
+        # StarCoder2-7B (LayerNorms, biases, GELU MLP, a 4096 window on every layer), phi-2
+        # (the parallel block, partial RoPE, the unfused GELU; 2048 positions), dropout off,
+        # and Pythia-6.9B (GPT-NeoX: parallel residual, fused query_key_value; 2048).
         for model in ("seed-oss-36b", "granite-3.1-8b", "smollm3-3b", "olmo3-7b", "exaone4-32b", "olmo-1.7-7b",
-                      "starcoder2-7b", "phi-2"):
+                      "starcoder2-7b", "phi-2", "pythia-6.9b"):
             with self.subTest(model=model):
                 seq = min(8192, bench_memory.max_seq(model))
                 self.assertLess(abs(self.case(model, seq=seq)["error"]), GOAL)

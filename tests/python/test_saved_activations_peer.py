@@ -170,7 +170,9 @@ class SavedActivationsPeer(unittest.TestCase):
                 torch.manual_seed(0)
                 model = model_class(config).to(dtype).train()
                 ids = torch.randint(0, cfg["vocab_size"], (BATCH, SEQ))
-                total, layer = measured_saved_bytes(model, ids, ids, layer=model.model.layers[1])
+                body = model.model if hasattr(model, "model") else model.gpt_neox
+                total, layer = measured_saved_bytes(model, ids, ids, layer=body.layers[1])
+                layer_name = next(n for n, m in model.named_modules() if m is body.layers[1])
                 if dtype == torch.bfloat16 and layer_norms:
                     layer += 4 * BATCH * SEQ * layer_norms
                     total += 4 * BATCH * SEQ * (layer_norms * cfg["num_hidden_layers"] + 1)
@@ -178,7 +180,7 @@ class SavedActivationsPeer(unittest.TestCase):
                                        str(SEQ), "--param-dtype", name, "--activation-dtype", name, "--json")
                 mods = {m["name"]: m for m in show["modules"]}
                 ours_total = mods[""]["saved_activation_bytes"]
-                ours_layer = mods["model.layers.1"]["saved_activation_bytes"]
+                ours_layer = mods[layer_name]["saved_activation_bytes"]
                 print("%s %s: decoder layer formulas %d B, autograd %d B (%+.2f%%); model %d B, %d B (%+.2f%%)"
                       % (model_type, name, ours_layer, layer, 100.0 * (ours_layer - layer) / layer, ours_total,
                          total, 100.0 * (ours_total - total) / total))
@@ -327,6 +329,17 @@ class SavedActivationsPeer(unittest.TestCase):
         self.small_family_matches_autograd(
             "phi", transformers.PhiConfig, transformers.PhiForCausalLM,
             {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "partial_rotary_factor": 0.4}, layer_norms=1)
+
+    def test_gpt_neox_matches_autograd(self):
+        # GPT-NeoX's parallel residual (both LayerNorms read the layer input) and sequential
+        # one, the fused query_key_value split per head (v a view of its output, kept by
+        # SDPA whole), partial RoPE through a cat (dense saves a copy), the exact GELU.
+        for parallel in (True, False):
+            with self.subTest(use_parallel_residual=parallel):
+                self.small_family_matches_autograd(
+                    "gpt_neox", transformers.GPTNeoXConfig, transformers.GPTNeoXForCausalLM,
+                    {"num_key_value_heads": None, "use_parallel_residual": parallel, "rotary_pct": 0.25},
+                    layer_norms=2)
 
     def test_exaone4_matches_autograd(self):
         # Post-norms, per-head q/k norms, and RoPE on the sliding layer 0 only: layer 1 (the
