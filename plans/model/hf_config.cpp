@@ -121,6 +121,21 @@ struct CostBuilder {
         c.savedBytes.fixedPerToken += 4 * h + 8;
         c.outputBytes.perToken += h * e;
     }
+    // Cohere's LayerNorm, written out in fp32 with a weight and no bias: mean, x - mean, its
+    // square's mean, rsqrt, (x - mean) again times it, times the weight. Saved in fp32: the
+    // pow's input, the second x - mean and the normalized input (4h each) and rstd.
+    // Kernels: the casts each way (ModuleCost::upcastElems) and nine forward (mean, two
+    // subs, pow, mean, add, rsqrt, two muls), about twice as many backward.
+    void cohereLayerNorm(ModuleId m, double h) {
+        auto& c = g.cost(m);
+        c.fwdMemKernels += 9;
+        c.bwdMemKernels += 16;
+        c.upcastElems += h;
+        c.fwdMemBytes.fixedPerToken += 48 * h;
+        c.bwdMemBytes.fixedPerToken += 100 * h;
+        c.savedBytes.fixedPerToken += 12 * h + 4;
+        c.outputBytes.perToken += h * e;
+    }
     // nn.Embedding: a gather; saves the int64 indices.
     void embedding(ModuleId m, double h) {
         auto& c = g.cost(m);
@@ -288,6 +303,10 @@ struct LlamaLike {
     // c_proj (branchDropout) and dropout on the embedding.
     bool starcoder2 = false;
     double embedDropout = 0;
+    // Cohere2 (Command R7B): one Cohere2LayerNorm before a parallel attention and MLP (both
+    // read its output), RoPE in fp32 with interleaved halves on the sliding-window layers only,
+    // the logits scaled by logit_scale.
+    bool cohere = false;
     int64_t qLora = 0, kvLora = 0, ropeDim = 0, nopeDim = 0, vDim = 0, firstDense = 0;
     int64_t sharedExperts = 0;
     int64_t maxPositions = 0;
@@ -368,8 +387,9 @@ public:
         } else {
             linear(g.root(), "lm_head", h, c.vocab, false, true);
         }
-        if (c.granite) {
-            // logits / logits_scaling: the scaled logits replace lm_head's, nothing saved.
+        if (c.granite || c.cohere) {
+            // logits / logits_scaling (Cohere: * logit_scale): the scaled logits replace
+            // lm_head's, nothing saved.
             auto& rc = g.cost(g.root());
             const double V = static_cast<double>(c.vocab);
             rc.fwdMemKernels += 1;
@@ -422,6 +442,12 @@ private:
     // An RMSNorm over `width` (its weight's size), CostBuilder::rmsNorm's costs.
     ModuleId normOf(ModuleId parent, const char* name, int64_t width, bool weightInFp32 = false) {
         if (c.starcoder2) return cb.layerNorm(parent, name, width, pd);
+        if (c.cohere) {
+            ModuleId m = g.addModule(parent, name, c.prefix + "LayerNorm");
+            g.addParam(m, "weight", {width}, pd);
+            cb.cohereLayerNorm(m, static_cast<double>(width));
+            return m;
+        }
         if (c.olmo1) {
             ModuleId m = g.addModule(parent, name, "OlmoLayerNorm");
             cb.fp32LayerNorm(m, static_cast<double>(width));
@@ -607,7 +633,7 @@ private:
             lc.bwdMemBytes.perToken += 4 * H * cb.e;
         }
         if (!c.deepseek && !sparse && !c.legacySdpaAttention && c.residDropout == 0 &&
-            !c.starcoder2 && c.branchDropout == 0 && c.clipQkv == 0)
+            !c.starcoder2 && !c.cohere && c.branchDropout == 0 && c.clipQkv == 0)
             compiledRule(layer, i);
     }
 
@@ -693,6 +719,13 @@ private:
             // of their backward.
             ac.fwdMemKernels += rope ? 12 : 2;
             ac.bwdMemKernels += rope ? 18 : 2;
+            if (c.cohere && rope && cb.e < 4) {
+                // Cohere2's RoPE runs in fp32: q and k cast up and back, each way.
+                ac.fwdMemKernels += 4;
+                ac.bwdMemKernels += 4;
+                ac.fwdMemBytes.perToken += 2.0 * (dq + dkv) * (cb.e + 4);
+                ac.bwdMemBytes.perToken += 2.0 * (dq + dkv) * (cb.e + 4);
+            }
             ac.outputBytes.perToken += H * cb.e;
             const bool repeatKv = c.legacySdpaAttention && c.kvHeads < c.heads;
             // Phi-3's v is a view of qkv_proj's output, so SDPA keeps that whole storage
@@ -871,7 +904,8 @@ private:
             mc.savedBytes.perToken += 3 * I * cb.e;
             mc.outputBytes.perToken += H * cb.e;
         } else {
-            swiglu(mlp, "gate_proj", "up_proj", "down_proj", c.inter, 1.0, true);
+            // Cohere's parallel MLP reads the norm's output that q_proj saves.
+            swiglu(mlp, "gate_proj", "up_proj", "down_proj", c.inter, 1.0, !c.cohere);
         }
         cb.dropout(mlp, H, c.branchDropout);  // Seed-OSS, on down_proj's output
     }
@@ -883,6 +917,8 @@ private:
             // gate/up read the residual stream itself (saved by q_proj and gate_proj).
             rmsNorm(layer, "post_attention_layernorm");
             rmsNorm(layer, "post_feedforward_layernorm");
+        } else if (c.cohere) {
+            rmsNorm(layer, "input_layernorm");  // Cohere2LayerNorm, through normOf
         } else if (c.gemma) {
             // x + post_attention_layernorm(attn(input_layernorm(x))), then
             // x + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(x))).
@@ -1034,7 +1070,7 @@ void readSlidingWindow(const JsonReader& r, const std::string& family, LlamaLike
                                                            : 0;
         fullBelow =
             r.hasNonNull("max_window_layers") ? r.at("max_window_layers").asIntAtLeast(0) : 28;
-    } else if (family == "olmo3" || family == "exaone4") {
+    } else if (family == "olmo3" || family == "exaone4" || family == "cohere2") {
         // Both default to a 4096 window; null turns it off.
         c.slidingWindow = !r.has("sliding_window")         ? 4096
                           : r.hasNonNull("sliding_window") ? positive(r, "sliding_window")
@@ -1067,13 +1103,16 @@ void readSlidingWindow(const JsonReader& r, const std::string& family, LlamaLike
         // Gemma-2 alternates from layer 0; Gemma-3 makes every sliding_window_pattern-th
         // layer (default 6) a full one, Exaone-4 likewise (default 4), OLMo-3 every 4th.
         // SmolLM3 slides on its layers without RoPE.
-        const int64_t pattern = family == "gemma2"    ? 2
-                                : family == "olmo3"   ? 4
-                                : family == "exaone4" ? exaonePattern(r)
-                                : !c.gemma3           ? 0
-                                : r.hasNonNull("sliding_window_pattern")
-                                    ? positive(r, "sliding_window_pattern")
-                                    : 6;
+        const int64_t pattern =
+            family == "gemma2"  ? 2
+            : family == "olmo3" ? 4
+            : family == "cohere2"
+                ? (r.hasNonNull("sliding_window_pattern") ? positive(r, "sliding_window_pattern")
+                                                          : 4)
+            : family == "exaone4"                    ? exaonePattern(r)
+            : !c.gemma3                              ? 0
+            : r.hasNonNull("sliding_window_pattern") ? positive(r, "sliding_window_pattern")
+                                                     : 6;
         for (int64_t i = 0; !listed && i < c.layers; ++i)
             c.slidingLayers[static_cast<size_t>(i)] =
                 family == "smollm3" ? !c.ropeLayers[static_cast<size_t>(i)]
@@ -1219,6 +1258,8 @@ void readLlamaVariant(const JsonReader& r, const std::string& family, LlamaLike&
     }
     c.rotaryPerType = family == "olmo3";
     c.starcoder2 = family == "starcoder2";
+    c.cohere = family == "cohere2";
+    if (c.cohere && r.hasNonNull("logit_scale")) static_cast<void>(r.getNumber("logit_scale"));
     if (c.starcoder2) {
         c.qkvBias = c.oBias = c.mlpBias = r.optBool("use_bias").value_or(true);
         c.branchDropout = dropoutOf(r, "residual_dropout", 0.0);
@@ -1266,6 +1307,7 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
                : family == "olmoe"       ? "Olmoe"
                : family == "granitemoe"  ? "GraniteMoe"
                : family == "starcoder2"  ? "Starcoder2"
+               : family == "cohere2"     ? "Cohere2"
                                          : "Mixtral";
     c.vocab = positive(r, "vocab_size");
     c.hidden = positive(r, "hidden_size");
@@ -1305,7 +1347,8 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
     c.gemma = family == "gemma2" || c.gemma3;
     // Gemma ties by default, and so does SmolLM3 (PretrainedConfig's default).
     c.tie = r.optBool("tie_word_embeddings")
-                .value_or(c.gemma || family == "smollm3" || family == "starcoder2");
+                .value_or(c.gemma || family == "smollm3" || family == "starcoder2" ||
+                          family == "cohere2");
     if (r.hasNonNull("max_position_embeddings"))
         c.maxPositions = positive(r, "max_position_embeddings");
     // Qwen2 always has q/k/v biases; Llama and Qwen3 have attention_bias (q, k, v and o),
@@ -1314,10 +1357,11 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
     // Qwen2-MoE spells its q/k/v bias qkv_bias (default true).
     c.qkvBias = family == "qwen2" || attnBias ||
                 (family == "qwen2_moe" && r.optBool("qkv_bias").value_or(true));
-    c.oBias = (family == "llama" || family == "qwen3" || family == "qwen3_moe" ||
-               family == "olmo" || family == "olmoe" || family == "olmo2" || family == "olmo3" ||
-               family == "granite" || family == "granitemoe" || family == "smollm3") &&
-              attnBias;
+    c.oBias =
+        (family == "llama" || family == "qwen3" || family == "qwen3_moe" || family == "olmo" ||
+         family == "olmoe" || family == "olmo2" || family == "olmo3" || family == "granite" ||
+         family == "granitemoe" || family == "smollm3" || family == "cohere2") &&
+        attnBias;
     if (c.deepseek) c.qkvBias = c.oBias = attnBias;  // q_a, kv_a and o projections
     if (c.gemma) {
         c.qkvBias = c.oBias = attnBias;
@@ -1368,6 +1412,12 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
     // Exaone-4 with a sliding window applies RoPE on its sliding layers only.
     if (family == "exaone4" && c.slidingWindow > 0)
         c.ropeLayers.assign(c.slidingLayers.begin(), c.slidingLayers.end());
+    // Cohere2 applies RoPE on its sliding layers only (none without a window).
+    if (c.cohere) {
+        c.ropeLayers.assign(static_cast<size_t>(c.layers), 0);
+        if (c.slidingWindow > 0)
+            c.ropeLayers.assign(c.slidingLayers.begin(), c.slidingLayers.end());
+    }
     if (!c.starcoder2)  // StarCoder2's use_bias covers its MLP
         c.mlpBias = (family == "llama" || family == "granite" || family == "smollm3" ||
                      family == "seed_oss" || c.deepseekV2) &&
@@ -1922,6 +1972,7 @@ const std::vector<HfFamily>& hfFamilies() {
         {"olmoe", "OlmoeForCausalLM", "OLMoE"},
         {"olmo3", "Olmo3ForCausalLM", "OLMo 3"},
         {"falcon", "FalconForCausalLM", "Falcon 7B, 40B, 180B, RW, Falcon2 11B"},
+        {"cohere2", "Cohere2ForCausalLM", "Command R7B"},
         {"gpt2", "GPT2LMHeadModel", "GPT-2"},
         {"gpt_neox", "GPTNeoXForCausalLM", "GPT-NeoX-20B, Pythia"},
         {"starcoder2", "Starcoder2ForCausalLM", "StarCoder2"},

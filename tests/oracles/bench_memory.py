@@ -70,6 +70,8 @@ MODELS = {
     "phi-2": ("PhiDecoderLayer", ["model.embed_tokens"], ["model.final_layernorm", "lm_head"]),
     # GPT-NeoX's parallel residual and fused query_key_value (Pythia; 2048 positions).
     "pythia-6.9b": ("GPTNeoXLayer", ["gpt_neox.embed_in"], ["gpt_neox.final_layer_norm", "embed_out"]),
+    # Cohere2's parallel block under its fp32 LayerNorm, RoPE on 3 layers in 4; tied.
+    "command-r7b": ("Cohere2DecoderLayer", None, None),
     # Mixtures of experts under balanced routing (memory_oracle.balanced_moe_routing): OLMoE's
     # 64 experts a layer (4096 positions), Granite-MoE's experts in two 3-D parameters a
     # layer (tied embeddings; attention dropout off, as Granite's).

@@ -140,9 +140,10 @@ class MemoryAtScale(unittest.TestCase):
         # OLMo-1.7-7B (parameterless fp32 LayerNorms, clip_qkv; 4096 positions) and
         # StarCoder2-7B (LayerNorms, biases, GELU MLP, a 4096 window on every layer), phi-2
         # (the parallel block, partial RoPE, the unfused GELU; 2048 positions), dropout off,
-        # and Pythia-6.9B (GPT-NeoX: parallel residual, fused query_key_value; 2048).
+        # Pythia-6.9B (GPT-NeoX: parallel residual, fused query_key_value; 2048) and Command
+        # R7B (Cohere2: parallel block under an fp32 LayerNorm, a 256k vocabulary).
         for model in ("seed-oss-36b", "granite-3.1-8b", "smollm3-3b", "olmo3-7b", "exaone4-32b", "olmo-1.7-7b",
-                      "starcoder2-7b", "phi-2", "pythia-6.9b"):
+                      "starcoder2-7b", "phi-2", "pythia-6.9b", "command-r7b"):
             with self.subTest(model=model):
                 seq = min(8192, bench_memory.max_seq(model))
                 self.assertLess(abs(self.case(model, seq=seq)["error"]), GOAL)

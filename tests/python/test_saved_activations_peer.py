@@ -341,6 +341,15 @@ class SavedActivationsPeer(unittest.TestCase):
                     {"num_key_value_heads": None, "use_parallel_residual": parallel, "rotary_pct": 0.25},
                     layer_norms=2)
 
+    def test_cohere2_matches_autograd(self):
+        # Cohere2: its fp32 LayerNorm written out (three fp32 hidden-sized tensors saved), a
+        # parallel attention and MLP under it, RoPE in fp32 on the sliding layer 0 only (the
+        # checked layer 1 is global, without RoPE), the logits scaled.
+        self.small_family_matches_autograd(
+            "cohere2", transformers.Cohere2Config, transformers.Cohere2ForCausalLM,
+            {"pad_token_id": 0, "sliding_window": 4096, "layer_types": ["sliding_attention", "full_attention"],
+             "logit_scale": 0.25})
+
     def test_exaone4_matches_autograd(self):
         # Post-norms, per-head q/k norms, and RoPE on the sliding layer 0 only: layer 1 (the
         # one checked) is global and has none.
