@@ -37,6 +37,22 @@ uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ULL) {
 
 }  // namespace
 
+// What an exported family's figures stand for, where that differs from what training runs.
+// The hybrid linear-attention families are exported rather than loaded natively: their
+// recurrent layers' cost lives in fused GPU kernels (flash-linear-attention's Gated DeltaNet,
+// MiniMax's lightning attention) that have no CPU implementation to check a formula against,
+// and transformers without them runs a PyTorch fallback, which is what the exporter measures.
+std::string exportCaveat(const std::string& configPath, const std::string& modelType) {
+    if (modelType != "qwen3_next" && modelType != "minimax") return "";
+    return "note: " + configPath + ": its linear-attention layers (" +
+           (modelType == "qwen3_next" ? std::string("Gated DeltaNet")
+                                      : std::string("lightning attention")) +
+           ") are priced as transformers' PyTorch fallback runs them (the chunked recurrence "
+           "as matmuls, its intermediates saved), not the fused kernels training uses: their "
+           "saved activations and time are upper bounds; calibrate from a GPU trace "
+           "(shardscope calibrate --from-trace) for figures to trust\n";
+}
+
 std::string modelCacheDir() {
     if (const char* d = std::getenv("SHARDSCOPE_CACHE"); d && *d) return d;
     if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
@@ -65,7 +81,8 @@ Expected<std::string> exportedModelPath(const std::string& configPath, const std
     std::error_code ec;
     if (std::filesystem::exists(out, ec)) {
         std::cerr << "note: " << configPath << ": model_type \"" << modelType
-                  << "\" has no native loader: using its exported model JSON " << out << "\n";
+                  << "\" has no native loader: using its exported model JSON " << out << "\n"
+                  << exportCaveat(configPath, modelType);
         return out;
     }
     std::filesystem::create_directories(dir, ec);
@@ -92,6 +109,7 @@ Expected<std::string> exportedModelPath(const std::string& configPath, const std
                      "yourself and pass the JSON"};
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::fprintf(stderr, "note: exported in %.1f s\n", s);
+    std::cerr << exportCaveat(configPath, modelType);
     return out;
 }
 

@@ -78,6 +78,26 @@ class AutoExport(unittest.TestCase):
                 self.assertEqual(rec.returncode, 0, rec.stderr)
                 self.assertIn("best", json.loads(rec.stdout))
 
+    def test_hybrid_linear_attention_is_exported_with_its_caveat(self):
+        # Qwen3-Next (Gated DeltaNet layers, 3 in 4) has no native loader by decision: its
+        # recurrent layers run fused kernels in training that have no CPU oracle here. It is
+        # exported (its total equal to transformers') and says what its figures stand for.
+        cfg = transformers.AutoConfig.for_model(
+            "qwen3_next", num_hidden_layers=4, hidden_size=256, intermediate_size=512, moe_intermediate_size=128,
+            shared_expert_intermediate_size=128, num_experts=8, num_experts_per_tok=2, vocab_size=1000,
+            num_attention_heads=4, num_key_value_heads=2, linear_num_value_heads=4, linear_num_key_heads=2,
+            head_dim=64)
+        path = os.path.join(self.tmp.name, "qwen3_next", "config.json")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        cfg.to_json_file(path)
+        with torch.device("meta"):
+            total = sum(p.numel() for p in transformers.AutoModelForCausalLM.from_config(cfg).parameters())
+        r = self.run_cli("model", "show", "-m", path, "--json", "--depth", "0")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(json.loads(r.stdout)["total_params"], total)
+        self.assertIn("Gated DeltaNet) are priced as transformers' PyTorch fallback", r.stderr)
+        self.assertIn("upper bounds", r.stderr)
+
     def test_no_export_refuses_and_a_bad_config_is_named(self):
         path, _, _ = self.config("gpt_neox")
         r = self.run_cli("model", "show", "-m", path, "--no-export")
