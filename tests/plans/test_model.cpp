@@ -422,6 +422,44 @@ TEST(HfConfig, ErrorsNameTheField) {
               "expected '[', '{', or a literal");
 }
 
+// The families added in 2026-12: what each refuses names the field and what was expected.
+TEST(HfConfig, NewerFamiliesNameWhatTheyRefuse) {
+    const std::string base = R"("vocab_size": 64, "hidden_size": 32, "intermediate_size": 48,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2)";
+    auto err = [&](const std::string& type, const std::string& extra) {
+        return loadError("{\"model_type\": \"" + type + "\", " + base + extra + "}");
+    };
+    EXPECT_EQ(err("exaone4", R"(, "sliding_window_pattern": "LGLL")"),
+              "config.json:/sliding_window_pattern: expected a period such as \"LLLG\" (sliding "
+              "layers L, then one global G) or an integer");
+    EXPECT_EQ(err("exaone4", R"(, "sliding_window_pattern": "LG")"), "");  // every other layer
+    EXPECT_EQ(err("smollm3", R"(, "no_rope_layers": [1, 1, 0])"),
+              "config.json:/no_rope_layers: no_rope_layers lists 3 layers, num_hidden_layers is 2");
+    EXPECT_EQ(err("smollm3", R"(, "no_rope_layers": [1, 2])"),
+              "config.json:/no_rope_layers/1: expected 1 (RoPE) or 0 (no RoPE)");
+    EXPECT_EQ(err("seed_oss", R"(, "residual_dropout": 1.5)"),
+              "config.json:/residual_dropout: a dropout probability must be in [0, 1)");
+    EXPECT_EQ(err("granite", R"(, "logits_scaling": 0)"),
+              "config.json:/logits_scaling: expected a positive number, got 0");
+    EXPECT_EQ(err("olmo", R"(, "clip_qkv": -1)"),
+              "config.json:/clip_qkv: expected a positive number, got -1");
+    EXPECT_EQ(err("granitemoe", R"(, "num_local_experts": 0, "num_experts_per_tok": 1)"),
+              "config.json:/num_local_experts: expected an integer >= 1, got 0");
+    EXPECT_EQ(err("starcoder2", R"(, "hidden_act": "relu")"),
+              "config.json:/hidden_act: unsupported activation \"relu\" for StarCoder2 "
+              "(gelu_pytorch_tanh or gelu)");
+    EXPECT_EQ(err("phi", R"(, "qk_layernorm": true)"),
+              "config.json:/qk_layernorm: q/k LayerNorms are not modelled for Phi; export the "
+              "model with scripts/export_model.py");
+    EXPECT_EQ(err("phi", R"(, "partial_rotary_factor": 0)"),
+              "config.json:/partial_rotary_factor: partial_rotary_factor must be in (0, 1]");
+    EXPECT_EQ(err("gpt_neox", R"(, "rotary_pct": 2)"),
+              "config.json:/rotary_pct: rotary_pct must be in (0, 1]");
+    EXPECT_EQ(err("olmo3", R"(, "layer_types": ["sliding_attention", "linear_attention"])"),
+              "config.json:/layer_types/1: unknown layer type \"linear_attention\" "
+              "(sliding_attention or full_attention)");
+}
+
 TEST(ModelJson, RoundTripsHfModelExactly) {
     const ModelGraph g = load("qwen2-0.5b");
     const nlohmann::json j = modelToJson(g);
