@@ -307,6 +307,11 @@ struct LlamaLike {
     // read its output), RoPE in fp32 with interleaved halves on the sliding-window layers only,
     // the logits scaled by logit_scale.
     bool cohere = false;
+    // GLM-4.5 (glm4_moe): Llama's attention with q/k/v biases, RoPE on partial_rotary_factor
+    // of each head through a cat (o_proj then saves a copy of SDPA's output), optional
+    // per-head q/k norms, and DeepSeek-V3's mixture of experts from first_k_dense_replace on.
+    bool glm = false;
+    [[nodiscard]] bool deepseekExperts() const { return deepseek || glm; }
     int64_t qLora = 0, kvLora = 0, ropeDim = 0, nopeDim = 0, vDim = 0, firstDense = 0;
     int64_t sharedExperts = 0;
     int64_t maxPositions = 0;
@@ -614,11 +619,11 @@ private:
         const bool sparse =
             c.experts > 0 && (i + 1) % c.sparseStep == 0 &&
             std::find(c.mlpOnlyLayers.begin(), c.mlpOnlyLayers.end(), i) == c.mlpOnlyLayers.end();
-        if (c.deepseek && i >= c.firstDense)
+        if (c.deepseekExperts() && i >= c.firstDense)
             deepseekMoe(layer);
         else if (c.family == "granitemoe")
             parallelMoe(layer);
-        else if (sparse && !c.deepseek)
+        else if (sparse && !c.deepseekExperts())
             sparseMoe(layer);
         else
             denseMlp(layer);
@@ -662,8 +667,9 @@ private:
             linear(attn, "k_proj", h, dkv, c.qkvBias, false, true);
             linear(attn, "v_proj", h, dkv, c.qkvBias, false, true);
             // o_proj's input is SDPA's output transposed back: autograd saves one storage for
-            // both, counted at SDPA.
-            linear(attn, "o_proj", dq, h, c.oBias, false);
+            // both, counted at SDPA. GLM's RoPE makes q with a cat, so SDPA's output comes
+            // back in (b, h, s, d) order and the merge copies: o_proj saves the copy.
+            linear(attn, "o_proj", dq, h, c.oBias, c.glm);
         }
         if (c.family == "qwen2_moe") {
             ModuleId rot = g.addModule(attn, "rotary_emb", c.prefix + "RotaryEmbedding");
@@ -719,6 +725,13 @@ private:
             // of their backward.
             ac.fwdMemKernels += rope ? 12 : 2;
             ac.bwdMemKernels += rope ? 18 : 2;
+            if (c.glm) {
+                // The cats of the rotated and passed-through parts of q and k.
+                ac.fwdMemKernels += 2;
+                ac.bwdMemKernels += 2;
+                ac.fwdMemBytes.perToken += 2.0 * (dq + dkv) * cb.e;
+                ac.bwdMemBytes.perToken += 2.0 * (dq + dkv) * cb.e;
+            }
             if (c.cohere && rope && cb.e < 4) {
                 // Cohere2's RoPE runs in fp32: q and k cast up and back, each way.
                 ac.fwdMemKernels += 4;
@@ -1125,13 +1138,13 @@ void readSlidingWindow(const JsonReader& r, const std::string& family, LlamaLike
 const char* readExperts(const JsonReader& r, const std::string& family, LlamaLike& c) {
     // Each MoE family names its expert count differently.
     const char* expertsKey = family == "mixtral" || family == "granitemoe" ? "num_local_experts"
-                             : c.deepseek                                  ? "n_routed_experts"
+                             : c.deepseekExperts()                         ? "n_routed_experts"
                                                                            : "num_experts";
     if (family == "mixtral") {
         c.experts = positive(r, expertsKey);
         c.topK = positive(r, "num_experts_per_tok");
     }
-    if (c.deepseek) {
+    if (c.deepseekExperts()) {
         c.experts = positive(r, expertsKey);
         c.topK = positive(r, "num_experts_per_tok");
         c.moeInter = positive(r, "moe_intermediate_size");
@@ -1259,6 +1272,14 @@ void readLlamaVariant(const JsonReader& r, const std::string& family, LlamaLike&
     c.rotaryPerType = family == "olmo3";
     c.starcoder2 = family == "starcoder2";
     c.cohere = family == "cohere2";
+    c.glm = family == "glm4_moe";
+    if (c.glm) {
+        c.qkNorm = r.optBool("use_qk_norm").value_or(false);
+        const double f = r.optNumber("partial_rotary_factor").value_or(0.5);
+        if (!(f > 0 && f <= 1))
+            r.at("partial_rotary_factor").fail("partial_rotary_factor must be in (0, 1]");
+        c.rotaryDim = static_cast<int64_t>(static_cast<double>(c.headDim) * f);
+    }
     if (c.cohere && r.hasNonNull("logit_scale")) static_cast<void>(r.getNumber("logit_scale"));
     if (c.starcoder2) {
         c.qkvBias = c.oBias = c.mlpBias = r.optBool("use_bias").value_or(true);
@@ -1308,6 +1329,7 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
                : family == "granitemoe"  ? "GraniteMoe"
                : family == "starcoder2"  ? "Starcoder2"
                : family == "cohere2"     ? "Cohere2"
+               : family == "glm4_moe"    ? "Glm4Moe"
                                          : "Mixtral";
     c.vocab = positive(r, "vocab_size");
     c.hidden = positive(r, "hidden_size");
@@ -1335,7 +1357,9 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
     } else if (family == "gemma2" || family == "gemma3_text") {
         c.headDim = 256;  // Gemma2Config's and Gemma3TextConfig's default
     } else {
-        if (c.hidden % c.heads != 0)
+        // GLM-4.5's attention takes hidden_size // heads, as Python divides, when the config
+        // has no head_dim (its default config: 4096 // 96 = 42).
+        if (c.hidden % c.heads != 0 && family != "glm4_moe")
             r.at("hidden_size")
                 .fail("hidden_size (" + std::to_string(c.hidden) +
                       ") is not divisible by num_attention_heads (" + std::to_string(c.heads) +
@@ -1963,6 +1987,7 @@ const std::vector<HfFamily>& hfFamilies() {
         {"qwen3_moe", "Qwen3MoeForCausalLM", "Qwen3 MoE (30B-A3B, 235B-A22B)"},
         {"deepseek_v2", "DeepseekV2ForCausalLM", "DeepSeek-V2, V2-Lite"},
         {"deepseek_v3", "DeepseekV3ForCausalLM", "DeepSeek-V3, R1, Moonlight"},
+        {"glm4_moe", "Glm4MoeForCausalLM", "GLM-4.5, GLM-4.5-Air"},
         {"phi", "PhiForCausalLM", "phi-1, phi-1.5, phi-2"},
         {"phi3", "Phi3ForCausalLM", "Phi-3, Phi-3.5, Phi-4"},
         {"gemma2", "Gemma2ForCausalLM", "Gemma 2"},

@@ -350,6 +350,19 @@ class SavedActivationsPeer(unittest.TestCase):
             {"pad_token_id": 0, "sliding_window": 4096, "layer_types": ["sliding_attention", "full_attention"],
              "logit_scale": 0.25})
 
+    def test_glm4_moe_matches_autograd(self):
+        # GLM-4.5: q/k/v biases, RoPE on half of each head through a cat (o_proj saves a copy
+        # of SDPA's output), with and without per-head q/k norms, a dense layer 0 and
+        # DeepSeek-V3's mixture in layer 1 (8 experts in 2 groups, top 2, a shared expert);
+        # transformers' own routing (each token fills top_k slots).
+        for qk_norm in (False, True):
+            with self.subTest(use_qk_norm=qk_norm):
+                self.small_family_matches_autograd(
+                    "glm4_moe", transformers.Glm4MoeConfig, transformers.Glm4MoeForCausalLM,
+                    {"head_dim": 16, "attention_bias": True, "partial_rotary_factor": 0.5, "n_routed_experts": 8,
+                     "num_experts_per_tok": 2, "moe_intermediate_size": 32, "n_shared_experts": 1,
+                     "first_k_dense_replace": 1, "n_group": 2, "topk_group": 1, "use_qk_norm": qk_norm})
+
     def test_exaone4_matches_autograd(self):
         # Post-norms, per-head q/k norms, and RoPE on the sliding layer 0 only: layer 1 (the
         # one checked) is global and has none.
