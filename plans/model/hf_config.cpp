@@ -1307,30 +1307,12 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
                                    const HfLoadOptions& o) {
     LlamaLike c;
     c.family = family;
-    c.prefix = family == "llama"         ? "Llama"
-               : family == "mistral"     ? "Mistral"
-               : family == "qwen2"       ? "Qwen2"
-               : family == "qwen3"       ? "Qwen3"
-               : family == "olmo2"       ? "Olmo2"
-               : family == "qwen2_moe"   ? "Qwen2Moe"
-               : family == "qwen3_moe"   ? "Qwen3Moe"
-               : family == "deepseek_v3" ? "DeepseekV3"
-               : family == "deepseek_v2" ? "DeepseekV2"
-               : family == "phi3"        ? "Phi3"
-               : family == "gemma2"      ? "Gemma2"
-               : family == "gemma3_text" ? "Gemma3"
-               : family == "seed_oss"    ? "SeedOss"
-               : family == "granite"     ? "Granite"
-               : family == "smollm3"     ? "SmolLM3"
-               : family == "olmo3"       ? "Olmo3"
-               : family == "exaone4"     ? "Exaone4"
-               : family == "olmo"        ? "Olmo"
-               : family == "olmoe"       ? "Olmoe"
-               : family == "granitemoe"  ? "GraniteMoe"
-               : family == "starcoder2"  ? "Starcoder2"
-               : family == "cohere2"     ? "Cohere2"
-               : family == "glm4_moe"    ? "Glm4Moe"
-                                         : "Mixtral";
+    // transformers' class names: the family's CausalLM class without "ForCausalLM".
+    const std::string causalLm =
+        std::find_if(hfFamilies().begin(), hfFamilies().end(), [&](const HfFamily& f) {
+            return family == f.modelType;
+        })->causalLm;
+    c.prefix = causalLm.substr(0, causalLm.size() - std::string_view("ForCausalLM").size());
     c.vocab = positive(r, "vocab_size");
     c.hidden = positive(r, "hidden_size");
     c.inter = positive(r, "intermediate_size");
