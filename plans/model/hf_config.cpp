@@ -1824,8 +1824,12 @@ FalconShape readFalcon(const JsonReader& r) {
 
 Expected<ModelGraph> loadFalcon(const JsonReader& r, const HfLoadOptions& o) {
     const FalconShape f = readFalcon(r);
-    const auto [vocab, h, layers, heads, kvHeads, lnCount, ffn, newArch, multiQuery, alibi,
-                parallel, bias, tie] = f;
+    // Plain copies, not structured bindings: lambdas below capture them (clang before 16
+    // does not capture bindings).
+    const int64_t vocab = f.vocab, h = f.h, layers = f.layers, heads = f.heads;
+    const int64_t kvHeads = f.kvHeads, lnCount = f.lnCount, ffn = f.ffn;
+    const bool newArch = f.newArch, multiQuery = f.multiQuery, alibi = f.alibi;
+    const bool parallel = f.parallel, bias = f.bias, tie = f.tie;
     const int64_t d = h / heads, dq = h, dkv = kvHeads * d;
     const int64_t qkvOut = newArch ? (2 * kvHeads + heads) * d : multiQuery ? h + 2 * d : 3 * h;
 

@@ -2,7 +2,7 @@
 """A config.json whose model_type has no native loader works in one command.
 
 `shardscope model show / simulate / recommend -m config.json` for families ShardScope has
-no loader for (GPT-NeoX, StableLM, GPT-J here, small) builds the model JSON through
+no loader for (BLOOM, StableLM, GPT-J here, small) builds the model JSON through
 scripts/export_model.py with transformers, says so in one line, caches it by the config's
 content (the second command loads it at once and says so) and goes on. The totals equal
 transformers' own parameter count (the oracle). --no-export refuses as before; a config
@@ -21,8 +21,7 @@ torch = peer.require("torch")
 transformers = peer.require("transformers")
 
 CONFIGS = {
-    "gpt_neox": dict(hidden_size=256, intermediate_size=1024, num_attention_heads=4, num_hidden_layers=2,
-                     vocab_size=1000),
+    "bloom": dict(hidden_size=256, n_head=4, n_layer=2, vocab_size=1000),
     "stablelm": dict(hidden_size=256, intermediate_size=688, num_attention_heads=4, num_key_value_heads=2,
                      num_hidden_layers=2, vocab_size=1000),
     "gptj": dict(n_embd=256, n_head=4, n_layer=2, rotary_dim=32, vocab_size=1000),
@@ -99,10 +98,10 @@ class AutoExport(unittest.TestCase):
         self.assertIn("upper bounds", r.stderr)
 
     def test_no_export_refuses_and_a_bad_config_is_named(self):
-        path, _, _ = self.config("gpt_neox")
+        path, _, _ = self.config("bloom")
         r = self.run_cli("model", "show", "-m", path, "--no-export")
         self.assertEqual(r.returncode, 2)
-        self.assertIn('unsupported model_type "gpt_neox"', r.stderr)
+        self.assertIn('unsupported model_type "bloom"', r.stderr)
         bad = os.path.join(self.tmp.name, "bad", "config.json")
         os.makedirs(os.path.dirname(bad), exist_ok=True)
         with open(bad, "w") as f:
