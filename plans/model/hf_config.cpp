@@ -2,6 +2,7 @@
 #include "plans/model/hf_config.h"
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "plans/core/json_reader.h"
@@ -135,6 +136,51 @@ struct CostBuilder {
         c.bwdMemBytes.fixedPerToken += 100 * h;
         c.savedBytes.fixedPerToken += 12 * h + 4;
         c.outputBytes.perToken += h * e;
+    }
+    // The exact GELU (GELUActivation, GELUTanh: one kernel each way): keeps its input.
+    void gelu(ModuleId m, double width) {
+        auto& c = g.cost(m);
+        c.savedBytes.perToken += width * e;
+        c.fwdMemBytes.perToken += 2 * width * e;
+        c.bwdMemBytes.perToken += 3 * width * e;
+        c.fwdMemKernels += 1;
+        c.bwdMemKernels += 1;
+        c.outputBytes.perToken += width * e;
+    }
+    // NewGELUActivation (tanh approximation, unfused: 0.5·x·(1 + tanh(c·(x + a·x³)))) saves
+    // four tensors of its width: pow's input x, tanh's result, and both operands of the last
+    // mul (0.5·x and 1 + tanh), as autograd lists them (FakeTensorMode, transformers 4.57).
+    void unfusedTanhGelu(ModuleId m, double width) {
+        auto& c = g.cost(m);
+        c.savedBytes.perToken += 4 * width * e;
+        c.fwdMemBytes.perToken += 10 * width * e;
+        c.bwdMemBytes.perToken += 12 * width * e;
+        c.outputBytes.perToken += width * e;
+        c.fwdMemKernels += 8;   // mul 4, pow, add 2, tanh
+        c.bwdMemKernels += 11;  // mul 7, tanh_backward, pow, add 2
+    }
+    // `count` multiplies of a `width`-wide tensor by a constant (Gemma's and Granite's scaled
+    // embedding, Granite's residual branches and logits, Cohere's logits): one kernel each
+    // way each, nothing saved.
+    void scaleByConstant(ModuleId m, double width, int count = 1) {
+        auto& c = g.cost(m);
+        c.fwdMemKernels += count;
+        c.bwdMemKernels += count;
+        c.fwdMemBytes.perToken += 2 * width * e * count;
+        c.bwdMemBytes.perToken += 2 * width * e * count;
+    }
+    // The output projection `name` under the root (vocab x h, tied to `tiedTo` when given,
+    // with a bias when asked), the addmm or mm it runs and the input it saves.
+    ModuleId lmHead(const char* name, std::optional<ParamId> tiedTo, int64_t vocab, int64_t h,
+                    DType pd, bool bias = false) {
+        ModuleId head = g.addModule(g.root(), name, "Linear");
+        if (tiedTo)
+            g.tieParam(*tiedTo, head, "weight");
+        else
+            g.addParam(head, "weight", {vocab, h}, pd);
+        if (bias) g.addParam(head, "bias", {vocab}, pd);
+        linear(head, static_cast<double>(h), static_cast<double>(vocab), true, bias);
+        return head;
     }
     // nn.Embedding: a gather; saves the int64 indices.
     void embedding(ModuleId m, double h) {
@@ -366,11 +412,7 @@ public:
             if (c.gemma3) g.addBuffer(embed, {"embed_scale", {}, DType::Float32, false});
             // Counted at the embedding (Gemma-2 and Granite multiply in their model's
             // forward, right after).
-            auto& ec = g.cost(embed);
-            ec.fwdMemKernels += 1;
-            ec.bwdMemKernels += 1;
-            ec.fwdMemBytes.perToken += 2 * H * cb.e;
-            ec.bwdMemBytes.perToken += 2 * H * cb.e;
+            cb.scaleByConstant(embed, H);
         }
         ModuleId layers = g.addModule(model, "layers", "ModuleList", {"ModuleList"});
         for (int64_t i = 0; i < c.layers; ++i)
@@ -385,23 +427,9 @@ public:
             cb.rotaryEmbedding(model, "rotary_emb_local", c.prefix + "RotaryEmbedding", c.rotaryDim,
                                c.headDim);
         g.cost(model).outputBytes.perToken += H * cb.e;
-        if (c.tie) {
-            ModuleId head = g.addModule(g.root(), "lm_head", "Linear");
-            g.tieParam(embedW, head, "weight");
-            cb.linear(head, H, static_cast<double>(c.vocab), true);
-        } else {
-            linear(g.root(), "lm_head", h, c.vocab, false, true);
-        }
-        if (c.granite || c.cohere) {
-            // logits / logits_scaling (Cohere: * logit_scale): the scaled logits replace
-            // lm_head's, nothing saved.
-            auto& rc = g.cost(g.root());
-            const double V = static_cast<double>(c.vocab);
-            rc.fwdMemKernels += 1;
-            rc.bwdMemKernels += 1;
-            rc.fwdMemBytes.perToken += 2 * V * cb.e;
-            rc.bwdMemBytes.perToken += 2 * V * cb.e;
-        }
+        cb.lmHead("lm_head", c.tie ? std::optional(embedW) : std::nullopt, c.vocab, h, pd);
+        // logits / logits_scaling (Cohere: * logit_scale): the scaled logits replace lm_head's.
+        if (c.granite || c.cohere) cb.scaleByConstant(g.root(), static_cast<double>(c.vocab));
         if (c.finalSoftcap > 0) {
             // logits / cap, tanh (keeps its output), * cap, before the loss.
             auto& rc = g.cost(g.root());
@@ -629,14 +657,8 @@ private:
             denseMlp(layer);
         norms(layer);
         cb.residualAdds(layer, H, 2);
-        if (c.granite) {
-            // residual + branch * residual_multiplier, twice: a multiply by a constant each.
-            auto& lc = g.cost(layer);
-            lc.fwdMemKernels += 2;
-            lc.bwdMemKernels += 2;
-            lc.fwdMemBytes.perToken += 4 * H * cb.e;
-            lc.bwdMemBytes.perToken += 4 * H * cb.e;
-        }
+        // residual + branch * residual_multiplier, twice.
+        if (c.granite) cb.scaleByConstant(layer, H, 2);
         if (!c.deepseek && !sparse && !c.legacySdpaAttention && c.residDropout == 0 &&
             !c.starcoder2 && !c.cohere && c.branchDropout == 0 && c.clipQkv == 0)
             compiledRule(layer, i);
@@ -890,17 +912,10 @@ private:
         ModuleId mlp = g.addModule(layer, "mlp", c.prefix + "MLP");
         if (c.starcoder2) {
             // c_fc, the GELU (keeps its input), c_proj (keeps the GELU's output).
-            const double I = static_cast<double>(c.inter);
             linear(mlp, "c_fc", h, c.inter, c.mlpBias, true);
             linear(mlp, "c_proj", c.inter, h, c.mlpBias, true);
-            g.addModule(mlp, "act", c.actClass);
-            auto& mc = g.cost(mlp);
-            mc.savedBytes.perToken += I * cb.e;
-            mc.fwdMemBytes.perToken += 2 * I * cb.e;
-            mc.bwdMemBytes.perToken += 3 * I * cb.e;
-            mc.fwdMemKernels += 1;
-            mc.bwdMemKernels += 1;
-            mc.outputBytes.perToken += H * cb.e;
+            cb.gelu(g.addModule(mlp, "act", c.actClass), static_cast<double>(c.inter));
+            g.cost(mlp).outputBytes.perToken += H * cb.e;
         } else if (c.phi3) {
             // gate_up_proj's output (2I) is chunked into gate and up, views kept by the
             // SiLU and the multiply; the SiLU's output and the product (down_proj's
@@ -1509,16 +1524,8 @@ Expected<ModelGraph> loadGpt2(const JsonReader& r, const HfLoadOptions& o) {
         ModuleId mlp = g.addModule(blk, "mlp", "GPT2MLP");
         conv1d(mlp, "c_fc", h, inner, true);
         conv1d(mlp, "c_proj", inner, h, true);
-        // NewGELUActivation (tanh approximation, unfused: 0.5·x·(1 + tanh(c·(x + a·x³))))
-        // saves four inner-wide tensors: pow's input x, tanh's result, and both operands of
-        // the last mul (0.5·x and 1 + tanh), as autograd lists them (FakeTensorMode, 4.57).
-        ModuleId act = g.addModule(mlp, "act", "NewGELUActivation");
-        g.cost(act).savedBytes.perToken += 4.0 * static_cast<double>(inner) * cb.e;
-        g.cost(act).fwdMemBytes.perToken += 10.0 * static_cast<double>(inner) * cb.e;
-        g.cost(act).bwdMemBytes.perToken += 12.0 * static_cast<double>(inner) * cb.e;
-        g.cost(act).outputBytes.perToken += static_cast<double>(inner) * cb.e;
-        g.cost(act).fwdMemKernels += 8;   // mul 4, pow, add 2, tanh
-        g.cost(act).bwdMemKernels += 11;  // mul 7, tanh_backward, pow, add 2
+        cb.unfusedTanhGelu(g.addModule(mlp, "act", "NewGELUActivation"),
+                           static_cast<double>(inner));
         cb.dropout(g.addModule(mlp, "dropout", "Dropout"), H, pResid);
         g.cost(mlp).outputBytes.perToken += H * cb.e;
         cb.residualAdds(blk, H, 2);
@@ -1538,15 +1545,7 @@ Expected<ModelGraph> loadGpt2(const JsonReader& r, const HfLoadOptions& o) {
     }
     layerNorm(tr, "ln_f");
     cb.residualAdds(tr, H, 1);  // token + position embeddings
-    if (tie) {
-        ModuleId head = g.addModule(g.root(), "lm_head", "Linear");
-        g.tieParam(wteW, head, "weight");
-        cb.linear(head, H, static_cast<double>(vocab), true);
-    } else {
-        ModuleId head = g.addModule(g.root(), "lm_head", "Linear");
-        g.addParam(head, "weight", {vocab, h}, pd);
-        cb.linear(head, H, static_cast<double>(vocab), true);
-    }
+    cb.lmHead("lm_head", tie ? std::optional(wteW) : std::nullopt, vocab, h, pd);
     cb.causalLmLoss(g.root(), static_cast<double>(vocab));
     if (Status s = g.finalize(); !s) return Error{r.file() + ":/: " + s.error()};
     return g;
@@ -1641,15 +1640,7 @@ Expected<ModelGraph> loadPhi(const JsonReader& r, const HfLoadOptions& o) {
         ac.outputBytes.perToken += H * cb.e;
         cb.sdpa(attn, static_cast<double>(heads), static_cast<double>(d), Q + 2 * KV);
         ModuleId mlp = g.addModule(layer, "mlp", "PhiMLP");
-        // The unfused tanh GELU saves four intermediate-wide tensors (as GPT-2's).
-        ModuleId gelu = g.addModule(mlp, "activation_fn", "NewGELUActivation");
-        auto& gc = g.cost(gelu);
-        gc.savedBytes.perToken += 4.0 * I * cb.e;
-        gc.fwdMemBytes.perToken += 10.0 * I * cb.e;
-        gc.bwdMemBytes.perToken += 12.0 * I * cb.e;
-        gc.outputBytes.perToken += I * cb.e;
-        gc.fwdMemKernels += 8;
-        gc.bwdMemKernels += 11;
+        cb.unfusedTanhGelu(g.addModule(mlp, "activation_fn", "NewGELUActivation"), I);
         // fc1 reads the norm's output that q_proj saves; its input gradient adds to theirs.
         linear(mlp, "fc1", h, inter, false, true);
         linear(mlp, "fc2", inter, h, true);
@@ -1665,13 +1656,7 @@ Expected<ModelGraph> loadPhi(const JsonReader& r, const HfLoadOptions& o) {
     cb.dropout(g.addModule(model, "embed_dropout", "Dropout"), H, pEmbd);
     cb.layerNorm(model, "final_layernorm", h, pd);
     g.cost(model).outputBytes.perToken += H * cb.e;
-    ModuleId head = g.addModule(g.root(), "lm_head", "Linear");
-    if (tie)
-        g.tieParam(embW, head, "weight");
-    else
-        g.addParam(head, "weight", {vocab, h}, pd);
-    g.addParam(head, "bias", {vocab}, pd);
-    cb.linear(head, H, static_cast<double>(vocab), true, true);
+    cb.lmHead("lm_head", tie ? std::optional(embW) : std::nullopt, vocab, h, pd, true);
     cb.causalLmLoss(g.root(), static_cast<double>(vocab));
     if (Status st = g.finalize(); !st) return Error{r.file() + ":/: " + st.error()};
     return g;
@@ -1751,26 +1736,14 @@ Expected<ModelGraph> loadGptNeoX(const JsonReader& r, const HfLoadOptions& o) {
         ModuleId mlp = g.addModule(layer, "mlp", "GPTNeoXMLP");
         linear(mlp, "dense_h_to_4h", h, inter, true, true);
         linear(mlp, "dense_4h_to_h", inter, h, true, true);
-        ModuleId gelu = g.addModule(mlp, "act", "GELUActivation");
-        auto& gc = g.cost(gelu);
-        gc.savedBytes.perToken += I * cb.e;  // GELU's input
-        gc.fwdMemBytes.perToken += 2 * I * cb.e;
-        gc.bwdMemBytes.perToken += 3 * I * cb.e;
-        gc.fwdMemKernels += 1;
-        gc.bwdMemKernels += 1;
-        gc.outputBytes.perToken += I * cb.e;
+        cb.gelu(g.addModule(mlp, "act", "GELUActivation"), I);
         g.cost(mlp).outputBytes.perToken += H * cb.e;
         cb.residualAdds(layer, H, 2);
     }
     cb.layerNorm(model, "final_layer_norm", h, pd);
     cb.rotaryEmbedding(model, "rotary_emb", "GPTNeoXRotaryEmbedding", rot, d);
     g.cost(model).outputBytes.perToken += H * cb.e;
-    ModuleId head = g.addModule(g.root(), "embed_out", "Linear");
-    if (tie)
-        g.tieParam(embW, head, "weight");
-    else
-        g.addParam(head, "weight", {vocab, h}, pd);
-    cb.linear(head, H, static_cast<double>(vocab), true);
+    cb.lmHead("embed_out", tie ? std::optional(embW) : std::nullopt, vocab, h, pd);
     cb.causalLmLoss(g.root(), static_cast<double>(vocab));
     if (Status st = g.finalize(); !st) return Error{r.file() + ":/: " + st.error()};
     return g;
@@ -1889,17 +1862,7 @@ Expected<ModelGraph> loadFalcon(const JsonReader& r, const HfLoadOptions& o) {
         // With one norm the parallel MLP reads the attention's input (saved by
         // query_key_value); the sequential one reads post_attention_layernorm's output.
         linear(mlp, "dense_h_to_4h", h, ffn, lnCount == 2 || !parallel);
-        ModuleId act = g.addModule(mlp, "act", "GELUActivation");
-        {
-            const double F = static_cast<double>(ffn);
-            auto& c = g.cost(act);
-            c.savedBytes.perToken += F * cb.e;  // GELU's input
-            c.fwdMemBytes.perToken += 2 * F * cb.e;
-            c.bwdMemBytes.perToken += 3 * F * cb.e;
-            c.fwdMemKernels += 1;
-            c.bwdMemKernels += 1;
-            c.outputBytes.perToken += F * cb.e;
-        }
+        cb.gelu(g.addModule(mlp, "act", "GELUActivation"), static_cast<double>(ffn));
         linear(mlp, "dense_4h_to_h", ffn, h, true);
         g.cost(mlp).outputBytes.perToken += H * cb.e;
         if (!parallel) {
@@ -1945,15 +1908,21 @@ Expected<ModelGraph> loadFalcon(const JsonReader& r, const HfLoadOptions& o) {
         c.fwdMemKernels += 3;  // the scaling, the comparison with the causal mask, the fill
         c.fwdMemBytes.perTokenSeq += (2.0 * static_cast<double>(heads) * cb.e + 1.0 + cb.e);
     }
-    ModuleId head = g.addModule(g.root(), "lm_head", "Linear");
-    if (tie)
-        g.tieParam(embW, head, "weight");
-    else
-        g.addParam(head, "weight", {vocab, h}, pd);
-    cb.linear(head, H, static_cast<double>(vocab), true);
+    cb.lmHead("lm_head", tie ? std::optional(embW) : std::nullopt, vocab, h, pd);
     cb.causalLmLoss(g.root(), static_cast<double>(vocab));
     if (Status s = g.finalize(); !s) return Error{r.file() + ":/: " + s.error()};
     return g;
+}
+
+using Loader = Expected<ModelGraph> (*)(const JsonReader&, const HfLoadOptions&);
+
+// The families whose layout is not Llama's, with loaders of their own.
+Loader ownLoader(const std::string& type) {
+    static const std::pair<std::string_view, Loader> kOwn[] = {
+        {"gpt2", loadGpt2}, {"falcon", loadFalcon}, {"phi", loadPhi}, {"gpt_neox", loadGptNeoX}};
+    for (const auto& [name, loader] : kOwn)
+        if (type == name) return loader;
+    return nullptr;
 }
 
 }  // namespace
@@ -2008,9 +1977,10 @@ Expected<ModelGraph> modelFromHfConfig(const nlohmann::json& j, const std::strin
         r.requireObject();
         const std::string type = r.getString("model_type");
         Expected<ModelGraph> g = Error{""};
-        // Every family but the ones with loaders of their own is Llama-like.
-        if (hfModelTypeSupported(type) && type != "gpt2" && type != "falcon" && type != "phi" &&
-            type != "gpt_neox")
+        // Every native family but the ones with loaders of their own is Llama-like.
+        if (const Loader own = ownLoader(type))
+            g = own(r, options);
+        else if (hfModelTypeSupported(type))
             g = loadLlamaLike(r, type, options);
         else if (type == "gemma3")
             r.at("model_type")
@@ -2019,14 +1989,6 @@ Expected<ModelGraph> modelFromHfConfig(const nlohmann::json& j, const std::strin
                     "vision tower): ShardScope loads Gemma-3's text model (model_type "
                     "gemma3_text, Gemma3ForCausalLM) natively; export the multimodal model with "
                     "scripts/export_model.py");
-        else if (type == "gpt2")
-            g = loadGpt2(r, options);
-        else if (type == "falcon")
-            g = loadFalcon(r, options);
-        else if (type == "phi")
-            g = loadPhi(r, options);
-        else if (type == "gpt_neox")
-            g = loadGptNeoX(r, options);
         else {
             std::string list;
             for (const HfFamily& f : hfFamilies())
