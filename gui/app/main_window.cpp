@@ -262,6 +262,22 @@ MainWindow::MainWindow(QWidget* parent)
     m_treeView->setUniformRowHeights(true);
     m_treeView->setAlternatingRowColors(true);
 
+    QWidget* right = buildUnitPanel();
+    QWidget* left = buildPlanEditor();
+    auto* split = new QSplitter;
+    split->addWidget(left);
+    split->addWidget(right);
+    split->setStretchFactor(0, 1);
+    split->setStretchFactor(1, 1);
+
+    QWidget* bottom = buildTimelinePanel();
+    buildTabs(split, bottom);
+    buildStatusBarAndMenus();
+    refresh();
+}
+
+// The right of the plan tab: the summary, the units table and the problems list.
+QWidget* MainWindow::buildUnitPanel() {
     auto* proxy = new QSortFilterProxyModel(this);
     proxy->setSourceModel(m_units);
     proxy->setSortRole(UnitTableModel::SortRole);
@@ -293,8 +309,13 @@ MainWindow::MainWindow(QWidget* parent)
     rightSplit->setStretchFactor(1, 1);
     rl->addWidget(rightSplit);
 
-    // The plan editor: tick modules in the tree to make them units, or apply a wrap policy;
-    // edit a unit's Reshard cell in the table. Each edit resolves and simulates at once.
+    return right;
+}
+
+QWidget* MainWindow::buildPlanEditor() {
+    // The left of the plan tab, the plan editor: tick modules in the tree to make them units, or
+    // apply a wrap policy; edit a unit's Reshard cell in the table. Each edit resolves and
+    // simulates at once.
     m_wrapKind = new QComboBox;
     m_wrapKind->addItems(
         {"no policy", "size-based (min_num_params)", "by module class", "by name pattern"});
@@ -369,16 +390,10 @@ MainWindow::MainWindow(QWidget* parent)
     ll->addWidget(m_wrapError);
     ll->addWidget(m_treeView, 1);
 
-    auto* split = new QSplitter;
-    split->addWidget(left);
-    split->addWidget(right);
-    split->setStretchFactor(0, 1);
-    split->setStretchFactor(1, 1);
+    return left;
+}
 
-    // The simulated step below: one row per stream.
-    m_simSummary = new QLabel;
-    m_simSummary->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    m_timeline = new TimelineWidget;
+QWidget* MainWindow::buildWhatIfControls() {
     // What if: settings applied on top of the plan, re-simulated at once.
     auto* controls = new QWidget;
     auto* cl = new QHBoxLayout(controls);
@@ -441,6 +456,15 @@ MainWindow::MainWindow(QWidget* parent)
     for (QSpinBox* b : {m_fwdPrefetch, m_bwdPrefetch, m_microBatch})
         connect(b, &QSpinBox::valueChanged, this, [this] { whatIfChanged(); });
 
+    return controls;
+}
+
+// The simulated step below: one row per stream, the memory chart and the details panel.
+QWidget* MainWindow::buildTimelinePanel() {
+    m_simSummary = new QLabel;
+    m_simSummary->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_timeline = new TimelineWidget;
+    QWidget* controls = buildWhatIfControls();
     auto* bottom = new QWidget;
     auto* bl = new QVBoxLayout(bottom);
     bl->setContentsMargins(4, 0, 4, 0);
@@ -486,10 +510,15 @@ MainWindow::MainWindow(QWidget* parent)
     connect(m_timeline, &TimelineWidget::rangeSelected, this,
             [this](int64_t t0, int64_t t1) { m_details->setPlainText(describeRange(t0, t1)); });
     connect(m_timeline, &TimelineWidget::selectionCleared, m_details, &QPlainTextEdit::clear);
+    return bottom;
+}
+
+// The plan tab (the plan above, the timeline below), the Compare and Recommend tabs.
+void MainWindow::buildTabs(QWidget* plan, QWidget* timeline) {
     auto* outer = new QSplitter(Qt::Vertical);
     m_outer = outer;
-    outer->addWidget(split);
-    outer->addWidget(bottom);
+    outer->addWidget(plan);
+    outer->addWidget(timeline);
     outer->setStretchFactor(0, 3);
     outer->setStretchFactor(1, 2);
     m_compare = new CompareView;
@@ -511,7 +540,10 @@ MainWindow::MainWindow(QWidget* parent)
                                          QString::fromStdString(m_doc.plan->name));
             });
     setCentralWidget(m_tabs);
+}
 
+// The loading progress and its Cancel button in the status bar; the File menu.
+void MainWindow::buildStatusBarAndMenus() {
     m_progress = new QProgressBar;
     m_progress->setMaximumWidth(200);
     m_progress->hide();
@@ -542,7 +574,6 @@ MainWindow::MainWindow(QWidget* parent)
     rebuildRecentMenu();
     file->addSeparator();
     file->addAction("&Quit", QKeySequence::Quit, this, &QWidget::close);
-    refresh();
 }
 
 void MainWindow::openFiles(const QStringList& paths, std::function<void()> done) {

@@ -92,6 +92,13 @@ protected:
     void dropEvent(QDropEvent* e) override;
 
 private:
+    // The constructor's parts, in the order it builds them.
+    QWidget* buildUnitPanel();
+    QWidget* buildPlanEditor();
+    QWidget* buildWhatIfControls();
+    QWidget* buildTimelinePanel();
+    void buildTabs(QWidget* plan, QWidget* timeline);
+    void buildStatusBarAndMenus();
     void refresh();
     void searchChanged();
     void whatIfChanged();
