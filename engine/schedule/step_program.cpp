@@ -301,6 +301,19 @@ void runKernels(const ModuleRun& run, int64_t b, int64_t s, double scale, double
                 addKernels(*out.recomputeAttention, KernelKind::Attention, attnFlops / n, calls, m);
         }
     }
+    if (c.eagerAttentionCalls > 0) {
+        // Eager attention (ModuleCost::eagerAttentionCalls): q x k^T and the probabilities x
+        // v forward, each one batched GEMM of half the FLOPs; backward two GEMMs for each.
+        const double seq = tokens * static_cast<double>(s);
+        const int64_t n = c.eagerAttentionCalls;
+        attnFlops = c.fwdFlops.perTokenSeq * seq;
+        out.forward(KernelKind::Gemm, attnFlops / static_cast<double>(2 * n), 2 * n);
+        addKernels(*out.bwd, KernelKind::Gemm,
+                   c.bwdFlops.perTokenSeq * seq / static_cast<double>(4 * n), 4 * n);
+        if (out.recomputeAttention)
+            addKernels(*out.recomputeAttention, KernelKind::Gemm,
+                       attnFlops / static_cast<double>(2 * n), 2 * n);
+    }
     if (out.recomputeAttention) {  // the rest of the attention modules' subtrees
         for (const ModuleCost::Gemm& gm : run.attnGemms)
             addKernels(*out.recomputeAttention, KernelKind::Gemm, gemmFlopsOf(gm, tokens), gm.calls,
@@ -354,9 +367,11 @@ double gemmFlops(const std::vector<ModuleCost::Gemm>& list, int64_t b, int64_t s
 double recomputeSkippedFlops(const ModuleRun& run, int64_t b, int64_t s, const SacKept* kept,
                              bool earlyStop) {
     const double tokens = static_cast<double>(b) * static_cast<double>(s);
-    // SDPA's FLOPs are the run's per-token-per-position ones (runKernels).
-    double f =
-        kept && kept->sdpa ? run.cost.fwdFlops.perTokenSeq * tokens * static_cast<double>(s) : 0.0;
+    // SDPA's FLOPs are the run's per-token-per-position ones (runKernels); eager attention
+    // is no SDPA call and is recomputed.
+    double f = kept && kept->sdpa && run.cost.attentionCalls > 0
+                   ? run.cost.fwdFlops.perTokenSeq * tokens * static_cast<double>(s)
+                   : 0.0;
     notRecomputed(run, kept, earlyStop, [&](const ModuleCost::Gemm& gm, int32_t calls) {
         f += gemmFlopsOf(gm, tokens) * calls;
     });

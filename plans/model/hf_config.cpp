@@ -357,6 +357,11 @@ struct LlamaLike {
     // of each head through a cat (o_proj then saves a copy of SDPA's output), optional
     // per-head q/k norms, and DeepSeek-V3's mixture of experts from first_k_dense_replace on.
     bool glm = false;
+    // gpt-oss: q/k/v/o with biases, a learned sink logit per head, RoPE through chunks and
+    // a cat, eager attention (transformers trains it with no SDPA path), RMSNorms that apply
+    // the weight in fp32, and GptOssMLP (a biased top-k router and GptOssExperts' fused
+    // [E, h, 2I] and [E, I, h] parameters, looped over per expert in training).
+    bool gptOss = false;
     [[nodiscard]] bool deepseekExperts() const { return deepseek || glm; }
     int64_t qLora = 0, kvLora = 0, ropeDim = 0, nopeDim = 0, vDim = 0, firstDense = 0;
     int64_t sharedExperts = 0;
@@ -421,8 +426,8 @@ public:
         if (c.rotaryPerType)
             rotaryPerType(model);
         else
-            cb.rotaryEmbedding(model, "rotary_emb", c.prefix + "RotaryEmbedding", c.rotaryDim,
-                               c.headDim, c.deepseekV2);
+            gptOssRotary(cb.rotaryEmbedding(model, "rotary_emb", c.prefix + "RotaryEmbedding",
+                                            c.rotaryDim, c.headDim, c.deepseekV2));
         if (c.gemma3)  // the sliding-window layers' own cos and sin (rope_local_base_freq)
             cb.rotaryEmbedding(model, "rotary_emb_local", c.prefix + "RotaryEmbedding", c.rotaryDim,
                                c.headDim);
@@ -461,6 +466,16 @@ private:
         }
     }
 
+    // gpt-oss's cos and sin are (b, s, head_dim / 2) each (no cat of the halves), scaled by
+    // YaRN's attention factor (two more multiplies).
+    void gptOssRotary(ModuleId rot) {
+        if (!c.gptOss) return;
+        auto& rc = g.cost(rot);
+        rc.savedBytes.perToken = static_cast<double>(c.headDim) * cb.e;
+        rc.outputBytes.perToken = static_cast<double>(c.headDim) * cb.e;
+        rc.fwdMemKernels += 2;
+    }
+
     ModuleId linear(ModuleId parent, const char* name, int64_t in, int64_t out, bool bias,
                     bool savesInput, bool sumsInputGrad = false) {
         ModuleId m = g.addModule(parent, name, "Linear");
@@ -492,7 +507,7 @@ private:
         return m;
     }
     ModuleId rmsNorm(ModuleId parent, const char* name) {
-        return normOf(parent, name, h, c.olmo2 || c.gemma);
+        return normOf(parent, name, h, c.olmo2 || c.gemma || c.gptOss);
     }
     // SwiGLU MLP: down(silu(gate(x)) * up(x)). Saved in the MLP itself: gate output (SiLU
     // input), SiLU output and up output (the mul's operands). `tokenShare` is the fraction
@@ -651,6 +666,8 @@ private:
             deepseekMoe(layer);
         else if (c.family == "granitemoe")
             parallelMoe(layer);
+        else if (c.gptOss)
+            gptOssMoe(layer);
         else if (sparse && !c.deepseekExperts())
             sparseMoe(layer);
         else
@@ -668,6 +685,10 @@ private:
     void attention(ModuleId layer, int64_t i) {
         ModuleId attn = g.addModule(
             layer, "self_attn", c.prefix + (c.legacySdpaAttention ? "SdpaAttention" : "Attention"));
+        if (c.gptOss) {
+            gptOssAttention(attn);
+            return;
+        }
         if (c.deepseek) {
             mla(attn);
         } else if (c.phi3) {
@@ -790,6 +811,112 @@ private:
             }
         }
         cb.dropout(attn, H, c.branchDropout);  // Seed-OSS, on o_proj's output
+    }
+
+    // gpt-oss's attention (GptOssAttention on transformers' eager path): q/k/v/o with
+    // biases, a sink logit per head (`sinks`, the module's own parameter, so first in
+    // named_parameters), RoPE on the two halves of each head (four multiplies, a sub, an add
+    // and a cat per tensor; it keeps only cos and sin), then eager_attention_forward:
+    // repeat_kv copies k and v to every query head, q x k^T scaled plus the (b, 1, s, s)
+    // mask, the sinks concatenated as one more column, minus each row's max, softmax in the
+    // compute dtype, the sink column dropped, times v; the heads merged back (a copy).
+    // Saved (saved_tensors_hooks, fp32 and bf16): q and the repeated k and v (the query
+    // width each), the max's int64 indices (one a head), the probabilities (heads x (s + 1)
+    // a token; the second matmul keeps a view of them) and o_proj's input. A sliding-window
+    // layer differs only in its mask: eager attention computes every s x s score either way.
+    void gptOssAttention(ModuleId attn) {
+        g.addParam(attn, "sinks", {c.heads}, pd);
+        linear(attn, "q_proj", h, dq, true, true);
+        linear(attn, "k_proj", h, dkv, true, false, true);
+        linear(attn, "v_proj", h, dkv, true, false, true);
+        linear(attn, "o_proj", dq, h, true, true);
+        auto& ac = g.cost(attn);
+        const double Q = static_cast<double>(dq), KV = static_cast<double>(dkv);
+        const double heads = static_cast<double>(c.heads), d = static_cast<double>(c.headDim);
+        const double e = cb.e;
+        ac.eagerAttentionCalls += 1;
+        // Two bmm's of 2·s·s·d a head forward, each twice that backward (flop_counter).
+        ac.fwdFlops.perTokenSeq += 4 * heads * d;
+        ac.bwdFlops.perTokenSeq += 8 * heads * d;
+        ac.savedBytes.perToken += (3 * Q + heads) * e;
+        ac.savedBytes.fixedPerToken += 8 * heads;
+        ac.savedBytes.perTokenSeq += heads * e;
+        // Memory-bound kernels, bytes counted from the operators (not yet checked on a GPU
+        // trace). Per token: RoPE (9 elements of q and k forward, 8 backward), repeat_kv's
+        // copies and their sums back (when there are fewer key/value heads), the heads
+        // merged (2 of the output each way), and the two cache cats transformers runs in
+        // training unless use_cache is off. Per token and key position, a head each:
+        // forward the scale, the mask's add (reading the mask once), the cat with the sinks,
+        // the max, the subtraction and softmax; backward the slice's zero fill and copy,
+        // softmax's backward, the max's sum, zero fill, scatter and add, and the scale's.
+        const bool repeat = c.kvHeads < c.heads;
+        ac.fwdMemBytes.perToken += (9 * (Q + KV) + (repeat ? 2 * (Q + KV) : 0) + 2 * Q) * e;
+        ac.bwdMemBytes.perToken += (8 * (Q + KV) + (repeat ? 2 * (Q + KV) : 0) + 2 * Q) * e;
+        ac.fwdMemBytes.perTokenSeq += (11 * heads + 1) * e;
+        ac.bwdMemBytes.perTokenSeq += 13 * heads * e;
+        ac.fwdMemKernels += 14 + (repeat ? 2 : 0) + 1 + 2 + 6;
+        ac.bwdMemKernels += 16 + (repeat ? 2 : 0) + 1 + 9;
+        ac.outputBytes.perToken += H * e;
+    }
+
+    // gpt-oss's mixture of experts (GptOssMLP): the router (GptOssTopKRouter: its own
+    // weight [E, h] and bias, F.linear, top k, softmax over the k logits, scattered into a
+    // [tokens, E] table), then GptOssExperts (gate_up_proj [E, h, 2I] and down_proj
+    // [E, I, h], each with a bias) looped over in training: each expert gathers its tokens,
+    // x @ gate_up_proj[e] + bias, gate and up interleaved (::2, 1::2) and clamped at the
+    // swiglu limit, gate x sigmoid(1.702 gate), (up + 1) x that, @ down_proj[e] + bias,
+    // times the routing weight, index_add_ back.
+    // Saved (saved_tensors_hooks, fp32 and bf16): the router's input, its top-k indices
+    // (int64) and softmax; per routed slot the token index (a column of torch.where's int64
+    // pairs: 16 bytes), the gathered input (h), gate_up (2I, kept by both clamps), the clamped
+    // gate, the sigmoid, up + 1, the GLU and their product (I each), the expert's output (h)
+    // and its routing weight (kept by the multiply) and the weighted output (h, kept by
+    // index_add_).
+    void gptOssMoe(ModuleId layer) {
+        ModuleId mlp = g.addModule(layer, "mlp", c.prefix + "MLP");
+        const double E = static_cast<double>(c.experts), k = static_cast<double>(c.topK);
+        const double I = static_cast<double>(c.inter), e = cb.e;
+        ModuleId router = g.addModule(mlp, "router", c.prefix + "TopKRouter");
+        g.addParam(router, "weight", {c.experts, h}, pd);
+        g.addParam(router, "bias", {c.experts}, pd);
+        cb.linear(router, H, E, true, /*addmm=*/true);
+        auto& rc = g.cost(router);
+        rc.savedBytes.perToken += k * e;
+        rc.savedBytes.fixedPerToken += 8 * k;
+        // topk, softmax, zeros_like and scatter_ forward; backward the scatter's gather,
+        // softmax's, topk's zero fill and scatter.
+        rc.fwdMemKernels += 4;
+        rc.bwdMemKernels += 4;
+        rc.fwdMemBytes.perToken += (2 * E + 3 * k) * e;
+        rc.bwdMemBytes.perToken += (E + 6 * k) * e;
+        ModuleId ex = g.addModule(mlp, "experts", c.prefix + "Experts");
+        g.addParam(ex, "gate_up_proj", {c.experts, h, 2 * c.inter}, pd);
+        g.addParam(ex, "gate_up_proj_bias", {c.experts, 2 * c.inter}, pd);
+        g.addParam(ex, "down_proj", {c.experts, c.inter, h}, pd);
+        g.addParam(ex, "down_proj_bias", {c.experts, h}, pd);
+        auto& xc = g.cost(ex);
+        const auto calls = static_cast<int32_t>(c.experts);
+        xc.addGemm({k / E, 2 * I, H, calls});
+        xc.addGemm({k / E, H, I, calls});
+        xc.fwdFlops.perToken += 6 * H * I * k;
+        xc.bwdFlops.perToken += 12 * H * I * k;
+        xc.mmOutputBytes.perToken += k * (2 * I + H) * e;
+        xc.mmCount += 2 * calls;
+        xc.savedBytes.perToken += k * (3 * H + 7 * I + 1) * e;
+        xc.savedBytes.fixedPerToken += 16 * k;
+        // Per expert forward: the gather, the two bias adds, two clamps, the scale, sigmoid,
+        // two multiplies, the add of 1, the routing weight's gather and multiply, index_add_
+        // and torch.where; once, next_states' zeros and the one-hot mask's four ops.
+        // Backward per expert about 24: the pointwise ops' gradients, the bias sums, the
+        // interleaved slices' fill and copies, and for the gathered input and the routing
+        // weight a zero-filled tensor of the full size each, scattered into and added to
+        // the gradient so far (4 of h and of E a token, per expert).
+        xc.fwdMemKernels += 14 * calls + 5;
+        xc.bwdMemKernels += 24 * calls;
+        xc.fwdMemBytes.perToken += (k * (9 * H + 20 * I) + H) * e;
+        xc.bwdMemBytes.perToken += (k * (7 * H + 34 * I) + E * (4 * H + 4 * E)) * e;
+        xc.outputBytes.perToken += H * e;
+        g.cost(mlp).outputBytes.perToken += H * e;
     }
 
     // Granite-MoE's block (GraniteMoeMoE, `block_sparse_moe`): a router (GraniteMoeTopKGating:
@@ -1103,6 +1230,11 @@ void readSlidingWindow(const JsonReader& r, const std::string& family, LlamaLike
         c.slidingWindow = !r.has("sliding_window")         ? 4096
                           : r.hasNonNull("sliding_window") ? positive(r, "sliding_window")
                                                            : 0;
+    } else if (family == "gpt_oss") {
+        // GptOssConfig's default window is 128.
+        c.slidingWindow = !r.has("sliding_window")         ? 128
+                          : r.hasNonNull("sliding_window") ? positive(r, "sliding_window")
+                                                           : 0;
     } else if (family == "smollm3") {
         c.slidingWindow =
             r.optBool("use_sliding_window").value_or(false) && r.hasNonNull("sliding_window")
@@ -1132,8 +1264,8 @@ void readSlidingWindow(const JsonReader& r, const std::string& family, LlamaLike
         // layer (default 6) a full one, Exaone-4 likewise (default 4), OLMo-3 every 4th.
         // SmolLM3 slides on its layers without RoPE.
         const int64_t pattern =
-            family == "gemma2"  ? 2
-            : family == "olmo3" ? 4
+            family == "gemma2" || family == "gpt_oss" ? 2
+            : family == "olmo3"                       ? 4
             : family == "cohere2"
                 ? (r.hasNonNull("sliding_window_pattern") ? positive(r, "sliding_window_pattern")
                                                           : 4)
@@ -1152,9 +1284,10 @@ void readSlidingWindow(const JsonReader& r, const std::string& family, LlamaLike
 // The experts of the mixture-of-experts families; returns the key naming their count.
 const char* readExperts(const JsonReader& r, const std::string& family, LlamaLike& c) {
     // Each MoE family names its expert count differently.
-    const char* expertsKey = family == "mixtral" || family == "granitemoe" ? "num_local_experts"
-                             : c.deepseekExperts()                         ? "n_routed_experts"
-                                                                           : "num_experts";
+    const char* expertsKey = family == "mixtral" || family == "granitemoe" || family == "gpt_oss"
+                                 ? "num_local_experts"
+                             : c.deepseekExperts() ? "n_routed_experts"
+                                                   : "num_experts";
     if (family == "mixtral") {
         c.experts = positive(r, expertsKey);
         c.topK = positive(r, "num_experts_per_tok");
@@ -1196,7 +1329,7 @@ const char* readExperts(const JsonReader& r, const std::string& family, LlamaLik
                                      std::to_string(c.experts) + ")");
         }
     }
-    if (family == "granitemoe") {
+    if (family == "granitemoe" || family == "gpt_oss") {
         c.experts = positive(r, expertsKey);
         c.topK = positive(r, "num_experts_per_tok");
     }
@@ -1353,6 +1486,8 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
         c.headDim = positive(r, "head_dim");
     } else if (family == "gemma2" || family == "gemma3_text") {
         c.headDim = 256;  // Gemma2Config's and Gemma3TextConfig's default
+    } else if (family == "gpt_oss" && !r.has("head_dim")) {
+        c.headDim = 64;  // GptOssConfig's default (null: hidden_size // heads, below)
     } else {
         // GLM-4.5's attention takes hidden_size // heads, as Python divides, when the config
         // has no head_dim (its default config: 4096 // 96 = 42).
@@ -1418,6 +1553,17 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
         c.residDropout = r.optNumber("resid_pdrop").value_or(0.0);
         if (c.residDropout < 0 || c.residDropout >= 1)
             r.at("resid_pdrop").fail("resid_pdrop must be in [0, 1)");
+    }
+    c.gptOss = family == "gpt_oss";
+    if (c.gptOss) {
+        // GptOssConfig sets attention_bias to true whatever the config says.
+        c.qkvBias = c.oBias = true;
+        dropoutOf(r, "attention_dropout", 0.0);
+        if (r.optBool("output_router_logits").value_or(false))
+            r.at("output_router_logits")
+                .fail(
+                    "the router's auxiliary loss is not modelled; set output_router_logits to "
+                    "false or export the model with scripts/export_model.py");
     }
     c.qkNorm = family == "qwen3" || family == "qwen3_moe" || c.gemma3;
     c.olmo2 = family == "olmo2" || family == "olmo3";
@@ -1961,6 +2107,7 @@ const std::vector<HfFamily>& hfFamilies() {
         {"granitemoe", "GraniteMoeForCausalLM", "Granite 3.0/3.1 MoE (1B-A400M, 3B-A800M)"},
         {"smollm3", "SmolLM3ForCausalLM", "SmolLM3"},
         {"exaone4", "Exaone4ForCausalLM", "EXAONE 4.0"},
+        {"gpt_oss", "GptOssForCausalLM", "gpt-oss-20b, gpt-oss-120b"},
     };
     return kFamilies;
 }

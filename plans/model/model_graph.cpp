@@ -50,6 +50,7 @@ ModuleCost& ModuleCost::operator+=(const ModuleCost& o) {
         addGemm(gm);
     attentionCalls += o.attentionCalls;
     windowAttentionCalls += o.windowAttentionCalls;
+    eagerAttentionCalls += o.eagerAttentionCalls;
     fwdMemKernels += o.fwdMemKernels;
     bwdMemKernels += o.bwdMemKernels;
     return *this;

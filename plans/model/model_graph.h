@@ -150,9 +150,16 @@ struct ModuleCost {
     // transformers gives them a mask, and SDPA's masked kernels do all s x s of the work
     // (a causal one skips half) and read the mask.
     int32_t windowAttentionCalls = 0;
+    // Attention written out in PyTorch operators (transformers' eager_attention_forward,
+    // gpt-oss's with its sinks): per call two batched GEMMs forward (q x k^T and the
+    // probabilities x v) and four backward, sharing the perTokenSeq FLOPs; the s x s
+    // scores' memory-bound kernels are in fwd/bwdMemBytes.perTokenSeq. Not in
+    // attentionCalls (no SDPA kernel runs).
+    int32_t eagerAttentionCalls = 0;
     int32_t fwdMemKernels = 0, bwdMemKernels = 0;
     [[nodiscard]] bool hasKernels() const {
-        return !gemms.empty() || attentionCalls > 0 || fwdMemKernels > 0 || bwdMemKernels > 0;
+        return !gemms.empty() || attentionCalls > 0 || eagerAttentionCalls > 0 ||
+               fwdMemKernels > 0 || bwdMemKernels > 0;
     }
     void addGemm(const Gemm& gm);  // merges with an equal shape
     ModuleCost& operator+=(const ModuleCost& o);

@@ -46,8 +46,8 @@ nlohmann::json scaledJson(const ScaledCost& c) {
 // "kernels": {"gemms": [[m_per_token, n, k, calls, backward], ...], "attention_calls": N,
 //              "mem": [forward, backward]}
 void readKernels(const JsonReader& r, ModuleCost& c) {
-    r.allowOnly({"gemms", "attention_calls", "window_attention_calls", "mem", "upcast_elems",
-                 "loss_vocab"});
+    r.allowOnly({"gemms", "attention_calls", "window_attention_calls", "eager_attention_calls",
+                 "mem", "upcast_elems", "loss_vocab"});
     if (auto gs = r.find("gemms")) {
         for (size_t i = 0; i < gs->size(); ++i) {
             const JsonReader x = (*gs)[i];
@@ -69,6 +69,9 @@ void readKernels(const JsonReader& r, ModuleCost& c) {
             a->fail("more window attention calls than attention_calls (" +
                     std::to_string(c.attentionCalls) + ")");
     }
+    if (auto a = r.find("eager_attention_calls"))
+        c.eagerAttentionCalls =
+            static_cast<int32_t>(std::min<int64_t>(a->asIntAtLeast(0), 1 << 20));
     if (auto m = r.find("mem")) {
         if (m->size() != 2) m->failExpected("[forward, backward], two kernel counts");
         c.fwdMemKernels = static_cast<int32_t>(std::min<int64_t>((*m)[0].asIntAtLeast(0), 1 << 20));
@@ -95,6 +98,7 @@ nlohmann::json kernelsJson(const ModuleCost& c) {
     }
     if (c.attentionCalls > 0) k["attention_calls"] = c.attentionCalls;
     if (c.windowAttentionCalls > 0) k["window_attention_calls"] = c.windowAttentionCalls;
+    if (c.eagerAttentionCalls > 0) k["eager_attention_calls"] = c.eagerAttentionCalls;
     if (c.fwdMemKernels > 0 || c.bwdMemKernels > 0)
         k["mem"] = nlohmann::json::array({c.fwdMemKernels, c.bwdMemKernels});
     if (c.upcastElems > 0) k["upcast_elems"] = c.upcastElems;

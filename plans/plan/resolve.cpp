@@ -1343,9 +1343,13 @@ void findLoops(const ModelGraph& g, std::vector<ModuleRun>& runs,
 
 // The gradient moments (ModuleRun::firstGradOutput, largestGradOutput): backward walks the
 // run last module first, its gradients accumulating.
+// Eager attention (ModuleCost::eagerAttentionCalls) counts as its output the gradients of
+// its probabilities: backward holds two of them at once (the second matmul's and the sink
+// slice's zero-filled copy, then that and softmax's) beside the probabilities it saved,
+// and its own weight gradient (the sinks') comes after, with every later module's made.
 void gradientMoments(const ModelGraph& g, std::vector<ModuleRun>& runs,
                      const std::vector<std::vector<int32_t>>& runMods,
-                     const std::vector<int64_t>& gradOfMod) {
+                     const std::vector<int64_t>& gradOfMod, int64_t seqLen) {
     for (size_t ri = 0; ri < runMods.size(); ++ri) {
         ModuleRun& run = runs[ri];
         int64_t acc = 0;
@@ -1356,10 +1360,13 @@ void gradientMoments(const ModelGraph& g, std::vector<ModuleRun>& runs,
             const int64_t own = gradOfMod[static_cast<size_t>(*it)];
             if (own != 0) {
                 acc += own;
-                const ScaledCost& o = mc.outputBytes;
+                ScaledCost o = mc.outputBytes;
+                if (mc.eagerAttentionCalls > 0) o.perTokenSeq += 2 * mc.savedBytes.perTokenSeq;
                 run.firstGradOutput = o;
                 run.firstGradSavedAfter = freed;
-                if (const double size = o.perToken + o.fixedPerToken; size > largest) {
+                if (const double size = o.perToken + o.fixedPerToken +
+                                        o.perTokenSeq * static_cast<double>(seqLen);
+                    size > largest) {
                     largest = size;
                     run.largestGradOutput = o;
                     run.largestOutGradNumel = acc;
@@ -1383,6 +1390,7 @@ void shareKernelSignatures(std::vector<ModuleRun>& runs) {
                a.attnMemKernels == b.attnMemKernels && a.attnMemBytes == b.attnMemBytes &&
                x.attentionCalls == y.attentionCalls &&
                x.windowAttentionCalls == y.windowAttentionCalls &&
+               x.eagerAttentionCalls == y.eagerAttentionCalls &&
                x.fwdMemKernels == y.fwdMemKernels && x.bwdMemKernels == y.bwdMemKernels &&
                x.fwdFlops == y.fwdFlops && x.bwdFlops == y.bwdFlops &&
                x.fwdMemBytes == y.fwdMemBytes && x.bwdMemBytes == y.bwdMemBytes &&
@@ -1524,7 +1532,7 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& model, const ResolvedPlan&
     }
     const std::vector<int64_t> gradOfMod = assignGradients(g, r, runs, runMods, afterAttn);
     findLoops(g, runs, runMods, afterAttn, gradOfMod);
-    gradientMoments(g, runs, runMods, gradOfMod);
+    gradientMoments(g, runs, runMods, gradOfMod, seqLen);
     shareKernelSignatures(runs);
     return runs;
 }

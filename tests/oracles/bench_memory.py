@@ -77,6 +77,9 @@ MODELS = {
     # layer (tied embeddings; attention dropout off, as Granite's).
     "olmoe-1b-7b": ("OlmoeDecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
     "granite-3.1-1b-a400m": ("GraniteMoeDecoderLayer", None, None),
+    # gpt-oss on eager attention (it has no SDPA path): the s x (s + 1) probabilities of
+    # every layer are kept; 32 experts of which 4, looped over per expert.
+    "gpt-oss-20b": ("GptOssDecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
 }
 # The dropout probabilities set to 0 for the oracle (see GPT-2 above).
 DROPOUT_KEYS = {"gpt2": ("resid_pdrop", "embd_pdrop", "attn_pdrop"),

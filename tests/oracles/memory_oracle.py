@@ -105,8 +105,8 @@ def ours(model, plan, cluster, extra):
 
 
 def balanced_moe_routing():
-    """The sparse MoE blocks of Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE and Granite-MoE with
-    tokens routed evenly over the experts.
+    """The sparse MoE blocks of Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, Granite-MoE and gpt-oss
+    with tokens routed evenly over the experts.
 
     Hugging Face's loop picks each expert's tokens with `torch.where` on the router's choice,
     whose output size depends on the values, which fake tensors do not have. This forward
@@ -119,6 +119,7 @@ def balanced_moe_routing():
     """
     import torch
     import torch.nn.functional as F
+    from transformers.models.gpt_oss import modeling_gpt_oss
     from transformers.models.granitemoe import modeling_granitemoe
     from transformers.models.mixtral import modeling_mixtral
     from transformers.models.olmoe import modeling_olmoe
@@ -178,11 +179,41 @@ def balanced_moe_routing():
         layer_output = zeros.index_add(0, batch_index, expert_outputs)
         return layer_output.view(bsz, length, self.input_size), logits
 
+    def gpt_oss_experts_forward(self, hidden_states, router_indices=None, routing_weights=None):
+        # GptOssExperts' training loop (its operators, in order), expert e given the slots
+        # [e x per_expert, (e + 1) x per_expert); the token index is a column of an
+        # (n, 2) int64 tensor, as torch.where's nonzero makes it.
+        batch_size = hidden_states.shape[0]
+        hidden_states = hidden_states.reshape(-1, self.hidden_size)
+        num_experts = routing_weights.shape[1]
+        tokens = hidden_states.shape[0]
+        next_states = torch.zeros_like(hidden_states, dtype=hidden_states.dtype, device=hidden_states.device)
+        with torch.no_grad():
+            expert_mask = F.one_hot(router_indices, num_classes=num_experts + 1).permute(2, 1, 0)
+        per_expert = tokens * router_indices.shape[1] // num_experts
+        for e in range(num_experts):
+            with torch.no_grad():
+                slots = torch.arange(e * per_expert, (e + 1) * per_expert, device=hidden_states.device)
+                token_idx = torch.stack([slots // tokens, slots % tokens], dim=1)[:, 1]
+            current_state = hidden_states[token_idx]
+            gate_up = current_state @ self.gate_up_proj[e] + self.gate_up_proj_bias[e]
+            gate, up = gate_up[..., ::2], gate_up[..., 1::2]
+            gate = gate.clamp(min=None, max=self.limit)
+            up = up.clamp(min=-self.limit, max=self.limit)
+            glu = gate * torch.sigmoid(gate * self.alpha)
+            gated_output = (up + 1) * glu
+            out = gated_output @ self.down_proj[e] + self.down_proj_bias[e]
+            weighted_output = out * routing_weights[token_idx, e, None]
+            next_states.index_add_(0, token_idx, weighted_output.to(hidden_states.dtype))
+        del expert_mask
+        return next_states.view(batch_size, -1, self.hidden_size)
+
     modeling_mixtral.MixtralSparseMoeBlock.forward = forward
     modeling_qwen2_moe.Qwen2MoeSparseMoeBlock.forward = forward
     modeling_qwen3_moe.Qwen3MoeSparseMoeBlock.forward = forward
     modeling_olmoe.OlmoeSparseMoeBlock.forward = forward
     modeling_granitemoe.GraniteMoeMoE.forward = granite_forward
+    modeling_gpt_oss.GptOssExperts.forward = gpt_oss_experts_forward
 
 
 def hide_dtensor_shape_propagation():
@@ -346,8 +377,9 @@ def oracle(model_path, plan_path, world, batch, seq, steps=2, track=True):
     cfg = transformers.AutoConfig.from_pretrained(model_path)
     cfg.use_cache = False  # training (and required with checkpointing)
     # SDPA as transformers picks it by default on a GPU; eager attention would save the s x s
-    # probabilities, which no FSDP user at seq 8192 runs.
-    cfg._attn_implementation = "sdpa"
+    # probabilities, which no FSDP user at seq 8192 runs. gpt-oss has no SDPA path: eager,
+    # as its fine-tuning recipes run it (its sinks need a kernel of their own otherwise).
+    cfg._attn_implementation = "eager" if cfg.model_type == "gpt_oss" else "sdpa"
     # transformers 4.5x, training without a KV cache, reads "packed sequences" from the
     # position ids and then builds a (b, 1, s, s) mask, which also turns GQA inside SDPA into
     # repeated keys and values; with a mask the CPU picks another SDPA kernel than CUDA would.
@@ -355,7 +387,7 @@ def oracle(model_path, plan_path, world, batch, seq, steps=2, track=True):
     # do, and as ShardScope models attention.
     import transformers.masking_utils as masking_utils
     masking_utils.find_packed_sequence_indices = lambda position_ids: None
-    if cfg.model_type in ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe"):
+    if cfg.model_type in ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "gpt_oss"):
         balanced_moe_routing()
     hide_dtensor_shape_propagation()
     keep_fsdp_group_hooks()

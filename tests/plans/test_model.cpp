@@ -458,6 +458,36 @@ TEST(HfConfig, NewerFamiliesNameWhatTheyRefuse) {
     EXPECT_EQ(err("olmo3", R"(, "layer_types": ["sliding_attention", "linear_attention"])"),
               "config.json:/layer_types/1: unknown layer type \"linear_attention\" "
               "(sliding_attention or full_attention)");
+    const std::string moe = R"(, "num_local_experts": 4, "num_experts_per_tok": 2)";
+    EXPECT_EQ(err("gpt_oss", moe), "");
+    EXPECT_EQ(err("gpt_oss", R"(, "num_local_experts": 4, "num_experts_per_tok": 5)"),
+              "config.json:/num_experts_per_tok: num_experts_per_tok exceeds num_local_experts");
+    EXPECT_EQ(err("gpt_oss", moe + R"(, "output_router_logits": true)"),
+              "config.json:/output_router_logits: the router's auxiliary loss is not modelled; "
+              "set output_router_logits to false or export the model with "
+              "scripts/export_model.py");
+    EXPECT_EQ(err("gpt_oss", moe + R"(, "layer_types": ["full_attention"])"),
+              "config.json:/layer_types: layer_types lists 1 layers, num_hidden_layers is 2");
+}
+
+// gpt-oss runs eager attention: no SDPA call, its two matmuls priced as GEMMs from the
+// per-token-per-position FLOPs, its probabilities saved per token and position; the count
+// survives the model JSON round trip.
+TEST(HfConfig, GptOssEagerAttention) {
+    const ModelGraph g = load("gpt-oss-20b");
+    EXPECT_EQ(g.totalParams(), 20914757184);
+    const ModuleCost& a = g.module(*g.findModule("model.layers.0.self_attn")).cost;
+    EXPECT_EQ(a.attentionCalls, 0);
+    EXPECT_EQ(a.eagerAttentionCalls, 1);
+    EXPECT_EQ(a.fwdFlops.perTokenSeq, 4.0 * 64 * 64);
+    EXPECT_EQ(a.savedBytes.perTokenSeq, 64.0 * 4);  // fp32 probabilities, one a head
+    EXPECT_TRUE(g.findParam("model.layers.0.self_attn.sinks").has_value());
+    EXPECT_TRUE(g.findParam("model.layers.23.mlp.experts.gate_up_proj").has_value());
+    auto back = modelFromJson(modelToJson(g), "roundtrip.json");
+    ASSERT_TRUE(back.ok()) << back.error();
+    EXPECT_EQ(back->module(*back->findModule("model.layers.0.self_attn")).cost.eagerAttentionCalls,
+              1);
+    EXPECT_EQ(modelToJson(*back), modelToJson(g));
 }
 
 TEST(ModelJson, RoundTripsHfModelExactly) {

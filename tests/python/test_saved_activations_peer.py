@@ -142,7 +142,8 @@ class SavedActivationsPeer(unittest.TestCase):
               % (BATCH, SEQ, ours, moe, 100.0 * (ours - moe) / moe))
         self.assertLess(abs(ours - moe), 0.01 * moe)
 
-    def small_family_matches_autograd(self, model_type, config_class, model_class, extra, layer_norms=0):
+    def small_family_matches_autograd(self, model_type, config_class, model_class, extra, layer_norms=0,
+                                      attn_implementation="sdpa"):
         """A small model of a family: one decoder layer's and the whole model's saved bytes
         against autograd, and FLOPs against torch.utils.flop_counter, in fp32 and bf16.
         `layer_norms`: nn.LayerNorms a decoder layer has (and one final one). In bf16 the CPU
@@ -159,7 +160,7 @@ class SavedActivationsPeer(unittest.TestCase):
         for dtype, name in ((torch.float32, "float32"), (torch.bfloat16, "bfloat16")):
             with self.subTest(dtype=name):
                 config = config_class(**{k: v for k, v in cfg.items() if k != "model_type"})
-                config._attn_implementation = "sdpa"
+                config._attn_implementation = attn_implementation
                 # Training without a KV cache, as the memory oracle runs it: transformers then
                 # reads "packed sequences" from the position ids and builds a (b, 1, s, s)
                 # mask; the oracle and the formulas run causal SDPA without one
@@ -187,13 +188,16 @@ class SavedActivationsPeer(unittest.TestCase):
                 self.assertLess(abs(ours_layer - layer), 0.01 * layer)
                 self.assertLess(abs(ours_total - total), 0.01 * total)
                 # FLOPs as torch.utils.flop_counter counts them: its mode for the matmuls,
-                # its SDPA formulas for attention (the mode has no entry for the CPU kernel).
+                # its SDPA formulas for attention (the mode has no entry for the CPU kernel);
+                # eager attention's matmuls are in the mode's count.
                 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
                 with FlopCounterMode(display=False) as fc:
                     model(input_ids=ids, labels=ids).loss.backward()
                 shape = (BATCH, cfg["num_attention_heads"], SEQ, head_dim)
-                theirs = fc.get_total_flops() + cfg["num_hidden_layers"] * (
-                    sdpa_flop_count(shape, shape, shape) + sdpa_backward_flop_count(shape, shape, shape, shape))
+                theirs = fc.get_total_flops()
+                if attn_implementation == "sdpa":
+                    theirs += cfg["num_hidden_layers"] * (
+                        sdpa_flop_count(shape, shape, shape) + sdpa_backward_flop_count(shape, shape, shape, shape))
                 ours_flops = mods[""]["fwd_flops"] + mods[""]["bwd_flops"]
                 # The formulas leave out RoPE's inv_freq @ position_ids (a few thousand FLOPs).
                 self.assertAlmostEqual(ours_flops, theirs, delta=1e-4 * theirs)
@@ -310,6 +314,16 @@ class SavedActivationsPeer(unittest.TestCase):
             "granitemoe", transformers.GraniteMoeConfig, transformers.GraniteMoeForCausalLM,
             {"num_local_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 48, "embedding_multiplier": 12.0,
              "residual_multiplier": 0.22, "logits_scaling": 6.0})
+
+    def test_gpt_oss_matches_autograd(self):
+        # gpt-oss on transformers' eager attention (it has no SDPA path): sinks, q/k/v/o
+        # biases, a sliding window shorter than the sequence on layer 0, the s x (s + 1)
+        # probabilities saved; GptOssMLP's biased router and its experts looped over (4 of
+        # intermediate_size, top 2); transformers' own routing (each token fills top_k slots).
+        self.small_family_matches_autograd(
+            "gpt_oss", transformers.GptOssConfig, transformers.GptOssForCausalLM,
+            {"head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 48,
+             "sliding_window": 8, "rope_scaling": None}, attn_implementation="eager")
 
     def test_starcoder2_matches_autograd(self):
         # LayerNorms with biases, biases on every projection, a GELU-tanh MLP (c_fc, c_proj);
