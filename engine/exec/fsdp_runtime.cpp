@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "engine/exec/fsdp_runtime.h"
 
+#include "engine/exec/collectives.h"
 #include "engine/exec/cuda_support.h"
 
 #include <ATen/native/Resize.h>
@@ -8,99 +9,14 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/optim/adamw.h>
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-
-#include <ATen/record_function.h>
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
-#include <condition_variable>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
-#include <mutex>
 #include <stdexcept>
-#include <thread>
 #include <unordered_set>
 
 namespace shardscope::exec {
-
-int64_t nowNs() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-}
-
-// ---------------------------------------------------------------------------------------
-// Recorder
-
-namespace {
-thread_local size_t t_launchLabel = Recorder::kNone;
-}
-
-size_t Recorder::begin(OpKind kind, Phase phase, Stream stream, int32_t unit, int32_t mb) {
-    if (!m_enabled) return kNone;
-    size_t index = 0;
-    {
-        std::lock_guard lock(m_mutex);
-        RecordedOp op{kind, phase, stream, unit, mb, m_step, nowNs(), 0};
-        m_ops.push_back(op);
-        index = m_ops.size() - 1;
-    }
-    if (m_push) {
-        if (t_launchLabel != kNone) m_pop();
-        m_push(index);
-        t_launchLabel = index;
-    }
-    return index;
-}
-void Recorder::end(size_t index) {
-    if (m_push && index != kNone && t_launchLabel == index) {
-        m_pop();
-        t_launchLabel = kNone;
-    }
-    endAt(index, nowNs());
-}
-void Recorder::setStart(size_t index, int64_t t) {
-    if (index == kNone) return;
-    std::lock_guard lock(m_mutex);
-    m_ops[index].startNs = t;
-}
-void Recorder::endAt(size_t index, int64_t t) {
-    if (index == kNone) return;
-    std::lock_guard lock(m_mutex);
-    m_ops[index].endNs = t;
-}
-std::vector<RecordedOp> Recorder::ops() const {
-    std::lock_guard lock(m_mutex);
-    return m_ops;
-}
-std::string Recorder::current() const {
-    std::lock_guard lock(m_mutex);
-    return m_current;
-}
-void Recorder::setCurrent(std::string what) {
-    {
-        std::lock_guard lock(m_mutex);
-        m_current = what;
-    }
-    if (m_hook) m_hook(what);
-}
-
-c10d::Backend& Groups::postForwardGroup(int64_t k) const {
-    for (const auto& [size, pg] : postForward)
-        if (size == k) return *pg;
-    throw std::logic_error("no post-forward group of size " + std::to_string(k));
-}
 
 namespace {
 
@@ -178,53 +94,6 @@ struct BoundaryFn : torch::autograd::Function<BoundaryFn> {
 
 }  // namespace
 
-// ---------------------------------------------------------------------------------------
-// Gloo's own span of a collective: its worker thread opens a "gloo:<collective>"
-// RecordFunction when it starts the work and ends it when the work is done (the ranges
-// torch.profiler shows on Gloo's threads, which the trace analysis times PyTorch's
-// collectives by). The engine's blocking mode times its collectives the same way, so that
-// the clone Gloo's reduce_scatter_tensor makes on the caller's thread is not counted as
-// communication on one side only.
-
-namespace {
-struct GlooSpanContext : at::ObserverContext {
-    int64_t start = 0;
-};
-std::mutex g_glooMutex;
-std::vector<std::pair<int64_t, int64_t>> g_glooSpans;  // since the last take, [start, end)
-
-std::unique_ptr<at::ObserverContext> glooSpanStart(const at::RecordFunction& fn) {
-    const char* name = fn.name();
-    if (name == nullptr || std::strncmp(name, "gloo:", 5) != 0) return nullptr;
-    auto ctx = std::make_unique<GlooSpanContext>();
-    ctx->start = nowNs();
-    return ctx;
-}
-void glooSpanEnd(const at::RecordFunction& /*fn*/, at::ObserverContext* ctx) {
-    if (ctx == nullptr) return;
-    const int64_t end = nowNs();
-    std::lock_guard lock(g_glooMutex);
-    g_glooSpans.emplace_back(static_cast<GlooSpanContext*>(ctx)->start, end);
-}
-// Registers the observer once per process (a global callback: it must exist when a work
-// is created, on the issuing thread, and runs on Gloo's threads).
-void observeGlooSpans() {
-    static const bool once = [] {
-        at::addGlobalCallback(at::RecordFunctionCallback(&glooSpanStart, &glooSpanEnd)
-                                  .scopes({at::RecordScope::USER_SCOPE}));
-        return true;
-    }();
-    (void)once;
-}
-// The spans recorded since the last call: the collective just waited for, in blocking mode.
-std::vector<std::pair<int64_t, int64_t>> takeGlooSpans() {
-    std::lock_guard lock(g_glooMutex);
-    return std::exchange(g_glooSpans, {});
-}
-}  // namespace
-
-// ---------------------------------------------------------------------------------------
-
 struct FsdpRuntime::Impl {
     const ResolvedPlan& r;
     const ModelGraph& g;
@@ -232,21 +101,7 @@ struct FsdpRuntime::Impl {
     Recorder* rec;
     RuntimeOptions o;
     FsdpRuntime* self = nullptr;
-
-    // One collective as c10d works: one work, or N in-place broadcasts/reduces on Gloo.
-    struct Collective {
-        std::vector<c10::intrusive_ptr<c10d::Work>> works;
-        void wait() const {
-            for (const auto& w : works)
-                w->wait();
-        }
-        [[nodiscard]] bool completed() const {
-            for (const auto& w : works)
-                if (!w->isCompleted()) return false;
-            return true;
-        }
-        explicit operator bool() const { return !works.empty(); }
-    };
+    Collectives coll{rec, o.blockingCollectives};
 
     struct PState {
         ParamId id;
@@ -387,135 +242,13 @@ struct FsdpRuntime::Impl {
         bool hasCompute = false;
     };
 
-    // Stamps the op's end when every work of the collective has completed: from the works'
-    // futures, or, for works without one (Gloo's reduce-scatter), from a watcher thread
-    // that waits on them in issue order.
-    std::mutex watchMutex;
-    std::condition_variable watchCv;
-    struct Watched {
-        c10::intrusive_ptr<c10d::Work> work;
-        size_t op;
-        std::shared_ptr<std::atomic<int>> remaining;
-    };
-    std::deque<Watched> watchQueue;
-    bool watchStop = false, watchBusy = false;
-    std::thread watcher;
-    // Blocking mode: waits where the collective was issued and times it by Gloo's own spans
-    // of its works (first start to last end); without them (another backend), by the wait.
-    void waitBlocking(const Collective& c, size_t op) {
-        c.wait();
-        if (op == Recorder::kNone) return;
-        const auto spans = takeGlooSpans();
-        if (spans.empty()) {
-            rec->endAt(op, nowNs());
-            return;
-        }
-        int64_t first = spans.front().first, last = spans.front().second;
-        for (const auto& [b, e] : spans) {
-            first = std::min(first, b);
-            last = std::max(last, e);
-        }
-        rec->setStart(op, first);
-        rec->endAt(op, last);
-    }
-    // A collective's op begins; in blocking mode the Gloo spans of earlier collectives (the
-    // losses' all-reduce, a barrier) are dropped, so that its wait takes only its own.
-    size_t beginCollective(OpKind kind, Phase phase, Stream stream, int32_t u) {
-        const size_t op = rec->begin(kind, phase, stream, u, mb);
-        if (o.blockingCollectives) takeGlooSpans();
-        return op;
-    }
-    // A collective just issued: waited for here in blocking mode, else stamped when done.
-    void issued(const Collective& c, size_t op) {
-        if (o.blockingCollectives)
-            waitBlocking(c, op);
-        else
-            stampWhenDone(c, op);
-    }
-    void stampWhenDone(const Collective& c, size_t op) {
-        auto remaining = std::make_shared<std::atomic<int>>(static_cast<int>(c.works.size()));
-        for (const auto& w : c.works) {
-            try {
-                w->getFuture()->addCallback([recp = rec, op, remaining](c10::ivalue::Future&) {
-                    if (--*remaining == 0) recp->endAt(op, nowNs());
-                });
-                continue;
-            } catch (const c10::Error&) {
-            }
-            std::lock_guard lock(watchMutex);
-            if (!watcher.joinable()) watcher = std::thread([this] { watch(); });
-            watchQueue.push_back({w, op, remaining});
-            watchCv.notify_all();
-        }
-    }
-    void watch() {
-        for (;;) {
-            Watched item;
-            {
-                std::unique_lock lock(watchMutex);
-                watchCv.wait(lock, [&] { return watchStop || !watchQueue.empty(); });
-                if (watchQueue.empty()) return;
-                item = watchQueue.front();
-                watchQueue.pop_front();
-                watchBusy = true;
-            }
-            try {
-                item.work->wait();
-            } catch (const std::exception&) {
-                // The thread that needs the result sees the error on its own wait.
-            }
-            if (--*item.remaining == 0) rec->endAt(item.op, nowNs());
-            std::lock_guard lock(watchMutex);
-            watchBusy = false;
-            watchCv.notify_all();  // drainWatcher() may be waiting
-        }
-    }
-    void stopWatcher() {
-        {
-            std::lock_guard lock(watchMutex);
-            watchStop = true;
-            watchCv.notify_all();
-        }
-        if (watcher.joinable()) watcher.join();
-    }
-    // The watcher finishes its waits first: one Gloo work must not be waited on by two
-    // threads at once (it raced and corrupted the result).
-    void drainWatcher() {
-        std::unique_lock lock(watchMutex);
-        watchCv.wait(lock, [&] { return watchQueue.empty() && !watchBusy; });
-    }
-
-    // Gloo's all-gather and reduce-scatter go through a temporary as large as the whole
-    // output (allgather flattens into one; _reduce_scatter_base clones the input and
-    // all-reduces it). On Gloo the engine moves the same bytes with N in-place broadcasts
-    // (all-gather) or N in-place reduces (reduce-scatter), one per rank's chunk.
-    // Blocking collectives use the calls FSDP2 makes, temporaries included.
-    [[nodiscard]] bool inPlaceChunks(const c10d::Backend& pg) const {
-        return !o.blockingCollectives && pg.getBackendName() == "gloo";
-    }
-
     // FSDP2 (_get_gradient_divide_factors) averages fp32 and bf16 gradients inside the
     // collective (ReduceOp::AVG, on Gloo a division on its worker thread, inside its span);
     // other reduce dtypes are summed and divided afterwards. The in-place chunked reduces
     // stay summed (the division follows, before the optimizer step).
     [[nodiscard]] bool averageInCollective(at::ScalarType reduceType) const {
         return (reduceType == at::kFloat || reduceType == at::kBFloat16) &&
-               groups->shardSize * groups->replicateSize > 1 && !inPlaceChunks(*groups->shard);
-    }
-
-    Collective allGather(c10d::Backend& pg, at::Tensor& out, at::Tensor& input, int64_t chunk) {
-        Collective c;
-        if (!inPlaceChunks(pg)) {
-            c.works.push_back(pg._allgather_base(out, input));
-            return c;
-        }
-        for (int64_t src = 0; src < pg.getSize(); ++src) {
-            std::vector<at::Tensor> t{out.narrow(0, src * chunk, chunk)};
-            c10d::BroadcastOptions bo;
-            bo.rootRank = src;
-            c.works.push_back(pg.broadcast(t, bo));
-        }
-        return c;
+               groups->shardSize * groups->replicateSize > 1 && !coll.inPlaceChunks(*groups->shard);
     }
 
     std::vector<PState> ps;
@@ -814,11 +547,11 @@ struct FsdpRuntime::Impl {
             }
         }
         rec->end(ci);
-        const size_t ag = beginCollective(OpKind::AllGather, phase, Stream::AllGather, u);
-        s.agWork = allGather(pg, s.agOut, input, in);
+        const size_t ag = coll.begin(OpKind::AllGather, phase, Stream::AllGather, u, mb);
+        s.agWork = coll.allGather(pg, s.agOut, input, in);
         s.agIn = in;
         s.agGroup = n;
-        issued(s.agWork, ag);
+        coll.issued(s.agWork, ag);
     }
 
     void waitForUnshard(int32_t u, Phase phase) {
@@ -1050,22 +783,22 @@ struct FsdpRuntime::Impl {
         if (r.noShard) {
             // NO_SHARD: the gradients are all-reduced over every rank, in place.
             const size_t ar =
-                beginCollective(OpKind::AllReduce, Phase::Backward, Stream::ReduceScatter, u);
+                coll.begin(OpKind::AllReduce, Phase::Backward, Stream::ReduceScatter, u, mb);
             Reduction red{u, {}, input, {}, in, 0};
             std::vector<at::Tensor> t{input};
             c10d::AllreduceOptions ao;
             red.averaged = averageInCollective(s.reduceType);
             if (red.averaged) ao.reduceOp = c10d::ReduceOp::AVG;
             red.work.works.push_back(groups->replicate->allreduce(t, ao));
-            issued(red.work, ar);
+            coll.issued(red.work, ar);
             reductions.push_back(std::move(red));
             return;
         }
         const size_t rs =
-            beginCollective(OpKind::ReduceScatter, Phase::Backward, Stream::ReduceScatter, u);
+            coll.begin(OpKind::ReduceScatter, Phase::Backward, Stream::ReduceScatter, u, mb);
         c10d::Backend& pg = *groups->shard;
         Reduction red{u, {}, {}, {}, in, pg.getRank()};
-        if (inPlaceChunks(pg)) {
+        if (coll.inPlaceChunks(pg)) {
             for (int64_t dst = 0; dst < n; ++dst) {
                 std::vector<at::Tensor> t{input.narrow(0, dst * in, in)};
                 c10d::ReduceOptions ro;
@@ -1090,28 +823,28 @@ struct FsdpRuntime::Impl {
             // HSDP: the replicas all-reduce the reduced shard; it needs the reduce-scatter's
             // result, so the CPU waits for it before issuing.
             if (o.blockingCollectives) {
-                waitBlocking(red.work, rs);
+                coll.waitBlocking(red.work, rs);
             } else {
-                drainWatcher();
+                coll.drain();
                 red.work.wait();
                 rec->endAt(rs, nowNs());
             }
             retire(red);
             const size_t ar =
-                beginCollective(OpKind::AllReduce, Phase::Backward, Stream::AllReduce, u);
+                coll.begin(OpKind::AllReduce, Phase::Backward, Stream::AllReduce, u, mb);
             std::vector<at::Tensor> t{red.out};
             red.work = Collective();
             c10d::AllreduceOptions ao;
             if (red.averaged) ao.reduceOp = c10d::ReduceOp::AVG;
             red.work.works.push_back(groups->replicate->allreduce(t, ao));
-            issued(red.work, ar);
+            coll.issued(red.work, ar);
         } else {
-            issued(red.work, rs);
+            coll.issued(red.work, rs);
         }
         if (o.blockingCollectives) retire(red);
         if (r.units[u].offload.enabled) {
             // CPU offload: the reduced shard goes back to the host for its optimizer step.
-            drainWatcher();
+            coll.drain();
             red.work.wait();
             retire(red);
             const size_t d2h = rec->begin(OpKind::D2H, Phase::Backward, Stream::D2H, u, mb);
@@ -1135,7 +868,7 @@ FsdpRuntime::FsdpRuntime(const ResolvedPlan& plan, Groups* groups, Recorder* rec
 }
 
 FsdpRuntime::~FsdpRuntime() {
-    d->stopWatcher();
+    d->coll.stop();
     if (g_runtime == this) g_runtime = nullptr;
 }
 
@@ -1298,7 +1031,7 @@ void FsdpRuntime::optimizerStep() {
     if (s.o.fsdp) {
         // The watcher finishes its waits first: one Gloo work must not be waited on by two
         // threads at once. The step starts when every reduction is done (waiting is idle).
-        s.drainWatcher();
+        s.coll.drain();
         for (auto& red : s.reductions)
             red.work.wait();
     }
@@ -1381,204 +1114,6 @@ int64_t FsdpRuntime::shardedBytes() const {
     for (const auto& p : d->ps)
         if (p.sharded.defined()) b += p.sharded.numel() * p.sharded.element_size();
     return b;
-}
-
-// ---------------------------------------------------------------------------------------
-
-namespace {
-
-std::string env(const char* name) {
-    const char* v = std::getenv(name);
-    return v ? v : "";
-}
-
-int64_t envInt(const char* name) {
-    const std::string v = env(name);
-    if (v.empty())
-        throw std::runtime_error(std::string("environment variable ") + name +
-                                 " is not set (launch with `shardscope run`, torchrun, or set "
-                                 "RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)");
-    try {
-        size_t used = 0;
-        const long long x = std::stoll(v, &used);
-        if (used != v.size() || x < 0) throw std::invalid_argument(v);
-        return x;
-    } catch (const std::exception&) {
-        throw std::runtime_error(std::string("environment variable ") + name +
-                                 ": expected a non-negative integer, got \"" + v + "\"");
-    }
-}
-
-c10::intrusive_ptr<c10d::Backend> gloo(const c10::intrusive_ptr<c10d::Store>& store,
-                                       const std::string& prefix, int rank, int size,
-                                       std::chrono::milliseconds timeout) {
-    auto opts = c10d::ProcessGroupGloo::Options::create();
-    const std::string ifname = env("GLOO_SOCKET_IFNAME");
-    if (!ifname.empty())
-        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
-    else if (env("MASTER_ADDR") == "127.0.0.1" || env("MASTER_ADDR") == "localhost")
-        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-    else
-        opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-    opts->timeout = timeout;
-    auto ps = c10::make_intrusive<c10d::PrefixStore>(prefix, store);
-    return c10::make_intrusive<c10d::ProcessGroupGloo>(ps, rank, size, opts);
-}
-
-}  // namespace
-
-namespace {
-// Bounds the rendezvous (the store, then each group's connections): a client connected to a
-// listener that is not a TCPStore (another program on MASTER_PORT) waits in recv with no
-// timeout of its own. Past `limit` the rank says so and exits 1; a launcher sees it fail.
-class RendezvousWatchdog {
-public:
-    explicit RendezvousWatchdog(std::chrono::milliseconds limit)
-        : m_thread([this, limit] {
-              std::unique_lock<std::mutex> lock(m_mutex);
-              if (m_cv.wait_for(lock, limit, [this] { return m_done; })) return;
-              const std::string addr =
-                  (env("MASTER_ADDR").empty() ? std::string("127.0.0.1") : env("MASTER_ADDR")) +
-                  ":" + env("MASTER_PORT");
-              std::fprintf(stderr,
-                           "shardscope-engine rank %s: error: the rendezvous at %s did not "
-                           "complete within %lld s (is another program listening on "
-                           "MASTER_PORT, or did a rank not start?)\n",
-                           env("RANK").c_str(), addr.c_str(),
-                           static_cast<long long>(limit.count() / 1000));
-              std::fflush(stderr);
-              std::_Exit(1);
-          }) {}
-    ~RendezvousWatchdog() {
-        {
-            std::lock_guard<std::mutex> lock(m_mutex);
-            m_done = true;
-        }
-        m_cv.notify_all();
-        m_thread.join();
-    }
-    RendezvousWatchdog(const RendezvousWatchdog&) = delete;
-    RendezvousWatchdog& operator=(const RendezvousWatchdog&) = delete;
-
-private:
-    std::mutex m_mutex;
-    std::condition_variable m_cv;
-    bool m_done = false;
-    std::thread m_thread;  // last: starts once the members it uses exist
-};
-
-// The collective timeout plus start-up slack: every rank must have joined by then.
-std::chrono::milliseconds rendezvousLimit(std::chrono::milliseconds timeout) {
-    return timeout + std::chrono::milliseconds(5000);
-}
-
-// A rendezvous address on this machine only: what `run --nproc N` sets, and a torchrun
-// launch whose MASTER_ADDR is loopback.
-bool isLoopback(const std::string& host) {
-    return host == "localhost" || host.rfind("127.", 0) == 0;
-}
-
-// A socket listening on 127.0.0.1:port, for the store to serve on (TCPStoreOptions::
-// masterListenFd): c10d's own listener binds every interface, and the store has no
-// authentication, so a run whose ranks are all on this machine must not be reachable from
-// another. The descriptor passes to the store, which closes it.
-int loopbackListener(uint16_t port) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) throw std::runtime_error(std::string("socket(): ") + std::strerror(errno));
-    const int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-        ::listen(fd, SOMAXCONN) != 0) {
-        const std::string why = std::strerror(errno);
-        ::close(fd);
-        throw std::runtime_error("cannot listen on 127.0.0.1:" + std::to_string(port) +
-                                 " for the rendezvous store: " + why);
-    }
-    return fd;
-}
-
-// This rank's place and the rendezvous store, from the torchrun environment.
-c10::intrusive_ptr<c10d::Store> joinStore(Groups& gr, std::chrono::milliseconds timeout) {
-    gr.rank = envInt("RANK");
-    gr.worldSize = envInt("WORLD_SIZE");
-    const int64_t port = envInt("MASTER_PORT");
-    const std::string host = env("MASTER_ADDR").empty() ? "127.0.0.1" : env("MASTER_ADDR");
-    if (gr.rank >= gr.worldSize)
-        throw std::runtime_error("RANK " + std::to_string(gr.rank) + " is not below WORLD_SIZE " +
-                                 std::to_string(gr.worldSize));
-    c10d::TCPStoreOptions so;
-    so.port = static_cast<uint16_t>(port);
-    // Under torchrun the agent already serves the store on MASTER_PORT.
-    so.isServer = gr.rank == 0 && env("TORCHELASTIC_USE_AGENT_STORE") != "True";
-    so.numWorkers = static_cast<size_t>(gr.worldSize);
-    so.waitWorkers = true;
-    so.timeout = timeout;
-    // Every rank on this machine: serve on loopback only. Another MASTER_ADDR (torchrun or
-    // SLURM across machines) keeps PyTorch's listener, which the other machines reach.
-    if (so.isServer && isLoopback(host)) so.masterListenFd = loopbackListener(so.port);
-    return c10::make_intrusive<c10d::TCPStore>(host, so);
-}
-}  // namespace
-
-Groups makeFlatGroups(std::chrono::milliseconds timeout, c10::Device device) {
-    RendezvousWatchdog dog(rendezvousLimit(timeout));
-    Groups gr;
-    auto store = joinStore(gr, timeout);
-    const auto r32 = [](int64_t v) { return static_cast<int>(v); };
-    gr.world = gloo(store, "world/", r32(gr.rank), r32(gr.worldSize), timeout);
-    gr.shard = device.is_cuda()
-                   ? makeNcclBackend(store, "nccl/flat/", r32(gr.rank), r32(gr.worldSize), timeout)
-                   : gloo(store, "flat/", r32(gr.rank), r32(gr.worldSize), timeout);
-    gr.replicate = gr.shard;
-    gr.shardRank = gr.rank;
-    gr.shardSize = gr.worldSize;
-    return gr;
-}
-
-Groups makeGroups(const ResolvedPlan& plan, std::chrono::milliseconds timeout, c10::Device device) {
-    RendezvousWatchdog dog(rendezvousLimit(timeout));
-    Groups gr;
-    auto store = joinStore(gr, timeout);
-    if (gr.worldSize != plan.worldSize)
-        throw std::runtime_error("WORLD_SIZE is " + std::to_string(gr.worldSize) +
-                                 " but the plan's mesh has " + std::to_string(plan.worldSize) +
-                                 " ranks");
-    gr.shardSize = plan.shardSize;
-    gr.replicateSize = plan.hsdp || plan.noShard ? plan.replicateSize : 1;
-    // Mesh [replicate, shard], row-major: rank = replica * shard_size + shard index.
-    const int64_t replica = gr.rank / gr.shardSize, idx = gr.rank % gr.shardSize;
-    gr.shardRank = idx;
-    gr.replicateRank = replica;
-    const auto r32 = [](int64_t v) { return static_cast<int>(v); };
-    // The FSDP groups: NCCL on a GPU, Gloo on CPU. The world group stays on Gloo.
-    const auto fsdpGroup = [&](const std::string& prefix, int64_t rank, int64_t size) {
-        return device.is_cuda()
-                   ? makeNcclBackend(store, "nccl/" + prefix, r32(rank), r32(size), timeout)
-                   : gloo(store, prefix, r32(rank), r32(size), timeout);
-    };
-    gr.world = gloo(store, "world/", r32(gr.rank), r32(gr.worldSize), timeout);
-    gr.shard = fsdpGroup("shard/" + std::to_string(replica) + "/", idx, gr.shardSize);
-    gr.replicate = gr.replicateSize > 1 ? fsdpGroup("replicate/" + std::to_string(idx) + "/",
-                                                    replica, gr.replicateSize)
-                                        : gr.shard;
-    std::vector<int64_t> ks;
-    for (const auto& u : plan.units)
-        if (u.reshard == Reshard::Int && std::find(ks.begin(), ks.end(), u.reshardK) == ks.end())
-            ks.push_back(u.reshardK);
-    for (int64_t k : ks)
-        gr.postForward.push_back(
-            {k, fsdpGroup("pf" + std::to_string(k) + "/" + std::to_string(replica) + "/" +
-                              std::to_string(idx / k) + "/",
-                          idx % k, k)});
-    return gr;
-}
-
-Groups singleProcessGroups() {
-    return Groups{};
 }
 
 }  // namespace shardscope::exec
