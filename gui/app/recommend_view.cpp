@@ -50,6 +50,24 @@ QPointF pointOf(const Candidate& c) {
 }  // namespace
 
 RecommendView::RecommendView(QWidget* parent) : QWidget(parent) {
+    QHBoxLayout* bar = buildSearchBar();
+    buildChart();
+    QWidget* right = buildPlanList();
+    auto* split = new QSplitter;
+    split->addWidget(m_chart);
+    split->addWidget(right);
+    split->setStretchFactor(0, 1);
+    split->setStretchFactor(1, 1);
+    split->setSizes({600, 600});
+
+    auto* l = new QVBoxLayout(this);
+    l->addLayout(bar);
+    l->addWidget(m_status);
+    l->addWidget(split, 1);
+}
+
+// The search's settings, its buttons and progress.
+QHBoxLayout* RecommendView::buildSearchBar() {
     m_seq = new QSpinBox;
     m_seq->setRange(16, 1 << 20);
     m_seq->setValue(8192);
@@ -76,7 +94,11 @@ RecommendView::RecommendView(QWidget* parent) : QWidget(parent) {
     bar->addWidget(m_progress, 1);
     connect(m_search, &QPushButton::clicked, this, &RecommendView::start);
     connect(m_stop, &QPushButton::clicked, this, &RecommendView::cancel);
+    return bar;
+}
 
+// The Pareto chart; a click selects the nearest plan of the front.
+void RecommendView::buildChart() {
     auto* chart = new QChart;
     chart->setTitle("Pareto front: step time against peak reserved memory");
     m_pareto = new QScatterSeries;
@@ -139,7 +161,10 @@ RecommendView::RecommendView(QWidget* parent) : QWidget(parent) {
     };
     connect(m_pareto, &QScatterSeries::clicked, this, onClick);
     connect(m_others, &QScatterSeries::clicked, this, onClick);
+}
 
+// The plans found, the selected one's details, and loading or exporting it.
+QWidget* RecommendView::buildPlanList() {
     m_table = new QTableWidget(0, 6);
     m_table->setHorizontalHeaderLabels(
         {"step time", "tokens/s", "MFU", "peak reserved", "fits", "plan"});
@@ -190,17 +215,7 @@ RecommendView::RecommendView(QWidget* parent) : QWidget(parent) {
     rl->addWidget(m_table, 1);
     rl->addWidget(m_details);
     rl->addLayout(actions);
-    auto* split = new QSplitter;
-    split->addWidget(m_chart);
-    split->addWidget(right);
-    split->setStretchFactor(0, 1);
-    split->setStretchFactor(1, 1);
-    split->setSizes({600, 600});
-
-    auto* l = new QVBoxLayout(this);
-    l->addLayout(bar);
-    l->addWidget(m_status);
-    l->addWidget(split, 1);
+    return right;
 }
 
 RecommendView::~RecommendView() {

@@ -16,6 +16,7 @@
 
 class QCheckBox;
 class QComboBox;
+class QHBoxLayout;
 class QLabel;
 class QProgressBar;
 class QPushButton;
@@ -50,6 +51,10 @@ signals:
     void loadPlanRequested(std::shared_ptr<const Plan> plan);
 
 private:
+    // The constructor's parts, in the order it builds them.
+    QHBoxLayout* buildSearchBar();
+    void buildChart();
+    QWidget* buildPlanList();
     void showResult();
 
     std::shared_ptr<const ModelGraph> m_model;
