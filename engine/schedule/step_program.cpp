@@ -58,10 +58,21 @@ struct Segment {
     // (ModuleRun::tiedGradNumel), for the backward's duration.
     int64_t tiedGradTemp = 0;
     double fwdTransient = 0;  // forward working memory beyond what it saves (the loss's)
-    // Selective checkpointing: what backward handles before it reaches the (recomputed)
-    // attention — the saved activations and gradients of the modules after it in forward.
+    // Attention-only checkpointing, and no checkpointing of a unit with attention: what
+    // backward handles before it reaches the (recomputed) attention — the saved activations
+    // and gradients of the modules after it in forward (a decoder layer's MLP). Without
+    // checkpointing they are freed as those gradients appear, before the attention's are
+    // made: the layer's activations and all its gradients are never alive at once
+    // (FSDPMemTracker: a mixture-of-experts layer's backward).
     double savedLate = 0;
     int64_t gradLateBytes = 0;
+    bool lateWithoutRecompute = false;
+    // Of savedLate, what a loop of alike members there (ModuleRun::loopSaved, the experts)
+    // frees before the part ends (all but the last member's activations), and the loop's
+    // gradients made after its first member: each member's activations go as its
+    // gradients appear.
+    double lateLoopFreed = 0;
+    int64_t lateLoopGrads = 0;
     // Full and op-level checkpointing: the part of what the recompute saves that comes after
     // the last attention (a decoder layer's MLP). Backward uses it first, makes those
     // modules' gradients (gradLateBytes, allocated with the recompute) and frees it before it
@@ -444,6 +455,25 @@ private:
             }
             case AcMode::None:
                 sg.saved += saved;
+                // Only a mixture-of-experts layer (a loop after its attention) is split: its
+                // experts' activations go as their gradients appear. A dense layer's MLP
+                // keeps its activations until about all of the layer's gradients exist.
+                if (run.hasAttn && run.loopMembers >= 2) {
+                    const double n = run.loopMembers;
+                    sg.savedLate = run.savedAfterAttn.at(b, s, scale);
+                    sg.gradLateBytes = run.gradNumelAfterAttn * gradSize;
+                    sg.lateWithoutRecompute = true;
+                    sg.lateLoopFreed = run.loopSaved.at(b, s, scale) * (n - 1) / n;
+                    sg.lateLoopGrads = static_cast<int64_t>(
+                        static_cast<double>(run.loopGradNumel * gradSize) * (n - 1) / n);
+                } else if (run.hasAttn) {
+                    sg.savedLate = 0;
+                    sg.gradLateBytes = 0;
+                    sg.lateWithoutRecompute = false;
+                } else if (sg.lateWithoutRecompute) {
+                    sg.savedLate += saved;
+                    sg.gradLateBytes += run.gradNumel * gradSize;
+                }
                 break;
         }
     }
@@ -822,7 +852,7 @@ private:
                 prefetchForward(sg.unit, mb);
             }
             Op& c = computeOp(OpKind::Forward, Phase::Forward, sg, mb, sg.fwdFlops, sg.fwdMem);
-            const bool late = sg.recomputes && sg.savedLate > 0;
+            const bool late = (sg.recomputes || sg.lateWithoutRecompute) && sg.savedLate > 0;
             savedBuf[i] =
                 buffer(static_cast<int64_t>(sg.saved - (late ? sg.savedLate : 0.0)),
                        MemCategory::Activations, Stream::Compute, r.units[sg.unit].allGatherDtype);
@@ -1136,6 +1166,24 @@ private:
                 else
                     gradSegBuf[i] = gb;
             }
+            // Segment::savedLate without a recompute: backward frees it as the gradients
+            // after the attention appear, before the attention's are made. Held as working
+            // memory for the op is what of it outlives the gradients made after it.
+            int64_t lateHeld = 0;
+            if (!sg.recomputes && savedLateBuf[i].valid()) {
+                c.frees.push_back(savedLateBuf[i]);
+                c.freesFirst = static_cast<uint8_t>(c.frees.size());
+                savedLateBuf[i] = BufferId();
+                // At the part's start (its first gradients made), at its end (its loop's
+                // activations but the last member's freed), and from the attention on
+                // (none of it), above the gradients and the rest of the saved activations.
+                const int64_t attnGrads = newGrads > 0 ? newGrads - sg.gradLateBytes : 0;
+                const auto late = static_cast<int64_t>(sg.savedLate);
+                const int64_t loopGrads = newGrads > 0 ? sg.lateLoopGrads : 0;
+                lateHeld =
+                    std::max<int64_t>({0, late - attnGrads - loopGrads,
+                                       late - static_cast<int64_t>(sg.lateLoopFreed) - attnGrads});
+            }
             newGrads += lateGrads;
             const bool postBackward = firstSeg[u] == static_cast<int32_t>(i);
             if (postBackward) newGrads += postBackwardKernels(c, u, sync, upcast);
@@ -1144,7 +1192,7 @@ private:
             // part above them counts (all of it in a later micro-batch, which allocates none).
             if (const auto tmp = std::max(static_cast<int64_t>(sg.bwdTransient) - newGrads,
                                           static_cast<int64_t>(sg.bwdGradExtra)) +
-                                 sg.tiedGradTemp;
+                                 sg.tiedGradTemp + lateHeld;
                 tmp > 0)  // two tensors: the gradients of the op's output and of its input
                 temporaries(c, {tmp / 2, tmp - tmp / 2}, MemCategory::Temporaries,
                             r.units[u].allGatherDtype);
