@@ -80,6 +80,10 @@ MODELS = {
     # gpt-oss on eager attention (it has no SDPA path): the s x (s + 1) probabilities of
     # every layer are kept; 32 experts of which 4, looped over per expert.
     "gpt-oss-20b": ("GptOssDecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
+    # DeepSeek-V3's mixture of experts (group-limited sigmoid router, a shared expert, the
+    # per-expert torch.where loop) under balanced routing, in GLM-4.5-Air (partial RoPE, q/k
+    # biases); the test runs it cut to four layers.
+    "glm-4.5-air": ("Glm4MoeDecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
 }
 # The dropout probabilities set to 0 for the oracle (see GPT-2 above).
 DROPOUT_KEYS = {"gpt2": ("resid_pdrop", "embd_pdrop", "attn_pdrop"),
@@ -89,7 +93,7 @@ DROPOUT_KEYS = {"gpt2": ("resid_pdrop", "embd_pdrop", "attn_pdrop"),
                 "phi-2": ("resid_pdrop", "embd_pdrop", "attention_dropout")}
 # Under the tracker these take about 13 minutes a case (FSDPMemTracker hooks every one of their
 # thousands of experts): in the matrix only when --filter names them.
-SLOW = {"qwen3-30b-a3b", "qwen2-57b-a14b"}
+SLOW = {"qwen3-30b-a3b", "qwen2-57b-a14b", "glm-4.5-air"}
 AC = {"none": "none", "full": "full", "every2": {"mode": "full", "every": 2}, "selective_op": "selective_op"}
 
 

@@ -105,8 +105,8 @@ def ours(model, plan, cluster, extra):
 
 
 def balanced_moe_routing():
-    """The sparse MoE blocks of Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, Granite-MoE and gpt-oss
-    with tokens routed evenly over the experts.
+    """The sparse MoE blocks of Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, Granite-MoE, gpt-oss,
+    DeepSeek-V3 and GLM-4.5 with tokens routed evenly over the experts.
 
     Hugging Face's loop picks each expert's tokens with `torch.where` on the router's choice,
     whose output size depends on the values, which fake tensors do not have. This forward
@@ -119,6 +119,8 @@ def balanced_moe_routing():
     """
     import torch
     import torch.nn.functional as F
+    from transformers.models.deepseek_v3 import modeling_deepseek_v3
+    from transformers.models.glm4_moe import modeling_glm4_moe
     from transformers.models.gpt_oss import modeling_gpt_oss
     from transformers.models.granitemoe import modeling_granitemoe
     from transformers.models.mixtral import modeling_mixtral
@@ -208,12 +210,37 @@ def balanced_moe_routing():
         del expert_mask
         return next_states.view(batch_size, -1, self.hidden_size)
 
+    def deepseek_moe(self, hidden_states, topk_indices, topk_weights):
+        # DeepseekV3MoE.moe and Glm4MoeMoE.moe (their operators, in order), expert e given
+        # the (token, k) slots [e x per_expert, (e + 1) x per_expert); the token and weight
+        # indices are the columns of one (n, 2) int64 tensor, as torch.where's nonzero makes.
+        # (DeepSeek-V3's multi-head latent attention has unequal q/k and v head sizes, for
+        # which SDPA on the CPU takes its math kernel and keeps the s x s weights, which a
+        # GPU's kernels do not: no DeepSeek-V3 case runs here.)
+        final_hidden_states = torch.zeros_like(hidden_states, dtype=topk_weights.dtype)
+        expert_mask = F.one_hot(topk_indices, num_classes=len(self.experts)).permute(2, 0, 1)
+        tokens, top_k = topk_indices.shape
+        per_expert = tokens * top_k // len(self.experts)
+        for e, expert in enumerate(self.experts):
+            slots = torch.arange(e * per_expert, (e + 1) * per_expert, device=hidden_states.device)
+            pairs = torch.stack([slots % tokens, slots // tokens], dim=1)
+            token_indices, weight_indices = pairs[:, 0], pairs[:, 1]
+            expert_weights = topk_weights[token_indices, weight_indices]
+            expert_input = hidden_states[token_indices]
+            expert_output = expert(expert_input)
+            weighted_output = expert_output * expert_weights.unsqueeze(-1)
+            final_hidden_states.index_add_(0, token_indices, weighted_output)
+        del expert_mask
+        return final_hidden_states.type(hidden_states.dtype)
+
     modeling_mixtral.MixtralSparseMoeBlock.forward = forward
     modeling_qwen2_moe.Qwen2MoeSparseMoeBlock.forward = forward
     modeling_qwen3_moe.Qwen3MoeSparseMoeBlock.forward = forward
     modeling_olmoe.OlmoeSparseMoeBlock.forward = forward
     modeling_granitemoe.GraniteMoeMoE.forward = granite_forward
     modeling_gpt_oss.GptOssExperts.forward = gpt_oss_experts_forward
+    modeling_deepseek_v3.DeepseekV3MoE.moe = deepseek_moe
+    modeling_glm4_moe.Glm4MoeMoE.moe = deepseek_moe
 
 
 def hide_dtensor_shape_propagation():
@@ -387,7 +414,8 @@ def oracle(model_path, plan_path, world, batch, seq, steps=2, track=True):
     # do, and as ShardScope models attention.
     import transformers.masking_utils as masking_utils
     masking_utils.find_packed_sequence_indices = lambda position_ids: None
-    if cfg.model_type in ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "gpt_oss"):
+    if cfg.model_type in ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "gpt_oss",
+                          "deepseek_v3", "glm4_moe"):
         balanced_moe_routing()
     hide_dtensor_shape_propagation()
     keep_fsdp_group_hooks()
