@@ -53,6 +53,16 @@ struct CostBuilder {
         if (savesInput) c.savedBytes.perToken += in * e;
         c.outputBytes.perToken += out * e;
     }
+    // A mixture's expert GEMM of in→out run once per expert (`experts` calls) on its share
+    // of the k routed slots of each token (m = tokens x k / experts): FLOPs, the kernels
+    // and the mm output op-level checkpointing can keep.
+    void expertGemm(ModuleCost& c, double experts, double k, double in, double out) {
+        c.addGemm({k / experts, out, in, static_cast<int32_t>(experts)});
+        c.fwdFlops.perToken += 2 * in * out * k;
+        c.bwdFlops.perToken += 4 * in * out * k;
+        c.mmOutputBytes.perToken += k * out * e;
+        c.mmCount += static_cast<int32_t>(experts);
+    }
     // LlamaRMSNorm: upcasts to fp32, x·rsqrt(mean(x²)+eps), casts back, multiplies by the
     // weight. Saved: fp32 input (4h, whatever the compute dtype), rstd (4), normalized
     // input in e (h·e).
@@ -425,9 +435,12 @@ public:
         rmsNorm(model, "norm");
         if (c.rotaryPerType)
             rotaryPerType(model);
-        else
-            gptOssRotary(cb.rotaryEmbedding(model, "rotary_emb", c.prefix + "RotaryEmbedding",
-                                            c.rotaryDim, c.headDim, c.deepseekV2));
+        else {
+            const ModuleId rot =
+                cb.rotaryEmbedding(model, "rotary_emb", c.prefix + "RotaryEmbedding", c.rotaryDim,
+                                   c.headDim, c.deepseekV2);
+            if (c.gptOss) gptOssRotary(rot);
+        }
         if (c.gemma3)  // the sliding-window layers' own cos and sin (rope_local_base_freq)
             cb.rotaryEmbedding(model, "rotary_emb_local", c.prefix + "RotaryEmbedding", c.rotaryDim,
                                c.headDim);
@@ -469,7 +482,6 @@ private:
     // gpt-oss's cos and sin are (b, s, head_dim / 2) each (no cat of the halves), scaled by
     // YaRN's attention factor (two more multiplies).
     void gptOssRotary(ModuleId rot) {
-        if (!c.gptOss) return;
         auto& rc = g.cost(rot);
         rc.savedBytes.perToken = static_cast<double>(c.headDim) * cb.e;
         rc.outputBytes.perToken = static_cast<double>(c.headDim) * cb.e;
@@ -896,12 +908,8 @@ private:
         g.addParam(ex, "down_proj_bias", {c.experts, h}, pd);
         auto& xc = g.cost(ex);
         const auto calls = static_cast<int32_t>(c.experts);
-        xc.addGemm({k / E, 2 * I, H, calls});
-        xc.addGemm({k / E, H, I, calls});
-        xc.fwdFlops.perToken += 6 * H * I * k;
-        xc.bwdFlops.perToken += 12 * H * I * k;
-        xc.mmOutputBytes.perToken += k * (2 * I + H) * e;
-        xc.mmCount += 2 * calls;
+        cb.expertGemm(xc, E, k, H, 2 * I);
+        cb.expertGemm(xc, E, k, I, H);
         xc.savedBytes.perToken += k * (3 * H + 7 * I + 1) * e;
         xc.savedBytes.fixedPerToken += 16 * k;
         // Per expert forward: the gather, the two bias adds, two clamps, the scale, sigmoid,
@@ -939,12 +947,8 @@ private:
             g.addParam(m, "weight", {c.experts, out, in}, pd);
             auto& x = g.cost(m);
             const double In = static_cast<double>(in), Out = static_cast<double>(out);
-            x.addGemm({k / E, Out, In, static_cast<int32_t>(c.experts)});
-            x.fwdFlops.perToken += 2 * In * Out * k;
-            x.bwdFlops.perToken += 4 * In * Out * k;
+            cb.expertGemm(x, E, k, In, Out);
             x.savedBytes.perToken += k * In * cb.e;
-            x.mmOutputBytes.perToken += k * Out * cb.e;
-            x.mmCount += static_cast<int32_t>(c.experts);
             x.outputBytes.perToken += k * Out * cb.e;
             // The per-expert outputs concatenated (backward: the input gradients likewise).
             x.fwdMemKernels += 1;

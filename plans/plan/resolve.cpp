@@ -1364,8 +1364,8 @@ void gradientMoments(const ModelGraph& g, std::vector<ModuleRun>& runs,
                 if (mc.eagerAttentionCalls > 0) o.perTokenSeq += 2 * mc.savedBytes.perTokenSeq;
                 run.firstGradOutput = o;
                 run.firstGradSavedAfter = freed;
-                if (const double size = o.perToken + o.fixedPerToken +
-                                        o.perTokenSeq * static_cast<double>(seqLen);
+                if (const double size =
+                        o.perToken + o.fixedPerToken + o.perTokenSeq * static_cast<double>(seqLen);
                     size > largest) {
                     largest = size;
                     run.largestGradOutput = o;
