@@ -87,70 +87,72 @@ struct Group {
 
 class Builder {
 public:
-    Builder(const ResolvedPlan& r, const StepOptions& o, StepProgram& into)
-        : r(r), g(*r.model), o(o), p(into) {}
+    Builder(const ResolvedPlan& plan, const StepOptions& options, StepProgram& into)
+        : m_plan(plan), m_model(*plan.model), m_opts(options), m_prog(into) {}
 
     void build() {
-        p.ops.clear();
-        p.buffers.clear();
-        p.mixes.clear();
-        std::fill(std::begin(p.persistentBytes), std::end(p.persistentBytes), 0);
-        p.modelFlopsPerRank = 0;
-        p.ops.reserve(static_cast<size_t>(16 * r.units.size() * o.microBatches + 16));
-        p.buffers.reserve(static_cast<size_t>(12 * r.units.size() * o.microBatches + 16));
+        m_prog.ops.clear();
+        m_prog.buffers.clear();
+        m_prog.mixes.clear();
+        std::fill(std::begin(m_prog.persistentBytes), std::end(m_prog.persistentBytes), 0);
+        m_prog.modelFlopsPerRank = 0;
+        m_prog.ops.reserve(
+            static_cast<size_t>(16 * m_plan.units.size() * m_opts.microBatches + 16));
+        m_prog.buffers.reserve(
+            static_cast<size_t>(12 * m_plan.units.size() * m_opts.microBatches + 16));
         planGroups();
         buildSegments();
         persistent();
-        for (int64_t mb = 0; mb < o.microBatches; ++mb) {
-            const bool sync = mb + 1 == o.microBatches || r.plan.syncEveryMicroBatch;
+        for (int64_t mb = 0; mb < m_opts.microBatches; ++mb) {
+            const bool sync = mb + 1 == m_opts.microBatches || m_plan.plan.syncEveryMicroBatch;
             forward(static_cast<int32_t>(mb));
             backward(static_cast<int32_t>(mb), sync);
         }
         optimizer();
-        p.tokensPerRank = o.microBatchSize * o.seqLen * o.microBatches;
+        m_prog.tokensPerRank = m_opts.microBatchSize * m_opts.seqLen * m_opts.microBatches;
     }
 
 private:
-    const ResolvedPlan& r;
-    const ModelGraph& g;
-    const StepOptions& o;
-    StepProgram& p;
-    std::vector<Segment> segs;
-    Group shardGroup, replicateGroup;
-    std::vector<Group> postForwardGroup;
+    const ResolvedPlan& m_plan;
+    const ModelGraph& m_model;
+    const StepOptions& m_opts;
+    StepProgram& m_prog;
+    std::vector<Segment> m_segs;
+    Group m_shardGroup, m_replicateGroup;
+    std::vector<Group> m_postForwardGroup;
 
     // Per-unit state across the step.
-    std::vector<char> unsharded;         // unsharded parameters are resident
-    std::vector<BufferId> unshardedBuf;  // their buffer
+    std::vector<char> m_unsharded;         // unsharded parameters are resident
+    std::vector<BufferId> m_unshardedBuf;  // their buffer
     // Over a group of one, each parameter's own storage (FSDP2 allocates them one by one):
     // unshardedBuf holds the first, these the others.
-    std::vector<std::vector<BufferId>> unshardedRest;
-    std::vector<BufferId> postForwardBuf;  // int reshard copy
+    std::vector<std::vector<BufferId>> m_unshardedRest;
+    std::vector<BufferId> m_postForwardBuf;  // int reshard copy
     // Unsharded gradients per compute segment, allocated at the segment's first backward
     // (as autograd creates each parameter's .grad) and kept across no-sync micro-batches
     // until the unit's reduce-scatter frees them all.
-    std::vector<BufferId> gradSegBuf;
-    std::vector<BufferId> gradLateBuf;      // selective checkpointing: made before the recompute
-    std::vector<BufferId> accumulatedGrad;  // per unit: the reduce-dtype copy (upcastsGradients)
+    std::vector<BufferId> m_gradSegBuf;
+    std::vector<BufferId> m_gradLateBuf;      // selective checkpointing: made before the recompute
+    std::vector<BufferId> m_accumulatedGrad;  // per unit: the reduce-dtype copy (upcastsGradients)
     // Param-dtype gradients of a unit until its post-backward (upcastsGradients).
-    std::vector<std::pair<int32_t, BufferId>> transientGrads;
+    std::vector<std::pair<int32_t, BufferId>> m_transientGrads;
     // Each unit's segments: unitSegList[unitSegStart[u], unitSegStart[u + 1]) (unitSegs(u)).
-    std::vector<int32_t> unitSegStart, unitSegList;
-    std::vector<OpId> lastFree;       // FSDP1 limiter: op that freed the unit's parameters
-    std::vector<OpId> inflightFrees;  // FSDP1 limiter queue
-    OpId prevReduce;
-    BufferId prevRsIn;  // the last reduce-scatter's input, freed at the next copy-in
-    OpId agStreamWait, stashedCopyOut;   // forward: the all-gather streams' copy-out dependency
-    BufferId stashedAg;                  // forward: previous unit's all-gather buffer
-    std::vector<OpId> pendingAg;         // all-gather issued, copy-out not yet
-    std::vector<char> pendingLocal;      // world 1: unshard() called, its copy not yet made
-    std::vector<BufferId> agBuf;         // flat all-gather output per unit in flight
-    std::vector<OpId> reduceOps;         // all reduce-scatters/all-reduces of the last micro-batch
-    std::vector<BufferId> shardedGrads;  // the units' sharded .grad, kept to the optimizer
-    std::vector<char> gradReduced;       // the unit has reduced in this step (its .grad exists)
-    std::vector<BufferId> accumulatedOutputs;  // HSDP: added to .grad, freed at backward's end
+    std::vector<int32_t> m_unitSegStart, m_unitSegList;
+    std::vector<OpId> m_lastFree;       // FSDP1 limiter: op that freed the unit's parameters
+    std::vector<OpId> m_inflightFrees;  // FSDP1 limiter queue
+    OpId m_prevReduce;
+    BufferId m_prevRsIn;  // the last reduce-scatter's input, freed at the next copy-in
+    OpId m_agStreamWait, m_stashedCopyOut;  // forward: the all-gather streams' copy-out dependency
+    BufferId m_stashedAg;                   // forward: previous unit's all-gather buffer
+    std::vector<OpId> m_pendingAg;          // all-gather issued, copy-out not yet
+    std::vector<char> m_pendingLocal;       // world 1: unshard() called, its copy not yet made
+    std::vector<BufferId> m_agBuf;          // flat all-gather output per unit in flight
+    std::vector<OpId> m_reduceOps;  // all reduce-scatters/all-reduces of the last micro-batch
+    std::vector<BufferId> m_shardedGrads;  // the units' sharded .grad, kept to the optimizer
+    std::vector<char> m_gradReduced;       // the unit has reduced in this step (its .grad exists)
+    std::vector<BufferId> m_accumulatedOutputs;  // HSDP: added to .grad, freed at backward's end
 
-    bool fsdp1() const { return r.plan.api == PlanApi::Fsdp1; }
+    bool fsdp1() const { return m_plan.plan.api == PlanApi::Fsdp1; }
 
     // Elements of a unit's all-gathered (padded) parameters: its unsharded gradients'
     // count, whatever dtype they are reduced or accumulated in.
@@ -163,8 +165,9 @@ private:
     // (DefaultState._get_gradient_predivide_factor: 2 for 2 or 4 ranks, 4 for 8 or 16, 8 for
     // 64), the post-divide is the rest (1.5 for 6 ranks).
     std::pair<int64_t, double> flatGradientDivideFactors() const {
-        const int64_t dp =
-            r.noShard ? replicateGroup.size : shardGroup.size * (r.hsdp ? replicateGroup.size : 1);
+        const int64_t dp = m_plan.noShard
+                               ? m_replicateGroup.size
+                               : m_shardGroup.size * (m_plan.hsdp ? m_replicateGroup.size : 1);
         int64_t pre = 1;
         while (dp % pre == 0 && dp / pre > pre)
             pre *= 2;
@@ -177,8 +180,8 @@ private:
     // time (FSDPParam.to_accumulated_grad_if_needed / accumulate_unsharded_grad_if_needed),
     // which the last micro-batch reduces. Otherwise autograd accumulates in place.
     bool upcastsGradients(const ResolvedUnit& unit) const {
-        return !fsdp1() && !r.flatParams && o.microBatches > 1 && !r.plan.syncEveryMicroBatch &&
-               unit.reduceDtype != unit.allGatherDtype;
+        return !fsdp1() && !m_plan.flatParams && m_opts.microBatches > 1 &&
+               !m_plan.plan.syncEveryMicroBatch && unit.reduceDtype != unit.allGatherDtype;
     }
 
     // Tensors op `c` allocates and frees within itself, each its own block (the caching
@@ -194,11 +197,11 @@ private:
     }
 
     BufferId buffer(int64_t bytes, MemCategory c, Stream s, DType d) {
-        p.buffers.push_back({bytes, c, d, s});
-        return BufferId(static_cast<int32_t>(p.buffers.size() - 1));
+        m_prog.buffers.push_back({bytes, c, d, s});
+        return BufferId(static_cast<int32_t>(m_prog.buffers.size() - 1));
     }
     OpId add(Op&& op) {
-        p.ops.push_back(std::move(op));
+        m_prog.ops.push_back(std::move(op));
         return lastOp();
     }
     // A new op at the end of the program, filled in place: the frequent ops are written
@@ -207,19 +210,20 @@ private:
     Op& emit(OpKind kind, Phase phase, Stream stream, UnitId unit, int32_t mb) {
         // Op's constructor: the other fields take their defaults, with no zeroing of the
         // whole op first (value-initializing it, emplace_back(), would).
-        return p.ops.emplace_back(kind, phase, stream, unit, mb);
+        return m_prog.ops.emplace_back(kind, phase, stream, unit, mb);
     }
-    OpId lastOp() const { return OpId(static_cast<int32_t>(p.ops.size() - 1)); }
-    Op& op(OpId id) { return p.ops[id.index()]; }
+    OpId lastOp() const { return OpId(static_cast<int32_t>(m_prog.ops.size() - 1)); }
+    Op& op(OpId id) { return m_prog.ops[id.index()]; }
 
     Group placed(int64_t size, bool contiguous) const {
         Group gr;
         gr.size = static_cast<int32_t>(size);
-        const int64_t dpn = std::max<int64_t>(1, o.devicesPerNode);
+        const int64_t dpn = std::max<int64_t>(1, m_opts.devicesPerNode);
         if (contiguous) {
             gr.perNode = static_cast<int32_t>(std::min(size, dpn));
         } else {  // stride = shard size: ranks of one shard index on a node
-            const int64_t per = r.shardSize >= dpn ? 1 : dpn / std::max<int64_t>(1, r.shardSize);
+            const int64_t per =
+                m_plan.shardSize >= dpn ? 1 : dpn / std::max<int64_t>(1, m_plan.shardSize);
             gr.perNode = static_cast<int32_t>(std::min(size, per));
         }
         gr.nodes = static_cast<int32_t>((size + gr.perNode - 1) / gr.perNode);
@@ -227,22 +231,23 @@ private:
     }
 
     void planGroups() {
-        shardGroup = placed(r.shardSize, true);
-        replicateGroup = placed(r.noShard ? r.worldSize : r.replicateSize, r.noShard);
-        for (const auto& u : r.units)
-            postForwardGroup.push_back(u.reshard == Reshard::Int ? placed(u.reshardK, true)
-                                                                 : shardGroup);
-        const size_t n = r.units.size();
-        unsharded.assign(n, 0);
-        pendingAg.assign(n, OpId());
-        pendingLocal.assign(n, 0);
-        agBuf.assign(n, BufferId());
-        unshardedBuf.assign(n, BufferId());
-        unshardedRest.assign(n, {});
-        postForwardBuf.assign(n, BufferId());
-        lastFree.assign(n, OpId());
-        gradReduced.assign(n, 0);
-        accumulatedGrad.assign(n, BufferId());
+        m_shardGroup = placed(m_plan.shardSize, true);
+        m_replicateGroup =
+            placed(m_plan.noShard ? m_plan.worldSize : m_plan.replicateSize, m_plan.noShard);
+        for (const auto& u : m_plan.units)
+            m_postForwardGroup.push_back(u.reshard == Reshard::Int ? placed(u.reshardK, true)
+                                                                   : m_shardGroup);
+        const size_t n = m_plan.units.size();
+        m_unsharded.assign(n, 0);
+        m_pendingAg.assign(n, OpId());
+        m_pendingLocal.assign(n, 0);
+        m_agBuf.assign(n, BufferId());
+        m_unshardedBuf.assign(n, BufferId());
+        m_unshardedRest.assign(n, {});
+        m_postForwardBuf.assign(n, BufferId());
+        m_lastFree.assign(n, OpId());
+        m_gradReduced.assign(n, 0);
+        m_accumulatedGrad.assign(n, BufferId());
     }
 
     // The ratio that takes the model's activation bytes to the unit's compute dtype:
@@ -250,72 +255,72 @@ private:
     // (ScaledCost::fixedPerToken), so the model's activation dtype cancels out.
     double activationScale(const ResolvedUnit& unit) const {
         return static_cast<double>(dtypeSize(unit.allGatherDtype)) /
-               static_cast<double>(dtypeSize(g.activationDtype));
+               static_cast<double>(dtypeSize(m_model.activationDtype));
     }
 
     // Compute segments: the plan's module runs (post-order, one unit each) at this
     // micro-batch; consecutive runs of one unit merged.
     void buildSegments() {
         std::vector<ModuleRun> computed;
-        const std::vector<ModuleRun>* runs = &r.moduleRuns;
+        const std::vector<ModuleRun>* runs = &m_plan.moduleRuns;
         // The runs count sliding-window masks at the plan's seq_len (moduleRunsOf): another
         // sequence on the other side of the window needs them counted again.
-        const int64_t w = g.slidingWindow;
-        const bool otherSide = w > 0 && (o.seqLen >= w) != (r.plan.seqLen >= w);
+        const int64_t w = m_model.slidingWindow;
+        const bool otherSide = w > 0 && (m_opts.seqLen >= w) != (m_plan.plan.seqLen >= w);
         if (runs->empty() || otherSide) {  // or a plan not made by resolvePlan
-            computed = moduleRunsOf(g, r, o.seqLen);
+            computed = moduleRunsOf(m_model, m_plan, m_opts.seqLen);
             runs = &computed;
         }
-        segs.reserve(runs->size());
+        m_segs.reserve(runs->size());
         for (const ModuleRun& run : *runs)
             addRun(run, *runs);
         keepCheckpointInputs();
-        for (auto& sg : segs) {
-            p.modelFlopsPerRank += (sg.fwdFlops + sg.bwdFlops) * o.microBatches;
+        for (auto& sg : m_segs) {
+            m_prog.modelFlopsPerRank += (sg.fwdFlops + sg.bwdFlops) * m_opts.microBatches;
             segmentKernels(sg, *runs);
         }
         // Gradients no segment accounts for (padding, modules without cost) come with the
         // unit's first backward segment.
-        std::vector<int64_t> counted(r.units.size(), 0);
-        for (const auto& sg : segs)
+        std::vector<int64_t> counted(m_plan.units.size(), 0);
+        for (const auto& sg : m_segs)
             counted[sg.unit] += sg.gradBytes;
-        std::vector<char> seen(r.units.size(), 0);
-        for (size_t i = segs.size(); i-- > 0;) {
-            Segment& sg = segs[i];
+        std::vector<char> seen(m_plan.units.size(), 0);
+        for (size_t i = m_segs.size(); i-- > 0;) {
+            Segment& sg = m_segs[i];
             if (seen[sg.unit]) continue;
             seen[sg.unit] = 1;
             sg.gradBytes +=
-                std::max<int64_t>(0, r.units[sg.unit].unshardedBytes - counted[sg.unit]);
+                std::max<int64_t>(0, m_plan.units[sg.unit].unshardedBytes - counted[sg.unit]);
         }
-        gradSegBuf.assign(segs.size(), BufferId());
-        gradLateBuf.assign(segs.size(), BufferId());
+        m_gradSegBuf.assign(m_segs.size(), BufferId());
+        m_gradLateBuf.assign(m_segs.size(), BufferId());
         // Each unit's segments in order, as one list with an offset per unit.
-        unitSegStart.assign(r.units.size() + 1, 0);
-        for (const auto& sg : segs)
-            ++unitSegStart[static_cast<size_t>(sg.unit) + 1];
-        for (size_t u = 0; u < r.units.size(); ++u)
-            unitSegStart[u + 1] += unitSegStart[u];
-        unitSegList.resize(segs.size());
-        std::vector<int32_t> next(unitSegStart.begin(), unitSegStart.end() - 1);
-        for (size_t i = 0; i < segs.size(); ++i)
-            unitSegList[static_cast<size_t>(next[segs[i].unit]++)] = static_cast<int32_t>(i);
+        m_unitSegStart.assign(m_plan.units.size() + 1, 0);
+        for (const auto& sg : m_segs)
+            ++m_unitSegStart[static_cast<size_t>(sg.unit) + 1];
+        for (size_t u = 0; u < m_plan.units.size(); ++u)
+            m_unitSegStart[u + 1] += m_unitSegStart[u];
+        m_unitSegList.resize(m_segs.size());
+        std::vector<int32_t> next(m_unitSegStart.begin(), m_unitSegStart.end() - 1);
+        for (size_t i = 0; i < m_segs.size(); ++i)
+            m_unitSegList[static_cast<size_t>(next[m_segs[i].unit]++)] = static_cast<int32_t>(i);
     }
 
     // One module run into the segment of its unit (a new one when the unit changes).
     void addRun(const ModuleRun& run, const std::vector<ModuleRun>& runs) {
-        const auto b = o.microBatchSize;
-        const auto s = o.seqLen;
+        const auto b = m_opts.microBatchSize;
+        const auto s = m_opts.seqLen;
         const ModuleCost& c = run.cost;
         const int32_t u = run.unit;
-        const auto& unit = r.units[u];
+        const auto& unit = m_plan.units[u];
         const double scale = activationScale(unit);
         const double fwd = c.fwdFlops.at(b, s), saved = c.savedBytes.at(b, s, scale);
         if (fwd == 0 && saved == 0 && c.fwdMemBytes.isZero()) return;
-        if (segs.empty() || segs.back().unit != u) {
-            segs.emplace_back();
-            segs.back().unit = u;
+        if (m_segs.empty() || m_segs.back().unit != u) {
+            m_segs.emplace_back();
+            m_segs.back().unit = u;
         }
-        Segment& sg = segs.back();
+        Segment& sg = m_segs.back();
         sg.fwdFlops += fwd;
         sg.bwdFlops += c.bwdFlops.at(b, s);
         sg.fwdMem += c.fwdMemBytes.at(b, s, scale);
@@ -368,8 +373,8 @@ private:
     // What the unit's activation checkpointing keeps of a run, recomputes and holds then.
     void checkpointRun(Segment& sg, const ModuleRun& run, const ResolvedUnit& unit, double fwd,
                        double saved, double scale, int64_t gradSize) {
-        const auto b = o.microBatchSize;
-        const auto s = o.seqLen;
+        const auto b = m_opts.microBatchSize;
+        const auto s = m_opts.seqLen;
         const ModuleCost& c = run.cost;
         // Full and op-level checkpointing: what the recompute saves after the last
         // attention, and its gradients (Segment::recomputeLate).
@@ -405,7 +410,7 @@ private:
                 // unpacks what it saved (the ids) through the checkpoint.
                 sg.recomputes = sg.recomputes || fwd > 0 || !c.fwdMemBytes.isZero();
                 sg.recomputeFlops +=
-                    fwd - recomputeSkippedFlops(run, b, s, nullptr, o.recomputeEarlyStop);
+                    fwd - recomputeSkippedFlops(run, b, s, nullptr, m_opts.recomputeEarlyStop);
                 addRecomputed(sg.recomputeSaved, saved);
                 splitRecompute();
                 break;
@@ -429,7 +434,7 @@ private:
                 sg.recomputes = sg.recomputes || fwd > 0 || !c.fwdMemBytes.isZero();
                 const SacKept k = sacKept(run, save);
                 sg.recomputeFlops +=
-                    fwd - recomputeSkippedFlops(run, b, s, &k, o.recomputeEarlyStop);
+                    fwd - recomputeSkippedFlops(run, b, s, &k, m_opts.recomputeEarlyStop);
                 addRecomputed(sg.recomputeSaved, saved);
                 splitRecompute();
                 break;
@@ -437,7 +442,7 @@ private:
             case AcMode::Attention: {
                 const double attnFwd =
                     run.attnFwdFlops.at(b, s) -
-                    (o.recomputeEarlyStop ? gemmFlops(run.attnStopGemms, b, s) : 0.0);
+                    (m_opts.recomputeEarlyStop ? gemmFlops(run.attnStopGemms, b, s) : 0.0);
                 const double attnSaved = run.attnSavedBytes.at(b, s, scale);
                 sg.recomputes = sg.recomputes || attnFwd > 0;
                 sg.recomputeFlops += attnFwd;
@@ -482,10 +487,10 @@ private:
     // also makes the unit's output again, which the checkpoint's backward holds until it is
     // done.
     void keepCheckpointInputs() {
-        const auto b = o.microBatchSize;
-        const auto s = o.seqLen;
-        for (auto& sg : segs) {
-            const auto& unit = r.units[sg.unit];
+        const auto b = m_opts.microBatchSize;
+        const auto s = m_opts.seqLen;
+        for (auto& sg : m_segs) {
+            const auto& unit = m_plan.units[sg.unit];
             if ((unit.activationCheckpointing == AcMode::Full ||
                  unit.activationCheckpointing == AcMode::SelectiveOp) &&
                 !unit.isRoot) {
@@ -496,57 +501,57 @@ private:
                 // the output of the module before it (a unit of two decoder layers keeps
                 // two hidden states, norm and lm_head two).
                 const double scale = activationScale(unit);
-                const ModuleCost& first = g.module(unit.modules[0]).cost;
+                const ModuleCost& first = m_model.module(unit.modules[0]).cost;
                 double hidden = first.inputBytes.isZero() ? first.outputBytes.at(b, s, scale)
                                                           : first.inputBytes.at(b, s, scale);
                 // The recompute makes a module's output again, held until its backward is
                 // done: one module's at a time.
                 sg.recomputeSaved += hidden;
                 for (size_t k = 1; k < unit.modules.size(); ++k)
-                    hidden += g.module(unit.modules[k - 1]).cost.outputBytes.at(b, s, scale);
+                    hidden += m_model.module(unit.modules[k - 1]).cost.outputBytes.at(b, s, scale);
                 sg.saved += hidden;
             }
         }
     }
     std::span<const int32_t> unitSegs(int32_t u) const {
-        return {unitSegList.data() + unitSegStart[static_cast<size_t>(u)],
-                unitSegList.data() + unitSegStart[static_cast<size_t>(u) + 1]};
+        return {m_unitSegList.data() + m_unitSegStart[static_cast<size_t>(u)],
+                m_unitSegList.data() + m_unitSegStart[static_cast<size_t>(u) + 1]};
     }
 
     void persistent() {
         int64_t sharded = 0, optim = 0;
-        for (const auto& u : r.units) {
+        for (const auto& u : m_plan.units) {
             // Sharded state of an offloaded unit lives on the host, which is not the device
             // memory the peak counts unless the device is the host.
-            if (u.offload.enabled && !o.hostIsDevice) continue;
+            if (u.offload.enabled && !m_opts.hostIsDevice) continue;
             sharded += u.shardedBytes;
             // AdamW's exp_avg and exp_avg_sq in the parameter dtype, for parameters that
             // have gradients (the state is made at the first step that sees one).
             optim += 2 * u.trainableShardedBytes;
         }
-        for (ParamId pid : r.ignoredParams)
-            sharded += g.param(pid).bytes();
-        p.persistentBytes[static_cast<int>(MemCategory::ShardedParams)] = sharded;
-        p.persistentBytes[static_cast<int>(MemCategory::OptimizerState)] = optim;
+        for (ParamId pid : m_plan.ignoredParams)
+            sharded += m_model.param(pid).bytes();
+        m_prog.persistentBytes[static_cast<int>(MemCategory::ShardedParams)] = sharded;
+        m_prog.persistentBytes[static_cast<int>(MemCategory::OptimizerState)] = optim;
     }
 
-    std::string name(int32_t u) const { return r.units[u].displayName(); }
+    std::string name(int32_t u) const { return m_plan.units[u].displayName(); }
 
     // unshard(): copy-in and all-gather of unit u, unless its parameters are resident or
     // already being gathered (FSDPParamGroup.unshard).
     void unshard(int32_t u, Phase phase, int32_t mb) {
         // A unit without parameters has no parameter group and never all-gathers.
-        if (unsharded[u] || pendingAg[u].valid() || pendingLocal[u] || r.noShard ||
-            r.units[u].params.empty())
+        if (m_unsharded[u] || m_pendingAg[u].valid() || m_pendingLocal[u] || m_plan.noShard ||
+            m_plan.units[u].params.empty())
             return;
-        const auto& unit = r.units[u];
+        const auto& unit = m_plan.units[u];
         const bool fromPostForward = phase == Phase::Backward && unit.reshard == Reshard::Int;
-        const Group gr = fromPostForward ? postForwardGroup[u] : shardGroup;
+        const Group gr = fromPostForward ? m_postForwardGroup[u] : m_shardGroup;
         // FSDP2 over a group of one gathers nothing: unshard() only records an event, and
         // wait_for_unshard() copies each parameter into its unsharded storage on the current
         // stream (FSDPParamGroup's world_size == 1 path). Prefetching it does nothing.
-        if (gr.size == 1 && !r.flatParams && !unit.offload.enabled) {
-            pendingLocal[u] = 1;
+        if (gr.size == 1 && !m_plan.flatParams && !unit.offload.enabled) {
+            m_pendingLocal[u] = 1;
             return;
         }
         OpId h2d;
@@ -562,25 +567,25 @@ private:
         // shard the all-gather sends (_use_low_precision_shard), which reads the shard and
         // writes it in the param dtype: 6 bytes an element from fp32 to bf16, not 8.
         if (fsdp1() && !unit.params.empty()) {
-            const int64_t stored = dtypeSize(g.param(unit.params[0]).dtype);
+            const int64_t stored = dtypeSize(m_model.param(unit.params[0]).dtype);
             const int64_t ag = dtypeSize(unit.allGatherDtype);
             if (stored != ag)
                 ci.memBytes =
                     static_cast<double>(unit.shardedNumel) * static_cast<double>(stored + ag);
         }
         // FSDP1's gathered flat buffer is the unsharded parameters themselves.
-        agBuf[u] =
+        m_agBuf[u] =
             buffer(unit.unshardedBytes,
-                   r.flatParams ? MemCategory::UnshardedParams : MemCategory::AllGatherBuffer,
+                   m_plan.flatParams ? MemCategory::UnshardedParams : MemCategory::AllGatherBuffer,
                    Stream::CopyIn, unit.allGatherDtype);
-        ci.allocs.push_back(agBuf[u]);
+        ci.allocs.push_back(m_agBuf[u]);
         if (h2d.valid()) ci.waits.push_back(h2d);
         // FSDP1 limit_all_gathers: at most two unsharded units in flight; the CPU blocks on
         // the oldest one's free event (_limiter_utils._FreeEventQueue, limit 2).
-        if (fsdp1() && r.plan.fsdp1.limitAllGathers && inflightFrees.size() >= 2) {
-            ci.waits.push_back(inflightFrees.front());
+        if (fsdp1() && m_plan.plan.fsdp1.limitAllGathers && m_inflightFrees.size() >= 2) {
+            ci.waits.push_back(m_inflightFrees.front());
             ci.cpuBlocks = true;
-            inflightFrees.erase(inflightFrees.begin());
+            m_inflightFrees.erase(m_inflightFrees.begin());
         }
         const OpId ciId = lastOp();
         Op& agOp = emit(OpKind::AllGather, phase, Stream::AllGather, UnitId(u), mb);
@@ -588,86 +593,87 @@ private:
         agOp.groupSize = gr.size;
         agOp.groupNodes = gr.nodes;
         agOp.ranksPerNode = gr.perNode;
-        agOp.processGroup = fromPostForward && gr.size != shardGroup.size ? 2 : 0;
+        agOp.processGroup = fromPostForward && gr.size != m_shardGroup.size ? 2 : 0;
         agOp.waits.push_back(ciId);
         // In forward the all-gather streams wait on the previous group's copy-out, recorded
         // when the current group waited for its unshard; it lets the previous flat buffer go.
-        if (phase == Phase::Forward && agStreamWait.valid()) agOp.waits.push_back(agStreamWait);
-        pendingAg[u] = lastOp();
+        if (phase == Phase::Forward && m_agStreamWait.valid()) agOp.waits.push_back(m_agStreamWait);
+        m_pendingAg[u] = lastOp();
     }
 
     // wait_for_unshard(): the copy-out on the compute stream, when the unit is about to run.
     void waitForUnshard(int32_t u, Phase phase, int32_t mb) {
-        if (pendingLocal[u]) {
+        if (m_pendingLocal[u]) {
             localCopyOut(u, phase, mb);
             return;
         }
-        if (!pendingAg[u].valid()) return;
-        if (r.flatParams) {
+        if (!m_pendingAg[u].valid()) return;
+        if (m_plan.flatParams) {
             // FSDP1 / fairscale: the all-gather wrote the padded flat parameter itself and
             // the parameters become views of it (FlatParamHandle._use_unsharded_views): no
             // copy. The compute stream waits for the all-gather here, and the gathered
             // buffer is the unsharded parameters until the reshard frees it.
             Op co{OpKind::CopyOut, phase, Stream::Compute, UnitId(u), mb};
-            co.waits.push_back(pendingAg[u]);
-            unshardedBuf[u] = agBuf[u];
-            agBuf[u] = BufferId();
+            co.waits.push_back(m_pendingAg[u]);
+            m_unshardedBuf[u] = m_agBuf[u];
+            m_agBuf[u] = BufferId();
             add(std::move(co));
-            pendingAg[u] = OpId();
-            unsharded[u] = 1;
+            m_pendingAg[u] = OpId();
+            m_unsharded[u] = 1;
             return;
         }
-        const auto& unit = r.units[u];
+        const auto& unit = m_plan.units[u];
         const bool fromPostForward = phase == Phase::Backward && unit.reshard == Reshard::Int;
         Op& co = emit(OpKind::CopyOut, phase, Stream::Compute, UnitId(u), mb);
         co.memBytes = 2.0 * static_cast<double>(unit.unshardedBytes);
-        co.waits.push_back(pendingAg[u]);
-        unshardedBuf[u] = buffer(unit.unshardedBytes, MemCategory::UnshardedParams, Stream::Compute,
-                                 unit.allGatherDtype);
-        co.allocs.push_back(unshardedBuf[u]);
+        co.waits.push_back(m_pendingAg[u]);
+        m_unshardedBuf[u] = buffer(unit.unshardedBytes, MemCategory::UnshardedParams,
+                                   Stream::Compute, unit.allGatherDtype);
+        co.allocs.push_back(m_unshardedBuf[u]);
         if (phase == Phase::Forward) {
             // Release the previous group's flat buffer; keep this one until the next group.
-            if (stashedAg.valid()) co.frees.push_back(stashedAg);
-            agStreamWait = stashedCopyOut;
-            stashedAg = agBuf[u];
+            if (m_stashedAg.valid()) co.frees.push_back(m_stashedAg);
+            m_agStreamWait = m_stashedCopyOut;
+            m_stashedAg = m_agBuf[u];
         } else {
-            co.frees.push_back(agBuf[u]);
+            co.frees.push_back(m_agBuf[u]);
         }
-        agBuf[u] = BufferId();
-        if (fromPostForward && postForwardBuf[u].valid()) {
-            co.frees.push_back(postForwardBuf[u]);
-            postForwardBuf[u] = BufferId();
+        m_agBuf[u] = BufferId();
+        if (fromPostForward && m_postForwardBuf[u].valid()) {
+            co.frees.push_back(m_postForwardBuf[u]);
+            m_postForwardBuf[u] = BufferId();
         }
         co.freesFirst = static_cast<uint8_t>(co.frees.size());
         const OpId id = lastOp();
-        if (phase == Phase::Forward) stashedCopyOut = id;
-        pendingAg[u] = OpId();
-        unsharded[u] = 1;
+        if (phase == Phase::Forward) m_stashedCopyOut = id;
+        m_pendingAg[u] = OpId();
+        m_unsharded[u] = 1;
     }
 
     // FSDP2's unshard over a group of one, on the compute stream: per parameter, the shard
     // cast to the parameter dtype (all_gather_inputs; a temporary, none without a cast) and
     // copied into the unsharded storage (tensor.copy_).
     void localCopyOut(int32_t u, Phase phase, int32_t mb) {
-        const auto& unit = r.units[u];
+        const auto& unit = m_plan.units[u];
         Op co{OpKind::CopyOut, phase, Stream::Compute, UnitId(u), mb};
         const int64_t agSize = dtypeSize(unit.allGatherDtype);
         int64_t cast = 0;
         for (ParamId pid : unit.params) {
-            const auto& pi = g.param(pid);
+            const auto& pi = m_model.param(pid);
             if (pi.dtype != unit.allGatherDtype) cast += pi.bytes() + pi.numel * agSize;
         }
         co.memBytes = static_cast<double>(cast + 2 * unit.unshardedBytes);
-        if (phase == Phase::Backward && unit.reshard == Reshard::Int && postForwardBuf[u].valid()) {
-            co.frees.push_back(postForwardBuf[u]);
+        if (phase == Phase::Backward && unit.reshard == Reshard::Int &&
+            m_postForwardBuf[u].valid()) {
+            co.frees.push_back(m_postForwardBuf[u]);
             co.freesFirst = 1;
-            postForwardBuf[u] = BufferId();
+            m_postForwardBuf[u] = BufferId();
         }
         // Per parameter: its cast (a temporary, released when the next one is made), then
         // its storage (alloc_storage).
         co.interleaved = true;
         for (ParamId pid : unit.params) {
-            const auto& pi = g.param(pid);
+            const auto& pi = m_model.param(pid);
             if (pi.dtype != unit.allGatherDtype) {
                 const BufferId t = buffer(pi.numel * agSize, MemCategory::UnshardedParams,
                                           Stream::Compute, unit.allGatherDtype);
@@ -677,14 +683,14 @@ private:
             const BufferId b = buffer(pi.numel * agSize, MemCategory::UnshardedParams,
                                       Stream::Compute, unit.allGatherDtype);
             co.allocs.push_back(b);
-            if (!unshardedBuf[u].valid())
-                unshardedBuf[u] = b;
+            if (!m_unshardedBuf[u].valid())
+                m_unshardedBuf[u] = b;
             else
-                unshardedRest[u].push_back(b);
+                m_unshardedRest[u].push_back(b);
         }
         add(std::move(co));
-        pendingLocal[u] = 0;
-        unsharded[u] = 1;
+        m_pendingLocal[u] = 0;
+        m_unsharded[u] = 1;
     }
 
     void unshardAndWait(int32_t u, Phase phase, int32_t mb) {
@@ -694,20 +700,21 @@ private:
 
     // Frees unit u's unsharded parameters as part of op `at` (a CPU-side reshard).
     void reshardAt(int32_t u, OpId at, bool keepPostForwardCopy) {
-        if (!unsharded[u] || r.noShard) return;
-        op(at).frees.push_back(unshardedBuf[u]);
-        for (BufferId b : unshardedRest[u])
+        if (!m_unsharded[u] || m_plan.noShard) return;
+        op(at).frees.push_back(m_unshardedBuf[u]);
+        for (BufferId b : m_unshardedRest[u])
             op(at).frees.push_back(b);
-        unshardedRest[u].clear();
-        unshardedBuf[u] = BufferId();
+        m_unshardedRest[u].clear();
+        m_unshardedBuf[u] = BufferId();
         if (keepPostForwardCopy) {
-            postForwardBuf[u] = buffer(r.units[u].postForwardBytes, MemCategory::UnshardedParams,
-                                       Stream::Compute, r.units[u].allGatherDtype);
-            op(at).allocs.push_back(postForwardBuf[u]);
+            m_postForwardBuf[u] =
+                buffer(m_plan.units[u].postForwardBytes, MemCategory::UnshardedParams,
+                       Stream::Compute, m_plan.units[u].allGatherDtype);
+            op(at).allocs.push_back(m_postForwardBuf[u]);
         }
-        unsharded[u] = 0;
-        lastFree[u] = at;
-        if (fsdp1()) inflightFrees.push_back(at);
+        m_unsharded[u] = 0;
+        m_lastFree[u] = at;
+        if (fsdp1()) m_inflightFrees.push_back(at);
     }
 
     // A segment's forward, backward or recompute, emitted (filled in place by the caller).
@@ -716,7 +723,7 @@ private:
         Op& c = emit(kind, phase, Stream::Compute, UnitId(sg.unit), mb);
         c.flops = flops;
         c.memBytes = mem;
-        c.computeDtype = r.units[sg.unit].allGatherDtype;
+        c.computeDtype = m_plan.units[sg.unit].allGatherDtype;
         c.groupSize = std::max(1, sg.kernels);  // kernels: for the size-dependent efficiency
         c.mix = kind == OpKind::Forward    ? sg.fwdMixId
                 : kind == OpKind::Backward ? sg.bwdMixId
@@ -735,9 +742,9 @@ private:
         int32_t ids[3];
         const std::vector<std::string>* save;  // AcMode::SelectiveOp's list (the unit's)
     };
-    std::vector<MixKey> mixCache;
+    std::vector<MixKey> m_mixCache;
     void segmentKernels(Segment& sg, const std::vector<ModuleRun>& runs) {
-        const auto& unit = r.units[sg.unit];
+        const auto& unit = m_plan.units[sg.unit];
         const AcMode ac = unit.activationCheckpointing;
         const DType dt = unit.allGatherDtype;
         const double scale = activationScale(unit);
@@ -751,7 +758,7 @@ private:
             cacheable = sig[static_cast<size_t>(i)] >= 0;
         }
         if (cacheable)
-            for (const MixKey& k : mixCache)
+            for (const MixKey& k : m_mixCache)
                 if (k.signature == sig && k.ac == ac && k.dtype == dt && k.scale == scale &&
                     k.float8Gathered == unit.float8.fsdpFloat8AllGather &&
                     (ac != AcMode::SelectiveOp || *k.save == unit.acSave)) {
@@ -766,24 +773,24 @@ private:
                            &bwd,
                            all ? &rec : nullptr,
                            ac == AcMode::Attention ? &rec : nullptr,
-                           (all || ac == AcMode::Attention) && o.recomputeEarlyStop,
+                           (all || ac == AcMode::Attention) && m_opts.recomputeEarlyStop,
                            ac == AcMode::SelectiveOp ? &unit.acSave : nullptr,
                            unit.float8.fsdpFloat8AllGather};
         for (int32_t i = 0; i < sg.runCount; ++i)
-            runKernels(runs[static_cast<size_t>(sg.firstRun + i)], o.microBatchSize, o.seqLen,
-                       scale, static_cast<double>(dtypeSize(dt)),
-                       r.model ? r.model->slidingWindow : 0, out);
+            runKernels(runs[static_cast<size_t>(sg.firstRun + i)], m_opts.microBatchSize,
+                       m_opts.seqLen, scale, static_cast<double>(dtypeSize(dt)),
+                       m_plan.model ? m_plan.model->slidingWindow : 0, out);
         sg.fwdMixId = internMix(fwd, dt);
         sg.bwdMixId = internMix(bwd, dt);
         sg.recomputeMixId = internMix(rec, dt);
         if (cacheable)
-            mixCache.push_back({sig,
-                                ac,
-                                dt,
-                                scale,
-                                unit.float8.fsdpFloat8AllGather,
-                                {sg.fwdMixId, sg.bwdMixId, sg.recomputeMixId},
-                                &unit.acSave});
+            m_mixCache.push_back({sig,
+                                  ac,
+                                  dt,
+                                  scale,
+                                  unit.float8.fsdpFloat8AllGather,
+                                  {sg.fwdMixId, sg.bwdMixId, sg.recomputeMixId},
+                                  &unit.acSave});
     }
 
     // A mix with `kernels` more memory-bound kernels moving `moved` bytes in all (FSDP2's
@@ -794,7 +801,7 @@ private:
         int64_t kernels;
         int32_t mix;
     };
-    std::vector<ExtendedMix> extendedMixes;
+    std::vector<ExtendedMix> m_extendedMixes;
     // Memory-bound kernels moving `moved` bytes in all, added to compute op `c`: to its
     // kernel list where it has one, else to its bytes.
     void addMemoryKernels(Op& c, double moved, int64_t kernels) {
@@ -805,47 +812,47 @@ private:
     }
 
     int32_t withMemoryKernels(int32_t base, double moved, int64_t kernels, DType dt) {
-        for (const ExtendedMix& e : extendedMixes)
+        for (const ExtendedMix& e : m_extendedMixes)
             if (e.base == base && e.moved == moved && e.kernels == kernels) return e.mix;
-        KernelMix m = p.mixes[static_cast<size_t>(base)];
+        KernelMix m = m_prog.mixes[static_cast<size_t>(base)];
         addKernels(m, KernelKind::MemoryBound, moved / static_cast<double>(kernels), kernels);
         const int32_t id = internMix(m, dt);
-        extendedMixes.push_back({base, moved, kernels, id});
+        m_extendedMixes.push_back({base, moved, kernels, id});
         return id;
     }
 
     // Index of an equal mix in the program (decoder layers share theirs), or a new one.
-    std::vector<DType> mixDtype;
+    std::vector<DType> m_mixDtype;
     int32_t internMix(const KernelMix& m, DType dt) {
         if (m.entries.empty()) return -1;
-        for (size_t i = 0; i < p.mixes.size(); ++i)
-            if (mixDtype[i] == dt && p.mixes[i] == m) return static_cast<int32_t>(i);
-        p.mixes.push_back(m);
-        mixDtype.push_back(dt);
-        return static_cast<int32_t>(p.mixes.size() - 1);
+        for (size_t i = 0; i < m_prog.mixes.size(); ++i)
+            if (m_mixDtype[i] == dt && m_prog.mixes[i] == m) return static_cast<int32_t>(i);
+        m_prog.mixes.push_back(m);
+        m_mixDtype.push_back(dt);
+        return static_cast<int32_t>(m_prog.mixes.size() - 1);
     }
 
-    std::vector<BufferId> savedBuf;  // per segment, this micro-batch
+    std::vector<BufferId> m_savedBuf;  // per segment, this micro-batch
     // Selective checkpointing: the part backward frees before the recompute (savedLate).
-    std::vector<BufferId> savedLateBuf;
+    std::vector<BufferId> m_savedLateBuf;
 
     void forward(int32_t mb) {
-        agStreamWait = OpId();
-        stashedCopyOut = OpId();
-        stashedAg = BufferId();
-        savedBuf.assign(segs.size(), BufferId());
-        savedLateBuf.assign(segs.size(), BufferId());
-        std::vector<int32_t> lastSeg(r.units.size(), -1);
-        for (size_t i = 0; i < segs.size(); ++i)
-            lastSeg[segs[i].unit] = static_cast<int32_t>(i);
-        std::vector<char> started(r.units.size(), 0);
+        m_agStreamWait = OpId();
+        m_stashedCopyOut = OpId();
+        m_stashedAg = BufferId();
+        m_savedBuf.assign(m_segs.size(), BufferId());
+        m_savedLateBuf.assign(m_segs.size(), BufferId());
+        std::vector<int32_t> lastSeg(m_plan.units.size(), -1);
+        for (size_t i = 0; i < m_segs.size(); ++i)
+            lastSeg[m_segs[i].unit] = static_cast<int32_t>(i);
+        std::vector<char> started(m_plan.units.size(), 0);
         // The root's pre-forward runs first, before any child unit.
         unshardAndWait(0, Phase::Forward, mb);
         prefetchForward(0, mb);
         started[0] = 1;
         OpId lastCompute;
-        for (size_t i = 0; i < segs.size(); ++i) {
-            const Segment& sg = segs[i];
+        for (size_t i = 0; i < m_segs.size(); ++i) {
+            const Segment& sg = m_segs[i];
             if (!started[sg.unit]) {
                 started[sg.unit] = 1;
                 unshardAndWait(sg.unit, Phase::Forward, mb);
@@ -853,28 +860,28 @@ private:
             }
             Op& c = computeOp(OpKind::Forward, Phase::Forward, sg, mb, sg.fwdFlops, sg.fwdMem);
             const bool late = (sg.recomputes || sg.lateWithoutRecompute) && sg.savedLate > 0;
-            savedBuf[i] =
-                buffer(static_cast<int64_t>(sg.saved - (late ? sg.savedLate : 0.0)),
-                       MemCategory::Activations, Stream::Compute, r.units[sg.unit].allGatherDtype);
-            c.allocs.push_back(savedBuf[i]);
+            m_savedBuf[i] = buffer(static_cast<int64_t>(sg.saved - (late ? sg.savedLate : 0.0)),
+                                   MemCategory::Activations, Stream::Compute,
+                                   m_plan.units[sg.unit].allGatherDtype);
+            c.allocs.push_back(m_savedBuf[i]);
             if (sg.fwdTransient > 0) {
                 // The loss's logits and their fp32 upcast: two tensors.
                 const int64_t all = static_cast<int64_t>(sg.fwdTransient);
-                const DType dt = r.units[sg.unit].allGatherDtype;
+                const DType dt = m_plan.units[sg.unit].allGatherDtype;
                 const int64_t e = dtypeSize(dt);
                 const int64_t logits = e < 4 ? all / (e + 4) * e : all;
                 temporaries(c, {logits, all - logits}, MemCategory::Temporaries, dt);
             }
-            savedLateBuf[i] = BufferId();
+            m_savedLateBuf[i] = BufferId();
             if (late) {
-                savedLateBuf[i] =
+                m_savedLateBuf[i] =
                     buffer(static_cast<int64_t>(sg.savedLate), MemCategory::Activations,
-                           Stream::Compute, r.units[sg.unit].allGatherDtype);
-                c.allocs.push_back(savedLateBuf[i]);
+                           Stream::Compute, m_plan.units[sg.unit].allGatherDtype);
+                c.allocs.push_back(m_savedLateBuf[i]);
             }
             lastCompute = lastOp();
             if (lastSeg[sg.unit] == static_cast<int32_t>(i) && sg.unit != 0) {
-                const auto& u = r.units[sg.unit];
+                const auto& u = m_plan.units[sg.unit];
                 if (u.reshard != Reshard::False)
                     reshardAt(sg.unit, lastCompute, u.reshard == Reshard::Int);
             }
@@ -882,26 +889,26 @@ private:
         // Root post-forward: frees the last stashed all-gather buffer; the root reshards only
         // if asked (None makes it False).
         if (lastCompute.valid()) {
-            if (stashedAg.valid()) op(lastCompute).frees.push_back(stashedAg);
-            stashedAg = BufferId();
-            if (r.units[0].reshard != Reshard::False)
-                reshardAt(0, lastCompute, r.units[0].reshard == Reshard::Int);
+            if (m_stashedAg.valid()) op(lastCompute).frees.push_back(m_stashedAg);
+            m_stashedAg = BufferId();
+            if (m_plan.units[0].reshard != Reshard::False)
+                reshardAt(0, lastCompute, m_plan.units[0].reshard == Reshard::Int);
         }
     }
 
     void prefetchForward(int32_t u, int32_t mb) {
-        const auto& unit = r.units[u];
+        const auto& unit = m_plan.units[u];
         if (unit.explicitForwardPrefetch) {
             for (UnitId t : unit.forwardPrefetch)
                 unshard(t.value, Phase::Forward, mb);
-        } else if (fsdp1() && r.plan.fsdp1.forwardPrefetch &&
-                   u + 1 < static_cast<int32_t>(r.units.size())) {
+        } else if (fsdp1() && m_plan.plan.fsdp1.forwardPrefetch &&
+                   u + 1 < static_cast<int32_t>(m_plan.units.size())) {
             unshard(u + 1, Phase::Forward, mb);
         }
     }
 
     void reduceUnit(int32_t u, int32_t mb, bool sync) {
-        const auto& unit = r.units[u];
+        const auto& unit = m_plan.units[u];
         if (!sync) return;  // gradients stay unsharded (requires_gradient_sync(False))
         // A unit without parameters to train has no parameter group (FSDP2's fully_shard on
         // a module whose parameters are all ignored or owned by other units, a parameterless
@@ -909,14 +916,14 @@ private:
         if (unit.params.empty() || unit.trainableShardedBytes == 0) return;
         SmallVector<BufferId, 4> grads;
         for (int32_t i : unitSegs(u))
-            for (BufferId* gb : {&gradSegBuf[i], &gradLateBuf[i]})
+            for (BufferId* gb : {&m_gradSegBuf[i], &m_gradLateBuf[i]})
                 if (gb->valid()) {
                     grads.push_back(*gb);
                     *gb = BufferId();
                 }
-        if (accumulatedGrad[u].valid()) {
-            grads.push_back(accumulatedGrad[u]);
-            accumulatedGrad[u] = BufferId();
+        if (m_accumulatedGrad[u].valid()) {
+            grads.push_back(m_accumulatedGrad[u]);
+            m_accumulatedGrad[u] = BufferId();
         }
         Op& ci = emit(OpKind::ReduceScatterCopyIn, Phase::Backward, Stream::Compute, UnitId(u), mb);
         const int64_t rsIn = unshardedElems(unit) * dtypeSize(unit.reduceDtype);
@@ -924,11 +931,11 @@ private:
         // on the way). A FlatParameter's gradient is already flat: FSDP1 and fairscale only
         // cast it where the reduce dtype differs from the gradient's, and copy nothing where
         // it does not.
-        ci.flatGradCast = r.flatParams;
-        if (!r.flatParams || unit.reduceDtype != unit.allGatherDtype)
+        ci.flatGradCast = m_plan.flatParams;
+        if (!m_plan.flatParams || unit.reduceDtype != unit.allGatherDtype)
             ci.memBytes = static_cast<double>(unit.unshardedBytes + rsIn);
-        if (prevReduce.valid())
-            ci.waits.push_back(prevReduce);  // waits on the previous reduce-scatter
+        if (m_prevReduce.valid())
+            ci.waits.push_back(m_prevReduce);  // waits on the previous reduce-scatter
         const BufferId in =
             buffer(rsIn, MemCategory::ReduceScatterBuffer, Stream::Compute, unit.reduceDtype);
         ci.allocs.push_back(in);
@@ -937,70 +944,70 @@ private:
         // and before it makes this one's (FSDPParamGroup.post_backward sets
         // comm_ctx.reduce_scatter_state to None, then calls foreach_reduce): the two are
         // never live together. The gradients go after the copy.
-        if (prevRsIn.valid()) {
-            ci.frees.push_back(prevRsIn);
+        if (m_prevRsIn.valid()) {
+            ci.frees.push_back(m_prevRsIn);
             ci.freesFirst = 1;
         }
         for (BufferId gb : grads)
             ci.frees.push_back(gb);
         const OpId ciId = lastOp();
-        Op& rs = emit(r.noShard ? OpKind::AllReduce : OpKind::ReduceScatter, Phase::Backward,
+        Op& rs = emit(m_plan.noShard ? OpKind::AllReduce : OpKind::ReduceScatter, Phase::Backward,
                       Stream::ReduceScatter, UnitId(u), mb);
-        const Group gr = r.noShard ? replicateGroup : shardGroup;
+        const Group gr = m_plan.noShard ? m_replicateGroup : m_shardGroup;
         rs.commBytes = rsIn;
         rs.groupSize = gr.size;
         rs.groupNodes = gr.nodes;
         rs.ranksPerNode = gr.perNode;
-        rs.processGroup = r.noShard ? 1 : 0;
+        rs.processGroup = m_plan.noShard ? 1 : 0;
         // FSDP2 over a group of one copies the input to the output on the reduce-scatter
         // stream instead (foreach_reduce's world_size == 1 branch).
-        if (gr.size == 1 && !r.noShard && !r.flatParams)
+        if (gr.size == 1 && !m_plan.noShard && !m_plan.flatParams)
             rs.memBytes = 2.0 * static_cast<double>(rsIn);
         rs.waits.push_back(ciId);
         const BufferId sharded =
             buffer(unit.shardedBytes, MemCategory::Gradients, Stream::ReduceScatter,
-                   unit.params.empty() ? DType::Float32 : g.param(unit.params[0]).dtype);
+                   unit.params.empty() ? DType::Float32 : m_model.param(unit.params[0]).dtype);
         rs.allocs.push_back(sharded);
-        prevRsIn = in;
-        prevReduce = lastOp();
-        reduceOps.push_back(prevReduce);
+        m_prevRsIn = in;
+        m_prevReduce = lastOp();
+        m_reduceOps.push_back(m_prevReduce);
         // A unit reduced in an earlier micro-batch of this step already has its sharded
         // .grad: this reduce-scatter's output is added to it and dropped (FSDP2's
         // foreach_reduce `grad._local_tensor += new_sharded_grad`, FSDP1's
         // `_saved_grad_shard += sharded_grad`), so the step holds one sharded gradient
         // however many micro-batches reduce.
-        const bool accumulate = gradReduced[u] != 0;
-        gradReduced[u] = 1;
-        const bool toHost = unit.offload.enabled && !o.hostIsDevice;
-        if (!accumulate && !toHost) shardedGrads.push_back(sharded);
-        if (r.hsdp && !r.noShard) {
+        const bool accumulate = m_gradReduced[u] != 0;
+        m_gradReduced[u] = 1;
+        const bool toHost = unit.offload.enabled && !m_opts.hostIsDevice;
+        if (!accumulate && !toHost) m_shardedGrads.push_back(sharded);
+        if (m_plan.hsdp && !m_plan.noShard) {
             Op ar{OpKind::AllReduce, Phase::Backward, Stream::AllReduce, UnitId(u), mb};
             ar.commBytes = unit.shardedNumel * dtypeSize(unit.reduceDtype);
-            ar.groupSize = replicateGroup.size;
-            ar.groupNodes = replicateGroup.nodes;
-            ar.ranksPerNode = replicateGroup.perNode;
+            ar.groupSize = m_replicateGroup.size;
+            ar.groupNodes = m_replicateGroup.nodes;
+            ar.ranksPerNode = m_replicateGroup.perNode;
             ar.processGroup = 1;
-            ar.waits.push_back(prevReduce);
-            reduceOps.push_back(add(std::move(ar)));
+            ar.waits.push_back(m_prevReduce);
+            m_reduceOps.push_back(add(std::move(ar)));
         }
         if (unit.offload.enabled) {
             Op d{OpKind::D2H, Phase::Backward, Stream::D2H, UnitId(u), mb};
             d.memBytes = static_cast<double>(unit.shardedBytes);
-            d.waits.push_back(reduceOps.back());
+            d.waits.push_back(m_reduceOps.back());
             // CPUOffloadPolicy: the reduced shard is copied to the host's gradient and the
             // device copy dropped (foreach_reduce's non_blocking .to(cpu)); it does not stay
             // on the device until the optimizer step (unless the device is the host).
             if (toHost) d.frees.push_back(sharded);
-            reduceOps.push_back(add(std::move(d)));
+            m_reduceOps.push_back(add(std::move(d)));
         }
         if (accumulate && !toHost) {
             // HSDP keeps the output as the all-reduce's input until the end of backward
             // (FSDPParamGroup._all_reduce_state, cleared by finalize_backward); otherwise it
             // goes as foreach_reduce returns, right after the reduce-scatter is issued.
-            if (r.hsdp && !r.noShard)
-                accumulatedOutputs.push_back(sharded);
+            if (m_plan.hsdp && !m_plan.noShard)
+                m_accumulatedOutputs.push_back(sharded);
             else
-                op(prevReduce).frees.push_back(sharded);
+                op(m_prevReduce).frees.push_back(sharded);
         }
     }
 
@@ -1009,12 +1016,12 @@ private:
     // before it prefetches the one after.
     std::vector<int32_t> postForwardOrder() const {
         std::vector<int32_t> order;
-        std::vector<int32_t> lastSeg(r.units.size(), -1);
-        for (size_t i = 0; i < segs.size(); ++i)
-            lastSeg[segs[i].unit] = static_cast<int32_t>(i);
+        std::vector<int32_t> lastSeg(m_plan.units.size(), -1);
+        for (size_t i = 0; i < m_segs.size(); ++i)
+            lastSeg[m_segs[i].unit] = static_cast<int32_t>(i);
         std::vector<std::pair<int32_t, int32_t>> byEnd;
-        for (size_t u = 0; u < r.units.size(); ++u)
-            if (lastSeg[u] >= 0 && !r.units[u].params.empty())
+        for (size_t u = 0; u < m_plan.units.size(); ++u)
+            if (lastSeg[u] >= 0 && !m_plan.units[u].params.empty())
                 byEnd.push_back({lastSeg[u], static_cast<int32_t>(u)});
         std::sort(byEnd.begin(), byEnd.end());
         for (const auto& [_, u] : byEnd)
@@ -1026,34 +1033,34 @@ private:
     // gradients made before the rest (Segment::gradLateBytes). Returns those gradients'
     // bytes; `lateTemp` is what the recompute saves after the last attention.
     int64_t recompute(size_t i, int32_t mb, bool upcast, BufferId& lateTemp) {
-        const Segment& sg = segs[i];
+        const Segment& sg = m_segs[i];
         const int32_t u = sg.unit;
         int64_t lateGrads = 0;
         Op& rc = computeOp(OpKind::Recompute, Phase::Backward, sg, mb, sg.recomputeFlops, 0);
         const BufferId tmp =
             buffer(static_cast<int64_t>(sg.recomputeSaved - sg.recomputeLate),
-                   MemCategory::Activations, Stream::Compute, r.units[sg.unit].allGatherDtype);
+                   MemCategory::Activations, Stream::Compute, m_plan.units[sg.unit].allGatherDtype);
         rc.allocs.push_back(tmp);
         if (sg.recomputeLate > 0) {
             lateTemp = buffer(static_cast<int64_t>(sg.recomputeLate), MemCategory::Activations,
-                              Stream::Compute, r.units[sg.unit].allGatherDtype);
+                              Stream::Compute, m_plan.units[sg.unit].allGatherDtype);
             rc.allocs.push_back(lateTemp);
         }
         // Selective: PyTorch reaches the checkpointed attention in the middle of the
         // layer's backward; what comes after it in forward has made its gradients
         // and freed its activations by then.
-        if (!gradLateBuf[i].valid() && sg.gradLateBytes > 0) {
+        if (!m_gradLateBuf[i].valid() && sg.gradLateBytes > 0) {
             const BufferId lb = buffer(sg.gradLateBytes, MemCategory::Gradients, Stream::Compute,
-                                       r.units[sg.unit].allGatherDtype);
+                                       m_plan.units[sg.unit].allGatherDtype);
             rc.allocs.push_back(lb);
             lateGrads = sg.gradLateBytes;
             if (upcast)
-                transientGrads.push_back({u, lb});
+                m_transientGrads.push_back({u, lb});
             else
-                gradLateBuf[i] = lb;
+                m_gradLateBuf[i] = lb;
         }
-        if (savedLateBuf[i].valid()) rc.frees.push_back(savedLateBuf[i]);
-        savedTemp.push_back(tmp);
+        if (m_savedLateBuf[i].valid()) rc.frees.push_back(m_savedLateBuf[i]);
+        m_savedTemp.push_back(tmp);
         return lateGrads;
     }
 
@@ -1067,16 +1074,16 @@ private:
         // accumulate_unsharded_grad_if_needed): a cast (read the param dtype, write the
         // reduce dtype) the first time, an add (read both, write) after, one kernel per
         // parameter on the compute stream.
-        if (upcast && !r.units[u].params.empty()) {
-            const auto& unit = r.units[u];
+        if (upcast && !m_plan.units[u].params.empty()) {
+            const auto& unit = m_plan.units[u];
             const int64_t agSize = dtypeSize(unit.allGatherDtype);
             const int64_t elems = unshardedElems(unit);
             const int64_t redSize = dtypeSize(unit.reduceDtype);
-            const bool first = !accumulatedGrad[u].valid();
+            const bool first = !m_accumulatedGrad[u].valid();
             if (first) {
-                accumulatedGrad[u] = buffer(elems * redSize, MemCategory::Gradients,
-                                            Stream::Compute, unit.reduceDtype);
-                c.allocs.push_back(accumulatedGrad[u]);
+                m_accumulatedGrad[u] = buffer(elems * redSize, MemCategory::Gradients,
+                                              Stream::Compute, unit.reduceDtype);
+                c.allocs.push_back(m_accumulatedGrad[u]);
                 newGrads += elems * redSize;
             }
             const double moved =
@@ -1095,8 +1102,8 @@ private:
         // reduce dtype, the first of the unsharded gradient, the second of the reduced
         // shard (of the whole gradient under NO_SHARD). They run on the post-backward
         // stream; counted here, with the unit's last backward kernels.
-        if (r.flatParams && !r.units[u].params.empty()) {
-            const auto& unit = r.units[u];
+        if (m_plan.flatParams && !m_plan.units[u].params.empty()) {
+            const auto& unit = m_plan.units[u];
             const auto elems = static_cast<double>(unshardedElems(unit));
             addMemoryKernels(c, 2.0 * elems * static_cast<double>(dtypeSize(unit.allGatherDtype)),
                              1);
@@ -1105,7 +1112,8 @@ private:
             if (sync && pre > 1) addMemoryKernels(c, 2.0 * reduced, 1);
             if (sync && post > 1)
                 addMemoryKernels(
-                    c, 2.0 * reduced / static_cast<double>(r.noShard ? 1 : shardGroup.size), 1);
+                    c, 2.0 * reduced / static_cast<double>(m_plan.noShard ? 1 : m_shardGroup.size),
+                    1);
         }
         return newGrads;
     }
@@ -1115,30 +1123,30 @@ private:
         // record it (FSDPParamGroup.post_forward): a unit without parameters is not in it,
         // so the unit before it prefetches the one after.
         const std::vector<int32_t> order = postForwardOrder();
-        std::vector<int32_t> posInOrder(r.units.size(), -1);
+        std::vector<int32_t> posInOrder(m_plan.units.size(), -1);
         for (size_t i = 0; i < order.size(); ++i)
             posInOrder[order[i]] = static_cast<int32_t>(i);
-        std::vector<int32_t> firstSeg(r.units.size(), -1);
-        for (size_t i = segs.size(); i-- > 0;)
-            firstSeg[segs[i].unit] = static_cast<int32_t>(i);
+        std::vector<int32_t> firstSeg(m_plan.units.size(), -1);
+        for (size_t i = m_segs.size(); i-- > 0;)
+            firstSeg[m_segs[i].unit] = static_cast<int32_t>(i);
         // Units fed by the model input (token ids need no gradient) and the root reduce
         // in the root's final callback at the end of backward.
         std::vector<int32_t> deferred;
-        const int32_t inputUnit = segs.empty() ? 0 : segs.front().unit;
-        std::vector<char> begun(r.units.size(), 0);
-        const auto bp = r.plan.fsdp1.backwardPrefetch;
-        for (size_t i = segs.size(); i-- > 0;) {
-            const Segment& sg = segs[i];
+        const int32_t inputUnit = m_segs.empty() ? 0 : m_segs.front().unit;
+        std::vector<char> begun(m_plan.units.size(), 0);
+        const auto bp = m_plan.plan.fsdp1.backwardPrefetch;
+        for (size_t i = m_segs.size(); i-- > 0;) {
+            const Segment& sg = m_segs[i];
             const int32_t u = sg.unit;
-            const bool upcast = upcastsGradients(r.units[u]);
+            const bool upcast = upcastsGradients(m_plan.units[u]);
             if (!begun[u]) {
                 begun[u] = 1;
                 unshardAndWait(u, Phase::Backward, mb);
                 const bool pre = !fsdp1() || bp == "BACKWARD_PRE";
-                if (r.units[u].explicitBackwardPrefetch) {
-                    for (UnitId t : r.units[u].backwardPrefetch)
+                if (m_plan.units[u].explicitBackwardPrefetch) {
+                    for (UnitId t : m_plan.units[u].backwardPrefetch)
                         unshard(t.value, Phase::Backward, mb);
-                } else if (pre && posInOrder[u] > 0 && !r.units[u].params.empty()) {
+                } else if (pre && posInOrder[u] > 0 && !m_plan.units[u].params.empty()) {
                     // Implicit prefetch is the parameter group's (FSDPParamGroup.pre_backward;
                     // FSDP1 prefetches from a handle): a unit without parameters, such as a
                     // root whose modules all have units of their own, prefetches nothing, so
@@ -1156,24 +1164,24 @@ private:
             }
             int64_t newGrads = 0;
             const int64_t restGrads = sg.gradBytes - (sg.recomputes ? sg.gradLateBytes : 0);
-            if (!gradSegBuf[i].valid() && restGrads > 0) {
+            if (!m_gradSegBuf[i].valid() && restGrads > 0) {
                 const BufferId gb = buffer(restGrads, MemCategory::Gradients, Stream::Compute,
-                                           r.units[u].allGatherDtype);
+                                           m_plan.units[u].allGatherDtype);
                 c.allocs.push_back(gb);
                 newGrads = restGrads;
                 if (upcast)
-                    transientGrads.push_back({u, gb});
+                    m_transientGrads.push_back({u, gb});
                 else
-                    gradSegBuf[i] = gb;
+                    m_gradSegBuf[i] = gb;
             }
             // Segment::savedLate without a recompute: backward frees it as the gradients
             // after the attention appear, before the attention's are made. Held as working
             // memory for the op is what of it outlives the gradients made after it.
             int64_t lateHeld = 0;
-            if (!sg.recomputes && savedLateBuf[i].valid()) {
-                c.frees.push_back(savedLateBuf[i]);
+            if (!sg.recomputes && m_savedLateBuf[i].valid()) {
+                c.frees.push_back(m_savedLateBuf[i]);
                 c.freesFirst = static_cast<uint8_t>(c.frees.size());
-                savedLateBuf[i] = BufferId();
+                m_savedLateBuf[i] = BufferId();
                 // At the part's start (its first gradients made), at its end (its loop's
                 // activations but the last member's freed), and from the attention on
                 // (none of it), above the gradients and the rest of the saved activations.
@@ -1195,11 +1203,11 @@ private:
                                  sg.tiedGradTemp + lateHeld;
                 tmp > 0)  // two tensors: the gradients of the op's output and of its input
                 temporaries(c, {tmp / 2, tmp - tmp / 2}, MemCategory::Temporaries,
-                            r.units[u].allGatherDtype);
-            c.frees.push_back(savedBuf[i]);
-            for (BufferId t : savedTemp)
+                            m_plan.units[u].allGatherDtype);
+            c.frees.push_back(m_savedBuf[i]);
+            for (BufferId t : m_savedTemp)
                 c.frees.push_back(t);
-            savedTemp.clear();
+            m_savedTemp.clear();
             const OpId cid = lastOp();
             // BACKWARD_POST: FSDP1 prefetches the previous unit in post-forward order only
             // if that unit's backward has not begun (_get_handle_to_prefetch checks
@@ -1211,7 +1219,7 @@ private:
             if (postBackward) {
                 // Post-backward of unit u. Gradients of the param dtype are added to the
                 // reduce-dtype copy and dropped (accumulate_unsharded_grad_if_needed).
-                std::erase_if(transientGrads, [&](const std::pair<int32_t, BufferId>& t) {
+                std::erase_if(m_transientGrads, [&](const std::pair<int32_t, BufferId>& t) {
                     if (t.first != u) return false;
                     op(cid).frees.push_back(t.second);
                     return true;
@@ -1219,7 +1227,7 @@ private:
                 // A unit kept unsharded after backward reshards after the last micro-batch's
                 // (samples/apply_plan.py's prepare_micro_batch: set_reshard_after_backward(
                 // last)), so the step ends sharded, as the next one's all-gathers assume.
-                if (r.units[u].reshardAfterBackward || mb + 1 == o.microBatches)
+                if (m_plan.units[u].reshardAfterBackward || mb + 1 == m_opts.microBatches)
                     reshardAt(u, cid, false);
                 if (u == 0 || u == inputUnit)
                     deferred.push_back(u);
@@ -1231,13 +1239,14 @@ private:
             reduceUnit(u, mb, sync);
         // The root's final callback waits for the last reduce-scatter and drops its input
         // (FSDP2's finalize_backward): it goes when that reduce-scatter ends.
-        if (prevRsIn.valid() && prevReduce.valid()) op(prevReduce).frees.push_back(prevRsIn);
-        prevRsIn = BufferId();
-        for (BufferId b : accumulatedOutputs)
-            op(reduceOps.back()).frees.push_back(b);
-        accumulatedOutputs.clear();
+        if (m_prevRsIn.valid() && m_prevReduce.valid())
+            op(m_prevReduce).frees.push_back(m_prevRsIn);
+        m_prevRsIn = BufferId();
+        for (BufferId b : m_accumulatedOutputs)
+            op(m_reduceOps.back()).frees.push_back(b);
+        m_accumulatedOutputs.clear();
     }
-    std::vector<BufferId> savedTemp;
+    std::vector<BufferId> m_savedTemp;
 
     // The bytes torch.optim.AdamW moves per byte of parameters, foreach or single-tensor
     // alike: weight decay p *= (1 - lr wd) 2, exp_avg.lerp_(g) 3, exp_avg_sq *= beta2 2,
@@ -1256,15 +1265,15 @@ private:
     // The device optimizer's kernels when it takes the foreach path on a GPU; -1 otherwise
     // (the single-tensor path, a CPU device: priced by its bytes as one op).
     int32_t optimizerMix(int64_t shardedBytes) {
-        if (o.hostIsDevice || shardedBytes <= 0) return -1;
+        if (m_opts.hostIsDevice || shardedBytes <= 0) return -1;
         bool offloaded = false;
-        for (const auto& u : r.units)
+        for (const auto& u : m_plan.units)
             offloaded = offloaded || u.offload.enabled;
-        if (offloaded || (r.flatParams && r.plan.api != PlanApi::Fsdp1)) return -1;
-        ForeachShape f = r.optimizerForeach;
+        if (offloaded || (m_plan.flatParams && m_plan.plan.api != PlanApi::Fsdp1)) return -1;
+        ForeachShape f = m_plan.optimizerForeach;
         if (f.tensors == 0) {  // a plan not made by resolvePlan: one fp32 tensor per unit
             std::vector<int64_t> numels;
-            for (const auto& u : r.units)
+            for (const auto& u : m_plan.units)
                 if (u.trainableShardedBytes > 0) numels.push_back(u.trainableShardedBytes / 4);
             f.bytes = shardedBytes;
             for (int i = 0; i < 4; ++i)
@@ -1294,16 +1303,16 @@ private:
         bool offloaded = false;
         int64_t largest = 0;
         std::vector<int64_t> perUnit;
-        for (const auto& u : r.units) {
+        for (const auto& u : m_plan.units) {
             if (u.offload.enabled) {
                 offloaded = true;
-                if (!o.hostIsDevice) continue;  // its step runs in host memory
+                if (!m_opts.hostIsDevice) continue;  // its step runs in host memory
             }
             if (u.trainableShardedBytes > 0) perUnit.push_back(u.trainableShardedBytes);
             largest = std::max(largest, u.largestShardBytes);
         }
-        const bool flatToOptimizer = r.flatParams && r.plan.api != PlanApi::Fsdp1;
-        if (!o.hostIsDevice && !offloaded && !flatToOptimizer) return perUnit;  // foreach
+        const bool flatToOptimizer = m_plan.flatParams && m_plan.plan.api != PlanApi::Fsdp1;
+        if (!m_opts.hostIsDevice && !offloaded && !flatToOptimizer) return perUnit;  // foreach
         if (largest == 0) return {};
         return {largest, largest};
     }
@@ -1311,54 +1320,54 @@ private:
     void optimizer() {
         int64_t sharded = 0;
         double hostBytes = 0;
-        for (const auto& u : r.units) {
+        for (const auto& u : m_plan.units) {
             if (u.offload.enabled)
                 hostBytes += static_cast<double>(u.shardedBytes);
             else
                 sharded += u.shardedBytes;
         }
         Op st{OpKind::OptimizerStep, Phase::Optimizer, Stream::Compute, UnitId(0),
-              static_cast<int32_t>(o.microBatches - 1)};
+              static_cast<int32_t>(m_opts.microBatches - 1)};
         st.memBytes = kAdamWPasses * static_cast<double>(sharded);
         st.mix = optimizerMix(sharded);
         for (const int64_t tmp : optimizerTemporaries())
             temporaries(st, {tmp}, MemCategory::OptimizerState, DType::Float32);
-        for (OpId w : reduceOps)
+        for (OpId w : m_reduceOps)
             st.waits.push_back(w);
-        for (BufferId b : shardedGrads)
+        for (BufferId b : m_shardedGrads)
             st.frees.push_back(b);  // zero_grad(set_to_none=True)
         // torchao's precompute_float8_dynamic_scale_for_fsdp after the step: the amax of every
         // float8 weight's shard (one foreach norm reading the fp32 shards) and one all-reduce
         // of the amaxes (4 bytes a weight) over the shard group.
         double amaxBytes = 0;
         int64_t weights = 0;
-        for (const auto& u : r.units)
+        for (const auto& u : m_plan.units)
             if (u.float8.precomputeScales && !u.float8Linears.empty()) {
                 amaxBytes += 4.0 * static_cast<double>(u.float8WeightNumel) /
-                             static_cast<double>(std::max(1, shardGroup.size));
+                             static_cast<double>(std::max(1, m_shardGroup.size));
                 weights += static_cast<int64_t>(u.float8Linears.size());
             }
         if (weights > 0 && st.mix >= 0) {
-            KernelMix& m = p.mixes[static_cast<size_t>(st.mix)];
+            KernelMix& m = m_prog.mixes[static_cast<size_t>(st.mix)];
             addKernels(m, KernelKind::MemoryBound, amaxBytes, 1);
         }
         const OpId step = add(std::move(st));
-        if (weights > 0 && shardGroup.size > 1) {
+        if (weights > 0 && m_shardGroup.size > 1) {
             Op ar{OpKind::AllReduce, Phase::Optimizer, Stream::AllReduce, UnitId(0),
-                  static_cast<int32_t>(o.microBatches - 1)};
+                  static_cast<int32_t>(m_opts.microBatches - 1)};
             ar.commBytes = 4 * weights;
-            ar.groupSize = shardGroup.size;
-            ar.groupNodes = shardGroup.nodes;
-            ar.ranksPerNode = shardGroup.perNode;
+            ar.groupSize = m_shardGroup.size;
+            ar.groupNodes = m_shardGroup.nodes;
+            ar.ranksPerNode = m_shardGroup.perNode;
             ar.processGroup = 0;
             ar.waits.push_back(step);
             add(std::move(ar));
         }
         if (hostBytes > 0) {
             Op h{OpKind::OptimizerStep, Phase::Optimizer, Stream::Host, UnitId(0),
-                 static_cast<int32_t>(o.microBatches - 1)};
+                 static_cast<int32_t>(m_opts.microBatches - 1)};
             h.memBytes = kAdamWPasses * hostBytes;
-            for (OpId w : reduceOps)
+            for (OpId w : m_reduceOps)
                 h.waits.push_back(w);
             add(std::move(h));
         }
