@@ -95,13 +95,13 @@ struct BoundaryFn : torch::autograd::Function<BoundaryFn> {
 }  // namespace
 
 struct FsdpRuntime::Impl {
-    const ResolvedPlan& r;
-    const ModelGraph& g;
+    const ResolvedPlan& plan;
+    const ModelGraph& model;
     Groups* groups;
     Recorder* rec;
-    RuntimeOptions o;
+    RuntimeOptions opts;
     FsdpRuntime* self = nullptr;
-    Collectives coll{rec, o.blockingCollectives};
+    Collectives coll{rec, opts.blockingCollectives};
 
     struct PState {
         ParamId id;
@@ -182,16 +182,16 @@ struct FsdpRuntime::Impl {
             return t.scalar_type() == at::kFloat ? t : t.to(at::kFloat);
         };
         at::NoGradGuard ng;
-        const auto give = [](at::Tensor& param, const at::Tensor& g) {
+        const auto give = [](at::Tensor& param, const at::Tensor& grad) {
             if (param.grad().defined())
-                param.mutable_grad().add_(g);
+                param.mutable_grad().add_(grad);
             else
-                param.mutable_grad() = g;
+                param.mutable_grad() = grad;
         };
-        auto& u = us[red.unit];
-        if (r.noShard) {
+        auto& u = unitStates[red.unit];
+        if (plan.noShard) {
             for (size_t q = 0; q < u.params.size(); ++q) {
-                auto& p = ps[u.params[q]];
+                auto& p = paramStates[u.params[q]];
                 if (p.trainable)
                     give(p.unsharded, red.out.narrow(0, u.offset[q], p.unsharded.numel())
                                           .view(p.unsharded.sizes()));
@@ -204,7 +204,7 @@ struct FsdpRuntime::Impl {
         }
         int64_t off = 0;
         for (int32_t pi : u.params) {
-            auto& p = ps[pi];
+            auto& p = paramStates[pi];
             const int64_t len = p.rows * p.row;
             if (p.trainable)
                 give(p.sharded, asFloat(red.out.narrow(0, off, len)).view(p.sharded.sizes()));
@@ -251,9 +251,9 @@ struct FsdpRuntime::Impl {
                groups->shardSize * groups->replicateSize > 1 && !coll.inPlaceChunks(*groups->shard);
     }
 
-    std::vector<PState> ps;
-    std::vector<int32_t> psOfParam;  // ParamId index -> ps index
-    std::vector<UState> us;
+    std::vector<PState> paramStates;
+    std::vector<int32_t> paramStateOf;  // ParamId index -> ps index
+    std::vector<UState> unitStates;
     std::vector<int32_t> unitAt;  // module -> unit whose module list holds it, or -1
     std::vector<Reduction> reductions;
     std::vector<Boundary> boundaries;
@@ -270,18 +270,20 @@ struct FsdpRuntime::Impl {
     bool recomputing = false;
     std::unique_ptr<torch::optim::AdamW> adam, hostAdam;
 
-    Impl(const ResolvedPlan& r, Groups* gr, Recorder* rec, RuntimeOptions o)
-        : r(r), g(*r.model), groups(gr), rec(rec), o(o) {}
+    Impl(const ResolvedPlan& resolved, Groups* gr, Recorder* recorder, RuntimeOptions options)
+        : plan(resolved), model(*resolved.model), groups(gr), rec(recorder), opts(options) {}
 
-    int64_t shardN() const { return o.fsdp ? groups->shardSize : 1; }
+    int64_t shardN() const { return opts.fsdp ? groups->shardSize : 1; }
     // Tensors on the run's device, and on the host (CPU-offloaded shards).
-    at::TensorOptions on(at::ScalarType t) const { return at::TensorOptions(t).device(o.device); }
+    at::TensorOptions on(at::ScalarType t) const {
+        return at::TensorOptions(t).device(opts.device);
+    }
     static at::TensorOptions host(at::ScalarType t) { return at::TensorOptions(t); }
 
     // Post-forward of unit u after its last module ran: reshard, output cast and the
     // boundary whose backward runs the unit's pre-backward.
     at::Tensor finishForward(int32_t u, at::Tensor y) {
-        const auto& unit = r.units[u];
+        const auto& unit = plan.units[u];
         closeSeg();
         postForward(u);
         if (y.is_floating_point() && unit.mixedPrecision.outputDtype)
@@ -296,13 +298,13 @@ struct FsdpRuntime::Impl {
     }
 
     void init() {
-        psOfParam.assign(g.paramCount(), -1);
-        unitAt.assign(g.moduleCount(), -1);
-        us.resize(r.units.size());
-        if (!r.ignoredParams.empty())
+        paramStateOf.assign(model.paramCount(), -1);
+        unitAt.assign(model.moduleCount(), -1);
+        unitStates.resize(plan.units.size());
+        if (!plan.ignoredParams.empty())
             throw std::runtime_error("the engine does not run plans with ignored_params yet");
-        for (size_t u = 0; u < r.units.size(); ++u) {
-            const auto& unit = r.units[u];
+        for (size_t u = 0; u < plan.units.size(); ++u) {
+            const auto& unit = plan.units[u];
             for (ModuleId m : unit.modules)
                 unitAt[m.index()] = static_cast<int32_t>(u);
             if (unit.float8.enabled || unit.compile != CompileMode::None)
@@ -318,37 +320,37 @@ struct FsdpRuntime::Impl {
                     "checkpointing) is simulated and exported but the engine does not run it "
                     "yet; use \"full\", \"attention\" or \"none\" with shardscope run");
             if (unit.activationCheckpointing == AcMode::Full)
-                for (size_t v = 0; v < r.units.size(); ++v)
+                for (size_t v = 0; v < plan.units.size(); ++v)
                     for (ModuleId m : unit.modules)
-                        if (v != u && g.isAncestorOrSelf(m, r.units[v].modules[0]))
+                        if (v != u && model.isAncestorOrSelf(m, plan.units[v].modules[0]))
                             throw std::runtime_error(
                                 "unit " + unit.displayName() +
                                 ": activation checkpointing on a unit that contains other units "
                                 "(here " +
-                                r.units[v].displayName() +
+                                plan.units[v].displayName() +
                                 ") would recompute them too; set it on the inner units only "
                                 "(as checkpoint_wrapper is applied to decoder layers)");
-            us[u].agType = scalarType(unit.allGatherDtype);
-            us[u].reduceType = scalarType(unit.reduceDtype);
+            unitStates[u].agType = scalarType(unit.allGatherDtype);
+            unitStates[u].reduceType = scalarType(unit.reduceDtype);
         }
-        if (r.noShard)
-            for (const auto& unit : r.units)
+        if (plan.noShard)
+            for (const auto& unit : plan.units)
                 if (unit.mixedPrecision.paramDtype)
                     throw std::runtime_error(
                         "the engine does not run NO_SHARD with mixed "
                         "precision yet");
-        std::vector<at::Tensor> fulls(g.paramCount());
+        std::vector<at::Tensor> fulls(model.paramCount());
         const int64_t n = shardN();
-        const int64_t myShard = o.fsdp ? groups->shardRank : 0;
+        const int64_t myShard = opts.fsdp ? groups->shardRank : 0;
         std::vector<at::Tensor> masters;
-        for (size_t i = 0; i < g.paramCount(); ++i) {
-            const ParamInfo& info = g.params()[i];
+        for (size_t i = 0; i < model.paramCount(); ++i) {
+            const ParamInfo& info = model.params()[i];
             PState p;
             p.id = ParamId(static_cast<int32_t>(i));
             p.trueShape = info.shape.empty() ? std::vector<int64_t>{1} : info.shape;
             // fairscale without flattening shards each parameter as a flat vector, padded
             // to a multiple of N; FSDP2 shards dim 0.
-            p.flat1d = o.fsdp && !r.flatParams && r.plan.api == PlanApi::Lightning;
+            p.flat1d = opts.fsdp && !plan.flatParams && plan.plan.api == PlanApi::Lightning;
             p.shape = p.flat1d ? std::vector<int64_t>{info.numel} : p.trueShape;
             p.d0 = p.shape[0];
             p.row = 1;
@@ -356,8 +358,8 @@ struct FsdpRuntime::Impl {
                 p.row *= p.shape[k];
             p.rows = ceilDiv(p.d0, n);
             p.trainable = info.requiresGrad;
-            const int32_t u = r.unitOfParam[i].valid() ? r.unitOfParam[i].value : 0;
-            const auto& unit = r.units[static_cast<size_t>(u)];
+            const int32_t u = plan.unitOfParam[i].valid() ? plan.unitOfParam[i].value : 0;
+            const auto& unit = plan.units[static_cast<size_t>(u)];
             if (unit.reshard == Reshard::Int) p.pfRows = ceilDiv(p.d0, unit.reshardK);
             // Deterministic initial values, independent of the sharding: N(0, 0.02) for
             // matrices and embeddings, ones for norm weights and other vectors.
@@ -365,33 +367,33 @@ struct FsdpRuntime::Impl {
             if (p.trueShape.size() == 1) {
                 full = at::ones(p.trueShape, at::kFloat);
             } else {
-                auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed * 1000003ULL + i);
+                auto gen = at::make_generator<at::CPUGeneratorImpl>(opts.seed * 1000003ULL + i);
                 full = at::normal(0.0, 0.02, p.trueShape, gen, at::TensorOptions(at::kFloat));
             }
             // Offloaded units keep their shards on the host; everything else is on the device
             // (the values are generated on the CPU, so every device starts from the same).
-            const bool offloaded = o.fsdp && unit.offload.enabled;
+            const bool offloaded = opts.fsdp && unit.offload.enabled;
             const at::TensorOptions master = offloaded ? host(at::kFloat) : on(at::kFloat);
             full = full.to(master.device());
             auto shardShape = p.shape;
             shardShape[0] = p.rows;
-            if (o.fsdp && r.flatParams) {
+            if (opts.fsdp && plan.flatParams) {
                 fulls[i] = full;  // the unit's flat parameter is built below
-                p.unsharded = at::empty(p.trueShape, on(us[u].agType));
-                if (r.noShard) {
+                p.unsharded = at::empty(p.trueShape, on(unitStates[u].agType));
+                if (plan.noShard) {
                     p.unsharded.copy_(full);  // NO_SHARD: always resident, trained in place
                 } else {
                     resizeStorage(p.unsharded, 0);
                 }
                 p.unsharded.requires_grad_(p.trainable);
-                if (p.trainable && r.noShard) masters.push_back(p.unsharded);
-            } else if (o.fsdp) {
+                if (p.trainable && plan.noShard) masters.push_back(p.unsharded);
+            } else if (opts.fsdp) {
                 p.sharded = at::zeros(shardShape, master);
                 const int64_t r0 = myShard * p.rows, r1 = std::min(p.d0, r0 + p.rows);
                 const at::Tensor byRows = full.reshape(p.shape);
                 if (r1 > r0) p.sharded.narrow(0, 0, r1 - r0).copy_(byRows.narrow(0, r0, r1 - r0));
                 p.sharded.requires_grad_(p.trainable);
-                p.unsharded = at::empty(p.trueShape, on(us[u].agType));
+                p.unsharded = at::empty(p.trueShape, on(unitStates[u].agType));
                 resizeStorage(p.unsharded, 0);
                 p.unsharded.requires_grad_(p.trainable);
                 if (p.trainable) masters.push_back(p.sharded);
@@ -399,46 +401,46 @@ struct FsdpRuntime::Impl {
                 p.unsharded = full.requires_grad_(p.trainable);
                 if (p.trainable) masters.push_back(p.unsharded);
             }
-            psOfParam[i] = static_cast<int32_t>(ps.size());
-            ps.push_back(std::move(p));
+            paramStateOf[i] = static_cast<int32_t>(paramStates.size());
+            paramStates.push_back(std::move(p));
         }
-        for (size_t u = 0; u < r.units.size(); ++u)
-            for (ParamId pid : r.units[u].params)
-                us[u].params.push_back(psOfParam[pid.index()]);
+        for (size_t u = 0; u < plan.units.size(); ++u)
+            for (ParamId pid : plan.units[u].params)
+                unitStates[u].params.push_back(paramStateOf[pid.index()]);
         // The shards as laid out here are the sizes the plan resolved (dim-0 rows for FSDP2,
         // padded flat vectors for fairscale without flattening).
-        if (o.fsdp && !r.flatParams)
-            for (size_t u = 0; u < r.units.size(); ++u) {
+        if (opts.fsdp && !plan.flatParams)
+            for (size_t u = 0; u < plan.units.size(); ++u) {
                 int64_t numel = 0;
-                for (int32_t pi : us[u].params)
-                    numel += ps[pi].rows * ps[pi].row;
-                if (numel != r.units[u].shardedNumel)
-                    throw std::logic_error("shard of " + r.units[u].displayName() + " is " +
+                for (int32_t pi : unitStates[u].params)
+                    numel += paramStates[pi].rows * paramStates[pi].row;
+                if (numel != plan.units[u].shardedNumel)
+                    throw std::logic_error("shard of " + plan.units[u].displayName() + " is " +
                                            std::to_string(numel) + " elements, the plan says " +
-                                           std::to_string(r.units[u].shardedNumel));
+                                           std::to_string(plan.units[u].shardedNumel));
             }
-        if (o.fsdp && r.flatParams)
-            for (size_t u = 0; u < r.units.size(); ++u)
+        if (opts.fsdp && plan.flatParams)
+            for (size_t u = 0; u < plan.units.size(); ++u)
                 buildFlat(static_cast<int32_t>(u), fulls, masters);
         // CPU offload: the offloaded units' shards are stepped by the host optimizer.
         std::vector<at::Tensor> device, host;
         std::unordered_set<const void*> offloaded;
-        for (size_t u = 0; u < r.units.size(); ++u)
-            if (o.fsdp && r.units[u].offload.enabled) {
-                if (us[u].flatSharded.defined())
-                    offloaded.insert(us[u].flatSharded.unsafeGetTensorImpl());
-                for (int32_t pi : us[u].params)
-                    if (ps[pi].sharded.defined())
-                        offloaded.insert(ps[pi].sharded.unsafeGetTensorImpl());
+        for (size_t u = 0; u < plan.units.size(); ++u)
+            if (opts.fsdp && plan.units[u].offload.enabled) {
+                if (unitStates[u].flatSharded.defined())
+                    offloaded.insert(unitStates[u].flatSharded.unsafeGetTensorImpl());
+                for (int32_t pi : unitStates[u].params)
+                    if (paramStates[pi].sharded.defined())
+                        offloaded.insert(paramStates[pi].sharded.unsafeGetTensorImpl());
             }
         for (auto& t : masters)
             (offloaded.count(t.unsafeGetTensorImpl()) ? host : device).push_back(t);
-        const auto opts = torch::optim::AdamWOptions(o.lr)
-                              .betas({o.beta1, o.beta2})
-                              .eps(o.eps)
-                              .weight_decay(o.weightDecay);
-        if (!device.empty()) adam = std::make_unique<torch::optim::AdamW>(device, opts);
-        if (!host.empty()) hostAdam = std::make_unique<torch::optim::AdamW>(host, opts);
+        const auto adamOptions = torch::optim::AdamWOptions(opts.lr)
+                                     .betas({opts.beta1, opts.beta2})
+                                     .eps(opts.eps)
+                                     .weight_decay(opts.weightDecay);
+        if (!device.empty()) adam = std::make_unique<torch::optim::AdamW>(device, adamOptions);
+        if (!host.empty()) hostAdam = std::make_unique<torch::optim::AdamW>(host, adamOptions);
     }
 
     // FlatParamHandle's layout: with use_orig_params each parameter starts 16-byte aligned,
@@ -446,9 +448,9 @@ struct FsdpRuntime::Impl {
     // contiguous 1/N of it (fairscale: no alignment). Checked against the resolver's sizes.
     void buildFlat(int32_t u, const std::vector<at::Tensor>& fulls,
                    std::vector<at::Tensor>& masters) {
-        UState& s = us[u];
+        UState& s = unitStates[u];
         s.flat = true;
-        const bool aligned = r.plan.api == PlanApi::Fsdp1 && r.plan.fsdp1.useOrigParams;
+        const bool aligned = plan.plan.api == PlanApi::Fsdp1 && plan.plan.fsdp1.useOrigParams;
         const int64_t n = groups->shardSize;
         int64_t total = 0;
         for (int32_t pi : s.params) {
@@ -457,22 +459,22 @@ struct FsdpRuntime::Impl {
                 total += (align - total % align) % align;
             }
             s.offset.push_back(total);
-            total += fulls[ps[pi].id.index()].numel();
+            total += fulls[paramStates[pi].id.index()].numel();
         }
         if (aligned && total % n != 0) total += n - total % n;
         s.flatShard = ceilDiv(total, n);
-        if (s.flatShard != r.units[u].shardedNumel && !s.params.empty())
-            throw std::logic_error("flat shard of " + r.units[u].displayName() + " is " +
+        if (s.flatShard != plan.units[u].shardedNumel && !s.params.empty())
+            throw std::logic_error("flat shard of " + plan.units[u].displayName() + " is " +
                                    std::to_string(s.flatShard) + " elements, the plan says " +
-                                   std::to_string(r.units[u].shardedNumel));
-        if (r.noShard) {  // the parameters are the unsharded leaves, always resident
+                                   std::to_string(plan.units[u].shardedNumel));
+        if (plan.noShard) {  // the parameters are the unsharded leaves, always resident
             s.unsharded = true;
             return;
         }
-        at::Tensor flat = at::zeros({n * s.flatShard},
-                                    r.units[u].offload.enabled ? host(at::kFloat) : on(at::kFloat));
+        at::Tensor flat = at::zeros(
+            {n * s.flatShard}, plan.units[u].offload.enabled ? host(at::kFloat) : on(at::kFloat));
         for (size_t k = 0; k < s.params.size(); ++k) {
-            const at::Tensor& f = fulls[ps[s.params[k]].id.index()];
+            const at::Tensor& f = fulls[paramStates[s.params[k]].id.index()];
             flat.narrow(0, s.offset[k], f.numel()).copy_(f.reshape({-1}));
         }
         s.flatSharded = flat.narrow(0, groups->shardRank * s.flatShard, s.flatShard)
@@ -484,9 +486,9 @@ struct FsdpRuntime::Impl {
     // --- unshard / reshard --------------------------------------------------------------
 
     void unshard(int32_t u, Phase phase) {
-        UState& s = us[u];
+        UState& s = unitStates[u];
         if (s.unsharded || s.agWork || s.localPending || s.params.empty()) return;
-        const auto& unit = r.units[u];
+        const auto& unit = plan.units[u];
         s.fromPostForward =
             phase == Phase::Backward && unit.reshard == Reshard::Int && s.postForwardCopy;
         c10d::Backend& pg =
@@ -501,7 +503,8 @@ struct FsdpRuntime::Impl {
         int64_t in = s.flat ? s.flatShard : 0;
         if (!s.flat)
             for (int32_t pi : s.params)
-                in += (s.fromPostForward ? ps[pi].pfRows : ps[pi].rows) * ps[pi].row;
+                in += (s.fromPostForward ? paramStates[pi].pfRows : paramStates[pi].rows) *
+                      paramStates[pi].row;
         rec->setCurrent(unit.displayName() + " all-gather");
         // CPU offload: the shards come to the device first (on a CPU run, a copy).
         std::vector<at::Tensor> onDevice;
@@ -509,11 +512,11 @@ struct FsdpRuntime::Impl {
             const size_t h2d = rec->begin(OpKind::H2D, phase, Stream::H2D, u, mb);
             at::NoGradGuard ng;
             const auto toDevice = [&](const at::Tensor& t) {
-                return t.detach().to(o.device, /*non_blocking=*/false, /*copy=*/true);
+                return t.detach().to(opts.device, /*non_blocking=*/false, /*copy=*/true);
             };
             if (s.flat) onDevice.push_back(toDevice(s.flatSharded));
             for (int32_t pi : s.flat ? std::vector<int32_t>{} : s.params)
-                onDevice.push_back(toDevice(ps[pi].sharded));
+                onDevice.push_back(toDevice(paramStates[pi].sharded));
             rec->end(h2d);
         }
         const size_t ci = rec->begin(OpKind::CopyIn, phase, Stream::CopyIn, u, mb);
@@ -537,7 +540,7 @@ struct FsdpRuntime::Impl {
             if (s.flat) input.copy_(onDevice.empty() ? s.flatSharded : onDevice[0]);
             size_t k = 0;
             for (int32_t pi : s.flat ? std::vector<int32_t>{} : s.params) {
-                const PState& p = ps[pi];
+                const PState& p = paramStates[pi];
                 const at::Tensor& src = !onDevice.empty()   ? onDevice[k++]
                                         : s.fromPostForward ? p.postForward
                                                             : p.sharded;
@@ -555,12 +558,12 @@ struct FsdpRuntime::Impl {
     }
 
     void waitForUnshard(int32_t u, Phase phase) {
-        UState& s = us[u];
+        UState& s = unitStates[u];
         if (s.localPending) {
             // Each parameter cast to its dtype and copied into its unsharded storage.
             const size_t co = rec->begin(OpKind::CopyOut, phase, Stream::Compute, u, mb);
             for (int32_t pi : s.params) {
-                PState& p = ps[pi];
+                PState& p = paramStates[pi];
                 resizeStorage(p.unsharded, static_cast<size_t>(p.unsharded.numel()) *
                                                p.unsharded.element_size());
                 const at::Tensor& src = s.fromPostForward ? p.postForward : p.sharded;
@@ -587,14 +590,14 @@ struct FsdpRuntime::Impl {
             // become views of it, as FSDP1's (FlatParamHandle._use_unsharded_views): no copy.
             // The reshard frees it through them.
             for (size_t k = 0; k < s.params.size(); ++k) {
-                PState& p = ps[s.params[k]];
+                PState& p = paramStates[s.params[k]];
                 viewPreservingVersion(
                     p.unsharded,
                     s.agOut.narrow(0, s.offset[k], p.unsharded.numel()).view(p.unsharded.sizes()));
             }
         }
         for (int32_t pi : s.flat ? std::vector<int32_t>{} : s.params) {
-            PState& p = ps[pi];
+            PState& p = paramStates[pi];
             const int64_t rows = s.fromPostForward ? p.pfRows : p.rows;
             resizeStorage(p.unsharded,
                           static_cast<size_t>(p.unsharded.numel()) * p.unsharded.element_size());
@@ -622,15 +625,15 @@ struct FsdpRuntime::Impl {
     }
 
     void reshard(int32_t u, bool keepPostForwardCopy) {
-        UState& s = us[u];
-        if (!s.unsharded || r.noShard) return;
-        const auto& unit = r.units[u];
+        UState& s = unitStates[u];
+        if (!s.unsharded || plan.noShard) return;
+        const auto& unit = plan.units[u];
         if (keepPostForwardCopy) {
             const int64_t k = unit.reshardK;
             const int64_t j = groups->shardRank % k;
             at::NoGradGuard ng;
             for (int32_t pi : s.params) {
-                PState& p = ps[pi];
+                PState& p = paramStates[pi];
                 auto shape = p.shape;
                 shape[0] = p.pfRows;
                 p.postForward = at::zeros(shape, on(s.agType));
@@ -642,7 +645,7 @@ struct FsdpRuntime::Impl {
             s.postForwardCopy = true;
         }
         for (int32_t pi : s.params)
-            resizeStorage(ps[pi].unsharded, 0);
+            resizeStorage(paramStates[pi].unsharded, 0);
         s.unsharded = false;
     }
 
@@ -680,16 +683,16 @@ struct FsdpRuntime::Impl {
     void preForward(int32_t u) {
         unshard(u, Phase::Forward);
         waitForUnshard(u, Phase::Forward);
-        const auto& unit = r.units[u];
+        const auto& unit = plan.units[u];
         if (unit.explicitForwardPrefetch) {
             for (UnitId t : unit.forwardPrefetch)
                 unshard(t.value, Phase::Forward);
-        } else if (fsdp1() && r.plan.fsdp1.forwardPrefetch &&
-                   u + 1 < static_cast<int32_t>(r.units.size())) {
+        } else if (fsdp1() && plan.plan.fsdp1.forwardPrefetch &&
+                   u + 1 < static_cast<int32_t>(plan.units.size())) {
             unshard(u + 1, Phase::Forward);  // FSDP1 forward_prefetch: the next unit
         }
     }
-    bool fsdp1() const { return r.plan.api == PlanApi::Fsdp1; }
+    bool fsdp1() const { return plan.plan.api == PlanApi::Fsdp1; }
     // The unit before u in post-forward order (the implicit backward prefetch target).
     int32_t previousInPostForward(int32_t u) const {
         auto it = std::find(postForwardOrder.begin(), postForwardOrder.end(), u);
@@ -697,7 +700,7 @@ struct FsdpRuntime::Impl {
     }
 
     void postForward(int32_t u) {
-        const auto& unit = r.units[u];
+        const auto& unit = plan.units[u];
         if (unit.reshard != Reshard::False) reshard(u, unit.reshard == Reshard::Int);
         // Only parameter groups record the post-forward order (FSDPParamGroup.post_forward).
         if (!unit.params.empty()) postForwardOrder.push_back(u);
@@ -713,15 +716,15 @@ struct FsdpRuntime::Impl {
     }
 
     void preBackward(int32_t u) {
-        rec->setCurrent(r.units[u].displayName() + " pre-backward");
-        us[u].backwardBegun = true;
+        rec->setCurrent(plan.units[u].displayName() + " pre-backward");
+        unitStates[u].backwardBegun = true;
         unshard(u, Phase::Backward);
         waitForUnshard(u, Phase::Backward);
-        const auto& unit = r.units[u];
+        const auto& unit = plan.units[u];
         if (unit.explicitBackwardPrefetch) {
             for (UnitId t : unit.backwardPrefetch)
                 unshard(t.value, Phase::Backward);
-        } else if ((!fsdp1() || r.plan.fsdp1.backwardPrefetch == "BACKWARD_PRE") &&
+        } else if ((!fsdp1() || plan.plan.fsdp1.backwardPrefetch == "BACKWARD_PRE") &&
                    !unit.params.empty()) {
             // The implicit prefetch is the parameter group's (FSDPParamGroup.pre_backward;
             // FSDP1's from its handle): a unit without parameters, such as a root whose
@@ -731,24 +734,26 @@ struct FsdpRuntime::Impl {
     }
 
     void postBackward(int32_t u) {
-        UState& s = us[u];
+        UState& s = unitStates[u];
         if (s.postBackwardDone) return;
         s.postBackwardDone = true;
         // Kept unsharded between micro-batches, resharded after the last one's backward (as
         // samples/apply_plan.py's prepare_micro_batch and the step program do).
-        if (r.units[u].reshardAfterBackward || lastMicroBatch) reshard(u, false);
+        if (plan.units[u].reshardAfterBackward || lastMicroBatch) reshard(u, false);
         // A unit without parameters to train has no parameter group: it reduces nothing.
-        if (sync && !r.units[u].params.empty() && r.units[u].trainableShardedBytes > 0) reduce(u);
+        if (sync && !plan.units[u].params.empty() && plan.units[u].trainableShardedBytes > 0)
+            reduce(u);
     }
 
     void reduce(int32_t u) {
-        UState& s = us[u];
+        UState& s = unitStates[u];
         const int64_t n = groups->shardSize;
         int64_t in = s.flat ? s.flatShard : 0;
         if (!s.flat)
             for (int32_t pi : s.params)
-                in += ps[pi].rows * ps[pi].row;
-        rec->setCurrent(r.units[u].displayName() + (r.noShard ? " all-reduce" : " reduce-scatter"));
+                in += paramStates[pi].rows * paramStates[pi].row;
+        rec->setCurrent(plan.units[u].displayName() +
+                        (plan.noShard ? " all-reduce" : " reduce-scatter"));
         const size_t ci =
             rec->begin(OpKind::ReduceScatterCopyIn, Phase::Backward, Stream::Compute, u, mb);
         at::Tensor input = at::zeros({n * in}, on(s.reduceType));
@@ -757,14 +762,14 @@ struct FsdpRuntime::Impl {
             at::NoGradGuard ng;
             if (s.flat)
                 for (size_t k = 0; k < s.params.size(); ++k) {
-                    PState& p = ps[s.params[k]];
+                    PState& p = paramStates[s.params[k]];
                     const at::Tensor grad = p.unsharded.grad();
                     if (!grad.defined()) continue;
                     input.narrow(0, s.offset[k], grad.numel()).copy_(grad.reshape({-1}));
                     p.unsharded.mutable_grad() = at::Tensor();
                 }
             for (int32_t pi : s.flat ? std::vector<int32_t>{} : s.params) {
-                PState& p = ps[pi];
+                PState& p = paramStates[pi];
                 at::Tensor grad = p.unsharded.grad();
                 if (grad.defined() && p.flat1d) grad = grad.reshape({-1});
                 if (grad.defined()) {
@@ -780,7 +785,7 @@ struct FsdpRuntime::Impl {
             }
         }
         rec->end(ci);
-        if (r.noShard) {
+        if (plan.noShard) {
             // NO_SHARD: the gradients are all-reduced over every rank, in place.
             const size_t ar =
                 coll.begin(OpKind::AllReduce, Phase::Backward, Stream::ReduceScatter, u, mb);
@@ -822,7 +827,7 @@ struct FsdpRuntime::Impl {
         if (groups->replicateSize > 1) {
             // HSDP: the replicas all-reduce the reduced shard; it needs the reduce-scatter's
             // result, so the CPU waits for it before issuing.
-            if (o.blockingCollectives) {
+            if (opts.blockingCollectives) {
                 coll.waitBlocking(red.work, rs);
             } else {
                 coll.drain();
@@ -841,8 +846,8 @@ struct FsdpRuntime::Impl {
         } else {
             coll.issued(red.work, rs);
         }
-        if (o.blockingCollectives) retire(red);
-        if (r.units[u].offload.enabled) {
+        if (opts.blockingCollectives) retire(red);
+        if (plan.units[u].offload.enabled) {
             // CPU offload: the reduced shard goes back to the host for its optimizer step.
             coll.drain();
             red.work.wait();
@@ -859,39 +864,40 @@ struct FsdpRuntime::Impl {
 // ---------------------------------------------------------------------------------------
 
 FsdpRuntime::FsdpRuntime(const ResolvedPlan& plan, Groups* groups, Recorder* recorder,
-                         RuntimeOptions o)
-    : d(std::make_unique<Impl>(plan, groups, recorder, o)) {
-    d->self = this;
-    d->init();
-    if (o.blockingCollectives) observeGlooSpans();
+                         RuntimeOptions options)
+    : m_impl(std::make_unique<Impl>(plan, groups, recorder, options)) {
+    m_impl->self = this;
+    m_impl->init();
+    if (options.blockingCollectives) observeGlooSpans();
     g_runtime = this;
 }
 
 FsdpRuntime::~FsdpRuntime() {
-    d->coll.stop();
+    m_impl->coll.stop();
     if (g_runtime == this) g_runtime = nullptr;
 }
 
 const at::Tensor& FsdpRuntime::param(ParamId p) const {
-    return d->ps[d->psOfParam[p.index()]].unsharded;
+    return m_impl->paramStates[m_impl->paramStateOf[p.index()]].unsharded;
 }
 
 at::Tensor FsdpRuntime::callModule(ModuleId m, const at::Tensor& input,
                                    const std::function<at::Tensor(const at::Tensor&)>& body) {
-    Impl& s = *d;
+    Impl& s = *m_impl;
     const int32_t u = s.unitAt[m.index()];
     // Selective checkpointing: the attention modules of a unit are recomputed in backward.
-    if (s.o.fsdp && u < 0 && !s.recomputing && !s.unitStack.empty() && at::GradMode::is_enabled() &&
-        s.r.units[s.unitStack.back()].activationCheckpointing == AcMode::Attention &&
-        s.g.module(m).cls.find("Attention") != std::string::npos)
+    if (s.opts.fsdp && u < 0 && !s.recomputing && !s.unitStack.empty() &&
+        at::GradMode::is_enabled() &&
+        s.plan.units[s.unitStack.back()].activationCheckpointing == AcMode::Attention &&
+        s.model.module(m).cls.find("Attention") != std::string::npos)
         return checkpoint(input, body, s.unitStack.back());
-    if (!s.o.fsdp || u < 0 || s.recomputing) return body(input);
-    const auto& unit = s.r.units[u];
+    if (!s.opts.fsdp || u < 0 || s.recomputing) return body(input);
+    const auto& unit = s.plan.units[u];
     at::Tensor x = input;
     // A unit of several modules: its pre-forward runs before the first of them only (a later
     // one runs inside the group's forward already).
-    if (s.us[u].modulesLeft == 0) {
-        s.us[u].modulesLeft = std::max<size_t>(1, unit.modules.size());
+    if (s.unitStates[u].modulesLeft == 0) {
+        s.unitStates[u].modulesLeft = std::max<size_t>(1, unit.modules.size());
         // Pre-forward.
         s.closeSeg();
         const int32_t enter = s.newBoundary(false, u);
@@ -901,7 +907,7 @@ at::Tensor FsdpRuntime::callModule(ModuleId m, const at::Tensor& input,
         s.boundaries[enter].segAfter = s.curSeg;
         if (x.is_floating_point() && unit.mixedPrecision.paramDtype &&
             unit.mixedPrecision.castForwardInputs)
-            x = x.to(s.us[u].agType);
+            x = x.to(s.unitStates[u].agType);
         x = s.attach(x, enter);
     }
     s.unitStack.push_back(u);
@@ -909,7 +915,7 @@ at::Tensor FsdpRuntime::callModule(ModuleId m, const at::Tensor& input,
                              ? checkpoint(x, body, u)
                              : body(x);
     s.unitStack.pop_back();
-    if (--s.us[u].modulesLeft > 0) return y;  // the group's other modules run later
+    if (--s.unitStates[u].modulesLeft > 0) return y;  // the group's other modules run later
     return s.finishForward(u, y);
 }
 
@@ -918,7 +924,7 @@ at::Tensor FsdpRuntime::callModule(ModuleId m, const at::Tensor& input,
 at::Tensor FsdpRuntime::checkpoint(const at::Tensor& x,
                                    const std::function<at::Tensor(const at::Tensor&)>& body,
                                    int32_t u) {
-    Impl& s = *d;
+    Impl& s = *m_impl;
     s.bodies.push_back(body);
     struct Checkpoint : torch::autograd::Function<Checkpoint> {
         // `anchor` requires grad so the output does even when the unit's input does not
@@ -929,15 +935,15 @@ at::Tensor FsdpRuntime::checkpoint(const at::Tensor& x,
             ctx->saved_data["body"] = bodyIndex;
             ctx->saved_data["unit"] = unit;
             ctx->save_for_backward({x});
-            return g_runtime->d->bodies[static_cast<size_t>(bodyIndex)](x);
+            return g_runtime->m_impl->bodies[static_cast<size_t>(bodyIndex)](x);
         }
         static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                        torch::autograd::variable_list grads) {
-            Impl& s = *g_runtime->d;
+            Impl& s = *g_runtime->m_impl;
             const at::Tensor x = ctx->get_saved_variables()[0];
             const auto bodyIndex = static_cast<size_t>(ctx->saved_data["body"].toInt());
             const auto unit = static_cast<int32_t>(ctx->saved_data["unit"].toInt());
-            bool& recorded = s.us[static_cast<size_t>(unit)].recomputeRecorded;
+            bool& recorded = s.unitStates[static_cast<size_t>(unit)].recomputeRecorded;
             const bool record = !recorded;
             recorded = true;
             const size_t rc = record ? s.rec->begin(OpKind::Recompute, Phase::Backward,
@@ -968,7 +974,7 @@ at::Tensor FsdpRuntime::checkpoint(const at::Tensor& x,
 }
 
 void FsdpRuntime::boundaryBackward(int64_t b) {
-    Impl& s = *d;
+    Impl& s = *m_impl;
     const auto bd = s.boundaries[static_cast<size_t>(b)];
     s.recordBackwardSeg(bd.segAfter);
     if (bd.exit) {
@@ -977,10 +983,10 @@ void FsdpRuntime::boundaryBackward(int64_t b) {
         // FSDP1 BACKWARD_POST: prefetch the previous unit once this one's gradients are
         // computed, before its reduce-scatter.
         // Only a unit whose backward has not begun (FSDP1's _needs_pre_backward_unshard).
-        if (s.fsdp1() && s.r.plan.fsdp1.backwardPrefetch == "BACKWARD_POST" &&
-            !s.us[bd.unit].postBackwardDone)
+        if (s.fsdp1() && s.plan.plan.fsdp1.backwardPrefetch == "BACKWARD_POST" &&
+            !s.unitStates[bd.unit].postBackwardDone)
             if (const int32_t t = s.previousInPostForward(bd.unit);
-                t >= 0 && !s.us[t].backwardBegun)
+                t >= 0 && !s.unitStates[t].backwardBegun)
                 s.unshard(t, Phase::Backward);
         s.postBackward(bd.unit);
     }
@@ -988,7 +994,7 @@ void FsdpRuntime::boundaryBackward(int64_t b) {
 }
 
 void FsdpRuntime::beginMicroBatch(int32_t mb, bool syncGradients, bool last) {
-    Impl& s = *d;
+    Impl& s = *m_impl;
     s.mb = mb;
     s.lastMicroBatch = last;
     s.sync = syncGradients;
@@ -998,15 +1004,15 @@ void FsdpRuntime::beginMicroBatch(int32_t mb, bool syncGradients, bool last) {
     s.curSeg = -1;
     s.postForwardOrder.clear();
     s.bodies.clear();
-    for (auto& u : s.us)
+    for (auto& u : s.unitStates)
         u.postBackwardDone = u.backwardBegun = u.recomputeRecorded = false;
     m_segHasCompute = false;
 }
 
 void FsdpRuntime::backward(const at::Tensor& loss) {
-    Impl& s = *d;
+    Impl& s = *m_impl;
     s.lastBwdMark = nowNs();
-    if (!s.o.fsdp) {
+    if (!s.opts.fsdp) {
         torch::autograd::backward({loss});
         return;
     }
@@ -1019,16 +1025,16 @@ void FsdpRuntime::backward(const at::Tensor& loss) {
     }
     // The root's final callback: post-backward of every unit that has not run it, in
     // unit order (FSDPState._root_post_backward_final_callback over all states).
-    for (size_t u = 0; u < s.us.size(); ++u)
+    for (size_t u = 0; u < s.unitStates.size(); ++u)
         s.postBackward(static_cast<int32_t>(u));
     // FSDP2's finalize_backward lets go of the reduce-scatter inputs that are done.
     s.retireCompleted();
 }
 
 void FsdpRuntime::optimizerStep() {
-    Impl& s = *d;
+    Impl& s = *m_impl;
     s.rec->setCurrent("optimizer step (waiting for the gradient reductions)");
-    if (s.o.fsdp) {
+    if (s.opts.fsdp) {
         // The watcher finishes its waits first: one Gloo work must not be waited on by two
         // threads at once. The step starts when every reduction is done (waiting is idle).
         s.coll.drain();
@@ -1037,7 +1043,7 @@ void FsdpRuntime::optimizerStep() {
     }
     const size_t st =
         s.rec->begin(OpKind::OptimizerStep, Phase::Optimizer, Stream::Compute, 0, s.mb);
-    if (s.o.fsdp) {
+    if (s.opts.fsdp) {
         for (auto& red : s.reductions) {
             red.work.wait();
             s.fold(red);
@@ -1064,25 +1070,25 @@ void FsdpRuntime::optimizerStep() {
 }
 
 std::vector<at::Tensor> FsdpRuntime::fullParameters() {
-    Impl& s = *d;
+    Impl& s = *m_impl;
     std::vector<at::Tensor> out;
-    std::vector<at::Tensor> flatFull(s.us.size());
-    for (size_t u = 0; u < s.us.size(); ++u) {
-        const auto& st = s.us[u];
-        if (!s.o.fsdp || !st.flat || s.r.noShard || !st.flatSharded.defined()) continue;
+    std::vector<at::Tensor> flatFull(s.unitStates.size());
+    for (size_t u = 0; u < s.unitStates.size(); ++u) {
+        const auto& st = s.unitStates[u];
+        if (!s.opts.fsdp || !st.flat || s.plan.noShard || !st.flatSharded.defined()) continue;
         const int64_t n = s.groups->shardSize;
         at::Tensor gathered = at::empty({n * st.flatShard}, s.on(at::kFloat));
-        at::Tensor local = st.flatSharded.detach().to(s.o.device).contiguous();
+        at::Tensor local = st.flatSharded.detach().to(s.opts.device).contiguous();
         s.groups->shard->_allgather_base(gathered, local)->wait();
         flatFull[u] = gathered;
     }
-    for (auto& p : s.ps) {
+    for (auto& p : s.paramStates) {
         const int32_t unit =
-            s.r.unitOfParam[p.id.index()].valid() ? s.r.unitOfParam[p.id.index()].value : 0;
-        const auto& st = s.us[static_cast<size_t>(unit)];
-        if (s.o.fsdp && st.flat && !s.r.noShard) {
+            s.plan.unitOfParam[p.id.index()].valid() ? s.plan.unitOfParam[p.id.index()].value : 0;
+        const auto& st = s.unitStates[static_cast<size_t>(unit)];
+        if (s.opts.fsdp && st.flat && !s.plan.noShard) {
             const size_t k = static_cast<size_t>(
-                std::find(st.params.begin(), st.params.end(), s.psOfParam[p.id.index()]) -
+                std::find(st.params.begin(), st.params.end(), s.paramStateOf[p.id.index()]) -
                 st.params.begin());
             out.push_back(flatFull[static_cast<size_t>(unit)]
                               .narrow(0, st.offset[k], p.unsharded.numel())
@@ -1090,13 +1096,13 @@ std::vector<at::Tensor> FsdpRuntime::fullParameters() {
                               .clone());
             continue;
         }
-        if (!s.o.fsdp || s.r.noShard) {
+        if (!s.opts.fsdp || s.plan.noShard) {
             out.push_back(p.unsharded.detach().clone());
             continue;
         }
         const int64_t n = s.groups->shardSize;
         at::Tensor gathered = at::empty({n * p.sharded.numel()}, s.on(at::kFloat));
-        at::Tensor local = p.sharded.detach().to(s.o.device).reshape({-1}).contiguous();
+        at::Tensor local = p.sharded.detach().to(s.opts.device).reshape({-1}).contiguous();
         s.groups->shard->_allgather_base(gathered, local)->wait();
         auto shape = p.shape;
         shape[0] = n * p.rows;
@@ -1106,12 +1112,12 @@ std::vector<at::Tensor> FsdpRuntime::fullParameters() {
 }
 
 c10::Device FsdpRuntime::device() const {
-    return d->o.device;
+    return m_impl->opts.device;
 }
 
 int64_t FsdpRuntime::shardedBytes() const {
     int64_t b = 0;
-    for (const auto& p : d->ps)
+    for (const auto& p : m_impl->paramStates)
         if (p.sharded.defined()) b += p.sharded.numel() * p.sharded.element_size();
     return b;
 }

@@ -45,7 +45,8 @@ struct RuntimeOptions {
 
 class FsdpRuntime {
 public:
-    FsdpRuntime(const ResolvedPlan& plan, Groups* groups, Recorder* recorder, RuntimeOptions o);
+    FsdpRuntime(const ResolvedPlan& plan, Groups* groups, Recorder* recorder,
+                RuntimeOptions options);
     ~FsdpRuntime();
     FsdpRuntime(const FsdpRuntime&) = delete;
     FsdpRuntime& operator=(const FsdpRuntime&) = delete;
@@ -81,7 +82,7 @@ private:
     at::Tensor checkpoint(const at::Tensor& x,
                           const std::function<at::Tensor(const at::Tensor&)>& body, int32_t unit);
     struct Impl;
-    std::unique_ptr<Impl> d;
+    std::unique_ptr<Impl> m_impl;
     bool m_segHasCompute = false;
 };
 
