@@ -99,6 +99,20 @@ struct CostBuilder {
         c.savedBytes.fixedPerToken += 4 * h + 4 * rows;
         c.outputBytes.perToken += h * e;
     }
+    // Llama-4's L2 norm of each query and key head (Llama4TextL2Norm: x.float() times
+    // rsqrt(mean(x²) + eps), cast back; no weight) over `w` elements in `rows` heads a token.
+    // Saved (saved_tensors_hooks): the fp32 input and the fp32 rsqrt of each head, whatever
+    // the compute dtype. Kernels as RMSNorm's without the weight's multiply.
+    void l2Norm(ModuleId m, double w, double rows) {
+        auto& c = g.cost(m);
+        c.fwdMemKernels += 5;
+        c.bwdMemKernels += 10;
+        c.upcastElems += w;
+        c.fwdMemBytes.fixedPerToken += 24 * w;
+        c.bwdMemBytes.fixedPerToken += 60 * w;
+        c.savedBytes.fixedPerToken += 4 * w + 4 * rows;
+        c.outputBytes.perToken += w * e;
+    }
     // nn.LayerNorm (weight and bias) over h: native_layer_norm saves input, mean and rstd
     // (fp32). `savesInput` is false when its input is already saved (Falcon's ln_mlp reads
     // what ln_attn does).
@@ -372,6 +386,18 @@ struct LlamaLike {
     // the weight in fp32, and GptOssMLP (a biased top-k router and GptOssExperts' fused
     // [E, h, 2I] and [E, I, h] parameters, looped over per expert in training).
     bool gptOss = false;
+    // Llama-4's text model (Llama4ForCausalLM): RoPE as complex products in fp32 on the layers
+    // no_rope_layers marks (the others, NoPE, scale q by a per-position temperature instead),
+    // an L2 norm of q and k on the RoPE layers (use_qk_norm), chunked attention on the RoPE
+    // layers (attention_chunk_size, handled as a sliding window: from that length on SDPA
+    // gets a mask), and on moe_layers Llama4TextMoe: a sigmoid top-k router, every expert run
+    // on every token (the input repeated per expert and scaled by its router score, zero
+    // outside the top k) through two batched GEMMs, plus a shared expert; the other layers a
+    // dense MLP of intermediate_size_mlp.
+    bool llama4 = false;
+    int64_t interMlp = 0;
+    std::vector<char> moeLayers;  // Llama-4: per layer, whether its feed_forward is the MoE
+    bool l2QkNorm = false, temperatureTuning = false;
     [[nodiscard]] bool deepseekExperts() const { return deepseek || glm; }
     int64_t qLora = 0, kvLora = 0, ropeDim = 0, nopeDim = 0, vDim = 0, firstDense = 0;
     int64_t sharedExperts = 0;
@@ -410,7 +436,7 @@ public:
         g.slidingWindow = c.slidingWindow;
         g.source = "hf:" + c.family;
         g.activationDtype = o.activationDtype;
-        g.setRootClass(c.prefix + "ForCausalLM");
+        g.setRootClass(c.llama4 ? "Llama4ForCausalLM" : c.prefix + "ForCausalLM");
     }
 
     Expected<ModelGraph> build(const std::string& file) {
@@ -438,7 +464,7 @@ public:
         else {
             const ModuleId rot =
                 cb.rotaryEmbedding(model, "rotary_emb", c.prefix + "RotaryEmbedding", c.rotaryDim,
-                                   c.headDim, c.deepseekV2);
+                                   c.headDim, c.deepseekV2 || c.llama4);
             if (c.gptOss) gptOssRotary(rot);
         }
         if (c.gemma3)  // the sliding-window layers' own cos and sin (rope_local_base_freq)
@@ -526,7 +552,7 @@ private:
     // of tokens routed to this MLP (1 for dense, top_k/num_experts for an expert under
     // balanced routing).
     void swiglu(ModuleId m, const char* gate, const char* up, const char* down, int64_t inter,
-                double tokenShare, bool gateSavesInput) {
+                double tokenShare, bool gateSavesInput, const char* actName = "act_fn") {
         const double I = static_cast<double>(inter);
         auto scaled = [&](ModuleId x) {
             auto& cc = g.cost(x);
@@ -549,7 +575,7 @@ private:
             um = linear(m, up, h, inter, c.mlpBias, false, true);
             dm = linear(m, down, inter, h, c.mlpBias, true);
         }
-        g.addModule(m, "act_fn", c.actClass);
+        g.addModule(m, actName, c.actClass);
         auto& mc = g.cost(m);
         mc.fwdMemBytes.perToken += 5 * I * cb.e;
         mc.bwdMemBytes.perToken += 9 * I * cb.e;  // three kernels of two inputs and an output
@@ -680,6 +706,8 @@ private:
             parallelMoe(layer);
         else if (c.gptOss)
             gptOssMoe(layer);
+        else if (c.llama4)
+            llama4FeedForward(layer, c.moeLayers[static_cast<size_t>(i)] != 0);
         else if (sparse && !c.deepseekExperts())
             sparseMoe(layer);
         else
@@ -688,7 +716,7 @@ private:
         cb.residualAdds(layer, H, 2);
         // residual + branch * residual_multiplier, twice.
         if (c.granite) cb.scaleByConstant(layer, H, 2);
-        if (!c.deepseek && !sparse && !c.legacySdpaAttention && c.residDropout == 0 &&
+        if (!c.deepseek && !sparse && !c.llama4 && !c.legacySdpaAttention && c.residDropout == 0 &&
             !c.starcoder2 && !c.cohere && c.branchDropout == 0 && c.clipQkv == 0)
             compiledRule(layer, i);
     }
@@ -736,6 +764,12 @@ private:
             for (auto [name, width] : {std::pair{"q_norm", dq}, std::pair{"k_norm", dkv}})
                 normOf(attn, name, width, c.olmo2);
         }
+        const bool rope = c.ropeLayers.empty() || c.ropeLayers[static_cast<size_t>(i)];
+        if (c.llama4 && c.l2QkNorm && rope) {
+            // One parameterless module run on the rotated q, then on the rotated k.
+            cb.l2Norm(g.addModule(attn, "qk_norm", "Llama4TextL2Norm"),
+                      static_cast<double>(dq + dkv), static_cast<double>(c.heads + c.kvHeads));
+        }
         if (c.qkNorm) {
             // q_norm(q_proj(x).view(b, s, heads, head_dim)), the same for k: registered after
             // o_proj; RoPE then runs on their outputs (and saves neither).
@@ -762,7 +796,6 @@ private:
             ac.fwdMemBytes.perToken += 4 * w * cb.e;
             ac.bwdMemBytes.perToken += 3 * w * cb.e;
         }
-        const bool rope = c.ropeLayers.empty() || c.ropeLayers[static_cast<size_t>(i)];
         if (!c.deepseek) {
             auto& ac = g.cost(attn);
             // Per element of q and k: forward the products by cos and by sin (2 each), neg
@@ -771,15 +804,16 @@ private:
             // two paths (4) and SDPA's gradient made contiguous (2). Llama-3.1-8B on an H200
             // at 4,096 tokens: 25h forward, 37.5h backward (within 1 %).
             // A layer without RoPE (NoPE) runs none of it.
-            const double ropes = rope ? 1 : 0;
+            const double ropes = rope && !c.llama4 ? 1 : 0;
             ac.fwdMemBytes.perToken += ropes * 10.0 * (dq + dkv) * cb.e;
             ac.bwdMemBytes.perToken += ropes * 15.0 * (dq + dkv) * cb.e;
             // rotate_half and the products for q and k (mul 4, neg 2, cat 2) and the two adds;
             // backward: mul 4, neg 2, slice_backward 4, add 4, clone 2. transformers fills a
             // DynamicCache in training too unless use_cache=False: two cats forward, the zeros
             // of their backward.
-            ac.fwdMemKernels += rope ? 12 : 2;
-            ac.bwdMemKernels += rope ? 18 : 2;
+            ac.fwdMemKernels += rope && !c.llama4 ? 12 : 2;
+            ac.bwdMemKernels += rope && !c.llama4 ? 18 : 2;
+            if (c.llama4) llama4Positions(ac, rope);
             if (c.glm) {
                 // The cats of the rotated and passed-through parts of q and k.
                 ac.fwdMemKernels += 2;
@@ -925,6 +959,100 @@ private:
         xc.bwdMemBytes.perToken += (k * (7 * H + 34 * I) + E * (4 * H + 4 * E)) * e;
         xc.outputBytes.perToken += H * e;
         g.cost(mlp).outputBytes.perToken += H * e;
+    }
+
+    // Llama-4's positions in the attention. A RoPE layer rotates q and k as complex numbers
+    // in fp32 (apply_rotary_emb: q.float() viewed as pairs, times freqs_cis, viewed back and
+    // cast to the compute dtype); the product keeps only freqs_cis, counted at rotary_emb.
+    // A NoPE layer with attn_temperature_tuning scales q by a per-position fp32 factor
+    // (which promotes the product to fp32) and casts it back; the factor it keeps is s
+    // floats a sequence, left out. Per element forward and backward: the complex multiply
+    // (reads 4, writes 4) and, below fp32, the two casts (e + 4 each).
+    void llama4Positions(ModuleCost& ac, bool rope) {
+        const bool castAround = cb.e < 4;
+        const double cast = castAround ? 2.0 * (cb.e + 4) : 0.0;
+        if (rope) {
+            const double w = static_cast<double>(dq + dkv);
+            ac.fwdMemKernels += 2 + (castAround ? 4 : 0);
+            ac.bwdMemKernels += 2 + (castAround ? 4 : 0);
+            ac.fwdMemBytes.perToken += w * (8.0 + cast);
+            ac.bwdMemBytes.perToken += w * (8.0 + cast);
+        } else if (c.temperatureTuning) {
+            const double w = static_cast<double>(dq);
+            // The product written in fp32, then (below fp32) cast back.
+            ac.fwdMemKernels += 1 + (castAround ? 1 : 0);
+            ac.bwdMemKernels += 1 + (castAround ? 1 : 0);
+            ac.fwdMemBytes.perToken += w * (cb.e + 4.0 + (castAround ? cb.e + 4 : 0));
+            ac.bwdMemBytes.perToken += w * (cb.e + 4.0 + (castAround ? cb.e + 4 : 0));
+        }
+    }
+
+    // Llama-4's feed_forward: Llama4TextMoe on the MoE layers, else Llama4TextMLP of
+    // intermediate_size_mlp (SwiGLU; its activation module is `activation_fn`).
+    // Llama4TextMoe (transformers 4.57, training): Llama4Router (Linear to the experts, top k
+    // of the logits, the others -inf, sigmoid in fp32 cast back), the tokens repeated once
+    // per expert and multiplied by that expert's score (zero outside the top k), then
+    // Llama4TextExperts on all of them: bmm with gate_up_proj [E, h, 2I], SiLU of the gate
+    // half times the up half, bmm with down_proj [E, I, h]; the E outputs summed per token
+    // and added in place to the shared expert's output. Every expert computes every token.
+    // Saved (saved_tensors_hooks, fp32 and bf16): the router's input (also the shared
+    // expert's) and its fp32 sigmoid (E) and int64 top-k indices (k); the repeated input and
+    // the scores column (E x (h + 1)); the scaled input, gate_up, the SiLU's output and the
+    // product (E x (h + 4I)); the shared expert's SwiGLU (4I).
+    void llama4FeedForward(ModuleId layer, bool moe) {
+        if (!moe) {
+            ModuleId mlp = g.addModule(layer, "feed_forward", c.prefix + "MLP");
+            swiglu(mlp, "gate_proj", "up_proj", "down_proj", c.interMlp, 1.0, true,
+                   "activation_fn");
+            return;
+        }
+        ModuleId ff = g.addModule(layer, "feed_forward", c.prefix + "Moe");
+        const double E = static_cast<double>(c.experts), k = static_cast<double>(c.topK);
+        const double I = static_cast<double>(c.inter), e = cb.e;
+        ModuleId ex = g.addModule(ff, "experts", c.prefix + "Experts");
+        g.addParam(ex, "gate_up_proj", {c.experts, h, 2 * c.inter}, pd);
+        g.addParam(ex, "down_proj", {c.experts, c.inter, h}, pd);
+        g.addModule(ex, "act_fn", c.actClass);
+        auto& xc = g.cost(ex);
+        // One bmm each way, of E batches of every token: priced as E GEMMs of the tokens.
+        const auto calls = static_cast<int32_t>(c.experts);
+        xc.addGemm({1.0, 2 * I, H, calls});
+        xc.addGemm({1.0, H, I, calls});
+        xc.fwdFlops.perToken += 6 * H * I * E;
+        xc.bwdFlops.perToken += 12 * H * I * E;
+        xc.savedBytes.perToken += E * (H + 4 * I) * e;
+        // silu and the multiply forward; backward the multiply's two products, silu's and
+        // the cat of the gate and up gradients.
+        xc.fwdMemKernels += 2;
+        xc.bwdMemKernels += 4;
+        xc.fwdMemBytes.perToken += 5 * E * I * e;
+        xc.bwdMemBytes.perToken += 13 * E * I * e;
+        xc.outputBytes.perToken += E * H * e;
+        ModuleId router = g.addModule(ff, "router", "Llama4Router");
+        g.addParam(router, "weight", {c.experts, h}, pd);
+        cb.linear(router, H, E, true);
+        auto& rc = g.cost(router);
+        rc.savedBytes.fixedPerToken += 4 * E + 8 * k;
+        // topk, full_like, scatter_, sigmoid (with its casts below fp32) forward; backward
+        // sigmoid's, the scatter's gather, topk's zero fill and scatter (and the casts).
+        const bool castAround = e < 4;
+        rc.fwdMemKernels += 4 + (castAround ? 2 : 0);
+        rc.bwdMemKernels += 4 + (castAround ? 2 : 0);
+        rc.fwdMemBytes.perToken += (3 * E + 2 * k) * e + 8 * E + (castAround ? 2 * E * (e + 4) : 0);
+        rc.bwdMemBytes.perToken +=
+            (3 * E + 2 * k) * e + 12 * E + (castAround ? 2 * E * (e + 4) : 0);
+        ModuleId sh = g.addModule(ff, "shared_expert", c.prefix + "MLP");
+        swiglu(sh, "gate_proj", "up_proj", "down_proj", c.inter, 1.0, false, "activation_fn");
+        auto& fc = g.cost(ff);  // adding modules moved the costs
+        fc.savedBytes.perToken += E * (H + 1) * e;
+        // Forward: the repeat, the scores' column copied out, the multiply, the sum over the
+        // experts and the in-place add; backward the multiply's two gradients (a product and
+        // a product summed over h), the repeat's sum and the column's copy back.
+        fc.fwdMemKernels += 5;
+        fc.bwdMemKernels += 5;
+        fc.fwdMemBytes.perToken += (4 * E * H + 5 * H + 3 * E) * e;
+        fc.bwdMemBytes.perToken += (7 * E * H + H + 4 * E) * e;
+        fc.outputBytes.perToken += H * e;
     }
 
     // Granite-MoE's block (GraniteMoeMoE, `block_sparse_moe`): a router (GraniteMoeTopKGating:
@@ -1244,6 +1372,8 @@ void readSlidingWindow(const JsonReader& r, const std::string& family, LlamaLike
             r.optBool("use_sliding_window").value_or(false) && r.hasNonNull("sliding_window")
                 ? positive(r, "sliding_window")
                 : 0;
+    } else if (family == "llama4_text") {
+        return;  // readLlama4: chunked attention
     } else if (!c.gemma) {
         c.slidingWindow = 0;
     }
@@ -1455,6 +1585,107 @@ void readLlamaVariant(const JsonReader& r, const std::string& family, LlamaLike&
         c.clipQkv = r.at("clip_qkv").asPositiveNumber();
 }
 
+// A per-layer list of 0/1 flags (`key`), num_hidden_layers long.
+std::vector<char> layerFlags(const JsonReader& r, const char* key, int64_t layers) {
+    const JsonReader list = r.at(key);
+    list.requireArray();
+    if (static_cast<int64_t>(list.size()) != layers)
+        list.fail(std::string(key) + " lists " + std::to_string(list.size()) +
+                  " layers, num_hidden_layers is " + std::to_string(layers));
+    std::vector<char> flags(list.size());
+    for (size_t k = 0; k < list.size(); ++k) {
+        const int64_t v = list[k].asIntAtLeast(0);
+        if (v > 1) list[k].fail("expected 0 or 1");
+        flags[k] = static_cast<char>(v);
+    }
+    return flags;
+}
+
+// Llama4TextConfig's fields (transformers 4.57 defaults where a key is absent).
+void readLlama4(const JsonReader& r, LlamaLike& c) {
+    c.llama4 = true;
+    c.prefix = "Llama4Text";
+    c.qkvBias = c.oBias = false;  // Llama4TextConfig sets attention_bias to false
+    c.interMlp =
+        r.hasNonNull("intermediate_size_mlp") ? positive(r, "intermediate_size_mlp") : 16384;
+    c.experts = r.hasNonNull("num_local_experts") ? positive(r, "num_local_experts") : 16;
+    c.topK = r.hasNonNull("num_experts_per_tok") ? positive(r, "num_experts_per_tok") : 1;
+    const auto n = static_cast<size_t>(c.layers);
+    // no_rope_layers: 1 marks a layer that applies RoPE; absent or empty, every
+    // no_rope_layer_interval-th layer (default 4) has none.
+    const bool listed =
+        r.hasNonNull("no_rope_layers") &&
+        (!r.at("no_rope_layers").json().is_array() || !r.at("no_rope_layers").json().empty());
+    if (listed) {
+        c.ropeLayers = layerFlags(r, "no_rope_layers", c.layers);
+    } else {
+        const int64_t every =
+            r.hasNonNull("no_rope_layer_interval") ? positive(r, "no_rope_layer_interval") : 4;
+        c.ropeLayers.assign(n, 0);
+        for (size_t i = 0; i < n; ++i)
+            c.ropeLayers[i] = (static_cast<int64_t>(i) + 1) % every != 0;
+    }
+    c.moeLayers.assign(n, 0);
+    if (r.hasNonNull("moe_layers")) {
+        const JsonReader list = r.at("moe_layers");
+        list.requireArray();
+        for (size_t k = 0; k < list.size(); ++k) {
+            const int64_t layer = list[k].asIntAtLeast(0);
+            if (layer >= c.layers)
+                list[k].fail("layer " + std::to_string(layer) +
+                             " does not exist (num_hidden_layers is " + std::to_string(c.layers) +
+                             ")");
+            c.moeLayers[static_cast<size_t>(layer)] = 1;
+        }
+    } else {
+        const int64_t step = r.hasNonNull("interleave_moe_layer_step")
+                                 ? positive(r, "interleave_moe_layer_step")
+                                 : 1;
+        for (int64_t i = step - 1; i < c.layers; i += step)
+            c.moeLayers[static_cast<size_t>(i)] = 1;
+    }
+    c.l2QkNorm = r.optBool("use_qk_norm").value_or(true);
+    // attn_temperature_tuning is read for its truth (published configs write 4).
+    if (r.hasNonNull("attn_temperature_tuning")) {
+        const JsonReader t = r.at("attn_temperature_tuning");
+        c.temperatureTuning = t.json().is_boolean() ? t.asBool() : t.asNumber() != 0;
+    } else {
+        c.temperatureTuning = !r.has("attn_temperature_tuning");
+    }
+    // Chunked attention: from attention_chunk_size on, SDPA gets a (b, 1, s, s) mask on the
+    // chunked layers (layer_types, by default the RoPE layers), as a sliding window does.
+    c.slidingWindow = !r.has("attention_chunk_size")         ? 8192
+                      : r.hasNonNull("attention_chunk_size") ? positive(r, "attention_chunk_size")
+                                                             : 0;
+    if (c.slidingWindow > 0) {
+        c.slidingLayers.assign(c.ropeLayers.begin(), c.ropeLayers.end());
+        if (r.hasNonNull("layer_types")) {
+            const JsonReader list = r.at("layer_types");
+            list.requireArray();
+            if (list.size() != n)
+                list.fail("layer_types lists " + std::to_string(list.size()) +
+                          " layers, num_hidden_layers is " + std::to_string(c.layers));
+            for (size_t k = 0; k < n; ++k) {
+                const std::string t = list[k].asString();
+                if (t != "chunked_attention" && t != "full_attention")
+                    list[k].fail("unknown layer type \"" + t +
+                                 "\" (chunked_attention or full_attention)");
+                c.slidingLayers[k] = t == "chunked_attention";
+            }
+        }
+    }
+    if (r.hasNonNull("hidden_act") && r.getString("hidden_act") != "silu")
+        r.at("hidden_act")
+            .fail("unsupported activation \"" + r.getString("hidden_act") +
+                  "\" for Llama 4 (silu)");
+    dropoutOf(r, "attention_dropout", 0.0);
+    if (r.optBool("output_router_logits").value_or(false))
+        r.at("output_router_logits")
+            .fail(
+                "the router's auxiliary loss is not modelled; set output_router_logits to "
+                "false or export the model with scripts/export_model.py");
+}
+
 Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& family,
                                    const HfLoadOptions& o) {
     LlamaLike c;
@@ -1492,6 +1723,8 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
         c.headDim = 256;  // Gemma2Config's and Gemma3TextConfig's default
     } else if (family == "gpt_oss" && !r.has("head_dim")) {
         c.headDim = 64;  // GptOssConfig's default (null: hidden_size // heads, below)
+    } else if (family == "llama4_text" && !r.has("head_dim")) {
+        c.headDim = 128;  // Llama4TextConfig's default
     } else {
         // GLM-4.5's attention takes hidden_size // heads, as Python divides, when the config
         // has no head_dim (its default config: 4096 // 96 = 42).
@@ -1572,6 +1805,7 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
     c.qkNorm = family == "qwen3" || family == "qwen3_moe" || c.gemma3;
     c.olmo2 = family == "olmo2" || family == "olmo3";
     readLlamaVariant(r, family, c);
+    if (family == "llama4_text") readLlama4(r, c);
     c.legacySdpaAttention = family == "qwen2_moe" || family == "olmoe";
     if (family == "qwen2_moe" && r.optBool("use_sliding_window").value_or(false))
         r.at("use_sliding_window")
@@ -2112,6 +2346,7 @@ const std::vector<HfFamily>& hfFamilies() {
         {"smollm3", "SmolLM3ForCausalLM", "SmolLM3"},
         {"exaone4", "Exaone4ForCausalLM", "EXAONE 4.0"},
         {"gpt_oss", "GptOssForCausalLM", "gpt-oss-20b, gpt-oss-120b"},
+        {"llama4_text", "Llama4ForCausalLM", "Llama 4 Scout and Maverick (text_config)"},
     };
     return kFamilies;
 }

@@ -84,6 +84,10 @@ MODELS = {
     # per-expert torch.where loop) under balanced routing, in GLM-4.5-Air (partial RoPE, q/k
     # biases); the test runs it cut to four layers.
     "glm-4.5-air": ("Glm4MoeDecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
+    # Llama-4 Scout's text model: every layer Llama4TextMoe (each of 16 experts runs every
+    # token, as transformers 4.57 trains it), complex RoPE and the L2 q/k norm on three
+    # layers in four; the test runs it cut to four layers.
+    "llama4-scout-17b-16e": ("Llama4TextDecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
 }
 # The dropout probabilities set to 0 for the oracle (see GPT-2 above).
 DROPOUT_KEYS = {"gpt2": ("resid_pdrop", "embd_pdrop", "attn_pdrop"),
@@ -93,7 +97,7 @@ DROPOUT_KEYS = {"gpt2": ("resid_pdrop", "embd_pdrop", "attn_pdrop"),
                 "phi-2": ("resid_pdrop", "embd_pdrop", "attention_dropout")}
 # Under the tracker these take about 13 minutes a case (FSDPMemTracker hooks every one of their
 # thousands of experts): in the matrix only when --filter names them.
-SLOW = {"qwen3-30b-a3b", "qwen2-57b-a14b", "glm-4.5-air"}
+SLOW = {"qwen3-30b-a3b", "qwen2-57b-a14b", "glm-4.5-air", "llama4-scout-17b-16e"}
 AC = {"none": "none", "full": "full", "every2": {"mode": "full", "every": 2}, "selective_op": "selective_op"}
 
 

@@ -468,6 +468,47 @@ TEST(HfConfig, NewerFamiliesNameWhatTheyRefuse) {
               "scripts/export_model.py");
     EXPECT_EQ(err("gpt_oss", moe + R"(, "layer_types": ["full_attention"])"),
               "config.json:/layer_types: layer_types lists 1 layers, num_hidden_layers is 2");
+    EXPECT_EQ(err("llama4_text", moe), "");
+    EXPECT_EQ(err("llama4_text", moe + R"(, "moe_layers": [0, 2])"),
+              "config.json:/moe_layers/1: layer 2 does not exist (num_hidden_layers is 2)");
+    EXPECT_EQ(err("llama4_text", moe + R"(, "no_rope_layers": [1, 1, 0])"),
+              "config.json:/no_rope_layers: no_rope_layers lists 3 layers, num_hidden_layers is 2");
+    EXPECT_EQ(err("llama4_text", moe + R"(, "layer_types": ["chunked_attention", "sliding"])"),
+              "config.json:/layer_types/1: unknown layer type \"sliding\" (chunked_attention or "
+              "full_attention)");
+    EXPECT_EQ(err("llama4_text", moe + R"(, "hidden_act": "gelu")"),
+              "config.json:/hidden_act: unsupported activation \"gelu\" for Llama 4 (silu)");
+    EXPECT_EQ(err("llama4_text", moe + R"(, "output_router_logits": true)"),
+              "config.json:/output_router_logits: the router's auxiliary loss is not modelled; "
+              "set output_router_logits to false or export the model with "
+              "scripts/export_model.py");
+}
+
+// Llama-4's text model: the MoE and dense layers, RoPE and NoPE layers and the chunked
+// layers as Llama4TextConfig derives them from its defaults (transformers 4.57).
+TEST(HfConfig, Llama4LayersFollowTheConfigsDefaults) {
+    const std::string cfg = R"({"model_type": "llama4_text", "vocab_size": 64,
+        "hidden_size": 32, "intermediate_size": 16, "intermediate_size_mlp": 48,
+        "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 8, "num_local_experts": 4, "interleave_moe_layer_step": 2,
+        "attention_chunk_size": 128})";
+    auto g = modelFromHfConfig(nlohmann::json::parse(cfg), "config.json");
+    ASSERT_TRUE(g) << g.error();
+    EXPECT_EQ(g->module(g->root()).cls, "Llama4ForCausalLM");
+    EXPECT_EQ(g->slidingWindow, 128);
+    for (int i = 0; i < 4; ++i) {
+        const std::string layer = "model.layers." + std::to_string(i);
+        const auto ff = g->findModule(layer + ".feed_forward");
+        ASSERT_TRUE(ff);
+        // interleave_moe_layer_step 2: layers 1 and 3 are the MoE.
+        EXPECT_EQ(g->module(*ff).cls, i % 2 ? "Llama4TextMoe" : "Llama4TextMLP") << i;
+        // Every fourth layer has no RoPE, no q/k norm and no chunking.
+        const bool rope = i != 3;
+        EXPECT_EQ(g->findModule(layer + ".self_attn.qk_norm").has_value(), rope) << i;
+        EXPECT_EQ(g->module(*g->findModule(layer + ".self_attn")).cost.windowAttentionCalls,
+                  rope ? 1 : 0)
+            << i;
+    }
 }
 
 // gpt-oss runs eager attention: no SDPA call, its two matmuls priced as GEMMs from the

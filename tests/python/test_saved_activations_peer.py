@@ -315,6 +315,17 @@ class SavedActivationsPeer(unittest.TestCase):
             {"num_local_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 48, "embedding_multiplier": 12.0,
              "residual_multiplier": 0.22, "logits_scaling": 6.0})
 
+    def test_llama4_matches_autograd(self):
+        # Llama-4's text model: layers 1 and 3 Llama4TextMoe (4 experts, every one run on
+        # every token, and the shared expert), 0 and 2 a dense MLP of intermediate_size_mlp;
+        # complex RoPE and the L2 q/k norm on layers 0-2, NoPE with the temperature on layer 3;
+        # chunks of 64 < seq 128, so the RoPE layers' SDPA gets a mask (and repeated k and v).
+        self.small_family_matches_autograd(
+            "llama4_text", transformers.Llama4TextConfig, transformers.Llama4ForCausalLM,
+            {"head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 1, "intermediate_size": 48,
+             "intermediate_size_mlp": 192, "interleave_moe_layer_step": 2, "num_hidden_layers": 4,
+             "attention_chunk_size": 64, "rope_scaling": None})
+
     def test_gpt_oss_matches_autograd(self):
         # gpt-oss on transformers' eager attention (it has no SDPA path): sinks, q/k/v/o
         # biases, a sliding window shorter than the sequence on layer 0, the s x (s + 1)
