@@ -88,6 +88,11 @@ MODELS = {
     # token, as transformers 4.57 trains it), complex RoPE and the L2 q/k norm on three
     # layers in four; the test runs it cut to four layers.
     "llama4-scout-17b-16e": ("Llama4TextDecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
+    # DeepSeek-V3's latent attention (unequal q/k and v head sizes: the oracle runs SDPA's
+    # allocations as a GPU does) and its experts; the test runs both cut to four layers.
+    "moonlight-16b-a3b": ("DeepseekV3DecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
+    "deepseek-v3": ("DeepseekV3DecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
+    "deepseek-v2-lite": ("DeepseekV2DecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
 }
 # The dropout probabilities set to 0 for the oracle (see GPT-2 above).
 DROPOUT_KEYS = {"gpt2": ("resid_pdrop", "embd_pdrop", "attn_pdrop"),
@@ -97,7 +102,8 @@ DROPOUT_KEYS = {"gpt2": ("resid_pdrop", "embd_pdrop", "attn_pdrop"),
                 "phi-2": ("resid_pdrop", "embd_pdrop", "attention_dropout")}
 # Under the tracker these take about 13 minutes a case (FSDPMemTracker hooks every one of their
 # thousands of experts): in the matrix only when --filter names them.
-SLOW = {"qwen3-30b-a3b", "qwen2-57b-a14b", "glm-4.5-air", "llama4-scout-17b-16e"}
+SLOW = {"qwen3-30b-a3b", "qwen2-57b-a14b", "glm-4.5-air", "llama4-scout-17b-16e", "moonlight-16b-a3b",
+        "deepseek-v3", "deepseek-v2-lite"}
 AC = {"none": "none", "full": "full", "every2": {"mode": "full", "every": 2}, "selective_op": "selective_op"}
 
 

@@ -106,7 +106,7 @@ def ours(model, plan, cluster, extra):
 
 def balanced_moe_routing():
     """The sparse MoE blocks of Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, Granite-MoE, gpt-oss,
-    DeepSeek-V3 and GLM-4.5 with tokens routed evenly over the experts.
+    DeepSeek-V2, DeepSeek-V3 and GLM-4.5 with tokens routed evenly over the experts.
 
     Hugging Face's loop picks each expert's tokens with `torch.where` on the router's choice,
     whose output size depends on the values, which fake tensors do not have. This forward
@@ -119,6 +119,7 @@ def balanced_moe_routing():
     """
     import torch
     import torch.nn.functional as F
+    from transformers.models.deepseek_v2 import modeling_deepseek_v2
     from transformers.models.deepseek_v3 import modeling_deepseek_v3
     from transformers.models.glm4_moe import modeling_glm4_moe
     from transformers.models.gpt_oss import modeling_gpt_oss
@@ -181,6 +182,12 @@ def balanced_moe_routing():
         layer_output = zeros.index_add(0, batch_index, expert_outputs)
         return layer_output.view(bsz, length, self.input_size), logits
 
+    def slot_pairs(e, per_expert, tokens, device):
+        # Expert e's (token, k) slots [e x per_expert, (e + 1) x per_expert) as the columns of
+        # one (n, 2) int64 tensor, as torch.where's nonzero makes them: (k, token) order.
+        slots = torch.arange(e * per_expert, (e + 1) * per_expert, device=device)
+        return torch.stack([slots // tokens, slots % tokens], dim=1)
+
     def gpt_oss_experts_forward(self, hidden_states, router_indices=None, routing_weights=None):
         # GptOssExperts' training loop (its operators, in order), expert e given the slots
         # [e x per_expert, (e + 1) x per_expert); the token index is a column of an
@@ -195,8 +202,7 @@ def balanced_moe_routing():
         per_expert = tokens * router_indices.shape[1] // num_experts
         for e in range(num_experts):
             with torch.no_grad():
-                slots = torch.arange(e * per_expert, (e + 1) * per_expert, device=hidden_states.device)
-                token_idx = torch.stack([slots // tokens, slots % tokens], dim=1)[:, 1]
+                token_idx = slot_pairs(e, per_expert, tokens, hidden_states.device)[:, 1]
             current_state = hidden_states[token_idx]
             gate_up = current_state @ self.gate_up_proj[e] + self.gate_up_proj_bias[e]
             gate, up = gate_up[..., ::2], gate_up[..., 1::2]
@@ -214,17 +220,13 @@ def balanced_moe_routing():
         # DeepseekV3MoE.moe and Glm4MoeMoE.moe (their operators, in order), expert e given
         # the (token, k) slots [e x per_expert, (e + 1) x per_expert); the token and weight
         # indices are the columns of one (n, 2) int64 tensor, as torch.where's nonzero makes.
-        # (DeepSeek-V3's multi-head latent attention has unequal q/k and v head sizes, for
-        # which SDPA on the CPU takes its math kernel and keeps the s x s weights, which a
-        # GPU's kernels do not: no DeepSeek-V3 case runs here.)
         final_hidden_states = torch.zeros_like(hidden_states, dtype=topk_weights.dtype)
         expert_mask = F.one_hot(topk_indices, num_classes=len(self.experts)).permute(2, 0, 1)
         tokens, top_k = topk_indices.shape
         per_expert = tokens * top_k // len(self.experts)
         for e, expert in enumerate(self.experts):
-            slots = torch.arange(e * per_expert, (e + 1) * per_expert, device=hidden_states.device)
-            pairs = torch.stack([slots % tokens, slots // tokens], dim=1)
-            token_indices, weight_indices = pairs[:, 0], pairs[:, 1]
+            pairs = slot_pairs(e, per_expert, tokens, hidden_states.device)
+            token_indices, weight_indices = pairs[:, 1], pairs[:, 0]
             expert_weights = topk_weights[token_indices, weight_indices]
             expert_input = hidden_states[token_indices]
             expert_output = expert(expert_input)
@@ -233,14 +235,73 @@ def balanced_moe_routing():
         del expert_mask
         return final_hidden_states.type(hidden_states.dtype)
 
+    def deepseek_v2_moe(self, hidden_states, topk_ids, topk_weight):
+        # DeepseekV2MoE.moe (its operators, in order): the token slots sorted by expert, each
+        # expert given per_expert consecutive sorted slots (its count is a tensor read back
+        # in transformers' loop), one cat, the scatter back and the weighted sum.
+        cnts = topk_ids.new_zeros((topk_ids.shape[0], len(self.experts)))
+        cnts.scatter_(1, topk_ids, 1)
+        cnts.sum(dim=0)
+        indices = topk_ids.view(-1).argsort()
+        sorted_tokens = hidden_states[indices // topk_ids.shape[1]]
+        per_expert = indices.shape[0] // len(self.experts)
+        outs = torch.cat([expert(sorted_tokens[i * per_expert:(i + 1) * per_expert])
+                          for i, expert in enumerate(self.experts)], dim=0)
+        new_x = torch.empty_like(outs)
+        new_x[indices] = outs
+        return (new_x.view(*topk_ids.shape, -1).type(topk_weight.dtype).mul_(topk_weight.unsqueeze(dim=-1))
+                .sum(dim=1).type(new_x.dtype))
+
     modeling_mixtral.MixtralSparseMoeBlock.forward = forward
     modeling_qwen2_moe.Qwen2MoeSparseMoeBlock.forward = forward
     modeling_qwen3_moe.Qwen3MoeSparseMoeBlock.forward = forward
     modeling_olmoe.OlmoeSparseMoeBlock.forward = forward
     modeling_granitemoe.GraniteMoeMoE.forward = granite_forward
     modeling_gpt_oss.GptOssExperts.forward = gpt_oss_experts_forward
+    modeling_deepseek_v2.DeepseekV2MoE.moe = deepseek_v2_moe
     modeling_deepseek_v3.DeepseekV3MoE.moe = deepseek_moe
     modeling_glm4_moe.Glm4MoeMoE.moe = deepseek_moe
+
+
+def gpu_like_sdpa_for_unequal_head_sizes():
+    """SDPA with a value head size other than the query's (DeepSeek's multi-head latent
+    attention: q and k 192, v 128), as a GPU runs it.
+
+    On the CPU, SDPA takes its math kernel for unequal head sizes, which keeps the s x s
+    attention weights; on a GPU the flash kernel refuses them and the memory-efficient one
+    runs, keeping q, k, v, its output (allocated (b, s, heads, d_v) and returned transposed,
+    so merging the heads back is a view) and an fp32 logsumexp of (b, heads, s), and making
+    gradients of q, k and v in backward. Under fake tensors only those allocations matter:
+    this op makes them and nothing else. Calls with equal head sizes, or with a mask, go to
+    PyTorch's own SDPA."""
+    import torch
+    import torch.nn.functional as F
+
+    if getattr(F.scaled_dot_product_attention, "_shardscope_gpu_like", False):
+        return
+    sdpa = F.scaled_dot_product_attention
+
+    class EfficientAttention(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v):
+            b, heads, s, _ = q.shape
+            out = q.new_empty((b, s, heads, v.shape[-1])).transpose(1, 2)
+            lse = torch.empty((b, heads, s), dtype=torch.float32, device=q.device)
+            ctx.save_for_backward(q, k, v, out, lse)
+            return out
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            q, k, v, _, _ = ctx.saved_tensors
+            return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+    def patched(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *args, **kwargs):
+        if query.shape[-1] != value.shape[-1] and attn_mask is None:
+            return EfficientAttention.apply(query, key, value)
+        return sdpa(query, key, value, attn_mask, dropout_p, is_causal, *args, **kwargs)
+
+    patched._shardscope_gpu_like = True
+    F.scaled_dot_product_attention = patched
 
 
 def hide_dtensor_shape_propagation():
@@ -415,8 +476,10 @@ def oracle(model_path, plan_path, world, batch, seq, steps=2, track=True):
     import transformers.masking_utils as masking_utils
     masking_utils.find_packed_sequence_indices = lambda position_ids: None
     if cfg.model_type in ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "gpt_oss",
-                          "deepseek_v3", "glm4_moe"):
+                          "deepseek_v2", "deepseek_v3", "glm4_moe"):
         balanced_moe_routing()
+    if cfg.model_type in ("deepseek_v2", "deepseek_v3"):
+        gpu_like_sdpa_for_unequal_head_sizes()
     hide_dtensor_shape_propagation()
     keep_fsdp_group_hooks()
     post_forward_mesh_outside_fake_mode()
