@@ -1333,6 +1333,61 @@ int64_t exaonePattern(const JsonReader& r) {
 // The sliding window and the layers that use it, as transformers' configs decide them
 // (config.layer_types where the family has it): from seq_len == window on, each such
 // layer's SDPA keeps a (b, 1, s, s) mask (ModuleCost::windowSavedBytes).
+// no_rope_layers (SmolLM3, Llama-4): despite the name, 1 marks a layer that applies RoPE.
+constexpr const char* kRopeFlag = "expected 1 (RoPE) or 0 (no RoPE)";
+
+// A per-layer list (`key`), num_hidden_layers long.
+JsonReader perLayerList(const JsonReader& r, const char* key, int64_t layers) {
+    const JsonReader list = r.at(key);
+    list.requireArray();
+    if (static_cast<int64_t>(list.size()) != layers)
+        list.fail(std::string(key) + " lists " + std::to_string(list.size()) +
+                  " layers, num_hidden_layers is " + std::to_string(layers));
+    return list;
+}
+
+// A per-layer list of 0/1 flags (`key`); `expected` says what the two mean.
+std::vector<char> layerFlags(const JsonReader& r, const char* key, int64_t layers,
+                             const char* expected) {
+    const JsonReader list = perLayerList(r, key, layers);
+    std::vector<char> flags(list.size());
+    for (size_t k = 0; k < list.size(); ++k) {
+        const int64_t v = list[k].asIntAtLeast(0);
+        if (v > 1) list[k].fail(expected);
+        flags[k] = static_cast<char>(v);
+    }
+    return flags;
+}
+
+// layer_types: per layer, whether it is `local` (sliding_attention, Llama-4's
+// chunked_attention) rather than full_attention.
+std::vector<char> localLayerTypes(const JsonReader& r, int64_t layers, const std::string& local) {
+    const JsonReader list = perLayerList(r, "layer_types", layers);
+    std::vector<char> flags(list.size());
+    for (size_t k = 0; k < list.size(); ++k) {
+        const std::string t = list[k].asString();
+        if (t != local && t != "full_attention")
+            list[k].fail("unknown layer type \"" + t + "\" (" + local + " or full_attention)");
+        flags[k] = t == local;
+    }
+    return flags;
+}
+
+// A list of layer indices (`key`: mlp_only_layers, moe_layers), each below num_hidden_layers.
+std::vector<int64_t> layerIndices(const JsonReader& r, const char* key, int64_t layers) {
+    const JsonReader list = r.at(key);
+    list.requireArray();
+    std::vector<int64_t> out;
+    for (size_t k = 0; k < list.size(); ++k) {
+        const int64_t layer = list[k].asIntAtLeast(0);
+        if (layer >= layers)
+            list[k].fail("layer " + std::to_string(layer) +
+                         " does not exist (num_hidden_layers is " + std::to_string(layers) + ")");
+        out.push_back(layer);
+    }
+    return out;
+}
+
 void readSlidingWindow(const JsonReader& r, const std::string& family, LlamaLike& c) {
     bool everyLayer = false;  // one mask for the whole model (no layer_types)
     int64_t fullBelow = 0;    // Qwen2/Qwen3: the first max_window_layers attend fully
@@ -1380,20 +1435,7 @@ void readSlidingWindow(const JsonReader& r, const std::string& family, LlamaLike
     if (c.slidingWindow > 0) {
         c.slidingLayers.assign(static_cast<size_t>(c.layers), 0);
         const bool listed = !everyLayer && r.hasNonNull("layer_types");
-        if (listed) {
-            const JsonReader list = r.at("layer_types");
-            list.requireArray();
-            if (static_cast<int64_t>(list.size()) != c.layers)
-                list.fail("layer_types lists " + std::to_string(list.size()) +
-                          " layers, num_hidden_layers is " + std::to_string(c.layers));
-            for (size_t k = 0; k < list.size(); ++k) {
-                const std::string t = list[k].asString();
-                if (t != "sliding_attention" && t != "full_attention")
-                    list[k].fail("unknown layer type \"" + t +
-                                 "\" (sliding_attention or full_attention)");
-                c.slidingLayers[k] = t == "sliding_attention";
-            }
-        }
+        if (listed) c.slidingLayers = localLayerTypes(r, c.layers, "sliding_attention");
         // Gemma-2 alternates from layer 0; Gemma-3 makes every sliding_window_pattern-th
         // layer (default 6) a full one, Exaone-4 likewise (default 4), OLMo-3 every 4th.
         // SmolLM3 slides on its layers without RoPE.
@@ -1482,18 +1524,8 @@ const char* readExperts(const JsonReader& r, const std::string& family, LlamaLik
             c.normTopK = r.optBool("norm_topk_prob").value_or(false);
             if (r.hasNonNull("decoder_sparse_step"))
                 c.sparseStep = positive(r, "decoder_sparse_step");
-            if (r.hasNonNull("mlp_only_layers")) {
-                const JsonReader list = r.at("mlp_only_layers");
-                list.requireArray();
-                for (size_t k = 0; k < list.size(); ++k) {
-                    const int64_t layer = list[k].asIntAtLeast(0);
-                    if (layer >= c.layers)
-                        list[k].fail("layer " + std::to_string(layer) +
-                                     " does not exist (num_hidden_layers is " +
-                                     std::to_string(c.layers) + ")");
-                    c.mlpOnlyLayers.push_back(layer);
-                }
-            }
+            if (r.hasNonNull("mlp_only_layers"))
+                c.mlpOnlyLayers = layerIndices(r, "mlp_only_layers", c.layers);
             if (family == "qwen2_moe")
                 c.sharedInter = positive(r, "shared_expert_intermediate_size");
         }
@@ -1530,16 +1562,7 @@ void readLlamaVariant(const JsonReader& r, const std::string& family, LlamaLike&
         c.ropeLayers.assign(static_cast<size_t>(c.layers), 1);
         if (r.hasNonNull("no_rope_layers")) {
             // Despite its name, 1 marks a layer that applies RoPE.
-            const JsonReader list = r.at("no_rope_layers");
-            list.requireArray();
-            if (static_cast<int64_t>(list.size()) != c.layers)
-                list.fail("no_rope_layers lists " + std::to_string(list.size()) +
-                          " layers, num_hidden_layers is " + std::to_string(c.layers));
-            for (size_t k = 0; k < list.size(); ++k) {
-                const int64_t v = list[k].asIntAtLeast(0);
-                if (v > 1) list[k].fail("expected 1 (RoPE) or 0 (no RoPE)");
-                c.ropeLayers[k] = static_cast<char>(v);
-            }
+            c.ropeLayers = layerFlags(r, "no_rope_layers", c.layers, kRopeFlag);
         } else {
             const int64_t every =
                 r.hasNonNull("no_rope_layer_interval") ? positive(r, "no_rope_layer_interval") : 4;
@@ -1585,22 +1608,6 @@ void readLlamaVariant(const JsonReader& r, const std::string& family, LlamaLike&
         c.clipQkv = r.at("clip_qkv").asPositiveNumber();
 }
 
-// A per-layer list of 0/1 flags (`key`), num_hidden_layers long.
-std::vector<char> layerFlags(const JsonReader& r, const char* key, int64_t layers) {
-    const JsonReader list = r.at(key);
-    list.requireArray();
-    if (static_cast<int64_t>(list.size()) != layers)
-        list.fail(std::string(key) + " lists " + std::to_string(list.size()) +
-                  " layers, num_hidden_layers is " + std::to_string(layers));
-    std::vector<char> flags(list.size());
-    for (size_t k = 0; k < list.size(); ++k) {
-        const int64_t v = list[k].asIntAtLeast(0);
-        if (v > 1) list[k].fail("expected 0 or 1");
-        flags[k] = static_cast<char>(v);
-    }
-    return flags;
-}
-
 // Llama4TextConfig's fields (transformers 4.57 defaults where a key is absent).
 void readLlama4(const JsonReader& r, LlamaLike& c) {
     c.llama4 = true;
@@ -1617,7 +1624,7 @@ void readLlama4(const JsonReader& r, LlamaLike& c) {
         r.hasNonNull("no_rope_layers") &&
         (!r.at("no_rope_layers").json().is_array() || !r.at("no_rope_layers").json().empty());
     if (listed) {
-        c.ropeLayers = layerFlags(r, "no_rope_layers", c.layers);
+        c.ropeLayers = layerFlags(r, "no_rope_layers", c.layers, kRopeFlag);
     } else {
         const int64_t every =
             r.hasNonNull("no_rope_layer_interval") ? positive(r, "no_rope_layer_interval") : 4;
@@ -1627,16 +1634,8 @@ void readLlama4(const JsonReader& r, LlamaLike& c) {
     }
     c.moeLayers.assign(n, 0);
     if (r.hasNonNull("moe_layers")) {
-        const JsonReader list = r.at("moe_layers");
-        list.requireArray();
-        for (size_t k = 0; k < list.size(); ++k) {
-            const int64_t layer = list[k].asIntAtLeast(0);
-            if (layer >= c.layers)
-                list[k].fail("layer " + std::to_string(layer) +
-                             " does not exist (num_hidden_layers is " + std::to_string(c.layers) +
-                             ")");
+        for (const int64_t layer : layerIndices(r, "moe_layers", c.layers))
             c.moeLayers[static_cast<size_t>(layer)] = 1;
-        }
     } else {
         const int64_t step = r.hasNonNull("interleave_moe_layer_step")
                                  ? positive(r, "interleave_moe_layer_step")
@@ -1659,20 +1658,8 @@ void readLlama4(const JsonReader& r, LlamaLike& c) {
                                                              : 0;
     if (c.slidingWindow > 0) {
         c.slidingLayers.assign(c.ropeLayers.begin(), c.ropeLayers.end());
-        if (r.hasNonNull("layer_types")) {
-            const JsonReader list = r.at("layer_types");
-            list.requireArray();
-            if (list.size() != n)
-                list.fail("layer_types lists " + std::to_string(list.size()) +
-                          " layers, num_hidden_layers is " + std::to_string(c.layers));
-            for (size_t k = 0; k < n; ++k) {
-                const std::string t = list[k].asString();
-                if (t != "chunked_attention" && t != "full_attention")
-                    list[k].fail("unknown layer type \"" + t +
-                                 "\" (chunked_attention or full_attention)");
-                c.slidingLayers[k] = t == "chunked_attention";
-            }
-        }
+        if (r.hasNonNull("layer_types"))
+            c.slidingLayers = localLayerTypes(r, c.layers, "chunked_attention");
     }
     if (r.hasNonNull("hidden_act") && r.getString("hidden_act") != "silu")
         r.at("hidden_act")
