@@ -1673,26 +1673,9 @@ void readLlama4(const JsonReader& r, LlamaLike& c) {
                 "false or export the model with scripts/export_model.py");
 }
 
-Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& family,
-                                   const HfLoadOptions& o) {
-    LlamaLike c;
-    c.family = family;
-    // transformers' class names: the family's CausalLM class without "ForCausalLM".
-    const std::string causalLm =
-        std::find_if(hfFamilies().begin(), hfFamilies().end(), [&](const HfFamily& f) {
-            return family == f.modelType;
-        })->causalLm;
-    c.prefix = causalLm.substr(0, causalLm.size() - std::string_view("ForCausalLM").size());
-    c.vocab = positive(r, "vocab_size");
-    c.hidden = positive(r, "hidden_size");
-    c.inter = positive(r, "intermediate_size");
-    c.layers = positive(r, "num_hidden_layers");
-    c.heads = positive(r, "num_attention_heads");
-    c.kvHeads = r.hasNonNull("num_key_value_heads") ? positive(r, "num_key_value_heads") : c.heads;
-    if (c.heads % c.kvHeads != 0)
-        r.at("num_key_value_heads")
-            .fail("num_key_value_heads (" + std::to_string(c.kvHeads) +
-                  ") must divide num_attention_heads (" + std::to_string(c.heads) + ")");
+// The attention's head sizes: DeepSeek's latent-attention sizes, else head_dim (each
+// family's default where the key is absent, hidden_size // heads where it is null).
+void readHeadSizes(const JsonReader& r, const std::string& family, LlamaLike& c) {
     c.deepseekV2 = family == "deepseek_v2";
     c.deepseek = family == "deepseek_v3" || c.deepseekV2;
     if (c.deepseek) {
@@ -1722,6 +1705,29 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
                       ") and no head_dim is given");
         c.headDim = c.hidden / c.heads;
     }
+}
+
+Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& family,
+                                   const HfLoadOptions& o) {
+    LlamaLike c;
+    c.family = family;
+    // transformers' class names: the family's CausalLM class without "ForCausalLM".
+    const std::string causalLm =
+        std::find_if(hfFamilies().begin(), hfFamilies().end(), [&](const HfFamily& f) {
+            return family == f.modelType;
+        })->causalLm;
+    c.prefix = causalLm.substr(0, causalLm.size() - std::string_view("ForCausalLM").size());
+    c.vocab = positive(r, "vocab_size");
+    c.hidden = positive(r, "hidden_size");
+    c.inter = positive(r, "intermediate_size");
+    c.layers = positive(r, "num_hidden_layers");
+    c.heads = positive(r, "num_attention_heads");
+    c.kvHeads = r.hasNonNull("num_key_value_heads") ? positive(r, "num_key_value_heads") : c.heads;
+    if (c.heads % c.kvHeads != 0)
+        r.at("num_key_value_heads")
+            .fail("num_key_value_heads (" + std::to_string(c.kvHeads) +
+                  ") must divide num_attention_heads (" + std::to_string(c.heads) + ")");
+    readHeadSizes(r, family, c);
     c.rotaryDim = c.headDim;  // Phi-3's partial_rotary_factor narrows it below
     c.gemma3 = family == "gemma3_text";
     c.gemma = family == "gemma2" || c.gemma3;
