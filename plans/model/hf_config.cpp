@@ -55,11 +55,14 @@ struct CostBuilder {
     }
     // A mixture's expert GEMM of in→out run once per expert (`experts` calls) on its share
     // of the k routed slots of each token (m = tokens x k / experts): FLOPs, the kernels
-    // and the mm output op-level checkpointing can keep.
-    void expertGemm(ModuleCost& c, double experts, double k, double in, double out) {
+    // and, for aten.mm (`mm`; not a batched bmm), the mm output op-level checkpointing can
+    // keep.
+    void expertGemm(ModuleCost& c, double experts, double k, double in, double out,
+                    bool mm = true) {
         c.addGemm({k / experts, out, in, static_cast<int32_t>(experts)});
         c.fwdFlops.perToken += 2 * in * out * k;
         c.bwdFlops.perToken += 4 * in * out * k;
+        if (!mm) return;
         c.mmOutputBytes.perToken += k * out * e;
         c.mmCount += static_cast<int32_t>(experts);
     }
@@ -1014,12 +1017,10 @@ private:
         g.addParam(ex, "down_proj", {c.experts, c.inter, h}, pd);
         g.addModule(ex, "act_fn", c.actClass);
         auto& xc = g.cost(ex);
-        // One bmm each way, of E batches of every token: priced as E GEMMs of the tokens.
-        const auto calls = static_cast<int32_t>(c.experts);
-        xc.addGemm({1.0, 2 * I, H, calls});
-        xc.addGemm({1.0, H, I, calls});
-        xc.fwdFlops.perToken += 6 * H * I * E;
-        xc.bwdFlops.perToken += 12 * H * I * E;
+        // One bmm each way, of E batches of every token (k = E slots a token): priced as E
+        // GEMMs of the tokens; op-level checkpointing's mm policy does not keep a bmm.
+        cb.expertGemm(xc, E, E, H, 2 * I, /*mm=*/false);
+        cb.expertGemm(xc, E, E, I, H, /*mm=*/false);
         xc.savedBytes.perToken += E * (H + 4 * I) * e;
         // silu and the multiply forward; backward the multiply's two products, silu's and
         // the cat of the gate and up gradients.
