@@ -105,6 +105,19 @@ void printRecommendation(const SearchResult& res, const Candidate* mine, const M
     char buf[256];
     const Candidate& b = *res.best;
     std::cout << "Best plan:  " << b.summary << "\n            " << line(b) << "\n";
+    auto fp32Params = [](const Candidate& c) {
+        const auto& mp = c.plan.defaults.mixedPrecision;
+        return mp && mp->paramDtype == DType::Float32;
+    };
+    for (size_t m = 0; m < g.moduleCount() && fp32Params(b); ++m) {
+        const ModuleNode& mod = g.module(ModuleId(static_cast<int32_t>(m)));
+        if (!mod.keepFp32) continue;
+        std::cout << "            fp32 parameters: \"" << mod.fqn
+                  << "\" and its like compute in fp32, and FSDP1 gives every unit one "
+                     "MixedPrecision (FSDP2 trains the model in bf16 with those modules as fp32 "
+                     "units)\n";
+        break;
+    }
     // What each allowed option buys: the best plan against the fastest one without it.
     printGain(b, res.bestEager, "compiled per block", "Compile:    torch.compile per block",
               "eager",
@@ -114,8 +127,8 @@ void printRecommendation(const SearchResult& res, const Candidate* mine, const M
               " (tensorwise, float8 all-gather)");
     const Candidate& d = res.baseline;
     std::cout << "Default:    each block a unit, reshard True (root False), implicit prefetch, "
-                 "bf16/fp32\n            "
-              << line(d) << (d.fits ? "" : "  (does not fit)") << "\n";
+              << (fp32Params(d) ? "fp32 params/fp32" : "bf16/fp32") << "\n            " << line(d)
+              << (d.fits ? "" : "  (does not fit)") << "\n";
     if (d.fits) {
         std::snprintf(buf, sizeof buf,
                       "            the best plan is %.2fx the default's throughput\n",

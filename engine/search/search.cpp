@@ -170,7 +170,7 @@ public:
                                                     : ReshardSetting::ofInt(c.node.devicesPerNode);
                                     v.forwardPrefetchDepth = fwd;
                                     v.backwardPrefetchDepth = bwd;
-                                    v.paramDtype = DType::BFloat16;
+                                    v.paramDtype = paramDtype();
                                     v.reduceDtype = reduce;
                                     v.ac = ac;
                                     variants.push_back(v);
@@ -248,6 +248,16 @@ private:
     const ModelGraph& g;
     const ClusterSpec& c;
     const SearchOptions& o;
+
+    // bf16 parameters, but fp32 for FSDP1-compatible plans of a model with modules that
+    // compute in fp32 (ModuleNode::keepFp32): FSDP1 gives every unit one MixedPrecision, so
+    // a bf16 param_dtype would reach those modules in bf16 (resolvePlan refuses it).
+    DType paramDtype() const {
+        if (!o.fsdp1Compatible) return DType::BFloat16;
+        for (size_t m = 0; m < g.moduleCount(); ++m)
+            if (g.module(ModuleId(static_cast<int32_t>(m))).keepFp32) return DType::Float32;
+        return DType::BFloat16;
+    }
     int64_t perRank = 1, budget = 0;
     std::vector<int64_t> microBatches;
     std::vector<ModuleId> blocks;
@@ -275,7 +285,7 @@ private:
             p.meshShape = {c.nodes / s.hsdpNodes, s.hsdpNodes * c.node.devicesPerNode};
         else
             p.meshShape = {c.worldSize()};
-        p.defaults.mixedPrecision = MixedPrecisionSpec{DType::BFloat16, DType::Float32, {}, true};
+        p.defaults.mixedPrecision = MixedPrecisionSpec{paramDtype(), DType::Float32, {}, true};
         if (s.offload) p.defaults.offload = OffloadSpec{true, true};
         // torchtitan's float8 recipe for FSDP2: tensorwise scaling, weights all-gathered in
         // float8, their scales precomputed once a step.
@@ -296,6 +306,18 @@ private:
             for (size_t k = i;
                  k < std::min(blocks.size(), i + static_cast<size_t>(s.blocksPerUnit)); ++k)
                 u.modules.push_back(g.module(blocks[k]).fqn);
+            p.units.push_back(std::move(u));
+        }
+        // Modules that compute in fp32 whatever the model's dtype (Ernie-4.5's router gates)
+        // gather in fp32 as units of their own; their block's checkpoint covers them.
+        for (size_t m = 0; m < g.moduleCount() && paramDtype() != DType::Float32; ++m) {
+            const ModuleId id(static_cast<int32_t>(m));
+            if (!g.module(id).keepFp32 || g.module(id).params.empty()) continue;
+            UnitSpec u;
+            u.modules = {g.module(id).fqn};
+            u.settings.mixedPrecision =
+                MixedPrecisionSpec{DType::Float32, DType::Float32, {}, true};
+            u.settings.activationCheckpointing = AcSpec(AcMode::None);
             p.units.push_back(std::move(u));
         }
         if (s.separateEnds) {
@@ -486,7 +508,16 @@ private:
         std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
             return *g.findModule(p.units[a].modules[0]) < *g.findModule(p.units[b].modules[0]);
         });
-        for (size_t pos = 0; pos < n; ++pos) {
+        // Units that keep fp32 (structuralPlan) keep their settings and stay out of the
+        // prefetch chains, as applyVariant leaves them.
+        auto keepsFp32 = [&](const UnitSpec& u) {
+            return u.modules.size() == 1 && g.module(*g.findModule(u.modules[0])).keepFp32;
+        };
+        order.erase(std::remove_if(order.begin(), order.end(),
+                                   [&](size_t i) { return keepsFp32(p.units[i]); }),
+                    order.end());
+        const size_t chained = order.size();
+        for (size_t pos = 0; pos < chained; ++pos) {
             UnitSpec& u = p.units[order[pos]];
             if (u.name.empty() && u.modules.size() > 1)
                 u.name = u.modules.front() + ".." + u.modules.back();
@@ -506,12 +537,13 @@ private:
             const UnitSpec& u = p.units[idx];
             return u.name.empty() ? u.modules[0] : u.name;
         };
-        for (size_t pos = 0; pos < n; ++pos) {
+        for (size_t pos = 0; pos < chained; ++pos) {
             UnitSpec& u = p.units[order[pos]];
             if (ch.variant.forwardPrefetchDepth > 0) {
                 std::vector<std::string> f;
                 for (int d = 1;
-                     d <= ch.variant.forwardPrefetchDepth && pos + static_cast<size_t>(d) < n; ++d)
+                     d <= ch.variant.forwardPrefetchDepth && pos + static_cast<size_t>(d) < chained;
+                     ++d)
                     f.push_back(unitName(order[pos + static_cast<size_t>(d)]));
                 u.forwardPrefetch = f;
             }
@@ -530,22 +562,28 @@ private:
             : ch.variant.endsReshard
                 ? ", own embedding/head units (reshard " + ch.variant.endsReshard->toString() + ")"
                 : ", own embedding/head units (reshard as the blocks)";
-        char summary[320];
-        std::snprintf(summary, sizeof summary,
-                      "%s%s%s, reshard %s, prefetch fwd %d bwd %d, bf16/%s, checkpointing %s, "
-                      "micro-batch %lld x %lld%s%s%s%s",
-                      granularity(s).c_str(), ends.c_str(), hsdpText(s).c_str(),
-                      ch.variant.reshard.toString().c_str(), ch.variant.forwardPrefetchDepth,
-                      ch.variant.backwardPrefetchDepth,
-                      ch.variant.reduceDtype == DType::Float32 ? "fp32 reduce" : "bf16 reduce",
-                      acModeName(*ch.variant.ac), static_cast<long long>(ch.microBatch),
-                      static_cast<long long>(perRank / ch.microBatch),
-                      ch.syncEvery ? " (reduce every micro-batch)" : "",
-                      s.offload ? ", CPU offload" : "",
-                      ch.variant.compile.value_or(CompileMode::None) != CompileMode::None
-                          ? ", compiled per block"
-                          : "",
-                      s.float8 ? ", float8 (tensorwise, float8 all-gather)" : "");
+        const size_t fp32Units = n - chained;
+        const std::string fp32Text = fp32Units == 0
+                                         ? std::string()
+                                         : ", " + std::to_string(fp32Units) + " fp32 module" +
+                                               (fp32Units > 1 ? "s" : "") + " as fp32 units";
+        char summary[400];
+        std::snprintf(
+            summary, sizeof summary,
+            "%s%s%s, reshard %s, prefetch fwd %d bwd %d, %s/%s%s, checkpointing %s, "
+            "micro-batch %lld x %lld%s%s%s%s",
+            granularity(s).c_str(), ends.c_str(), hsdpText(s).c_str(),
+            ch.variant.reshard.toString().c_str(), ch.variant.forwardPrefetchDepth,
+            ch.variant.backwardPrefetchDepth,
+            ch.variant.paramDtype == DType::Float32 ? "fp32 params" : "bf16",
+            ch.variant.reduceDtype == DType::Float32 ? "fp32 reduce" : "bf16 reduce",
+            fp32Text.c_str(), acModeName(*ch.variant.ac), static_cast<long long>(ch.microBatch),
+            static_cast<long long>(perRank / ch.microBatch),
+            ch.syncEvery ? " (reduce every micro-batch)" : "", s.offload ? ", CPU offload" : "",
+            ch.variant.compile.value_or(CompileMode::None) != CompileMode::None
+                ? ", compiled per block"
+                : "",
+            s.float8 ? ", float8 (tensorwise, float8 all-gather)" : "");
         p.name = std::string("recommended: ") + summary;
         Candidate cand;
         cand.plan = p;
@@ -565,7 +603,7 @@ private:
         allStructures.push_back(s);
         Choice best{sIdx, {}, 1, false, 0, 0, false, 0};
         best.variant.reshard = ReshardSetting::ofBool(true);
-        best.variant.paramDtype = DType::BFloat16;
+        best.variant.paramDtype = paramDtype();
         best.variant.reduceDtype = DType::Float32;
         best.variant.ac = AcMode::None;
         ResolvedPlan r = resolvePlan(g, structuralPlan(s), &c, "baseline");

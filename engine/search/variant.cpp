@@ -22,7 +22,7 @@ bool applyVariant(ResolvedPlan& r, const PlanVariant& v, std::string* why) {
     }
     for (size_t i = 0; i < r.units.size(); ++i) {
         ResolvedUnit& u = r.units[i];
-        if (v.paramDtype || v.reduceDtype) {
+        if ((v.paramDtype || v.reduceDtype) && !u.keepsFp32) {
             // As MixedPrecisionPolicy normalises: equal to the original dtype means None.
             const DType orig = u.params.empty() ? DType::Float32 : g.param(u.params[0]).dtype;
             MixedPrecisionSpec mp = u.mixedPrecision;
@@ -42,7 +42,7 @@ bool applyVariant(ResolvedPlan& r, const PlanVariant& v, std::string* why) {
             u.compile = *v.compile;
             compileChanged = true;
         }
-        if (v.ac) {
+        if (v.ac && !u.keepsFp32) {
             u.activationCheckpointing = *v.ac;
             u.acSave.clear();  // selective_op: torchtitan's preset
         }
@@ -77,18 +77,25 @@ bool applyVariant(ResolvedPlan& r, const PlanVariant& v, std::string* why) {
             if (r.noShard) u.reshard = Reshard::False;
         }
     }
-    // Explicit prefetch of the next / previous N units in forward order (units[1..]).
-    const size_t n = r.units.size();
-    for (size_t i = 1; i < n; ++i) {
+    // Explicit prefetch of the next / previous N units in forward order (units[1..]), the
+    // units that keep fp32 left out.
+    std::vector<int32_t> chain;
+    for (size_t i = 1; i < r.units.size(); ++i) {
         ResolvedUnit& u = r.units[i];
-        u.explicitForwardPrefetch = v.forwardPrefetchDepth > 0;
         u.forwardPrefetch.clear();
-        for (int d = 1; d <= v.forwardPrefetchDepth && i + static_cast<size_t>(d) < n; ++d)
-            u.forwardPrefetch.emplace_back(static_cast<int32_t>(i + static_cast<size_t>(d)));
-        u.explicitBackwardPrefetch = v.backwardPrefetchDepth > 0;
         u.backwardPrefetch.clear();
-        for (int d = 1; d <= v.backwardPrefetchDepth && i > static_cast<size_t>(d); ++d)
-            u.backwardPrefetch.emplace_back(static_cast<int32_t>(i - static_cast<size_t>(d)));
+        u.explicitForwardPrefetch = u.explicitBackwardPrefetch = false;
+        if (!u.keepsFp32) chain.push_back(static_cast<int32_t>(i));
+    }
+    const size_t n = chain.size();
+    for (size_t i = 0; i < n; ++i) {
+        ResolvedUnit& u = r.units[static_cast<size_t>(chain[i])];
+        u.explicitForwardPrefetch = v.forwardPrefetchDepth > 0;
+        for (int d = 1; d <= v.forwardPrefetchDepth && i + static_cast<size_t>(d) < n; ++d)
+            u.forwardPrefetch.emplace_back(chain[i + static_cast<size_t>(d)]);
+        u.explicitBackwardPrefetch = v.backwardPrefetchDepth > 0;
+        for (int d = 1; d <= v.backwardPrefetchDepth && i >= static_cast<size_t>(d); ++d)
+            u.backwardPrefetch.emplace_back(chain[i - static_cast<size_t>(d)]);
     }
     // A compiled layer saves and runs other kernels: the module runs follow the setting.
     if (compileChanged) r.moduleRuns = moduleRunsOf(g, r);

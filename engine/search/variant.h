@@ -28,7 +28,9 @@ struct PlanVariant {
     friend bool operator==(const PlanVariant&, const PlanVariant&) = default;
 };
 
-// Applies `v` to `plan` (resolved with the same model). Returns false, leaving a message,
+// Applies `v` to `plan` (resolved with the same model). Units that keep fp32
+// (ResolvedUnit::keepsFp32) keep their precision and no checkpointing, and are left out of
+// the prefetch chains, which link the other units. Returns false, leaving a message,
 // when the variant is invalid for this plan (an int reshard that does not divide the
 // shard size).
 bool applyVariant(ResolvedPlan& plan, const PlanVariant& v, std::string* why = nullptr);

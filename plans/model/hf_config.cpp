@@ -401,6 +401,15 @@ struct LlamaLike {
     int64_t interMlp = 0;
     std::vector<char> moeLayers;  // Llama-4: per layer, whether its feed_forward is the MoE
     bool l2QkNorm = false, temperatureTuning = false;
+    // Ernie-4.5-MoE (ernie4_5_moe): Llama's layout with use_bias on every projection, RoPE in
+    // fp32 on interleaved pairs (cos and sin repeated per pair in each layer), and on
+    // moeLayers (from moe_layer_start_index to moe_layer_end_index, every
+    // moe_layer_interval-th) Ernie4_5_MoeSparseMoeBlock: Qwen's expert loop behind a router
+    // that runs in fp32 (`gate`, an fp32 nn.Linear fed hidden_states.float() with autocast
+    // off; transformers keeps it fp32 in any dtype), a correction bias (moe_statics, not
+    // trained) added before the top k, the top-k weights always renormalised, and shared
+    // experts (one SwiGLU of moe_intermediate_size x moe_num_shared_experts) added ungated.
+    bool ernie = false;
     [[nodiscard]] bool deepseekExperts() const { return deepseek || glm; }
     int64_t qLora = 0, kvLora = 0, ropeDim = 0, nopeDim = 0, vDim = 0, firstDense = 0;
     int64_t sharedExperts = 0;
@@ -469,6 +478,9 @@ public:
                 cb.rotaryEmbedding(model, "rotary_emb", c.prefix + "RotaryEmbedding", c.rotaryDim,
                                    c.headDim, c.deepseekV2 || c.llama4);
             if (c.gptOss) gptOssRotary(rot);
+            // Ernie's cos and sin stay fp32 and unsaved: each layer repeats them per pair and
+            // keeps its own copies (ModuleCost's perPosition, in attention()).
+            if (c.ernie) g.cost(rot).savedBytes = {};
         }
         if (c.gemma3)  // the sliding-window layers' own cos and sin (rope_local_base_freq)
             cb.rotaryEmbedding(model, "rotary_emb_local", c.prefix + "RotaryEmbedding", c.rotaryDim,
@@ -700,9 +712,10 @@ private:
 
     void decoderLayer(ModuleId layer, int64_t i) {
         attention(layer, i);
-        const bool sparse =
-            c.experts > 0 && (i + 1) % c.sparseStep == 0 &&
-            std::find(c.mlpOnlyLayers.begin(), c.mlpOnlyLayers.end(), i) == c.mlpOnlyLayers.end();
+        const bool sparse = c.ernie ? c.moeLayers[static_cast<size_t>(i)] != 0
+                                    : c.experts > 0 && (i + 1) % c.sparseStep == 0 &&
+                                          std::find(c.mlpOnlyLayers.begin(), c.mlpOnlyLayers.end(),
+                                                    i) == c.mlpOnlyLayers.end();
         if (c.deepseekExperts() && i >= c.firstDense)
             deepseekMoe(layer);
         else if (c.family == "granitemoe")
@@ -720,7 +733,7 @@ private:
         // residual + branch * residual_multiplier, twice.
         if (c.granite) cb.scaleByConstant(layer, H, 2);
         if (!c.deepseek && !sparse && !c.llama4 && !c.legacySdpaAttention && c.residDropout == 0 &&
-            !c.starcoder2 && !c.cohere && c.branchDropout == 0 && c.clipQkv == 0)
+            !c.starcoder2 && !c.cohere && !c.ernie && c.branchDropout == 0 && c.clipQkv == 0)
             compiledRule(layer, i);
     }
 
@@ -824,8 +837,11 @@ private:
                 ac.fwdMemBytes.perToken += 2.0 * (dq + dkv) * cb.e;
                 ac.bwdMemBytes.perToken += 2.0 * (dq + dkv) * cb.e;
             }
-            if (c.cohere && rope && cb.e < 4) {
-                // Cohere2's RoPE runs in fp32: q and k cast up and back, each way.
+            // Ernie's cos and sin, sliced and repeated per pair in each layer: two fp32
+            // (1, 1, s, rotary) tensors the products keep, whatever the batch.
+            if (c.ernie && rope) ac.savedBytes.perPosition += 2.0 * 4.0 * c.rotaryDim;
+            if ((c.cohere || c.ernie) && rope && cb.e < 4) {
+                // Cohere2's and Ernie's RoPE run in fp32: q and k cast up and back, each way.
                 ac.fwdMemKernels += 4;
                 ac.bwdMemKernels += 4;
                 ac.fwdMemBytes.perToken += 2.0 * (dq + dkv) * (cb.e + 4);
@@ -1118,7 +1134,10 @@ private:
         ModuleId moe =
             g.addModule(layer, mixtral ? "block_sparse_moe" : "mlp", c.prefix + "SparseMoeBlock");
         // Router: Linear(h → E), softmax and top-k in fp32.
-        linear(moe, "gate", h, c.experts, false, true);
+        if (c.ernie)
+            ernieRouter(moe);
+        else
+            linear(moe, "gate", h, c.experts, false, true);
         auto& mc = g.cost(moe);
         // Saved per token, measured with saved_tensors_hooks on transformers' block (fp32
         // softmax, top-k indices, and with renormalisation the top-k values and their sum)
@@ -1127,8 +1146,9 @@ private:
         // weighted output (kept by index_add_, whose backward expands to the source). The
         // expert's input is counted by its first projection.
         const double k = static_cast<double>(c.topK);
+        // Ernie divides by clamp(sum, min): the clamp keeps the sum as well.
         mc.savedBytes.fixedPerToken += 4.0 * static_cast<double>(c.experts) + 8.0 * k + 16.0 * k +
-                                       (c.normTopK ? 4.0 * k + 4.0 : 0.0);
+                                       (c.normTopK ? 4.0 * k + 4.0 : 0.0) + (c.ernie ? 4.0 : 0.0);
         mc.savedBytes.perToken += (2.0 * H * k + k) * cb.e;
         mc.fwdMemBytes.perToken += 2.0 * H * cb.e * static_cast<double>(c.topK);
         mc.bwdMemBytes.perToken += 2.0 * H * cb.e * static_cast<double>(c.topK);
@@ -1150,7 +1170,15 @@ private:
                 swiglu(ex, "gate_proj", "up_proj", "down_proj", c.moeInter, share, true);
             }
         }
-        if (c.sharedInter > 0) {
+        if (c.ernie && c.sharedInter > 0) {
+            // Ernie's shared experts run first on the block's input (their gate_proj keeps
+            // it) and their output is added to the routed sum.
+            ModuleId sh = g.addModule(moe, "shared_experts", c.prefix + "MLP");
+            swiglu(sh, "gate_proj", "up_proj", "down_proj", c.sharedInter, 1.0, true);
+            auto& bc = g.cost(moe);
+            bc.fwdMemBytes.perToken += 3.0 * H * cb.e;
+            bc.fwdMemKernels += 1;
+        } else if (c.sharedInter > 0) {
             // Every token also goes through the shared expert; its input is the block's
             // (saved by the router), its output is scaled by sigmoid(shared_expert_gate(x))
             // (the multiply keeps both: the [tokens, 1] sigmoid and the expert's output),
@@ -1165,6 +1193,31 @@ private:
             bc.fwdMemKernels += 3;  // sigmoid, mul, add
             bc.bwdMemKernels += 4;  // mul x2, the broadcast's sum, sigmoid_backward
         }
+    }
+
+    // Ernie's router: moe_statics (its correction bias, fp32 and not trained, added to the
+    // softmax before the top k) and `gate`, an fp32 nn.Linear run on hidden_states.float()
+    // with autocast off (transformers' _keep_in_fp32_modules_strict keeps both fp32 in any
+    // dtype). Under a lower compute dtype the gate must gather in fp32, so plans make it a
+    // unit of its own (ModuleNode::keepFp32). Below fp32 the cast's output is a new tensor the
+    // gate keeps (4 B an element, ModuleCost::belowFp32SavedBytes); in fp32 it is the block's
+    // input itself, which the shared experts' gate_proj keeps, or without shared experts the
+    // gate.
+    void ernieRouter(ModuleId moe) {
+        ModuleId st = g.addModule(moe, "moe_statics", c.prefix + "Statics");
+        g.addParam(st, "e_score_correction_bias", {1, c.experts}, DType::Float32, false);
+        ModuleId gate = g.addModule(moe, "gate", "Linear");
+        g.addParam(gate, "weight", {c.experts, h}, DType::Float32);
+        g.setKeepFp32(gate);
+        cb.linear(gate, H, static_cast<double>(c.experts), false);
+        auto& mc = g.cost(moe);
+        if (c.sharedInter > 0)
+            mc.belowFp32SavedBytes.fixedPerToken += 4.0 * H;
+        else
+            g.cost(gate).savedBytes.fixedPerToken += 4.0 * H;
+        // The cast up forward and its gradient's cast back: one each way, counted as half
+        // the elements of ModuleCost::upcastElems' two casts each way.
+        mc.upcastElems += H / 2;
     }
 
     // The dense MLP (SwiGLU; Phi-3's fused gate_up_proj).
@@ -1464,6 +1517,7 @@ const char* readExperts(const JsonReader& r, const std::string& family, LlamaLik
     const char* expertsKey = family == "mixtral" || family == "granitemoe" || family == "gpt_oss"
                                  ? "num_local_experts"
                              : c.deepseekExperts() ? "n_routed_experts"
+                             : c.ernie             ? "moe_num_experts"
                                                    : "num_experts";
     if (family == "mixtral") {
         c.experts = positive(r, expertsKey);
@@ -1516,6 +1570,32 @@ const char* readExperts(const JsonReader& r, const std::string& family, LlamaLik
         c.topK = positive(r, "num_experts_per_tok");
         c.moeInter = c.inter;
         c.normTopK = r.optBool("norm_topk_prob").value_or(false);
+    }
+    if (c.ernie) {
+        c.experts = positive(r, expertsKey);
+        c.topK = positive(r, "moe_k");
+        c.moeInter = positive(r, "moe_intermediate_size");
+        const int64_t shared = r.hasNonNull("moe_num_shared_experts")
+                                   ? r.at("moe_num_shared_experts").asIntAtLeast(0)
+                                   : 2;  // Ernie4_5_MoeConfig's default
+        if (shared > kMaxDim)
+            r.at("moe_num_shared_experts").fail("implausibly many shared experts");
+        c.sharedInter = c.moeInter * shared;
+        // Layer i is an MoE layer when (i + 1) % interval == 0 and start <= i <= end (-1: the
+        // last layer), as Ernie4_5_MoeDecoderLayer decides.
+        const int64_t start = r.hasNonNull("moe_layer_start_index")
+                                  ? r.at("moe_layer_start_index").asIntAtLeast(0)
+                                  : 1;
+        int64_t end = c.layers - 1;
+        if (r.hasNonNull("moe_layer_end_index")) {
+            end = r.at("moe_layer_end_index").asIntAtLeast(-1);
+            if (end == -1) end = c.layers - 1;
+        }
+        const int64_t every =
+            r.hasNonNull("moe_layer_interval") ? positive(r, "moe_layer_interval") : 1;
+        c.moeLayers.assign(static_cast<size_t>(c.layers), 0);
+        for (int64_t i = start; i <= std::min(end, c.layers - 1); ++i)
+            c.moeLayers[static_cast<size_t>(i)] = (i + 1) % every == 0;
     }
     if (family == "qwen2_moe" || family == "qwen3_moe") {
         c.experts = r.hasNonNull(expertsKey) ? r.at(expertsKey).asIntAtLeast(0) : 0;
@@ -1604,6 +1684,8 @@ void readLlamaVariant(const JsonReader& r, const std::string& family, LlamaLike&
                 .fail("unsupported activation \"" + act +
                       "\" for StarCoder2 (gelu_pytorch_tanh or gelu)");
     }
+    c.ernie = family == "ernie4_5_moe";
+    if (c.ernie) c.qkvBias = c.oBias = c.mlpBias = r.optBool("use_bias").value_or(false);
     c.olmo1 = family == "olmo";
     if ((c.olmo1 || family == "olmoe") && r.hasNonNull("clip_qkv"))
         c.clipQkv = r.at("clip_qkv").asPositiveNumber();
@@ -1735,7 +1817,7 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
     // Gemma ties by default, and so does SmolLM3 (PretrainedConfig's default).
     c.tie = r.optBool("tie_word_embeddings")
                 .value_or(c.gemma || family == "smollm3" || family == "starcoder2" ||
-                          family == "cohere2");
+                          family == "cohere2" || family == "ernie4_5_moe");
     if (r.hasNonNull("max_position_embeddings"))
         c.maxPositions = positive(r, "max_position_embeddings");
     // Qwen2 always has q/k/v biases; Llama and Qwen3 have attention_bias (q, k, v and o),
@@ -1817,15 +1899,17 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
         if (c.slidingWindow > 0)
             c.ropeLayers.assign(c.slidingLayers.begin(), c.slidingLayers.end());
     }
-    if (!c.starcoder2)  // StarCoder2's use_bias covers its MLP
+    if (!c.starcoder2 && !c.ernie)  // their use_bias covers the MLP
         c.mlpBias = (family == "llama" || family == "granite" || family == "smollm3" ||
                      family == "seed_oss" || c.deepseekV2) &&
                     r.optBool("mlp_bias").value_or(false);
     const char* expertsKey = readExperts(r, family, c);
     if (c.layers > 10000)
         r.at("num_hidden_layers").fail("implausibly many layers (more than 10000)");
-    if (c.experts > 0 && c.topK > c.experts)
-        r.at("num_experts_per_tok").fail(std::string("num_experts_per_tok exceeds ") + expertsKey);
+    if (c.experts > 0 && c.topK > c.experts) {
+        const char* topKKey = c.ernie ? "moe_k" : "num_experts_per_tok";
+        r.at(topKKey).fail(std::string(topKKey) + " exceeds " + expertsKey);
+    }
     if (c.experts > 4096) r.at(expertsKey).fail("implausibly many experts (more than 4096)");
     // Each expert is four modules (the MLP and its three projections), about 5 KB of graph:
     // 10,000 layers of 4,096 experts would need over 100 GB before anything is checked.
@@ -2341,6 +2425,7 @@ const std::vector<HfFamily>& hfFamilies() {
         {"exaone4", "Exaone4ForCausalLM", "EXAONE 4.0"},
         {"gpt_oss", "GptOssForCausalLM", "gpt-oss-20b, gpt-oss-120b"},
         {"llama4_text", "Llama4ForCausalLM", "Llama 4 Scout and Maverick (text_config)"},
+        {"ernie4_5_moe", "Ernie4_5_MoeForCausalLM", "ERNIE-4.5 MoE (21B-A3B, 300B-A47B)"},
     };
     return kFamilies;
 }

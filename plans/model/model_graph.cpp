@@ -46,6 +46,7 @@ ModuleCost& ModuleCost::operator+=(const ModuleCost& o) {
     lossVocab += o.lossVocab;
     lossCompiled = lossCompiled || o.lossCompiled;
     upcastElems += o.upcastElems;
+    belowFp32SavedBytes += o.belowFp32SavedBytes;
     for (const Gemm& gm : o.gemms)
         addGemm(gm);
     attentionCalls += o.attentionCalls;

@@ -28,8 +28,10 @@ using Shape = std::vector<int64_t>;
 [[nodiscard]] std::string shapeToString(const Shape& shape);
 
 // A cost that scales with the work of one micro-batch:
-//   value(b, s) = (perToken + fixedPerToken)·(b·s) + perTokenSeq·(b·s)·s
-// The second term carries attention's quadratic dependence on sequence length.
+//   value(b, s) = (perToken + fixedPerToken)·(b·s) + perTokenSeq·(b·s)·s + perPosition·s
+// The second term carries attention's quadratic dependence on sequence length; the last is
+// bytes per sequence position whatever the batch and the dtype (tensors built from
+// position_ids, whose batch is 1: Ernie-4.5's per-layer fp32 cos and sin).
 //
 // Bytes of activations come in two kinds. perToken and perTokenSeq are counted at the
 // model's activation dtype and follow the dtype the unit computes in (a bf16
@@ -41,20 +43,23 @@ struct ScaledCost {
     double perToken = 0;
     double perTokenSeq = 0;
     double fixedPerToken = 0;
+    double perPosition = 0;
     [[nodiscard]] double at(int64_t batch, int64_t seq) const { return at(batch, seq, 1.0); }
     [[nodiscard]] double at(int64_t batch, int64_t seq, double dtypeScale) const {
         const double t = static_cast<double>(batch) * static_cast<double>(seq);
         return (perToken * dtypeScale + fixedPerToken) * t +
-               perTokenSeq * dtypeScale * t * static_cast<double>(seq);
+               perTokenSeq * dtypeScale * t * static_cast<double>(seq) +
+               perPosition * static_cast<double>(seq);
     }
     ScaledCost& operator+=(const ScaledCost& o) {
         perToken += o.perToken;
         perTokenSeq += o.perTokenSeq;
         fixedPerToken += o.fixedPerToken;
+        perPosition += o.perPosition;
         return *this;
     }
     [[nodiscard]] bool isZero() const {
-        return perToken == 0 && perTokenSeq == 0 && fixedPerToken == 0;
+        return perToken == 0 && perTokenSeq == 0 && fixedPerToken == 0 && perPosition == 0;
     }
     friend bool operator==(const ScaledCost&, const ScaledCost&) = default;
 };
@@ -126,6 +131,13 @@ struct ModuleCost {
     // step program adds the two casts forward and their two backward (each reading one dtype
     // and writing the other) once the compute dtype is known; in fp32 there are none.
     double upcastElems = 0;
+    // Saved bytes that exist only when the module computes below fp32, added to savedBytes
+    // once the compute dtype is known: copies its code makes between fp32 and the compute
+    // dtype that autograd keeps, which in fp32 are the tensor itself (`.float()` and
+    // `.to(dtype)` return it), counted where it is first saved. Ernie-4.5's router input
+    // (hidden_states.float(): 4 B a hidden element, fixedPerToken); MPT's probabilities cast
+    // back from its fp32 softmax (perTokenSeq, in the compute dtype).
+    ScaledCost belowFp32SavedBytes;
     // The kernels eager PyTorch launches for the module's own operators, per call (counted
     // on transformers' modules with a dispatch mode; docs/kernel-model.md):
     //  - GEMMs: one per nn.Linear/Conv1D call forward, two backward (input and weight
@@ -200,6 +212,11 @@ struct ModuleNode {
     std::vector<ParamId> params;  // direct parameters, tied ones included for every owner
     std::vector<BufferInfo> buffers;
     ModuleCost cost;
+    // The module computes in fp32 whatever the model's dtype (transformers'
+    // _keep_in_fp32_modules_strict: Ernie-4.5's router gate casts its input with .float() and
+    // runs with autocast off). Its parameters must reach it in fp32: under a lower FSDP
+    // param_dtype it needs a unit of its own with param_dtype float32 (resolvePlan checks).
+    bool keepFp32 = false;
     int32_t depth = 0;
     int32_t subtreeEnd = 0;  // one past the last module of the subtree (pre-order)
 };
@@ -237,6 +254,7 @@ public:
     void addBuffer(ModuleId owner, BufferInfo buffer);
     ModuleCost& cost(ModuleId m) { return m_modules[m.index()].cost; }
     void setRootClass(std::string_view cls) { m_modules[0].cls = std::string(cls); }
+    void setKeepFp32(ModuleId m) { m_modules[m.index()].keepFp32 = true; }
     void setModuleClass(ModuleId m, std::string cls, std::vector<std::string> bases) {
         m_modules[m.index()].cls = std::move(cls);
         m_modules[m.index()].bases = std::move(bases);

@@ -27,17 +27,21 @@ Shape readShape(const JsonReader& r) {
 }
 
 ScaledCost readScaled(const JsonReader& r) {
-    if (r.size() != 2 && r.size() != 3)
+    if (r.size() < 2 || r.size() > 4)
         r.failExpected(
-            "[per_token, per_token_seq] or [per_token, per_token_seq, fixed_per_token], an "
-            "array of two or three non-negative numbers");
-    ScaledCost c{r[0].asNumber(), r[1].asNumber(), r.size() == 3 ? r[2].asNumber() : 0.0};
-    if (c.perToken < 0 || c.perTokenSeq < 0 || c.fixedPerToken < 0)
+            "[per_token, per_token_seq], [per_token, per_token_seq, fixed_per_token] or "
+            "[per_token, per_token_seq, fixed_per_token, per_position], an array of two to four "
+            "non-negative numbers");
+    ScaledCost c{r[0].asNumber(), r[1].asNumber(), r.size() >= 3 ? r[2].asNumber() : 0.0,
+                 r.size() == 4 ? r[3].asNumber() : 0.0};
+    if (c.perToken < 0 || c.perTokenSeq < 0 || c.fixedPerToken < 0 || c.perPosition < 0)
         r.fail("costs must be non-negative");
     return c;
 }
 
 nlohmann::json scaledJson(const ScaledCost& c) {
+    if (c.perPosition != 0)
+        return nlohmann::json::array({c.perToken, c.perTokenSeq, c.fixedPerToken, c.perPosition});
     if (c.fixedPerToken != 0)
         return nlohmann::json::array({c.perToken, c.perTokenSeq, c.fixedPerToken});
     return nlohmann::json::array({c.perToken, c.perTokenSeq});
@@ -108,7 +112,8 @@ nlohmann::json kernelsJson(const ModuleCost& c) {
 
 void readCost(const JsonReader& r, ModuleCost& c) {
     r.allowOnly({"fwd_flops", "bwd_flops", "fwd_mem_bytes", "bwd_mem_bytes", "saved_bytes",
-                 "window_saved_bytes", "compiled", "output_bytes", "input_bytes", "kernels"});
+                 "window_saved_bytes", "below_fp32_saved_bytes", "compiled", "output_bytes",
+                 "input_bytes", "kernels"});
     if (auto x = r.find("kernels")) readKernels(*x, c);
     if (auto x = r.find("fwd_flops")) c.fwdFlops = readScaled(*x);
     if (auto x = r.find("bwd_flops")) c.bwdFlops = readScaled(*x);
@@ -116,6 +121,7 @@ void readCost(const JsonReader& r, ModuleCost& c) {
     if (auto x = r.find("bwd_mem_bytes")) c.bwdMemBytes = readScaled(*x);
     if (auto x = r.find("saved_bytes")) c.savedBytes = readScaled(*x);
     if (auto x = r.find("window_saved_bytes")) c.windowSavedBytes = readScaled(*x);
+    if (auto x = r.find("below_fp32_saved_bytes")) c.belowFp32SavedBytes = readScaled(*x);
     if (auto x = r.find("compiled")) {
         // The subtree compiled as one region: saved bytes, fused memory-bound bytes and
         // kernel counts ([forward, backward]).
@@ -167,7 +173,8 @@ ModelGraph parseModel(const JsonReader& r) {
     std::vector<PendingTie> ties;
     for (size_t i = 0; i < mods.size(); ++i) {
         const JsonReader m = mods[i];
-        m.allowOnly({"name", "class", "bases", "params", "tied_params", "buffers", "cost"});
+        m.allowOnly(
+            {"name", "class", "bases", "keep_fp32", "params", "tied_params", "buffers", "cost"});
         const std::string fqn = m.getString("name");
         ModuleId id;
         if (i == 0) {
@@ -193,6 +200,7 @@ ModelGraph parseModel(const JsonReader& r) {
         g.setModuleClass(
             id, m.getString("class"),
             m.has("bases") ? m.at("bases").asStringList() : std::vector<std::string>{});
+        if (m.optBool("keep_fp32").value_or(false)) g.setKeepFp32(id);
         if (auto ps = m.find("params")) {
             for (size_t k = 0; k < ps->size(); ++k) {
                 const JsonReader p = (*ps)[k];
@@ -277,6 +285,7 @@ nlohmann::json modelToJson(const ModelGraph& g) {
         mj["name"] = m.fqn;
         mj["class"] = m.cls;
         if (!m.bases.empty()) mj["bases"] = m.bases;
+        if (m.keepFp32) mj["keep_fp32"] = true;
         nlohmann::json params = nlohmann::json::array(), tied = nlohmann::json::array();
         for (ParamId pid : m.params) {
             const auto& p = g.param(pid);
@@ -313,6 +322,7 @@ nlohmann::json modelToJson(const ModelGraph& g) {
         put("bwd_mem_bytes", c.bwdMemBytes);
         put("saved_bytes", c.savedBytes);
         put("window_saved_bytes", c.windowSavedBytes);
+        put("below_fp32_saved_bytes", c.belowFp32SavedBytes);
         if (c.compiled.known()) {
             nlohmann::json k{{"saved_bytes", scaledJson(c.compiled.savedBytes)}};
             if (!c.compiled.fwdMemBytes.isZero())

@@ -668,17 +668,24 @@ struct Resolver {
             if (r.noShard) u.reshard = Reshard::False;
 
             // Mixed precision as MixedPrecisionPolicy normalises it per parameter; a unit's
-            // all-gather dtype is its param_dtype, or the parameters' own dtype.
+            // all-gather dtype is its param_dtype, or the parameters' own dtype: its trainable
+            // parameters' (FSDP2's orig_dtype), frozen ones (Ernie's fp32 correction bias)
+            // aside when it has trainable ones.
             DType orig = DType::Float32;
-            bool first = true, mixedDtypes = false;
+            bool first = true, mixedDtypes = false, mixedTrainable = false;
+            std::optional<DType> trainable;
             for (ParamId pid : u.params) {
-                const DType d0 = g.param(pid).dtype;
+                const ParamInfo& info = g.param(pid);
                 if (first)
-                    orig = d0;
-                else if (d0 != orig)
+                    orig = info.dtype;
+                else if (info.dtype != orig)
                     mixedDtypes = true;
                 first = false;
+                if (!info.requiresGrad) continue;
+                if (trainable && *trainable != info.dtype) mixedTrainable = true;
+                if (!trainable) trainable = info.dtype;
             }
+            if (trainable) orig = *trainable;
             if (mp.paramDtype && (*mp.paramDtype == orig || !isFloating(orig)))
                 mp.paramDtype.reset();
             if (mp.reduceDtype && mp.paramDtype && *mp.reduceDtype == *mp.paramDtype)
@@ -691,6 +698,11 @@ struct Resolver {
                 error(where, "unit " + u.displayName() +
                                  " mixes parameter dtypes; an FSDP1 "
                                  "FlatParameter needs one dtype");
+            else if (mixedTrainable)
+                error(where, "unit " + u.displayName() +
+                                 " mixes the dtypes of its trainable parameters, which FSDP2 "
+                                 "refuses (\"FSDP expects uniform original parameter dtype\"): "
+                                 "give the parameters of another dtype units of their own");
         }
     }
 
@@ -866,7 +878,65 @@ struct Resolver {
                       "fewer and scale (recommend does this)");
     }
 
+    // Modules that compute in fp32 whatever the model's dtype (ModuleNode::keepFp32) need
+    // their parameters gathered in fp32: under FSDP2 a unit of their own with param_dtype
+    // float32; FSDP1 and fairscale give every unit one MixedPrecision.
+    void checkKeepFp32() {
+        std::string first, unit, dtype;
+        int32_t count = 0;
+        for (size_t m = 0; m < g.moduleCount(); ++m) {
+            const ModuleNode& mod = g.modules()[m];
+            if (!mod.keepFp32) continue;
+            for (ParamId pid : mod.params) {
+                const UnitId owner = r.unitOfParam[pid.index()];
+                if (!owner.valid() || !isFloating(g.param(pid).dtype)) continue;
+                const ResolvedUnit& u = r.units[owner.index()];
+                const bool lower = dtypeSize(u.allGatherDtype) < 4 ||
+                                   (p.api != PlanApi::Fsdp2 &&
+                                    std::any_of(r.units.begin(), r.units.end(), [](const auto& x) {
+                                        return dtypeSize(x.allGatherDtype) < 4;
+                                    }));
+                if (!lower) continue;
+                if (count++ == 0) {
+                    first = mod.fqn;
+                    unit = u.displayName();
+                    dtype = dtypeName(u.allGatherDtype);
+                }
+                break;
+            }
+        }
+        if (count == 0) return;
+        const std::string more =
+            count > 1 ? " (and " + std::to_string(count - 1) + " more such modules)" : "";
+        const std::string why =
+            "module \"" + first + "\"" + more +
+            " computes in fp32 whatever the model's dtype (transformers keeps it fp32 and runs "
+            "it on an fp32 input with autocast off), so its weight must reach it in fp32; ";
+        if (p.api != PlanApi::Fsdp2) {
+            error(at("/api"), why +
+                                  "FSDP1 and fairscale give every unit the plan's one "
+                                  "MixedPrecision (FSDP1's _module_classes_to_ignore matches "
+                                  "whole classes, and this is an nn.Linear). Use api fsdp2 with "
+                                  "each such module a unit of its own in fp32, or no param_dtype "
+                                  "below float32");
+            return;
+        }
+        error(at("/units"),
+              why + "unit " + unit + " gathers it in " + dtype +
+                  ", and real FSDP2 fails in its forward (\"expected m1 and m2 to have the same "
+                  "dtype\"). Make each such module a unit of its own in fp32, e.g. {\"modules\": "
+                  "[\"" +
+                  first +
+                  "\"], \"mixed_precision\": {\"param_dtype\": \"float32\", "
+                  "\"reduce_dtype\": \"float32\"}}, listed with the other units (the "
+                  "plans `shardscope recommend` writes have them)");
+    }
+
     void checkRest() {
+        for (auto& u : r.units)
+            u.keepsFp32 = !u.isRoot && !u.modules.empty() &&
+                          std::all_of(u.modules.begin(), u.modules.end(),
+                                      [&](ModuleId m) { return g.module(m).keepFp32; });
         for (const auto& u : r.units) {
             if (u.params.empty() && !u.isRoot) {
                 // Say where the unit's parameters went when it has some: nested units
@@ -901,6 +971,7 @@ struct Resolver {
                                          "rejects with use_orig_params=False");
             }
         }
+        checkKeepFp32();
         if (p.microBatches > 1 && p.api != PlanApi::Fsdp2 && !p.syncEveryMicroBatch &&
             p.api == PlanApi::Lightning)
             warning(at("/gradient_accumulation"),
@@ -935,7 +1006,9 @@ void checkDtypeFlow(const ModelGraph& g, ResolvedPlan& r) {
     int32_t prevUnit = -1;
     for (const int32_t m : modulesPostOrder(g)) {  // the forward order of leaf work
         const ModuleNode& mod = g.modules()[static_cast<size_t>(m)];
-        if (mod.params.empty()) continue;
+        // A module computing in fp32 casts its own input, and the model's code casts what it
+        // returns (Ernie's router weights): nothing flows on in fp32.
+        if (mod.params.empty() || mod.keepFp32) continue;
         const int32_t u = unitOf[static_cast<size_t>(m)];
         if (prevUnit >= 0 && u != prevUnit && outputDtype(prevUnit) != computeDtype(u)) {
             const bool castOnEntry = !encloses(u, prevUnit) &&
@@ -1146,6 +1219,7 @@ std::optional<ModelGraph> compiledModel(const ModelGraph& g, const ResolvedPlan&
         };
         rescale(&ScaledCost::perToken);
         rescale(&ScaledCost::fixedPerToken);
+        rescale(&ScaledCost::perPosition);
         // Inductor's fused kernels replace the subtree's memory-bound ones (its fp32 casts
         // included): counted at the module itself, in the same run as its children.
         if (k.fwdMemKernels > 0) {
@@ -1224,6 +1298,7 @@ void addAttention(const ModelGraph& g, int32_t m, const ModuleCost& c,
         freed.perToken -= in.perToken;
         freed.perTokenSeq -= in.perTokenSeq;
         freed.fixedPerToken -= in.fixedPerToken;
+        freed.perPosition -= in.perPosition;
     }
     run.attnSavedBytes += freed;
     for (const ModuleCost::Gemm& gm : sub.gemms)
@@ -1470,11 +1545,15 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& model, const ResolvedPlan&
         ModuleCost masked;
         const bool windowed =
             g.slidingWindow > 0 && seqLen >= g.slidingWindow && !mod.cost.windowSavedBytes.isZero();
-        if (windowed) {
+        // What its code keeps below fp32 only (ModuleCost::belowFp32SavedBytes).
+        const bool fp32Copy = !mod.cost.belowFp32SavedBytes.isZero() && u >= 0 &&
+                              dtypeSize(r.units[static_cast<size_t>(u)].allGatherDtype) < 4;
+        if (windowed || fp32Copy) {
             masked = mod.cost;
-            masked.savedBytes += masked.windowSavedBytes;
+            if (windowed) masked.savedBytes += masked.windowSavedBytes;
+            if (fp32Copy) masked.savedBytes += masked.belowFp32SavedBytes;
         }
-        const ModuleCost* cost = windowed ? &masked : &mod.cost;
+        const ModuleCost* cost = windowed || fp32Copy ? &masked : &mod.cost;
         // A layer the plan's float8 option converts runs its GEMMs in float8.
         ModuleCost converted;
         if (!float8Module.empty() && float8Module[m]) {

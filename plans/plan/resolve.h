@@ -40,8 +40,12 @@ struct ResolvedUnit {
     std::string name;  // "" for the root
     std::vector<ModuleId> modules;
     bool isRoot = false;
-    bool fromPolicy = false;      // chosen by the wrap policy rather than listed
-    bool batchNormRule = false;   // FSDP1 wraps BatchNorm alone under mixed precision
+    bool fromPolicy = false;     // chosen by the wrap policy rather than listed
+    bool batchNormRule = false;  // FSDP1 wraps BatchNorm alone under mixed precision
+    // Every module of the unit computes in fp32 whatever the model's dtype
+    // (ModuleNode::keepFp32): a search's variants keep its own fp32 precision, leave it
+    // uncheckpointed and out of their prefetch chains.
+    bool keepsFp32 = false;
     std::string pointer;          // plan field that defined it, for messages
     std::vector<ParamId> params;  // managed parameters, in named_parameters order
     int64_t numel = 0;

@@ -93,6 +93,10 @@ MODELS = {
     "moonlight-16b-a3b": ("DeepseekV3DecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
     "deepseek-v3": ("DeepseekV3DecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
     "deepseek-v2-lite": ("DeepseekV2DecoderLayer", ["model.embed_tokens"], ["model.norm", "lm_head"]),
+    # Ernie-4.5's experts (Qwen's loop, two shared experts) behind a router that computes in
+    # fp32: under a bf16 param_dtype each layer's `mlp.gate` is a unit of its own in fp32
+    # (keep_fp32_units); tied embeddings. The test runs it cut to four layers.
+    "ernie-4.5-21b-a3b": ("Ernie4_5_MoeDecoderLayer", None, None),
 }
 # The dropout probabilities set to 0 for the oracle (see GPT-2 above).
 DROPOUT_KEYS = {"gpt2": ("resid_pdrop", "embd_pdrop", "attn_pdrop"),
@@ -103,11 +107,23 @@ DROPOUT_KEYS = {"gpt2": ("resid_pdrop", "embd_pdrop", "attn_pdrop"),
 # Under the tracker these take about 13 minutes a case (FSDPMemTracker hooks every one of their
 # thousands of experts): in the matrix only when --filter names them.
 SLOW = {"qwen3-30b-a3b", "qwen2-57b-a14b", "glm-4.5-air", "llama4-scout-17b-16e", "moonlight-16b-a3b",
-        "deepseek-v3", "deepseek-v2-lite"}
+        "deepseek-v3", "deepseek-v2-lite", "ernie-4.5-21b-a3b"}
 AC = {"none": "none", "full": "full", "every2": {"mode": "full", "every": 2}, "selective_op": "selective_op"}
 
 
-def plan_for(model, ac, reshard, precision, batch, seq, world):
+def keep_fp32_units(model_path):
+    """Units of their own, in fp32, for the modules that compute in fp32 whatever the model's
+    dtype (`model show`'s keep_fp32: Ernie-4.5's router gates), as a bf16 plan needs them."""
+    show = json.loads(memory_oracle.run_shardscope("model", "show", "--model", model_path, "--depth", "99",
+                                                   "--no-fold", "--json"))
+    # Not checkpointed on their own: their block's checkpoint covers them.
+    return [{"modules": [m["name"]], "mixed_precision": {"param_dtype": "float32", "reduce_dtype": "float32"},
+             "activation_checkpointing": "none"} for m in show["modules"] if m.get("keep_fp32")]
+
+
+def plan_for(model, ac, reshard, precision, batch, seq, world, model_path=None):
+    """`model_path`: the config the plan is for (default: the sample's), read for the modules
+    that need fp32 units of their own under bf16."""
     block, embed, head = MODELS[model]
     plan = {"format": "shardscope.plan", "version": 1, "name": f"{model} {ac} reshard={reshard} {precision}",
             "api": "fsdp2", "mesh": {"shape": [world]}, "wrap": {"policy": "module_class", "classes": [block]},
@@ -115,6 +131,8 @@ def plan_for(model, ac, reshard, precision, batch, seq, world):
             "training": {"micro_batch_size": batch, "seq_len": seq}}
     if precision == "bf16":
         plan["defaults"]["mixed_precision"] = {"param_dtype": "bfloat16", "reduce_dtype": "float32"}
+        plan["units"] += keep_fp32_units(model_path or os.path.join(ROOT, "samples", "models", model,
+                                                                    "config.json"))
     if embed:
         plan["units"].append({"modules": embed})
     if head:

@@ -106,7 +106,8 @@ def ours(model, plan, cluster, extra):
 
 def balanced_moe_routing():
     """The sparse MoE blocks of Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, Granite-MoE, gpt-oss,
-    DeepSeek-V2, DeepSeek-V3 and GLM-4.5 with tokens routed evenly over the experts.
+    DeepSeek-V2, DeepSeek-V3, GLM-4.5 and Ernie-4.5 with tokens routed evenly over the
+    experts.
 
     Hugging Face's loop picks each expert's tokens with `torch.where` on the router's choice,
     whose output size depends on the values, which fake tensors do not have. This forward
@@ -121,6 +122,7 @@ def balanced_moe_routing():
     import torch.nn.functional as F
     from transformers.models.deepseek_v2 import modeling_deepseek_v2
     from transformers.models.deepseek_v3 import modeling_deepseek_v3
+    from transformers.models.ernie4_5_moe import modeling_ernie4_5_moe
     from transformers.models.glm4_moe import modeling_glm4_moe
     from transformers.models.gpt_oss import modeling_gpt_oss
     from transformers.models.granitemoe import modeling_granitemoe
@@ -252,6 +254,41 @@ def balanced_moe_routing():
         return (new_x.view(*topk_ids.shape, -1).type(topk_weight.dtype).mul_(topk_weight.unsqueeze(dim=-1))
                 .sum(dim=1).type(new_x.dtype))
 
+    def ernie_forward(self, hidden_states):
+        # Ernie4_5_MoeSparseMoeBlock.forward (its operators, in order): the shared experts,
+        # the fp32 router with autocast off (gate on hidden_states.float(), softmax, the
+        # correction bias before the top k, gather, the clamped renormalisation, the cast
+        # back), then every expert with the (k, token) slots [e x per_expert, (e + 1) x
+        # per_expert) as two int64 index tensors, as torch.where makes them.
+        batch_size, sequence_length, hidden_dim = hidden_states.shape
+        hidden_states = hidden_states.view(-1, hidden_dim)
+        tokens = hidden_states.shape[0]
+        if self.shared_experts is not None:
+            shared_output = self.shared_experts(hidden_states)
+        with torch.autocast(device_type=hidden_states.device.type, enabled=False):
+            router_logits = self.gate(hidden_states.float())
+            routing_weights = F.softmax(router_logits, dim=1, dtype=torch.float)
+            _, selected_experts = torch.topk(self.moe_statics(routing_weights), self.top_k, dim=-1)
+            routing_weights = torch.gather(routing_weights, dim=-1, index=selected_experts)
+            routing_weights = routing_weights / torch.clamp(
+                routing_weights.sum(dim=-1, keepdim=True), min=self.norm_min)
+            routing_weights = routing_weights.to(hidden_states.dtype)
+        final_hidden_states = torch.zeros((tokens, hidden_dim), dtype=hidden_states.dtype,
+                                          device=hidden_states.device)
+        expert_mask = F.one_hot(selected_experts, num_classes=self.num_experts).permute(2, 1, 0)
+        per_expert = tokens * self.top_k // self.num_experts
+        for e in range(self.num_experts):
+            pairs = slot_pairs(e, per_expert, tokens, hidden_states.device)
+            idx, top_x = pairs[:, 0], pairs[:, 1]
+            current_state = hidden_states[None, top_x].reshape(-1, hidden_dim)
+            current_hidden_states = self.experts[e](current_state) * routing_weights[top_x, idx, None]
+            final_hidden_states.index_add_(0, top_x, current_hidden_states.to(hidden_states.dtype))
+        del expert_mask
+        if self.shared_experts is not None:
+            final_hidden_states = final_hidden_states + shared_output
+        return final_hidden_states.reshape(batch_size, sequence_length, hidden_dim), router_logits
+
+    modeling_ernie4_5_moe.Ernie4_5_MoeSparseMoeBlock.forward = ernie_forward
     modeling_mixtral.MixtralSparseMoeBlock.forward = forward
     modeling_qwen2_moe.Qwen2MoeSparseMoeBlock.forward = forward
     modeling_qwen3_moe.Qwen3MoeSparseMoeBlock.forward = forward
@@ -466,8 +503,9 @@ def oracle(model_path, plan_path, world, batch, seq, steps=2, track=True):
     cfg.use_cache = False  # training (and required with checkpointing)
     # SDPA as transformers picks it by default on a GPU; eager attention would save the s x s
     # probabilities, which no FSDP user at seq 8192 runs. gpt-oss has no SDPA path: eager,
-    # as its fine-tuning recipes run it (its sinks need a kernel of their own otherwise).
-    cfg._attn_implementation = "eager" if cfg.model_type == "gpt_oss" else "sdpa"
+    # as its fine-tuning recipes run it (its sinks need a kernel of their own otherwise); MPT's
+    # attention is always eager in transformers (its ALiBi bias added to the scores).
+    cfg._attn_implementation = "eager" if cfg.model_type in ("gpt_oss", "mpt") else "sdpa"
     # transformers 4.5x, training without a KV cache, reads "packed sequences" from the
     # position ids and then builds a (b, 1, s, s) mask, which also turns GQA inside SDPA into
     # repeated keys and values; with a mask the CPU picks another SDPA kernel than CUDA would.
@@ -476,7 +514,7 @@ def oracle(model_path, plan_path, world, batch, seq, steps=2, track=True):
     import transformers.masking_utils as masking_utils
     masking_utils.find_packed_sequence_indices = lambda position_ids: None
     if cfg.model_type in ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "granitemoe", "gpt_oss",
-                          "deepseek_v2", "deepseek_v3", "glm4_moe"):
+                          "deepseek_v2", "deepseek_v3", "glm4_moe", "ernie4_5_moe"):
         balanced_moe_routing()
     if cfg.model_type in ("deepseek_v2", "deepseek_v3"):
         gpu_like_sdpa_for_unequal_head_sizes()

@@ -511,6 +511,57 @@ TEST(HfConfig, Llama4LayersFollowTheConfigsDefaults) {
     }
 }
 
+// Ernie-4.5-MoE: MoE layers from moe_layer_start_index on, the router's gate fp32 (and
+// kept fp32 for plans) whatever the parameter dtype, moe_statics' correction bias frozen, each
+// layer's fp32 cos and sin per sequence position; what the config refuses names the field.
+TEST(HfConfig, ErnieMoeLayersFp32RouterAndRefusals) {
+    const std::string cfg = R"({"model_type": "ernie4_5_moe", "vocab_size": 64,
+        "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 4,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "moe_num_experts": 4, "moe_k": 2,
+        "moe_intermediate_size": 16, "moe_layer_start_index": 1, "moe_layer_interval": 1,
+        "moe_layer_end_index": 2)";
+    HfLoadOptions bf16;
+    bf16.paramDtype = DType::BFloat16;
+    const ModelGraph g = fromText(cfg + "}", bf16);
+    EXPECT_EQ(g.module(g.root()).cls, "Ernie4_5_MoeForCausalLM");
+    for (int i = 0; i < 4; ++i) {
+        const std::string mlp = "model.layers." + std::to_string(i) + ".mlp";
+        EXPECT_EQ(g.module(*g.findModule(mlp)).cls,
+                  i == 1 || i == 2 ? "Ernie4_5_MoeSparseMoeBlock" : "Ernie4_5_MoeMLP")
+            << i;
+    }
+    const auto gate = g.findModule("model.layers.1.mlp.gate");
+    ASSERT_TRUE(gate);
+    EXPECT_TRUE(g.module(*gate).keepFp32);
+    EXPECT_EQ(g.param(*g.findParam("model.layers.1.mlp.gate.weight")).dtype, DType::Float32);
+    EXPECT_EQ(g.param(*g.findParam("model.layers.0.mlp.up_proj.weight")).dtype, DType::BFloat16);
+    const ParamInfo& bias =
+        g.param(*g.findParam("model.layers.1.mlp.moe_statics.e_score_correction_bias"));
+    EXPECT_EQ(bias.dtype, DType::Float32);
+    EXPECT_FALSE(bias.requiresGrad);
+    // Two shared experts by default: one SwiGLU of 2 x moe_intermediate_size, whose gate_proj
+    // keeps the block's input; below fp32 the router keeps its own fp32 copy.
+    EXPECT_EQ(g.param(*g.findParam("model.layers.1.mlp.shared_experts.up_proj.weight")).shape,
+              (Shape{32, 32}));
+    EXPECT_EQ(g.module(*g.findModule("model.layers.1.mlp")).cost.belowFp32SavedBytes,
+              (ScaledCost{0, 0, 4 * 32}));
+    // Each layer's cos and sin: two fp32 (s, head_dim) tensors, whatever the batch.
+    const ScaledCost& saved = g.module(*g.findModule("model.layers.0.self_attn")).cost.savedBytes;
+    EXPECT_EQ(saved.perPosition, 2 * 4 * 8);
+    EXPECT_DOUBLE_EQ(saved.at(2, 100) - 2 * saved.at(1, 100), -2.0 * 4 * 8 * 100);
+    // The flag and the fp32 copies survive the model JSON round trip.
+    auto back = modelFromJson(modelToJson(g), "roundtrip.json");
+    ASSERT_TRUE(back.ok()) << back.error();
+    EXPECT_TRUE(back->module(*back->findModule("model.layers.1.mlp.gate")).keepFp32);
+    EXPECT_EQ(modelToJson(*back), modelToJson(g));
+    EXPECT_EQ(loadError(cfg + R"(, "moe_k": 5})"),
+              "config.json:/moe_k: moe_k exceeds moe_num_experts");
+    EXPECT_EQ(loadError(cfg + R"(, "moe_num_experts": [4, 4]})"),
+              "config.json:/moe_num_experts: expected an integer, got an array");
+    EXPECT_EQ(loadError(cfg + R"(, "moe_layer_end_index": -2})"),
+              "config.json:/moe_layer_end_index: expected an integer >= -1, got -2");
+}
+
 // gpt-oss runs eager attention: no SDPA call, its two matmuls priced as GEMMs from the
 // per-token-per-position FLOPs, its probabilities saved per token and position; the count
 // survives the model JSON round trip.

@@ -499,3 +499,78 @@ TEST(ModuleRuns, SlidingWindowMasksAreSavedFromTheWindowOnInTheLayersThatUseIt) 
             EXPECT_TRUE(m.cost.windowSavedBytes.isZero()) << sample << " " << m.fqn;
     }
 }
+
+// Ernie-4.5's router gates compute in fp32 whatever the model's dtype: under a bf16
+// param_dtype each must be an fp32 unit of its own (real FSDP2 fails in the gate's forward
+// otherwise), which FSDP1 cannot express; one message names the first and counts the rest.
+// Their fp32 copy of the block's input is saved only where the block computes below fp32.
+TEST(Validation, ModulesThatKeepFp32NeedFp32Units) {
+    const ModelGraph g =
+        std::move(loadModelFile(samplePath("models/ernie-4.5-21b-a3b/config.json"))).value();
+    Plan p = blockPlan({8});
+    p.wrap.classes = {"Ernie4_5_MoeDecoderLayer"};
+    p.defaults.mixedPrecision = MixedPrecisionSpec{DType::BFloat16, DType::Float32, {}, true};
+    ResolvedPlan r = resolvePlan(g, p, nullptr, "plan.json");
+    EXPECT_EQ(messages(r), (std::vector<std::string>{
+                               "plan.json:/units: error: module \"model.layers.1.mlp.gate\" (and "
+                               "26 more such modules) computes in fp32 whatever the model's "
+                               "dtype (transformers keeps it fp32 and runs it on an fp32 input "
+                               "with autocast off), so its weight must reach it in fp32; unit "
+                               "model.layers.1 gathers it in bfloat16, and real FSDP2 fails in "
+                               "its forward (\"expected m1 and m2 to have the same dtype\"). "
+                               "Make each such module a unit of its own in fp32, e.g. "
+                               "{\"modules\": [\"model.layers.1.mlp.gate\"], \"mixed_precision\": "
+                               "{\"param_dtype\": \"float32\", \"reduce_dtype\": \"float32\"}}, "
+                               "listed with the other units (the plans `shardscope recommend` "
+                               "writes have them)"}));
+    for (int i = 1; i < 28; ++i) {
+        UnitSpec u;
+        u.modules = {"model.layers." + std::to_string(i) + ".mlp.gate"};
+        u.settings.mixedPrecision = MixedPrecisionSpec{DType::Float32, DType::Float32, {}, true};
+        p.units.push_back(u);
+    }
+    r = resolvePlan(g, p, nullptr, "plan.json");
+    EXPECT_TRUE(messages(r).empty()) << messages(r)[0];
+    const auto gateUnit = std::find_if(r.units.begin(), r.units.end(), [](const auto& u) {
+        return u.name == "model.layers.1.mlp.gate";
+    });
+    ASSERT_NE(gateUnit, r.units.end());
+    EXPECT_TRUE(gateUnit->keepsFp32);
+    EXPECT_EQ(gateUnit->allGatherDtype, DType::Float32);
+    // The block's fp32 copy of its input: 4 B a hidden element per token, under bf16 only.
+    auto savedOf = [&](const ResolvedPlan& x) {
+        double s = 0;
+        for (const ModuleRun& run : x.moduleRuns)
+            s += run.cost.savedBytes.at(1, 1024);
+        return s;
+    };
+    const double bf16 = savedOf(r);
+    Plan fp32 = p;
+    fp32.defaults.mixedPrecision.reset();
+    const double full = savedOf(resolvePlan(g, fp32, nullptr, "plan.json"));
+    double copies = 0;
+    for (const ModuleNode& m : g.modules())
+        copies += m.cost.belowFp32SavedBytes.fixedPerToken;
+    EXPECT_EQ(copies, 27 * 4 * 2560);
+    EXPECT_DOUBLE_EQ(bf16 - full, copies * 1024);
+    // FSDP1 applies one MixedPrecision to every unit.
+    p.api = PlanApi::Fsdp1;
+    r = resolvePlan(g, p, nullptr, "plan.json");
+    ASSERT_TRUE(r.hasErrors());
+    EXPECT_NE(messages(r).back().find("plan.json:/api: error: module \"model.layers.1.mlp.gate\""),
+              std::string::npos)
+        << messages(r).back();
+    // Parameters of two dtypes that train in one FSDP2 unit: refused as PyTorch does.
+    HfLoadOptions o;
+    o.paramDtype = DType::BFloat16;
+    const ModelGraph mixed =
+        std::move(loadModelFile(samplePath("models/ernie-4.5-21b-a3b/config.json"), o)).value();
+    Plan none = blockPlan({8});
+    none.wrap.classes = {"Ernie4_5_MoeDecoderLayer"};
+    r = resolvePlan(mixed, none, nullptr, "plan.json");
+    ASSERT_TRUE(r.hasErrors());
+    EXPECT_EQ(messages(r)[0],
+              "plan.json:/wrap: error: unit model.layers.1 mixes the dtypes of its trainable "
+              "parameters, which FSDP2 refuses (\"FSDP expects uniform original parameter "
+              "dtype\"): give the parameters of another dtype units of their own");
+}

@@ -184,7 +184,7 @@ class MemoryAtScale(unittest.TestCase):
             with self.subTest(model=model, ac=ac, batch=batch, seq=seq):
                 plan = os.path.join(tmp, "plan-%s-%d-%d.json" % (ac, batch, seq))
                 with open(plan, "w") as f:
-                    json.dump(bench_memory.plan_for(model, ac, True, "bf16", batch, seq, 8), f)
+                    json.dump(bench_memory.plan_for(model, ac, True, "bf16", batch, seq, 8, path), f)
                 r = memory_oracle.compare(path, plan)
                 memory_oracle.print_table(r)
                 self.assertLess(abs(r["error"]), GOAL)
@@ -229,6 +229,15 @@ class MemoryAtScale(unittest.TestCase):
         # sorting the token slots, one cat and a scatter (balanced routing in the oracle); cut
         # to four layers, the first dense.
         self.cut_case("deepseek-v2-lite", {"num_hidden_layers": 4}, [("none", 2, 4096)])
+
+    def test_ernie45_fp32_router(self):
+        # Ernie-4.5-21B-A3B cut to four layers (the first dense): Qwen's expert loop (64
+        # experts of which 6) under balanced routing, two shared experts, and the router's
+        # gate, an fp32 Linear fed hidden_states.float(), a unit of its own in fp32 in each
+        # MoE layer (bf16 FSDP2 fails in its forward otherwise); RoPE in fp32 with each layer's
+        # own cos and sin.
+        self.cut_case("ernie-4.5-21b-a3b", {"num_hidden_layers": 4, "moe_layer_end_index": 3},
+                      [("none", 2, 4096), ("full", 2, 4096)])
 
     def test_qwen15_moe_a27b_bf16(self):
         # Qwen2-MoE (native loader since 2026-11-25): 60 experts of which 4 per token, the

@@ -143,12 +143,14 @@ class SavedActivationsPeer(unittest.TestCase):
         self.assertLess(abs(ours - moe), 0.01 * moe)
 
     def small_family_matches_autograd(self, model_type, config_class, model_class, extra, layer_norms=0,
-                                      attn_implementation="sdpa"):
+                                      attn_implementation="sdpa", keep_fp32=()):
         """A small model of a family: one decoder layer's and the whole model's saved bytes
         against autograd, and FLOPs against torch.utils.flop_counter, in fp32 and bf16.
         `layer_norms`: nn.LayerNorms a decoder layer has (and one final one). In bf16 the CPU
         keeps their mean and rstd in bf16 where a GPU keeps fp32 (as modelled): autograd's
-        figure is raised by that difference, 4 B a token a norm."""
+        figure is raised by that difference, 4 B a token a norm. `keep_fp32`: names of the modules
+        transformers keeps in fp32 in any dtype (_keep_in_fp32_modules_strict), as
+        from_pretrained(torch_dtype=bf16) leaves them; Module.to(dtype) would cast them."""
         cfg = {"model_type": model_type, "vocab_size": 256, "hidden_size": 64, "intermediate_size": 192,
                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
                "max_position_embeddings": 256, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
@@ -170,6 +172,9 @@ class SavedActivationsPeer(unittest.TestCase):
                 masking_utils.find_packed_sequence_indices = lambda position_ids: None
                 torch.manual_seed(0)
                 model = model_class(config).to(dtype).train()
+                for fqn, m in model.named_modules():
+                    if fqn.rsplit(".", 1)[-1] in keep_fp32:
+                        m.float()
                 ids = torch.randint(0, cfg["vocab_size"], (BATCH, SEQ))
                 body = model.model if hasattr(model, "model") else model.gpt_neox
                 total, layer = measured_saved_bytes(model, ids, ids, layer=body.layers[1])
@@ -325,6 +330,22 @@ class SavedActivationsPeer(unittest.TestCase):
             {"head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 1, "intermediate_size": 48,
              "intermediate_size_mlp": 192, "interleave_moe_layer_step": 2, "num_hidden_layers": 4,
              "attention_chunk_size": 64, "rope_scaling": None})
+
+    def test_ernie4_5_moe_matches_autograd(self):
+        # Ernie-4.5-MoE: biases everywhere (use_bias), RoPE in fp32 on interleaved pairs, layer 0
+        # dense and layer 1 an MoE block (4 experts, top 2, renormalised through a clamp, two
+        # shared experts) whose router runs in fp32: its gate is an fp32 Linear in any dtype, fed
+        # hidden_states.float() (in bf16 a new fp32 tensor the gate keeps).
+        cfg = {"moe_num_experts": 4, "moe_k": 2, "moe_intermediate_size": 48, "moe_num_shared_experts": 2,
+               "moe_layer_start_index": 1, "use_bias": True, "head_dim": 16}
+        self.small_family_matches_autograd(
+            "ernie4_5_moe", transformers.Ernie4_5_MoeConfig, transformers.Ernie4_5_MoeForCausalLM, cfg,
+            keep_fp32=("gate", "moe_statics"))
+        # Without shared experts the gate keeps the block's input itself in fp32 (its fp32 copy
+        # below).
+        self.small_family_matches_autograd(
+            "ernie4_5_moe", transformers.Ernie4_5_MoeConfig, transformers.Ernie4_5_MoeForCausalLM,
+            {**cfg, "moe_num_shared_experts": 0, "use_bias": False}, keep_fp32=("gate", "moe_statics"))
 
     def test_gpt_oss_matches_autograd(self):
         # gpt-oss on transformers' eager attention (it has no SDPA path): sinks, q/k/v/o

@@ -7,6 +7,7 @@
 
 #include "engine/schedule/step_program.h"
 #include "engine/search/search.h"
+#include "plans/core/json_reader.h"
 #include "plans/model/hf_config.h"
 #include "plans/model/model_json.h"
 #include "plans/plan/resolve.h"
@@ -317,4 +318,55 @@ TEST(Search, NeverSaysNothingFitsWhenTheLeanestPlansOfItsSpaceFit) {
     // The cases must exercise both sides.
     EXPECT_GT(leanFits, 0);
     EXPECT_GT(cases - leanFits, 0);
+}
+
+// A model with modules that compute in fp32 (Ernie-4.5's router gates, cut to four layers):
+// every candidate has them as fp32 units of their own (the plans validate and real FSDP2
+// runs them), never checkpointed on their own nor in a prefetch chain; FSDP1-compatible
+// plans, whose one MixedPrecision cannot leave them in fp32, train in fp32.
+TEST(Search, ModulesThatKeepFp32BecomeFp32UnitsOrFsdp1KeepsFp32Parameters) {
+    auto j = readJsonFile(samplePath("models/ernie-4.5-21b-a3b/config.json"));
+    ASSERT_TRUE(j.ok());
+    (*j)["num_hidden_layers"] = 4;
+    (*j)["moe_layer_end_index"] = 3;
+    auto g = modelFromHfConfig(*j, "ernie.json");
+    ASSERT_TRUE(g.ok()) << g.error();
+    auto c = loadClusterFile(samplePath("clusters/h100-sxm-8x8.json"));
+    ASSERT_TRUE(c.ok());
+    SearchOptions o;
+    o.seqLen = 1024;
+    o.globalBatch = 128;
+    const SearchResult res = searchPlans(*g, *c, o);
+    ASSERT_TRUE(res.best.has_value());
+    for (const Candidate* cand : {&*res.best, &res.baseline}) {
+        const ResolvedPlan r = resolvePlan(*g, cand->plan, &*c, "recommended");
+        EXPECT_FALSE(r.hasErrors()) << r.problems[0].toString();
+        int gates = 0;
+        for (const UnitSpec& u : cand->plan.units) {
+            const bool gate = u.modules[0].ends_with(".mlp.gate");
+            gates += gate;
+            if (gate) {
+                EXPECT_EQ(u.settings.mixedPrecision->paramDtype, DType::Float32);
+                EXPECT_EQ(u.settings.activationCheckpointing, AcSpec(AcMode::None));
+                EXPECT_FALSE(u.forwardPrefetch.has_value() && !u.forwardPrefetch->empty());
+            }
+            for (const auto* list : {&u.forwardPrefetch, &u.backwardPrefetch}) {
+                if (!list->has_value()) continue;
+                for (const std::string& t : **list)
+                    EXPECT_FALSE(t.ends_with(".mlp.gate")) << u.modules[0];
+            }
+        }
+        EXPECT_EQ(gates, 3);
+    }
+    EXPECT_NE(res.best->summary.find("3 fp32 modules as fp32 units"), std::string::npos)
+        << res.best->summary;
+    o.fsdp1Compatible = true;
+    const SearchResult fsdp1 = searchPlans(*g, *c, o);
+    ASSERT_TRUE(fsdp1.best.has_value());
+    EXPECT_EQ(fsdp1.best->plan.defaults.mixedPrecision->paramDtype, DType::Float32);
+    EXPECT_NE(fsdp1.best->summary.find("fp32 params/fp32 reduce"), std::string::npos);
+    Plan asFsdp1 = fsdp1.best->plan;
+    asFsdp1.api = PlanApi::Fsdp1;
+    const ResolvedPlan r1 = resolvePlan(*g, asFsdp1, &*c, "recommended");
+    EXPECT_FALSE(r1.hasErrors()) << r1.problems[0].toString();
 }
