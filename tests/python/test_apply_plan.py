@@ -159,6 +159,69 @@ class ApplyPlan(unittest.TestCase):
                     self.assertEqual(warned, [])
                     self.assertIsNone(failed, failed)
 
+    def test_fp32_router_gates_need_fp32_units_in_real_fsdp2(self):
+        # A small ERNIE-4.5 MoE: its router gate computes in fp32. With every layer a bf16 unit
+        # `plan validate` refuses the plan and real FSDP2 fails in the gate's forward; the plan
+        # `recommend` exports (each gate an fp32 unit) validates, applies unchanged and trains
+        # a step on real fully_shard with a bf16 param_dtype.
+        cfg = {"architectures": ["Ernie4_5_MoeForCausalLM"], "model_type": "ernie4_5_moe", "vocab_size": 96,
+               "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4,
+               "num_key_value_heads": 2, "moe_num_experts": 4, "moe_k": 2, "moe_intermediate_size": 16,
+               "moe_num_shared_experts": 1, "max_position_embeddings": 64}
+        tmp = tempfile.mkdtemp()
+        model_path = os.path.join(tmp, "config.json")
+        with open(model_path, "w") as f:
+            json.dump(cfg, f)
+        cluster = os.path.join(tmp, "cluster.json")
+        with open(cluster, "w") as f:
+            json.dump(dict(CLUSTER, device=dict(CLUSTER["device"], memory_bytes=1 << 30)), f)
+        plain = {"format": "shardscope.plan", "version": 1, "name": "ernie", "api": "fsdp2", "mesh": {"shape": [4]},
+                 "wrap": {"policy": "module_class", "classes": ["Ernie4_5_MoeDecoderLayer"]},
+                 "defaults": {"mixed_precision": {"param_dtype": "bfloat16", "reduce_dtype": "float32"}},
+                 "training": {"micro_batch_size": 1, "seq_len": 16}}
+        plain_path = os.path.join(tmp, "plain.json")
+        with open(plain_path, "w") as f:
+            json.dump(plain, f)
+        report = peer.shardscope("plan", "validate", "--model", model_path, "--plan", plain_path, "--json",
+                                 check=False)
+        refused = [p for p in report["problems"] if "computes in fp32" in p["message"]]
+        self.assertTrue(refused and refused[0]["severity"] == "error", report["problems"])
+        recommended = os.path.join(tmp, "recommended.fsdp2.json")
+        rec = peer.shardscope("recommend", "--model", model_path, "--cluster", cluster, "--seq", "16",
+                              "--global-batch", "4", "--format", "fsdp2", "--output", recommended, "--json")
+        rec_plan = os.path.join(tmp, "recommended.json")
+        with open(rec_plan, "w") as f:
+            json.dump(rec["best"]["plan"], f)
+        self.assertIn("valid", peer.shardscope("plan", "validate", "--model", model_path, "--plan", rec_plan,
+                                               "--cluster", cluster))
+        # The plain plan as fully_shard calls: the recommended export without the gates' own
+        # calls (each layer's bf16 unit then holds its gate), as a user would write it.
+        with open(recommended) as f:
+            export = json.load(f)
+        plain_export = dict(export)
+        plain_export["fully_shard"] = [c for c in plain_export["fully_shard"]
+                                       if not c["modules"][0].endswith(".mlp.gate")]
+        for name, export in (("plain", plain_export), ("recommended", export)):
+            with self.subTest(plan=name):
+                dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+                try:
+                    config = transformers.AutoConfig.from_pretrained(model_path)
+                    model = apply_plan(transformers.AutoModelForCausalLM.from_config(config), export,
+                                       device_type="cpu")
+                    tokens = torch.randint(0, 96, (1, 16))
+                    try:
+                        model(tokens, use_cache=False).logits.float().mean().backward()
+                        failed = None
+                    except RuntimeError as e:
+                        failed = str(e)
+                finally:
+                    dist.destroy_process_group()
+                if name == "plain":
+                    self.assertIsNotNone(failed, "real FSDP2 ran the plan the validator refuses")
+                    self.assertIn("same dtype", failed)
+                else:
+                    self.assertIsNone(failed, failed)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
