@@ -120,10 +120,10 @@ struct CostBuilder {
     // (fp32). `savesInput` is false when its input is already saved (Falcon's ln_mlp reads
     // what ln_attn does).
     ModuleId layerNorm(ModuleId parent, const char* name, int64_t h, DType pd,
-                       bool savesInput = true) {
+                       bool savesInput = true, bool bias = true) {
         ModuleId m = g.addModule(parent, name, "LayerNorm");
         g.addParam(m, "weight", {h}, pd);
-        g.addParam(m, "bias", {h}, pd);
+        if (bias) g.addParam(m, "bias", {h}, pd);
         const auto H = static_cast<double>(h);
         auto& c = g.cost(m);
         c.fwdMemKernels += 1;  // native_layer_norm
@@ -2013,6 +2013,135 @@ Expected<ModelGraph> loadGpt2(const JsonReader& r, const HfLoadOptions& o) {
     return g;
 }
 
+// MPT (MptForCausalLM, transformers 4.57; MosaicML's MPT-7B and MPT-30B): transformer.wte,
+// blocks of norm_1 (a LayerNorm without bias), attn (one fused Wqkv, out_proj), norm_2 and
+// ffn (up_proj to 4 x d_model, exact GELU, down_proj, the residual added inside), norm_f,
+// an lm_head tied to wte. transformers builds ALiBi whatever the config says (no learned
+// positions, no biases, no q/k LayerNorm, a 4 x d_model MLP), and its attention is always
+// eager: q x k^T scaled, plus the fp32 ALiBi bias, which promotes the scores to fp32 under a
+// lower compute dtype; masked_fill with the (b, 1, s, s) causal mask; softmax in fp32; cast
+// back to the compute dtype; times v. Saved (saved_tensors_hooks, fp32 and bf16): Wqkv's
+// input, q, k and v copied by matmul's reshapes (3 x d_model), the fp32 probabilities (4 B a
+// head a key position, whatever the dtype) and below fp32 their cast, out_proj's input (the
+// heads merged: a copy), the mask once (1 B a token a key position). Config fields that
+// transformers' MPT would not follow (it does not read them) are refused rather than
+// modelled differently from what transformers trains.
+Expected<ModelGraph> loadMpt(const JsonReader& r, const HfLoadOptions& o) {
+    const int64_t vocab = positive(r, "vocab_size");
+    const int64_t h = positive(r, "d_model");
+    const int64_t layers = positive(r, "n_layers");
+    const int64_t heads = positive(r, "n_heads");
+    const int64_t maxSeq = r.hasNonNull("max_seq_len") ? positive(r, "max_seq_len") : 2048;
+    if (h % heads != 0) r.at("n_heads").fail("n_heads must divide d_model");
+    if (layers > 10000) r.at("n_layers").fail("implausibly many layers (more than 10000)");
+    if (r.hasNonNull("expansion_ratio") && r.getNumber("expansion_ratio") != 4)
+        r.at("expansion_ratio")
+            .fail(
+                "transformers' MPT builds its MLP 4 x d_model wide whatever expansion_ratio "
+                "says; ShardScope models transformers' MptForCausalLM, so it must be 4 (export "
+                "another implementation with scripts/export_model.py)");
+    if (!r.optBool("no_bias").value_or(true))
+        r.at("no_bias").fail(
+            "transformers' MPT has no biases whatever no_bias says; it must be true (export "
+            "another implementation with scripts/export_model.py)");
+    double clip = 0;
+    if (const auto a = r.find("attn_config"); a && !a->isNull()) {
+        a->requireObject();
+        if (a->hasNonNull("attn_type") && a->getString("attn_type") != "multihead_attention")
+            a->at("attn_type").fail("transformers' MPT runs multihead_attention only");
+        if (a->optBool("qk_ln").value_or(false))
+            a->at("qk_ln").fail("transformers' MPT has no q/k LayerNorm; qk_ln must be false");
+        if (a->optNumber("attn_pdrop").value_or(0.0) != 0)
+            a->at("attn_pdrop")
+                .fail(
+                    "dropout on MPT's eager attention probabilities (and its residuals, which "
+                    "transformers drops at the same rate) is not modelled; set it to 0, as "
+                    "MPT-7B's "
+                    "config does");
+        if (a->hasNonNull("clip_qkv")) clip = a->at("clip_qkv").asPositiveNumber();
+    }
+    const bool tie = r.optBool("tie_word_embeddings").value_or(true);
+
+    ModelGraph g;
+    g.name = "mpt";
+    g.source = "hf:mpt";
+    // ALiBi is built max_seq_len wide: longer sequences fail in transformers' attention.
+    g.maxPositions = maxSeq;
+    g.learnedPositions = true;
+    g.activationDtype = o.activationDtype;
+    g.setRootClass("MptForCausalLM");
+    CostBuilder cb{g, static_cast<double>(dtypeSize(o.activationDtype))};
+    const DType pd = o.paramDtype;
+    const double H = static_cast<double>(h), e = cb.e, heads_ = static_cast<double>(heads);
+    auto linear = [&](ModuleId parent, const char* name, int64_t in, int64_t out, bool saves) {
+        ModuleId m = g.addModule(parent, name, "Linear");
+        g.addParam(m, "weight", {out, in}, pd);
+        cb.linear(m, static_cast<double>(in), static_cast<double>(out), saves);
+        return m;
+    };
+    auto layerNorm = [&](ModuleId parent, const char* name) {
+        cb.layerNorm(parent, name, h, pd, true, /*bias=*/false);
+    };
+    ModuleId tr = g.addModule(g.root(), "transformer", "MptModel");
+    ModuleId wte = g.addModule(tr, "wte", "Embedding");
+    ParamId wteW = g.addParam(wte, "weight", {vocab, h}, pd);
+    cb.embedding(wte, H);
+    // The causal mask, (b, 1, s, s) bool, kept by every layer's masked_fill (one storage).
+    g.cost(tr).savedBytes.fixedPerTokenSeq += 1;
+    ModuleId blocks = g.addModule(tr, "blocks", "ModuleList", {"ModuleList"});
+    for (int64_t i = 0; i < layers; ++i) {
+        ModuleId blk = g.addModule(blocks, std::to_string(i), "MptBlock");
+        layerNorm(blk, "norm_1");
+        ModuleId attn = g.addModule(blk, "attn", "MptAttention");
+        linear(attn, "Wqkv", h, 3 * h, true);
+        linear(attn, "out_proj", h, h, true);
+        auto& ac = g.cost(attn);
+        ac.eagerAttentionCalls += 1;
+        // Two bmm's of 2·s·s·d a head forward, each twice that backward (flop_counter).
+        ac.fwdFlops.perTokenSeq += 4 * H;
+        ac.bwdFlops.perTokenSeq += 8 * H;
+        ac.savedBytes.perToken += 3 * H * e;
+        ac.savedBytes.fixedPerTokenSeq += 4 * heads_;
+        ac.belowFp32SavedBytes.perTokenSeq += heads_ * e;
+        if (clip > 0) {
+            // clamp keeps its input, Wqkv's output.
+            ac.savedBytes.perToken += 3 * H * e;
+            ac.fwdMemKernels += 1;
+            ac.bwdMemKernels += 1;
+            ac.fwdMemBytes.perToken += 6 * H * e;
+            ac.bwdMemBytes.perToken += 9 * H * e;
+        }
+        // Memory-bound kernels, counted from the operators (not yet checked on a GPU trace).
+        // Per token: the copies of q, k, v and of the merged output, and backward the chunk's
+        // cat and the merge's copy. Per token and key position, a head each: forward the scale
+        // (in the compute dtype), the fp32 bias's add, masked_fill, softmax and the cast back;
+        // backward the cast up, softmax's backward, masked_fill's, the add's cast and the
+        // scale's.
+        ac.fwdMemBytes.perToken += 8 * H * e;
+        ac.bwdMemBytes.perToken += 8 * H * e;
+        ac.fwdMemBytes.perTokenSeq += 4 * heads_ * e;
+        ac.fwdMemBytes.fixedPerTokenSeq += 24 * heads_;
+        ac.bwdMemBytes.perTokenSeq += 4 * heads_ * e;
+        ac.bwdMemBytes.fixedPerTokenSeq += 28 * heads_;
+        ac.fwdMemKernels += 4 + 5;
+        ac.bwdMemKernels += 2 + 5;
+        ac.outputBytes.perToken += H * e;
+        layerNorm(blk, "norm_2");
+        ModuleId ffn = g.addModule(blk, "ffn", "MptMLP");
+        linear(ffn, "up_proj", h, 4 * h, true);
+        cb.gelu(g.addModule(ffn, "act", "GELU"), 4 * H);
+        linear(ffn, "down_proj", 4 * h, h, true);
+        g.cost(ffn).outputBytes.perToken += H * e;
+        g.addModule(blk, "resid_attn_dropout", "Dropout");
+        cb.residualAdds(blk, H, 2);  // attention's, and the MLP's inside ffn
+    }
+    layerNorm(tr, "norm_f");
+    cb.lmHead("lm_head", tie ? std::optional(wteW) : std::nullopt, vocab, h, pd);
+    cb.causalLmLoss(g.root(), static_cast<double>(vocab));
+    if (Status st = g.finalize(); !st) return Error{r.file() + ":/: " + st.error()};
+    return g;
+}
+
 // Falcon (FalconForCausalLM, transformers 4.57) with rotary positions and parallel
 // attention, as Falcon-7B, -40B, -180B and Falcon2-11B: transformer.word_embeddings, blocks
 // in transformer.h whose attention and MLP both read the block's input (one input_layernorm,
@@ -2380,8 +2509,11 @@ using Loader = Expected<ModelGraph> (*)(const JsonReader&, const HfLoadOptions&)
 
 // The families whose layout is not Llama's, with loaders of their own.
 Loader ownLoader(const std::string& type) {
-    static const std::pair<std::string_view, Loader> kOwn[] = {
-        {"gpt2", loadGpt2}, {"falcon", loadFalcon}, {"phi", loadPhi}, {"gpt_neox", loadGptNeoX}};
+    static const std::pair<std::string_view, Loader> kOwn[] = {{"gpt2", loadGpt2},
+                                                               {"falcon", loadFalcon},
+                                                               {"phi", loadPhi},
+                                                               {"gpt_neox", loadGptNeoX},
+                                                               {"mpt", loadMpt}};
     for (const auto& [name, loader] : kOwn)
         if (type == name) return loader;
     return nullptr;
@@ -2426,6 +2558,7 @@ const std::vector<HfFamily>& hfFamilies() {
         {"gpt_oss", "GptOssForCausalLM", "gpt-oss-20b, gpt-oss-120b"},
         {"llama4_text", "Llama4ForCausalLM", "Llama 4 Scout and Maverick (text_config)"},
         {"ernie4_5_moe", "Ernie4_5_MoeForCausalLM", "ERNIE-4.5 MoE (21B-A3B, 300B-A47B)"},
+        {"mpt", "MptForCausalLM", "MPT-7B, MPT-30B (ALiBi, eager attention)"},
     };
     return kFamilies;
 }

@@ -28,8 +28,9 @@ using Shape = std::vector<int64_t>;
 [[nodiscard]] std::string shapeToString(const Shape& shape);
 
 // A cost that scales with the work of one micro-batch:
-//   value(b, s) = (perToken + fixedPerToken)·(b·s) + perTokenSeq·(b·s)·s + perPosition·s
-// The second term carries attention's quadratic dependence on sequence length; the last is
+//   value(b, s) = (perToken + fixedPerToken)·(b·s) + (perTokenSeq + fixedPerTokenSeq)·(b·s)·s
+//                 + perPosition·s
+// The seq terms carry attention's quadratic dependence on sequence length; the last is
 // bytes per sequence position whatever the batch and the dtype (tensors built from
 // position_ids, whose batch is 1: Ernie-4.5's per-layer fp32 cos and sin).
 //
@@ -44,11 +45,12 @@ struct ScaledCost {
     double perTokenSeq = 0;
     double fixedPerToken = 0;
     double perPosition = 0;
+    double fixedPerTokenSeq = 0;  // in a fixed dtype: MPT's fp32 probabilities, a bool mask
     [[nodiscard]] double at(int64_t batch, int64_t seq) const { return at(batch, seq, 1.0); }
     [[nodiscard]] double at(int64_t batch, int64_t seq, double dtypeScale) const {
         const double t = static_cast<double>(batch) * static_cast<double>(seq);
         return (perToken * dtypeScale + fixedPerToken) * t +
-               perTokenSeq * dtypeScale * t * static_cast<double>(seq) +
+               (perTokenSeq * dtypeScale + fixedPerTokenSeq) * t * static_cast<double>(seq) +
                perPosition * static_cast<double>(seq);
     }
     ScaledCost& operator+=(const ScaledCost& o) {
@@ -56,10 +58,12 @@ struct ScaledCost {
         perTokenSeq += o.perTokenSeq;
         fixedPerToken += o.fixedPerToken;
         perPosition += o.perPosition;
+        fixedPerTokenSeq += o.fixedPerTokenSeq;
         return *this;
     }
     [[nodiscard]] bool isZero() const {
-        return perToken == 0 && perTokenSeq == 0 && fixedPerToken == 0 && perPosition == 0;
+        return perToken == 0 && perTokenSeq == 0 && fixedPerToken == 0 && perPosition == 0 &&
+               fixedPerTokenSeq == 0;
     }
     friend bool operator==(const ScaledCost&, const ScaledCost&) = default;
 };

@@ -27,19 +27,23 @@ Shape readShape(const JsonReader& r) {
 }
 
 ScaledCost readScaled(const JsonReader& r) {
-    if (r.size() < 2 || r.size() > 4)
+    if (r.size() < 2 || r.size() > 5)
         r.failExpected(
-            "[per_token, per_token_seq], [per_token, per_token_seq, fixed_per_token] or "
-            "[per_token, per_token_seq, fixed_per_token, per_position], an array of two to four "
-            "non-negative numbers");
+            "[per_token, per_token_seq] or [per_token, per_token_seq, fixed_per_token] (then "
+            "per_position and fixed_per_token_seq), an array of two to five non-negative "
+            "numbers");
     ScaledCost c{r[0].asNumber(), r[1].asNumber(), r.size() >= 3 ? r[2].asNumber() : 0.0,
-                 r.size() == 4 ? r[3].asNumber() : 0.0};
-    if (c.perToken < 0 || c.perTokenSeq < 0 || c.fixedPerToken < 0 || c.perPosition < 0)
+                 r.size() >= 4 ? r[3].asNumber() : 0.0, r.size() == 5 ? r[4].asNumber() : 0.0};
+    if (c.perToken < 0 || c.perTokenSeq < 0 || c.fixedPerToken < 0 || c.perPosition < 0 ||
+        c.fixedPerTokenSeq < 0)
         r.fail("costs must be non-negative");
     return c;
 }
 
 nlohmann::json scaledJson(const ScaledCost& c) {
+    if (c.fixedPerTokenSeq != 0)
+        return nlohmann::json::array(
+            {c.perToken, c.perTokenSeq, c.fixedPerToken, c.perPosition, c.fixedPerTokenSeq});
     if (c.perPosition != 0)
         return nlohmann::json::array({c.perToken, c.perTokenSeq, c.fixedPerToken, c.perPosition});
     if (c.fixedPerToken != 0)

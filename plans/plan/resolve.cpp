@@ -854,7 +854,11 @@ struct Resolver {
                                              " (a learned position table): give training.seq_len");
             else if (g.learnedPositions)
                 error(at("/training/seq_len"),
-                      what + " (a learned position table: PyTorch fails with an index error)");
+                      what + (g.source == "hf:mpt"
+                                  ? " (MPT's ALiBi bias is built max_seq_len wide: transformers' "
+                                    "attention fails past it)"
+                                  : " (a learned position table: PyTorch fails with an index "
+                                    "error)"));
             else
                 warning(at("/training/seq_len"),
                         what +
@@ -1220,6 +1224,7 @@ std::optional<ModelGraph> compiledModel(const ModelGraph& g, const ResolvedPlan&
         rescale(&ScaledCost::perToken);
         rescale(&ScaledCost::fixedPerToken);
         rescale(&ScaledCost::perPosition);
+        rescale(&ScaledCost::fixedPerTokenSeq);
         // Inductor's fused kernels replace the subtree's memory-bound ones (its fp32 casts
         // included): counted at the module itself, in the same run as its children.
         if (k.fwdMemKernels > 0) {
@@ -1271,6 +1276,7 @@ void addMmCalls(const ModuleCost& c, int64_t& mmSeen, ModuleRun& run) {
         kept.perToken *= share;
         kept.perTokenSeq *= share;
         kept.fixedPerToken *= share;
+        kept.fixedPerTokenSeq *= share;
         run.sacPresetSaved += kept;
         n += c.mmCount;
     }
@@ -1299,6 +1305,7 @@ void addAttention(const ModelGraph& g, int32_t m, const ModuleCost& c,
         freed.perTokenSeq -= in.perTokenSeq;
         freed.fixedPerToken -= in.fixedPerToken;
         freed.perPosition -= in.perPosition;
+        freed.fixedPerTokenSeq -= in.fixedPerTokenSeq;
     }
     run.attnSavedBytes += freed;
     for (const ModuleCost::Gemm& gm : sub.gemms)
@@ -1436,11 +1443,15 @@ void gradientMoments(const ModelGraph& g, std::vector<ModuleRun>& runs,
             if (own != 0) {
                 acc += own;
                 ScaledCost o = mc.outputBytes;
-                if (mc.eagerAttentionCalls > 0) o.perTokenSeq += 2 * mc.savedBytes.perTokenSeq;
+                if (mc.eagerAttentionCalls > 0) {
+                    o.perTokenSeq += 2 * mc.savedBytes.perTokenSeq;
+                    o.fixedPerTokenSeq += 2 * mc.savedBytes.fixedPerTokenSeq;
+                }
                 run.firstGradOutput = o;
                 run.firstGradSavedAfter = freed;
                 if (const double size =
-                        o.perToken + o.fixedPerToken + o.perTokenSeq * static_cast<double>(seqLen);
+                        o.perToken + o.fixedPerToken +
+                        (o.perTokenSeq + o.fixedPerTokenSeq) * static_cast<double>(seqLen);
                     size > largest) {
                     largest = size;
                     run.largestGradOutput = o;
@@ -1584,6 +1595,16 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& model, const ResolvedPlan&
                 pk.fixedPerToken = o.fixedPerToken;
             }
             pk.perTokenSeq = std::max(pk.perTokenSeq, o.perTokenSeq);
+            pk.fixedPerTokenSeq = std::max(pk.fixedPerTokenSeq, o.fixedPerTokenSeq);
+            // Attention written out in operators makes its s x s gradients in backward
+            // (the probabilities', then the scores'), whether or not the module has
+            // parameters of its own: two of them beside each other, as an output's, the
+            // size of the probabilities softmax keeps (MPT's fp32 ones, not their cast).
+            if (c.eagerAttentionCalls > 0) {
+                const ScaledCost& probs = mod.cost.savedBytes;
+                pk.perTokenSeq = std::max(pk.perTokenSeq, probs.perTokenSeq);
+                pk.fixedPerTokenSeq = std::max(pk.fixedPerTokenSeq, probs.fixedPerTokenSeq);
+            }
         }
         if (!c.fwdFlops.isZero()) ++run.kernels;
         run.mmSaved += c.mmOutputBytes;

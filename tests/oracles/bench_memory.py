@@ -97,6 +97,10 @@ MODELS = {
     # fp32: under a bf16 param_dtype each layer's `mlp.gate` is a unit of its own in fp32
     # (keep_fp32_units); tied embeddings. The test runs it cut to four layers.
     "ernie-4.5-21b-a3b": ("Ernie4_5_MoeDecoderLayer", None, None),
+    # MPT as transformers trains it: eager attention whose fp32 ALiBi bias promotes the scores
+    # to fp32 (the fp32 probabilities and their bf16 cast kept, 6 B a head a key position);
+    # 2048 positions; tied embeddings.
+    "mpt-7b": ("MptBlock", None, None),
 }
 # The dropout probabilities set to 0 for the oracle (see GPT-2 above).
 DROPOUT_KEYS = {"gpt2": ("resid_pdrop", "embd_pdrop", "attn_pdrop"),

@@ -562,6 +562,42 @@ TEST(HfConfig, ErnieMoeLayersFp32RouterAndRefusals) {
               "config.json:/moe_layer_end_index: expected an integer >= -1, got -2");
 }
 
+// MPT as transformers builds it (ALiBi, eager attention, no biases, a 4 x d_model MLP): the
+// config fields it would not follow are refused, naming them; the probabilities are kept in
+// fp32 (fixed bytes a token a position) and below fp32 their cast as well.
+TEST(HfConfig, MptEagerAlibiAttentionAndRefusals) {
+    const ModelGraph g = load("mpt-7b");
+    EXPECT_EQ(g.totalParams(), 6649286656);
+    EXPECT_EQ(g.maxPositions, 2048);
+    const ModuleCost& a = g.module(*g.findModule("transformer.blocks.0.attn")).cost;
+    EXPECT_EQ(a.eagerAttentionCalls, 1);
+    EXPECT_EQ(a.attentionCalls, 0);
+    EXPECT_EQ(a.savedBytes.fixedPerTokenSeq, 4 * 32);
+    EXPECT_EQ(a.belowFp32SavedBytes.perTokenSeq, 32 * 4);
+    EXPECT_FALSE(g.findParam("transformer.blocks.0.norm_1.bias").has_value());
+    auto back = modelFromJson(modelToJson(g), "roundtrip.json");
+    ASSERT_TRUE(back.ok()) << back.error();
+    EXPECT_EQ(modelToJson(*back), modelToJson(g));
+    const std::string base = R"({"model_type": "mpt", "vocab_size": 64, "d_model": 32,
+        "n_layers": 2, "n_heads": 4)";
+    EXPECT_EQ(loadError(base + "}"), "");
+    EXPECT_EQ(loadError(base + R"(, "expansion_ratio": 8})"),
+              "config.json:/expansion_ratio: transformers' MPT builds its MLP 4 x d_model wide "
+              "whatever expansion_ratio says; ShardScope models transformers' MptForCausalLM, so "
+              "it must be 4 (export another implementation with scripts/export_model.py)");
+    EXPECT_EQ(loadError(base + R"(, "attn_config": {"attn_pdrop": 0.1}})"),
+              "config.json:/attn_config/attn_pdrop: dropout on MPT's eager attention "
+              "probabilities (and its residuals, which transformers drops at the same rate) is "
+              "not modelled; set it to 0, as MPT-7B's config does");
+    EXPECT_EQ(loadError(base + R"(, "attn_config": {"qk_ln": true}})"),
+              "config.json:/attn_config/qk_ln: transformers' MPT has no q/k LayerNorm; qk_ln "
+              "must be false");
+    EXPECT_EQ(loadError(base + R"(, "attn_config": {"clip_qkv": -2}})"),
+              "config.json:/attn_config/clip_qkv: expected a positive number, got -2");
+    EXPECT_EQ(loadError(base + R"(, "attn_config": 3})"),
+              "config.json:/attn_config: expected an object, got 3");
+}
+
 // gpt-oss runs eager attention: no SDPA call, its two matmuls priced as GEMMs from the
 // per-token-per-position FLOPs, its probabilities saved per token and position; the count
 // survives the model JSON round trip.

@@ -20,7 +20,7 @@ MODELS = ["llama3-8b", "llama3.1-8b", "llama3-70b", "llama2-7b", "mistral-7b-v0.
           "qwen3-30b-a3b", "deepseek-v3", "deepseek-v2-lite", "moonlight-16b-a3b", "gemma2-9b", "gemma3-1b", "falcon-7b", "falcon-40b", "falcon-rw-1b", "phi3-mini-4k", "phi4", "gpt2",
           "seed-oss-36b", "granite-3.1-8b", "smollm3-3b", "olmo3-7b", "exaone4-32b", "olmo-1.7-7b", "olmoe-1b-7b", "granite-3.1-1b-a400m", "starcoder2-7b", "phi-2", "pythia-6.9b", "command-r7b", "glm-4.5-air",
           "gpt-oss-20b", "gpt-oss-120b", "llama4-scout-17b-16e", "llama4-maverick-17b-128e", "ernie-4.5-21b-a3b",
-          "ernie-4.5-300b-a47b", "tiny-llama"]
+          "ernie-4.5-300b-a47b", "mpt-7b", "mpt-30b", "tiny-llama"]
 
 
 def hf_model(name):

@@ -347,6 +347,45 @@ class SavedActivationsPeer(unittest.TestCase):
             "ernie4_5_moe", transformers.Ernie4_5_MoeConfig, transformers.Ernie4_5_MoeForCausalLM,
             {**cfg, "moe_num_shared_experts": 0, "use_bias": False}, keep_fp32=("gate", "moe_statics"))
 
+    def test_mpt_matches_autograd(self):
+        # MPT as transformers trains it: eager attention with the fp32 ALiBi bias, which
+        # promotes the scores to fp32 below fp32 (the fp32 probabilities, and in bf16 their cast
+        # back, are kept a head a key position), matmul's copies of q, k and v, the causal mask
+        # kept once; LayerNorms without bias (two a block, one final: in bf16 the CPU keeps
+        # their mean and rstd in bf16 where a GPU keeps fp32, as for the other LayerNorm
+        # families); with and without clip_qkv.
+        for clip in (None, 6.0):
+            cfg = {"model_type": "mpt", "vocab_size": 256, "d_model": 64, "n_layers": 2, "n_heads": 4,
+                   "max_seq_len": 256, "attn_config": {"clip_qkv": clip}}
+            path = os.path.join(tempfile.mkdtemp(), "config.json")
+            with open(path, "w") as f:
+                json.dump(cfg, f)
+            for dtype, name in ((torch.float32, "float32"), (torch.bfloat16, "bfloat16")):
+                with self.subTest(clip_qkv=clip, dtype=name):
+                    config = transformers.MptConfig(**{k: v for k, v in cfg.items() if k != "model_type"})
+                    torch.manual_seed(0)
+                    model = transformers.MptForCausalLM(config).to(dtype).train()
+                    ids = torch.randint(0, cfg["vocab_size"], (BATCH, SEQ))
+                    total, layer = measured_saved_bytes(model, ids, ids, layer=model.transformer.blocks[1])
+                    if dtype == torch.bfloat16:
+                        layer += 4 * BATCH * SEQ * 2
+                        total += 4 * BATCH * SEQ * (2 * cfg["n_layers"] + 1)
+                    show = peer.shardscope("model", "show", "--model", path, "--batch", str(BATCH), "--seq",
+                                           str(SEQ), "--param-dtype", name, "--activation-dtype", name, "--json")
+                    mods = {m["name"]: m for m in show["modules"]}
+                    ours_total = mods[""]["saved_activation_bytes"]
+                    ours_layer = mods["transformer.blocks.1"]["saved_activation_bytes"]
+                    print("mpt clip_qkv=%s %s: block formulas %d B, autograd %d B (%+.2f%%); model %d B, %d B (%+.2f%%)"
+                          % (clip, name, ours_layer, layer, 100.0 * (ours_layer - layer) / layer, ours_total, total,
+                             100.0 * (ours_total - total) / total))
+                    self.assertLess(abs(ours_layer - layer), 0.01 * layer)
+                    self.assertLess(abs(ours_total - total), 0.01 * total)
+                    from torch.utils.flop_counter import FlopCounterMode
+                    with FlopCounterMode(display=False) as fc:
+                        model(input_ids=ids, labels=ids).loss.backward()
+                    theirs = fc.get_total_flops()
+                    self.assertAlmostEqual(mods[""]["fwd_flops"] + mods[""]["bwd_flops"], theirs, delta=1e-4 * theirs)
+
     def test_gpt_oss_matches_autograd(self):
         # gpt-oss on transformers' eager attention (it has no SDPA path): sinks, q/k/v/o
         # biases, a sliding window shorter than the sequence on layer 0, the s x (s + 1)

@@ -264,6 +264,23 @@ TEST(Cli, ImplausibleTrainingShapesAndMachinesAreRefused) {
                          "positions (a learned position table"),
               std::string::npos)
         << r.out;
+    // MPT's ALiBi is built max_seq_len wide: the plan's error says so, and `recommend`
+    // refuses a longer --seq naming it (without --seq it searches at max_seq_len).
+    r = runCommand(ss("simulate -m samples/models/mpt-7b/config.json -p "
+                      "samples/plans/tiny-llama-2rank.json -c samples/clusters/cpu-2core.json "
+                      "--seq 4096"),
+                   true);
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_NE(r.out.find("seq_len 4096 exceeds the model's 2048 positions (MPT's ALiBi bias is "
+                         "built max_seq_len wide"),
+              std::string::npos)
+        << r.out;
+    r = runCommand(ss("recommend -m samples/models/mpt-7b/config.json -c "
+                      "samples/clusters/h100-sxm-8x8.json --seq 4096"),
+                   true);
+    EXPECT_EQ(r.status, 2) << r.out;  // a bad option
+    EXPECT_NE(r.out.find("error: --seq 4096 exceeds the model's 2048 positions"), std::string::npos)
+        << r.out;
     // A 1-D mesh of 2^40 ranks validated.
     const std::string dir = shardscope::test::testTempDir() / "shardscope_cli_plaus";
     std::filesystem::create_directories(dir);
