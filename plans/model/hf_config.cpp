@@ -1922,6 +1922,17 @@ Expected<ModelGraph> loadLlamaLike(const JsonReader& r, const std::string& famil
     return buildLlamaLike(c, r.file(), o);
 }
 
+// A model of the families with loaders of their own: its name and source, the activation
+// dtype its costs are counted in and transformers' CausalLM class at the root.
+ModelGraph startGraph(const char* family, const char* rootClass, const HfLoadOptions& o) {
+    ModelGraph g;
+    g.name = family;
+    g.source = std::string("hf:") + family;
+    g.activationDtype = o.activationDtype;
+    g.setRootClass(rootClass);
+    return g;
+}
+
 Expected<ModelGraph> loadGpt2(const JsonReader& r, const HfLoadOptions& o) {
     const int64_t vocab = positive(r, "vocab_size");
     const int64_t h = positive(r, "n_embd");
@@ -1935,13 +1946,9 @@ Expected<ModelGraph> loadGpt2(const JsonReader& r, const HfLoadOptions& o) {
     const double pResid = r.optNumber("resid_pdrop").value_or(0.1);
     const double pEmbd = r.optNumber("embd_pdrop").value_or(0.1);
 
-    ModelGraph g;
-    g.name = "gpt2";
-    g.source = "hf:gpt2";
+    ModelGraph g = startGraph("gpt2", "GPT2LMHeadModel", o);
     g.maxPositions = positions;
     g.learnedPositions = true;
-    g.activationDtype = o.activationDtype;
-    g.setRootClass("GPT2LMHeadModel");
     CostBuilder cb{g, static_cast<double>(dtypeSize(o.activationDtype))};
     const DType pd = o.paramDtype;
     const double H = static_cast<double>(h);
@@ -2062,14 +2069,10 @@ Expected<ModelGraph> loadMpt(const JsonReader& r, const HfLoadOptions& o) {
     }
     const bool tie = r.optBool("tie_word_embeddings").value_or(true);
 
-    ModelGraph g;
-    g.name = "mpt";
-    g.source = "hf:mpt";
+    ModelGraph g = startGraph("mpt", "MptForCausalLM", o);
     // ALiBi is built max_seq_len wide: longer sequences fail in transformers' attention.
     g.maxPositions = maxSeq;
     g.learnedPositions = true;
-    g.activationDtype = o.activationDtype;
-    g.setRootClass("MptForCausalLM");
     CostBuilder cb{g, static_cast<double>(dtypeSize(o.activationDtype))};
     const DType pd = o.paramDtype;
     const double H = static_cast<double>(h), e = cb.e, heads_ = static_cast<double>(heads);
@@ -2187,13 +2190,9 @@ Expected<ModelGraph> loadPhi(const JsonReader& r, const HfLoadOptions& o) {
     const int64_t d = h / heads, dq = heads * d, dkv = kvHeads * d;
     const auto rot = static_cast<int64_t>(static_cast<double>(d) * factor);
 
-    ModelGraph g;
-    g.name = "phi";
-    g.source = "hf:phi";
+    ModelGraph g = startGraph("phi", "PhiForCausalLM", o);
     if (r.hasNonNull("max_position_embeddings"))
         g.maxPositions = positive(r, "max_position_embeddings");
-    g.activationDtype = o.activationDtype;
-    g.setRootClass("PhiForCausalLM");
     CostBuilder cb{g, static_cast<double>(dtypeSize(o.activationDtype))};
     const DType pd = o.paramDtype;
     const double H = static_cast<double>(h), Q = static_cast<double>(dq);
@@ -2278,13 +2277,9 @@ Expected<ModelGraph> loadGptNeoX(const JsonReader& r, const HfLoadOptions& o) {
     const int64_t d = h / heads;
     const auto rot = static_cast<int64_t>(static_cast<double>(d) * pct);
 
-    ModelGraph g;
-    g.name = "gpt_neox";
-    g.source = "hf:gpt_neox";
+    ModelGraph g = startGraph("gpt_neox", "GPTNeoXForCausalLM", o);
     if (r.hasNonNull("max_position_embeddings"))
         g.maxPositions = positive(r, "max_position_embeddings");
-    g.activationDtype = o.activationDtype;
-    g.setRootClass("GPTNeoXForCausalLM");
     CostBuilder cb{g, static_cast<double>(dtypeSize(o.activationDtype))};
     const DType pd = o.paramDtype;
     const double H = static_cast<double>(h), I = static_cast<double>(inter);
@@ -2397,13 +2392,9 @@ Expected<ModelGraph> loadFalcon(const JsonReader& r, const HfLoadOptions& o) {
     const int64_t d = h / heads, dq = h, dkv = kvHeads * d;
     const int64_t qkvOut = newArch ? (2 * kvHeads + heads) * d : multiQuery ? h + 2 * d : 3 * h;
 
-    ModelGraph g;
-    g.name = "falcon";
-    g.source = "hf:falcon";
+    ModelGraph g = startGraph("falcon", "FalconForCausalLM", o);
     if (r.hasNonNull("max_position_embeddings"))
         g.maxPositions = positive(r, "max_position_embeddings");
-    g.activationDtype = o.activationDtype;
-    g.setRootClass("FalconForCausalLM");
     CostBuilder cb{g, static_cast<double>(dtypeSize(o.activationDtype))};
     const DType pd = o.paramDtype;
     const double H = static_cast<double>(h), Dq = static_cast<double>(dq);
