@@ -250,6 +250,10 @@ int runPlanExport(const Args& a) {
         std::cerr << "error: not exporting a plan with errors\n";
         return kExitFailed;
     }
+    if (const auto why = exportRefusal(r, *fmt)) {
+        std::cerr << "error: not exporting as " << a.get("--format") << ": " << *why << "\n";
+        return kExitFailed;
+    }
     const nlohmann::json exported = exportPlan(r, *fmt);
     if (Status s = emitJson(exported, a.get("--output")); !s) {
         std::cerr << "error: " << s.error() << "\n";

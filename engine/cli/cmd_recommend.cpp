@@ -235,6 +235,10 @@ int runRecommend(const Args& a) {
     nlohmann::json exported;
     if (chosen) {
         const ResolvedPlan r = resolvePlan(*g, chosen->plan, &*cluster, "recommended");
+        if (const auto why = exportRefusal(r, format)) {
+            std::cerr << "error: not exporting as " << a.get("--format") << ": " << *why << "\n";
+            return kExitFailed;
+        }
         exported = exportPlan(r, format);
         if (a.has("--output")) {
             if (Status s = writeFileAtomically(a.get("--output"), exported.dump(2) + "\n"); !s) {

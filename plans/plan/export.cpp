@@ -405,6 +405,22 @@ nlohmann::json exportLightning(const ResolvedPlan& r, bool fsdp1Strategy) {
 
 }  // namespace
 
+std::optional<std::string> exportRefusal(const ResolvedPlan& r, ExportFormat f) {
+    if (f == ExportFormat::ShardScope || f == ExportFormat::Fsdp2) return std::nullopt;
+    const auto& mp = r.plan.defaults.mixedPrecision;
+    if (!mp || !mp->paramDtype || dtypeSize(*mp->paramDtype) >= 4) return std::nullopt;
+    for (const ModuleNode& m : r.model->modules())
+        if (m.keepFp32 && !m.params.empty())
+            return "module \"" + m.fqn +
+                   "\" computes in fp32 whatever the model's dtype, and FSDP1's and Lightning's "
+                   "one MixedPrecision would gather it in " +
+                   std::string(dtypeName(*mp->paramDtype)) +
+                   " (its own fp32 unit dropped): PyTorch fails in its forward. Export as "
+                   "fsdp2, or use the plans `recommend --fix api=fsdp1` makes, which keep fp32 "
+                   "parameters";
+    return std::nullopt;
+}
+
 nlohmann::json exportPlan(const ResolvedPlan& r, ExportFormat f) {
     switch (f) {
         case ExportFormat::ShardScope:

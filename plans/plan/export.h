@@ -11,6 +11,7 @@
 // Formats are documented in plans/README.md ("Exports").
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 
 #include "plans/core/expected.h"
@@ -22,5 +23,9 @@ enum class ExportFormat { ShardScope, Fsdp2, Fsdp1, Lightning, LightningFsdp1 };
 
 [[nodiscard]] Expected<ExportFormat> parseExportFormat(const std::string& s);
 [[nodiscard]] nlohmann::json exportPlan(const ResolvedPlan& r, ExportFormat f);
+// Why `r` cannot be exported as `f`, if it cannot: FSDP1's and Lightning's one MixedPrecision
+// for every unit would gather a module that computes in fp32 (ModuleNode::keepFp32) below
+// fp32, its own fp32 unit dropped, and PyTorch fails in its forward.
+[[nodiscard]] std::optional<std::string> exportRefusal(const ResolvedPlan& r, ExportFormat f);
 
 }  // namespace shardscope

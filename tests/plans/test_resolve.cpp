@@ -553,6 +553,16 @@ TEST(Validation, ModulesThatKeepFp32NeedFp32Units) {
         copies += m.cost.belowFp32SavedBytes.fixedPerToken;
     EXPECT_EQ(copies, 27 * 4 * 2560);
     EXPECT_DOUBLE_EQ(bf16 - full, copies * 1024);
+    // Exported as FSDP2 they stay fp32 units; FSDP1 and Lightning would drop them.
+    EXPECT_FALSE(exportRefusal(r, ExportFormat::Fsdp2).has_value());
+    for (const ExportFormat f :
+         {ExportFormat::Fsdp1, ExportFormat::Lightning, ExportFormat::LightningFsdp1}) {
+        const auto why = exportRefusal(r, f);
+        ASSERT_TRUE(why.has_value());
+        EXPECT_EQ(why->rfind("module \"model.layers.1.mlp.gate\" computes in fp32", 0), 0u) << *why;
+    }
+    EXPECT_FALSE(
+        exportRefusal(resolvePlan(g, fp32, nullptr, "plan.json"), ExportFormat::Fsdp1).has_value());
     // FSDP1 applies one MixedPrecision to every unit.
     p.api = PlanApi::Fsdp1;
     r = resolvePlan(g, p, nullptr, "plan.json");
