@@ -21,7 +21,7 @@ namespace {
 // ("1..31  LlamaDecoderLayer ×31"), so an 80-block model reads in one screen.
 // What a subtree's code keeps only when the model's activations are below fp32
 // (ModuleCost::belowFp32SavedBytes).
-double fp32CopyBytes(const ModelGraph& g, const ModuleCost& cost, int64_t batch, int64_t seq) {
+double belowFp32Bytes(const ModelGraph& g, const ModuleCost& cost, int64_t batch, int64_t seq) {
     return dtypeSize(g.activationDtype) < 4 ? cost.belowFp32SavedBytes.at(batch, seq) : 0.0;
 }
 
@@ -74,7 +74,7 @@ void showModule(ShowContext& c, ModuleId m, int depth, const std::string& label,
          {"fwd_flops", cost.fwdFlops.at(c.batch, c.seq)},
          {"bwd_flops", cost.bwdFlops.at(c.batch, c.seq)},
          {"saved_activation_bytes", cost.savedAt(c.batch, c.seq, c.g.slidingWindow) +
-                                        fp32CopyBytes(c.g, cost, c.batch, c.seq)},
+                                        belowFp32Bytes(c.g, cost, c.batch, c.seq)},
          {"output_bytes", cost.outputBytes.at(c.batch, c.seq)},
          {"repeat", repeat}});
     // Computes in fp32 whatever the model's dtype (its own fp32 unit under a lower param_dtype).

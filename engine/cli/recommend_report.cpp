@@ -109,15 +109,11 @@ void printRecommendation(const SearchResult& res, const Candidate* mine, const M
         const auto& mp = c.plan.defaults.mixedPrecision;
         return mp && mp->paramDtype == DType::Float32;
     };
-    for (size_t m = 0; m < g.moduleCount() && fp32Params(b); ++m) {
-        const ModuleNode& mod = g.module(ModuleId(static_cast<int32_t>(m)));
-        if (!mod.keepFp32) continue;
-        std::cout << "            fp32 parameters: \"" << mod.fqn
+    if (const std::vector<ModuleId> fp32 = g.keepFp32Modules(); fp32Params(b) && !fp32.empty())
+        std::cout << "            fp32 parameters: \"" << g.module(fp32[0]).fqn
                   << "\" and its like compute in fp32, and FSDP1 gives every unit one "
                      "MixedPrecision (FSDP2 trains the model in bf16 with those modules as fp32 "
                      "units)\n";
-        break;
-    }
     // What each allowed option buys: the best plan against the fastest one without it.
     printGain(b, res.bestEager, "compiled per block", "Compile:    torch.compile per block",
               "eager",

@@ -108,7 +108,7 @@ namespace {
 class Searcher {
 public:
     Searcher(const ModelGraph& g, const ClusterSpec& c, const SearchOptions& o)
-        : g(g), c(c), o(o) {}
+        : g(g), c(c), o(o), fp32Modules(g.keepFp32Modules()) {}
 
     SearchResult run() {
         SearchResult res;
@@ -249,14 +249,13 @@ private:
     const ClusterSpec& c;
     const SearchOptions& o;
 
+    const std::vector<ModuleId> fp32Modules;  // ModelGraph::keepFp32Modules
+
     // bf16 parameters, but fp32 for FSDP1-compatible plans of a model with modules that
     // compute in fp32 (ModuleNode::keepFp32): FSDP1 gives every unit one MixedPrecision, so
     // a bf16 param_dtype would reach those modules in bf16 (resolvePlan refuses it).
     DType paramDtype() const {
-        if (!o.fsdp1Compatible) return DType::BFloat16;
-        for (size_t m = 0; m < g.moduleCount(); ++m)
-            if (g.module(ModuleId(static_cast<int32_t>(m))).keepFp32) return DType::Float32;
-        return DType::BFloat16;
+        return o.fsdp1Compatible && !fp32Modules.empty() ? DType::Float32 : DType::BFloat16;
     }
     int64_t perRank = 1, budget = 0;
     std::vector<int64_t> microBatches;
@@ -310,11 +309,9 @@ private:
         }
         // Modules that compute in fp32 whatever the model's dtype (Ernie-4.5's router gates)
         // gather in fp32 as units of their own; their block's checkpoint covers them.
-        for (size_t m = 0; m < g.moduleCount() && paramDtype() != DType::Float32; ++m) {
-            const ModuleId id(static_cast<int32_t>(m));
-            if (!g.module(id).keepFp32 || g.module(id).params.empty()) continue;
+        for (size_t k = 0; k < fp32Modules.size() && paramDtype() != DType::Float32; ++k) {
             UnitSpec u;
-            u.modules = {g.module(id).fqn};
+            u.modules = {g.module(fp32Modules[k]).fqn};
             u.settings.mixedPrecision =
                 MixedPrecisionSpec{DType::Float32, DType::Float32, {}, true};
             u.settings.activationCheckpointing = AcSpec(AcMode::None);

@@ -15,6 +15,7 @@ bool applyVariant(ResolvedPlan& r, const PlanVariant& v, std::string* why) {
     const ModelGraph& g = *r.model;
     const int64_t S = r.shardSize;
     bool compileChanged = false;
+    bool dtypeChanged = false;  // a unit's compute dtype: below-fp32 saved bytes follow it
     // Compiling the blocks compiles the loss too, as torchtitan's compile does.
     if (v.compile && r.plan.compileLoss != (*v.compile != CompileMode::None)) {
         r.plan.compileLoss = *v.compile != CompileMode::None;
@@ -31,6 +32,7 @@ bool applyVariant(ResolvedPlan& r, const PlanVariant& v, std::string* why) {
             const DType ag = mp.paramDtype.value_or(orig);
             if (mp.reduceDtype && *mp.reduceDtype == ag) mp.reduceDtype.reset();
             if (ag != u.allGatherDtype) {
+                dtypeChanged = true;
                 u.unshardedBytes = u.unshardedBytes / dtypeSize(u.allGatherDtype) * dtypeSize(ag);
                 u.allGatherDtype = ag;
             }
@@ -97,8 +99,14 @@ bool applyVariant(ResolvedPlan& r, const PlanVariant& v, std::string* why) {
         for (int d = 1; d <= v.backwardPrefetchDepth && i >= static_cast<size_t>(d); ++d)
             u.backwardPrefetch.emplace_back(chain[i - static_cast<size_t>(d)]);
     }
-    // A compiled layer saves and runs other kernels: the module runs follow the setting.
-    if (compileChanged) r.moduleRuns = moduleRunsOf(g, r);
+    // A compiled layer saves and runs other kernels, and what a module keeps only below fp32
+    // (ModuleCost::belowFp32SavedBytes) follows its unit's compute dtype: the module runs
+    // follow the settings.
+    const bool belowFp32Terms =
+        dtypeChanged && std::any_of(g.modules().begin(), g.modules().end(), [](const auto& m) {
+            return !m.cost.belowFp32SavedBytes.isZero();
+        });
+    if (compileChanged || belowFp32Terms) r.moduleRuns = moduleRunsOf(g, r);
     return true;
 }
 

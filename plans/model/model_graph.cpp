@@ -257,6 +257,14 @@ bool ModelGraph::isContainer(ModuleId m) const {
     return isInstance(m, "ModuleList") || isInstance(m, "ModuleDict");
 }
 
+std::vector<ModuleId> ModelGraph::keepFp32Modules() const {
+    std::vector<ModuleId> out;
+    for (size_t m = 0; m < m_modules.size(); ++m)
+        if (m_modules[m].keepFp32 && !m_modules[m].params.empty())
+            out.emplace_back(static_cast<int32_t>(m));
+    return out;
+}
+
 int64_t ModelGraph::totalParamBytes() const {
     return m_subtreeBytes.empty() ? 0 : m_subtreeBytes[0];
 }

@@ -285,6 +285,9 @@ public:
     [[nodiscard]] bool isInstance(ModuleId m, std::string_view cls) const;
     // Containers without forward (ModuleList, ModuleDict).
     [[nodiscard]] bool isContainer(ModuleId m) const;
+    // The modules with parameters that compute in fp32 whatever the model's dtype
+    // (ModuleNode::keepFp32), in module order: a plan below fp32 needs fp32 units for them.
+    [[nodiscard]] std::vector<ModuleId> keepFp32Modules() const;
 
     [[nodiscard]] int64_t totalParams() const {
         return m_subtreeNumel.empty() ? 0 : m_subtreeNumel[0];

@@ -409,16 +409,15 @@ std::optional<std::string> exportRefusal(const ResolvedPlan& r, ExportFormat f) 
     if (f == ExportFormat::ShardScope || f == ExportFormat::Fsdp2) return std::nullopt;
     const auto& mp = r.plan.defaults.mixedPrecision;
     if (!mp || !mp->paramDtype || dtypeSize(*mp->paramDtype) >= 4) return std::nullopt;
-    for (const ModuleNode& m : r.model->modules())
-        if (m.keepFp32 && !m.params.empty())
-            return "module \"" + m.fqn +
-                   "\" computes in fp32 whatever the model's dtype, and FSDP1's and Lightning's "
-                   "one MixedPrecision would gather it in " +
-                   std::string(dtypeName(*mp->paramDtype)) +
-                   " (its own fp32 unit dropped): PyTorch fails in its forward. Export as "
-                   "fsdp2, or use the plans `recommend --fix api=fsdp1` makes, which keep fp32 "
-                   "parameters";
-    return std::nullopt;
+    const std::vector<ModuleId> fp32 = r.model->keepFp32Modules();
+    if (fp32.empty()) return std::nullopt;
+    return "module \"" + r.model->module(fp32[0]).fqn +
+           "\" computes in fp32 whatever the model's dtype, and FSDP1's and Lightning's "
+           "one MixedPrecision would gather it in " +
+           std::string(dtypeName(*mp->paramDtype)) +
+           " (its own fp32 unit dropped): PyTorch fails in its forward. Export as "
+           "fsdp2, or use the plans `recommend --fix api=fsdp1` makes, which keep fp32 "
+           "parameters";
 }
 
 nlohmann::json exportPlan(const ResolvedPlan& r, ExportFormat f) {

@@ -888,19 +888,18 @@ struct Resolver {
     void checkKeepFp32() {
         std::string first, unit, dtype;
         int32_t count = 0;
-        for (size_t m = 0; m < g.moduleCount(); ++m) {
-            const ModuleNode& mod = g.modules()[m];
-            if (!mod.keepFp32) continue;
+        // FSDP1 and fairscale: any unit below fp32 means every unit's MixedPrecision is.
+        const bool oneLower = p.api != PlanApi::Fsdp2 &&
+                              std::any_of(r.units.begin(), r.units.end(), [](const auto& x) {
+                                  return dtypeSize(x.allGatherDtype) < 4;
+                              });
+        for (const ModuleId m : g.keepFp32Modules()) {
+            const ModuleNode& mod = g.module(m);
             for (ParamId pid : mod.params) {
                 const UnitId owner = r.unitOfParam[pid.index()];
                 if (!owner.valid() || !isFloating(g.param(pid).dtype)) continue;
                 const ResolvedUnit& u = r.units[owner.index()];
-                const bool lower = dtypeSize(u.allGatherDtype) < 4 ||
-                                   (p.api != PlanApi::Fsdp2 &&
-                                    std::any_of(r.units.begin(), r.units.end(), [](const auto& x) {
-                                        return dtypeSize(x.allGatherDtype) < 4;
-                                    }));
-                if (!lower) continue;
+                if (dtypeSize(u.allGatherDtype) >= 4 && !oneLower) continue;
                 if (count++ == 0) {
                     first = mod.fqn;
                     unit = u.displayName();
@@ -1557,14 +1556,14 @@ std::vector<ModuleRun> moduleRunsOf(const ModelGraph& model, const ResolvedPlan&
         const bool windowed =
             g.slidingWindow > 0 && seqLen >= g.slidingWindow && !mod.cost.windowSavedBytes.isZero();
         // What its code keeps below fp32 only (ModuleCost::belowFp32SavedBytes).
-        const bool fp32Copy = !mod.cost.belowFp32SavedBytes.isZero() && u >= 0 &&
-                              dtypeSize(r.units[static_cast<size_t>(u)].allGatherDtype) < 4;
-        if (windowed || fp32Copy) {
+        const bool belowFp32 = !mod.cost.belowFp32SavedBytes.isZero() && u >= 0 &&
+                               dtypeSize(r.units[static_cast<size_t>(u)].allGatherDtype) < 4;
+        if (windowed || belowFp32) {
             masked = mod.cost;
             if (windowed) masked.savedBytes += masked.windowSavedBytes;
-            if (fp32Copy) masked.savedBytes += masked.belowFp32SavedBytes;
+            if (belowFp32) masked.savedBytes += masked.belowFp32SavedBytes;
         }
-        const ModuleCost* cost = windowed || fp32Copy ? &masked : &mod.cost;
+        const ModuleCost* cost = windowed || belowFp32 ? &masked : &mod.cost;
         // A layer the plan's float8 option converts runs its GEMMs in float8.
         ModuleCost converted;
         if (!float8Module.empty() && float8Module[m]) {

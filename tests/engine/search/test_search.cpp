@@ -370,3 +370,39 @@ TEST(Search, ModulesThatKeepFp32BecomeFp32UnitsOrFsdp1KeepsFp32Parameters) {
     const ResolvedPlan r1 = resolvePlan(*g, asFsdp1, &*c, "recommended");
     EXPECT_FALSE(r1.hasErrors()) << r1.problems[0].toString();
 }
+
+// What a module keeps only below fp32 (ERNIE's fp32 copy of the router's input) follows a
+// variant's param_dtype: the variant's module runs save what resolving the plan in that dtype
+// saves.
+TEST(Search, AVariantsParamDtypeMovesTheBelowFp32SavedBytes) {
+    auto g = loadModelFile(samplePath("models/ernie-4.5-21b-a3b/config.json"));
+    ASSERT_TRUE(g.ok()) << g.error();
+    Plan p;
+    p.meshShape = {8};
+    p.wrap.kind = WrapPolicySpec::Kind::ModuleClass;
+    p.wrap.classes = {"Ernie4_5_MoeDecoderLayer"};
+    for (const ModuleId m : g->keepFp32Modules()) {
+        UnitSpec u;
+        u.modules = {g->module(m).fqn};
+        u.settings.mixedPrecision = MixedPrecisionSpec{DType::Float32, DType::Float32, {}, true};
+        p.units.push_back(u);
+    }
+    auto saved = [](const ResolvedPlan& r) {
+        double s = 0;
+        for (const ModuleRun& run : r.moduleRuns)
+            s += run.cost.savedBytes.at(1, 1024);
+        return s;
+    };
+    ResolvedPlan varied = resolvePlan(*g, p, nullptr, "plan.json");
+    ASSERT_FALSE(varied.hasErrors());
+    const double fp32 = saved(varied);
+    PlanVariant v;
+    v.paramDtype = DType::BFloat16;
+    v.reduceDtype = DType::Float32;
+    ASSERT_TRUE(applyVariant(varied, v));
+    p.defaults.mixedPrecision = MixedPrecisionSpec{DType::BFloat16, DType::Float32, {}, true};
+    const ResolvedPlan bf16 = resolvePlan(*g, p, nullptr, "plan.json");
+    ASSERT_FALSE(bf16.hasErrors());
+    EXPECT_DOUBLE_EQ(saved(varied), saved(bf16));
+    EXPECT_DOUBLE_EQ(saved(bf16) - fp32, 27 * 4.0 * 2560 * 1024);
+}
