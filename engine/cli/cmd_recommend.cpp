@@ -45,8 +45,8 @@ bool readCurrentPlan(const Args& a, const ModelGraph& g, const ClusterSpec& clus
         current = std::move(*p);
     }
     o.seqLen = current && current->seqLen > 0 ? current->seqLen : 8192;
-    // A model that cannot run past its positions (GPT-2's learned table, MPT's ALiBi built
-    // max_seq_len wide) is searched at that length unless told otherwise.
+    // A model that cannot run past its positions (ModelGraph::positionLimit) is searched at that
+    // length unless told otherwise.
     const bool bounded = g.learnedPositions && g.maxPositions > 0;
     if (bounded && !current && o.seqLen > g.maxPositions) o.seqLen = g.maxPositions;
     if (a.has("--seq")) {
@@ -55,8 +55,7 @@ bool readCurrentPlan(const Args& a, const ModelGraph& g, const ClusterSpec& clus
         o.seqLen = *seq;
         if (bounded && o.seqLen > g.maxPositions) {
             std::cerr << "error: --seq " << o.seqLen << " exceeds the model's " << g.maxPositions
-                      << " positions, past which PyTorch fails (a learned position table, or "
-                         "MPT's ALiBi built max_seq_len wide)\n";
+                      << " positions (" << g.positionLimit << ")\n";
             return false;
         }
     }

@@ -2070,9 +2070,10 @@ Expected<ModelGraph> loadMpt(const JsonReader& r, const HfLoadOptions& o) {
     const bool tie = r.optBool("tie_word_embeddings").value_or(true);
 
     ModelGraph g = startGraph("mpt", "MptForCausalLM", o);
-    // ALiBi is built max_seq_len wide: longer sequences fail in transformers' attention.
     g.maxPositions = maxSeq;
     g.learnedPositions = true;
+    g.positionLimit =
+        "MPT's ALiBi bias is built max_seq_len wide: transformers' attention fails past it";
     CostBuilder cb{g, static_cast<double>(dtypeSize(o.activationDtype))};
     const DType pd = o.paramDtype;
     const double H = static_cast<double>(h), e = cb.e, heads_ = static_cast<double>(heads);

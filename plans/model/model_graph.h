@@ -235,6 +235,9 @@ public:
     // it; rotary ones can, untrained.
     int64_t maxPositions = 0;
     bool learnedPositions = false;
+    // Why a model with learnedPositions fails past maxPositions, for messages (a loader
+    // whose bound is something else says so: MPT's ALiBi table).
+    std::string positionLimit = "a learned position table: PyTorch fails with an index error";
     // Sliding-window attention's window (Phi-3's sliding_window); 0 when none. Below it
     // attention is plain causal (SDPA's is_causal); from seq_len == window on transformers
     // builds a (b, 1, s, s) mask, and each sliding-window layer's SDPA keeps a copy of it in

@@ -853,12 +853,7 @@ struct Resolver {
                 warning(at("/training"), "the plan gives no seq_len, and the default " + what +
                                              " (a learned position table): give training.seq_len");
             else if (g.learnedPositions)
-                error(at("/training/seq_len"),
-                      what + (g.source == "hf:mpt"
-                                  ? " (MPT's ALiBi bias is built max_seq_len wide: transformers' "
-                                    "attention fails past it)"
-                                  : " (a learned position table: PyTorch fails with an index "
-                                    "error)"));
+                error(at("/training/seq_len"), what + " (" + g.positionLimit + ")");
             else
                 warning(at("/training/seq_len"),
                         what +
